@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# setup.sh — install what building and testing libgpucore needs on a fresh
+# Debian machine (apt packages, pip packages), then configure and build.
+# Skips installing when GPUCORE_SKIP_INSTALL=1 (the lent GPU machine has no
+# registry) or when everything is already present.
+#   usage: scripts/setup.sh [BUILD_DIR] [extra meson options...]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+BUILD_DIR=${1:-build}
+shift || true
+
+APT_PACKAGES="meson ninja-build pkg-config gcc g++ libopenblas-dev libcjson-dev libdlpack-dev libopenmpi-dev openmpi-bin clang libclang-rt-14-dev"
+PIP_PACKAGES="numpy pytest"
+
+if [ "${GPUCORE_SKIP_INSTALL:-0}" != 1 ]; then
+  missing=""
+  for p in $APT_PACKAGES; do
+    dpkg -s "$p" >/dev/null 2>&1 || missing="$missing $p"
+  done
+  if [ -n "$missing" ]; then
+    echo "setup: installing Debian packages:$missing"
+    SUDO=""; [ "$(id -u)" = 0 ] || SUDO=sudo
+    $SUDO apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq $missing >/dev/null
+  fi
+  pymissing=""
+  for p in $PIP_PACKAGES; do
+    python3 -c "import $p" 2>/dev/null || pymissing="$pymissing $p"
+  done
+  if [ -n "$pymissing" ]; then
+    echo "setup: installing Python packages:$pymissing"
+    python3 -m pip install -q $pymissing
+  fi
+fi
+
+MESON="meson"
+command -v meson >/dev/null 2>&1 || MESON="python3 -m mesonbuild.mesonmain"
+if [ ! -f "$BUILD_DIR/build.ninja" ]; then
+  $MESON setup "$BUILD_DIR" "$@"
+fi
+ninja -C "$BUILD_DIR"

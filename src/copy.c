@@ -1,0 +1,148 @@
+/*
+ * copy.c — host<->device and device<->device copies. Host buffers are dense
+ * row-major; tensors may be strided (a strided tensor goes through a contiguous
+ * staging tensor on the device and the backend's strided copy).
+ */
+#include <string.h>
+#include "internal.h"
+
+static gpucore_status check_host_copy(gpucore_tensor *t, const void *host, int64_t nbytes, const char *op)
+{
+    gpucore_status st = gpucore_check_tensor(t, op, "tensor");
+    if (st) return st;
+    int64_t expect = gpucore_tensor_numel_unchecked(t) * gpucore_dtype_size((gpucore_dtype)t->dtype);
+    if (!host && expect) return gpucore_set_error(GPUCORE_ERR_NULL_POINTER, "%s: host pointer is NULL", op);
+    if (nbytes != expect)
+        return gpucore_set_error(GPUCORE_ERR_SHAPE_MISMATCH,
+                                 "%s: the host buffer is %lld bytes but the tensor holds %lld bytes", op,
+                                 (long long)nbytes, (long long)expect);
+    return GPUCORE_OK;
+}
+
+/* A contiguous device tensor with t's dtype and shape, for staging strided copies. */
+static gpucore_status staging_like(gpucore_tensor *t, gpucore_tensor **out)
+{
+    return gpucore_tensor_create(t->ctx, (gpucore_dtype)t->dtype, t->ndim, t->shape, out);
+}
+
+static gpucore_status copy_from_host_impl(gpucore_tensor *dst, const void *src, int64_t nbytes, gpucore_stream *stream,
+                                          int blocking, const char *op)
+{
+    gpucore_status st = check_host_copy(dst, src, nbytes, op);
+    if (st) return st;
+    gpucore_stream *s;
+    if ((st = gpucore_resolve_stream(dst->ctx, stream, op, &s))) return st;
+    if (nbytes == 0) return GPUCORE_OK;
+    gpucore_context *ctx = dst->ctx;
+    gpucore_view dv;
+    gpucore_tensor_view_of(dst, &dv);
+    if (dv.contiguous) {
+        st = ctx->be->copy_h2d(ctx->bctx, dv.data, src, (size_t)nbytes, s->bstream);
+    } else {
+        gpucore_tensor *stage = NULL;
+        if ((st = staging_like(dst, &stage))) return st;
+        gpucore_view sv;
+        gpucore_tensor_view_of(stage, &sv);
+        st = ctx->be->copy_h2d(ctx->bctx, sv.data, src, (size_t)nbytes, s->bstream);
+        if (!st) st = ctx->be->copy_strided(ctx->bctx, &dv, &sv, s->bstream);
+        gpucore_tensor_destroy(stage); /* freed in stream order */
+    }
+    if (!st && blocking) st = ctx->be->stream_synchronize(ctx->bctx, s->bstream);
+    return st;
+}
+
+static gpucore_status copy_to_host_impl(void *dst, int64_t nbytes, gpucore_tensor *src, gpucore_stream *stream,
+                                        int blocking, const char *op)
+{
+    gpucore_status st = check_host_copy(src, dst, nbytes, op);
+    if (st) return st;
+    gpucore_stream *s;
+    if ((st = gpucore_resolve_stream(src->ctx, stream, op, &s))) return st;
+    if (nbytes == 0) return GPUCORE_OK;
+    gpucore_context *ctx = src->ctx;
+    gpucore_view sv;
+    gpucore_tensor_view_of(src, &sv);
+    if (sv.contiguous) {
+        st = ctx->be->copy_d2h(ctx->bctx, dst, sv.data, (size_t)nbytes, s->bstream);
+        if (!st && blocking) st = ctx->be->stream_synchronize(ctx->bctx, s->bstream);
+    } else {
+        gpucore_tensor *stage = NULL;
+        if ((st = staging_like(src, &stage))) return st;
+        gpucore_view tv;
+        gpucore_tensor_view_of(stage, &tv);
+        st = ctx->be->copy_strided(ctx->bctx, &tv, &sv, s->bstream);
+        if (!st) st = ctx->be->copy_d2h(ctx->bctx, dst, tv.data, (size_t)nbytes, s->bstream);
+        if (!st && blocking) st = ctx->be->stream_synchronize(ctx->bctx, s->bstream);
+        gpucore_tensor_destroy(stage);
+    }
+    return st;
+}
+
+gpucore_status gpucore_copy_from_host(gpucore_tensor *dst, const void *src, int64_t nbytes)
+{
+    return copy_from_host_impl(dst, src, nbytes, NULL, 1, "copy_from_host");
+}
+
+gpucore_status gpucore_copy_to_host(void *dst, int64_t nbytes, gpucore_tensor *src)
+{
+    return copy_to_host_impl(dst, nbytes, src, NULL, 1, "copy_to_host");
+}
+
+gpucore_status gpucore_copy_from_host_async(gpucore_tensor *dst, const void *src, int64_t nbytes,
+                                            gpucore_stream *stream)
+{
+    return copy_from_host_impl(dst, src, nbytes, stream, 0, "copy_from_host_async");
+}
+
+gpucore_status gpucore_copy_to_host_async(void *dst, int64_t nbytes, gpucore_tensor *src, gpucore_stream *stream)
+{
+    return copy_to_host_impl(dst, nbytes, src, stream, 0, "copy_to_host_async");
+}
+
+/* Whether two views' byte ranges intersect (a conservative overlap test). */
+static int ranges_overlap(const gpucore_view *a, const gpucore_view *b)
+{
+    if (!a->numel || !b->numel) return 0;
+    int64_t a_span = 0, b_span = 0;
+    for (int i = 0; i < a->ndim; i++) a_span += (a->shape[i] - 1) * a->strides[i];
+    for (int i = 0; i < b->ndim; i++) b_span += (b->shape[i] - 1) * b->strides[i];
+    const char *a0 = a->data, *a1 = a0 + (a_span + 1) * a->elem_size;
+    const char *b0 = b->data, *b1 = b0 + (b_span + 1) * b->elem_size;
+    return a0 < b1 && b0 < a1;
+}
+
+gpucore_status gpucore_copy(gpucore_tensor *dst, const gpucore_tensor *src, gpucore_stream *stream)
+{
+    gpucore_status st = gpucore_check_tensor(dst, "copy", "dst");
+    if (st || (st = gpucore_check_tensor(src, "copy", "src"))) return st;
+    if (dst->ctx != src->ctx)
+        return gpucore_set_error(GPUCORE_ERR_DEVICE_MISMATCH,
+                                 "copy: dst is on %s and src on %s; copy through the host (copy_to_host, then "
+                                 "copy_from_host) to move data between contexts", dst->ctx->name, src->ctx->name);
+    if (dst->dtype != src->dtype)
+        return gpucore_set_error(GPUCORE_ERR_DTYPE_MISMATCH, "copy: dst is %s but src is %s; copies do not convert",
+                                 gpucore_dtype_name((gpucore_dtype)dst->dtype), gpucore_dtype_name((gpucore_dtype)src->dtype));
+    if (dst->ndim != src->ndim || memcmp(dst->shape, src->shape, sizeof(int64_t) * (size_t)dst->ndim)) {
+        char a[200], b[200];
+        return gpucore_set_error(GPUCORE_ERR_SHAPE_MISMATCH, "copy: dst has shape %s but src has %s",
+                                 gpucore_shape_str(dst->ndim, dst->shape, a, sizeof a),
+                                 gpucore_shape_str(src->ndim, src->shape, b, sizeof b));
+    }
+    gpucore_stream *s;
+    if ((st = gpucore_resolve_stream(dst->ctx, stream, "copy", &s))) return st;
+    gpucore_view dv, sv;
+    gpucore_tensor_view_of(dst, &dv);
+    gpucore_tensor_view_of(src, &sv);
+    if (dv.numel == 0 || dv.data == sv.data) {
+        if (dv.numel && memcmp(dv.strides, sv.strides, sizeof(int64_t) * (size_t)dv.ndim))
+            return gpucore_set_error(GPUCORE_ERR_INVALID_ARGUMENT, "copy: dst and src overlap with different strides");
+        return GPUCORE_OK;
+    }
+    if (ranges_overlap(&dv, &sv))
+        return gpucore_set_error(GPUCORE_ERR_INVALID_ARGUMENT,
+                                 "copy: dst and src overlap in memory; copy through a temporary tensor");
+    gpucore_context *ctx = dst->ctx;
+    if (dv.contiguous && sv.contiguous)
+        return ctx->be->copy_d2d(ctx->bctx, dv.data, sv.data, (size_t)(dv.numel * dv.elem_size), s->bstream);
+    return ctx->be->copy_strided(ctx->bctx, &dv, &sv, s->bstream);
+}

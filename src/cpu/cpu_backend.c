@@ -1,0 +1,233 @@
+/*
+ * cpu_backend.c — the CPU backend's vtable: host memory as device memory, copies,
+ * streams (cpu_stream.c), device properties and component versions. Ops live in
+ * cpu_ops.c. Every op runs as a task on the stream's worker thread.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include "cpu_internal.h"
+#include "gpucore_config.h"
+#if GPUCORE_HAVE_OPENBLAS
+#include <cblas.h>
+#endif
+#if GPUCORE_HAVE_MPI
+#include <mpi.h>
+#endif
+
+static gpucore_status cpu_available(char *why, size_t len)
+{
+    if (why && len) why[0] = '\0';
+    return GPUCORE_OK;
+}
+
+static gpucore_status cpu_device_count(int *count) { *count = 1; return GPUCORE_OK; }
+
+static void cpu_model_name(char *buf, size_t len)
+{
+    snprintf(buf, len, "CPU");
+    FILE *f = fopen("/proc/cpuinfo", "r");
+    if (!f) return;
+    char line[512];
+    while (fgets(line, sizeof line, f)) {
+        if (!strncmp(line, "model name", 10)) {
+            char *colon = strchr(line, ':');
+            if (colon) {
+                colon++;
+                while (*colon == ' ') colon++;
+                colon[strcspn(colon, "\n")] = '\0';
+                snprintf(buf, len, "%s", colon);
+            }
+            break;
+        }
+    }
+    fclose(f);
+}
+
+static gpucore_status cpu_mem_info(void *bctx, int64_t *free_bytes, int64_t *total_bytes)
+{
+    (void)bctx;
+    long page = sysconf(_SC_PAGESIZE);
+    *total_bytes = (int64_t)sysconf(_SC_PHYS_PAGES) * page;
+    *free_bytes = (int64_t)sysconf(_SC_AVPHYS_PAGES) * page;
+    return GPUCORE_OK;
+}
+
+static gpucore_status cpu_device_properties(int index, gpucore_device_properties *p)
+{
+    (void)index;
+    cpu_model_name(p->name, sizeof p->name);
+    p->type = GPUCORE_DEVICE_CPU;
+    p->index = 0;
+    p->compute_major = p->compute_minor = -1;
+    p->multiprocessors = (int32_t)sysconf(_SC_NPROCESSORS_ONLN);
+    p->warp_size = 1;
+    cpu_mem_info(NULL, &p->free_memory, &p->total_memory);
+    p->l2_cache_bytes = sysconf(_SC_LEVEL2_CACHE_SIZE);
+    p->shared_memory_per_block_optin = -1;
+    p->clock_khz = p->memory_clock_khz = p->utilization_percent = p->temperature_c = -1;
+    p->has_native_code = 1;
+    p->has_ptx = 0;
+    snprintf(p->pci_bus_id, sizeof p->pci_bus_id, "-");
+    return GPUCORE_OK;
+}
+
+static gpucore_status cpu_device_processes(int index, int64_t *pids, int64_t *used, int max, int *count)
+{
+    (void)index; (void)pids; (void)used; (void)max;
+    *count = 0;
+    return gpucore_set_error(GPUCORE_ERR_NOT_SUPPORTED, "device_get_processes: only CUDA devices report processes");
+}
+
+static gpucore_status cpu_can_access_peer(int a, int b, int *can)
+{
+    (void)a; (void)b;
+    *can = 0;
+    return GPUCORE_OK;
+}
+
+static gpucore_status cpu_component_version(const char *component, char *buf, size_t len)
+{
+    if (!strcmp(component, "build")) {
+        snprintf(buf, len, "%s", GPUCORE_BUILD_DESCRIPTION);
+        return GPUCORE_OK;
+    }
+    if (!strcmp(component, "openblas")) {
+#if GPUCORE_HAVE_OPENBLAS
+        snprintf(buf, len, "%s", openblas_get_config());
+        return GPUCORE_OK;
+#else
+        return gpucore_set_error(GPUCORE_ERR_NOT_SUPPORTED, "this build has no OpenBLAS (a plain C GEMM is used)");
+#endif
+    }
+    if (!strcmp(component, "mpi")) {
+#if GPUCORE_HAVE_MPI
+        char v[MPI_MAX_LIBRARY_VERSION_STRING];
+        int n = 0;
+        MPI_Get_library_version(v, &n);
+        v[strcspn(v, "\n")] = '\0';
+        snprintf(buf, len, "%s", v);
+        return GPUCORE_OK;
+#else
+        return gpucore_set_error(GPUCORE_ERR_NOT_SUPPORTED, "this build has no MPI (meson -Dmpi=enabled)");
+#endif
+    }
+    return GPUCORE_ERR_NOT_SUPPORTED;
+}
+
+typedef struct cpu_context { int unused; } cpu_context;
+
+static gpucore_status cpu_context_init(int index, void **bctx)
+{
+    (void)index;
+    *bctx = calloc(1, sizeof(cpu_context));
+    return *bctx ? GPUCORE_OK : gpucore_set_error(GPUCORE_ERR_OUT_OF_MEMORY, "context_create: out of host memory");
+}
+
+static void cpu_context_fini(void *bctx) { free(bctx); }
+
+/* "Device" memory on the CPU: 256-byte aligned like cudaMalloc, so vector paths behave alike. */
+static gpucore_status cpu_raw_alloc(void *bctx, size_t bytes, void **ptr)
+{
+    (void)bctx;
+    size_t rounded = (bytes + 255) & ~(size_t)255;
+    if (rounded < bytes) return GPUCORE_ERR_OUT_OF_MEMORY;
+    *ptr = aligned_alloc(256, rounded);
+    return *ptr ? GPUCORE_OK : GPUCORE_ERR_OUT_OF_MEMORY;
+}
+
+static void cpu_raw_free(void *bctx, void *ptr)
+{
+    (void)bctx;
+    free(ptr);
+}
+
+/* ---- streams ---- */
+
+static gpucore_status cpu_stream_create_v(void *bctx, int priority, void **s)
+{
+    (void)bctx; (void)priority; /* CPU workers have no priorities */
+    return cpu_stream_create((cpu_stream **)s);
+}
+static void cpu_stream_destroy_v(void *bctx, void *s) { (void)bctx; cpu_stream_destroy(s); }
+static gpucore_status cpu_stream_sync_v(void *bctx, void *s) { (void)bctx; return cpu_stream_synchronize(s); }
+static gpucore_status cpu_stream_query_v(void *bctx, void *s) { (void)bctx; return cpu_stream_query(s); }
+
+typedef struct host_fn_args { gpucore_host_fn fn; void *arg; } host_fn_args;
+static gpucore_status host_fn_task(void *p)
+{
+    host_fn_args *a = p;
+    a->fn(a->arg);
+    return GPUCORE_OK;
+}
+static gpucore_status cpu_host_callback(void *bctx, void *s, gpucore_host_fn fn, void *arg)
+{
+    (void)bctx;
+    host_fn_args a = {fn, arg};
+    return cpu_stream_enqueue(s, host_fn_task, &a, sizeof a);
+}
+static gpucore_status cpu_event_create_v(void *bctx, void **e) { (void)bctx; return cpu_event_create((cpu_event **)e); }
+static void cpu_event_destroy_v(void *bctx, void *e) { (void)bctx; cpu_event_destroy(e); }
+static gpucore_status cpu_event_record_v(void *bctx, void *e, void *s) { (void)bctx; return cpu_event_record(e, s); }
+static gpucore_status cpu_wait_event_v(void *bctx, void *s, void *e) { (void)bctx; return cpu_stream_wait_event(s, e); }
+static gpucore_status cpu_event_sync_v(void *bctx, void *e) { (void)bctx; return cpu_event_synchronize(e); }
+static gpucore_status cpu_event_query_v(void *bctx, void *e) { (void)bctx; return cpu_event_query(e); }
+static gpucore_status cpu_event_elapsed_v(void *bctx, void *a, void *b, float *ms)
+{
+    (void)bctx;
+    return cpu_event_elapsed_ms(a, b, ms);
+}
+
+/* ---- copies: on the CPU every direction is a memcpy in stream order ---- */
+
+typedef struct memcpy_args { void *dst; const void *src; size_t bytes; } memcpy_args;
+static gpucore_status memcpy_task(void *p)
+{
+    memcpy_args *a = p;
+    memcpy(a->dst, a->src, a->bytes);
+    return GPUCORE_OK;
+}
+static gpucore_status cpu_copy(void *bctx, void *dst, const void *src, size_t bytes, void *s)
+{
+    (void)bctx;
+    memcpy_args a = {dst, src, bytes};
+    return cpu_stream_enqueue(s, memcpy_task, &a, sizeof a);
+}
+
+static const gpucore_backend cpu_backend_table = {
+    .abi = GPUCORE_BACKEND_ABI,
+    .name = "cpu",
+    .type = GPUCORE_DEVICE_CPU,
+    .available = cpu_available,
+    .device_count = cpu_device_count,
+    .device_properties = cpu_device_properties,
+    .device_processes = cpu_device_processes,
+    .can_access_peer = cpu_can_access_peer,
+    .component_version = cpu_component_version,
+    .context_init = cpu_context_init,
+    .context_fini = cpu_context_fini,
+    .raw_alloc = cpu_raw_alloc,
+    .raw_free = cpu_raw_free,
+    .mem_info = cpu_mem_info,
+    .stream_create = cpu_stream_create_v,
+    .stream_destroy = cpu_stream_destroy_v,
+    .stream_synchronize = cpu_stream_sync_v,
+    .stream_query = cpu_stream_query_v,
+    .host_callback = cpu_host_callback,
+    .event_create = cpu_event_create_v,
+    .event_destroy = cpu_event_destroy_v,
+    .event_record = cpu_event_record_v,
+    .stream_wait_event = cpu_wait_event_v,
+    .event_synchronize = cpu_event_sync_v,
+    .event_query = cpu_event_query_v,
+    .event_elapsed_ms = cpu_event_elapsed_v,
+    .copy_h2d = cpu_copy,
+    .copy_d2h = cpu_copy,
+    .copy_d2d = cpu_copy,
+    .copy_strided = cpu_copy_strided,
+    .fill = cpu_fill,
+    .random = cpu_random,
+};
+
+const gpucore_backend *gpucore_cpu_backend(void) { return &cpu_backend_table; }

@@ -1,0 +1,253 @@
+/*
+ * cpu_stream.c — the CPU backend's streams: one worker thread per stream running
+ * queued tasks in order, with sticky errors, and events that record a point in a
+ * stream's queue (a generation number) and complete when the worker passes it.
+ */
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include "cpu_stream.h"
+
+typedef struct cpu_task {
+    struct cpu_task *next;
+    cpu_task_fn fn;
+    size_t args_size;
+    _Alignas(16) unsigned char args[];
+} cpu_task;
+
+struct cpu_stream {
+    pthread_t thread;
+    pthread_mutex_t mu;
+    pthread_cond_t work_cv, done_cv;
+    cpu_task *head, *tail;
+    uint64_t submitted, completed;
+    int stop;
+    gpucore_status sticky;     /* first error a task returned; reported by synchronize */
+};
+
+struct cpu_event {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    uint64_t recorded, completed;
+    double time_ms;
+    atomic_int refs;           /* the handle plus every queued task that names it */
+};
+
+static void *stream_worker(void *arg)
+{
+    cpu_stream *s = arg;
+    pthread_mutex_lock(&s->mu);
+    for (;;) {
+        while (!s->head && !s->stop) pthread_cond_wait(&s->work_cv, &s->mu);
+        if (!s->head && s->stop) break;
+        cpu_task *t = s->head;
+        pthread_mutex_unlock(&s->mu);
+        gpucore_status st = t->fn(t->args);
+        pthread_mutex_lock(&s->mu);
+        s->head = t->next;
+        if (!s->head) s->tail = NULL;
+        if (st != GPUCORE_OK && s->sticky == GPUCORE_OK) s->sticky = st;
+        s->completed++;
+        free(t);
+        pthread_cond_broadcast(&s->done_cv);
+    }
+    pthread_mutex_unlock(&s->mu);
+    return NULL;
+}
+
+gpucore_status cpu_stream_create(cpu_stream **out)
+{
+    cpu_stream *s = calloc(1, sizeof *s);
+    if (!s) return gpucore_set_error(GPUCORE_ERR_OUT_OF_MEMORY, "stream_create: out of host memory");
+    pthread_mutex_init(&s->mu, NULL);
+    pthread_cond_init(&s->work_cv, NULL);
+    pthread_cond_init(&s->done_cv, NULL);
+    if (pthread_create(&s->thread, NULL, stream_worker, s) != 0) {
+        pthread_mutex_destroy(&s->mu);
+        pthread_cond_destroy(&s->work_cv);
+        pthread_cond_destroy(&s->done_cv);
+        free(s);
+        return gpucore_set_error(GPUCORE_ERR_OUT_OF_MEMORY, "stream_create: could not start the stream's worker thread");
+    }
+    *out = s;
+    return GPUCORE_OK;
+}
+
+void cpu_stream_destroy(cpu_stream *s)
+{
+    if (!s) return;
+    pthread_mutex_lock(&s->mu);
+    s->stop = 1;
+    pthread_cond_signal(&s->work_cv);
+    pthread_mutex_unlock(&s->mu);
+    pthread_join(s->thread, NULL); /* the worker drains the queue first */
+    pthread_mutex_destroy(&s->mu);
+    pthread_cond_destroy(&s->work_cv);
+    pthread_cond_destroy(&s->done_cv);
+    free(s);
+}
+
+gpucore_status cpu_stream_enqueue(cpu_stream *s, cpu_task_fn fn, const void *args, size_t args_size)
+{
+    cpu_task *t = malloc(sizeof *t + args_size);
+    if (!t) return gpucore_set_error(GPUCORE_ERR_OUT_OF_MEMORY, "stream: out of host memory for a queued task");
+    t->next = NULL;
+    t->fn = fn;
+    t->args_size = args_size;
+    if (args_size) memcpy(t->args, args, args_size);
+    pthread_mutex_lock(&s->mu);
+    if (s->tail) s->tail->next = t;
+    else s->head = t;
+    s->tail = t;
+    s->submitted++;
+    pthread_cond_signal(&s->work_cv);
+    pthread_mutex_unlock(&s->mu);
+    return GPUCORE_OK;
+}
+
+gpucore_status cpu_stream_synchronize(cpu_stream *s)
+{
+    pthread_mutex_lock(&s->mu);
+    uint64_t target = s->submitted;
+    while (s->completed < target) pthread_cond_wait(&s->done_cv, &s->mu);
+    gpucore_status st = s->sticky;
+    s->sticky = GPUCORE_OK;
+    pthread_mutex_unlock(&s->mu);
+    if (st) return gpucore_set_error(st, "stream_synchronize: an earlier asynchronous op on this stream failed (%s)",
+                                     gpucore_status_string(st));
+    return GPUCORE_OK;
+}
+
+gpucore_status cpu_stream_query(cpu_stream *s)
+{
+    pthread_mutex_lock(&s->mu);
+    int done = s->completed == s->submitted;
+    pthread_mutex_unlock(&s->mu);
+    return done ? GPUCORE_OK : GPUCORE_ERR_NOT_READY;
+}
+
+/* ---- events ---- */
+
+static double now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
+}
+
+static void event_unref(cpu_event *e)
+{
+    if (atomic_fetch_sub(&e->refs, 1) != 1) return;
+    pthread_mutex_destroy(&e->mu);
+    pthread_cond_destroy(&e->cv);
+    free(e);
+}
+
+gpucore_status cpu_event_create(cpu_event **out)
+{
+    cpu_event *e = calloc(1, sizeof *e);
+    if (!e) return gpucore_set_error(GPUCORE_ERR_OUT_OF_MEMORY, "event_create: out of host memory");
+    pthread_mutex_init(&e->mu, NULL);
+    pthread_cond_init(&e->cv, NULL);
+    atomic_init(&e->refs, 1);
+    *out = e;
+    return GPUCORE_OK;
+}
+
+void cpu_event_destroy(cpu_event *e)
+{
+    if (e) event_unref(e);
+}
+
+typedef struct event_task_args { cpu_event *e; uint64_t gen; } event_task_args;
+
+static gpucore_status event_complete_task(void *p)
+{
+    event_task_args *a = p;
+    pthread_mutex_lock(&a->e->mu);
+    if (a->gen > a->e->completed) {
+        a->e->completed = a->gen;
+        a->e->time_ms = now_ms();
+    }
+    pthread_cond_broadcast(&a->e->cv);
+    pthread_mutex_unlock(&a->e->mu);
+    event_unref(a->e);
+    return GPUCORE_OK;
+}
+
+gpucore_status cpu_event_record(cpu_event *e, cpu_stream *s)
+{
+    pthread_mutex_lock(&e->mu);
+    event_task_args a = {e, ++e->recorded};
+    pthread_mutex_unlock(&e->mu);
+    atomic_fetch_add(&e->refs, 1);
+    gpucore_status st = cpu_stream_enqueue(s, event_complete_task, &a, sizeof a);
+    if (st) {
+        atomic_fetch_sub(&e->refs, 1);
+        /* Nothing will complete this generation: mark it done so waiters do not hang. */
+        pthread_mutex_lock(&e->mu);
+        e->completed = a.gen;
+        pthread_cond_broadcast(&e->cv);
+        pthread_mutex_unlock(&e->mu);
+    }
+    return st;
+}
+
+static gpucore_status event_wait_task(void *p)
+{
+    event_task_args *a = p;
+    pthread_mutex_lock(&a->e->mu);
+    while (a->e->completed < a->gen) pthread_cond_wait(&a->e->cv, &a->e->mu);
+    pthread_mutex_unlock(&a->e->mu);
+    event_unref(a->e);
+    return GPUCORE_OK;
+}
+
+gpucore_status cpu_stream_wait_event(cpu_stream *s, cpu_event *e)
+{
+    pthread_mutex_lock(&e->mu);
+    event_task_args a = {e, e->recorded};
+    int already = e->completed >= e->recorded;
+    pthread_mutex_unlock(&e->mu);
+    if (already) return GPUCORE_OK;
+    atomic_fetch_add(&e->refs, 1);
+    gpucore_status st = cpu_stream_enqueue(s, event_wait_task, &a, sizeof a);
+    if (st) atomic_fetch_sub(&e->refs, 1);
+    return st;
+}
+
+gpucore_status cpu_event_synchronize(cpu_event *e)
+{
+    pthread_mutex_lock(&e->mu);
+    uint64_t target = e->recorded;
+    while (e->completed < target) pthread_cond_wait(&e->cv, &e->mu);
+    pthread_mutex_unlock(&e->mu);
+    return GPUCORE_OK;
+}
+
+gpucore_status cpu_event_query(cpu_event *e)
+{
+    pthread_mutex_lock(&e->mu);
+    int done = e->completed >= e->recorded;
+    pthread_mutex_unlock(&e->mu);
+    return done ? GPUCORE_OK : GPUCORE_ERR_NOT_READY;
+}
+
+gpucore_status cpu_event_elapsed_ms(cpu_event *start, cpu_event *end, float *ms)
+{
+    double t0, t1;
+    int ok0, ok1;
+    pthread_mutex_lock(&start->mu);
+    ok0 = start->recorded > 0 && start->completed >= start->recorded;
+    t0 = start->time_ms;
+    pthread_mutex_unlock(&start->mu);
+    pthread_mutex_lock(&end->mu);
+    ok1 = end->recorded > 0 && end->completed >= end->recorded;
+    t1 = end->time_ms;
+    pthread_mutex_unlock(&end->mu);
+    if (!ok0 || !ok1)
+        return gpucore_set_error(ok0 && ok1 ? GPUCORE_ERR_INVALID_ARGUMENT : GPUCORE_ERR_NOT_READY,
+                                 "event_elapsed_ms: both events must be recorded and completed first");
+    *ms = (float)(t1 - t0);
+    return GPUCORE_OK;
+}

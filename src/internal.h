@@ -1,0 +1,130 @@
+/*
+ * internal.h — what the API front-end files share: the error and log helpers,
+ * the handle pool, and the layouts of the opaque handles (context, stream,
+ * event, tensor). Never included by backends' device code or by users.
+ */
+#ifndef GPUCORE_INTERNAL_H
+#define GPUCORE_INTERNAL_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include "gpucore.h"
+#include "backend.h"
+
+#define GPUCORE_HIDDEN __attribute__((visibility("hidden")))
+
+/* ---- errors and logs (error.c, log.c) ---- */
+GPUCORE_HIDDEN gpucore_status gpucore_set_error(gpucore_status status, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+GPUCORE_HIDDEN void gpucore_log(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+GPUCORE_HIDDEN extern const gpucore_plugin_host gpucore_plugin_host_table;
+
+/* ---- backends (backend_registry.c) ---- */
+/* The backend for a device type, loading its plugin on first use. NULL with the
+ * reason in the thread's error message when it cannot be had. */
+GPUCORE_HIDDEN const gpucore_backend *gpucore_backend_get(gpucore_device_type type);
+GPUCORE_HIDDEN const gpucore_backend *gpucore_cpu_backend(void);
+
+/* ---- handle pool (handle_pool.c) ----
+ * Handles are allocated from pools that never give memory back to the system and
+ * recycle oldest-first after a quarantine, so checking a destroyed handle's magic
+ * reads valid memory and reports GPUCORE_ERR_INVALID_HANDLE. */
+#define GPUCORE_MAGIC_DEAD 0xDEADDEADu
+typedef struct gpucore_handle_pool gpucore_handle_pool;
+GPUCORE_HIDDEN void *gpucore_handle_alloc(gpucore_handle_pool *pool);
+GPUCORE_HIDDEN void gpucore_handle_release(gpucore_handle_pool *pool, void *handle);
+GPUCORE_HIDDEN extern gpucore_handle_pool gpucore_context_pool, gpucore_stream_pool, gpucore_event_pool,
+    gpucore_tensor_pool;
+
+/* ---- handle layouts ---- */
+#define GPUCORE_MAGIC_CONTEXT 0xC0C0C0C1u
+#define GPUCORE_MAGIC_STREAM 0x57E457E4u
+#define GPUCORE_MAGIC_EVENT 0xE7E7E7E7u
+#define GPUCORE_MAGIC_TENSOR 0x7E7507E5u
+
+struct gpucore_stream {
+    uint32_t magic;               /* first field of every handle */
+    gpucore_context *ctx;
+    void *bstream;                /* backend's stream */
+    int is_default;
+    struct gpucore_stream *next;  /* context's list of streams */
+};
+
+struct gpucore_event {
+    uint32_t magic;
+    gpucore_context *ctx;
+    void *bevent;
+};
+
+struct gpucore_context {
+    uint32_t magic;
+    const gpucore_backend *be;
+    void *bctx;
+    gpucore_device_type type;
+    int index;
+    char name[32];
+    gpucore_stream *default_stream;
+    pthread_mutex_t lock;         /* guards the stream list */
+    gpucore_stream *streams;      /* all live streams incl. the default */
+    struct gpucore_tensor *tensors; /* all live tensor handles (freed with the context) */
+};
+
+/* Memory a tensor and its views share. Freed (in stream order) when the last view goes. */
+typedef struct gpucore_storage {
+    atomic_int refcount;
+    gpucore_context *ctx;
+    void *base;
+    int64_t bytes;
+    void *alloc_bstream;          /* stream the memory was allocated on (owned memory) */
+    void (*deleter)(void *);      /* wrapped memory: the owner's release, or NULL */
+    void *deleter_ctx;
+    int owned;                    /* 1 if the library allocated base */
+} gpucore_storage;
+
+struct gpucore_tensor {
+    uint32_t magic;
+    gpucore_context *ctx;
+    gpucore_storage *storage;
+    int32_t dtype;
+    int32_t ndim;
+    int64_t offset;               /* elements from storage->base */
+    int64_t shape[GPUCORE_MAX_DIMS];
+    int64_t strides[GPUCORE_MAX_DIMS];
+    struct gpucore_tensor *prev, *next; /* context's list of live tensors */
+};
+
+/* ---- validation helpers (validate.c) ---- */
+GPUCORE_HIDDEN gpucore_status gpucore_check_context(const gpucore_context *ctx, const char *op);
+GPUCORE_HIDDEN gpucore_status gpucore_check_tensor(const gpucore_tensor *t, const char *op, const char *arg);
+GPUCORE_HIDDEN gpucore_status gpucore_check_event(const gpucore_event *e, const char *op);
+GPUCORE_HIDDEN gpucore_status gpucore_check_stream(const gpucore_stream *s, const char *op);
+/* Resolve a stream argument (NULL -> current stream) and check it belongs to ctx. */
+GPUCORE_HIDDEN gpucore_status gpucore_resolve_stream(gpucore_context *ctx, gpucore_stream *s, const char *op,
+                                                     gpucore_stream **out);
+/* Check a shape (0..8 dims, entries >= 0) and compute its element count and byte
+ * size without overflow. */
+GPUCORE_HIDDEN gpucore_status gpucore_check_shape(int ndim, const int64_t *shape, gpucore_dtype dtype,
+                                                  const char *op, int64_t *numel, int64_t *nbytes);
+GPUCORE_HIDDEN int gpucore_dtype_valid(int dtype);
+/* "[2, 3, 4]" into buf. */
+GPUCORE_HIDDEN const char *gpucore_shape_str(int ndim, const int64_t *shape, char *buf, size_t len);
+
+/* ---- tensors (tensor.c) ---- */
+GPUCORE_HIDDEN int64_t gpucore_tensor_numel_unchecked(const gpucore_tensor *t);
+GPUCORE_HIDDEN int gpucore_tensor_contiguous_unchecked(const gpucore_tensor *t);
+GPUCORE_HIDDEN void gpucore_tensor_view_of(const gpucore_tensor *t, gpucore_view *v);
+
+/* ---- memory (memory.c): every device allocation of the library goes through here ---- */
+GPUCORE_HIDDEN gpucore_status gpucore_memory_alloc(gpucore_context *ctx, int64_t bytes, gpucore_stream *stream,
+                                                   void **ptr);
+GPUCORE_HIDDEN void gpucore_memory_free(gpucore_context *ctx, void *ptr, void *alloc_bstream);
+
+/* ---- tensors, continued ---- */
+/* Release every tensor handle still alive in ctx (context destroy). */
+GPUCORE_HIDDEN void gpucore_tensors_destroy_all(gpucore_context *ctx);
+
+/* ---- streams (stream.c) ---- */
+GPUCORE_HIDDEN void gpucore_streams_destroy_all(gpucore_context *ctx);
+
+#endif

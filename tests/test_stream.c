@@ -1,0 +1,133 @@
+/*
+ * test_stream.c — streams and events on every backend present: FIFO order on a
+ * stream, cross-stream waits through events (a slow producer on one stream, a
+ * consumer on another that must see its result), queries, elapsed time, the
+ * per-thread current stream, and two threads using one context on their own
+ * streams at once.
+ */
+#include <pthread.h>
+#include <stdint.h>
+#include "check.h"
+
+enum { BIG = 1 << 22 };
+
+static void test_ordering(gpucore_context *ctx)
+{
+    int64_t shape[1] = {BIG};
+    gpucore_tensor *a = NULL, *b = NULL;
+    CHECK_OK(gpucore_tensor_create(ctx, GPUCORE_F32, 1, shape, &a));
+    CHECK_OK(gpucore_tensor_create(ctx, GPUCORE_F32, 1, shape, &b));
+    gpucore_stream *producer = NULL, *consumer = NULL;
+    gpucore_event *ready = NULL, *t0 = NULL, *t1 = NULL;
+    CHECK_OK(gpucore_stream_create(ctx, 0, &producer));
+    CHECK_OK(gpucore_stream_create(ctx, -1, &consumer));
+    CHECK_OK(gpucore_event_create(ctx, &ready));
+    CHECK_OK(gpucore_event_create(ctx, &t0));
+    CHECK_OK(gpucore_event_create(ctx, &t1));
+    CHECK_OK(gpucore_event_query(ready)); /* never recorded: complete */
+
+    /* producer: fill, then a slow normal fill (the value that must win), then record */
+    CHECK_OK(gpucore_fill(a, 1.0, producer));
+    CHECK_OK(gpucore_event_record(t0, producer));
+    for (int rep = 0; rep < 4; rep++) CHECK_OK(gpucore_random(a, GPUCORE_NORMAL, 0, 1, 77, (uint64_t)rep, producer));
+    CHECK_OK(gpucore_event_record(t1, producer));
+    CHECK_OK(gpucore_event_record(ready, producer));
+    /* consumer waits on the event, then copies: must see the last random fill */
+    CHECK_OK(gpucore_stream_wait_event(consumer, ready));
+    CHECK_OK(gpucore_copy(b, a, consumer));
+    CHECK_OK(gpucore_stream_synchronize(consumer));
+    float *x = malloc(sizeof(float) * BIG), *y = malloc(sizeof(float) * BIG);
+    CHECK_OK(gpucore_copy_to_host(x, (int64_t)sizeof(float) * BIG, b));
+    gpucore_tensor *r = NULL;
+    CHECK_OK(gpucore_tensor_create(ctx, GPUCORE_F32, 1, shape, &r));
+    CHECK_OK(gpucore_random(r, GPUCORE_NORMAL, 0, 1, 77, 3, NULL));
+    CHECK_OK(gpucore_copy_to_host(y, (int64_t)sizeof(float) * BIG, r));
+    CHECK(memcmp(x, y, sizeof(float) * BIG) == 0);
+    CHECK_OK(gpucore_event_synchronize(ready));
+    CHECK_OK(gpucore_event_query(ready));
+    CHECK_OK(gpucore_stream_query(producer));
+    float ms = -1;
+    CHECK_OK(gpucore_event_elapsed_ms(t0, t1, &ms));
+    CHECK(ms > 0);
+    printf("  4 normal fills of %d floats: %.2f ms between events\n", BIG, ms);
+
+    /* a query while work is queued says NOT_READY or OK, never an error */
+    CHECK_OK(gpucore_random(a, GPUCORE_NORMAL, 0, 1, 1, 0, producer));
+    gpucore_status q = gpucore_stream_query(producer);
+    CHECK(q == GPUCORE_OK || q == GPUCORE_ERR_NOT_READY);
+    CHECK_OK(gpucore_stream_synchronize(producer));
+    CHECK_OK(gpucore_stream_query(producer));
+
+    /* current stream: set per thread, used when NULL is passed */
+    gpucore_stream *cur = NULL, *def = NULL;
+    CHECK_OK(gpucore_context_default_stream(ctx, &def));
+    CHECK_OK(gpucore_context_current_stream(ctx, &cur));
+    CHECK(cur == def);
+    CHECK_OK(gpucore_context_set_current_stream(ctx, consumer));
+    CHECK_OK(gpucore_context_current_stream(ctx, &cur));
+    CHECK(cur == consumer);
+    CHECK_OK(gpucore_context_set_current_stream(ctx, NULL));
+    CHECK_OK(gpucore_context_current_stream(ctx, &cur));
+    CHECK(cur == def);
+
+    free(x);
+    free(y);
+    gpucore_tensor_destroy(a);
+    gpucore_tensor_destroy(b);
+    gpucore_tensor_destroy(r);
+    gpucore_event_destroy(ready);
+    gpucore_event_destroy(t0);
+    gpucore_event_destroy(t1);
+    CHECK_OK(gpucore_stream_destroy(producer));
+    CHECK_OK(gpucore_stream_destroy(consumer));
+}
+
+/* Two threads, one context, each on its own stream: fills, random, copies. */
+typedef struct worker_args { gpucore_context *ctx; int id; int failures; } worker_args;
+
+static void *worker(void *p)
+{
+    worker_args *w = p;
+    gpucore_stream *s = NULL;
+    if (gpucore_stream_create(w->ctx, 0, &s)) { w->failures++; return NULL; }
+    gpucore_context_set_current_stream(w->ctx, s);
+    int64_t shape[1] = {4096 + w->id};
+    float *h = malloc(sizeof(float) * (size_t)shape[0]);
+    for (int it = 0; it < 200; it++) {
+        gpucore_tensor *t = NULL;
+        if (gpucore_tensor_create(w->ctx, GPUCORE_F32, 1, shape, &t) ||
+            gpucore_fill(t, (double)(w->id * 1000 + it), NULL) ||
+            gpucore_copy_to_host(h, shape[0] * 4, t)) { w->failures++; gpucore_tensor_destroy(t); break; }
+        for (int64_t i = 0; i < shape[0]; i++)
+            if (h[i] != (float)(w->id * 1000 + it)) { w->failures++; break; }
+        gpucore_tensor_destroy(t);
+    }
+    free(h);
+    gpucore_stream_destroy(s);
+    return NULL;
+}
+
+static void test_threads(gpucore_context *ctx)
+{
+    pthread_t th[2];
+    worker_args args[2] = {{ctx, 1, 0}, {ctx, 2, 0}};
+    for (int i = 0; i < 2; i++) pthread_create(&th[i], NULL, worker, &args[i]);
+    for (int i = 0; i < 2; i++) pthread_join(th[i], NULL);
+    CHECK(args[0].failures == 0 && args[1].failures == 0);
+}
+
+int main(void)
+{
+    const char *devices[4];
+    int nd = test_devices(devices, 4);
+    for (int d = 0; d < nd; d++) {
+        gpucore_context *ctx = NULL;
+        CHECK_OK(gpucore_context_create(devices[d], &ctx));
+        if (!ctx) continue;
+        printf("backend %s\n", devices[d]);
+        test_ordering(ctx);
+        test_threads(ctx);
+        CHECK_OK(gpucore_context_destroy(ctx));
+    }
+    return check_finish("test_stream");
+}
