@@ -6,6 +6,7 @@
  */
 #include <stdlib.h>
 #include "cuda_internal.h"
+#include "../kernel_ops.h"
 
 const gpucore_plugin_host *cuda_host;
 
@@ -14,6 +15,18 @@ gpucore_status cuda_status(cudaError_t err, const char *what)
     cudaGetLastError(); /* clear the non-sticky error so the context stays usable */
     gpucore_status st = err == cudaErrorMemoryAllocation ? GPUCORE_ERR_OUT_OF_MEMORY : GPUCORE_ERR_BACKEND;
     return cuda_host->set_error(st, "%s failed: %s (%s)", what, cudaGetErrorName(err), cudaGetErrorString(err));
+}
+
+/* kernel_ops.c hooks */
+gpucore_status kops_error(int err, const char *what) { return cuda_status((cudaError_t)err, what); }
+
+gpucore_status kops_launch_for(void *bctx, void *s, gpucore_launch *launch)
+{
+    cuda_context *c = bctx;
+    launch->stream = s;
+    launch->sm_count = c->sm_count;
+    CUDA_TRY(cudaSetDevice(c->device), "cudaSetDevice");
+    return GPUCORE_OK;
 }
 
 static gpucore_status use_device(void *bctx)
@@ -213,9 +226,9 @@ static const gpucore_backend cuda_backend_table = {
     .copy_h2d = cuda_copy,
     .copy_d2h = cuda_copy,
     .copy_d2d = cuda_copy,
-    .copy_strided = cuda_copy_strided,
-    .fill = cuda_fill,
-    .random = cuda_random,
+    .copy_strided = kops_copy_strided,
+    .fill = kops_fill,
+    .random = kops_random,
 };
 
 __attribute__((visibility("default"))) gpucore_status gpucore_backend_plugin_entry(const gpucore_plugin_host *host,

@@ -33,10 +33,5 @@ CUDA_HIDDEN gpucore_status cuda_device_processes(int index, int64_t *pids, int64
 CUDA_HIDDEN gpucore_status cuda_can_access_peer(int a, int b, int *can);
 CUDA_HIDDEN gpucore_status cuda_component_version(const char *component, char *buf, size_t len);
 
-/* cuda_ops.c */
-CUDA_HIDDEN gpucore_status cuda_copy_strided(void *bctx, const gpucore_view *dst, const gpucore_view *src, void *s);
-CUDA_HIDDEN gpucore_status cuda_fill(void *bctx, const gpucore_view *dst, uint64_t bits, void *s);
-CUDA_HIDDEN gpucore_status cuda_random(void *bctx, const gpucore_view *dst, int dist, double a, double b,
-                                       uint64_t seed, uint64_t offset, void *s);
 
 #endif
