@@ -1,21 +1,30 @@
 #!/usr/bin/env bash
-# test.sh — set up, build, and run every test: the C tests through meson test,
-# then the Python tests with pytest. Prints one closing line
-# "tests: N passed, N failed, N skipped" and exits non-zero on any failure.
+# test.sh — set up, build, and run every test:
+#   1. the C tests (meson test) in the normal build (CUDA module included where the toolkit exists),
+#   2. the same C tests in an AddressSanitizer + UndefinedBehaviorSanitizer (+LeakSanitizer) build,
+#   3. the same C tests in a ThreadSanitizer build (OpenMP off: libgomp is not instrumented),
+#   4. the Python tests (pytest) against the normal build.
+# Prints one closing line "tests: N passed, N failed, N skipped" and exits non-zero on any failure.
+# GPUCORE_SKIP_SANITIZERS=1 skips 2 and 3 (used by the GPU run script).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD_DIR=${BUILD_DIR:-build}
 scripts/setup.sh "$BUILD_DIR"
 
-status=0
 MESON="meson"
 command -v meson >/dev/null 2>&1 || MESON="python3 -m mesonbuild.mesonmain"
-$MESON test -C "$BUILD_DIR" --print-errorlogs --num-processes 2 || status=1
+status=0 passed=0 failed=0 skipped=0
 
-# Per-test output shows the SKIP lines with their reasons.
-grep -h "^SKIP" "$BUILD_DIR"/meson-logs/testlog.txt | sort -u || true
-
-c_pass=$(python3 - "$BUILD_DIR" <<'PY'
+# run_c_tests LABEL BUILD_DIR [meson test args...]: run and add up meson's per-test results.
+run_c_tests() {
+  local label=$1 dir=$2
+  shift 2
+  local start=$SECONDS
+  echo "== C tests: $label ($dir)"
+  $MESON test -C "$dir" --print-errorlogs --num-processes 2 "$@" || status=1
+  grep -h "^SKIP" "$dir"/meson-logs/testlog.txt | sort -u || true
+  local counts
+  counts=$(python3 - "$dir" <<'PY'
 import json, sys
 ok = fail = skip = 0
 for line in open(sys.argv[1] + "/meson-logs/testlog.json"):
@@ -26,9 +35,27 @@ for line in open(sys.argv[1] + "/meson-logs/testlog.json"):
 print(ok, fail, skip)
 PY
 )
-read -r passed failed skipped <<<"$c_pass"
+  local p f s
+  read -r p f s <<<"$counts"
+  passed=$((passed + p)); failed=$((failed + f)); skipped=$((skipped + s))
+  echo "== $label: $p passed, $f failed, $s skipped in $((SECONDS - start)) s"
+}
+
+run_c_tests "normal build" "$BUILD_DIR"
+
+if [ "${GPUCORE_SKIP_SANITIZERS:-0}" != 1 ]; then
+  scripts/setup.sh build-asan -Dcuda=disabled -Db_sanitize=address,undefined -Db_lundef=false
+  # allocator_may_return_null: tests ask for 2^60 bytes to check the out-of-memory status; a real
+  # malloc returns NULL there, ASan's default would abort instead.
+  ASAN_OPTIONS=allocator_may_return_null=1:detect_leaks=1 \
+  UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
+    run_c_tests "ASan+UBSan+LSan" build-asan
+  scripts/setup.sh build-tsan -Dcuda=disabled -Db_sanitize=thread -Db_lundef=false -Dopenmp=disabled
+  TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 run_c_tests "TSan" build-tsan
+fi
 
 if [ -d python/tests ] && ls python/tests/test_*.py >/dev/null 2>&1; then
+  echo "== Python tests"
   set +e
   GPUCORE_LIBRARY="$PWD/$BUILD_DIR/src/libgpucore.so" PYTHONPATH="$PWD/python" \
     python3 -m pytest -q python/tests -rs 2>&1 | tee "$BUILD_DIR/pytest.log"
