@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # main-job.sh — set up, build, then run the main job: the doctor (gpucore-info)
 # and the quickstart example, on the GPU when one is usable, else on the CPU.
-# (The quick benchmark suite and the training example join this as they land.)
+# and the quick benchmark suite (gpucore-bench --quick, with its peers) into a report.
+# (The end-to-end training example joins this as it lands.)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD_DIR=${BUILD_DIR:-build}
@@ -12,4 +13,6 @@ echo "== gpucore-info"
 "$BUILD_DIR"/src/tools/gpucore-info --json > "$BUILD_DIR/report/info.json" || true
 echo "== quickstart example"
 "$BUILD_DIR"/examples/quickstart | tee "$BUILD_DIR/report/quickstart.txt"
-echo "report: $BUILD_DIR/report/"
+echo "== gpucore-bench --quick"
+python3 "$BUILD_DIR"/bench/gpucore-bench --quick --report "$BUILD_DIR/report" --out "$BUILD_DIR/report/bench.jsonl"
+echo "report: $BUILD_DIR/report/report.md"
