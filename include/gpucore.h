@@ -322,6 +322,824 @@ GPUCORE_API gpucore_status gpucore_random(gpucore_tensor *t, gpucore_distributio
 /* Counter values a fill of numel elements consumes. */
 GPUCORE_API uint64_t gpucore_random_offset_advance(int64_t numel, gpucore_distribution dist);
 
+/* ------------------------------------------------------- elementwise ops
+ *
+ * Common rules for the elementwise calls below:
+ *   - Tensors are f32, f16 or bf16 (math is done in f32 and rounded to nearest
+ *     even on store), all of the same dtype and on the same context, except
+ *     gpucore_cast which converts between dtypes.
+ *   - Inputs broadcast to out's shape numpy-style (dims aligned from the right;
+ *     a dim of 1 or a missing dim repeats); out's shape is never broadcast.
+ *   - Any strides are accepted (transposed, sliced views).
+ *   - In place is allowed: out may be exactly the same view as an input (same
+ *     address, shape and strides). Any other overlap between out and an input is
+ *     rejected with GPUCORE_ERR_INVALID_ARGUMENT, since the result would depend on
+ *     the order in which elements are written.
+ *   - Empty tensors are a no-op. Asynchronous on `stream` (NULL: current stream). */
+
+typedef enum gpucore_binary_op {
+    GPUCORE_ADD = 0, GPUCORE_SUB = 1, GPUCORE_MUL = 2, GPUCORE_DIV = 3
+} gpucore_binary_op;
+
+typedef enum gpucore_unary_op {
+    GPUCORE_EXP = 0, GPUCORE_LOG = 1, GPUCORE_SQRT = 2, GPUCORE_RSQRT = 3, GPUCORE_ABS = 4, GPUCORE_NEG = 5
+} gpucore_unary_op;
+
+/* Activations (the formulas are in kernels/activation_math.h). GELU_ERF is
+ * 0.5x(1+erf(x/sqrt2)); GELU_TANH the tanh approximation. */
+typedef enum gpucore_activation {
+    GPUCORE_ACT_NONE = 0, GPUCORE_ACT_RELU = 1, GPUCORE_ACT_GELU_ERF = 2, GPUCORE_ACT_GELU_TANH = 3,
+    GPUCORE_ACT_SILU = 4, GPUCORE_ACT_SIGMOID = 5, GPUCORE_ACT_TANH = 6
+} gpucore_activation;
+
+/* out = a op b. */
+GPUCORE_API gpucore_status gpucore_binary(gpucore_binary_op op, gpucore_tensor *out, const gpucore_tensor *a,
+                                          const gpucore_tensor *b, gpucore_stream *stream);
+/* out = act(a op b) in one pass: bias add + activation is
+ * gpucore_binary_act(GPUCORE_ADD, GPUCORE_ACT_GELU_TANH, y, x, bias, s) with bias of shape [cols]. */
+GPUCORE_API gpucore_status gpucore_binary_act(gpucore_binary_op op, gpucore_activation act, gpucore_tensor *out,
+                                              const gpucore_tensor *a, const gpucore_tensor *b,
+                                              gpucore_stream *stream);
+/* out = op(a). */
+GPUCORE_API gpucore_status gpucore_unary(gpucore_unary_op op, gpucore_tensor *out, const gpucore_tensor *a,
+                                         gpucore_stream *stream);
+/* out = alpha * a + beta. */
+GPUCORE_API gpucore_status gpucore_scale(gpucore_tensor *out, const gpucore_tensor *a, double alpha, double beta,
+                                         gpucore_stream *stream);
+/* y = alpha * x + y (x broadcasts to y). */
+GPUCORE_API gpucore_status gpucore_axpy(gpucore_tensor *y, double alpha, const gpucore_tensor *x,
+                                        gpucore_stream *stream);
+/* out = min(max(a, lo), hi); NaN stays NaN. lo <= hi. */
+GPUCORE_API gpucore_status gpucore_clamp(gpucore_tensor *out, const gpucore_tensor *a, double lo, double hi,
+                                         gpucore_stream *stream);
+/* out = act(x). act must not be GPUCORE_ACT_NONE. */
+GPUCORE_API gpucore_status gpucore_activation_forward(gpucore_activation act, gpucore_tensor *out,
+                                                      const gpucore_tensor *x, gpucore_stream *stream);
+/* dx = dy * act'(x), x being the forward input. dx may be dy in place. */
+GPUCORE_API gpucore_status gpucore_activation_backward(gpucore_activation act, gpucore_tensor *dx,
+                                                       const gpucore_tensor *dy, const gpucore_tensor *x,
+                                                       gpucore_stream *stream);
+/* out = a converted to out's dtype; f32, f64, f16, bf16 in any combination, same
+ * shape (no broadcast). Round to nearest even (f64 -> f16/bf16 rounds once, not
+ * twice); NaN stays NaN, Inf stays Inf, values past the range become Inf. */
+GPUCORE_API gpucore_status gpucore_cast(gpucore_tensor *out, const gpucore_tensor *a, gpucore_stream *stream);
+/* Inverted dropout: out[i] = x[i] / (1-p) where u_i >= p, else 0, with u_i the
+ * Philox uniform of element i (row-major index in out) under (seed, offset), the
+ * same numbers on every backend. Backward is the same call on dy with the same
+ * (seed, offset, p): dx = dropout(dy). 0 <= p <= 1. Advance offset by
+ * gpucore_random_offset_advance(numel, GPUCORE_UNIFORM) for the next draw. */
+GPUCORE_API gpucore_status gpucore_dropout(gpucore_tensor *out, const gpucore_tensor *x, double p, uint64_t seed,
+                                           uint64_t offset, gpucore_stream *stream);
+
+/* ------------------------------------------------------------ reductions
+ *
+ * Deterministic: the same call on the same backend gives the same bits every
+ * run (fixed chunking and fixed reduction trees; no float atomics). Inputs are
+ * f32, f16 or bf16, any strides; sums accumulate in f32 on GPUs (f64 on the
+ * CPU backend). Max/min/argmax propagate NaN; argmax returns the first index of
+ * the maximum. out must not overlap a. */
+
+typedef enum gpucore_reduction {
+    GPUCORE_REDUCTION_SUM = 0, GPUCORE_REDUCTION_MEAN = 1, GPUCORE_REDUCTION_MAX = 2, GPUCORE_REDUCTION_MIN = 3,
+    GPUCORE_REDUCTION_ARGMAX = 4, GPUCORE_REDUCTION_SUMSQ = 5   /* SUMSQ: sum of squares */
+} gpucore_reduction;
+
+/* Pass as axis to reduce over every element (out then holds one element). */
+#define GPUCORE_ALL_AXES 0x7fffffff
+
+/* Reduce a over `axis` (negative counts from the end, or GPUCORE_ALL_AXES).
+ * out has a's shape with that dim removed or kept as 1; its dtype is a's, or
+ * i64 for ARGMAX. An empty axis gives 0 for SUM/SUMSQ, NaN for MEAN, and is an
+ * error for MAX/MIN/ARGMAX. */
+GPUCORE_API gpucore_status gpucore_reduce(gpucore_reduction op, gpucore_tensor *out, const gpucore_tensor *a,
+                                          int axis, gpucore_stream *stream);
+/* Bias gradient: db[c] = sum of dy[..., c] over every leading dim (column sums);
+ * db has shape [C] where dy is [..., C]; same dtype. */
+GPUCORE_API gpucore_status gpucore_bias_grad(gpucore_tensor *db, const gpucore_tensor *dy, gpucore_stream *stream);
+
+/* ------------------------------------------------- memory: the caching allocator
+ *
+ * Every tensor, workspace and temporary of a context comes from its caching
+ * allocator; pinned (page-locked) host memory from its pinned host pool. Both
+ * keep freed memory cached for reuse instead of returning it to the backend.
+ *
+ * Rules
+ *   - Requests are rounded up to a multiple of 512 bytes. Requests up to 1 MiB
+ *     are carved from 2 MiB segments (the small pool), larger ones from 20 MiB
+ *     segments, and from 10 MiB up each gets a segment of its own (rounded up to
+ *     2 MiB) (the large pool).
+ *   - Stream-ordered reuse: memory belongs to the stream it was allocated on
+ *     (tensors: the stream current at creation). Once freed it is reused at once
+ *     for later allocations on that stream, which is safe because that stream runs
+ *     its work in order. If the memory is also used on another stream, say so with
+ *     gpucore_tensor_record_stream(): its reuse then waits until that stream has
+ *     passed the work queued before the free (an event, not a device-wide wait).
+ *   - Out of memory: the allocator first releases cached memory nobody uses and
+ *     retries, then waits for memory still in flight on other streams and retries,
+ *     and only then fails with GPUCORE_ERR_OUT_OF_MEMORY. The message says what was
+ *     asked, what the device has in total and free (and what other processes hold,
+ *     where NVML can tell), what this library has allocated and holds cached, and
+ *     what to try. The context stays usable.
+ *
+ * GPUCORE_ALLOC_CONF (read when a context is created; also gpucore_memory_configure):
+ *   comma-separated key:value pairs, e.g. "max_split_size_mb:128,limit:0.8".
+ *     max_split_size_mb:N   cached blocks of N MiB or more are never split, so a big
+ *                           block is not eaten by small requests (fights
+ *                           fragmentation). Default: no limit. N >= 1.
+ *     caching:0|1           0 turns caching off: every free returns memory to the
+ *                           backend (in stream order) and every request asks the
+ *                           backend, so memory checkers see each buffer. Default 1.
+ *     pinned_caching:0|1    the same for the pinned host pool. Default 1.
+ *     limit:V               most device memory the context may reserve. V is bytes
+ *                           with an optional unit (4096, 512MiB, 8GiB, 2G; units
+ *                           k/K/KiB, M/MiB, G/GiB, T/TiB are powers of 1024, KB/MB/GB/TB
+ *                           powers of 1000), or a fraction of the device's total
+ *                           memory (0.8, 80%). 0: no limit (default).
+ *   Unknown keys and malformed values are errors (GPUCORE_ERR_INVALID_ARGUMENT);
+ *   gpucore_context_create reports them.
+ */
+
+typedef enum gpucore_memory_kind {
+    GPUCORE_MEMORY_DEVICE = 0,      /* the context's device memory (host memory on the CPU backend) */
+    GPUCORE_MEMORY_PINNED_HOST = 1  /* the pinned host pool (gpucore_host_alloc) */
+} gpucore_memory_kind;
+
+/* Allocator statistics. Bytes are rounded sizes (what the allocator hands out).
+ *   allocated: blocks handed out and not yet freed.
+ *   reserved:  segments obtained from the backend (allocated + cached).
+ *   active:    allocated, plus freed blocks still waiting for other streams' work.
+ *   inactive_split: free blocks inside partly used segments; cached memory that
+ *              cannot be returned to the backend (a measure of fragmentation).
+ *   requested: the sizes callers asked for, before rounding.
+ * Each has a current value and a peak since creation or the last reset. Set
+ * struct_size to sizeof(gpucore_memory_stats) before the call. */
+typedef struct gpucore_memory_stats {
+    int64_t struct_size;
+    int64_t allocated_bytes, allocated_bytes_peak;
+    int64_t allocated_blocks, allocated_blocks_peak;
+    int64_t reserved_bytes, reserved_bytes_peak;
+    int64_t reserved_segments, reserved_segments_peak;
+    int64_t active_bytes, active_bytes_peak;
+    int64_t active_blocks, active_blocks_peak;
+    int64_t inactive_split_bytes, inactive_split_bytes_peak;
+    int64_t inactive_split_blocks, inactive_split_blocks_peak;
+    int64_t requested_bytes, requested_bytes_peak;
+    int64_t num_raw_allocs;     /* segments obtained from the backend */
+    int64_t num_raw_frees;      /* segments returned to the backend */
+    int64_t num_ooms;           /* requests that failed with GPUCORE_ERR_OUT_OF_MEMORY */
+    int64_t num_alloc_retries;  /* requests that had to release cache or wait for other streams */
+    int64_t limit_bytes;        /* the memory limit in force, 0 if none */
+} gpucore_memory_stats;
+
+GPUCORE_API gpucore_status gpucore_memory_get_stats(gpucore_context *ctx, gpucore_memory_kind kind,
+                                                    gpucore_memory_stats *stats);
+/* Set every *_peak to its current value. */
+GPUCORE_API gpucore_status gpucore_memory_reset_peak_stats(gpucore_context *ctx, gpucore_memory_kind kind);
+
+typedef enum gpucore_snapshot_format {
+    GPUCORE_SNAPSHOT_TEXT = 0,  /* one line per segment, then one indented line per block */
+    GPUCORE_SNAPSHOT_JSON = 1   /* {"kind":..,"device":..,"stats":{..},"segments":[{"address":"0x..",
+                                    "size":..,"pool":"small"|"large","stream":"0x..","blocks":[{"address":"0x..",
+                                    "size":..,"requested":..,"state":"allocated"|"free"|"pending",
+                                    "stream":"0x.."},..]},..]} */
+} gpucore_snapshot_format;
+
+/* A listing of every segment and block: address, size, requested size, state
+ * (allocated, free, or pending: freed but waiting for another stream's work) and
+ * stream. *needed (if not NULL) gets the bytes the listing takes, including the
+ * terminating NUL. buf NULL with buf_len 0 only asks for the size. When buf_len is
+ * smaller than needed, buf gets what fits (NUL-terminated) and the call returns
+ * GPUCORE_ERR_INVALID_ARGUMENT; memory may change between calls, so leave room. */
+GPUCORE_API gpucore_status gpucore_memory_snapshot(gpucore_context *ctx, gpucore_memory_kind kind,
+                                                   gpucore_snapshot_format format, char *buf, int64_t buf_len,
+                                                   int64_t *needed);
+
+/* Return cached memory nobody uses to the backend (whole free segments; each
+ * waits only for the stream it was last used on). Memory in use stays. */
+GPUCORE_API gpucore_status gpucore_memory_empty_cache(gpucore_context *ctx, gpucore_memory_kind kind);
+/* Most device memory the context may reserve, in bytes (0: no limit). A request
+ * that would pass it fails with GPUCORE_ERR_OUT_OF_MEMORY after releasing cache. */
+GPUCORE_API gpucore_status gpucore_memory_set_limit(gpucore_context *ctx, int64_t bytes);
+/* The same as a fraction (0 < fraction <= 1) of the device's total memory; 0 removes the limit. */
+GPUCORE_API gpucore_status gpucore_memory_set_limit_fraction(gpucore_context *ctx, double fraction);
+/* enabled 0: no caching (see caching:0 above); 1: caching (the default). Turning
+ * caching off also empties the cache. */
+GPUCORE_API gpucore_status gpucore_memory_set_caching(gpucore_context *ctx, gpucore_memory_kind kind, int enabled);
+/* Apply settings written as GPUCORE_ALLOC_CONF is (keys not named keep their value).
+ * Malformed text: GPUCORE_ERR_INVALID_ARGUMENT and nothing changes. */
+GPUCORE_API gpucore_status gpucore_memory_configure(gpucore_context *ctx, const char *conf);
+/* Check text in GPUCORE_ALLOC_CONF syntax without a context: GPUCORE_OK if it is valid. */
+GPUCORE_API gpucore_status gpucore_alloc_conf_validate(const char *conf);
+/* The settings in force, in GPUCORE_ALLOC_CONF syntax ("max_split_size_mb:0,caching:1,..."; 0 = none). */
+GPUCORE_API gpucore_status gpucore_memory_get_conf(gpucore_context *ctx, char *buf, size_t buf_len);
+
+/* Declare that tensor t's memory is used on `stream` as well as on the stream it
+ * was allocated on, so that when it is freed it is not reused before `stream` has
+ * passed the work queued so far. Needed whenever a tensor made on one stream is
+ * read or written on another. Wrapped (caller-owned) memory: no-op. */
+GPUCORE_API gpucore_status gpucore_tensor_record_stream(gpucore_tensor *t, gpucore_stream *stream);
+
+/* Device memory (host memory on the CPU backend) straight from the context's
+ * caching allocator, for workspaces of your own kernels. Tied to `stream` (NULL:
+ * current stream) as tensors are; bytes >= 0 (0 gives NULL). Free with
+ * gpucore_device_free; use on other streams must be recorded with
+ * gpucore_device_record_stream. */
+GPUCORE_API gpucore_status gpucore_device_alloc(gpucore_context *ctx, int64_t bytes, gpucore_stream *stream, void **ptr);
+/* ptr from gpucore_device_alloc on this context (NULL: no-op). */
+GPUCORE_API gpucore_status gpucore_device_free(gpucore_context *ctx, void *ptr);
+GPUCORE_API gpucore_status gpucore_device_record_stream(gpucore_context *ctx, void *ptr, gpucore_stream *stream);
+
+/* Pinned (page-locked) host memory from the context's pool, for fast asynchronous
+ * copies (cudaHostAlloc on CUDA; aligned host memory on the CPU backend). The
+ * block is tied to `stream` (NULL: current stream). Freeing records an event on
+ * that stream, and on every stream named with gpucore_host_record_stream, and the
+ * block is reused only once those have passed: so an async copy still reading it
+ * is never overwritten. bytes >= 0 (0 gives NULL). Free with gpucore_host_free. */
+GPUCORE_API gpucore_status gpucore_host_alloc(gpucore_context *ctx, int64_t bytes, gpucore_stream *stream, void **ptr);
+/* ptr from gpucore_host_alloc on this context (NULL: no-op). */
+GPUCORE_API gpucore_status gpucore_host_free(gpucore_context *ctx, void *ptr);
+GPUCORE_API gpucore_status gpucore_host_record_stream(gpucore_context *ctx, void *ptr, gpucore_stream *stream);
+
+/* TESTING ONLY: make raw (backend) allocations of this context fail as if the
+ * device were out of memory. Counting device segments and pinned host segments
+ * together, from this call on, attempts nth .. nth+count-1 fail (count < 0: every
+ * attempt from nth on). nth 0 disarms. For fault-injection tests; never in production. */
+GPUCORE_API gpucore_status gpucore_debug_fail_raw_alloc(gpucore_context *ctx, int64_t nth, int64_t count);
+
+/* ------------------------------------------------- streams: priorities and pool */
+
+/* The priorities this device's streams take: least is the lowest priority (0),
+ * greatest the most urgent (negative on CUDA, e.g. -5; 0 on the CPU backend,
+ * whose streams have no priorities). gpucore_stream_create clamps to this range. */
+GPUCORE_API gpucore_status gpucore_stream_priority_range(gpucore_context *ctx, int *least, int *greatest);
+/* A stream from the context's pool, handed out round-robin (4 normal-priority
+ * streams, 4 at the greatest priority if high_priority is 1), created on first
+ * use and owned by the context: do not destroy them. Cheaper than creating
+ * streams for short-lived work; two callers may get the same stream. */
+GPUCORE_API gpucore_status gpucore_context_pool_stream(gpucore_context *ctx, int high_priority,
+                                                       gpucore_stream **out);
+
+/* ------------------------------------------------------------------ matmul
+ *
+ *   d = epilogue(alpha · op(a) · op(b) + beta · c)
+ *
+ * Shapes (after op, i.e. after opts->trans_a / trans_b swap a matrix's last two dims):
+ * op(a) is [M, K], op(b) is [K, N], d is [M, N]; or 3-d [batch, ., .] for strided
+ * batches, where a 2-d a or b (or a batch of 1) is used for every batch.
+ * Views are the way to express layouts: a transposed view (gpucore_tensor_transpose)
+ * works as op(); each matrix needs stride 1 along one of its last two dims and the
+ * other stride >= that dim's extent (a leading dimension); any batch stride.
+ * d (and c, aux) must have stride 1 along their last dim (row-major, any row stride).
+ * d must not overlap a, b, aux or bias; c may be d itself (in-place accumulation).
+ *
+ * Dtypes (accumulation is always fp32; alpha and beta are used as f32):
+ *   a, b f32       -> d f32         (TF32 tensor cores only if allowed, see below)
+ *   a, b f16       -> d f16 or f32
+ *   a, b bf16      -> d bf16 or f32
+ *   a, b fp8 (e4m3×e4m3, e4m3×e5m2, e5m2×e4m3) -> d f32, f16 or bf16: CUDA devices of
+ *       compute capability 8.9+ only, in the "TN" layout their fp8 GEMM needs: a
+ *       row-major [M,K] and op(b) the transpose of a row-major [N,K] (the linear-layer
+ *       layout x·Wᵀ); pointers 16-byte aligned and leading dimensions multiples of 16.
+ *       opts->scale_a / scale_b (f32 scalars, may be NULL for 1) dequantise a and b;
+ *       opts->amax_d (f32 scalar) receives max|d|. The CPU backend refuses fp8
+ *       (GPUCORE_ERR_NOT_SUPPORTED).
+ * c, bias, aux and bias_grad have d's dtype. Every data pointer must be aligned
+ * to its element size.
+ *
+ * CPU backend: OpenBLAS sgemm (f32), sbgemm (bf16); f16 operands are converted to
+ * f32 exactly and multiplied with sgemm, so CPU f16 results are as accurate as
+ * f32 ones (the GPU rounds nothing either: fp32 accumulation). Without OpenBLAS a
+ * blocked C GEMM. Epilogues are applied after the GEMM with the same formulas
+ * (kernels/gemm_desc.h). CUDA backend: cuBLASLt with fused epilogues; descriptors
+ * and the chosen algorithm are cached per (shape, dtypes, layout, epilogue,
+ * alignment); when cuBLASLt has no algorithm for a problem (odd shapes, an aux
+ * leading dimension that is not a multiple of 8) a hand-written tiled kernel
+ * computes it instead, with a note in the log (GPUCORE_LOG=info).
+ */
+
+typedef enum gpucore_epilogue {
+    GPUCORE_EPILOGUE_NONE = 0,
+    GPUCORE_EPILOGUE_BIAS = 1,        /* d = acc + bias[n]  (bias: 1-d, length N, added to every row) */
+    GPUCORE_EPILOGUE_RELU = 2,        /* d = max(acc, 0) */
+    GPUCORE_EPILOGUE_BIAS_RELU = 3,   /* d = max(acc + bias, 0) */
+    GPUCORE_EPILOGUE_GELU = 4,        /* d = gelu_tanh(acc); aux, if given, receives acc */
+    GPUCORE_EPILOGUE_BIAS_GELU = 5,   /* d = gelu_tanh(acc + bias); aux, if given, receives acc + bias */
+    GPUCORE_EPILOGUE_DGELU = 6,       /* d = acc · gelu_tanh'(aux); aux (input) required */
+    GPUCORE_EPILOGUE_DGELU_BGRAD = 7, /* as DGELU, and bias_grad[n] = Σ_m d[m,n] (length N) */
+    GPUCORE_EPILOGUE_BGRAD_A = 8,     /* d = acc, and bias_grad[m] = Σ_k op(a)[m,k] (length M) */
+    GPUCORE_EPILOGUE_BGRAD_B = 9      /* d = acc, and bias_grad[n] = Σ_k op(b)[k,n] (length N) */
+} gpucore_epilogue;
+/* acc = alpha·op(a)·op(b) + beta·c. gelu_tanh is 0.5x(1+tanh(√(2/π)(x+0.044715x³))),
+ * the form cuBLASLt's epilogue computes. aux is [M, N] (or d's batch shape) with
+ * d's dtype. Epilogues that read or write aux or bias_grad need batch == 1. */
+
+/* Options of gpucore_matmul. Fill with gpucore_matmul_options_init, then set fields.
+ * Tensors given here must be on d's context. */
+typedef struct gpucore_matmul_options {
+    int64_t struct_size;              /* sizeof(gpucore_matmul_options) */
+    int32_t trans_a, trans_b;         /* 1: use the transpose of a / b (default 0) */
+    double alpha, beta;               /* default 1 and 0 */
+    const gpucore_tensor *c;          /* beta's addend (d's shape and dtype); NULL: d itself */
+    int32_t epilogue;                 /* gpucore_epilogue (default NONE) */
+    int32_t allow_tf32;               /* f32 operands: -1 the context's setting (default), 0 no, 1 yes */
+    const gpucore_tensor *bias;       /* BIAS* epilogues: [N] */
+    gpucore_tensor *aux;              /* GELU*: optional output; DGELU*: required input */
+    gpucore_tensor *bias_grad;        /* BGRAD epilogues: output vector */
+    const gpucore_tensor *scale_a;    /* fp8 only: f32 scalar tensors (NULL: 1) */
+    const gpucore_tensor *scale_b;
+    gpucore_tensor *amax_d;           /* fp8 only: f32 scalar output (NULL: not computed) */
+} gpucore_matmul_options;
+
+/* Set struct_size and the defaults. */
+GPUCORE_API void gpucore_matmul_options_init(gpucore_matmul_options *opts);
+
+/* d = epilogue(alpha·op(a)·op(b) + beta·c), asynchronous on `stream` (NULL: current
+ * stream). opts NULL: the defaults (d = a·b). Errors: SHAPE_MISMATCH (inner
+ * dimensions, d's shape, bias length, batch counts), DTYPE_MISMATCH (a dtype mix
+ * listed above as unsupported), NOT_CONTIGUOUS (a matrix without a unit stride,
+ * d not row-major), INVALID_ARGUMENT (misaligned pointers, overlapping outputs,
+ * a missing aux/bias), NOT_SUPPORTED (fp8 where the device has none, fp8 outside
+ * the TN layout, aux/bias_grad epilogues on batches). */
+GPUCORE_API gpucore_status gpucore_matmul(const gpucore_tensor *a, const gpucore_tensor *b, gpucore_tensor *d,
+                                          const gpucore_matmul_options *opts, gpucore_stream *stream);
+
+/* Whether matmuls on f32 operands may use TF32 tensor cores (10-bit mantissa
+ * products, fp32 accumulation; error ~1e-3 relative) when the call's allow_tf32 is
+ * -1. Default 0. The CPU backend always computes in full f32. */
+GPUCORE_API gpucore_status gpucore_context_set_allow_tf32(gpucore_context *ctx, int allow);
+GPUCORE_API gpucore_status gpucore_context_get_allow_tf32(gpucore_context *ctx, int *allow);
+/* Scratch memory a CUDA matmul may use (taken from the caching allocator per call).
+ * bytes 0 restores the default (32 MiB, what cuBLASLt wants on sm_90). */
+GPUCORE_API gpucore_status gpucore_matmul_set_workspace_size(gpucore_context *ctx, int64_t bytes);
+
+/* ------------------------------------------------------------------ linear
+ *
+ * A fully connected layer, y = act(x·Wᵀ + bias), with x [..., in] (leading dims
+ * that merge into one row dimension: contiguous rows), W [out, in] (stride 1 along
+ * one of its dims), bias [out] or NULL, y [..., out]. Each direction is one
+ * call (one fused GEMM forward; two GEMMs backward, with fused epilogues).
+ */
+
+/* act: GPUCORE_ACT_NONE, GPUCORE_ACT_RELU or GPUCORE_ACT_GELU_TANH (the fused GELU
+ * is the tanh form). aux: NULL, or for GELU a tensor of y's shape and dtype that
+ * receives the pre-activation x·Wᵀ + bias, which gpucore_linear_backward needs. */
+GPUCORE_API gpucore_status gpucore_linear_forward(const gpucore_tensor *x, const gpucore_tensor *w,
+                                                  const gpucore_tensor *bias, gpucore_activation act,
+                                                  gpucore_tensor *y, gpucore_tensor *aux, gpucore_stream *stream);
+
+/* Backward of y = x·Wᵀ + bias, given dy = ∂L/∂y [..., out]:
+ *   dx = dy·W [..., in], dw = dyᵀ·x [out, in], db = Σ_rows dy [out]
+ * Any of dx, dw, db may be NULL (not computed); db is produced by dw's GEMM, so
+ * it needs dw. Fusing the layer below: when x = gelu_tanh(x_gelu_aux) (x_gelu_aux
+ * is the aux that layer's gpucore_linear_forward wrote), pass it, and dx receives
+ * ∂L/∂x_gelu_aux = (dy·W) ⊙ gelu_tanh'(x_gelu_aux) instead — the input gradient
+ * of that layer, in the same GEMM. For a GELU layer itself: call this on the layer
+ * above with x_gelu_aux, then on the GELU layer with that result as its dy. */
+GPUCORE_API gpucore_status gpucore_linear_backward(const gpucore_tensor *dy, const gpucore_tensor *x,
+                                                   const gpucore_tensor *w, const gpucore_tensor *x_gelu_aux,
+                                                   gpucore_tensor *dx, gpucore_tensor *dw, gpucore_tensor *db,
+                                                   gpucore_stream *stream);
+
+/* ------------------------------------------------------------- convolution
+ *
+ * 2-D convolution (cross-correlation, as in PyTorch's conv2d) forward, backward
+ * data and backward filter; 1-D convolution is the same calls with 3-d tensors
+ * (H = 1). Symbols (per image n):
+ *   x  [N, C, H, W]        input             (NHWC: [N, H, W, C])
+ *   w  [K, C/groups, R, S] filter            (NHWC: [K, R, S, C/groups])
+ *   y  [N, K, P, Q]        output            (NHWC: [N, P, Q, K])
+ *   P = (H + 2·pad_h − dil_h·(R−1) − 1) / stride_h + 1, likewise Q (floor division).
+ *   y[n,k,p,q] = Σ_{c in k's group, r, s} x[n, c, p·stride_h − pad_h + r·dil_h, q·stride_w − pad_w + s·dil_w]
+ *                · w[k, c − group_start, r, s]   (+ bias[k], then ReLU if asked)
+ * Groups split C and K into `groups` equal parts; groups = C = K·(1/multiplier) is
+ * depthwise. 1-D tensors drop H, P and R: x [N, C, W] (NWC: [N, W, C]), w [K, C/g, S]
+ * ([K, S, C/g]); only the _w entries of stride/pad/dilation are used.
+ *
+ * Tensors: one context; x, w, y (and dx, dw, dy) of one dtype — f32, f16 or bf16,
+ * accumulated in fp32 (f32 may use TF32 tensor cores on CUDA when allowed); bias
+ * [K] of the same dtype. Any strides are accepted (the layout names which dim is
+ * which, the strides say where elements are); CUDA is fastest on dense tensors
+ * with 16-byte-aligned pointers. Outputs must not overlap inputs. Asynchronous on
+ * `stream` (NULL: current stream).
+ *
+ * CPU backend: im2col + GEMM (OpenBLAS sgemm; f16/bf16 widened to f32 exactly), a
+ * direct loop for depthwise; the same results within DESIGN.md's tolerances.
+ * CUDA backend: cuDNN 9 through its graph (backend) API. Execution plans are
+ * cached per (op, dtype, shapes, strides, layout, stride/pad/dilation/groups,
+ * algorithm mode, TF32, bias/ReLU, pointer alignment) in a bounded LRU cache
+ * shared by the device's contexts (thread-safe). Builds without cuDNN, and the
+ * test-only cuda-emulated backend, return GPUCORE_ERR_NOT_SUPPORTED.
+ */
+
+typedef enum gpucore_conv_layout {
+    GPUCORE_CONV_NCHW = 0,  /* channels before space (PyTorch's default) */
+    GPUCORE_CONV_NHWC = 1   /* channels last (tensor cores' native layout) */
+} gpucore_conv_layout;
+
+typedef enum gpucore_conv_algo {
+    GPUCORE_CONV_ALGO_HEURISTIC = 0,     /* cuDNN's heuristics pick the engine (default) */
+    GPUCORE_CONV_ALGO_AUTOTUNE = 1,      /* time the candidate engines once per plan key and keep the
+                                            fastest (cudnn.benchmark); the cost is in gpucore_conv_stats */
+    GPUCORE_CONV_ALGO_DETERMINISTIC = 2  /* only engines that give identical bits on every run */
+} gpucore_conv_algo;
+
+/* Options of the convolution calls. Fill with gpucore_conv_options_init, then set fields. */
+typedef struct gpucore_conv_options {
+    int64_t struct_size;        /* sizeof(gpucore_conv_options) */
+    int32_t layout;             /* gpucore_conv_layout (default NCHW) */
+    int32_t algo;               /* gpucore_conv_algo (default HEURISTIC) */
+    int64_t stride_h, stride_w; /* >= 1 (default 1) */
+    int64_t pad_h, pad_w;       /* >= 0, both sides (default 0) */
+    int64_t dil_h, dil_w;       /* >= 1 (default 1) */
+    int64_t groups;             /* >= 1, divides C and K (default 1) */
+    int32_t padding_same;       /* 1: pad so that P = ceil(H / stride) (PyTorch's padding='same' with
+                                   stride 1); needs dil·(R−1) even; overrides pad_h/pad_w. Default 0 */
+    int32_t allow_tf32;         /* f32: -1 the context's setting (gpucore_context_set_allow_tf32), 0, 1 */
+    int32_t activation;         /* forward only: GPUCORE_ACT_NONE (default) or GPUCORE_ACT_RELU,
+                                   applied after the bias (fused into cuDNN's graph where it can) */
+    int32_t reserved;
+    int64_t workspace_limit;    /* CUDA: most scratch bytes an engine may use; 0: no limit but free
+                                   memory (an engine needing more than can be had is passed over for
+                                   the best one that fits, with a note in the log) */
+} gpucore_conv_options;
+
+GPUCORE_API void gpucore_conv_options_init(gpucore_conv_options *opts);
+
+/* The shape y must have for x and w under opts (NULL: defaults): *ndim gets
+ * x's ndim, shape gets that many entries. Fails as the forward call would. */
+GPUCORE_API gpucore_status gpucore_conv_output_shape(const gpucore_tensor *x, const gpucore_tensor *w,
+                                                     const gpucore_conv_options *opts, int *ndim, int64_t *shape);
+
+/* y = act(conv(x, w) + bias). bias NULL: none. Errors: SHAPE_MISMATCH (channels vs
+ * weight and groups, y's shape, bias length, a kernel larger than the padded
+ * input), DTYPE_MISMATCH (mixed or non-floating dtypes), INVALID_ARGUMENT (stride,
+ * padding, dilation, groups, layout, activation out of range; overlapping outputs),
+ * DEVICE_MISMATCH, NOT_SUPPORTED (no cuDNN in this build/backend). */
+GPUCORE_API gpucore_status gpucore_conv_forward(const gpucore_tensor *x, const gpucore_tensor *w,
+                                                const gpucore_tensor *bias, gpucore_tensor *y,
+                                                const gpucore_conv_options *opts, gpucore_stream *stream);
+/* dx = ∂L/∂x given dy = ∂L/∂y (dx is overwritten). opts->activation must be NONE
+ * (apply gpucore_activation_backward to dy first). */
+GPUCORE_API gpucore_status gpucore_conv_backward_data(const gpucore_tensor *dy, const gpucore_tensor *w,
+                                                      gpucore_tensor *dx, const gpucore_conv_options *opts,
+                                                      gpucore_stream *stream);
+/* dw = ∂L/∂w given dy and the forward input x (dw is overwritten). The bias
+ * gradient db[k] = Σ over N, P, Q of dy is a reduction: gpucore_bias_grad(db, dy)
+ * for NHWC (dy is [..., K]); for NCHW reduce dy over its last dims and the batch. */
+GPUCORE_API gpucore_status gpucore_conv_backward_filter(const gpucore_tensor *dy, const gpucore_tensor *x,
+                                                        gpucore_tensor *dw, const gpucore_conv_options *opts,
+                                                        gpucore_stream *stream);
+
+/* Counters of a context's device's convolution plan cache (CUDA; zeros on the
+ * CPU, which plans nothing). Set struct_size to sizeof(gpucore_conv_stats). */
+typedef struct gpucore_conv_stats {
+    int64_t struct_size;
+    int64_t plans_cached;       /* execution plans in the cache now */
+    int64_t plan_capacity;      /* most plans kept (least recently used are evicted) */
+    int64_t cache_hits, cache_misses, evictions;
+    int64_t autotune_runs;      /* plan keys autotuned */
+    int64_t autotune_candidates;/* engines timed over those runs */
+    double autotune_ms;         /* wall time spent autotuning (paid once per key) */
+    int64_t workspace_fallbacks;/* times the preferred engine's workspace did not fit */
+} gpucore_conv_stats;
+
+GPUCORE_API gpucore_status gpucore_conv_get_stats(gpucore_context *ctx, gpucore_conv_stats *stats);
+
+/* ------------------------------------------------------ training primitives
+ *
+ * Fused multi-tensor optimizers, dynamic loss scaling, gradient clipping and
+ * safetensors checkpoints. A training step built from these needs no host
+ * synchronisation: the learning rate, the step counter, the loss scale and the
+ * found-inf flag live in device memory (0-d f32 tensors, i32 for the growth
+ * tracker) that the ops read and write on the stream.
+ *
+ * Tensors given to these calls are contiguous, on one context, floating
+ * (f32, f16, bf16); arrays of tensors are passed as pointer + count and are read
+ * before the call returns. Asynchronous on `stream` (NULL: current stream). */
+
+typedef struct gpucore_optimizer gpucore_optimizer;
+
+typedef enum gpucore_optimizer_kind {
+    GPUCORE_OPTIMIZER_SGD = 0,   /* momentum, dampening, Nesterov, L2 weight decay (torch.optim.SGD) */
+    GPUCORE_OPTIMIZER_ADAMW = 1  /* bias correction, decoupled weight decay (torch.optim.AdamW) */
+} gpucore_optimizer_kind;
+
+/* Hyperparameters. Fill with gpucore_optimizer_config_default, then change fields.
+ * lr is the initial value of the device-resident lr tensor (gpucore_optimizer_lr). */
+typedef struct gpucore_optimizer_config {
+    int64_t struct_size;   /* sizeof(gpucore_optimizer_config) */
+    int32_t kind;          /* gpucore_optimizer_kind */
+    int32_t nesterov;      /* SGD: 1 for Nesterov momentum (needs momentum > 0, dampening 0) */
+    double lr;             /* default 1e-3 */
+    double weight_decay;   /* default 0 (SGD) / 1e-2 (AdamW) */
+    double momentum;       /* SGD, default 0 (no momentum buffer) */
+    double dampening;      /* SGD, default 0 */
+    double beta1, beta2;   /* AdamW, default 0.9, 0.999 */
+    double eps;            /* AdamW, default 1e-8 */
+} gpucore_optimizer_config;
+
+GPUCORE_API gpucore_status gpucore_optimizer_config_default(gpucore_optimizer_kind kind, gpucore_optimizer_config *cfg);
+
+/* An optimizer over `count` parameter tensors (f32, f16 or bf16, contiguous, one
+ * context). It owns its state: f32 exp_avg/exp_avg_sq (AdamW) or momentum buffers
+ * (SGD with momentum), zero-initialised, and for f16/bf16 parameters an f32 master
+ * copy initialised from the parameter (the step updates the master and writes the
+ * parameter rounded to nearest even). The parameter tensors must outlive the
+ * optimizer. Creation waits for the parameters' pending work (it reads them). */
+GPUCORE_API gpucore_status gpucore_optimizer_create(gpucore_context *ctx, const gpucore_optimizer_config *cfg,
+                                                    gpucore_tensor *const *params, int64_t count,
+                                                    gpucore_optimizer **out);
+GPUCORE_API gpucore_status gpucore_optimizer_destroy(gpucore_optimizer *opt);
+
+/* One fused step: grads[i] (same shape as params[i]; its dtype or f32) updates
+ * params[i]. Reads lr and step from device memory; step is incremented first (the
+ * first step is 1). found_inf: NULL, or a 0-d f32 tensor (a loss scaler's) — when it
+ * holds a non-zero value at the time the step runs, the step does nothing (the
+ * parameters, state and step counter are untouched). */
+GPUCORE_API gpucore_status gpucore_optimizer_step(gpucore_optimizer *opt, gpucore_tensor *const *grads, int64_t count,
+                                                  const gpucore_tensor *found_inf, gpucore_stream *stream);
+
+/* The device-resident 0-d f32 learning rate and step counter (owned by the
+ * optimizer; do not destroy). Write them with gpucore_fill or any op to schedule
+ * the rate without a host sync. */
+GPUCORE_API gpucore_status gpucore_optimizer_lr(gpucore_optimizer *opt, gpucore_tensor **lr);
+GPUCORE_API gpucore_status gpucore_optimizer_step_count(gpucore_optimizer *opt, gpucore_tensor **step);
+GPUCORE_API int64_t gpucore_optimizer_param_count(const gpucore_optimizer *opt); /* -1: invalid handle */
+/* State tensor `name` of parameter `index` (owned by the optimizer): "exp_avg",
+ * "exp_avg_sq" (AdamW), "momentum_buffer" (SGD with momentum), "master" (f16/bf16
+ * parameters). GPUCORE_ERR_INVALID_ARGUMENT when that parameter has no such state. */
+GPUCORE_API gpucore_status gpucore_optimizer_state(gpucore_optimizer *opt, int64_t index, const char *name,
+                                                   gpucore_tensor **out);
+
+/* Dynamic loss scaling (torch.amp.GradScaler's rule). Per step:
+ *   loss * scale -> backward -> gpucore_loss_scaler_unscale(grads) ->
+ *   gpucore_optimizer_step(..., found_inf = the scaler's) -> gpucore_loss_scaler_update.
+ * unscale clears found_inf, multiplies every gradient by 1/scale and sets found_inf
+ * to 1 if any gradient held Inf or NaN. update then halves the scale (backoff) and
+ * resets the growth tracker on overflow, else counts a clean step and doubles the
+ * scale (growth) after growth_interval clean steps in a row. */
+typedef struct gpucore_loss_scaler gpucore_loss_scaler;
+
+typedef struct gpucore_loss_scaler_config {
+    int64_t struct_size;       /* sizeof(gpucore_loss_scaler_config) */
+    double init_scale;         /* default 65536 (2^16) */
+    double growth_factor;      /* default 2.0 (> 1) */
+    double backoff_factor;     /* default 0.5 (in (0, 1)) */
+    int64_t growth_interval;   /* default 2000 (>= 1) */
+} gpucore_loss_scaler_config;
+
+GPUCORE_API gpucore_status gpucore_loss_scaler_config_default(gpucore_loss_scaler_config *cfg);
+/* cfg NULL: the defaults. */
+GPUCORE_API gpucore_status gpucore_loss_scaler_create(gpucore_context *ctx, const gpucore_loss_scaler_config *cfg,
+                                                      gpucore_loss_scaler **out);
+GPUCORE_API gpucore_status gpucore_loss_scaler_destroy(gpucore_loss_scaler *scaler);
+GPUCORE_API gpucore_status gpucore_loss_scaler_unscale(gpucore_loss_scaler *scaler, gpucore_tensor *const *grads,
+                                                       int64_t count, gpucore_stream *stream);
+GPUCORE_API gpucore_status gpucore_loss_scaler_update(gpucore_loss_scaler *scaler, gpucore_stream *stream);
+/* The scaler's device tensors (owned by it): scale (0-d f32), found_inf (0-d f32,
+ * 0 or 1), growth_tracker (0-d i32). */
+GPUCORE_API gpucore_status gpucore_loss_scaler_scale(gpucore_loss_scaler *scaler, gpucore_tensor **scale);
+GPUCORE_API gpucore_status gpucore_loss_scaler_found_inf(gpucore_loss_scaler *scaler, gpucore_tensor **found_inf);
+GPUCORE_API gpucore_status gpucore_loss_scaler_growth_tracker(gpucore_loss_scaler *scaler, gpucore_tensor **tracker);
+
+/* Gradient clipping by global L2 norm over `count` tensors, in one pass:
+ * total = sqrt(sum of every element squared), coef = min(1, max_norm / (total + 1e-6)),
+ * every gradient *= coef (torch.nn.utils.clip_grad_norm_). The sum is deterministic:
+ * fixed 16384-element chunks summed in chunk order, independent of the grid or the
+ * thread count. total_norm (required) and clip_coef (may be NULL) are 0-d f32
+ * tensors that receive the results on the device. max_norm > 0 and finite. */
+GPUCORE_API gpucore_status gpucore_clip_grad_norm(gpucore_tensor *const *grads, int64_t count, double max_norm,
+                                                  gpucore_tensor *total_norm, gpucore_tensor *clip_coef,
+                                                  gpucore_stream *stream);
+
+/* ------------------------------------------------------------ safetensors
+ *
+ * The safetensors format (8-byte little-endian header length N, N bytes of JSON
+ * header, then the tensor bytes), read and written by Python's `safetensors`,
+ * PyTorch and Hugging Face. dtype strings: F32 F64 F16 BF16 I32 I64 U8 F8_E4M3 F8_E5M2.
+ *
+ * Writing is atomic: the file is written to a temporary file in the same folder,
+ * flushed to disk (fsync) and renamed over `path`, so a crash mid-save leaves the
+ * old file or the new one, never a torn one. Reading checks the header length,
+ * the JSON, every dtype, shape and offset against the file (in range, sizes agree
+ * with dtype and shape, no overlaps, the data section exactly covered) before
+ * allocating anything, and refuses a bad file with GPUCORE_ERR_CORRUPT_FILE and a
+ * message naming the problem. Builds without the JSON library (cJSON) return
+ * GPUCORE_ERR_NOT_SUPPORTED. */
+
+/* Write tensors (any device; their pending work is waited for) under names (unique,
+ * non-empty). metadata_keys/values: NULL or `metadata_count` strings for the
+ * header's "__metadata__" map. */
+GPUCORE_API gpucore_status gpucore_safetensors_save(const char *path, const char *const *names,
+                                                    gpucore_tensor *const *tensors, int64_t count,
+                                                    const char *const *metadata_keys,
+                                                    const char *const *metadata_values, int64_t metadata_count);
+
+/* An opened, validated safetensors file (header parsed; data read on demand). */
+typedef struct gpucore_safetensors gpucore_safetensors;
+
+GPUCORE_API gpucore_status gpucore_safetensors_open(const char *path, gpucore_safetensors **out);
+GPUCORE_API gpucore_status gpucore_safetensors_close(gpucore_safetensors *file);
+GPUCORE_API int64_t gpucore_safetensors_count(const gpucore_safetensors *file); /* -1 for NULL */
+/* Name of tensor i in file order (valid until close); NULL if out of range. */
+GPUCORE_API const char *gpucore_safetensors_name(const gpucore_safetensors *file, int64_t i);
+/* dtype, ndim and shape (GPUCORE_MAX_DIMS entries room) of tensor `name`. */
+GPUCORE_API gpucore_status gpucore_safetensors_info(const gpucore_safetensors *file, const char *name,
+                                                    gpucore_dtype *dtype, int *ndim, int64_t *shape);
+/* Value of metadata key (valid until close); NULL when absent. */
+GPUCORE_API const char *gpucore_safetensors_metadata(const gpucore_safetensors *file, const char *key);
+/* Read tensor `name` into dst, whose dtype and shape must match the file's. */
+GPUCORE_API gpucore_status gpucore_safetensors_read(gpucore_safetensors *file, const char *name, gpucore_tensor *dst);
+/* Read tensor `name` into a new tensor on ctx. */
+GPUCORE_API gpucore_status gpucore_safetensors_load_tensor(gpucore_safetensors *file, gpucore_context *ctx,
+                                                           const char *name, gpucore_tensor **out);
+
+/* Checkpoints for resume: the model tensors under `names`, plus the optimizer's
+ * state (NULL: none) as "optimizer.<i>.<state>", "optimizer.step", "optimizer.lr",
+ * and the loss scaler's (NULL: none) as "loss_scaler.scale",
+ * "loss_scaler.growth_tracker", with the hyperparameters in the metadata. Loading
+ * reads every tensor back into the given (already created) objects and checks
+ * that the optimizer kind and parameter count agree with the file. */
+GPUCORE_API gpucore_status gpucore_checkpoint_save(const char *path, const char *const *names,
+                                                   gpucore_tensor *const *tensors, int64_t count,
+                                                   gpucore_optimizer *opt, gpucore_loss_scaler *scaler);
+GPUCORE_API gpucore_status gpucore_checkpoint_load(const char *path, const char *const *names,
+                                                   gpucore_tensor *const *tensors, int64_t count,
+                                                   gpucore_optimizer *opt, gpucore_loss_scaler *scaler);
+
+/* ------------------------------------------------- collective communication
+ *
+ * A communicator joins `size` ranks (processes, or devices of one process) for
+ * collectives: NCCL on CUDA contexts, MPI on CPU contexts (where MPI carries the
+ * data). Rules common to every collective below:
+ *   - Tensors are contiguous, on the communicator's context, of dtype f32, f64,
+ *     f16, bf16 or i32, and every rank passes the same dtype and counts. Counts
+ *     are element counts (numel), never bytes.
+ *   - Each call runs on the communicator's own stream (gpucore_comm_stream). It
+ *     starts after the work already queued on `stream` (NULL: the current stream)
+ *     and work queued on `stream` afterwards waits for it (events, no host wait).
+ *   - In place: allreduce with out == in; reduce-scatter with out the rank-th
+ *     slice of in; all-gather with in the rank-th slice of out (NCCL's convention).
+ *   - Each call gets the next sequence number (1, 2, ...), readable with
+ *     gpucore_comm_last_sequence, and can be waited on with gpucore_comm_wait.
+ *   - Failure: a call that has not completed `timeout` seconds after it started
+ *     (gpucore_comm_set_timeout, env GPUCORE_COMM_TIMEOUT, default 600) fails the
+ *     communicator: on CUDA a watchdog polls NCCL's asynchronous error and aborts
+ *     the NCCL communicator on error or timeout; on MPI the non-blocking call is
+ *     abandoned. Every later call and wait returns GPUCORE_ERR_COMM with a message
+ *     naming the rank, operation, sequence number, count and dtype. After that the
+ *     job cannot recover (a dead MPI peer is fatal to MPI): report, then exit the
+ *     process (or MPI_Abort) and relaunch from a checkpoint.
+ *   - Destroy communicators before their context. Collectives on one communicator
+ *     must be issued in the same order on every rank.
+ * NCCL_DEBUG and the other NCCL_* variables pass through to NCCL; GPUCORE_LOG=debug
+ * logs every collective (rank, op, sequence number, count, dtype). */
+
+typedef struct gpucore_comm gpucore_comm;
+
+typedef enum gpucore_reduce_op {
+    GPUCORE_REDUCE_SUM = 0,
+    GPUCORE_REDUCE_AVG = 1, /* sum / size (integer division for i32) */
+    GPUCORE_REDUCE_MAX = 2,
+    GPUCORE_REDUCE_MIN = 3
+} gpucore_reduce_op;
+
+/* Bytes of a unique id (NCCL's ncclUniqueId). */
+#define GPUCORE_COMM_ID_BYTES 128
+
+/* Path 1 and 4, launched by mpirun or srun (MPI initialised with MPI_Init_thread
+ * if the program has not; then finalized at exit by the library — a program that
+ * initialised MPI itself finalizes it itself). Every process of MPI_COMM_WORLD
+ * calls this with its context; rank and size are MPI's. CUDA: rank 0 makes the
+ * NCCL unique id and MPI broadcasts it; two ranks naming the same GPU are
+ * rejected on every rank (GPUCORE_ERR_INVALID_ARGUMENT) instead of hanging — map
+ * local ranks to devices, e.g. "cuda:<OMPI_COMM_WORLD_LOCAL_RANK>". CPU: the
+ * collectives run over a duplicate of MPI_COMM_WORLD. NOT_SUPPORTED without MPI. */
+GPUCORE_API gpucore_status gpucore_comm_create_mpi(gpucore_context *ctx, gpucore_comm **out);
+/* Path 2 (any launcher): one rank makes an id, ships it to the others however it
+ * likes, and every rank calls gpucore_comm_create with it. CUDA only (the CPU
+ * backend's transport is MPI: use gpucore_comm_create_mpi). id_len must be
+ * GPUCORE_COMM_ID_BYTES. Gives up after the communicator timeout if peers never join. */
+GPUCORE_API gpucore_status gpucore_comm_unique_id(gpucore_context *ctx, void *id, size_t id_len);
+GPUCORE_API gpucore_status gpucore_comm_create(gpucore_context *ctx, const void *id, size_t id_len, int rank, int size,
+                                               gpucore_comm **out);
+/* Path 3: one process drives n devices; comms[i] is rank i on ctxs[i]. The contexts
+ * must be on distinct CUDA devices (a repeated device is rejected). On the CPU
+ * backend only n == 1 is possible: a 1-rank communicator that needs no MPI. When
+ * one thread issues collectives on several of these communicators, wrap each
+ * round in gpucore_comm_group_start/end (else NCCL can deadlock). */
+GPUCORE_API gpucore_status gpucore_comm_create_local(gpucore_context *const *ctxs, int n, gpucore_comm **comms);
+GPUCORE_API gpucore_status gpucore_comm_group_start(void);
+GPUCORE_API gpucore_status gpucore_comm_group_end(void);
+/* Waits for the communicator's stream (bounded by its timeout), then frees it. */
+GPUCORE_API gpucore_status gpucore_comm_destroy(gpucore_comm *comm);
+
+GPUCORE_API int gpucore_comm_rank(const gpucore_comm *comm);   /* -1 for an invalid handle */
+GPUCORE_API int gpucore_comm_size(const gpucore_comm *comm);   /* -1 for an invalid handle */
+GPUCORE_API gpucore_status gpucore_comm_context(const gpucore_comm *comm, gpucore_context **ctx);
+/* The communicator's own stream (owned by it; do not destroy). */
+GPUCORE_API gpucore_status gpucore_comm_stream(gpucore_comm *comm, gpucore_stream **out);
+/* Seconds a collective may run before the communicator is failed; > 0. */
+GPUCORE_API gpucore_status gpucore_comm_set_timeout(gpucore_comm *comm, double seconds);
+
+/* out = op over ranks of in (same numel). */
+GPUCORE_API gpucore_status gpucore_comm_allreduce(gpucore_comm *comm, gpucore_tensor *out, const gpucore_tensor *in,
+                                                  gpucore_reduce_op op, gpucore_stream *stream);
+/* in holds size * numel(out) elements; out = the rank-th slice of the reduction. */
+GPUCORE_API gpucore_status gpucore_comm_reduce_scatter(gpucore_comm *comm, gpucore_tensor *out,
+                                                       const gpucore_tensor *in, gpucore_reduce_op op,
+                                                       gpucore_stream *stream);
+/* out holds size * numel(in) elements: rank r's in at slice r. */
+GPUCORE_API gpucore_status gpucore_comm_all_gather(gpucore_comm *comm, gpucore_tensor *out, const gpucore_tensor *in,
+                                                   gpucore_stream *stream);
+/* out = root's in on every rank. in is read on root only (other ranks may pass NULL);
+ * out == in is in place. */
+GPUCORE_API gpucore_status gpucore_comm_broadcast(gpucore_comm *comm, gpucore_tensor *out, const gpucore_tensor *in,
+                                                  int root, gpucore_stream *stream);
+/* Work queued on `stream` after this waits until every rank reached it. */
+GPUCORE_API gpucore_status gpucore_comm_barrier(gpucore_comm *comm, gpucore_stream *stream);
+/* Sequence number of the last collective issued on comm (0: none yet). */
+GPUCORE_API uint64_t gpucore_comm_last_sequence(const gpucore_comm *comm);
+/* Block the host until collective `seq` (0: every one issued so far) completed.
+ * GPUCORE_OK; GPUCORE_ERR_COMM if the communicator failed (message says how);
+ * GPUCORE_ERR_TIMEOUT if timeout_s (< 0: no limit) passed first — the collective
+ * is still in flight and may be waited on again. */
+GPUCORE_API gpucore_status gpucore_comm_wait(gpucore_comm *comm, uint64_t seq, double timeout_s);
+
+/* ------------------------------------------------ data-parallel gradient reducer
+ *
+ * DDP-style bucketed allreduce of gradients. Register the gradient tensors in
+ * parameter order; buckets are filled in reverse order (the last parameter's
+ * gradient, produced first by backward, goes into bucket 0): bucket 0 closes once
+ * it holds >= first_bucket_bytes, the others at >= bucket_bytes. During backward,
+ * call gpucore_ddp_mark_ready(i, stream) as soon as gradient i is produced on
+ * `stream`: it copies (and pre-divides, when averaging) the gradient into its
+ * bucket on that stream; when every gradient of a bucket is in, the bucket's
+ * allreduce is queued on the communicator's stream at once, overlapping the rest of
+ * backward. Buckets always launch in index order, on every rank. gpucore_ddp_finish
+ * waits for all of them and copies the results back into the gradients.
+ * Gradients: contiguous, one dtype (f32, f16 or bf16), on the communicator's
+ * context, distinct. Every rank registers the same shapes in the same order and
+ * marks every gradient once per synchronised step.
+ * ZeRO-1 slots in at the bucket level (reduce-scatter a bucket instead of
+ * allreducing it, update the local shard, all-gather it back). */
+
+typedef struct gpucore_ddp gpucore_ddp;
+
+typedef struct gpucore_ddp_options {
+    int64_t struct_size;        /* sizeof(gpucore_ddp_options) */
+    int64_t first_bucket_bytes; /* default 1 MiB */
+    int64_t bucket_bytes;       /* default 25 MiB */
+    int32_t wire_dtype;         /* -1 (default): the gradients' dtype; GPUCORE_BF16 or GPUCORE_F16:
+                                   buckets are cast to it for the allreduce (compression) and back */
+    int32_t average;            /* 1 (default): gradients are divided by the world size before the sum */
+    int32_t trace;              /* 1: record the event trace read by gpucore_ddp_trace (default 0) */
+} gpucore_ddp_options;
+
+/* Fill opts with the defaults (sets struct_size). */
+GPUCORE_API void gpucore_ddp_options_default(gpucore_ddp_options *opts);
+/* opts NULL: defaults. The reducer keeps pointers to the gradient handles: keep them alive. */
+GPUCORE_API gpucore_status gpucore_ddp_create(gpucore_comm *comm, gpucore_tensor *const *grads, int count,
+                                              const gpucore_ddp_options *opts, gpucore_ddp **out);
+/* Waits for outstanding reductions, then frees the buckets. */
+GPUCORE_API gpucore_status gpucore_ddp_destroy(gpucore_ddp *ddp);
+GPUCORE_API gpucore_status gpucore_ddp_bucket_count(const gpucore_ddp *ddp, int *count);
+/* Bucket b holds gradients grad_begin .. grad_end-1 (bytes: their total size). */
+GPUCORE_API gpucore_status gpucore_ddp_bucket_info(const gpucore_ddp *ddp, int bucket, int *grad_begin,
+                                                   int *grad_end, int64_t *bytes);
+/* 1: the following steps only accumulate locally (mark_ready and finish do nothing);
+ * 0: synchronise again. Gradient accumulation: let backward add into the gradients
+ * under no_sync, and turn it off for the last micro-batch. */
+GPUCORE_API gpucore_status gpucore_ddp_set_no_sync(gpucore_ddp *ddp, int no_sync);
+/* Gradient `grad` is complete on `stream` (NULL: current stream). */
+GPUCORE_API gpucore_status gpucore_ddp_mark_ready(gpucore_ddp *ddp, int grad, gpucore_stream *stream);
+/* Waits on the host until every bucket's allreduce completed (bounded by the
+ * communicator's timeout; GPUCORE_ERR_COMM on failure), then copies the reduced
+ * values back into the gradients on `stream` (NULL: current). Every gradient must
+ * have been marked ready (else GPUCORE_ERR_INVALID_ARGUMENT names the first that
+ * was not). Next step's mark_ready calls are ordered after this copy. */
+GPUCORE_API gpucore_status gpucore_ddp_finish(gpucore_ddp *ddp, gpucore_stream *stream);
+
+typedef enum gpucore_ddp_trace_kind {
+    GPUCORE_DDP_TRACE_READY = 0,  /* index: gradient; mark_ready was called (host time) */
+    GPUCORE_DDP_TRACE_LAUNCH = 1, /* index: bucket; its allreduce was queued (host time) */
+    GPUCORE_DDP_TRACE_START = 2,  /* index: bucket; the communicator's stream began its reduction */
+    GPUCORE_DDP_TRACE_DONE = 3,   /* index: bucket; its reduction completed on the stream */
+    GPUCORE_DDP_TRACE_FINISH = 4  /* index: -1; finish returned */
+} gpucore_ddp_trace_kind;
+
+typedef struct gpucore_ddp_trace_event {
+    int32_t kind;    /* gpucore_ddp_trace_kind */
+    int32_t index;
+    int64_t step;    /* synchronised steps finished before it */
+    int64_t time_ns; /* CLOCK_MONOTONIC */
+} gpucore_ddp_trace_event;
+
+/* Events recorded since the last call (trace option on), in the order they
+ * happened; up to max are copied, *count tells how many; the rest is dropped. */
+GPUCORE_API gpucore_status gpucore_ddp_trace(gpucore_ddp *ddp, gpucore_ddp_trace_event *events, int max,
+                                             int *count);
+
 #ifdef __cplusplus
 }
 #endif

@@ -11,6 +11,9 @@
 #include <stdint.h>
 #include "view.h"
 #include "philox.h"
+#include "op_args.h"
+#include "gemm_desc.h"
+#include "optim_math.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -29,6 +32,26 @@ int gpucore_kernel_random(const gpucore_launch *launch, const gpucore_view *dst,
 
 /* copy.cu: dst[i] := src[i] for same-shape, same-dtype strided views. */
 int gpucore_kernel_copy_strided(const gpucore_launch *launch, const gpucore_view *dst, const gpucore_view *src);
+
+/* gemm_fallback.cu: the tiled GEMM with epilogues (gemm_desc.h), for shapes cuBLASLt refuses and for the
+ * cuda-emulated backend. f32/f16/bf16 operands only (never fp8). */
+int gpucore_kernel_gemm_fallback(const gpucore_launch *launch, const gpucore_gemm_desc *desc);
+
+/* elementwise.cu: the elementwise family (op codes in elementwise_math.h). */
+int gpucore_kernel_elementwise(const gpucore_launch *launch, const gpucore_ew_args *args);
+
+/* reduce.cu: reductions over one axis; args->workspace holds gpucore_reduce_workspace_bytes() (reduce_math.h). */
+int gpucore_kernel_reduce(const gpucore_launch *launch, const gpucore_reduce_args *args);
+
+/* optim.cu: multi-tensor training kernels (descriptors and per-element math in optim_math.h). */
+int gpucore_kernel_optim_step(const gpucore_launch *launch, const gpucore_optim_hparams *hp,
+                              const gpucore_optim_tensor *tensors, int64_t count);
+int gpucore_kernel_amp_unscale(const gpucore_launch *launch, const gpucore_mt_tensor *grads, int64_t count,
+                               const float *scale, float *found_inf);
+int gpucore_kernel_amp_update(const gpucore_launch *launch, float *scale, int32_t *growth_tracker,
+                              const float *found_inf, float growth, float backoff, int32_t interval);
+int gpucore_kernel_clip_grad_norm(const gpucore_launch *launch, const gpucore_mt_tensor *grads, int64_t count,
+                                  float *partials, float max_norm, float *total_norm, float *clip_coef);
 
 #ifdef __cplusplus
 }

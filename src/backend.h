@@ -17,10 +17,36 @@
 #include <stdint.h>
 #include "gpucore.h"
 #include "../kernels/view.h"
+#include "../kernels/gemm_desc.h"
+#include "../kernels/conv_desc.h"
+#include "../kernels/op_args.h"
+#include "../kernels/optim_math.h"
 
 #define GPUCORE_BACKEND_ABI 1
 
 typedef void (*gpucore_host_fn)(void *arg);
+
+/* One collective call on a communicator, as src/comm.c hands it to a backend
+ * (validated: contiguous buffers, counts > 0 fit the transport, dtype supported). */
+typedef enum gpucore_comm_kind {
+    GPUCORE_COMM_ALLREDUCE = 0,      /* recv[i] = op over ranks of send[i], i < count */
+    GPUCORE_COMM_REDUCE_SCATTER = 1, /* recv[i] = op over ranks of send[rank*count + i]; send holds size*count */
+    GPUCORE_COMM_ALL_GATHER = 2,     /* recv[r*count + i] = send of rank r [i] */
+    GPUCORE_COMM_BROADCAST = 3,      /* recv[i] = send[i] of root (send is read on root only) */
+    GPUCORE_COMM_BARRIER = 4         /* send/recv: a 1-element i32 scratch buffer the backend may use */
+} gpucore_comm_kind;
+
+typedef struct gpucore_comm_call {
+    int32_t kind;      /* gpucore_comm_kind */
+    int32_t op;        /* gpucore_reduce_op (allreduce, reduce-scatter) */
+    int32_t dtype;     /* gpucore_dtype */
+    int32_t root;      /* broadcast */
+    int64_t count;     /* elements per rank (see each kind) */
+    const void *send;  /* may equal recv (in place; for reduce-scatter/all-gather NCCL's convention) */
+    void *recv;
+    uint64_t seq;      /* 1, 2, ... per communicator: named in messages */
+    double timeout_s;  /* deadline from when the call starts running; <= 0: none */
+} gpucore_comm_call;
 
 typedef struct gpucore_backend {
     int abi;                       /* GPUCORE_BACKEND_ABI */
@@ -71,6 +97,72 @@ typedef struct gpucore_backend {
     gpucore_status (*fill)(void *bctx, const gpucore_view *dst, uint64_t bits, void *stream);
     gpucore_status (*random)(void *bctx, const gpucore_view *dst, int dist, double a, double b,
                              uint64_t seed, uint64_t offset, void *stream);
+
+    /* --- tensor ops (argument blocks in kernels/op_args.h; the API layer validated,
+     * broadcast and, for reduce/rows, made the tensors contiguous). NULL: not supported. --- */
+    gpucore_status (*elementwise)(void *bctx, const gpucore_ew_args *args, void *stream);
+    gpucore_status (*reduce)(void *bctx, const gpucore_reduce_args *args, void *stream);
+    gpucore_status (*rows)(void *bctx, const gpucore_rows_args *args, void *stream);
+
+    /* --- pinned host memory and stream priorities (the pinned pool sits above host_alloc) ---
+     * host_alloc: page-locked host memory usable by async copies (CUDA: cudaHostAlloc;
+     * CPU: aligned host memory); returns GPUCORE_ERR_OUT_OF_MEMORY without a message
+     * (the caller writes it). NULL entries: plain aligned host memory is used instead. */
+    gpucore_status (*host_alloc)(void *bctx, size_t bytes, void **ptr);
+    void (*host_free)(void *bctx, void *ptr);
+    /* least: the lowest priority (0); greatest: the most urgent (<= least). NULL: 0 and 0. */
+    gpucore_status (*stream_priority_range)(void *bctx, int *least, int *greatest);
+
+    /* --- matmul (src/matmul.c validates and maps the call onto gpucore_gemm_desc,
+     * kernels/gemm_desc.h). NULL: the backend has no GEMM (NOT_SUPPORTED). --- */
+    gpucore_status (*matmul)(void *bctx, const gpucore_gemm_desc *desc, void *stream);
+
+    /* --- training primitives (kernels/optim_math.h: descriptors and per-element math;
+     * src/optim.c, amp.c, clip.c validate). Host arrays are read before the call
+     * returns. NULL: not supported. --- */
+    /* One fused optimizer step over count tensors: step += 1 and the update, both
+     * skipped when *hp->found_inf != 0. */
+    gpucore_status (*optim_step)(void *bctx, const gpucore_optim_hparams *hp, const gpucore_optim_tensor *tensors,
+                                 int64_t count, void *stream);
+    /* g *= 1 / *scale for every element; *found_inf := 1 if any g was Inf/NaN (never reset here). */
+    gpucore_status (*amp_unscale)(void *bctx, const gpucore_mt_tensor *grads, int64_t count, const float *scale,
+                                  float *found_inf, void *stream);
+    /* One update of the loss-scale state (gpucore_loss_scale_update). */
+    gpucore_status (*amp_update)(void *bctx, float *scale, int32_t *growth_tracker, const float *found_inf,
+                                 float growth, float backoff, int32_t interval, void *stream);
+    /* Global L2 norm over count tensors (partials: one f32 per GPUCORE_MT_CHUNK chunk,
+     * summed in chunk order), *total_norm and *clip_coef written, then every g *= clip_coef. */
+    gpucore_status (*clip_grad_norm)(void *bctx, const gpucore_mt_tensor *grads, int64_t count, float *partials,
+                                     float max_norm, float *total_norm, float *clip_coef, void *stream);
+
+    /* --- collective communication (src/comm.c validates and keeps the sequence
+     * numbers and waits; the CPU backend carries data over MPI, CUDA over NCCL).
+     * `bcomm` is the backend's communicator. NULL entries: not supported. --- */
+    /* Fill id (GPUCORE_COMM_ID_BYTES) with a fresh unique id for comm_init. */
+    gpucore_status (*comm_unique_id)(void *id);
+    /* Join a communicator of `size` ranks as `rank`. id: from comm_unique_id on one
+     * rank, or NULL for "every process of MPI_COMM_WORLD" (the CPU backend's mode;
+     * MPI is already initialised by the caller). Gives up after timeout_s. */
+    gpucore_status (*comm_init)(void *bctx, const void *id, int rank, int size, double timeout_s, void **bcomm);
+    /* One process, n devices: bcomms[i] is rank i, on bctxs[i]. */
+    gpucore_status (*comm_init_local)(void *const *bctxs, int n, double timeout_s, void **bcomms);
+    /* Enqueue one collective on stream; it fails (and the communicator with it) if it
+     * has not completed timeout_s after it started. */
+    gpucore_status (*comm_enqueue)(void *bcomm, const gpucore_comm_call *call, void *stream);
+    /* OK, or GPUCORE_ERR_COMM with the first failure's message (rank, op, seq, count, dtype). */
+    gpucore_status (*comm_check)(void *bcomm);
+    /* Abort what is in flight and fail the communicator (reason goes into its message). */
+    void (*comm_abort)(void *bcomm, const char *reason);
+    /* Free (the caller synchronized the streams; an aborted communicator is only released). */
+    void (*comm_destroy)(void *bcomm);
+    /* begin=1/0: ncclGroupStart/End around calls on several communicators from one thread. */
+    gpucore_status (*comm_group)(int begin);
+
+    /* --- convolution (src/conv.c validates and fills kernels/conv_desc.h; CPU:
+     * im2col + GEMM, CUDA: cuDNN's graph API). NULL: not supported. --- */
+    gpucore_status (*conv)(void *bctx, const gpucore_conv_desc *desc, void *stream);
+    /* Plan-cache counters (fields after struct_size); NULL: all zero. */
+    gpucore_status (*conv_stats)(void *bctx, gpucore_conv_stats *stats);
 } gpucore_backend;
 
 /* What libgpucore.so gives a plugin module so it can report errors and log

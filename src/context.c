@@ -78,11 +78,18 @@ gpucore_status gpucore_context_create(const char *device, gpucore_context **out)
         gpucore_handle_release(&gpucore_context_pool, ctx);
         return st;
     }
+    if ((st = gpucore_memory_init(ctx)) != GPUCORE_OK) {
+        be->context_fini(ctx->bctx);
+        pthread_mutex_destroy(&ctx->lock);
+        gpucore_handle_release(&gpucore_context_pool, ctx);
+        return st;
+    }
     ctx->magic = GPUCORE_MAGIC_CONTEXT;
     /* The default stream is an ordinary backend stream owned by the context. */
     gpucore_stream *def = NULL;
     if ((st = gpucore_stream_create(ctx, 0, &def)) != GPUCORE_OK) {
         ctx->magic = 0;
+        gpucore_memory_fini(ctx);
         be->context_fini(ctx->bctx);
         pthread_mutex_destroy(&ctx->lock);
         gpucore_handle_release(&gpucore_context_pool, ctx);
@@ -102,6 +109,7 @@ gpucore_status gpucore_context_destroy(gpucore_context *ctx)
     if (st) return st;
     gpucore_status sync = gpucore_context_synchronize(ctx);
     gpucore_tensors_destroy_all(ctx);
+    gpucore_memory_fini(ctx); /* the streams are synchronized: every segment can go back */
     gpucore_streams_destroy_all(ctx);
     ctx->magic = GPUCORE_MAGIC_DEAD;
     ctx->be->context_fini(ctx->bctx);

@@ -49,6 +49,7 @@ struct gpucore_stream {
     void *bstream;                /* backend's stream */
     int is_default;
     struct gpucore_stream *next;  /* context's list of streams */
+    int is_pool;                  /* one of the context's pool streams: destroyed with the context */
 };
 
 struct gpucore_event {
@@ -68,6 +69,11 @@ struct gpucore_context {
     pthread_mutex_t lock;         /* guards the stream list */
     gpucore_stream *streams;      /* all live streams incl. the default */
     struct gpucore_tensor *tensors; /* all live tensor handles (freed with the context) */
+    struct gpucore_memory_state *memory; /* caching allocators (memory.c) */
+    gpucore_stream *pool_streams[2][4];  /* [high priority][i], created on first use (stream.c) */
+    atomic_uint pool_next[2];
+    atomic_int matmul_allow_tf32;        /* matmul.c: context default for f32 operands (0 off) */
+    atomic_llong matmul_workspace_bytes; /* matmul.c: cuBLASLt workspace; 0 = default (32 MiB) */
 };
 
 /* Memory a tensor and its views share. Freed (in stream order) when the last view goes. */
@@ -119,6 +125,14 @@ GPUCORE_HIDDEN void gpucore_tensor_view_of(const gpucore_tensor *t, gpucore_view
 GPUCORE_HIDDEN gpucore_status gpucore_memory_alloc(gpucore_context *ctx, int64_t bytes, gpucore_stream *stream,
                                                    void **ptr);
 GPUCORE_HIDDEN void gpucore_memory_free(gpucore_context *ctx, void *ptr, void *alloc_bstream);
+/* The memory at ptr (from gpucore_memory_alloc) is also used on stream. */
+GPUCORE_HIDDEN gpucore_status gpucore_memory_record_stream(gpucore_context *ctx, void *ptr, gpucore_stream *stream);
+/* Context create/destroy: set up the allocators (reads GPUCORE_ALLOC_CONF), and
+ * release everything once the context's streams are synchronized. */
+GPUCORE_HIDDEN gpucore_status gpucore_memory_init(gpucore_context *ctx);
+GPUCORE_HIDDEN void gpucore_memory_fini(gpucore_context *ctx);
+/* A stream is about to be destroyed (its work is done): retag its memory. */
+GPUCORE_HIDDEN void gpucore_memory_stream_destroyed(gpucore_context *ctx, gpucore_stream *stream);
 
 /* ---- tensors, continued ---- */
 /* Release every tensor handle still alive in ctx (context destroy). */

@@ -33,3 +33,56 @@ gpucore_status kops_random(void *bctx, const gpucore_view *dst, int dist, double
     gpucore_random_params rp = gpucore_random_params_make(dist, dst->dtype, a, b, seed, offset);
     return launched(gpucore_kernel_random(&l, dst, &rp), "random kernel launch");
 }
+
+gpucore_status kops_elementwise(void *bctx, const gpucore_ew_args *args, void *s)
+{
+    LAUNCH_OR_RETURN(bctx, s, l);
+    return launched(gpucore_kernel_elementwise(&l, args), "elementwise kernel launch");
+}
+
+gpucore_status kops_reduce(void *bctx, const gpucore_reduce_args *args, void *s)
+{
+    LAUNCH_OR_RETURN(bctx, s, l);
+    return launched(gpucore_kernel_reduce(&l, args), "reduce kernel launch");
+}
+
+gpucore_status kops_matmul(void *bctx, const gpucore_gemm_desc *desc, void *s)
+{
+    /* never fp8: src/matmul.c sends fp8 only to the CUDA module, which uses cuBLASLt for it */
+    if (desc->a.dtype >= GPUCORE_KDT_FP8_E4M3 || desc->b.dtype >= GPUCORE_KDT_FP8_E4M3)
+        return kops_error(1 /* cudaErrorInvalidValue */, "matmul fallback GEMM kernel (fp8 operands)");
+    LAUNCH_OR_RETURN(bctx, s, l);
+    return launched(gpucore_kernel_gemm_fallback(&l, desc), "matmul fallback GEMM kernel launch");
+}
+
+/* ---- training primitives (kernels/optim.cu) ---- */
+
+gpucore_status kops_optim_step(void *bctx, const gpucore_optim_hparams *hp, const gpucore_optim_tensor *tensors,
+                               int64_t count, void *s)
+{
+    LAUNCH_OR_RETURN(bctx, s, l);
+    return launched(gpucore_kernel_optim_step(&l, hp, tensors, count), "optimizer step kernel launch");
+}
+
+gpucore_status kops_amp_unscale(void *bctx, const gpucore_mt_tensor *grads, int64_t count, const float *scale,
+                                float *found_inf, void *s)
+{
+    LAUNCH_OR_RETURN(bctx, s, l);
+    return launched(gpucore_kernel_amp_unscale(&l, grads, count, scale, found_inf), "loss-scale unscale kernel launch");
+}
+
+gpucore_status kops_amp_update(void *bctx, float *scale, int32_t *growth_tracker, const float *found_inf, float growth,
+                               float backoff, int32_t interval, void *s)
+{
+    LAUNCH_OR_RETURN(bctx, s, l);
+    return launched(gpucore_kernel_amp_update(&l, scale, growth_tracker, found_inf, growth, backoff, interval),
+                    "loss-scale update kernel launch");
+}
+
+gpucore_status kops_clip_grad_norm(void *bctx, const gpucore_mt_tensor *grads, int64_t count, float *partials,
+                                   float max_norm, float *total_norm, float *clip_coef, void *s)
+{
+    LAUNCH_OR_RETURN(bctx, s, l);
+    return launched(gpucore_kernel_clip_grad_norm(&l, grads, count, partials, max_norm, total_norm, clip_coef),
+                    "gradient clipping kernel launch");
+}

@@ -103,6 +103,7 @@ static void stream_unlink_and_free(gpucore_stream *s)
         if (*p == s) { *p = s->next; break; }
     pthread_mutex_unlock(&ctx->lock);
     s->magic = GPUCORE_MAGIC_DEAD;
+    gpucore_memory_stream_destroyed(ctx, s); /* its memory moves to the default stream */
     ctx->be->stream_destroy(ctx->bctx, s->bstream);
     gpucore_handle_release(&gpucore_stream_pool, s);
 }
@@ -115,6 +116,9 @@ gpucore_status gpucore_stream_destroy(gpucore_stream *stream)
     if (stream->is_default)
         return gpucore_set_error(GPUCORE_ERR_INVALID_ARGUMENT,
                                  "stream_destroy: this is the context's default stream; it is destroyed with the context");
+    if (stream->is_pool)
+        return gpucore_set_error(GPUCORE_ERR_INVALID_ARGUMENT,
+                                 "stream_destroy: this is one of the context's pool streams; it is destroyed with the context");
     st = stream->ctx->be->stream_synchronize(stream->ctx->bctx, stream->bstream);
     stream_unlink_and_free(stream);
     return st;
@@ -124,6 +128,50 @@ void gpucore_streams_destroy_all(gpucore_context *ctx)
 {
     while (ctx->streams) stream_unlink_and_free(ctx->streams);
     ctx->default_stream = NULL;
+    memset(ctx->pool_streams, 0, sizeof ctx->pool_streams);
+}
+
+gpucore_status gpucore_stream_priority_range(gpucore_context *ctx, int *least, int *greatest)
+{
+    gpucore_status st = gpucore_check_context(ctx, "stream_priority_range");
+    if (st) return st;
+    if (!least || !greatest) return gpucore_set_error(GPUCORE_ERR_NULL_POINTER, "stream_priority_range: least or greatest is NULL");
+    *least = *greatest = 0;
+    if (!ctx->be->stream_priority_range) return GPUCORE_OK;
+    return ctx->be->stream_priority_range(ctx->bctx, least, greatest);
+}
+
+gpucore_status gpucore_context_pool_stream(gpucore_context *ctx, int high_priority, gpucore_stream **out)
+{
+    gpucore_status st = gpucore_check_context(ctx, "context_pool_stream");
+    if (st) return st;
+    if (!out) return gpucore_set_error(GPUCORE_ERR_NULL_POINTER, "context_pool_stream: out is NULL");
+    *out = NULL;
+    if (high_priority != 0 && high_priority != 1)
+        return gpucore_set_error(GPUCORE_ERR_INVALID_ARGUMENT, "context_pool_stream: high_priority is %d; use 0 or 1",
+                                 high_priority);
+    const int n = (int)(sizeof ctx->pool_streams[0] / sizeof ctx->pool_streams[0][0]);
+    unsigned slot = atomic_fetch_add(&ctx->pool_next[high_priority], 1u) % (unsigned)n;
+    pthread_mutex_lock(&ctx->lock);
+    gpucore_stream *s = ctx->pool_streams[high_priority][slot];
+    pthread_mutex_unlock(&ctx->lock);
+    if (!s) {
+        int least = 0, greatest = 0;
+        if (high_priority && (st = gpucore_stream_priority_range(ctx, &least, &greatest))) return st;
+        gpucore_stream *made = NULL;
+        if ((st = gpucore_stream_create(ctx, high_priority ? greatest : 0, &made))) return st;
+        made->is_pool = 1;
+        pthread_mutex_lock(&ctx->lock);
+        s = ctx->pool_streams[high_priority][slot];
+        if (!s) s = ctx->pool_streams[high_priority][slot] = made;
+        pthread_mutex_unlock(&ctx->lock);
+        if (s != made) { /* another thread filled the slot first */
+            made->is_pool = 0;
+            gpucore_stream_destroy(made);
+        }
+    }
+    *out = s;
+    return GPUCORE_OK;
 }
 
 gpucore_status gpucore_stream_synchronize(gpucore_stream *stream)

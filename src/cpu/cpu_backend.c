@@ -143,6 +143,17 @@ static void cpu_raw_free(void *bctx, void *ptr)
     free(ptr);
 }
 
+/* "Pinned" host memory on the CPU backend: host memory is all the CPU has; aligned like raw memory. */
+static gpucore_status cpu_host_alloc(void *bctx, size_t bytes, void **ptr) { return cpu_raw_alloc(bctx, bytes, ptr); }
+static void cpu_host_free(void *bctx, void *ptr) { cpu_raw_free(bctx, ptr); }
+
+static gpucore_status cpu_stream_priority_range(void *bctx, int *least, int *greatest)
+{
+    (void)bctx;
+    *least = *greatest = 0; /* worker threads have no priorities */
+    return GPUCORE_OK;
+}
+
 /* ---- streams ---- */
 
 static gpucore_status cpu_stream_create_v(void *bctx, int priority, void **s)
@@ -228,6 +239,23 @@ static const gpucore_backend cpu_backend_table = {
     .copy_strided = cpu_copy_strided,
     .fill = cpu_fill,
     .random = cpu_random,
+    .conv = cpu_conv,
+    .matmul = cpu_matmul,
+    .elementwise = cpu_elementwise,
+    .reduce = cpu_reduce,
+    .optim_step = cpu_optim_step,
+    .amp_unscale = cpu_amp_unscale,
+    .amp_update = cpu_amp_update,
+    .clip_grad_norm = cpu_clip_grad_norm,
+    .comm_init = cpu_comm_init,
+    .comm_init_local = cpu_comm_init_local,
+    .comm_enqueue = cpu_comm_enqueue,
+    .comm_check = cpu_comm_check,
+    .comm_abort = cpu_comm_abort,
+    .comm_destroy = cpu_comm_destroy,
+    .host_alloc = cpu_host_alloc,
+    .host_free = cpu_host_free,
+    .stream_priority_range = cpu_stream_priority_range,
 };
 
 const gpucore_backend *gpucore_cpu_backend(void) { return &cpu_backend_table; }

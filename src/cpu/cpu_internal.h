@@ -11,5 +11,33 @@ GPUCORE_HIDDEN gpucore_status cpu_copy_strided(void *bctx, const gpucore_view *d
 GPUCORE_HIDDEN gpucore_status cpu_fill(void *bctx, const gpucore_view *dst, uint64_t bits, void *s);
 GPUCORE_HIDDEN gpucore_status cpu_random(void *bctx, const gpucore_view *dst, int dist, double a, double b,
                                          uint64_t seed, uint64_t offset, void *s);
+/* cpu_matmul.c */
+GPUCORE_HIDDEN gpucore_status cpu_matmul(void *bctx, const gpucore_gemm_desc *desc, void *s);
+/* tensor ops (cpu_ops_elementwise.c, cpu_ops_reduce.c, cpu_ops_rows.c) */
+GPUCORE_HIDDEN gpucore_status cpu_elementwise(void *bctx, const gpucore_ew_args *args, void *s);
+GPUCORE_HIDDEN gpucore_status cpu_reduce(void *bctx, const gpucore_reduce_args *args, void *s);
+
+/* cpu_optim.c: training primitives */
+GPUCORE_HIDDEN gpucore_status cpu_optim_step(void *bctx, const gpucore_optim_hparams *hp,
+                                             const gpucore_optim_tensor *tensors, int64_t count, void *s);
+GPUCORE_HIDDEN gpucore_status cpu_amp_unscale(void *bctx, const gpucore_mt_tensor *grads, int64_t count,
+                                              const float *scale, float *found_inf, void *s);
+GPUCORE_HIDDEN gpucore_status cpu_amp_update(void *bctx, float *scale, int32_t *growth_tracker, const float *found_inf,
+                                             float growth, float backoff, int32_t interval, void *s);
+GPUCORE_HIDDEN gpucore_status cpu_clip_grad_norm(void *bctx, const gpucore_mt_tensor *grads, int64_t count,
+                                                 float *partials, float max_norm, float *total_norm, float *clip_coef,
+                                                 void *s);
+
+/* cpu_comm.c: collectives over MPI (one task per collective on the comm stream) */
+GPUCORE_HIDDEN gpucore_status cpu_comm_init(void *bctx, const void *id, int rank, int size, double timeout_s,
+                                            void **bcomm);
+GPUCORE_HIDDEN gpucore_status cpu_comm_init_local(void *const *bctxs, int n, double timeout_s, void **bcomms);
+GPUCORE_HIDDEN gpucore_status cpu_comm_enqueue(void *bcomm, const gpucore_comm_call *call, void *stream);
+GPUCORE_HIDDEN gpucore_status cpu_comm_check(void *bcomm);
+GPUCORE_HIDDEN void cpu_comm_abort(void *bcomm, const char *reason);
+GPUCORE_HIDDEN void cpu_comm_destroy(void *bcomm);
+
+/* cpu_conv.c: convolution (im2col + GEMM, direct depthwise) */
+GPUCORE_HIDDEN gpucore_status cpu_conv(void *bctx, const gpucore_conv_desc *desc, void *s);
 
 #endif

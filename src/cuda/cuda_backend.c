@@ -77,6 +77,34 @@ static void cuda_raw_free(void *bctx, void *ptr)
     cudaGetLastError();
 }
 
+/* Page-locked, portable (usable with every device) host memory for async copies. */
+static gpucore_status cuda_host_alloc(void *bctx, size_t bytes, void **ptr)
+{
+    USE_DEVICE(bctx);
+    cudaError_t err = cudaHostAlloc(ptr, bytes, cudaHostAllocPortable);
+    if (err == cudaErrorMemoryAllocation) {
+        cudaGetLastError();
+        *ptr = NULL;
+        return GPUCORE_ERR_OUT_OF_MEMORY; /* the caller writes the message with the numbers */
+    }
+    CUDA_TRY(err, "cudaHostAlloc");
+    return GPUCORE_OK;
+}
+
+static void cuda_host_free(void *bctx, void *ptr)
+{
+    (void)bctx;
+    cudaFreeHost(ptr);
+    cudaGetLastError();
+}
+
+static gpucore_status cuda_stream_priority_range(void *bctx, int *least, int *greatest)
+{
+    USE_DEVICE(bctx);
+    CUDA_TRY(cudaDeviceGetStreamPriorityRange(least, greatest), "cudaDeviceGetStreamPriorityRange");
+    return GPUCORE_OK;
+}
+
 static gpucore_status cuda_mem_info(void *bctx, int64_t *free_bytes, int64_t *total_bytes)
 {
     USE_DEVICE(bctx);
@@ -229,6 +257,16 @@ static const gpucore_backend cuda_backend_table = {
     .copy_strided = kops_copy_strided,
     .fill = kops_fill,
     .random = kops_random,
+    .matmul = cuda_matmul,
+    .elementwise = kops_elementwise,
+    .reduce = kops_reduce,
+    .host_alloc = cuda_host_alloc,
+    .host_free = cuda_host_free,
+    .stream_priority_range = cuda_stream_priority_range,
+    .optim_step = kops_optim_step,
+    .amp_unscale = kops_amp_unscale,
+    .amp_update = kops_amp_update,
+    .clip_grad_norm = kops_clip_grad_norm,
 };
 
 __attribute__((visibility("default"))) gpucore_status gpucore_backend_plugin_entry(const gpucore_plugin_host *host,

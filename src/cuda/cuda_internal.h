@@ -33,5 +33,8 @@ CUDA_HIDDEN gpucore_status cuda_device_processes(int index, int64_t *pids, int64
 CUDA_HIDDEN gpucore_status cuda_can_access_peer(int a, int b, int *can);
 CUDA_HIDDEN gpucore_status cuda_component_version(const char *component, char *buf, size_t len);
 
+/* cuda_matmul.c: cuBLASLt GEMM with cached plans; the fallback kernel where cuBLASLt has no algorithm */
+CUDA_HIDDEN gpucore_status cuda_matmul(void *bctx, const gpucore_gemm_desc *desc, void *stream);
+
 
 #endif

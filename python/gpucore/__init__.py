@@ -1,0 +1,48 @@
+"""gpucore — Python binding of libgpucore (ctypes; no compiler needed).
+
+Quick start::
+
+    import numpy as np, gpucore
+    ctx = gpucore.Context("cpu")            # or "cuda", "cuda:1", None (GPUCORE_DEVICE / auto)
+    x = ctx.empty((2, 3)).uniform_(seed=1)  # Philox: same numbers on every backend
+    a = np.arange(6, dtype=np.float32).reshape(2, 3)
+    t = gpucore.from_numpy(a)               # shares a's memory (CPU)
+    t[0].fill_(7); t.context.synchronize()  # ops are asynchronous on the current stream
+    assert a[0, 0] == 7
+    y = np.from_dlpack(x)                   # zero-copy to numpy; also torch/cupy/jax
+
+The library is loaded from ``$GPUCORE_LIBRARY``, else ``libgpucore.so`` next to this
+package, else the system library path. Every C function is declared once in
+``gpucore._lib.DECLARATIONS``; the raw ctypes calls are ``gpucore.C.gpucore_*``
+(status-returning ones raise :class:`GpucoreError` subclasses carrying the library's
+message). Main types: :class:`Context`, :class:`Stream`, :class:`Event`,
+:class:`Tensor`, :class:`DType`.
+"""
+from __future__ import annotations
+
+from ._lib import C, DECLARATIONS, library_path, last_error, status_string
+from .errors import *  # noqa: F401,F403  (the exception hierarchy)
+from .errors import __all__ as _errors_all
+from .dtypes import (DType, float32, float64, float16, bfloat16, int32, int64, uint8, float8_e4m3,
+                     float8_e5m2, as_dtype, all_dtypes, bf16_to_float32, float32_to_bf16, fp8_to_float32)
+from .device import (DeviceType, LogLevel, DeviceProperties, device_count, backend_available,
+                     device_properties, devices, device_processes, can_access_peer, component_version,
+                     versions, version, version_string, get_log_level, set_log_level, set_log_callback)
+from .context import Context, Stream, Event, Timer, get_context, default_context
+from .tensor import (Tensor, empty, zeros, ones, full, tensor, from_numpy, rand, randn, empty_like,
+                     zeros_like, manual_seed, IndexOutOfRangeError)
+from .interop import from_dlpack, to_dlpack, cuda_array_interface
+
+__version__ = version_string()
+
+__all__ = list(_errors_all) + [
+    "C", "DECLARATIONS", "library_path", "last_error", "status_string",
+    "DType", "float32", "float64", "float16", "bfloat16", "int32", "int64", "uint8", "float8_e4m3",
+    "float8_e5m2", "as_dtype", "all_dtypes", "bf16_to_float32", "float32_to_bf16", "fp8_to_float32",
+    "DeviceType", "LogLevel", "DeviceProperties", "device_count", "backend_available", "device_properties",
+    "devices", "device_processes", "can_access_peer", "component_version", "versions", "version",
+    "version_string", "get_log_level", "set_log_level", "set_log_callback",
+    "Context", "Stream", "Event", "Timer", "get_context", "default_context",
+    "Tensor", "empty", "zeros", "ones", "full", "tensor", "from_numpy", "rand", "randn", "empty_like",
+    "zeros_like", "manual_seed", "IndexOutOfRangeError", "from_dlpack", "to_dlpack", "cuda_array_interface",
+]

@@ -1,0 +1,527 @@
+"""Contexts, streams and events.
+
+A :class:`Context` is bound to one device ("cpu", "cuda", "cuda:N", "auto"). Every
+tensor, stream and event belongs to one context. Ops are asynchronous on the
+context's *current stream* (per thread); ``with stream:`` makes a stream current
+for the block. Close a context with ``ctx.close()`` or ``with Context(...) as ctx``:
+its tensors, streams and events become invalid (using them raises
+:class:`~gpucore.InvalidHandleError`), while memory already handed to numpy or to
+a DLPack consumer stays valid until that consumer lets go (the C context is then
+destroyed).
+"""
+from __future__ import annotations
+
+import atexit
+import ctypes
+import threading
+import weakref
+from ctypes import byref, c_float, c_int, c_void_p
+from typing import Any, Dict, List, Optional, Sequence, Union
+
+from . import _runtime
+from ._lib import C
+from ._validate import INT32_MAX, INT32_MIN, to_int
+from .errors import (DeviceMismatchError, InvalidArgumentTypeError, InvalidHandleError,
+                     NullPointerError)
+
+__all__ = ["Context", "Stream", "Event", "Timer", "get_context", "default_context", "DeviceLike"]
+
+_all_contexts: "weakref.WeakSet[Context]" = weakref.WeakSet()
+_cached: Dict[str, "Context"] = {}
+_cache_lock = threading.Lock()
+
+
+class Context:
+    """A libgpucore context bound to one device.
+
+    Args:
+        device: ``"cpu"``, ``"cuda"``, ``"cuda:N"``, ``"auto"`` or ``None`` (the
+            ``GPUCORE_DEVICE`` environment variable, default ``auto``: CUDA device 0
+            when usable, else the CPU). Asking for ``cuda`` where it cannot run raises
+            :class:`~gpucore.BackendUnavailableError` saying why.
+
+    Use as a context manager to close it at the end of a block. Tensor factories:
+    :meth:`empty`, :meth:`zeros`, :meth:`ones`, :meth:`full`, :meth:`tensor`,
+    :meth:`from_numpy`, :meth:`rand`, :meth:`randn`.
+    """
+
+    def __init__(self, device: Optional[str] = None) -> None:
+        if device is not None and not isinstance(device, str):
+            raise InvalidArgumentTypeError("device must be a string such as 'cpu' or 'cuda:0', not %s"
+                                           % type(device).__name__)
+        self._handle: Optional[int] = None
+        self._closed = False
+        self._c_destroying = False
+        self._exports = 0
+        self._lock = threading.RLock()
+        self._tensors: "weakref.WeakSet[Any]" = weakref.WeakSet()
+        self._streams: "weakref.WeakSet[Stream]" = weakref.WeakSet()
+        self._events: "weakref.WeakSet[Event]" = weakref.WeakSet()
+        h = c_void_p()
+        C.gpucore_context_create(device.encode() if device is not None else None, byref(h))
+        self._handle = h.value
+        t, i = c_int(), c_int()
+        C.gpucore_context_device(self._handle, byref(t), byref(i))
+        self.device_type: int = t.value
+        self.device_index: int = i.value
+        self.device: str = C.gpucore_context_device_name(self._handle).decode()
+        self._default_stream = Stream._wrap_existing(self, self._default_stream_handle())
+        _all_contexts.add(self)
+
+    # ---- state ----
+    @property
+    def handle(self) -> int:
+        """The raw ``gpucore_context*`` (raises if the context is closed)."""
+        if self._closed or self._handle is None:
+            raise InvalidHandleError("context %s was closed; create a new Context" % self.device)
+        return self._handle
+
+    @property
+    def closed(self) -> bool:
+        """Whether :meth:`close` was called."""
+        return self._closed
+
+    @property
+    def is_cpu(self) -> bool:
+        """Whether this context's memory is host memory (CPU backend)."""
+        return self.device_type == 0
+
+    def __repr__(self) -> str:
+        return "gpucore.Context(%r%s)" % (self.device, ", closed" if self._closed else "")
+
+    def __enter__(self) -> "Context":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def synchronize(self) -> None:
+        """Wait for all work queued on every stream of this context."""
+        C.gpucore_context_synchronize(self.handle)
+
+    def close(self) -> None:
+        """Close the context: its tensors, streams and events become invalid.
+
+        Memory exported to numpy arrays or DLPack consumers stays valid; the C
+        context is destroyed when the last such consumer releases it. Closing
+        twice is a no-op.
+        """
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            with _cache_lock:
+                for k in [k for k, v in _cached.items() if v is self]:
+                    del _cached[k]
+            if self._handle is None:
+                return
+            deferred = self._exports > 0
+            # Events are not owned by the C context: destroy them while it is alive.
+            for ev in list(self._events):
+                ev._invalidate(destroy=True)
+            for s in list(self._streams):
+                s._invalidate(destroy=deferred)
+            for t in list(self._tensors):
+                t._invalidate("its context (%s) was closed" % self.device, destroy=deferred)
+            if not deferred:
+                self._destroy_c()
+
+    def _destroy_c(self) -> None:
+        h = self._handle
+        if h is None:
+            return
+        self._c_destroying = True
+        try:
+            C.raw_gpucore_context_destroy(h)
+        finally:
+            self._handle = None
+
+    def _export_acquired(self) -> None:
+        with self._lock:
+            self._exports += 1
+
+    def _export_released(self, call_c: bool) -> None:
+        with self._lock:
+            self._exports -= 1
+            if call_c and self._closed and self._exports == 0 and self._handle is not None \
+                    and not self._c_destroying and not _runtime.shutting_down:
+                self._destroy_c()
+
+    def __del__(self) -> None:
+        try:
+            if not _runtime.shutting_down and not self._closed and self._handle is not None:
+                self.close()
+        except Exception:
+            pass
+
+    # ---- streams and events ----
+    def _default_stream_handle(self) -> int:
+        h = c_void_p()
+        C.gpucore_context_default_stream(self.handle, byref(h))
+        return h.value
+
+    @property
+    def default_stream(self) -> "Stream":
+        """The context's default stream (owned by the context)."""
+        self.handle
+        return self._default_stream
+
+    @property
+    def current_stream(self) -> "Stream":
+        """The stream ops use on this thread when given none (initially the default stream)."""
+        h = c_void_p()
+        C.gpucore_context_current_stream(self.handle, byref(h))
+        if h.value == self._default_stream._handle:
+            return self._default_stream
+        for s in list(self._streams):
+            if s._handle == h.value:
+                return s
+        return Stream._wrap_existing(self, h.value)
+
+    @current_stream.setter
+    def current_stream(self, stream: Optional["Stream"]) -> None:
+        C.gpucore_context_set_current_stream(self.handle, self._stream_arg(stream))
+
+    def stream(self, priority: int = 0) -> "Stream":
+        """A new stream (``priority`` < 0 is higher priority, clamped to the device's range).
+
+        Use ``with ctx.stream() as s:`` to make it current for a block.
+        """
+        return Stream(self, priority)
+
+    def event(self) -> "Event":
+        """A new event of this context."""
+        return Event(self)
+
+    def timer(self, stream: Optional["Stream"] = None) -> "Timer":
+        """Time device work: ``with ctx.timer() as t: ...`` then ``t.ms``."""
+        return Timer(self, stream)
+
+    def _stream_arg(self, stream: Optional["Stream"]) -> Optional[int]:
+        """The raw stream handle for a call on this context (None: current stream)."""
+        if stream is None:
+            return None
+        if not isinstance(stream, Stream):
+            raise InvalidArgumentTypeError("stream must be a gpucore.Stream or None, not %s"
+                                           % type(stream).__name__)
+        if stream._ctx is not self:
+            raise DeviceMismatchError("the stream belongs to context %s but the call is on %s; use a stream of "
+                                      "the same context" % (stream._ctx.device, self.device))
+        return stream.handle
+
+    # ---- tensor factories (see gpucore.tensor for the details) ----
+    def empty(self, shape: Any, dtype: Any = "float32") -> Any:
+        """An uninitialised contiguous tensor on this context."""
+        from .tensor import empty
+        return empty(shape, dtype, device=self)
+
+    def zeros(self, shape: Any, dtype: Any = "float32") -> Any:
+        """A tensor of zeros on this context."""
+        from .tensor import zeros
+        return zeros(shape, dtype, device=self)
+
+    def ones(self, shape: Any, dtype: Any = "float32") -> Any:
+        """A tensor of ones on this context."""
+        from .tensor import ones
+        return ones(shape, dtype, device=self)
+
+    def full(self, shape: Any, value: float, dtype: Any = "float32") -> Any:
+        """A tensor filled with ``value`` on this context."""
+        from .tensor import full
+        return full(shape, value, dtype, device=self)
+
+    def tensor(self, data: Any, dtype: Any = None) -> Any:
+        """A new tensor holding a copy of ``data`` (numpy array, list, scalar)."""
+        from .tensor import tensor
+        return tensor(data, dtype, device=self)
+
+    def from_numpy(self, array: Any, dtype: Any = None) -> Any:
+        """A tensor sharing ``array``'s memory (CPU contexts only; no copy)."""
+        from .tensor import from_numpy
+        return from_numpy(array, dtype, device=self)
+
+    def rand(self, shape: Any, dtype: Any = "float32", seed: Optional[int] = None) -> Any:
+        """Uniform [0, 1) random numbers (Philox; see Tensor.uniform_)."""
+        return self.empty(shape, dtype).uniform_(0.0, 1.0, seed=seed)
+
+    def randn(self, shape: Any, dtype: Any = "float32", seed: Optional[int] = None) -> Any:
+        """Standard normal random numbers (Philox; see Tensor.normal_)."""
+        return self.empty(shape, dtype).normal_(0.0, 1.0, seed=seed)
+
+
+DeviceLike = Union[Context, str, None]
+
+
+def get_context(device: DeviceLike = None) -> Context:
+    """The shared context for a device string (created on first use and kept).
+
+    ``None`` gives the default context (``GPUCORE_DEVICE``, default ``auto``). A
+    :class:`Context` is returned as is.
+    """
+    if isinstance(device, Context):
+        if device.closed:
+            raise InvalidHandleError("context %s was closed" % device.device)
+        return device
+    if device is not None and not isinstance(device, str):
+        raise InvalidArgumentTypeError("device must be a gpucore.Context, a string such as 'cpu' or "
+                                       "'cuda:0', or None, not %s" % type(device).__name__)
+    key = device if device is not None else "<default>"
+    with _cache_lock:
+        ctx = _cached.get(key)
+        if ctx is not None and not ctx.closed:
+            return ctx
+        if device == "cuda":
+            alias = _cached.get("cuda:0")
+            if alias is not None and not alias.closed:
+                _cached[key] = alias
+                return alias
+    ctx = Context(device)
+    with _cache_lock:
+        existing = _cached.get(ctx.device)
+        if existing is not None and not existing.closed:
+            ctx.close()
+            ctx = existing
+        _cached.setdefault(ctx.device, ctx)
+        _cached[key] = ctx
+    return ctx
+
+
+def default_context() -> Context:
+    """The context used when no device is given (``GPUCORE_DEVICE``, default auto)."""
+    return get_context(None)
+
+
+class Stream:
+    """A queue of asynchronous work on one context.
+
+    ``with stream:`` makes it the context's current stream on this thread for the
+    block (the previous one is restored after). Create with ``ctx.stream()``.
+    """
+
+    def __init__(self, ctx: Context, priority: int = 0) -> None:
+        if not isinstance(ctx, Context):
+            raise InvalidArgumentTypeError("ctx must be a gpucore.Context, not %s" % type(ctx).__name__)
+        p = to_int(priority, "priority", INT32_MIN, INT32_MAX)
+        self._ctx = ctx
+        self._owned = False
+        self._handle: Optional[int] = None
+        self._tls = threading.local()
+        self._keepalive: List[Any] = []
+        h = c_void_p()
+        C.gpucore_stream_create(ctx.handle, p, byref(h))
+        self._handle = h.value
+        self._owned = True
+        ctx._streams.add(self)
+
+    @classmethod
+    def _wrap_existing(cls, ctx: Context, handle: int) -> "Stream":
+        s = cls.__new__(cls)
+        s._ctx = ctx
+        s._owned = False
+        s._handle = handle
+        s._tls = threading.local()
+        s._keepalive = []
+        ctx._streams.add(s)
+        return s
+
+    @property
+    def context(self) -> Context:
+        return self._ctx
+
+    @property
+    def handle(self) -> int:
+        """The raw ``gpucore_stream*`` (raises if destroyed)."""
+        if self._handle is None:
+            raise InvalidHandleError("the stream was destroyed (or its context closed)")
+        self._ctx.handle
+        return self._handle
+
+    def __repr__(self) -> str:
+        return "gpucore.Stream(%s%s%s)" % (self._ctx.device, ", default" if self._handle is not None
+                                           and self._handle == self._ctx._default_stream._handle else "",
+                                           ", destroyed" if self._handle is None else "")
+
+    def synchronize(self) -> None:
+        """Block until all work queued on this stream is done (raises the first async error)."""
+        C.gpucore_stream_synchronize(self.handle)
+        self._keepalive.clear()
+
+    def query(self) -> bool:
+        """True when all queued work is done, False while some is pending."""
+        done = C.gpucore_stream_query(self.handle) == 0
+        if done:
+            self._keepalive.clear()
+        return done
+
+    def wait_event(self, event: "Event") -> None:
+        """Make this stream wait (without blocking the host) for ``event``'s recorded point."""
+        if not isinstance(event, Event):
+            raise InvalidArgumentTypeError("event must be a gpucore.Event, not %s" % type(event).__name__)
+        C.gpucore_stream_wait_event(self.handle, event.handle)
+
+    def wait_stream(self, other: "Stream") -> None:
+        """Make this stream wait for the work queued so far on ``other``."""
+        ev = Event(self._ctx)
+        ev.record(other)
+        self.wait_event(ev)
+
+    def record_event(self, event: Optional["Event"] = None) -> "Event":
+        """Record (a new or the given) event on this stream and return it."""
+        ev = event if event is not None else Event(self._ctx)
+        ev.record(self)
+        return ev
+
+    def _keep(self, obj: Any) -> None:
+        """Hold ``obj`` (a host buffer of an async copy) until the stream is synchronised."""
+        self._keepalive.append(obj)
+
+    def __enter__(self) -> "Stream":
+        prev = c_void_p()
+        C.gpucore_context_current_stream(self._ctx.handle, byref(prev))
+        stack = getattr(self._tls, "stack", None)
+        if stack is None:
+            stack = self._tls.stack = []
+        stack.append(prev.value)
+        C.gpucore_context_set_current_stream(self._ctx.handle, self.handle)
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        prev = self._tls.stack.pop()
+        if self._ctx.closed:
+            return
+        try:
+            C.gpucore_context_set_current_stream(self._ctx.handle, prev)
+        except InvalidHandleError:  # the previous stream was destroyed meanwhile
+            C.gpucore_context_set_current_stream(self._ctx.handle, None)
+
+    def destroy(self) -> None:
+        """Wait for the stream's work, then destroy it (the default stream cannot be destroyed)."""
+        if self._handle is None:
+            return
+        if not self._owned:
+            self.handle  # raises if the context is closed
+            return
+        h, self._handle = self._handle, None
+        C.gpucore_stream_destroy(h)
+        self._keepalive.clear()
+
+    def _invalidate(self, destroy: bool) -> None:
+        h, self._handle = self._handle, None
+        if destroy and self._owned and h is not None:
+            C.raw_gpucore_stream_destroy(h)
+
+    def __del__(self) -> None:
+        try:
+            if (self._owned and self._handle is not None and not _runtime.shutting_down
+                    and not self._ctx._closed):
+                C.raw_gpucore_stream_destroy(self._handle)
+                self._handle = None
+        except Exception:
+            pass
+
+
+class Event:
+    """A point in a stream that the host or other streams can wait for, and time.
+
+    ``e.record(stream)`` marks the point; ``e.synchronize()`` / ``e.query()`` wait or
+    poll; ``start.elapsed_time(end)`` gives milliseconds between two recorded events.
+    """
+
+    def __init__(self, ctx: Context) -> None:
+        if not isinstance(ctx, Context):
+            raise InvalidArgumentTypeError("ctx must be a gpucore.Context, not %s" % type(ctx).__name__)
+        self._ctx = ctx
+        self._handle: Optional[int] = None
+        h = c_void_p()
+        C.gpucore_event_create(ctx.handle, byref(h))
+        self._handle = h.value
+        ctx._events.add(self)
+
+    @property
+    def handle(self) -> int:
+        """The raw ``gpucore_event*`` (raises if destroyed)."""
+        if self._handle is None:
+            raise InvalidHandleError("the event was destroyed (or its context closed)")
+        self._ctx.handle
+        return self._handle
+
+    def __repr__(self) -> str:
+        return "gpucore.Event(%s%s)" % (self._ctx.device, ", destroyed" if self._handle is None else "")
+
+    def record(self, stream: Optional[Stream] = None) -> "Event":
+        """Mark the current end of ``stream`` (None: the current stream). Returns self."""
+        C.gpucore_event_record(self.handle, self._ctx._stream_arg(stream))
+        return self
+
+    def synchronize(self) -> None:
+        """Block until the recorded point is passed."""
+        C.gpucore_event_synchronize(self.handle)
+
+    def query(self) -> bool:
+        """True once the recorded point is passed."""
+        return C.gpucore_event_query(self.handle) == 0
+
+    def wait(self, stream: Optional[Stream] = None) -> None:
+        """Make ``stream`` (None: the current stream) wait for this event."""
+        s = stream if stream is not None else self._ctx.current_stream
+        s.wait_event(self)
+
+    def elapsed_time(self, end: "Event") -> float:
+        """Milliseconds from this event to ``end`` (both recorded and completed)."""
+        if not isinstance(end, Event):
+            raise InvalidArgumentTypeError("end must be a gpucore.Event, not %s" % type(end).__name__)
+        ms = c_float()
+        C.gpucore_event_elapsed_ms(self.handle, end.handle, byref(ms))
+        return float(ms.value)
+
+    def destroy(self) -> None:
+        """Destroy the event now (also done when it is garbage-collected)."""
+        if self._handle is not None:
+            self._ctx.handle
+            h, self._handle = self._handle, None
+            C.gpucore_event_destroy(h)
+
+    def _invalidate(self, destroy: bool) -> None:
+        h, self._handle = self._handle, None
+        if destroy and h is not None:
+            C.raw_gpucore_event_destroy(h)
+
+    def __del__(self) -> None:
+        try:
+            if self._handle is not None and not _runtime.shutting_down and not self._ctx._closed:
+                C.raw_gpucore_event_destroy(self._handle)
+                self._handle = None
+        except Exception:
+            pass
+
+
+class Timer:
+    """``with ctx.timer() as t: ...`` records events around the block; ``t.ms`` is the time."""
+
+    def __init__(self, ctx: Context, stream: Optional[Stream] = None) -> None:
+        self._ctx = ctx
+        self._stream = stream
+        self.start = Event(ctx)
+        self.end = Event(ctx)
+        self.ms: Optional[float] = None
+
+    def __enter__(self) -> "Timer":
+        self.start.record(self._stream)
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.end.record(self._stream)
+        self.end.synchronize()
+        self.ms = self.start.elapsed_time(self.end)
+
+
+def _close_all_at_exit() -> None:
+    for ctx in list(_all_contexts):
+        try:
+            ctx.close()
+        except Exception:
+            pass
+    _runtime.shutting_down = True
+
+
+atexit.register(_close_all_at_exit)

@@ -1,0 +1,801 @@
+"""The Tensor class and the functions that make tensors.
+
+A :class:`Tensor` is a handle on a libgpucore tensor: a dtype, a shape (up to 8
+dims), strides in *elements*, and memory on the tensor's context's device. Views
+(``t[1:, ::2]``, ``reshape``, ``transpose``, ``permute``, ``.T``) share memory.
+
+Work is asynchronous on the context's current stream: ``fill_``, ``uniform_``,
+``copy_`` return as soon as the work is queued. Reading results through
+``numpy()`` synchronises the context first. After ``from_numpy`` (shared memory),
+call ``t.context.synchronize()`` before reading the numpy array directly.
+"""
+from __future__ import annotations
+
+import numbers
+from ctypes import byref, c_int, c_int64, c_void_p
+from typing import Any, Iterator, List, Optional, Sequence, Tuple, Union
+
+import numpy as np
+
+from . import _runtime
+from . import dtypes as _dt
+from ._lib import C
+from ._runtime import DELETER, _Keep, forget_owner, register_owner
+from ._validate import INT64_MAX, MAX_DIMS, UINT64_MAX, check_dim, to_bool, to_float, to_int, to_shape
+from .context import Context, DeviceLike, Stream, get_context
+from .errors import (DtypeMismatchError, InvalidArgumentError, InvalidArgumentTypeError,
+                     InvalidHandleError, NotSupportedError, NullPointerError, ShapeMismatchError)
+
+__all__ = ["Tensor", "empty", "zeros", "ones", "full", "tensor", "from_numpy", "rand", "randn",
+           "empty_like", "zeros_like", "manual_seed", "IndexOutOfRangeError"]
+
+UNIFORM, NORMAL = 0, 1
+
+
+class IndexOutOfRangeError(InvalidArgumentError, IndexError):
+    """An integer index past the end of a dim."""
+
+
+# ---- the default random generator (Philox seed + counter offset) ----
+_generator = {"seed": 0x9E3779B97F4A7C15, "offset": 0}
+
+
+def manual_seed(seed: int) -> None:
+    """Seed the default generator used by ``uniform_``/``normal_`` when no seed is given."""
+    _generator["seed"] = to_int(seed, "seed", 0, UINT64_MAX)
+    _generator["offset"] = 0
+
+
+def _i64_array(values: Sequence[int]) -> Any:
+    return (c_int64 * max(1, len(values)))(*values)
+
+
+class _ArrayExport:
+    """Carries ``__array_interface__`` for numpy and keeps the tensor memory alive."""
+
+    __slots__ = ("__array_interface__", "_keep")
+
+    def __init__(self, interface: dict, keep: _Keep) -> None:
+        self.__array_interface__ = interface
+        self._keep = keep
+
+
+class Tensor:
+    """A libgpucore tensor (see the module docstring for semantics).
+
+    Attributes (read-only): ``shape``, ``dtype`` (a :class:`gpucore.DType`),
+    ``strides`` (elements), ``ndim``, ``numel``, ``nbytes``, ``device`` ("cpu",
+    "cuda:0"), ``context``, ``data_ptr``, ``is_contiguous``.
+
+    Make tensors with :func:`gpucore.empty`, :func:`gpucore.zeros`,
+    :func:`gpucore.tensor`, :func:`gpucore.from_numpy`, :func:`gpucore.from_dlpack`
+    or the same methods of a :class:`gpucore.Context`.
+
+    Interop: ``numpy()`` (zero-copy on CPU), ``__array__``, ``__dlpack__`` /
+    ``__dlpack_device__``, ``__cuda_array_interface__`` (CUDA tensors).
+    ``free()`` releases the handle early; the memory goes when its last view does.
+    """
+
+    __slots__ = ("_h", "_ctx", "_foreign", "_keep", "_dead", "_shape", "_strides", "_dtype", "__weakref__")
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        raise TypeError("use gpucore.empty/zeros/tensor/from_numpy/from_dlpack (or a Context's methods) "
+                        "to make a Tensor")
+
+    @classmethod
+    def _adopt(cls, ctx: Context, handle: int, foreign: bool = False, keep: Optional[_Keep] = None) -> "Tensor":
+        t = object.__new__(cls)
+        t._h = handle
+        t._ctx = ctx
+        t._foreign = foreign
+        t._keep = keep
+        t._dead = None
+        ndim = C.gpucore_tensor_ndim(handle)
+        shape = _i64_array([0] * ndim)
+        strides = _i64_array([0] * ndim)
+        C.gpucore_tensor_shape(handle, shape)
+        C.gpucore_tensor_strides(handle, strides)
+        t._shape = tuple(shape[i] for i in range(ndim))
+        t._strides = tuple(strides[i] for i in range(ndim))
+        t._dtype = _dt.from_value(C.gpucore_tensor_dtype(handle))
+        ctx._tensors.add(t)
+        return t
+
+    # ---- handle state ----
+    @property
+    def handle(self) -> int:
+        """The raw ``gpucore_tensor*``; raises InvalidHandleError after free() or a context close."""
+        h = self._h
+        if h is None:
+            raise InvalidHandleError("tensor is not live: %s" % (self._dead or "it was freed"))
+        return h
+
+    def _invalidate(self, why: str, destroy: bool) -> None:
+        h, self._h = self._h, None
+        self._dead = why
+        if destroy and h is not None:
+            if self._foreign:
+                C.raw_gpucore_context_synchronize(self._ctx._handle)
+            C.raw_gpucore_tensor_destroy(h)
+
+    def free(self) -> None:
+        """Release this handle now (idempotent). Later use raises InvalidHandleError."""
+        if self._h is None:
+            return
+        self._ctx.handle
+        h, self._h = self._h, None
+        self._dead = "it was freed with Tensor.free()"
+        if self._foreign:
+            C.gpucore_context_synchronize(self._ctx._handle)
+        C.gpucore_tensor_destroy(h)
+        self._keep = None
+
+    @property
+    def is_freed(self) -> bool:
+        """Whether the handle was released (free() or context close)."""
+        return self._h is None
+
+    def __del__(self) -> None:
+        try:
+            h = self._h
+            if h is not None and not _runtime.shutting_down and not self._ctx._closed \
+                    and self._ctx._handle is not None:
+                self._h = None
+                if self._foreign:
+                    C.raw_gpucore_context_synchronize(self._ctx._handle)
+                C.raw_gpucore_tensor_destroy(h)
+        except Exception:
+            pass
+
+    # ---- metadata ----
+    @property
+    def shape(self) -> Tuple[int, ...]:
+        """Sizes of the dims."""
+        self.handle
+        return self._shape
+
+    def size(self, dim: Optional[int] = None) -> Union[Tuple[int, ...], int]:
+        """The shape, or the size of one dim (PyTorch spelling)."""
+        if dim is None:
+            return self.shape
+        return self.shape[check_dim(dim, len(self.shape))]
+
+    @property
+    def strides(self) -> Tuple[int, ...]:
+        """Strides in elements (not bytes)."""
+        self.handle
+        return self._strides
+
+    def stride(self, dim: Optional[int] = None) -> Union[Tuple[int, ...], int]:
+        """The strides, or the stride of one dim (elements; PyTorch spelling)."""
+        if dim is None:
+            return self.strides
+        return self.strides[check_dim(dim, len(self._strides))]
+
+    @property
+    def dtype(self) -> _dt.DType:
+        """The element type (a gpucore.DType)."""
+        self.handle
+        return self._dtype
+
+    @property
+    def ndim(self) -> int:
+        """Number of dims (0..8)."""
+        return C.gpucore_tensor_ndim(self.handle)
+
+    def dim(self) -> int:
+        """Number of dims."""
+        return self.ndim
+
+    @property
+    def numel(self) -> int:
+        """Number of elements."""
+        return C.gpucore_tensor_numel(self.handle)
+
+    @property
+    def nbytes(self) -> int:
+        """numel * itemsize."""
+        return C.gpucore_tensor_nbytes(self.handle)
+
+    @property
+    def itemsize(self) -> int:
+        """Bytes per element."""
+        return C.gpucore_dtype_size(self.dtype.value)
+
+    def element_size(self) -> int:
+        """Bytes per element (PyTorch spelling)."""
+        return self.itemsize
+
+    @property
+    def is_contiguous(self) -> bool:
+        """Whether the elements are dense and row-major."""
+        return C.gpucore_tensor_is_contiguous(self.handle) == 1
+
+    @property
+    def data_ptr(self) -> int:
+        """Address of element [0, ..., 0] (a device address for CUDA tensors); 0 when empty."""
+        p = c_void_p()
+        C.gpucore_tensor_data(self.handle, byref(p))
+        return p.value or 0
+
+    @property
+    def context(self) -> Context:
+        """The context the tensor belongs to."""
+        self.handle
+        return self._ctx
+
+    @property
+    def device(self) -> str:
+        """The device name: "cpu" or "cuda:N"."""
+        h = c_void_p()
+        C.gpucore_tensor_context(self.handle, byref(h))
+        return C.gpucore_context_device_name(h.value).decode()
+
+    def __len__(self) -> int:
+        s = self.shape
+        if not s:
+            raise TypeError("len() of a 0-d tensor")
+        return s[0]
+
+    def __iter__(self) -> Iterator["Tensor"]:
+        for i in range(len(self)):
+            yield self[i]
+
+    def __repr__(self) -> str:
+        if self._h is None:
+            return "gpucore.Tensor(<invalid: %s>)" % (self._dead or "freed")
+        head = "shape=%s, dtype=%s, device=%s" % (self._shape, self._dtype.long_name, self._ctx.device)
+        n = 1
+        for s in self._shape:
+            n *= s
+        if n <= 32:
+            try:
+                vals = np.array2string(self.numpy(copy=True, convert=True), separator=", ")
+                return "gpucore.Tensor(%s, %s)" % (vals, head)
+            except Exception:
+                pass
+        return "gpucore.Tensor(%s)" % head
+
+    # ---- views ----
+    def _view_handle(self) -> int:
+        """A new C handle on the same view (identity permute), for exports."""
+        nd = len(self.shape)
+        perm = (c_int * max(1, nd))(*range(nd))
+        out = c_void_p()
+        C.gpucore_tensor_permute(self.handle, perm, byref(out))
+        return out.value
+
+    def _as_strided(self, shape: Sequence[int], strides: Sequence[int], data_ptr: int) -> "Tensor":
+        """A view with arbitrary shape/strides over this tensor's memory (kept alive by a _Keep)."""
+        keep = _Keep(self._view_handle(), self._ctx, self._foreign, counts_as_export=False)
+        key = register_owner(keep)
+        out = c_void_p()
+        try:
+            C.gpucore_tensor_wrap(self._ctx.handle, self._dtype.value, len(shape), _i64_array(shape),
+                                  _i64_array(strides), data_ptr or None, DELETER, key, byref(out))
+        except BaseException:
+            forget_owner(key)
+            raise
+        return Tensor._adopt(self._ctx, out.value, foreign=self._foreign)
+
+    def __getitem__(self, key: Any) -> "Tensor":
+        """Basic indexing: ints, slices (step >= 1), ``...`` and ``None``; always a view."""
+        if not isinstance(key, tuple):
+            key = (key,)
+        shape = self.shape
+        nd = len(shape)
+        n_real = sum(1 for k in key if k is not None and k is not Ellipsis)
+        if sum(1 for k in key if k is Ellipsis) > 1:
+            raise InvalidArgumentError("an index can only have a single ellipsis ('...')")
+        if n_real > nd:
+            raise IndexOutOfRangeError("too many indices: %d for a %d-d tensor" % (n_real, nd))
+        expanded: List[Any] = []
+        for k in key:
+            if k is Ellipsis:
+                expanded.extend([slice(None)] * (nd - n_real))
+            else:
+                expanded.append(k)
+        if Ellipsis not in key:
+            expanded.extend([slice(None)] * (nd - n_real))
+        cur = self
+        dim = 0
+        drop: List[int] = []
+        insert: List[int] = []   # positions (in output dims) of new axes
+        out_pos = 0
+        for k in expanded:
+            if k is None:
+                insert.append(out_pos)
+                out_pos += 1
+                continue
+            if isinstance(k, slice):
+                start = 0 if k.start is None else to_int(k.start, "slice start")
+                stop = INT64_MAX if k.stop is None else to_int(k.stop, "slice stop")
+                step = 1 if k.step is None else to_int(k.step, "slice step")
+                if step < 1:
+                    raise NotSupportedError("slice step %d: only positive steps are supported (no reversed views)"
+                                            % step)
+                if (start, stop, step) != (0, INT64_MAX, 1):
+                    cur = cur._slice(dim, start, stop, step)
+                dim += 1
+                out_pos += 1
+                continue
+            if isinstance(k, bool) or not isinstance(k, numbers.Integral) and not hasattr(k, "__index__"):
+                raise InvalidArgumentTypeError("tensor indices must be ints, slices, ... or None, not %s"
+                                               % type(k).__name__)
+            i = to_int(k, "index")
+            n = shape[dim]
+            if i < -n or i >= n:
+                raise IndexOutOfRangeError("index %d is out of range for dim %d of size %d" % (i, dim, n))
+            i = i + n if i < 0 else i
+            cur = cur._slice(dim, i, i + 1, 1)
+            drop.append(dim)
+            dim += 1
+        if not drop and not insert:
+            if cur is self:  # t[:] / t[...]: a new view of the same elements
+                return Tensor._adopt(self._ctx, self._view_handle(), self._foreign)
+            return cur
+        kept_shape = [s for d, s in enumerate(cur.shape) if d not in drop]
+        kept_strides = [s for d, s in enumerate(cur.strides) if d not in drop]
+        for p in insert:
+            kept_shape.insert(p, 1)
+            kept_strides.insert(p, 1)
+        if len(kept_shape) > MAX_DIMS:
+            raise InvalidArgumentError("indexing would give %d dims; at most %d are supported"
+                                       % (len(kept_shape), MAX_DIMS))
+        return cur._as_strided(kept_shape, kept_strides, cur.data_ptr)
+
+    def __setitem__(self, key: Any, value: Any) -> None:
+        """``t[idx] = value``: fill with a number, or copy a tensor / array of the view's shape."""
+        view = self[key]
+        if isinstance(value, numbers.Real) and not isinstance(value, bool):
+            view.fill_(value)
+        else:
+            view.copy_(value)
+
+    def _slice(self, dim: int, start: int, stop: int, step: int) -> "Tensor":
+        out = c_void_p()
+        C.gpucore_tensor_slice(self.handle, dim, start, stop, step, byref(out))
+        return Tensor._adopt(self._ctx, out.value, self._foreign)
+
+    def slice(self, dim: int, start: int = 0, stop: Optional[int] = None, step: int = 1) -> "Tensor":
+        """Elements start, start+step, ... < stop along ``dim`` (Python clamping; step >= 1)."""
+        d = to_int(dim, "dim", -(1 << 31), (1 << 31) - 1)
+        s = to_int(start, "start")
+        e = INT64_MAX if stop is None else to_int(stop, "stop")
+        st = to_int(step, "step")
+        return self._slice(d, s, e, st)
+
+    def reshape(self, *shape: Any) -> "Tensor":
+        """Same elements, new shape (one entry may be -1). A view when contiguous, else a copy."""
+        if len(shape) == 1 and not isinstance(shape[0], numbers.Integral):
+            shape = shape[0]
+        sh = to_shape(shape, "shape", allow_minus_one=True)
+        src = self if self.is_contiguous else self.clone()
+        return src.view(sh)
+
+    def view(self, *shape: Any) -> "Tensor":
+        """Reshape without copying (needs a contiguous tensor: NotContiguousError otherwise)."""
+        if len(shape) == 1 and not isinstance(shape[0], numbers.Integral):
+            shape = shape[0]
+        sh = to_shape(shape, "shape", allow_minus_one=True)
+        out = c_void_p()
+        C.gpucore_tensor_reshape(self.handle, len(sh), _i64_array(sh), byref(out))
+        return Tensor._adopt(self._ctx, out.value, self._foreign)
+
+    def flatten(self) -> "Tensor":
+        """A 1-d tensor of all elements (a view when contiguous)."""
+        return self.reshape(-1)
+
+    def transpose(self, dim0: int, dim1: int) -> "Tensor":
+        """Swap two dims (a view)."""
+        d0 = to_int(dim0, "dim0", -(1 << 31), (1 << 31) - 1)
+        d1 = to_int(dim1, "dim1", -(1 << 31), (1 << 31) - 1)
+        out = c_void_p()
+        C.gpucore_tensor_transpose(self.handle, d0, d1, byref(out))
+        return Tensor._adopt(self._ctx, out.value, self._foreign)
+
+    def permute(self, *dims: Any) -> "Tensor":
+        """Reorder dims: output dim i is input dim dims[i] (a view)."""
+        if len(dims) == 1 and not isinstance(dims[0], numbers.Integral):
+            dims = tuple(dims[0])
+        nd = len(self.shape)
+        if len(dims) != nd:
+            raise InvalidArgumentError("permute: %d dims given for a %d-d tensor" % (len(dims), nd))
+        perm = (c_int * max(1, nd))(*[to_int(d, "dims[%d]" % i, -(1 << 31), (1 << 31) - 1)
+                                      for i, d in enumerate(dims)])
+        out = c_void_p()
+        C.gpucore_tensor_permute(self.handle, perm, byref(out))
+        return Tensor._adopt(self._ctx, out.value, self._foreign)
+
+    @property
+    def T(self) -> "Tensor":
+        """All dims reversed (a view)."""
+        return self.permute(tuple(reversed(range(len(self.shape)))))
+
+    def unsqueeze(self, dim: int) -> "Tensor":
+        """Insert a dim of size 1 at ``dim`` (a view)."""
+        nd = len(self.shape)
+        d = to_int(dim, "dim", -(nd + 1), nd)
+        d = d + nd + 1 if d < 0 else d
+        if nd + 1 > MAX_DIMS:
+            raise InvalidArgumentError("unsqueeze: the result would have %d dims; at most %d" % (nd + 1, MAX_DIMS))
+        shape, strides = list(self._shape), list(self._strides)
+        shape.insert(d, 1)
+        strides.insert(d, 1)
+        return self._as_strided(shape, strides, self.data_ptr)
+
+    def squeeze(self, dim: Optional[int] = None) -> "Tensor":
+        """Drop dims of size 1 (all, or just ``dim`` if it has size 1) (a view)."""
+        shape, strides = list(self.shape), list(self._strides)
+        if dim is None:
+            keep = [i for i, s in enumerate(shape) if s != 1]
+        else:
+            d = check_dim(dim, len(shape))
+            keep = [i for i in range(len(shape)) if i != d or shape[i] != 1]
+        return self._as_strided([shape[i] for i in keep], [strides[i] for i in keep], self.data_ptr)
+
+    # ---- copies ----
+    def contiguous(self) -> "Tensor":
+        """Self if contiguous, else a contiguous copy."""
+        return self if self.is_contiguous else self.clone()
+
+    def clone(self) -> "Tensor":
+        """A new contiguous tensor with the same values on the same context."""
+        out = empty(self.shape, self.dtype, device=self._ctx)
+        return out.copy_(self)
+
+    def copy_(self, src: Any, stream: Optional[Stream] = None, non_blocking: bool = False) -> "Tensor":
+        """Copy ``src`` into this tensor (in place); returns self.
+
+        ``src`` may be a Tensor (same dtype and shape; another context goes through the
+        host), a numpy array of the same numpy dtype and shape, or a list/scalar
+        (converted). Copies never convert between tensor dtypes. With
+        ``non_blocking=True`` host copies are queued on ``stream`` (the numpy buffer is
+        kept alive until the stream is synchronised).
+        """
+        nb = to_bool(non_blocking, "non_blocking")
+        s = self._ctx._stream_arg(stream)
+        if isinstance(src, Tensor):
+            if src._ctx is self._ctx:
+                C.gpucore_copy(self.handle, src.handle, s)
+                return self
+            if src.dtype is not self.dtype:
+                raise DtypeMismatchError("copy_: dst is %s but src is %s; copies do not convert"
+                                         % (self.dtype.name, src.dtype.name))
+            src = src.numpy(copy=True)
+        arr = _host_array_for(self, src, "copy_")
+        h = self.handle
+        if nb:
+            st = stream if stream is not None else self._ctx.current_stream
+            st._keep(arr)
+            C.gpucore_copy_from_host_async(h, arr.ctypes.data or None, arr.nbytes, s)
+        else:
+            C.gpucore_copy_from_host(h, arr.ctypes.data or None, arr.nbytes)
+        return self
+
+    def copy_to_numpy_(self, out: np.ndarray, stream: Optional[Stream] = None,
+                       non_blocking: bool = False) -> np.ndarray:
+        """Copy into the dense numpy array ``out`` (same shape, ``dtype.numpy``); returns it.
+
+        With ``non_blocking=True`` the copy is queued on ``stream``; ``out`` is valid after
+        that stream is synchronised.
+        """
+        if not isinstance(out, np.ndarray):
+            raise InvalidArgumentTypeError("out must be a numpy array, not %s" % type(out).__name__)
+        if out.dtype != self.dtype.numpy or tuple(out.shape) != self.shape:
+            raise ShapeMismatchError("out is %s %s but the tensor needs %s %s" % (
+                out.dtype, tuple(out.shape), self.dtype.numpy, self.shape))
+        if not (out.flags.c_contiguous and out.flags.writeable):
+            raise InvalidArgumentError("out must be a writeable C-contiguous array")
+        s = self._ctx._stream_arg(stream)
+        if to_bool(non_blocking, "non_blocking"):
+            st = stream if stream is not None else self._ctx.current_stream
+            st._keep(out)
+            C.gpucore_copy_to_host_async(out.ctypes.data or None, out.nbytes, self.handle, s)
+        else:
+            C.gpucore_copy_to_host(out.ctypes.data or None, out.nbytes, self.handle)
+        return out
+
+    def to(self, device: DeviceLike, copy: bool = False) -> "Tensor":
+        """This tensor on another context/device ("cpu", "cuda:0", a Context).
+
+        Returns self when already there (unless ``copy``); otherwise a new tensor
+        (through host memory between contexts).
+        """
+        ctx = get_context(device)
+        if ctx is self._ctx:
+            return self.clone() if copy else self
+        out = empty(self.shape, self.dtype, device=ctx)
+        return out.copy_(self)
+
+    def cpu(self) -> "Tensor":
+        """This tensor on the shared CPU context."""
+        return self.to("cpu")
+
+    # ---- fill and random ----
+    def fill_(self, value: float, stream: Optional[Stream] = None) -> "Tensor":
+        """Set every element to ``value`` (rounded to nearest even for floats; integers
+        truncated toward zero and range-checked). Returns self."""
+        v = to_float(value, "value")
+        C.gpucore_fill(self.handle, v, self._ctx._stream_arg(stream))
+        return self
+
+    def zero_(self) -> "Tensor":
+        """Fill with zeros. Returns self."""
+        return self.fill_(0.0)
+
+    def _random(self, dist: int, a: float, b: float, seed: Optional[int], offset: Optional[int],
+                stream: Optional[Stream]) -> "Tensor":
+        h = self.handle
+        s = self._ctx._stream_arg(stream)
+        if seed is None:
+            sd, off = _generator["seed"], _generator["offset"]
+            if offset is not None:
+                off = to_int(offset, "offset", 0, UINT64_MAX)
+            C.gpucore_random(h, dist, a, b, sd, off, s)
+            _generator["offset"] = (off + C.gpucore_random_offset_advance(self.numel, dist)) & UINT64_MAX
+        else:
+            sd = to_int(seed, "seed", 0, UINT64_MAX)
+            off = 0 if offset is None else to_int(offset, "offset", 0, UINT64_MAX)
+            C.gpucore_random(h, dist, a, b, sd, off, s)
+        return self
+
+    def uniform_(self, low: float = 0.0, high: float = 1.0, seed: Optional[int] = None,
+                 offset: Optional[int] = None, stream: Optional[Stream] = None) -> "Tensor":
+        """Fill with uniform numbers in [low, high) from Philox-4x32-10.
+
+        With ``seed`` (and ``offset``, default 0) the numbers are reproducible on every
+        backend; without, the default generator (:func:`gpucore.manual_seed`) is used and
+        advanced. Floating dtypes only. Returns self.
+        """
+        return self._random(UNIFORM, to_float(low, "low"), to_float(high, "high"), seed, offset, stream)
+
+    def normal_(self, mean: float = 0.0, std: float = 1.0, seed: Optional[int] = None,
+                offset: Optional[int] = None, stream: Optional[Stream] = None) -> "Tensor":
+        """Fill with normal numbers (Box-Muller over Philox); see :meth:`uniform_`. Returns self."""
+        return self._random(NORMAL, to_float(mean, "mean"), to_float(std, "std"), seed, offset, stream)
+
+    # ---- host interop ----
+    def numpy(self, copy: Optional[bool] = None, convert: bool = False) -> np.ndarray:
+        """The values as a numpy array.
+
+        On a CPU context (and ``copy`` not True) the array *shares* the tensor's memory
+        (zero-copy; strides preserved) and keeps it alive, even after the tensor or
+        its context is closed. Elsewhere it is a copy (``copy=False`` then raises).
+        The context is synchronised first.
+
+        bf16 and fp8 have no numpy dtype: you get the raw bits (uint16 / uint8), or
+        with ``convert=True`` a float32 copy of the values.
+        """
+        h = self.handle
+        dt = self._dtype
+        if convert and not dt.exact_numpy:
+            bits = self.numpy(copy=True)
+            return _dt.bf16_to_float32(bits) if dt is _dt.bfloat16 else _dt.fp8_to_float32(bits, dt)
+        shareable = self._ctx.is_cpu
+        if copy is False and not shareable:
+            raise NotSupportedError("numpy(copy=False): the tensor is on %s; only CPU tensors can be shared "
+                                    "with numpy without a copy" % self._ctx.device)
+        if copy or not shareable or self.numel == 0:
+            out = np.empty(self._shape, dtype=dt.numpy)
+            C.gpucore_copy_to_host(out.ctypes.data or None, out.nbytes, h)
+            return out
+        self._ctx.synchronize()
+        keep = _Keep(self._view_handle(), self._ctx, self._foreign, counts_as_export=True)
+        isz = dt.itemsize
+        iface = {"version": 3, "shape": self._shape, "typestr": dt.numpy.str,
+                 "data": (self.data_ptr, False), "strides": tuple(s * isz for s in self._strides)}
+        return np.asarray(_ArrayExport(iface, keep))
+
+    def __array__(self, dtype: Any = None, copy: Optional[bool] = None) -> np.ndarray:
+        a = self.numpy(copy=copy, convert=not self._dtype.exact_numpy)
+        return a if dtype is None else a.astype(dtype, copy=False)
+
+    def tolist(self) -> Any:
+        """The values as nested Python lists (bf16/fp8 converted to float)."""
+        return self.numpy(copy=True, convert=True).tolist()
+
+    def item(self) -> Any:
+        """The value of a one-element tensor as a Python number."""
+        if self.numel != 1:
+            raise InvalidArgumentError("item(): the tensor has %d elements, not 1" % self.numel)
+        return self.numpy(copy=True, convert=True).reshape(()).item()
+
+    # ---- DLPack and the CUDA array interface (see gpucore.interop) ----
+    def __dlpack__(self, *, stream: Any = None, max_version: Optional[Tuple[int, int]] = None,
+                   dl_device: Optional[Tuple[int, int]] = None, copy: Optional[bool] = None) -> Any:
+        """Export as a DLPack capsule (zero-copy unless ``copy``); see gpucore.interop.to_dlpack."""
+        from .interop import to_dlpack
+        return to_dlpack(self, stream=stream, max_version=max_version, dl_device=dl_device, copy=copy)
+
+    def __dlpack_device__(self) -> Tuple[int, int]:
+        """(kDLCPU, 0) or (kDLCUDA, index)."""
+        from .interop import dlpack_device
+        return dlpack_device(self)
+
+    @property
+    def __cuda_array_interface__(self) -> dict:
+        """Version-3 CUDA array interface of a CUDA tensor (AttributeError elsewhere)."""
+        from .interop import cuda_array_interface
+        return cuda_array_interface(self)
+
+
+# ---- host data for copies ----
+
+def _host_array_for(t: Tensor, src: Any, what: str) -> np.ndarray:
+    """A dense numpy array with t's bytes layout (t.dtype.numpy, t.shape) built from src."""
+    dt = t.dtype
+    if isinstance(src, np.ndarray):
+        if src.dtype != dt.numpy:
+            if dt is _dt.bfloat16 and src.dtype.kind == "f":
+                src = _dt.float32_to_bf16(src)
+            else:
+                raise DtypeMismatchError("%s: the array is %s but the tensor is %s (numpy %s); copies do not "
+                                         "convert, use array.astype(...)" % (what, src.dtype, dt.long_name,
+                                                                            dt.numpy))
+    else:
+        if src is None:
+            raise NullPointerError("%s: src is None" % what)
+        try:
+            if dt is _dt.bfloat16:
+                src = _dt.float32_to_bf16(np.asarray(src, dtype=np.float32))
+            elif not dt.exact_numpy:
+                src = np.asarray(src, dtype=np.uint8)
+            else:
+                src = np.asarray(src, dtype=dt.numpy)
+        except (TypeError, ValueError, OverflowError) as e:
+            raise InvalidArgumentTypeError("%s: cannot convert %s to %s: %s" % (what, type(src).__name__,
+                                                                                 dt.long_name, e)) from None
+    if tuple(src.shape) != t.shape:
+        raise ShapeMismatchError("%s: the source has shape %s but the tensor has shape %s"
+                                 % (what, tuple(src.shape), t.shape))
+    return np.ascontiguousarray(src)
+
+
+# ---- factories ----
+
+def empty(shape: Any, dtype: Any = "float32", device: DeviceLike = None) -> Tensor:
+    """An uninitialised contiguous tensor.
+
+    Args:
+        shape: sizes, e.g. ``(2, 3)`` (0..8 dims, each >= 0).
+        dtype: a gpucore dtype, a name ("f32", "bfloat16") or a numpy dtype.
+        device: a Context, a device string ("cpu", "cuda:0") or None (default context).
+    """
+    sh = to_shape(shape)
+    dt = _dt.as_dtype(dtype)
+    ctx = get_context(device)
+    out = c_void_p()
+    C.gpucore_tensor_create(ctx.handle, dt.value, len(sh), _i64_array(sh), byref(out))
+    return Tensor._adopt(ctx, out.value)
+
+
+def zeros(shape: Any, dtype: Any = "float32", device: DeviceLike = None) -> Tensor:
+    """A tensor of zeros (see :func:`empty` for the arguments)."""
+    return empty(shape, dtype, device).fill_(0.0)
+
+
+def ones(shape: Any, dtype: Any = "float32", device: DeviceLike = None) -> Tensor:
+    """A tensor of ones (see :func:`empty`)."""
+    return empty(shape, dtype, device).fill_(1.0)
+
+
+def full(shape: Any, value: float, dtype: Any = "float32", device: DeviceLike = None) -> Tensor:
+    """A tensor filled with ``value`` (see :func:`empty`)."""
+    return empty(shape, dtype, device).fill_(value)
+
+
+def empty_like(t: Tensor, dtype: Any = None, device: DeviceLike = None) -> Tensor:
+    """An uninitialised contiguous tensor with t's shape (and dtype/context unless given)."""
+    if not isinstance(t, Tensor):
+        raise InvalidArgumentTypeError("empty_like needs a gpucore.Tensor, not %s" % type(t).__name__)
+    return empty(t.shape, t.dtype if dtype is None else dtype, t.context if device is None else device)
+
+
+def zeros_like(t: Tensor, dtype: Any = None, device: DeviceLike = None) -> Tensor:
+    """Zeros with t's shape (and dtype/context unless given)."""
+    return empty_like(t, dtype, device).fill_(0.0)
+
+
+def rand(shape: Any, dtype: Any = "float32", device: DeviceLike = None, seed: Optional[int] = None) -> Tensor:
+    """Uniform [0, 1) numbers (see Tensor.uniform_)."""
+    return empty(shape, dtype, device).uniform_(0.0, 1.0, seed=seed)
+
+
+def randn(shape: Any, dtype: Any = "float32", device: DeviceLike = None, seed: Optional[int] = None) -> Tensor:
+    """Standard normal numbers (see Tensor.normal_)."""
+    return empty(shape, dtype, device).normal_(0.0, 1.0, seed=seed)
+
+
+def tensor(data: Any, dtype: Any = None, device: DeviceLike = None) -> Tensor:
+    """A new tensor holding a *copy* of ``data`` (numpy array, nested lists, scalar, Tensor).
+
+    Without ``dtype`` the numpy dtype decides (Python floats become float32, Python
+    ints int64). For ``bfloat16``, floats are rounded to nearest even and a uint16
+    array is taken as raw bits; fp8 takes uint8 bits only.
+    """
+    if isinstance(data, Tensor):
+        out = data.to(device if device is not None else data.context, copy=True)
+        if dtype is not None and _dt.as_dtype(dtype) is not out.dtype:
+            raise DtypeMismatchError("tensor(): converting %s to %s is not supported (copies do not convert)"
+                                     % (out.dtype.name, _dt.as_dtype(dtype).name))
+        return out
+    if data is None:
+        raise NullPointerError("tensor(): data is None")
+    is_nd = isinstance(data, np.ndarray)
+    try:
+        arr = np.asarray(data)
+    except Exception as e:
+        raise InvalidArgumentTypeError("tensor(): cannot make an array from %s: %s" % (type(data).__name__, e)) \
+            from None
+    if dtype is None:
+        if arr.dtype == np.float64 and not is_nd:
+            arr = arr.astype(np.float32)
+        if arr.dtype.kind == "b":
+            arr = arr.astype(np.uint8)
+        dt = _dt.as_dtype(arr.dtype)
+    else:
+        dt = _dt.as_dtype(dtype)
+        if dt is _dt.bfloat16 and arr.dtype != np.uint16:
+            arr = _dt.float32_to_bf16(arr.astype(np.float32))
+        elif not dt.exact_numpy and dt is not _dt.bfloat16:
+            if arr.dtype != np.uint8:
+                raise DtypeMismatchError("tensor(): %s data must be given as uint8 bits" % dt.long_name)
+        elif arr.dtype != dt.numpy:
+            arr = arr.astype(dt.numpy)
+    out = empty(arr.shape, dt, device)
+    src = np.ascontiguousarray(arr)
+    C.gpucore_copy_from_host(out.handle, src.ctypes.data or None, src.nbytes)
+    return out
+
+
+def from_numpy(array: np.ndarray, dtype: Any = None, device: DeviceLike = None) -> Tensor:
+    """A tensor that *shares* ``array``'s memory (no copy) on a CPU context.
+
+    Writes through either side are seen by the other (after ``synchronize()``, since
+    ops are asynchronous). The array is kept alive while any view of the tensor
+    lives. Needs a writeable, aligned, native-byte-order array with non-negative
+    strides that are multiples of the item size. ``dtype`` may reinterpret bits of
+    the same width: ``from_numpy(u16_array, dtype=gpucore.bfloat16)``. ``device``
+    defaults to the shared "cpu" context; use :func:`gpucore.tensor` for a copy.
+    """
+    if not isinstance(array, np.ndarray):
+        raise InvalidArgumentTypeError("from_numpy needs a numpy.ndarray, not %s (gpucore.tensor() copies "
+                                       "other data)" % type(array).__name__)
+    ctx = get_context("cpu" if device is None else device)
+    if not ctx.is_cpu:
+        raise NotSupportedError("from_numpy shares host memory, but the context is on %s; use "
+                                "gpucore.tensor(array, device=...) to copy it there" % ctx.device)
+    if dtype is None:
+        dt = _dt.as_dtype(array.dtype)
+    else:
+        dt = _dt.as_dtype(dtype)
+        if array.dtype != dt.numpy:
+            raise DtypeMismatchError("from_numpy: the array is %s but %s needs numpy %s (no conversion "
+                                     "without a copy)" % (array.dtype, dt.long_name, dt.numpy))
+        if not array.dtype.isnative:
+            raise InvalidArgumentError("from_numpy: the array is not in native byte order")
+    if array.ndim > MAX_DIMS:
+        raise InvalidArgumentError("from_numpy: the array has %d dims; at most %d" % (array.ndim, MAX_DIMS))
+    if not array.flags.writeable:
+        raise InvalidArgumentError("from_numpy: the array is read-only and gpucore may write to it; pass "
+                                   "array.copy() or use gpucore.tensor(array)")
+    if not array.flags.aligned:
+        raise InvalidArgumentError("from_numpy: the array is not aligned to its item size")
+    isz = dt.itemsize
+    strides = []
+    for i, (s, n) in enumerate(zip(array.strides, array.shape)):
+        if n > 1 and (s < 0 or s % isz):
+            raise NotSupportedError("from_numpy: stride %d of dim %d is %s; gpucore needs non-negative strides "
+                                    "that are multiples of the item size (%d); pass np.ascontiguousarray(array)"
+                                    % (s, i, s, isz))
+        strides.append(s // isz if n > 1 else (s // isz if s >= 0 and s % isz == 0 else 0))
+    key = register_owner(array)
+    out = c_void_p()
+    try:
+        C.gpucore_tensor_wrap(ctx.handle, dt.value, array.ndim, _i64_array(array.shape), _i64_array(strides),
+                              array.ctypes.data or None, DELETER, key, byref(out))
+    except BaseException:
+        forget_owner(key)
+        raise
+    return Tensor._adopt(ctx, out.value, foreign=True)

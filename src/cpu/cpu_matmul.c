@@ -1,0 +1,233 @@
+/*
+ * cpu_matmul.c — the CPU backend's GEMM: the product op(A)·op(B) from OpenBLAS
+ * (sgemm for f32; sbgemm for bf16 where the OpenBLAS build has it; f16 — and bf16
+ * without sbgemm — are widened to f32 exactly and go through sgemm), or from a blocked C GEMM when the build has no OpenBLAS, then
+ * alpha/beta and the epilogue per element with the formulas of
+ * kernels/gemm_desc.h (the ones the fallback CUDA kernel uses). Runs as a task
+ * on the stream's worker thread; batches loop, OpenBLAS threads each product.
+ */
+#include <dlfcn.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include "cpu_internal.h"
+#include "gpucore_config.h"
+#if GPUCORE_HAVE_OPENBLAS
+#include <cblas.h>
+#endif
+
+#define CPU_MM_PARALLEL_THRESHOLD 16384
+
+typedef struct matmul_args { gpucore_gemm_desc g; } matmul_args;
+
+static float load_el(const void *base, int dt, int64_t off)
+{
+    return gpucore_load_as_f32((const char *)base + off * gpucore_gemm_dtype_size(dt), dt);
+}
+
+/* op(X)[rows, cols] of one batch, widened to a dense f32 buffer: row-major if
+ * row_major, else column-major. */
+static float *widen(const gpucore_gemm_operand *x, int64_t batch, int64_t rows, int64_t cols, int row_major)
+{
+    float *out = malloc((size_t)(rows * cols > 0 ? rows * cols : 1) * sizeof(float));
+    if (!out) return NULL;
+    const char *base = (const char *)x->data + batch * x->batch_stride * gpucore_gemm_dtype_size(x->dtype);
+#pragma omp parallel for if (rows * cols > CPU_MM_PARALLEL_THRESHOLD) schedule(static)
+    for (int64_t i = 0; i < rows; i++)
+        for (int64_t j = 0; j < cols; j++)
+            out[row_major ? i * cols + j : i + j * rows] = load_el(base, x->dtype, gpucore_gemm_operand_offset(x, i, j));
+    return out;
+}
+
+/* Blocked C GEMM: T[m, n] (row-major, ld n) = Ap[m, k] (row-major) · Bp[k, n] (row-major).
+ * The innermost loop runs along a row of Bp and T, which the compiler vectorises;
+ * blocks keep a panel of Bp in cache while rows of Ap stream past it. */
+static void blocked_gemm(int64_t m, int64_t n, int64_t k, const float *Ap, const float *Bp, float *T)
+{
+    enum { BM = 64, BN = 256, BK = 128 };
+    memset(T, 0, (size_t)(m * n) * sizeof(float));
+#pragma omp parallel for collapse(2) schedule(static) if (m * n * k > 1 << 18)
+    for (int64_t i0 = 0; i0 < m; i0 += BM)
+        for (int64_t j0 = 0; j0 < n; j0 += BN)
+            for (int64_t p0 = 0; p0 < k; p0 += BK) {
+                int64_t i1 = i0 + BM < m ? i0 + BM : m, j1 = j0 + BN < n ? j0 + BN : n, p1 = p0 + BK < k ? p0 + BK : k;
+                for (int64_t i = i0; i < i1; i++) {
+                    float *t = T + i * n;
+                    for (int64_t p = p0; p < p1; p++) {
+                        const float a = Ap[i * k + p];
+                        const float *b = Bp + p * n;
+                        for (int64_t j = j0; j < j1; j++) t[j] += a * b[j];
+                    }
+                }
+            }
+}
+
+#if GPUCORE_HAVE_OPENBLAS
+/* cblas_sbgemm exists only in OpenBLAS builds with BUILD_BFLOAT16 (Debian's 0.3.21
+ * lacks it although cblas.h declares it), so it is looked up at run time. */
+typedef void (*sbgemm_fn)(enum CBLAS_ORDER, enum CBLAS_TRANSPOSE, enum CBLAS_TRANSPOSE, blasint, blasint, blasint,
+                          float, const bfloat16 *, blasint, const bfloat16 *, blasint, float, float *, blasint);
+static sbgemm_fn sbgemm;
+static pthread_once_t sbgemm_once = PTHREAD_ONCE_INIT;
+static void sbgemm_lookup(void) { *(void **)&sbgemm = dlsym(RTLD_DEFAULT, "cblas_sbgemm"); }
+static sbgemm_fn get_sbgemm(void)
+{
+    pthread_once(&sbgemm_once, sbgemm_lookup);
+    return sbgemm;
+}
+
+static int fits_int(int64_t v) { return v >= 0 && v <= 0x7fffffff; }
+static int blas_ok(const gpucore_gemm_desc *g)
+{
+    return fits_int(g->m) && fits_int(g->n) && fits_int(g->k) && fits_int(g->a.ld) && fits_int(g->b.ld) &&
+           fits_int(g->ldd);
+}
+#endif
+
+/* T = op(A)·op(B) for one batch. Layout of T on return: element (i, j) at
+ * T[i * *ti + j * *tj]. */
+static gpucore_status product(const gpucore_gemm_desc *g, int64_t bi, float *T, int64_t *ti, int64_t *tj)
+{
+    const int64_t m = g->m, n = g->n, k = g->k;
+    if (k == 0) {
+        memset(T, 0, (size_t)(m * n) * sizeof(float));
+        *ti = 1; *tj = m;
+        return GPUCORE_OK;
+    }
+#if GPUCORE_HAVE_OPENBLAS
+    if (blas_ok(g) && (g->a.dtype == GPUCORE_KDT_F32 || (g->a.dtype == GPUCORE_KDT_BF16 && get_sbgemm()))) {
+        const int es = gpucore_gemm_dtype_size(g->a.dtype);
+        const char *A = (const char *)g->a.data + bi * g->a.batch_stride * es;
+        const char *B = (const char *)g->b.data + bi * g->b.batch_stride * es;
+        enum CBLAS_TRANSPOSE ta = g->a.trans ? CblasTrans : CblasNoTrans, tb = g->b.trans ? CblasTrans : CblasNoTrans;
+        if (g->a.dtype == GPUCORE_KDT_F32)
+            cblas_sgemm(CblasColMajor, ta, tb, (int)m, (int)n, (int)k, 1.0f, (const float *)A, (int)g->a.ld,
+                        (const float *)B, (int)g->b.ld, 0.0f, T, (int)m);
+        else
+            get_sbgemm()(CblasColMajor, ta, tb, (int)m, (int)n, (int)k, 1.0f, (const bfloat16 *)A, (int)g->a.ld,
+                         (const bfloat16 *)B, (int)g->b.ld, 0.0f, T, (int)m);
+        *ti = 1; *tj = m;
+        return GPUCORE_OK;
+    }
+#endif
+    /* f16 (and everything without OpenBLAS): widen to f32 exactly */
+    float *Ap = widen(&g->a, bi, m, k, 1), *Bp = widen(&g->b, bi, k, n, 1);
+    if (!Ap || !Bp) {
+        free(Ap);
+        free(Bp);
+        return GPUCORE_ERR_OUT_OF_MEMORY; /* sticky on the stream; reported by synchronize */
+    }
+#if GPUCORE_HAVE_OPENBLAS
+    if (blas_ok(g)) {
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)m, (int)n, (int)k, 1.0f, Ap, (int)k, Bp, (int)n,
+                    0.0f, T, (int)n);
+    } else
+#endif
+        blocked_gemm(m, n, k, Ap, Bp, T);
+    free(Ap);
+    free(Bp);
+    *ti = n; *tj = 1;
+    return GPUCORE_OK;
+}
+
+/* The whole desc goes straight to sgemm: f32 in and out, no epilogue, and beta's
+ * addend is D itself. */
+static int direct_sgemm(const gpucore_gemm_desc *g)
+{
+#if GPUCORE_HAVE_OPENBLAS
+    return blas_ok(g) && g->a.dtype == GPUCORE_KDT_F32 && g->d_dtype == GPUCORE_KDT_F32 && g->epilogue == 0 &&
+           (g->beta == 0.0f || (g->c == g->d && g->ldc == g->ldd && g->batch_stride_c == g->batch_stride_d)) &&
+           g->k > 0;
+#else
+    (void)g;
+    return 0;
+#endif
+}
+
+static gpucore_status bias_grad_of_operand(const gpucore_gemm_desc *g)
+{
+    /* BGRAD_A: Σ_p op(A)[i, p] (length m); BGRAD_B: Σ_p op(B)[p, j] (length n) */
+    const int of_a = (g->epilogue & GPUCORE_GEMM_EPI_BGRAD_A) != 0;
+    const gpucore_gemm_operand *x = of_a ? &g->a : &g->b;
+    const int64_t len = of_a ? g->m : g->n;
+#pragma omp parallel for if (len * g->k > CPU_MM_PARALLEL_THRESHOLD) schedule(static)
+    for (int64_t r = 0; r < len; r++) {
+        double s = 0;
+        for (int64_t p = 0; p < g->k; p++)
+            s += load_el(x->data, x->dtype, of_a ? gpucore_gemm_operand_offset(x, r, p) : gpucore_gemm_operand_offset(x, p, r));
+        gpucore_store_from_f32((char *)g->bias_grad + r * gpucore_gemm_dtype_size(g->d_dtype), g->d_dtype, (float)s);
+    }
+    return GPUCORE_OK;
+}
+
+static gpucore_status matmul_task(void *p)
+{
+    const gpucore_gemm_desc *g = &((matmul_args *)p)->g;
+    const int64_t m = g->m, n = g->n;
+    const int dsz = gpucore_gemm_dtype_size(g->d_dtype);
+    gpucore_status st = GPUCORE_OK;
+    if (g->epilogue & (GPUCORE_GEMM_EPI_BGRAD_A | GPUCORE_GEMM_EPI_BGRAD_B)) bias_grad_of_operand(g);
+    if (m == 0 || n == 0) return GPUCORE_OK;
+#if GPUCORE_HAVE_OPENBLAS
+    if (direct_sgemm(g)) {
+        for (int64_t bi = 0; bi < g->batch; bi++)
+            cblas_sgemm(CblasColMajor, g->a.trans ? CblasTrans : CblasNoTrans, g->b.trans ? CblasTrans : CblasNoTrans,
+                        (int)m, (int)n, (int)g->k, g->alpha, (const float *)g->a.data + bi * g->a.batch_stride,
+                        (int)g->a.ld, (const float *)g->b.data + bi * g->b.batch_stride, (int)g->b.ld, g->beta,
+                        (float *)g->d + bi * g->batch_stride_d, (int)g->ldd);
+        return GPUCORE_OK;
+    }
+#endif
+    float *T = malloc((size_t)(m * n) * sizeof(float));
+    double *colsum = (g->epilogue & GPUCORE_GEMM_EPI_BGRAD_D) ? calloc((size_t)m, sizeof(double)) : NULL;
+    if (!T || ((g->epilogue & GPUCORE_GEMM_EPI_BGRAD_D) && !colsum)) {
+        free(T);
+        free(colsum);
+        return GPUCORE_ERR_OUT_OF_MEMORY;
+    }
+    for (int64_t bi = 0; bi < g->batch && !st; bi++) {
+        int64_t ti, tj;
+        if ((st = product(g, bi, T, &ti, &tj))) break;
+        char *D = (char *)g->d + bi * g->batch_stride_d * dsz;
+        const char *C = g->c ? (const char *)g->c + bi * g->batch_stride_c * dsz : NULL;
+        char *aux = g->aux ? (char *)g->aux + bi * g->batch_stride_aux * dsz : NULL;
+        const uint32_t epi = g->epilogue;
+        /* over columns j (the user's rows); each j writes its own column of D */
+#pragma omp parallel for if (m * n > CPU_MM_PARALLEL_THRESHOLD) schedule(static)
+        for (int64_t j = 0; j < n; j++) {
+            for (int64_t i = 0; i < m; i++) {
+                float acc = g->alpha * T[i * ti + j * tj];
+                if (C && g->beta != 0.0f) acc += g->beta * gpucore_load_as_f32(C + (i + j * g->ldc) * dsz, g->d_dtype);
+                float bias = (epi & GPUCORE_GEMM_EPI_BIAS) ? gpucore_load_as_f32((const char *)g->bias + i * dsz, g->d_dtype)
+                                                           : 0.0f;
+                float aux_in = (epi & GPUCORE_GEMM_EPI_DGELU) ? gpucore_load_as_f32(aux + (i + j * g->ldaux) * dsz, g->d_dtype)
+                                                              : 0.0f;
+                float aux_out = 0.0f;
+                float v = gpucore_gemm_epilogue_value(epi, acc, bias, aux_in, &aux_out);
+                if (epi & GPUCORE_GEMM_EPI_AUX_OUT) gpucore_store_from_f32(aux + (i + j * g->ldaux) * dsz, g->d_dtype, aux_out);
+                gpucore_store_from_f32(D + (i + j * g->ldd) * dsz, g->d_dtype, v);
+            }
+        }
+        if (colsum) {
+            /* bias gradient: Σ_j of D as stored (the fallback kernel sums the same values) */
+#pragma omp parallel for if (m * n > CPU_MM_PARALLEL_THRESHOLD) schedule(static)
+            for (int64_t i = 0; i < m; i++) {
+                double s = 0;
+                for (int64_t j = 0; j < n; j++) s += gpucore_load_as_f32(D + (i + j * g->ldd) * dsz, g->d_dtype);
+                colsum[i] = s;
+            }
+            for (int64_t i = 0; i < m; i++)
+                gpucore_store_from_f32((char *)g->bias_grad + i * dsz, g->d_dtype, (float)colsum[i]);
+        }
+    }
+    free(T);
+    free(colsum);
+    return st;
+}
+
+gpucore_status cpu_matmul(void *bctx, const gpucore_gemm_desc *desc, void *s)
+{
+    (void)bctx;
+    matmul_args a = {*desc};
+    return cpu_stream_enqueue(s, matmul_task, &a, sizeof a);
+}

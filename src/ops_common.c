@@ -1,0 +1,194 @@
+/*
+ * ops_common.c — checks and view plumbing shared by the tensor-op front-ends
+ * (see ops_internal.h): numpy broadcasting into stride-0 views, the aliasing
+ * rule (exactly in place, or no overlap at all), dim collapsing so backends
+ * see the fewest dims, and contiguous staging for the row/reduction families.
+ */
+#include <string.h>
+#include "ops_internal.h"
+
+gpucore_status ops_check_float(const gpucore_tensor *t, const char *op, const char *arg)
+{
+    if (t->dtype != GPUCORE_F32 && t->dtype != GPUCORE_F16 && t->dtype != GPUCORE_BF16)
+        return gpucore_set_error(GPUCORE_ERR_DTYPE_MISMATCH, "%s: '%s' is %s; this op takes f32, f16 or bf16 tensors",
+                                 op, arg, gpucore_dtype_name((gpucore_dtype)t->dtype));
+    return GPUCORE_OK;
+}
+
+gpucore_status ops_check_same(const gpucore_tensor *a, const char *an, const gpucore_tensor *b, const char *bn,
+                              const char *op, int same_dtype)
+{
+    if (a->ctx != b->ctx)
+        return gpucore_set_error(GPUCORE_ERR_DEVICE_MISMATCH, "%s: '%s' is on %s but '%s' is on %s (another context); "
+                                 "copy through the host to move data between contexts", op, an, a->ctx->name, bn,
+                                 b->ctx->name);
+    if (same_dtype && a->dtype != b->dtype)
+        return gpucore_set_error(GPUCORE_ERR_DTYPE_MISMATCH, "%s: '%s' is %s but '%s' is %s; convert one with "
+                                 "gpucore_cast first", op, an, gpucore_dtype_name((gpucore_dtype)a->dtype), bn,
+                                 gpucore_dtype_name((gpucore_dtype)b->dtype));
+    return GPUCORE_OK;
+}
+
+gpucore_status ops_broadcast_view(const gpucore_tensor *in, const char *arg, const gpucore_tensor *out,
+                                  const char *op, gpucore_view *v)
+{
+    gpucore_view src;
+    gpucore_tensor_view_of(in, &src);
+    *v = src;
+    const int n = out->ndim, lead = out->ndim - in->ndim;
+    int ok = lead >= 0;
+    for (int d = 0; ok && d < n; d++) {
+        int id = d - lead;
+        v->shape[d] = out->shape[d];
+        if (id < 0) v->strides[d] = 0;
+        else if (in->shape[id] == out->shape[d]) v->strides[d] = in->strides[id];
+        else if (in->shape[id] == 1) v->strides[d] = 0;
+        else ok = 0;
+    }
+    if (!ok) {
+        char a[200], b[200];
+        return gpucore_set_error(GPUCORE_ERR_SHAPE_MISMATCH, "%s: '%s' has shape %s, which does not broadcast to the "
+                                 "output shape %s (dims align from the right; each must be equal or 1)", op, arg,
+                                 gpucore_shape_str(in->ndim, in->shape, a, sizeof a),
+                                 gpucore_shape_str(out->ndim, out->shape, b, sizeof b));
+    }
+    v->ndim = n;
+    v->numel = gpucore_tensor_numel_unchecked(out);
+    v->contiguous = src.contiguous && lead == 0 && src.numel == v->numel;
+    return GPUCORE_OK;
+}
+
+int ops_views_overlap(const gpucore_view *a, const gpucore_view *b)
+{
+    if (!a->numel || !b->numel || !a->data || !b->data) return 0;
+    int64_t a_span = 0, b_span = 0;
+    for (int i = 0; i < a->ndim; i++) a_span += (a->shape[i] - 1) * a->strides[i];
+    for (int i = 0; i < b->ndim; i++) b_span += (b->shape[i] - 1) * b->strides[i];
+    const char *a0 = a->data, *a1 = a0 + (a_span + 1) * a->elem_size;
+    const char *b0 = b->data, *b1 = b0 + (b_span + 1) * b->elem_size;
+    return a0 < b1 && b0 < a1;
+}
+
+int ops_views_identical(const gpucore_view *a, const gpucore_view *b)
+{
+    if (a->data != b->data || a->ndim != b->ndim || a->elem_size != b->elem_size) return 0;
+    for (int i = 0; i < a->ndim; i++)
+        if (a->shape[i] != b->shape[i] || (a->shape[i] > 1 && a->strides[i] != b->strides[i])) return 0;
+    return 1;
+}
+
+gpucore_status ops_check_alias(const gpucore_view *out, const gpucore_view *in, const char *op, const char *arg,
+                               int allow_in_place)
+{
+    if (allow_in_place && ops_views_identical(out, in)) return GPUCORE_OK;
+    if (ops_views_overlap(out, in))
+        return gpucore_set_error(GPUCORE_ERR_INVALID_ARGUMENT,
+                                 "%s: the output overlaps input '%s' in memory without being the same view; %s "
+                                 "write the result to a separate tensor", op, arg,
+                                 allow_in_place ? "only exact in-place use (out is the same view as the input) is "
+                                                  "allowed;" : "this op cannot run in place;");
+    return GPUCORE_OK;
+}
+
+void ops_collapse_dims(gpucore_view *vs, int n)
+{
+    int ndim = vs[0].ndim, k = 0;
+    int64_t shape[GPUCORE_VIEW_MAX_DIMS], strides[4][GPUCORE_VIEW_MAX_DIMS];
+    for (int d = 0; d < ndim; d++) {
+        if (vs[0].shape[d] == 1) continue; /* a dim of 1 addresses nothing */
+        int merge = k > 0;
+        for (int j = 0; merge && j < n; j++)
+            if (strides[j][k - 1] != vs[j].strides[d] * vs[0].shape[d]) merge = 0;
+        if (merge) {
+            shape[k - 1] *= vs[0].shape[d];
+            for (int j = 0; j < n; j++) strides[j][k - 1] = vs[j].strides[d];
+        } else {
+            shape[k] = vs[0].shape[d];
+            for (int j = 0; j < n; j++) strides[j][k] = vs[j].strides[d];
+            k++;
+        }
+    }
+    if (k == 0) { /* a single element */
+        shape[0] = 1;
+        for (int j = 0; j < n; j++) strides[j][0] = 1;
+        k = 1;
+    }
+    for (int j = 0; j < n; j++) {
+        vs[j].ndim = k;
+        int64_t expect = 1;
+        int dense = 1;
+        for (int d = k - 1; d >= 0; d--) {
+            vs[j].shape[d] = shape[d];
+            vs[j].strides[d] = strides[j][d];
+            if (shape[d] != 1 && strides[j][d] != expect) dense = 0;
+            expect *= shape[d];
+        }
+        for (int d = k; d < GPUCORE_VIEW_MAX_DIMS; d++) vs[j].shape[d] = vs[j].strides[d] = 0;
+        vs[j].contiguous = dense;
+    }
+}
+
+gpucore_status ops_contiguous_input(const gpucore_tensor *t, gpucore_stream *s, gpucore_view *v,
+                                    gpucore_tensor **staged)
+{
+    *staged = NULL;
+    gpucore_tensor_view_of(t, v);
+    if (v->contiguous || v->numel == 0) return GPUCORE_OK;
+    gpucore_tensor *tmp = NULL;
+    gpucore_status st = gpucore_tensor_create(t->ctx, (gpucore_dtype)t->dtype, t->ndim, t->shape, &tmp);
+    if (st) return st;
+    gpucore_view tv;
+    gpucore_tensor_view_of(tmp, &tv);
+    st = t->ctx->be->copy_strided(t->ctx->bctx, &tv, v, s->bstream);
+    if (st) { gpucore_tensor_destroy(tmp); return st; }
+    *v = tv;
+    *staged = tmp;
+    return GPUCORE_OK;
+}
+
+gpucore_status ops_contiguous_output(gpucore_tensor *t, gpucore_stream *s, gpucore_view *v, gpucore_tensor **staged)
+{
+    (void)s;
+    *staged = NULL;
+    gpucore_tensor_view_of(t, v);
+    if (v->contiguous || v->numel == 0) return GPUCORE_OK;
+    gpucore_tensor *tmp = NULL;
+    gpucore_status st = gpucore_tensor_create(t->ctx, (gpucore_dtype)t->dtype, t->ndim, t->shape, &tmp);
+    if (st) return st;
+    gpucore_tensor_view_of(tmp, v);
+    *staged = tmp;
+    return GPUCORE_OK;
+}
+
+gpucore_status ops_finish_output(gpucore_tensor *t, gpucore_tensor *staged, gpucore_stream *s, gpucore_status st)
+{
+    if (!staged) return st;
+    if (!st) {
+        gpucore_view dv, sv;
+        gpucore_tensor_view_of(t, &dv);
+        gpucore_tensor_view_of(staged, &sv);
+        st = t->ctx->be->copy_strided(t->ctx->bctx, &dv, &sv, s->bstream);
+    }
+    gpucore_tensor_destroy(staged);
+    return st;
+}
+
+gpucore_status ops_workspace_alloc(gpucore_context *ctx, int64_t bytes, gpucore_stream *s, void **p)
+{
+    *p = NULL;
+    if (ctx->type == GPUCORE_DEVICE_CPU || bytes <= 0) return GPUCORE_OK;
+    return gpucore_memory_alloc(ctx, bytes, s, p);
+}
+
+void ops_workspace_free(gpucore_context *ctx, gpucore_stream *s, void *p)
+{
+    if (p) gpucore_memory_free(ctx, p, s->bstream);
+}
+
+gpucore_status ops_need_entry(const gpucore_context *ctx, const void *entry, const char *op)
+{
+    if (!entry)
+        return gpucore_set_error(GPUCORE_ERR_NOT_SUPPORTED, "%s: the %s backend does not implement this op", op,
+                                 ctx->be->name);
+    return GPUCORE_OK;
+}

@@ -1,0 +1,278 @@
+/*
+ * test_ops_elementwise.c — the elementwise family on every backend present:
+ * binary ops with broadcasting (+ fused activation), unary math, scale, axpy,
+ * clamp, activations forward and backward (backward against central finite
+ * differences of the f64 forward), dropout (mask from Philox on the host),
+ * casts between f32/f64/f16/bf16 including NaN/Inf/double rounding, and bad
+ * input. Each output sits in a poisoned buffer with guard bands; inputs are
+ * fresh random data, some as non-contiguous views.
+ */
+#include "ops_harness.h"
+#include "../kernels/philox.h"
+
+static double act_f64(int act, double x)
+{
+    switch (act) {
+    case GPUCORE_ACT_RELU: return x > 0 ? x : 0;
+    case GPUCORE_ACT_GELU_ERF: return 0.5 * x * (1 + erf(x / sqrt(2.0)));
+    case GPUCORE_ACT_GELU_TANH: return 0.5 * x * (1 + tanh(sqrt(2 / M_PI) * (x + 0.044715 * x * x * x)));
+    case GPUCORE_ACT_SILU: return x / (1 + exp(-x));
+    case GPUCORE_ACT_SIGMOID: return 1 / (1 + exp(-x));
+    case GPUCORE_ACT_TANH: return tanh(x);
+    default: return x;
+    }
+}
+
+static double binary_f64(int op, double a, double b)
+{
+    switch (op) {
+    case GPUCORE_ADD: return a + b;
+    case GPUCORE_SUB: return a - b;
+    case GPUCORE_MUL: return a * b;
+    default: return a / b;
+    }
+}
+
+typedef struct bcase { int na, nb, no; int64_t a[4], b[4], o[4]; int layout_a, layout_b, out_t; } bcase;
+
+static const bcase binary_cases[] = {
+    {1, 1, 1, {1}, {1}, {1}, 0, 0, 0},
+    {1, 1, 1, {1027}, {1027}, {1027}, 0, 0, 0},
+    {2, 1, 2, {37, 65}, {65}, {37, 65}, 0, 0, 0},          /* bias row */
+    {2, 1, 2, {9, 64}, {64}, {9, 64}, 0, 0, 0},            /* bias row, vector width multiple */
+    {2, 2, 2, {37, 1}, {1, 65}, {37, 65}, 0, 0, 0},        /* outer product broadcast */
+    {3, 0, 3, {5, 3, 17}, {0}, {5, 3, 17}, 2, 0, 0},       /* transposed input, 0-dim scalar b */
+    {2, 2, 2, {33, 21}, {33, 21}, {33, 21}, 1, 2, 1},      /* strided + transposed inputs, transposed out */
+    {2, 2, 2, {0, 7}, {0, 7}, {0, 7}, 0, 0, 0},            /* empty */
+    {2, 1, 2, {3, 70001}, {70001}, {3, 70001}, 0, 0, 0},   /* large, odd */
+};
+
+static void test_binary(gpucore_context *ctx)
+{
+    const int ncase = (int)(sizeof binary_cases / sizeof binary_cases[0]);
+    for (int ci = 0; ci < ncase; ci++)
+        for (int di = 0; di < 3; di++)
+            for (int op = 0; op < 5; op++) {
+                const bcase *c = &binary_cases[ci];
+                gpucore_dtype dt = float_dtypes[di];
+                int bop = op < 4 ? op : GPUCORE_ADD, act = op < 4 ? 0 : GPUCORE_ACT_GELU_TANH;
+                double *ha, *hb;
+                gpucore_tensor *a = make_input(ctx, dt, c->na, c->a, c->layout_a, -2, 2, &ha);
+                gpucore_tensor *b = make_input(ctx, dt, c->nb, c->b, c->layout_b, bop == GPUCORE_DIV ? 0.5 : -2, 2, &hb);
+                guarded o = make_output(ctx, dt, c->no, c->o, c->out_t);
+                CHECK_OK(gpucore_binary_act((gpucore_binary_op)bop, (gpucore_activation)act, o.view, a, b, NULL));
+                double *out = finish_output(&o, "binary");
+                double *ref = malloc(sizeof(double) * (size_t)(o.numel + 1));
+                for (int64_t i = 0; i < o.numel; i++) {
+                    double x = ha[broadcast_index(i, c->no, c->o, c->na, c->a)];
+                    double y = hb[broadcast_index(i, c->no, c->o, c->nb, c->b)];
+                    ref[i] = act_f64(act, binary_f64(bop, x, y));
+                }
+                char what[128];
+                snprintf(what, sizeof what, "binary op %d act %d case %d %s", bop, act, ci, gpucore_dtype_name(dt));
+                check_close(out, ref, o.numel, tolerance_for(dt, 0), what);
+                free(ha); free(hb); free(out); free(ref);
+                gpucore_tensor_destroy(a);
+                gpucore_tensor_destroy(b);
+            }
+}
+
+/* unary, scale, clamp, activation forward/backward, axpy, dropout */
+enum { K_UNARY = 0, K_SCALE = 6, K_CLAMP, K_ACT, K_ACT_BWD = K_ACT + 6, K_AXPY = K_ACT_BWD + 6, K_DROPOUT, K_END };
+
+static void test_unary_family(gpucore_context *ctx)
+{
+    static const int64_t shapes[][3] = {{1, 1, 1}, {3, 7, 49}, {1, 1, 4099}, {64, 1, 1032}};
+    for (int si = 0; si < 4; si++)
+        for (int di = 0; di < 3; di++)
+            for (int k = 0; k < K_END; k++) {
+                gpucore_dtype dt = float_dtypes[di];
+                const int64_t *shape = shapes[si];
+                int layout = (k + si) % 3, in_place = (k % 4 == 1) && layout == 0;
+                double lo = -3, hi = 3;
+                if (k == GPUCORE_LOG || k == GPUCORE_SQRT || k == GPUCORE_RSQRT) { lo = 0.1; hi = 4; }
+                double *hx, *hy = NULL;
+                gpucore_tensor *x = make_input(ctx, dt, 3, shape, layout, lo, hi, &hx);
+                gpucore_tensor *y = NULL;
+                if (k >= K_ACT_BWD && k < K_DROPOUT) y = make_input(ctx, dt, 3, shape, 0, -1, 1, &hy);
+                guarded o = make_output(ctx, dt, 3, shape, si == 1);
+                gpucore_tensor *dst = o.view;
+                if (in_place && k != K_AXPY) { /* write the input first, then run in place */
+                    CHECK_OK(gpucore_copy(o.view, x, NULL));
+                    gpucore_tensor_destroy(x);
+                    x = o.view;
+                }
+                const double p = 0.3;
+                const uint64_t seed = harness_seed++, offset = 77;
+                if (k < K_SCALE) CHECK_OK(gpucore_unary((gpucore_unary_op)k, dst, x, NULL));
+                else if (k == K_SCALE) CHECK_OK(gpucore_scale(dst, x, -1.5, 0.25, NULL));
+                else if (k == K_CLAMP) CHECK_OK(gpucore_clamp(dst, x, -1.0, 0.5, NULL));
+                else if (k < K_ACT_BWD) CHECK_OK(gpucore_activation_forward((gpucore_activation)(k - K_ACT + 1), dst, x, NULL));
+                else if (k < K_AXPY)
+                    CHECK_OK(gpucore_activation_backward((gpucore_activation)(k - K_ACT_BWD + 1), dst, y, x, NULL));
+                else if (k == K_AXPY) {
+                    CHECK_OK(gpucore_copy(dst, x, NULL)); /* y := x, then y += 0.75 * x2 */
+                    free(hx);
+                    hx = read_back(dst);
+                    double *hx2;
+                    gpucore_tensor *x2 = make_input(ctx, dt, 3, shape, 1, -3, 3, &hx2);
+                    CHECK_OK(gpucore_axpy(dst, 0.75, x2, NULL));
+                    for (int64_t i = 0; i < o.numel; i++) hx[i] = hx[i] + 0.75 * hx2[i];
+                    free(hx2);
+                    gpucore_tensor_destroy(x2);
+                } else CHECK_OK(gpucore_dropout(dst, x, p, seed, offset, NULL));
+                if (x == o.view) x = NULL;
+                double *out = finish_output(&o, "unary");
+                double *ref = malloc(sizeof(double) * (size_t)o.numel);
+                for (int64_t i = 0; i < o.numel; i++) {
+                    double v = hx[i], r;
+                    switch (k) {
+                    case GPUCORE_EXP: r = exp(v); break;
+                    case GPUCORE_LOG: r = log(v); break;
+                    case GPUCORE_SQRT: r = sqrt(v); break;
+                    case GPUCORE_RSQRT: r = 1 / sqrt(v); break;
+                    case GPUCORE_ABS: r = fabs(v); break;
+                    case GPUCORE_NEG: r = -v; break;
+                    case K_SCALE: r = -1.5 * v + 0.25; break;
+                    case K_CLAMP: r = v < -1 ? -1 : v > 0.5 ? 0.5 : v; break;
+                    case K_AXPY: r = v; break;
+                    case K_DROPOUT: r = gpucore_philox_uniform(seed, offset, (uint64_t)i) >= (float)p ? v * (double)(float)(1 / (1 - p)) : 0; break;
+                    default:
+                        if (k < K_ACT_BWD) r = act_f64(k - K_ACT + 1, v);
+                        else { /* central finite difference of the f64 forward */
+                            const double h = 1e-5;
+                            int a = k - K_ACT_BWD + 1;
+                            r = hy[i] * (act_f64(a, v + h) - act_f64(a, v - h)) / (2 * h);
+                        }
+                    }
+                    ref[i] = r;
+                }
+                char what[128];
+                snprintf(what, sizeof what, "unary kind %d shape %d %s%s", k, si, gpucore_dtype_name(dt),
+                         in_place ? " in place" : "");
+                double tol = tolerance_for(dt, 0);
+                if (dt == GPUCORE_F32 && (k == K_DROPOUT || k == K_AXPY || k == K_SCALE)) tol = 1e-6;
+                check_close(out, ref, o.numel, tol, what);
+                free(hx); free(hy); free(out); free(ref);
+                if (x) gpucore_tensor_destroy(x);
+                if (y) gpucore_tensor_destroy(y);
+            }
+}
+
+static void test_cast(gpucore_context *ctx)
+{
+    static const gpucore_dtype dts[4] = {GPUCORE_F32, GPUCORE_F64, GPUCORE_F16, GPUCORE_BF16};
+    for (int si = 0; si < 4; si++)
+        for (int to = 0; to < 4; to++) {
+            gpucore_dtype src = dts[si], dst = dts[to];
+            int64_t shape[2] = {19, 131};
+            double *hx;
+            gpucore_tensor *x = make_input(ctx, src, 2, shape, to % 3, -1000, 1000, &hx);
+            guarded o = make_output(ctx, dst, 2, shape, to == 1);
+            CHECK_OK(gpucore_cast(o.view, x, NULL));
+            double *out = finish_output(&o, "cast");
+            char what[64];
+            snprintf(what, sizeof what, "cast %s -> %s", gpucore_dtype_name(src), gpucore_dtype_name(dst));
+            double tol = (dst == GPUCORE_F16 || dst == GPUCORE_BF16) ? 1e-2 : (src == GPUCORE_F64 && dst == GPUCORE_F32 ? 1e-6 : 0);
+            check_close(out, hx, o.numel, tol, what);
+            free(hx); free(out);
+            gpucore_tensor_destroy(x);
+        }
+    /* special values, f64 source: NaN, +-Inf, overflow, and a value where rounding twice would be wrong */
+    const double specials[6] = {NAN, INFINITY, -INFINITY, 1e300, 1.0 + 0x1p-11 + 0x1p-40, -0.0};
+    int64_t n = 6;
+    gpucore_tensor *x = NULL;
+    CHECK_OK(gpucore_tensor_create(ctx, GPUCORE_F64, 1, &n, &x));
+    CHECK_OK(gpucore_copy_from_host(x, specials, sizeof specials));
+    for (int to = 0; to < 4; to++) {
+        gpucore_tensor *y = NULL;
+        CHECK_OK(gpucore_tensor_create(ctx, dts[to], 1, &n, &y));
+        CHECK_OK(gpucore_cast(y, x, NULL));
+        double *out = read_back(y);
+        CHECK(isnan(out[0]) && out[1] == INFINITY && out[2] == -INFINITY);
+        CHECK(dts[to] == GPUCORE_F64 ? out[3] == 1e300 : out[3] == INFINITY);
+        if (dts[to] == GPUCORE_F16) CHECK(out[4] == 1.0 + 0x1p-10);  /* correctly rounded once */
+        if (dts[to] == GPUCORE_BF16) CHECK(out[4] == 1.0);
+        CHECK(out[5] == 0 && signbit(out[5]));
+        free(out);
+        /* and back from that dtype to f64: NaN/Inf survive */
+        gpucore_tensor *z = NULL;
+        CHECK_OK(gpucore_tensor_create(ctx, GPUCORE_F64, 1, &n, &z));
+        CHECK_OK(gpucore_cast(z, y, NULL));
+        out = read_back(z);
+        CHECK(isnan(out[0]) && out[1] == INFINITY && out[2] == -INFINITY);
+        free(out);
+        gpucore_tensor_destroy(y);
+        gpucore_tensor_destroy(z);
+    }
+    gpucore_tensor_destroy(x);
+}
+
+static void test_bad_input(gpucore_context *ctx)
+{
+    int64_t s34[2] = {3, 4}, s5[1] = {5}, s24[2] = {2, 4}, s8[1] = {8};
+    gpucore_tensor *a = NULL, *b = NULL, *h = NULL, *i32 = NULL, *o = NULL, *big = NULL;
+    CHECK_OK(gpucore_tensor_create(ctx, GPUCORE_F32, 2, s34, &a));
+    CHECK_OK(gpucore_tensor_create(ctx, GPUCORE_F32, 1, s5, &b));
+    CHECK_OK(gpucore_tensor_create(ctx, GPUCORE_F16, 2, s34, &h));
+    CHECK_OK(gpucore_tensor_create(ctx, GPUCORE_I32, 2, s34, &i32));
+    CHECK_OK(gpucore_tensor_create(ctx, GPUCORE_F32, 2, s34, &o));
+    CHECK_OK(gpucore_tensor_create(ctx, GPUCORE_F32, 1, s8, &big));
+    CHECK_OK(gpucore_fill(a, 1.0, NULL));
+    CHECK_STATUS(gpucore_binary(GPUCORE_ADD, o, a, b, NULL), GPUCORE_ERR_SHAPE_MISMATCH);   /* 4 vs 5 */
+    CHECK_STATUS(gpucore_binary(GPUCORE_ADD, o, a, h, NULL), GPUCORE_ERR_DTYPE_MISMATCH);   /* f32 + f16 */
+    CHECK_STATUS(gpucore_binary(GPUCORE_ADD, i32, i32, i32, NULL), GPUCORE_ERR_DTYPE_MISMATCH);
+    CHECK_STATUS(gpucore_binary((gpucore_binary_op)9, o, a, a, NULL), GPUCORE_ERR_INVALID_ARGUMENT);
+    CHECK_STATUS(gpucore_binary(GPUCORE_ADD, o, a, NULL, NULL), GPUCORE_ERR_NULL_POINTER);
+    CHECK_STATUS(gpucore_unary(GPUCORE_EXP, o, b, NULL), GPUCORE_ERR_SHAPE_MISMATCH);
+    CHECK_STATUS(gpucore_cast(o, i32, NULL), GPUCORE_ERR_DTYPE_MISMATCH);
+    CHECK_STATUS(gpucore_clamp(o, a, 1, 0, NULL), GPUCORE_ERR_INVALID_ARGUMENT);
+    CHECK_STATUS(gpucore_dropout(o, a, 1.5, 1, 0, NULL), GPUCORE_ERR_INVALID_ARGUMENT);
+    CHECK_STATUS(gpucore_activation_forward(GPUCORE_ACT_NONE, o, a, NULL), GPUCORE_ERR_INVALID_ARGUMENT);
+    /* out bigger than the broadcast of the inputs */
+    gpucore_tensor *o24 = NULL, *row = NULL;
+    CHECK_OK(gpucore_tensor_create(ctx, GPUCORE_F32, 2, s24, &o24));
+    CHECK_OK(gpucore_tensor_slice(a, 0, 0, 1, 1, &row));
+    CHECK_STATUS(gpucore_binary(GPUCORE_ADD, o24, row, row, NULL), GPUCORE_ERR_SHAPE_MISMATCH);
+    /* aliasing: out shifted by one element against the input */
+    gpucore_tensor *lo = NULL, *hi = NULL;
+    CHECK_OK(gpucore_tensor_slice(big, 0, 0, 7, 1, &lo));
+    CHECK_OK(gpucore_tensor_slice(big, 0, 1, 8, 1, &hi));
+    CHECK_OK(gpucore_fill(big, 2.0, NULL));
+    CHECK_STATUS(gpucore_unary(GPUCORE_NEG, hi, lo, NULL), GPUCORE_ERR_INVALID_ARGUMENT);
+    CHECK_OK(gpucore_unary(GPUCORE_NEG, lo, lo, NULL)); /* exactly in place is allowed */
+    /* a cast between dtypes cannot be in place */
+    gpucore_tensor *h2 = NULL, *f2 = NULL;
+    int64_t s4[1] = {4};
+    CHECK_OK(gpucore_tensor_slice(big, 0, 0, 4, 1, &f2));
+    void *raw = NULL;
+    CHECK_OK(gpucore_tensor_data(big, &raw));
+    CHECK_OK(gpucore_tensor_wrap(ctx, GPUCORE_F16, 1, s4, NULL, raw, NULL, NULL, &h2));
+    CHECK_STATUS(gpucore_cast(h2, f2, NULL), GPUCORE_ERR_INVALID_ARGUMENT);
+    gpucore_tensor_destroy(h2);
+    /* the library stays usable */
+    CHECK_OK(gpucore_binary(GPUCORE_ADD, o, a, a, NULL));
+    float host[12];
+    CHECK_OK(gpucore_copy_to_host(host, sizeof host, o));
+    CHECK(host[0] == 2.0f && host[11] == 2.0f);
+    gpucore_tensor *ts[] = {a, b, h, i32, o, big, o24, row, lo, hi, f2};
+    for (size_t i = 0; i < sizeof ts / sizeof ts[0]; i++) gpucore_tensor_destroy(ts[i]);
+}
+
+int main(void)
+{
+    const char *devs[4];
+    int nd = test_devices(devs, 4);
+    for (int d = 0; d < nd; d++) {
+        gpucore_context *ctx = NULL;
+        CHECK_OK(gpucore_context_create(devs[d], &ctx));
+        if (!ctx) continue;
+        printf("-- %s\n", devs[d]);
+        test_binary(ctx);
+        test_unary_family(ctx);
+        test_cast(ctx);
+        test_bad_input(ctx);
+        gpucore_context_destroy(ctx);
+    }
+    return check_finish("test_ops_elementwise");
+}

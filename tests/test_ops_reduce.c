@@ -1,0 +1,175 @@
+/*
+ * test_ops_reduce.c — reductions (sum, mean, max, min, argmax, sum of squares)
+ * over one axis and over all, and the bias gradient, on every backend present,
+ * against float64 references: shapes with 1s, odd sizes, rows long enough for
+ * the multi-chunk (two-pass) path, columns, non-contiguous inputs, empty axes;
+ * determinism (two runs, identical bits); NaN propagation; bad input.
+ */
+#include "ops_harness.h"
+
+static void reference(int op, const double *x, int64_t outer, int64_t len, int64_t inner, double *ref)
+{
+    for (int64_t o = 0; o < outer; o++)
+        for (int64_t j = 0; j < inner; j++) {
+            double acc = op == GPUCORE_REDUCTION_MAX ? -INFINITY : op == GPUCORE_REDUCTION_MIN ? INFINITY : 0;
+            int64_t best = 0;
+            double bestv = -INFINITY;
+            for (int64_t l = 0; l < len; l++) {
+                double v = x[(o * len + l) * inner + j];
+                switch (op) {
+                case GPUCORE_REDUCTION_SUM: case GPUCORE_REDUCTION_MEAN: acc += v; break;
+                case GPUCORE_REDUCTION_SUMSQ: acc += v * v; break;
+                case GPUCORE_REDUCTION_MAX: acc = v > acc ? v : acc; break;
+                case GPUCORE_REDUCTION_MIN: acc = v < acc ? v : acc; break;
+                default: if (v > bestv) { bestv = v; best = l; } break;
+                }
+            }
+            if (op == GPUCORE_REDUCTION_MEAN) acc /= (double)len;
+            ref[o * inner + j] = op == GPUCORE_REDUCTION_ARGMAX ? (double)best : acc;
+        }
+}
+
+typedef struct rcase { int ndim; int64_t shape[3]; int axis; int layout; } rcase;
+static const rcase cases[] = {
+    {1, {1}, 0, 0},
+    {1, {1027}, 0, 0},
+    {2, {5, 33}, 1, 0},
+    {2, {5, 33}, 0, 2},             /* transposed input, reduce rows */
+    {3, {3, 7, 9}, 1, 1},           /* middle axis, strided input */
+    {2, {3, 20001}, -1, 0},         /* rows of several chunks (two passes) */
+    {2, {700, 5}, 0, 0},            /* columns of several chunks */
+    {3, {2, 3, 50000}, GPUCORE_ALL_AXES, 0},
+};
+
+static void test_reduce(gpucore_context *ctx)
+{
+    const int ncase = (int)(sizeof cases / sizeof cases[0]);
+    for (int ci = 0; ci < ncase; ci++)
+        for (int di = 0; di < 3; di++)
+            for (int op = 0; op <= GPUCORE_REDUCTION_SUMSQ; op++) {
+                const rcase *c = &cases[ci];
+                gpucore_dtype dt = float_dtypes[di];
+                double *hx;
+                gpucore_tensor *x = make_input(ctx, dt, c->ndim, c->shape, c->layout, -0.5, 0.5, &hx); /* sums of squares stay within f16 */
+                int64_t outer = 1, len = 1, inner = 1, oshape[3];
+                int on = 0, ax = c->axis == GPUCORE_ALL_AXES ? -1 : (c->axis + c->ndim) % c->ndim;
+                for (int d = 0; d < c->ndim; d++) {
+                    if (ax < 0) { len *= c->shape[d]; continue; }
+                    if (d < ax) outer *= c->shape[d];
+                    else if (d == ax) len = c->shape[d];
+                    else inner *= c->shape[d];
+                    if (d != ax) oshape[on++] = c->shape[d];
+                }
+                if (ax < 0) { on = 1; oshape[0] = 1; }
+                gpucore_dtype odt = op == GPUCORE_REDUCTION_ARGMAX ? GPUCORE_I64 : dt;
+                guarded o = make_output(ctx, odt, on, oshape, 0);
+                CHECK_OK(gpucore_reduce((gpucore_reduction)op, o.view, x, c->axis, NULL));
+                /* determinism: a second run into a second buffer gives the same bits */
+                gpucore_tensor *o2 = NULL;
+                CHECK_OK(gpucore_tensor_create(ctx, odt, on, oshape, &o2));
+                CHECK_OK(gpucore_reduce((gpucore_reduction)op, o2, x, c->axis, NULL));
+                double *out = finish_output(&o, "reduce");
+                double *out2 = read_back(o2);
+                CHECK(memcmp(out, out2, sizeof(double) * (size_t)o.numel) == 0);
+                double *ref = malloc(sizeof(double) * (size_t)o.numel);
+                reference(op, hx, outer, len, inner, ref);
+                char what[128];
+                snprintf(what, sizeof what, "reduce op %d case %d %s", op, ci, gpucore_dtype_name(dt));
+                if (op == GPUCORE_REDUCTION_ARGMAX) {
+                    int64_t bad = 0;
+                    for (int64_t i = 0; i < o.numel; i++) bad += out[i] != ref[i];
+                    CHECK(bad == 0);
+                    if (bad) fprintf(stderr, "  %s: %lld wrong indices\n", what, (long long)bad);
+                } else check_close(out, ref, o.numel, tolerance_for(dt, 1), what);
+                free(hx); free(out); free(out2); free(ref);
+                gpucore_tensor_destroy(o2);
+                gpucore_tensor_destroy(x);
+            }
+}
+
+static void test_bias_grad(gpucore_context *ctx)
+{
+    static const int64_t shapes[][3] = {{1, 1, 1}, {4, 9, 65}, {1, 1000, 3}, {2, 300, 64}};
+    for (int si = 0; si < 4; si++)
+        for (int di = 0; di < 3; di++) {
+            gpucore_dtype dt = float_dtypes[di];
+            double *hy;
+            gpucore_tensor *dy = make_input(ctx, dt, 3, shapes[si], si % 2, -1, 1, &hy);
+            int64_t cols = shapes[si][2], rows = shapes[si][0] * shapes[si][1];
+            guarded o = make_output(ctx, dt, 1, &cols, 0);
+            CHECK_OK(gpucore_bias_grad(o.view, dy, NULL));
+            double *out = finish_output(&o, "bias_grad");
+            double *ref = malloc(sizeof(double) * (size_t)cols);
+            reference(GPUCORE_REDUCTION_SUM, hy, 1, rows, cols, ref);
+            check_close(out, ref, cols, tolerance_for(dt, 1), "bias_grad");
+            free(hy); free(out); free(ref);
+            gpucore_tensor_destroy(dy);
+        }
+}
+
+static void test_special(gpucore_context *ctx)
+{
+    /* NaN propagates through max/min/argmax; ties pick the first index */
+    float v[8] = {1, 3, 3, NAN, -2, 3, NAN, 0};
+    int64_t n = 8, one = 1;
+    gpucore_tensor *x = NULL, *m = NULL, *i = NULL, *e = NULL;
+    CHECK_OK(gpucore_tensor_create(ctx, GPUCORE_F32, 1, &n, &x));
+    CHECK_OK(gpucore_tensor_create(ctx, GPUCORE_F32, 1, &one, &m));
+    CHECK_OK(gpucore_tensor_create(ctx, GPUCORE_I64, 1, &one, &i));
+    CHECK_OK(gpucore_copy_from_host(x, v, sizeof v));
+    float fm = 0;
+    int64_t im = -5;
+    CHECK_OK(gpucore_reduce(GPUCORE_REDUCTION_MAX, m, x, 0, NULL));
+    CHECK_OK(gpucore_copy_to_host(&fm, 4, m));
+    CHECK(isnan(fm));
+    CHECK_OK(gpucore_reduce(GPUCORE_REDUCTION_ARGMAX, i, x, 0, NULL));
+    CHECK_OK(gpucore_copy_to_host(&im, 8, i));
+    CHECK(im == 3);
+    v[3] = v[6] = 0;
+    CHECK_OK(gpucore_copy_from_host(x, v, sizeof v));
+    CHECK_OK(gpucore_reduce(GPUCORE_REDUCTION_ARGMAX, i, x, GPUCORE_ALL_AXES, NULL));
+    CHECK_OK(gpucore_copy_to_host(&im, 8, i));
+    CHECK(im == 1);
+    /* empty axis: sum 0, mean NaN, max an error */
+    int64_t s05[2] = {0, 5}, s5[1] = {5};
+    gpucore_tensor *o5 = NULL;
+    CHECK_OK(gpucore_tensor_create(ctx, GPUCORE_F32, 2, s05, &e));
+    CHECK_OK(gpucore_tensor_create(ctx, GPUCORE_F32, 1, s5, &o5));
+    float h5[5];
+    CHECK_OK(gpucore_reduce(GPUCORE_REDUCTION_SUM, o5, e, 0, NULL));
+    CHECK_OK(gpucore_copy_to_host(h5, sizeof h5, o5));
+    CHECK(h5[0] == 0 && h5[4] == 0);
+    CHECK_OK(gpucore_reduce(GPUCORE_REDUCTION_MEAN, o5, e, 0, NULL));
+    CHECK_OK(gpucore_copy_to_host(h5, sizeof h5, o5));
+    CHECK(isnan(h5[2]));
+    CHECK_STATUS(gpucore_reduce(GPUCORE_REDUCTION_MAX, o5, e, 0, NULL), GPUCORE_ERR_INVALID_ARGUMENT);
+    /* bad input */
+    CHECK_STATUS(gpucore_reduce(GPUCORE_REDUCTION_SUM, o5, x, 0, NULL), GPUCORE_ERR_SHAPE_MISMATCH);
+    CHECK_STATUS(gpucore_reduce(GPUCORE_REDUCTION_SUM, m, x, 1, NULL), GPUCORE_ERR_INVALID_ARGUMENT);
+    CHECK_STATUS(gpucore_reduce(GPUCORE_REDUCTION_ARGMAX, m, x, 0, NULL), GPUCORE_ERR_DTYPE_MISMATCH);
+    CHECK_STATUS(gpucore_reduce(GPUCORE_REDUCTION_SUM, i, x, 0, NULL), GPUCORE_ERR_DTYPE_MISMATCH);
+    CHECK_STATUS(gpucore_reduce((gpucore_reduction)17, m, x, 0, NULL), GPUCORE_ERR_INVALID_ARGUMENT);
+    gpucore_tensor *first = NULL;
+    CHECK_OK(gpucore_tensor_slice(x, 0, 0, 1, 1, &first));
+    CHECK_STATUS(gpucore_reduce(GPUCORE_REDUCTION_SUM, first, x, GPUCORE_ALL_AXES, NULL), GPUCORE_ERR_INVALID_ARGUMENT);
+    CHECK_STATUS(gpucore_bias_grad(o5, x, NULL), GPUCORE_ERR_SHAPE_MISMATCH);
+    gpucore_tensor *ts[] = {x, m, i, e, o5, first};
+    for (size_t k = 0; k < sizeof ts / sizeof ts[0]; k++) gpucore_tensor_destroy(ts[k]);
+}
+
+int main(void)
+{
+    const char *devs[4];
+    int nd = test_devices(devs, 4);
+    for (int d = 0; d < nd; d++) {
+        gpucore_context *ctx = NULL;
+        CHECK_OK(gpucore_context_create(devs[d], &ctx));
+        if (!ctx) continue;
+        printf("-- %s\n", devs[d]);
+        test_reduce(ctx);
+        test_bias_grad(ctx);
+        test_special(ctx);
+        gpucore_context_destroy(ctx);
+    }
+    return check_finish("test_ops_reduce");
+}
