@@ -53,6 +53,7 @@ static float time_op(gpucore_context *ctx, op_fn fn, void *state)
 }
 
 typedef struct st { int kind; gpucore_tensor *out, *a, *b; } st;
+static gpucore_tensor *row_c, *row_d; /* row-family cases: saved stats / loss tensors */
 
 static gpucore_status run(void *p)
 {
@@ -67,6 +68,16 @@ static gpucore_status run(void *p)
     case 6: return gpucore_reduce(GPUCORE_REDUCTION_SUM, s->out, s->a, -1, NULL);
     case 7: return gpucore_bias_grad(s->out, s->a, NULL);
     case 8: return gpucore_dropout(s->out, s->a, 0.1, 1, 0, NULL);
+    /* row family (issue 4): forward + backward pairs, timed together */
+    case 10: return gpucore_softmax(s->out, s->a, 0, NULL);
+    case 11: return gpucore_softmax_backward(s->out, s->a, s->b, 0, NULL);
+    case 12: { /* layer norm forward (gamma/beta f32 [cols]; mean/rstd saved) */
+        gpucore_status r = gpucore_layer_norm(s->out, row_c, row_d, s->a, s->b, s->b, 1e-5, NULL);
+        return r;
+    }
+    case 13: return gpucore_layer_norm_backward(s->out, NULL, NULL, s->a, s->b, row_c, row_d, NULL, NULL);
+    case 14: return gpucore_cross_entropy(row_c, s->a, s->b, -100, GPUCORE_LOSS_MEAN, NULL);
+    case 15: return gpucore_cross_entropy_backward(s->out, row_d, s->a, s->b, -100, GPUCORE_LOSS_MEAN, NULL);
     default: return gpucore_scale(s->out, s->a, 2.0, 1.0, NULL);
     }
 }
@@ -137,6 +148,36 @@ int main(int argc, char **argv)
         float ms = time_op(ctx, run, &cases[i].s);
         if (ms < 0) return 1;
         report(cases[i].name, cases[i].bytes, ms, peer);
+    }
+    /* row family: rows of 4096 (norms, softmax) and a 32000-class cross-entropy; bytes
+     * = each tensor read once + written once (the floor; re-reads from L2 are not counted) */
+    {
+        int64_t ce_cols = 32000, ce_rows = n / ce_cols, ce_shape[2] = {ce_rows, ce_cols}, one = 1;
+        gpucore_tensor *mean = make(ctx, GPUCORE_F32, 1, rshape), *rstd = make(ctx, GPUCORE_F32, 1, rshape);
+        gpucore_tensor *logits = NULL, *dlogits = NULL, *tg = NULL, *loss = make(ctx, GPUCORE_F32, 1, &one);
+        gpucore_tensor *dloss = make(ctx, GPUCORE_F32, 1, &one);
+        if (gpucore_tensor_create(ctx, GPUCORE_F32, 2, ce_shape, &logits) || gpucore_tensor_create(ctx, GPUCORE_F32, 2, ce_shape, &dlogits) ||
+            gpucore_tensor_create(ctx, GPUCORE_I64, 1, &ce_rows, &tg)) { fprintf(stderr, "bench_ops: %s\n", gpucore_last_error()); return 1; }
+        gpucore_random(logits, GPUCORE_UNIFORM, -5, 5, 9, 0, NULL);
+        gpucore_fill(tg, 3, NULL);
+        gpucore_softmax(y, x, 0, NULL); /* y: a real softmax output for the backward */
+        gpucore_layer_norm(out, mean, rstd, x, bias, bias, 1e-5, NULL);
+        const double CE = 4.0 * (double)(ce_rows * ce_cols);
+        struct { const char *name; st s; double bytes; } rcases[] = {
+            {"softmax f32", {10, out, x, NULL}, 2 * B},
+            {"softmax backward f32", {11, out, x, y}, 3 * B},
+            {"layer_norm f32", {12, out, x, bias}, 2 * B},
+            {"layer_norm backward dx f32", {13, out, y, x}, 3 * B},
+            {"cross_entropy fwd f32 V=32000", {14, NULL, logits, tg}, CE},
+            {"cross_entropy bwd f32 V=32000", {15, dlogits, logits, tg}, 2 * CE},
+        };
+        for (size_t i = 0; i < sizeof rcases / sizeof rcases[0]; i++) {
+            row_c = rcases[i].s.kind >= 14 ? loss : mean;
+            row_d = rcases[i].s.kind >= 14 ? dloss : rstd;
+            float ms = time_op(ctx, run, &rcases[i].s);
+            if (ms < 0) return 1;
+            report(rcases[i].name, rcases[i].bytes, ms, peer);
+        }
     }
     gpucore_context_destroy(ctx);
     return 0;

@@ -30,6 +30,8 @@
  *   GPUCORE_LOG      = off | error | warn | info | debug   log level (default off)
  *   GPUCORE_CUDA_PLUGIN = path   the CUDA backend module to load instead of the one
  *                      installed beside libgpucore.so
+ *   GPUCORE_ALLOC_CONF = key:value,...   caching allocator settings (keys documented
+ *                      in the "memory" section below)
  */
 #ifndef GPUCORE_H
 #define GPUCORE_H
@@ -417,6 +419,92 @@ GPUCORE_API gpucore_status gpucore_reduce(gpucore_reduction op, gpucore_tensor *
  * db has shape [C] where dy is [..., C]; same dtype. */
 GPUCORE_API gpucore_status gpucore_bias_grad(gpucore_tensor *db, const gpucore_tensor *dy, gpucore_stream *stream);
 
+/* ------------------------------------- row ops: softmax, norms, cross-entropy, embedding
+ *
+ * Common rules for the row calls below:
+ *   - They work along the last dim of x ([..., C]: every leading index is a row).
+ *     Data tensors (x, y, dy, dx, logits) are f32, f16 or bf16, all of one dtype;
+ *     math is f32 inside (f64 on the CPU backend), rounded to nearest even on store.
+ *   - Inputs may have any strides (non-contiguous ones are copied first); outputs too.
+ *   - Deterministic: the same call gives the same bits every run (fixed chunking and
+ *     reduction trees; no float atomics anywhere, including every backward).
+ *   - Numerically stable: softmax, log-softmax and cross-entropy subtract the row max
+ *     (logits of +-1e4 are fine; -inf logits are masked out; a row of only -inf or any
+ *     NaN gives NaN). Rows of any length (a row longer than 16384 is split across
+ *     blocks on GPUs).
+ *   - Outputs must not overlap inputs, except the exact in-place uses named below.
+ *   - Empty tensors are a no-op. Asynchronous on `stream` (NULL: current stream). */
+
+/* y = softmax(x) (log_softmax != 0: log-softmax) along the last dim. y may be x (in place). */
+GPUCORE_API gpucore_status gpucore_softmax(gpucore_tensor *y, const gpucore_tensor *x, int log_softmax,
+                                           gpucore_stream *stream);
+/* Backward from the forward OUTPUT y: softmax dx = y * (dy - sum(dy * y));
+ * log-softmax dx = dy - exp(y) * sum(dy). dx may be dy (in place). */
+GPUCORE_API gpucore_status gpucore_softmax_backward(gpucore_tensor *dx, const gpucore_tensor *dy,
+                                                    const gpucore_tensor *y, int log_softmax,
+                                                    gpucore_stream *stream);
+/* LayerNorm over the last dim: y = (x - mean) * rstd * gamma + beta, rstd = 1/sqrt(var + eps),
+ * var the biased variance. gamma, beta: [C], both NULL or both given (any float dtype, the
+ * same for both; it may differ from x's, e.g. f32 parameters for bf16 activations).
+ * mean, rstd: NULL (inference), or contiguous f32 tensors of rows elements saved for the
+ * backward. y may be x (in place). */
+GPUCORE_API gpucore_status gpucore_layer_norm(gpucore_tensor *y, gpucore_tensor *mean, gpucore_tensor *rstd,
+                                              const gpucore_tensor *x, const gpucore_tensor *gamma,
+                                              const gpucore_tensor *beta, double eps, gpucore_stream *stream);
+/* LayerNorm backward. mean and rstd are the forward's; gamma as in the forward (NULL if it
+ * had none). Any of dx, dgamma, dbeta may be NULL when not wanted (dgamma/dbeta: [C], one
+ * dtype, gamma's if given). dgamma and dbeta sum over rows in a fixed order. */
+GPUCORE_API gpucore_status gpucore_layer_norm_backward(gpucore_tensor *dx, gpucore_tensor *dgamma,
+                                                       gpucore_tensor *dbeta, const gpucore_tensor *dy,
+                                                       const gpucore_tensor *x, const gpucore_tensor *mean,
+                                                       const gpucore_tensor *rstd, const gpucore_tensor *gamma,
+                                                       gpucore_stream *stream);
+/* RMSNorm: y = x * rstd * gamma, rstd = 1/sqrt(mean(x^2) + eps); gamma [C] or NULL; rstd as
+ * for LayerNorm (NULL or f32 [rows]). y may be x (in place). */
+GPUCORE_API gpucore_status gpucore_rms_norm(gpucore_tensor *y, gpucore_tensor *rstd, const gpucore_tensor *x,
+                                            const gpucore_tensor *gamma, double eps, gpucore_stream *stream);
+GPUCORE_API gpucore_status gpucore_rms_norm_backward(gpucore_tensor *dx, gpucore_tensor *dgamma,
+                                                     const gpucore_tensor *dy, const gpucore_tensor *x,
+                                                     const gpucore_tensor *rstd, const gpucore_tensor *gamma,
+                                                     gpucore_stream *stream);
+
+typedef enum gpucore_loss_reduction {
+    GPUCORE_LOSS_NONE = 0, /* one loss per row */
+    GPUCORE_LOSS_MEAN = 1, /* sum over rows / number of rows whose target is not ignore_index */
+    GPUCORE_LOSS_SUM = 2
+} gpucore_loss_reduction;
+
+/* Cross-entropy of softmax(logits) against integer class targets, fused (the softmax is
+ * never stored): loss_r = logsumexp(logits_r) - logits_r[target_r]. logits [..., C];
+ * targets i32 or i64 with logits' leading shape. Rows whose target == ignore_index
+ * contribute 0 and are not counted by MEAN (MEAN of no counted rows is NaN, like PyTorch).
+ * A target outside [0, C) other than ignore_index gives a NaN loss for its row (it is
+ * not checked on the host, which would need a device sync). loss: any float dtype;
+ * NONE: targets' shape; MEAN/SUM: one element (any shape of numel 1). */
+GPUCORE_API gpucore_status gpucore_cross_entropy(gpucore_tensor *loss, const gpucore_tensor *logits,
+                                                 const gpucore_tensor *targets, int64_t ignore_index,
+                                                 gpucore_loss_reduction reduction, gpucore_stream *stream);
+/* dlogits = dloss_r * (softmax(logits_r) - onehot(target_r)); 0 on ignored rows; MEAN
+ * divides by the counted rows. dloss has loss's shape for the same reduction.
+ * dlogits may be logits (in place). */
+GPUCORE_API gpucore_status gpucore_cross_entropy_backward(gpucore_tensor *dlogits, const gpucore_tensor *dloss,
+                                                          const gpucore_tensor *logits,
+                                                          const gpucore_tensor *targets, int64_t ignore_index,
+                                                          gpucore_loss_reduction reduction,
+                                                          gpucore_stream *stream);
+/* Embedding lookup: out[i..., :] = weight[indices[i...], :]. weight [V, D] (f32, f16 or
+ * bf16), indices i32/i64 of any shape, out indices' shape + [D], weight's dtype. An index
+ * outside [0, V) gives a row of NaN (not checked on the host). */
+GPUCORE_API gpucore_status gpucore_embedding(gpucore_tensor *out, const gpucore_tensor *weight,
+                                             const gpucore_tensor *indices, gpucore_stream *stream);
+/* dweight[v, :] = sum of dout[i..., :] over i with indices[i...] == v, every row of dweight
+ * written (0 where no index hits). Deterministic without float atomics: each GPU thread
+ * owns columns of a band of the table and adds in increasing i, in f32 (for f16/bf16
+ * dweight through an f32 scratch of V x D, rounded once at the end). Out-of-range
+ * indices contribute nothing. */
+GPUCORE_API gpucore_status gpucore_embedding_backward(gpucore_tensor *dweight, const gpucore_tensor *dout,
+                                                      const gpucore_tensor *indices, gpucore_stream *stream);
+
 /* ------------------------------------------------- memory: the caching allocator
  *
  * Every tensor, workspace and temporary of a context comes from its caching
@@ -445,7 +533,7 @@ GPUCORE_API gpucore_status gpucore_bias_grad(gpucore_tensor *db, const gpucore_t
  *   comma-separated key:value pairs, e.g. "max_split_size_mb:128,limit:0.8".
  *     max_split_size_mb:N   cached blocks of N MiB or more are never split, so a big
  *                           block is not eaten by small requests (fights
- *                           fragmentation). Default: no limit. N >= 1.
+ *                           fragmentation). 0 (the default): no limit.
  *     caching:0|1           0 turns caching off: every free returns memory to the
  *                           backend (in stream order) and every request asks the
  *                           backend, so memory checkers see each buffer. Default 1.

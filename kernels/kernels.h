@@ -43,6 +43,12 @@ int gpucore_kernel_elementwise(const gpucore_launch *launch, const gpucore_ew_ar
 /* reduce.cu: reductions over one axis; args->workspace holds gpucore_reduce_workspace_bytes() (reduce_math.h). */
 int gpucore_kernel_reduce(const gpucore_launch *launch, const gpucore_reduce_args *args);
 
+/* rows.cu: softmax, norms, cross-entropy (op codes in rows_math.h); args->workspace holds
+ * gpucore_rows_workspace_bytes(args). Embedding ops are forwarded to embedding.cu. */
+int gpucore_kernel_rows(const gpucore_launch *launch, const gpucore_rows_args *args);
+/* embedding.cu: GPUCORE_ROWS_EMBED and GPUCORE_ROWS_EMBED_BWD. */
+int gpucore_kernel_embedding(const gpucore_launch *launch, const gpucore_rows_args *args);
+
 /* optim.cu: multi-tensor training kernels (descriptors and per-element math in optim_math.h). */
 int gpucore_kernel_optim_step(const gpucore_launch *launch, const gpucore_optim_hparams *hp,
                               const gpucore_optim_tensor *tensors, int64_t count);

@@ -33,20 +33,23 @@ typedef struct gpucore_reduce_args {
     void *workspace;      /* kernel backends: gpucore_reduce_workspace_bytes(); unused on the CPU */
 } gpucore_reduce_args;
 
-/* Row family (rows_math.h): softmax, log-softmax, LayerNorm, RMSNorm and
- * cross-entropy over the last dim of contiguous [rows, cols] tensors. Which
- * pointers are used depends on op (see rows_math.h). */
+/* Row family (rows_math.h): softmax, log-softmax, LayerNorm, RMSNorm,
+ * cross-entropy over the last dim of contiguous [rows, cols] tensors, and the
+ * embedding gather/scatter. Which pointers are used depends on op (see rows_math.h). */
 typedef struct gpucore_rows_args {
     int32_t op;           /* GPUCORE_ROWS_* */
-    int32_t dtype;        /* x, y, dy, dx */
+    int32_t dtype;        /* x, y, dy, dx (logits, dlogits; embedding table, out) */
     int32_t param_dtype;  /* gamma, beta, dgamma, dbeta */
-    int32_t target_dtype; /* i32 or i64 targets */
-    int64_t rows, cols;
-    const void *x, *dy, *gamma, *beta, *targets;
-    void *y, *dx, *dgamma, *dbeta;
-    float *mean, *rstd;   /* f32 [rows] saved by norm forward */
-    float *loss;          /* cross-entropy: f32 [rows] per-row loss (0 for ignored rows) */
-    const float *dloss;   /* cross-entropy backward: per-row upstream gradient, f32 [rows] */
+    int32_t target_dtype; /* i32 or i64 targets / embedding indices */
+    int32_t loss_dtype;   /* cross-entropy: dtype of loss (forward) and dloss (backward) */
+    int32_t reduction;    /* cross-entropy: GPUCORE_ROWS_RED_* */
+    int64_t rows, cols;   /* embedding: rows = number of indices, cols = embedding dim */
+    int64_t vocab;        /* embedding: rows of the table */
+    const void *x, *dy, *gamma, *beta, *targets;  /* gamma/beta may be NULL (no affine) */
+    void *y, *dx, *dgamma, *dbeta;                /* dgamma/dbeta may be NULL (not wanted) */
+    float *mean, *rstd;   /* f32 [rows] saved by norm forward (may be NULL), read by backward */
+    void *loss;           /* cross-entropy forward: loss_dtype, [rows] (NONE) or [1] */
+    const void *dloss;    /* cross-entropy backward: loss_dtype, [rows] (NONE) or [1] */
     int64_t ignore_index;
     float eps;
     int32_t reserved;

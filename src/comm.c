@@ -294,6 +294,8 @@ gpucore_status gpucore_comm_create_mpi(gpucore_context *ctx, gpucore_comm **out)
     if ((st = comm_wrap(ctx, bcomm, rank, size, timeout, "mpi", out))) return st;
     gpucore_log(GPUCORE_LOG_DEBUG, "comm: rank %d of %d on %s created through MPI", rank, size, ctx->name);
     return GPUCORE_OK;
+#else
+    return GPUCORE_ERR_NOT_SUPPORTED; /* not reached: gpucore_mpi_world said why */
 #endif
 }
 

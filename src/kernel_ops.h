@@ -29,6 +29,7 @@ KOPS_HIDDEN gpucore_status kops_random(void *bctx, const gpucore_view *dst, int 
 KOPS_HIDDEN gpucore_status kops_matmul(void *bctx, const gpucore_gemm_desc *desc, void *s);
 KOPS_HIDDEN gpucore_status kops_elementwise(void *bctx, const gpucore_ew_args *args, void *s);
 KOPS_HIDDEN gpucore_status kops_reduce(void *bctx, const gpucore_reduce_args *args, void *s);
+KOPS_HIDDEN gpucore_status kops_rows(void *bctx, const gpucore_rows_args *args, void *s);
 /* training primitives (kernels/optim.cu) */
 KOPS_HIDDEN gpucore_status kops_optim_step(void *bctx, const gpucore_optim_hparams *hp,
                                            const gpucore_optim_tensor *tensors, int64_t count, void *s);
@@ -51,6 +52,7 @@ KOPS_HIDDEN gpucore_status kops_clip_grad_norm(void *bctx, const gpucore_mt_tens
     .matmul = kops_matmul,                       \
     .elementwise = kops_elementwise,             \
     .reduce = kops_reduce,                       \
+    .rows = kops_rows,                           \
     .optim_step = kops_optim_step,               \
     .amp_unscale = kops_amp_unscale,             \
     .amp_update = kops_amp_update,               \

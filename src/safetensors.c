@@ -791,21 +791,24 @@ gpucore_status gpucore_checkpoint_load(const char *path, const char *const *name
     if ((st = gpucore_safetensors_open(path, &f))) return st;
     const char *format = gpucore_safetensors_metadata(f, "format");
     if (!format || strcmp(format, CKPT_FORMAT)) {
+        /* The message quotes metadata owned by f: write it before closing f. */
+        st = gpucore_set_error(GPUCORE_ERR_CORRUPT_FILE,
+                               "%s: \"%s\" is a safetensors file but not a libgpucore checkpoint (metadata format is "
+                               "\"%s\", expected \"" CKPT_FORMAT "\"); read its tensors with gpucore_safetensors_open",
+                               op, path, format ? format : "(absent)");
         gpucore_safetensors_close(f);
-        return gpucore_set_error(GPUCORE_ERR_CORRUPT_FILE,
-                                 "%s: \"%s\" is a safetensors file but not a libgpucore checkpoint (metadata format is "
-                                 "\"%s\", expected \"" CKPT_FORMAT "\"); read its tensors with gpucore_safetensors_open",
-                                 op, path, format ? format : "(absent)");
+        return st;
     }
     if (opt) {
         const char *kind = gpucore_safetensors_metadata(f, "optimizer");
         const char *want = opt->cfg.kind == GPUCORE_OPTIMIZER_ADAMW ? "adamw" : "sgd";
         const char *pc = gpucore_safetensors_metadata(f, "optimizer.param_count");
         if (!kind || strcmp(kind, want) || !pc || strtoll(pc, NULL, 10) != opt->count) {
+            st = gpucore_set_error(GPUCORE_ERR_INVALID_ARGUMENT,
+                                   "%s: the checkpoint's optimizer is %s over %s parameters but this one is %s over "
+                                   "%lld", op, kind ? kind : "(none)", pc ? pc : "0", want, (long long)opt->count);
             gpucore_safetensors_close(f);
-            return gpucore_set_error(GPUCORE_ERR_INVALID_ARGUMENT,
-                                     "%s: the checkpoint's optimizer is %s over %s parameters but this one is %s over "
-                                     "%lld", op, kind ? kind : "(none)", pc ? pc : "0", want, (long long)opt->count);
+            return st;
         }
     }
     ckpt_list l = {0};

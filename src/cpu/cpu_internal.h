@@ -16,6 +16,7 @@ GPUCORE_HIDDEN gpucore_status cpu_matmul(void *bctx, const gpucore_gemm_desc *de
 /* tensor ops (cpu_ops_elementwise.c, cpu_ops_reduce.c, cpu_ops_rows.c) */
 GPUCORE_HIDDEN gpucore_status cpu_elementwise(void *bctx, const gpucore_ew_args *args, void *s);
 GPUCORE_HIDDEN gpucore_status cpu_reduce(void *bctx, const gpucore_reduce_args *args, void *s);
+GPUCORE_HIDDEN gpucore_status cpu_rows(void *bctx, const gpucore_rows_args *args, void *s);
 
 /* cpu_optim.c: training primitives */
 GPUCORE_HIDDEN gpucore_status cpu_optim_step(void *bctx, const gpucore_optim_hparams *hp,

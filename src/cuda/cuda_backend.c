@@ -5,6 +5,7 @@
  * cuda_ops.c.
  */
 #include <stdlib.h>
+#include "gpucore_config.h"
 #include "cuda_internal.h"
 #include "../kernel_ops.h"
 
@@ -260,6 +261,7 @@ static const gpucore_backend cuda_backend_table = {
     .matmul = cuda_matmul,
     .elementwise = kops_elementwise,
     .reduce = kops_reduce,
+    .rows = kops_rows,
     .host_alloc = cuda_host_alloc,
     .host_free = cuda_host_free,
     .stream_priority_range = cuda_stream_priority_range,
@@ -267,6 +269,20 @@ static const gpucore_backend cuda_backend_table = {
     .amp_unscale = kops_amp_unscale,
     .amp_update = kops_amp_update,
     .clip_grad_norm = kops_clip_grad_norm,
+#if GPUCORE_HAVE_NCCL
+    .comm_unique_id = cuda_comm_unique_id,
+    .comm_init = cuda_comm_init,
+    .comm_init_local = cuda_comm_init_local,
+    .comm_enqueue = cuda_comm_enqueue,
+    .comm_check = cuda_comm_check,
+    .comm_abort = cuda_comm_abort,
+    .comm_destroy = cuda_comm_destroy,
+    .comm_group = cuda_comm_group,
+#endif
+#if GPUCORE_HAVE_CUDNN
+    .conv = cuda_conv,
+    .conv_stats = cuda_conv_stats,
+#endif
 };
 
 __attribute__((visibility("default"))) gpucore_status gpucore_backend_plugin_entry(const gpucore_plugin_host *host,

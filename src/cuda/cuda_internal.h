@@ -37,4 +37,19 @@ CUDA_HIDDEN gpucore_status cuda_component_version(const char *component, char *b
 CUDA_HIDDEN gpucore_status cuda_matmul(void *bctx, const gpucore_gemm_desc *desc, void *stream);
 
 
+/* cuda_conv.c: convolution on cuDNN's graph API (builds with cuDNN only) */
+CUDA_HIDDEN gpucore_status cuda_conv(void *bctx, const gpucore_conv_desc *desc, void *stream);
+CUDA_HIDDEN gpucore_status cuda_conv_stats(void *bctx, gpucore_conv_stats *stats);
+
+/* cuda_comm.c: collectives over NCCL with a watchdog (builds with NCCL only) */
+CUDA_HIDDEN gpucore_status cuda_comm_unique_id(void *id);
+CUDA_HIDDEN gpucore_status cuda_comm_init(void *bctx, const void *id, int rank, int size, double timeout_s,
+                                          void **bcomm);
+CUDA_HIDDEN gpucore_status cuda_comm_init_local(void *const *bctxs, int n, double timeout_s, void **bcomms);
+CUDA_HIDDEN gpucore_status cuda_comm_enqueue(void *bcomm, const gpucore_comm_call *call, void *stream);
+CUDA_HIDDEN gpucore_status cuda_comm_check(void *bcomm);
+CUDA_HIDDEN void cuda_comm_abort(void *bcomm, const char *reason);
+CUDA_HIDDEN void cuda_comm_destroy(void *bcomm);
+CUDA_HIDDEN gpucore_status cuda_comm_group(int begin);
+
 #endif

@@ -54,7 +54,7 @@
 
 /* Sanitizer-instrumented frames are several times larger. */
 #if defined(SIMT_ASAN) || defined(SIMT_TSAN)
-static const size_t fiber_stack_bytes = 256 * 1024;
+static const size_t fiber_stack_bytes = 128 * 1024;
 #else
 static const size_t fiber_stack_bytes = 64 * 1024;
 #endif
@@ -69,6 +69,34 @@ SIMT_API int simt_stream_enqueue(void *stream, void *closure);
 SIMT_API int simt_run_queued(void *closure);
 }
 
+/* Context switches. ucontext's swapcontext saves and restores the signal mask
+ * with a system call on every switch; on x86-64 a few lines of assembly switch
+ * stacks instead (callee-saved registers, MXCSR and the x87 control word: what
+ * the ABI says survives a call). Other machines use swapcontext. */
+#if defined(__x86_64__) && !defined(SIMT_USE_UCONTEXT)
+#define SIMT_ASM_SWITCH 1
+extern "C" {
+/* Save the caller's registers on its stack and its stack pointer in *save_sp; continue on new_sp. */
+SIMT_HIDDEN void simt_ctx_switch(void **save_sp, void *new_sp);
+/* First frame of a fiber: calls the function in rbx, never returns. */
+SIMT_HIDDEN void simt_ctx_start(void);
+}
+__asm__(".text\n"
+        ".globl simt_ctx_switch\n.hidden simt_ctx_switch\n.type simt_ctx_switch,@function\n"
+        "simt_ctx_switch:\n"
+        "  pushq %rbp\n  pushq %rbx\n  pushq %r12\n  pushq %r13\n  pushq %r14\n  pushq %r15\n"
+        "  subq $8, %rsp\n  stmxcsr (%rsp)\n  fnstcw 4(%rsp)\n"
+        "  movq %rsp, (%rdi)\n  movq %rsi, %rsp\n"
+        "  ldmxcsr (%rsp)\n  fldcw 4(%rsp)\n  addq $8, %rsp\n"
+        "  popq %r15\n  popq %r14\n  popq %r13\n  popq %r12\n  popq %rbx\n  popq %rbp\n"
+        "  ret\n"
+        ".size simt_ctx_switch, .-simt_ctx_switch\n"
+        ".globl simt_ctx_start\n.hidden simt_ctx_start\n.type simt_ctx_start,@function\n"
+        "simt_ctx_start:\n"
+        "  andq $-16, %rsp\n  call *%rbx\n  ud2\n"
+        ".size simt_ctx_start, .-simt_ctx_start\n");
+#endif
+
 namespace {
 
 enum fiber_state { F_READY, F_BARRIER, F_WARP, F_DONE };
@@ -77,7 +105,11 @@ struct runner;
 
 struct fiber {
     simt_ids ids; /* what threadIdx & co. read while this fiber runs */
+#ifdef SIMT_ASM_SWITCH
+    void *sp;
+#else
     ucontext_t ctx;
+#endif
     char *stack;
     int linear, warp, lane;
     int state, started;
@@ -112,7 +144,11 @@ struct runner {
     int capacity;
     char *stacks;
     size_t stacks_bytes;
+#ifdef SIMT_ASM_SWITCH
+    void *sched_sp;
+#else
     ucontext_t sched;
+#endif
     void *tsan_sched;
     const void *sched_stack_bottom;
     size_t sched_stack_size;
@@ -130,7 +166,9 @@ struct runner {
 __thread fiber *tls_fiber;
 __thread int tls_last_error;
 __thread char tls_last_message[1024];
+#ifdef SIMT_ASAN
 __thread size_t tls_dynamic_poisoned = (size_t)-1; /* dynamic size the region's poisoning is set for */
+#endif
 
 size_t page_bytes() { return (size_t)sysconf(_SC_PAGESIZE); }
 
@@ -183,7 +221,9 @@ bool runner_reserve(runner *r, int n)
         fiber *f = &r->fibers[i];
         f->stack = base + guard;
         f->r = r;
+#ifndef SIMT_ASM_SWITCH
         getcontext(&f->ctx);
+#endif
 #ifdef SIMT_TSAN
         f->tsan_fiber = __tsan_create_fiber(0);
 #endif
@@ -230,10 +270,29 @@ void switch_to_fiber(runner *r, fiber *f)
     simt_tls_ids = &f->ids;
     if (!f->started) {
         f->started = 1;
+#ifdef SIMT_ASAN
+        /* A fresh fiber on a reused stack: forget the shadow of the frames that ran there before
+         * (the frame a finished fiber left behind is never popped). */
+        __asan_unpoison_memory_region(f->stack, fiber_stack_bytes);
+#endif
+#ifdef SIMT_ASM_SWITCH
+        /* The frame simt_ctx_switch pops: MXCSR/x87 CW, r15..r12, rbx = entry, rbp, return to simt_ctx_start. */
+        uintptr_t top = ((uintptr_t)(f->stack + fiber_stack_bytes) - 128) & ~(uintptr_t)15;
+        uint64_t *frame = (uint64_t *)(top - 64);
+        uint32_t control = 0x1F80u;          /* MXCSR default: all exceptions masked, round to nearest */
+        uint16_t x87 = 0x037Fu;              /* x87 default control word */
+        memset(frame, 0, 64);
+        memcpy(frame, &control, 4);
+        memcpy((char *)frame + 4, &x87, 2);
+        frame[5] = (uint64_t)(uintptr_t)&fiber_entry; /* rbx */
+        frame[7] = (uint64_t)(uintptr_t)&simt_ctx_start;
+        f->sp = frame;
+#else
         f->ctx.uc_stack.ss_sp = f->stack;
         f->ctx.uc_stack.ss_size = fiber_stack_bytes;
         f->ctx.uc_link = &r->sched;
         makecontext(&f->ctx, fiber_entry, 0);
+#endif
     }
 #ifdef SIMT_ASAN
     __sanitizer_start_switch_fiber(&r->sched_fake_stack, f->stack, fiber_stack_bytes);
@@ -241,7 +300,11 @@ void switch_to_fiber(runner *r, fiber *f)
 #ifdef SIMT_TSAN
     __tsan_switch_to_fiber(f->tsan_fiber, 0);
 #endif
+#ifdef SIMT_ASM_SWITCH
+    simt_ctx_switch(&r->sched_sp, f->sp);
+#else
     swapcontext(&r->sched, &f->ctx);
+#endif
 #ifdef SIMT_ASAN
     __sanitizer_finish_switch_fiber(r->sched_fake_stack, NULL, NULL);
 #endif
@@ -261,7 +324,11 @@ void yield_to_scheduler(fiber *f, bool final)
 #ifdef SIMT_TSAN
     __tsan_switch_to_fiber(r->tsan_sched, 0);
 #endif
+#ifdef SIMT_ASM_SWITCH
+    simt_ctx_switch(&f->sp, r->sched_sp);
+#else
     swapcontext(&f->ctx, &r->sched);
+#endif
 #ifdef SIMT_ASAN
     __sanitizer_finish_switch_fiber(f->asan_fake_stack, &r->sched_stack_bottom, &r->sched_stack_size);
 #endif
@@ -326,18 +393,20 @@ void fiber_exit_checks(runner *r, fiber *f)
     warp_state *w = &r->warps[f->warp];
     unsigned bit = 1u << f->lane;
     char who[96], lanes[128];
-    thread_str(f, who, sizeof who);
     for (int g = 0; g < w->ngroups; g++) {
         if (w->groups[g].mask & bit) {
+            thread_str(f, who, sizeof who);
             lanes_str(w->groups[g].arrived, lanes, sizeof lanes);
             block_error(r, "%s exited while lanes %s wait for it in %s(mask 0x%08x) at %s:%d (divergent warp)", who,
                         lanes, w->groups[g].what, w->groups[g].mask, base_name(w->groups[g].file), w->groups[g].line);
             return;
         }
     }
-    if (r->bar_arrived > 0)
+    if (r->bar_arrived > 0) {
+        thread_str(f, who, sizeof who);
         block_error(r, "%s exited while %d thread(s) wait at %s at %s:%d: a barrier some threads never reach", who,
                     r->bar_arrived, r->bar_what, base_name(r->bar_file), r->bar_line);
+    }
 }
 
 void fiber_entry()
@@ -811,7 +880,8 @@ uint64_t warp_collective(int kind, unsigned mask, uint64_t value, int b, int c, 
     warp_state *w = &r->warps[f->warp];
     const unsigned bit = 1u << f->lane;
     char who[96], lanes[128];
-    thread_str(f, who, sizeof who);
+    if ((mask & bit) && !(mask & ~w->exists) && !(mask & w->exited)) who[0] = '\0';
+    else thread_str(f, who, sizeof who);
     if (!(mask & bit)) {
         block_error(r, "%s calls %s at %s:%d with mask 0x%08x, which does not include its own lane", who, what,
                     base_name(file), line, mask);
@@ -833,6 +903,7 @@ uint64_t warp_collective(int kind, unsigned mask, uint64_t value, int b, int c, 
     for (int i = 0; i < w->ngroups; i++)
         if (w->groups[i].mask & bit) g = &w->groups[i];
     if (g && (g->kind != kind || g->mask != mask)) {
+        thread_str(f, who, sizeof who);
         lanes_str(g->arrived, lanes, sizeof lanes);
         block_error(r, "%s calls %s(mask 0x%08x) at %s:%d while lanes %s wait for it in %s(mask 0x%08x) at %s:%d "
                        "(divergent warp)", who, what, mask, base_name(file), line, lanes, g->what, g->mask,
@@ -843,6 +914,7 @@ uint64_t warp_collective(int kind, unsigned mask, uint64_t value, int b, int c, 
         for (int i = 0; i < w->ngroups; i++)
             if (w->groups[i].mask & mask) {
                 warp_group *o = &w->groups[i];
+                thread_str(f, who, sizeof who);
                 lanes_str(o->arrived, lanes, sizeof lanes);
                 block_error(r, "%s calls %s(mask 0x%08x) at %s:%d while lanes %s of that mask wait in %s(mask "
                                "0x%08x) at %s:%d (divergent warp)", who, what, mask, base_name(file), line, lanes,

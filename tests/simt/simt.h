@@ -1,6 +1,6 @@
 /*
  * simt.h — the CUDA kernel dialect libgpucore's kernels use, mapped onto a CPU
- * execution layer so CI can run the very sources in kernels/*.cu (compiled as
+ * execution layer so CI can run the very .cu sources in kernels/ (compiled as
  * C++ with -DGPUCORE_SIMT; kernels/launch.h includes this header).
  *
  * Model (simt.cpp): every CUDA thread is a cooperative fiber (ucontext) on a
@@ -37,7 +37,7 @@
 #define GPUCORE_SIMT_H
 
 #ifndef __cplusplus
-#error "simt.h is C++: compile kernels/*.cu with -x c++ -DGPUCORE_SIMT"
+#error "simt.h is C++: compile the kernel sources as C++ with -DGPUCORE_SIMT"
 #endif
 
 #include <math.h>

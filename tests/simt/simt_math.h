@@ -35,16 +35,17 @@ static inline unsigned int max(int a, unsigned int b) { return max((unsigned int
 static inline unsigned int max(unsigned int a, int b) { return max(a, (unsigned int)b); }
 
 /* fast-math intrinsics */
-static inline float __expf(float x) { return expf(x); }
-static inline float __exp10f(float x) { return powf(10.0f, x); }
-static inline float __logf(float x) { return logf(x); }
-static inline float __log2f(float x) { return log2f(x); }
-static inline float __log10f(float x) { return log10f(x); }
-static inline float __sinf(float x) { return sinf(x); }
-static inline float __cosf(float x) { return cosf(x); }
-static inline float __tanf(float x) { return tanf(x); }
-static inline void __sincosf(float x, float *s, float *c) { *s = sinf(x); *c = cosf(x); }
-static inline float __powf(float x, float y) { return powf(x, y); }
+/* glibc declares these names itself, so they are macros here. */
+#define __expf expf
+#define __exp10f exp10f
+#define __logf logf
+#define __log2f log2f
+#define __log10f log10f
+#define __sinf sinf
+#define __cosf cosf
+#define __tanf tanf
+#define __sincosf sincosf
+#define __powf powf
 static inline float __fdividef(float x, float y) { return x / y; }
 static inline float __frcp_rn(float x) { return 1.0f / x; }
 static inline float __fsqrt_rn(float x) { return sqrtf(x); }

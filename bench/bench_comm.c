@@ -1,0 +1,160 @@
+/*
+ * bench_comm.c — allreduce bandwidth: libgpucore's collective and its DDP reducer,
+ * side by side with MPI_Allreduce called directly on the same data, in one run.
+ *
+ *   mpirun --allow-run-as-root --oversubscribe -np 2 build/bench/bench_comm [--json] [--quick|--full]
+ *
+ * algbw = bytes / time; busbw = algbw * 2(n-1)/n (nccl-tests' definition). Each
+ * figure is the median over batches (after warm-up) of the wall time per call, the
+ * ranks aligned by a barrier before each batch. CPU backend (MPI transport); the
+ * ncclAllReduce peer for CUDA is not written yet (the GPU machine has no MPI).
+ * The reducer case registers 4 gradients that split the buffer, marks them ready and
+ * finishes each iteration: copy in + pre-division + allreduce + copy back.
+ */
+#include <mpi.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include "gpucore.h"
+
+static int rank, size, json;
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+typedef void (*bench_fn)(void *arg);
+
+/* Median seconds per call over `batches` batches of `iters` calls (all ranks agree: max over ranks). */
+static double time_it(bench_fn fn, void *arg, int iters, int batches)
+{
+    fn(arg); /* warm-up */
+    double *t = malloc(sizeof(double) * (size_t)batches);
+    for (int b = 0; b < batches; b++) {
+        MPI_Barrier(MPI_COMM_WORLD);
+        double t0 = now_s();
+        for (int i = 0; i < iters; i++) fn(arg);
+        double dt = (now_s() - t0) / iters, worst = 0;
+        MPI_Allreduce(&dt, &worst, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+        t[b] = worst;
+    }
+    qsort(t, (size_t)batches, sizeof *t, cmp_double);
+    double med = t[batches / 2];
+    free(t);
+    return med;
+}
+
+typedef struct state {
+    gpucore_comm *comm;
+    gpucore_tensor *t;
+    gpucore_stream *stream;
+    gpucore_ddp *ddp;
+    float *host;
+    int64_t n;
+} state;
+
+static void run_lib(void *p)
+{
+    state *s = p;
+    gpucore_comm_allreduce(s->comm, s->t, s->t, GPUCORE_REDUCE_SUM, s->stream);
+    gpucore_stream_synchronize(s->stream);
+}
+
+static void run_ddp(void *p)
+{
+    state *s = p;
+    for (int g = 3; g >= 0; g--) gpucore_ddp_mark_ready(s->ddp, g, s->stream);
+    gpucore_ddp_finish(s->ddp, s->stream);
+    gpucore_stream_synchronize(s->stream);
+}
+
+static void run_mpi(void *p)
+{
+    state *s = p;
+    MPI_Allreduce(MPI_IN_PLACE, s->host, (int)s->n, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+}
+
+static void emit(const char *cs, int64_t bytes, const char *metric, double v, const char *unit, double peer_v)
+{
+    if (rank || !json) return;
+    double speedup = !strcmp(metric, "time_us") ? peer_v / v : v / peer_v;
+    printf("{\"bench\":\"comm\",\"case\":\"%s_%lldB_np%d\",\"device\":\"cpu\",\"metric\":\"%s\",\"value\":%.6g,"
+           "\"unit\":\"%s\",\"peer\":\"MPI_Allreduce\",\"peer_value\":%.6g,\"speedup\":%.4f}\n",
+           cs, (long long)bytes, size, metric, v, unit, peer_v, speedup);
+}
+
+int main(int argc, char **argv)
+{
+    int full = 0;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--json")) json = 1;
+        else if (!strcmp(argv[i], "--full")) full = 1;
+    }
+    int provided = 0;
+    MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    gpucore_context *ctx = NULL;
+    gpucore_comm *comm = NULL;
+    if (gpucore_context_create("cpu", &ctx) || gpucore_comm_create_mpi(ctx, &comm)) {
+        fprintf(stderr, "bench_comm: %s\n", gpucore_last_error());
+        MPI_Abort(MPI_COMM_WORLD, 1);
+    }
+    gpucore_stream *stream = NULL;
+    gpucore_stream_create(ctx, 0, &stream);
+    int64_t max_bytes = full ? (int64_t)256 << 20 : (int64_t)64 << 20;
+    double bus = size > 1 ? 2.0 * (size - 1) / size : 1.0;
+    if (!rank && !json)
+        printf("allreduce f32 sum, %d ranks (busbw = algbw x %.2f), median of batches, GB/s\n"
+               "%10s | %9s %9s %9s | %9s %9s | %9s %9s | %7s %7s\n", size, bus, "bytes", "lib us", "ddp us",
+               "mpi us", "lib algbw", "lib busbw", "ddp busbw", "mpi busbw", "lib/mpi", "ddp/mpi");
+    for (int64_t bytes = 8; bytes <= max_bytes; bytes *= (bytes < 4096 ? 8 : 4)) {
+        state s = {.comm = comm, .stream = stream, .n = bytes / 4};
+        gpucore_tensor_create(ctx, GPUCORE_F32, 1, &s.n, &s.t);
+        gpucore_fill(s.t, 1, stream);
+        s.host = calloc((size_t)s.n, sizeof(float));
+        /* the reducer over 4 gradients that split the buffer (sizes differ by at most one element) */
+        gpucore_tensor *grads[4];
+        for (int g = 0; g < 4; g++) {
+            int64_t gn = s.n / 4 + (g < s.n % 4);
+            if (gn == 0) gn = 1;
+            gpucore_tensor_create(ctx, GPUCORE_F32, 1, &gn, &grads[g]);
+            gpucore_fill(grads[g], 1, stream);
+        }
+        gpucore_ddp_create(comm, grads, 4, NULL, &s.ddp);
+        int iters = bytes <= (1 << 16) ? 200 : bytes <= (4 << 20) ? 20 : 3;
+        int batches = bytes <= (4 << 20) ? 7 : 5;
+        double t_lib = time_it(run_lib, &s, iters, batches);
+        double t_ddp = time_it(run_ddp, &s, iters, batches);
+        double t_mpi = time_it(run_mpi, &s, iters, batches);
+        double alg_lib = bytes / t_lib * 1e-9, alg_ddp = bytes / t_ddp * 1e-9, alg_mpi = bytes / t_mpi * 1e-9;
+        if (!rank && !json)
+            printf("%10lld | %9.1f %9.1f %9.1f | %9.3f %9.3f | %9.3f %9.3f | %7.2f %7.2f\n", (long long)bytes,
+                   t_lib * 1e6, t_ddp * 1e6, t_mpi * 1e6, alg_lib, alg_lib * bus, alg_ddp * bus, alg_mpi * bus,
+                   t_mpi / t_lib, t_mpi / t_ddp);
+        emit("allreduce", bytes, "busbw", alg_lib * bus, "GB/s", alg_mpi * bus);
+        emit("allreduce", bytes, "time_us", t_lib * 1e6, "us", t_mpi * 1e6);
+        emit("ddp_reducer", bytes, "busbw", alg_ddp * bus, "GB/s", alg_mpi * bus);
+        emit("ddp_reducer", bytes, "time_us", t_ddp * 1e6, "us", t_mpi * 1e6);
+        gpucore_ddp_destroy(s.ddp);
+        for (int g = 0; g < 4; g++) gpucore_tensor_destroy(grads[g]);
+        gpucore_tensor_destroy(s.t);
+        free(s.host);
+    }
+    if (!rank && !json) fflush(stdout);
+    gpucore_stream_destroy(stream);
+    gpucore_comm_destroy(comm);
+    gpucore_context_destroy(ctx);
+    MPI_Finalize();
+    return 0;
+}

@@ -1,0 +1,462 @@
+/*
+ * rows.cu — softmax / log-softmax (forward, backward), fused cross-entropy
+ * (forward, backward), LayerNorm / RMSNorm (forward, backward) along the last
+ * dim of contiguous [rows, cols] tensors, f32 math for f32/f16/bf16 data.
+ *
+ * Why it is fast: each row is one block's work (a row longer than
+ * GPUCORE_ROWS_CHUNK is split over several blocks), read with 16-byte vector
+ * loads when the row length and pointers allow, reduced with a warp-shuffle
+ * tree then one shared-memory step. Softmax and cross-entropy keep the online
+ * (max, sum) pair so the statistics take one pass over the row; the write pass
+ * re-reads the row from L2 (a row in flight is far smaller than L2). The
+ * cross-entropy never materialises the softmax: forward writes one loss per
+ * row, backward writes dlogits directly. Norm backward computes dx and folds
+ * dgamma/dbeta partials in the same pass (each thread owns fixed columns of
+ * its block's row chunk), then a tiny second kernel sums the chunk partials.
+ * Deterministic: fixed chunking (rows_math.h), fixed trees, no atomics.
+ * 64-bit indices; grids from the SM count.
+ */
+#include "kernels.h"
+#include "launch.h"
+#include "grid.h"
+#include "dtype_access.h"
+#include "rows_math.h"
+
+#define ROWS_THREADS 512
+#define ROWS_WARPS (ROWS_THREADS / 32)
+#define NORM_THREADS 256 /* norms: more registers per thread for the f16 conversions (no spills) */
+
+template <int DT> struct rows_dt {
+    static const int es = DT == GPUCORE_KDT_F32 ? 4 : 2;
+    static const int vec = 16 / es; /* elements per 16-byte access */
+};
+
+template <int DT> __device__ __forceinline__ float ld1(const void *p, int64_t i)
+{
+    if (DT == GPUCORE_KDT_F32) return ((const float *)p)[i];
+    if (DT == GPUCORE_KDT_F16) return gpucore_f16_to_f32(((const uint16_t *)p)[i]);
+    return gpucore_bf16_to_f32(((const uint16_t *)p)[i]);
+}
+
+template <int DT> __device__ __forceinline__ void st1(void *p, int64_t i, float v)
+{
+    if (DT == GPUCORE_KDT_F32) ((float *)p)[i] = v;
+    else if (DT == GPUCORE_KDT_F16) ((uint16_t *)p)[i] = gpucore_f32_to_f16(v);
+    else ((uint16_t *)p)[i] = gpucore_f32_to_bf16(v);
+}
+
+/* Load / store rows_dt<DT>::vec elements starting at element i (16-byte aligned). */
+template <int DT> __device__ __forceinline__ void ldv(const void *p, int64_t i, float *v)
+{
+    union { uint4 u; float f[4]; uint16_t h[8]; } r;
+    r.u = *(const uint4 *)((const char *)p + i * rows_dt<DT>::es);
+#pragma unroll
+    for (int k = 0; k < rows_dt<DT>::vec; k++)
+        v[k] = DT == GPUCORE_KDT_F32 ? r.f[k] : DT == GPUCORE_KDT_F16 ? gpucore_f16_to_f32(r.h[k]) : gpucore_bf16_to_f32(r.h[k]);
+}
+
+template <int DT> __device__ __forceinline__ void stv(void *p, int64_t i, const float *v)
+{
+    union { uint4 u; float f[4]; uint16_t h[8]; } r;
+#pragma unroll
+    for (int k = 0; k < rows_dt<DT>::vec; k++) {
+        if (DT == GPUCORE_KDT_F32) r.f[k] = v[k];
+        else if (DT == GPUCORE_KDT_F16) r.h[k] = gpucore_f32_to_f16(v[k]);
+        else r.h[k] = gpucore_f32_to_bf16(v[k]);
+    }
+    *(uint4 *)((char *)p + i * rows_dt<DT>::es) = r.u;
+}
+
+/* Parameters (gamma, beta) of a run-time dtype; NULL means the identity value. */
+__device__ __forceinline__ float ldp(const void *p, int dt, int64_t i, float dflt)
+{
+    if (!p) return dflt;
+    if (dt == GPUCORE_KDT_F32) return ((const float *)p)[i];
+    if (dt == GPUCORE_KDT_F16) return gpucore_f16_to_f32(((const uint16_t *)p)[i]);
+    return gpucore_bf16_to_f32(((const uint16_t *)p)[i]);
+}
+
+/* ---- block-wide folds, fixed trees; the result is returned to every thread ---- */
+
+struct pair_stat { float a, b; };
+
+template <int KIND> __device__ __forceinline__ pair_stat pair_combine(pair_stat x, pair_stat y)
+{
+    if (KIND == 0) { /* softmax (max, sum) */
+        gpucore_softmax_stat s = {x.a, x.b}, t = {y.a, y.b};
+        s = gpucore_softmax_stat_combine(s, t);
+        pair_stat r = {s.m, s.s};
+        return r;
+    }
+    pair_stat r = {x.a + y.a, x.b + y.b}; /* two plain sums */
+    return r;
+}
+
+template <int KIND> __device__ pair_stat block_fold(pair_stat v)
+{
+    __shared__ pair_stat warp_v[ROWS_WARPS];
+    __shared__ pair_stat result;
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+    for (int d = 16; d > 0; d /= 2) {
+        pair_stat o = {__shfl_down_sync(0xffffffffu, v.a, d), __shfl_down_sync(0xffffffffu, v.b, d)};
+        v = pair_combine<KIND>(v, o);
+    }
+    if (lane == 0) warp_v[warp] = v;
+    __syncthreads();
+    if (warp == 0) {
+        pair_stat e = {KIND == 0 ? -INFINITY : 0.0f, 0.0f};
+        v = lane < (int)(blockDim.x / 32) ? warp_v[lane] : e;
+        for (int d = 16; d > 0; d /= 2) {
+            pair_stat o = {__shfl_down_sync(0xffffffffu, v.a, d), __shfl_down_sync(0xffffffffu, v.b, d)};
+            v = pair_combine<KIND>(v, o);
+        }
+        if (lane == 0) result = v;
+    }
+    __syncthreads();
+    v = result;
+    __syncthreads(); /* result and warp_v are reused by the next row */
+    return v;
+}
+
+/* ------------------------------------------------ softmax, log-softmax, cross-entropy */
+
+template <int OP> struct sm_kind { static const int kind = (OP == GPUCORE_ROWS_SOFTMAX_BWD || OP == GPUCORE_ROWS_LOG_SOFTMAX_BWD) ? 1 : 0; };
+
+/* This thread's statistics over [l0, l1) of a row at element offset off. */
+template <int DT, int OP> __device__ __forceinline__ pair_stat sm_partial(const gpucore_rows_args &p, int64_t off,
+                                                                          int64_t l0, int64_t l1, int vec)
+{
+    const int V = rows_dt<DT>::vec;
+    gpucore_softmax_stat s = gpucore_softmax_stat_empty();
+    float dot = 0.0f;
+    if (vec) {
+        for (int64_t i = l0 + (int64_t)threadIdx.x * V; i < l1; i += (int64_t)blockDim.x * V) {
+            float a[rows_dt<DT>::vec], b[rows_dt<DT>::vec];
+            if (sm_kind<OP>::kind == 0) {
+                ldv<DT>(p.x, off + i, a);
+#pragma unroll
+                for (int k = 0; k < V; k++) s = gpucore_softmax_stat_add(s, a[k]);
+            } else {
+                ldv<DT>(p.dy, off + i, a);
+                if (OP == GPUCORE_ROWS_SOFTMAX_BWD) ldv<DT>(p.y, off + i, b);
+#pragma unroll
+                for (int k = 0; k < V; k++) dot += OP == GPUCORE_ROWS_SOFTMAX_BWD ? a[k] * b[k] : a[k];
+            }
+        }
+    } else {
+        for (int64_t i = l0 + threadIdx.x; i < l1; i += blockDim.x) {
+            if (sm_kind<OP>::kind == 0) s = gpucore_softmax_stat_add(s, ld1<DT>(p.x, off + i));
+            else dot += OP == GPUCORE_ROWS_SOFTMAX_BWD ? ld1<DT>(p.dy, off + i) * ld1<DT>(p.y, off + i)
+                                                       : ld1<DT>(p.dy, off + i);
+        }
+    }
+    pair_stat r;
+    if (sm_kind<OP>::kind == 0) { r.a = s.m; r.b = s.s; }
+    else { r.a = dot; r.b = 0.0f; }
+    return r;
+}
+
+/* Per-element output of the write pass; st: the row statistics, g: CE's row scale, t: CE's target. */
+template <int OP> __device__ __forceinline__ float sm_out(float x, float dy, float y, pair_stat st, float lse,
+                                                          float g, int64_t i, int64_t t)
+{
+    switch (OP) {
+    case GPUCORE_ROWS_SOFTMAX: return expf(x - st.a) / st.b;
+    case GPUCORE_ROWS_LOG_SOFTMAX: return x - lse;
+    case GPUCORE_ROWS_SOFTMAX_BWD: return y * (dy - st.a);
+    case GPUCORE_ROWS_LOG_SOFTMAX_BWD: return dy - expf(y) * st.a;
+    default: return g * (expf(x - lse) - (i == t ? 1.0f : 0.0f)); /* CE_BWD */
+    }
+}
+
+template <int DT, int OP> __device__ __forceinline__ void sm_write(const gpucore_rows_args &p, int64_t row, int64_t off,
+                                                                   int64_t l0, int64_t l1, int vec, pair_stat st)
+{
+    const int V = rows_dt<DT>::vec;
+    const float lse = st.a + logf(st.b);
+    float g = 0.0f;
+    int64_t t = -1;
+    if (OP == GPUCORE_ROWS_CE_BWD) {
+        t = gpucore_rows_target(p.targets, p.target_dtype, row);
+        if (t == p.ignore_index) g = 0.0f;
+        else {
+            g = p.reduction == GPUCORE_ROWS_RED_NONE
+                    ? gpucore_load_as_f32((const char *)p.dloss + row * (p.loss_dtype == GPUCORE_KDT_F32 ? 4 : 2), p.loss_dtype)
+                    : *(const float *)((const char *)p.workspace + gpucore_rows_partials_bytes(&p));
+            if (t < 0 || t >= p.cols) g = NAN;
+        }
+    }
+    void *out = OP == GPUCORE_ROWS_SOFTMAX || OP == GPUCORE_ROWS_LOG_SOFTMAX ? p.y : p.dx;
+    const int needs_x = sm_kind<OP>::kind == 0, needs_dy = sm_kind<OP>::kind == 1;
+    if (vec) {
+        for (int64_t i = l0 + (int64_t)threadIdx.x * V; i < l1; i += (int64_t)blockDim.x * V) {
+            float a[rows_dt<DT>::vec], b[rows_dt<DT>::vec], o[rows_dt<DT>::vec];
+            if (needs_x) ldv<DT>(p.x, off + i, a);
+            if (needs_dy) { ldv<DT>(p.dy, off + i, a); ldv<DT>(p.y, off + i, b); }
+#pragma unroll
+            for (int k = 0; k < V; k++) o[k] = sm_out<OP>(a[k], a[k], needs_dy ? b[k] : 0.0f, st, lse, g, i + k, t);
+            stv<DT>(out, off + i, o);
+        }
+    } else {
+        for (int64_t i = l0 + threadIdx.x; i < l1; i += blockDim.x) {
+            float a = needs_x ? ld1<DT>(p.x, off + i) : ld1<DT>(p.dy, off + i);
+            float b = needs_dy ? ld1<DT>(p.y, off + i) : 0.0f;
+            st1<DT>(out, off + i, sm_out<OP>(a, a, b, st, lse, g, i, t));
+        }
+    }
+}
+
+/* CE forward: one loss per row (f32 to the workspace for MEAN/SUM, loss_dtype for NONE). */
+template <int DT> __device__ __forceinline__ void ce_row_loss(const gpucore_rows_args &p, int64_t row, int64_t off,
+                                                             pair_stat st)
+{
+    if (threadIdx.x != 0) return;
+    int64_t t = gpucore_rows_target(p.targets, p.target_dtype, row);
+    float loss = t == p.ignore_index ? 0.0f
+               : (t < 0 || t >= p.cols) ? NAN : st.a + logf(st.b) - ld1<DT>(p.x, off + t);
+    if (p.reduction == GPUCORE_ROWS_RED_NONE)
+        gpucore_store_from_f32((char *)p.loss + row * (p.loss_dtype == GPUCORE_KDT_F32 ? 4 : 2), p.loss_dtype, loss);
+    else ((float *)((char *)p.workspace + gpucore_rows_partials_bytes(&p)))[row] = loss;
+}
+
+/* phase 0: statistics of each (row, chunk); with one chunk per row also the write pass.
+ * phase 1 (chunks > 1): fold the row's chunk partials in order, then write the chunk. */
+template <int DT, int OP>
+__global__ void __launch_bounds__(ROWS_THREADS) softmax_like_kernel(gpucore_rows_args p, int64_t chunks, int vec, int phase)
+{
+    pair_stat *part = (pair_stat *)p.workspace;
+    for (int64_t w = blockIdx.x; w < p.rows * chunks; w += gridDim.x) {
+        const int64_t row = w / chunks, c = w % chunks, off = row * p.cols;
+        const int64_t l0 = c * GPUCORE_ROWS_CHUNK;
+        const int64_t l1 = l0 + GPUCORE_ROWS_CHUNK < p.cols ? l0 + GPUCORE_ROWS_CHUNK : p.cols;
+        pair_stat st;
+        if (phase == 0) {
+            st = block_fold<sm_kind<OP>::kind>(sm_partial<DT, OP>(p, off, l0, l1, vec));
+            if (chunks > 1) {
+                if (threadIdx.x == 0) part[w] = st;
+                continue;
+            }
+        } else {
+            st = part[row * chunks];
+            for (int64_t k = 1; k < chunks; k++) st = pair_combine<sm_kind<OP>::kind>(st, part[row * chunks + k]);
+        }
+        if (OP == GPUCORE_ROWS_CE_FWD) {
+            if (c == 0) ce_row_loss<DT>(p, row, off, st);
+        } else sm_write<DT, OP>(p, row, off, l0, l1, vec, st);
+    }
+}
+
+/* One block: CE_FWD's reduction (sum of per-row losses, / count for MEAN) or CE_BWD's
+ * row scale (dloss[0], / count for MEAN), each thread walking rows in a fixed stride. */
+__global__ void __launch_bounds__(ROWS_THREADS) ce_reduce_kernel(gpucore_rows_args p)
+{
+    float *tail = (float *)((char *)p.workspace + gpucore_rows_partials_bytes(&p));
+    const int fwd = p.op == GPUCORE_ROWS_CE_FWD;
+    pair_stat v = {0.0f, 0.0f}; /* a: loss sum, b: counted rows (exact in f32 up to 2^24 per thread) */
+    for (int64_t r = threadIdx.x; r < p.rows; r += blockDim.x) {
+        if (fwd) v.a += tail[r];
+        v.b += gpucore_rows_target(p.targets, p.target_dtype, r) != p.ignore_index ? 1.0f : 0.0f;
+    }
+    v = block_fold<1>(v);
+    if (threadIdx.x == 0) {
+        float count = v.b;
+        if (fwd) {
+            float out = p.reduction == GPUCORE_ROWS_RED_MEAN ? v.a / count : v.a;
+            gpucore_store_from_f32(p.loss, p.loss_dtype, out);
+        } else {
+            float g = gpucore_load_as_f32(p.dloss, p.loss_dtype);
+            tail[0] = p.reduction == GPUCORE_ROWS_RED_MEAN ? g / count : g;
+        }
+    }
+}
+
+template <int DT, int OP> static int softmax_like_launch(const gpucore_launch *l, const gpucore_rows_args *p, int vec)
+{
+    const int64_t chunks = gpucore_rows_chunks(p->cols);
+    unsigned grid = gpucore_grid_for(p->rows * chunks * ROWS_THREADS, ROWS_THREADS, l->sm_count);
+    int err;
+    if (OP == GPUCORE_ROWS_CE_BWD && p->reduction != GPUCORE_ROWS_RED_NONE) {
+        GPUCORE_LAUNCH(ce_reduce_kernel, 1, ROWS_THREADS, 0, l->stream, *p);
+        if ((err = GPUCORE_LAUNCH_STATUS())) return err;
+    }
+    GPUCORE_LAUNCH((softmax_like_kernel<DT, OP>), grid, ROWS_THREADS, 0, l->stream, *p, chunks, vec, 0);
+    if ((err = GPUCORE_LAUNCH_STATUS())) return err;
+    if (chunks > 1) {
+        GPUCORE_LAUNCH((softmax_like_kernel<DT, OP>), grid, ROWS_THREADS, 0, l->stream, *p, chunks, vec, 1);
+        if ((err = GPUCORE_LAUNCH_STATUS())) return err;
+    }
+    if (OP == GPUCORE_ROWS_CE_FWD && p->reduction != GPUCORE_ROWS_RED_NONE) {
+        GPUCORE_LAUNCH(ce_reduce_kernel, 1, ROWS_THREADS, 0, l->stream, *p);
+        return GPUCORE_LAUNCH_STATUS();
+    }
+    return 0;
+}
+
+/* ------------------------------------------------------------------ norms */
+
+/* One block per row: mean, centred variance, then the write (the re-reads hit L1/L2). */
+template <int DT, int LAYER>
+__global__ void __launch_bounds__(NORM_THREADS) norm_fwd_kernel(gpucore_rows_args p, int vec)
+{
+    const int V = rows_dt<DT>::vec;
+    const int64_t cols = p.cols;
+    for (int64_t row = blockIdx.x; row < p.rows; row += gridDim.x) {
+        const int64_t off = row * cols;
+        float mean = 0.0f;
+        if (LAYER) {
+            pair_stat s = {0.0f, 0.0f};
+            if (vec)
+                for (int64_t i = (int64_t)threadIdx.x * V; i < cols; i += (int64_t)blockDim.x * V) {
+                    float a[rows_dt<DT>::vec];
+                    ldv<DT>(p.x, off + i, a);
+#pragma unroll
+                    for (int k = 0; k < V; k++) s.a += a[k];
+                }
+            else
+                for (int64_t i = threadIdx.x; i < cols; i += blockDim.x) s.a += ld1<DT>(p.x, off + i);
+            mean = block_fold<1>(s).a / (float)cols;
+        }
+        pair_stat q = {0.0f, 0.0f};
+        if (vec)
+            for (int64_t i = (int64_t)threadIdx.x * V; i < cols; i += (int64_t)blockDim.x * V) {
+                float a[rows_dt<DT>::vec];
+                ldv<DT>(p.x, off + i, a);
+#pragma unroll
+                for (int k = 0; k < V; k++) q.a += (a[k] - mean) * (a[k] - mean);
+            }
+        else
+            for (int64_t i = threadIdx.x; i < cols; i += blockDim.x) {
+                float d = ld1<DT>(p.x, off + i) - mean;
+                q.a += d * d;
+            }
+        const float rstd = rsqrtf(block_fold<1>(q).a / (float)cols + p.eps);
+        if (vec)
+            for (int64_t i = (int64_t)threadIdx.x * V; i < cols; i += (int64_t)blockDim.x * V) {
+                float a[rows_dt<DT>::vec];
+                ldv<DT>(p.x, off + i, a);
+#pragma unroll
+                for (int k = 0; k < V; k++)
+                    a[k] = (a[k] - mean) * rstd * ldp(p.gamma, p.param_dtype, i + k, 1.0f) +
+                           (LAYER ? ldp(p.beta, p.param_dtype, i + k, 0.0f) : 0.0f);
+                stv<DT>(p.y, off + i, a);
+            }
+        else
+            for (int64_t i = threadIdx.x; i < cols; i += blockDim.x)
+                st1<DT>(p.y, off + i, (ld1<DT>(p.x, off + i) - mean) * rstd * ldp(p.gamma, p.param_dtype, i, 1.0f) +
+                                          (LAYER ? ldp(p.beta, p.param_dtype, i, 0.0f) : 0.0f));
+        if (threadIdx.x == 0) {
+            if (LAYER && p.mean) p.mean[row] = mean;
+            if (p.rstd) p.rstd[row] = rstd;
+        }
+    }
+}
+
+/* One block per chunk of rpc rows: dx row by row, and this chunk's dgamma/dbeta
+ * partials (workspace [chunk][2][cols]) accumulated by the thread that owns each
+ * column, in row order. Scalar column walk so a thread's columns stay fixed. */
+template <int DT, int LAYER>
+__global__ void __launch_bounds__(NORM_THREADS) norm_bwd_kernel(gpucore_rows_args p, int64_t rpc, int64_t nchunks)
+{
+    const int64_t cols = p.cols;
+    float *part = (float *)p.workspace;
+    const int want_params = p.dgamma || p.dbeta;
+    for (int64_t ch = blockIdx.x; ch < nchunks; ch += gridDim.x) {
+        const int64_t r0 = ch * rpc, r1 = r0 + rpc < p.rows ? r0 + rpc : p.rows;
+        float *pg = part + ch * 2 * cols, *pb = pg + cols;
+        for (int64_t row = r0; row < r1; row++) {
+            const int64_t off = row * cols;
+            const float mean = LAYER ? p.mean[row] : 0.0f, rstd = p.rstd[row];
+            pair_stat s = {0.0f, 0.0f};
+            if (p.dx) {
+                for (int64_t i = threadIdx.x; i < cols; i += blockDim.x) {
+                    float g = ld1<DT>(p.dy, off + i) * ldp(p.gamma, p.param_dtype, i, 1.0f);
+                    float xh = (ld1<DT>(p.x, off + i) - mean) * rstd;
+                    s.a += g;
+                    s.b += g * xh;
+                }
+                s = block_fold<1>(s);
+                s.a /= (float)cols;
+                s.b /= (float)cols;
+            }
+            for (int64_t i = threadIdx.x; i < cols; i += blockDim.x) {
+                float dy = ld1<DT>(p.dy, off + i);
+                float xh = (ld1<DT>(p.x, off + i) - mean) * rstd;
+                if (p.dx) {
+                    float g = dy * ldp(p.gamma, p.param_dtype, i, 1.0f);
+                    st1<DT>(p.dx, off + i, rstd * (g - (LAYER ? s.a : 0.0f) - xh * s.b));
+                }
+                if (want_params) {
+                    pg[i] = row == r0 ? dy * xh : pg[i] + dy * xh;
+                    pb[i] = row == r0 ? dy : pb[i] + dy;
+                }
+            }
+        }
+    }
+}
+
+/* dgamma[c], dbeta[c]: the chunk partials summed in chunk order. */
+__global__ void norm_params_finish_kernel(gpucore_rows_args p, int64_t nchunks)
+{
+    const float *part = (const float *)p.workspace;
+    const int64_t cols = p.cols;
+    for (int64_t c = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; c < cols; c += (int64_t)gridDim.x * blockDim.x) {
+        float g = 0.0f, b = 0.0f;
+        for (int64_t k = 0; k < nchunks; k++) {
+            g += part[k * 2 * cols + c];
+            b += part[k * 2 * cols + cols + c];
+        }
+        if (p.dgamma) gpucore_store_from_f32((char *)p.dgamma + c * (p.param_dtype == GPUCORE_KDT_F32 ? 4 : 2), p.param_dtype, g);
+        if (p.dbeta) gpucore_store_from_f32((char *)p.dbeta + c * (p.param_dtype == GPUCORE_KDT_F32 ? 4 : 2), p.param_dtype, b);
+    }
+}
+
+template <int DT, int LAYER> static int norm_launch(const gpucore_launch *l, const gpucore_rows_args *p, int vec, int bwd)
+{
+    int err;
+    if (!bwd) {
+        unsigned grid = gpucore_grid_for(p->rows * NORM_THREADS, NORM_THREADS, l->sm_count);
+        GPUCORE_LAUNCH((norm_fwd_kernel<DT, LAYER>), grid, NORM_THREADS, 0, l->stream, *p, vec);
+        return GPUCORE_LAUNCH_STATUS();
+    }
+    const int64_t rpc = gpucore_rows_norm_rows_per_chunk(p->rows), nchunks = (p->rows + rpc - 1) / rpc;
+    unsigned grid = gpucore_grid_for(nchunks * NORM_THREADS, NORM_THREADS, l->sm_count);
+    GPUCORE_LAUNCH((norm_bwd_kernel<DT, LAYER>), grid, NORM_THREADS, 0, l->stream, *p, rpc, nchunks);
+    if ((err = GPUCORE_LAUNCH_STATUS()) || !(p->dgamma || p->dbeta)) return err;
+    grid = gpucore_grid_for(p->cols, 256, l->sm_count);
+    GPUCORE_LAUNCH(norm_params_finish_kernel, grid, 256, 0, l->stream, *p, nchunks);
+    return GPUCORE_LAUNCH_STATUS();
+}
+
+/* ---------------------------------------------------------------- dispatch */
+
+template <int DT> static int rows_launch(const gpucore_launch *l, const gpucore_rows_args *p)
+{
+    const int V = rows_dt<DT>::vec;
+    const void *ptrs[4] = {p->x, p->y, p->dy, p->dx};
+    int vec = p->cols % V == 0;
+    for (int k = 0; k < 4; k++) vec = vec && ((uintptr_t)ptrs[k] % 16) == 0;
+    switch (p->op) {
+    case GPUCORE_ROWS_SOFTMAX: return softmax_like_launch<DT, GPUCORE_ROWS_SOFTMAX>(l, p, vec);
+    case GPUCORE_ROWS_LOG_SOFTMAX: return softmax_like_launch<DT, GPUCORE_ROWS_LOG_SOFTMAX>(l, p, vec);
+    case GPUCORE_ROWS_SOFTMAX_BWD: return softmax_like_launch<DT, GPUCORE_ROWS_SOFTMAX_BWD>(l, p, vec);
+    case GPUCORE_ROWS_LOG_SOFTMAX_BWD: return softmax_like_launch<DT, GPUCORE_ROWS_LOG_SOFTMAX_BWD>(l, p, vec);
+    case GPUCORE_ROWS_CE_FWD: return softmax_like_launch<DT, GPUCORE_ROWS_CE_FWD>(l, p, vec);
+    case GPUCORE_ROWS_CE_BWD: return softmax_like_launch<DT, GPUCORE_ROWS_CE_BWD>(l, p, vec);
+    case GPUCORE_ROWS_LAYERNORM: return norm_launch<DT, 1>(l, p, vec, 0);
+    case GPUCORE_ROWS_RMSNORM: return norm_launch<DT, 0>(l, p, vec, 0);
+    case GPUCORE_ROWS_LAYERNORM_BWD: return norm_launch<DT, 1>(l, p, vec, 1);
+    case GPUCORE_ROWS_RMSNORM_BWD: return norm_launch<DT, 0>(l, p, vec, 1);
+    default: return gpucore_kernel_embedding(l, p);
+    }
+}
+
+extern "C" int gpucore_kernel_rows(const gpucore_launch *launch, const gpucore_rows_args *args)
+{
+    if (args->op == GPUCORE_ROWS_EMBED || args->op == GPUCORE_ROWS_EMBED_BWD) return gpucore_kernel_embedding(launch, args);
+    if (args->rows == 0 || args->cols == 0) return 0;
+    switch (args->dtype) {
+    case GPUCORE_KDT_F32: return rows_launch<GPUCORE_KDT_F32>(launch, args);
+    case GPUCORE_KDT_F16: return rows_launch<GPUCORE_KDT_F16>(launch, args);
+    default: return rows_launch<GPUCORE_KDT_BF16>(launch, args);
+    }
+}

@@ -1,0 +1,135 @@
+/*
+ * rows_math.h — the row family's op codes, fixed chunking and small formulas,
+ * shared by the API layer (workspace sizes), the CPU backend and rows.cu /
+ * embedding.cu so every backend cuts the work the same way.
+ *
+ * Ops (gpucore_rows_args fields used):
+ *   SOFTMAX, LOG_SOFTMAX          y = softmax(x) / log_softmax(x) along each row
+ *   SOFTMAX_BWD, LOG_SOFTMAX_BWD  dx from dy and the forward output y
+ *                                 softmax: dx = y * (dy - Σ dy*y); log: dx = dy - exp(y) * Σ dy
+ *   LAYERNORM, RMSNORM            y = (x - mean) * rstd * gamma + beta (RMS: no mean, no beta);
+ *                                 mean/rstd (f32 [rows], may be NULL) saved
+ *   LAYERNORM_BWD, RMSNORM_BWD    dx (may be NULL), dgamma, dbeta (each may be NULL) from dy, x,
+ *                                 mean (LayerNorm), rstd, gamma (may be NULL)
+ *   CE_FWD                        loss_r = logsumexp(x_r) - x_r[t_r] (0 where t_r == ignore_index,
+ *                                 NaN where t_r is out of [0, cols)); reduction NONE writes
+ *                                 loss[rows], SUM/MEAN one element (MEAN: over non-ignored rows)
+ *   CE_BWD                        dx_r = g_r * (softmax(x_r) - onehot(t_r)), g_r = dloss[r] (NONE),
+ *                                 dloss[0] (SUM) or dloss[0] / count (MEAN); 0 on ignored rows
+ *   EMBED                         y[i, :] = x[t_i, :] (x is the [vocab, cols] table; NaN row
+ *                                 where t_i is out of [0, vocab))
+ *   EMBED_BWD                     dx[v, :] = Σ_{i : t_i == v} dy[i, :], summed in increasing i
+ *                                 (out-of-range t_i contribute nothing)
+ */
+#ifndef GPUCORE_KERNELS_ROWS_MATH_H
+#define GPUCORE_KERNELS_ROWS_MATH_H
+
+#include <math.h>
+#include <stdint.h>
+#include "hd.h"
+#include "op_args.h"
+
+enum {
+    GPUCORE_ROWS_SOFTMAX = 0, GPUCORE_ROWS_LOG_SOFTMAX = 1, GPUCORE_ROWS_SOFTMAX_BWD = 2,
+    GPUCORE_ROWS_LOG_SOFTMAX_BWD = 3, GPUCORE_ROWS_LAYERNORM = 4, GPUCORE_ROWS_LAYERNORM_BWD = 5,
+    GPUCORE_ROWS_RMSNORM = 6, GPUCORE_ROWS_RMSNORM_BWD = 7, GPUCORE_ROWS_CE_FWD = 8, GPUCORE_ROWS_CE_BWD = 9,
+    GPUCORE_ROWS_EMBED = 10, GPUCORE_ROWS_EMBED_BWD = 11
+};
+
+enum { GPUCORE_ROWS_RED_NONE = 0, GPUCORE_ROWS_RED_MEAN = 1, GPUCORE_ROWS_RED_SUM = 2 };
+
+/* A softmax/cross-entropy row longer than this is cut into chunks of this many
+ * elements, one block each, whose (max, sum) partials are folded in chunk order
+ * (so a 256k row uses 16 blocks and the bits depend only on the shape). */
+#define GPUCORE_ROWS_CHUNK 16384
+/* Norm backward folds dgamma/dbeta over row chunks: at most this many chunks. */
+#define GPUCORE_ROWS_NORM_MAX_CHUNKS 512
+
+GPUCORE_HD int64_t gpucore_rows_chunks(int64_t cols)
+{
+    return cols > GPUCORE_ROWS_CHUNK ? (cols + GPUCORE_ROWS_CHUNK - 1) / GPUCORE_ROWS_CHUNK : 1;
+}
+
+/* Rows per dgamma/dbeta chunk (a shape-only rule, so the fold order is fixed). */
+GPUCORE_HD int64_t gpucore_rows_norm_rows_per_chunk(int64_t rows)
+{
+    int64_t r = (rows + GPUCORE_ROWS_NORM_MAX_CHUNKS - 1) / GPUCORE_ROWS_NORM_MAX_CHUNKS;
+    return r > 0 ? r : 1;
+}
+
+GPUCORE_HD int gpucore_rows_is_softmax_like(int op)
+{
+    return op <= GPUCORE_ROWS_LOG_SOFTMAX_BWD || op == GPUCORE_ROWS_CE_FWD || op == GPUCORE_ROWS_CE_BWD;
+}
+
+/* Byte offsets in the kernel workspace: [partials (2 f32 per row chunk)] [CE: per-row loss or the scale]. */
+GPUCORE_HD int64_t gpucore_rows_partials_bytes(const gpucore_rows_args *a)
+{
+    int64_t c = gpucore_rows_chunks(a->cols);
+    return c > 1 ? a->rows * c * 2 * (int64_t)sizeof(float) : 0;
+}
+
+GPUCORE_HD int64_t gpucore_rows_workspace_bytes(const gpucore_rows_args *a)
+{
+    if (a->rows == 0 || a->cols == 0) return 0;
+    if (gpucore_rows_is_softmax_like(a->op)) {
+        int64_t b = gpucore_rows_partials_bytes(a);
+        if (a->op == GPUCORE_ROWS_CE_FWD && a->reduction != GPUCORE_ROWS_RED_NONE) b += a->rows * (int64_t)sizeof(float);
+        if (a->op == GPUCORE_ROWS_CE_BWD && a->reduction != GPUCORE_ROWS_RED_NONE) b += 16;
+        return b;
+    }
+    if ((a->op == GPUCORE_ROWS_LAYERNORM_BWD || a->op == GPUCORE_ROWS_RMSNORM_BWD) && (a->dgamma || a->dbeta)) {
+        int64_t rpc = gpucore_rows_norm_rows_per_chunk(a->rows);
+        return ((a->rows + rpc - 1) / rpc) * a->cols * 2 * (int64_t)sizeof(float);
+    }
+    if (a->op == GPUCORE_ROWS_EMBED_BWD && a->dtype != 0 /* not f32: accumulate in f32 */)
+        return a->vocab * a->cols * (int64_t)sizeof(float);
+    return 0;
+}
+
+/* Target / index r as int64 (i32 or i64; dtype codes of dtype_access.h: 4 = i32). */
+GPUCORE_HD int64_t gpucore_rows_target(const void *t, int dt, int64_t r)
+{
+    return dt == 4 ? (int64_t)((const int32_t *)t)[r] : ((const int64_t *)t)[r];
+}
+
+/* Online softmax statistics: running max m and Σ exp(x - m). */
+typedef struct gpucore_softmax_stat { float m, s; } gpucore_softmax_stat;
+
+GPUCORE_HD gpucore_softmax_stat gpucore_softmax_stat_empty(void)
+{
+    gpucore_softmax_stat a;
+    a.m = -INFINITY;
+    a.s = 0.0f;
+    return a;
+}
+
+/* Fold b into a (either may be empty: m = -inf, s = 0). */
+GPUCORE_HD gpucore_softmax_stat gpucore_softmax_stat_combine(gpucore_softmax_stat a, gpucore_softmax_stat b)
+{
+    if (b.m == -INFINITY && b.s == 0.0f) return a;
+    if (a.m == -INFINITY && a.s == 0.0f) return b;
+    gpucore_softmax_stat r;
+    if (a.m != a.m || b.m != b.m) { r.m = NAN; r.s = NAN; return r; }
+    r.m = a.m > b.m ? a.m : b.m;
+    if (r.m == -INFINITY) { r.s = a.s + b.s; return r; } /* every element -inf */
+    r.s = a.s * expf(a.m - r.m) + b.s * expf(b.m - r.m);
+    return r;
+}
+
+GPUCORE_HD gpucore_softmax_stat gpucore_softmax_stat_add(gpucore_softmax_stat a, float x)
+{
+    if (x == -INFINITY) return a; /* masked logits contribute nothing */
+    if (x > a.m) {
+        a.s = a.s * expf(a.m - x) + 1.0f;
+        a.m = x;
+    } else if (x != x) {
+        a.m = NAN;
+        a.s = NAN;
+    } else {
+        a.s += expf(x - a.m);
+    }
+    return a;
+}
+
+#endif

@@ -1,0 +1,290 @@
+/*
+ * test_ddp.c — the DDP gradient reducer.
+ *
+ *   test_ddp local   1-rank communicator (no MPI): buckets, launch order, overlap,
+ *                    no_sync, compression, bad input.
+ *   test_ddp mpi     under mpirun -np N: linear least squares trained for several
+ *                    steps with each rank on its own shard of the batch must match a
+ *                    single-process run on the whole batch (run by every rank with a
+ *                    1-rank communicator), with identical parameters on all ranks.
+ *
+ * The model: w (12600 floats) split into 8 parameter tensors; loss = mean over samples
+ * of (x.w - y)^2 / 2; the gradient is computed on the host in double per shard, put into
+ * the gradient tensors during a simulated backward (last parameter first, with real
+ * work on the compute stream between gradients), and reduced by the reducer.
+ */
+#include <stdint.h>
+#include <time.h>
+#include "check.h"
+#ifdef TEST_HAVE_MPI
+#include <mpi.h>
+#endif
+
+#define NP 8
+static const int64_t psize[NP] = {300, 1000, 2000, 700, 4000, 1500, 100, 3000};
+static int64_t poff[NP + 1];
+#define D 12600
+#define NSAMPLES 32
+#define STEPS 4
+static int g_rank, g_size;
+
+static double feature(int i, int64_t j) { return (double)((i * 31 + j * 17) % 23 - 11) / 8.0; }
+static double target(int i) { return (double)(i % 5) - 2.0; }
+
+/* Mean gradient over samples [lo, hi) at w, rounded to float. */
+static void host_grad(const float *w, int lo, int hi, float *g)
+{
+    double *acc = calloc(D, sizeof *acc);
+    for (int i = lo; i < hi; i++) {
+        double r = -target(i);
+        for (int64_t j = 0; j < D; j++) r += feature(i, j) * w[j];
+        for (int64_t j = 0; j < D; j++) acc[j] += r * feature(i, j);
+    }
+    for (int64_t j = 0; j < D; j++) g[j] = (float)(acc[j] / (hi - lo));
+    free(acc);
+}
+
+typedef struct run_result {
+    int trace_ok, overlap_ok, order_ok;
+} run_result;
+
+/* Check one step's trace: launches and reductions in bucket order, each launch after
+ * its gradients, and bucket 0's reduction started before the last gradient was ready. */
+static void check_trace(gpucore_ddp *ddp, run_result *r)
+{
+    gpucore_ddp_trace_event ev[256];
+    int n = 0, nb = 0;
+    CHECK_OK(gpucore_ddp_trace(ddp, ev, 256, &n));
+    CHECK_OK(gpucore_ddp_bucket_count(ddp, &nb));
+    int next_launch = 0, next_start = 0, next_done = 0, ready[NP] = {0};
+    int64_t start0 = -1, last_ready = -1;
+    for (int i = 0; i < n; i++) {
+        switch (ev[i].kind) {
+        case GPUCORE_DDP_TRACE_READY: ready[ev[i].index] = 1; last_ready = ev[i].time_ns; break;
+        case GPUCORE_DDP_TRACE_LAUNCH: {
+            if (ev[i].index != next_launch++) r->order_ok = 0;
+            int b0 = 0, b1 = 0;
+            gpucore_ddp_bucket_info(ddp, ev[i].index, &b0, &b1, NULL);
+            for (int g = b0; g < b1; g++)
+                if (!ready[g]) r->order_ok = 0;
+            break;
+        }
+        case GPUCORE_DDP_TRACE_START:
+            if (ev[i].index != next_start++) r->order_ok = 0;
+            if (ev[i].index == 0) start0 = ev[i].time_ns;
+            break;
+        case GPUCORE_DDP_TRACE_DONE: if (ev[i].index != next_done++) r->order_ok = 0; break;
+        default: break;
+        }
+    }
+    if (next_launch != nb || next_start != nb || next_done != nb) r->trace_ok = 0;
+    if (!(start0 >= 0 && start0 < last_ready)) r->overlap_ok = 0;
+}
+
+/* Train STEPS steps of SGD on samples [lo, hi) with this communicator; w in/out. */
+static void train(gpucore_comm *comm, gpucore_context *ctx, int lo, int hi, float *w, const gpucore_ddp_options *opt,
+                  run_result *res)
+{
+    gpucore_tensor *grads[NP];
+    for (int p = 0; p < NP; p++) CHECK_OK(gpucore_tensor_create(ctx, GPUCORE_F32, 1, &psize[p], &grads[p]));
+    gpucore_ddp *ddp = NULL;
+    CHECK_OK(gpucore_ddp_create(comm, grads, NP, opt, &ddp));
+    gpucore_stream *compute = NULL;
+    CHECK_OK(gpucore_stream_create(ctx, 0, &compute));
+    int64_t busy_n = 1 << 16;
+    gpucore_tensor *busy = NULL;
+    CHECK_OK(gpucore_tensor_create(ctx, GPUCORE_F32, 1, &busy_n, &busy));
+    float *g = malloc(sizeof(float) * D);
+    for (int step = 0; step < STEPS; step++) {
+        host_grad(w, lo, hi, g);
+        for (int p = NP - 1; p >= 0; p--) { /* backward: last parameter first */
+            CHECK_OK(gpucore_copy_from_host_async(grads[p], g + poff[p], psize[p] * 4, compute));
+            for (int k = 0; k < 2; k++) CHECK_OK(gpucore_random(busy, GPUCORE_NORMAL, 0, 1, 7, (uint64_t)k, compute));
+            CHECK_OK(gpucore_stream_synchronize(compute)); /* the host waits, as a real backward's ops take time */
+            CHECK_OK(gpucore_ddp_mark_ready(ddp, p, compute));
+        }
+        CHECK_OK(gpucore_ddp_finish(ddp, compute));
+        for (int p = 0; p < NP; p++)
+            CHECK_OK(gpucore_copy_to_host_async(g + poff[p], psize[p] * 4, grads[p], compute));
+        CHECK_OK(gpucore_stream_synchronize(compute));
+        for (int64_t j = 0; j < D; j++) w[j] -= 0.002f * g[j];
+        if (res && opt && opt->trace) check_trace(ddp, res);
+    }
+    free(g);
+    CHECK_OK(gpucore_ddp_destroy(ddp));
+    gpucore_tensor_destroy(busy);
+    CHECK_OK(gpucore_stream_destroy(compute));
+    for (int p = 0; p < NP; p++) gpucore_tensor_destroy(grads[p]);
+}
+
+static void init_w(float *w)
+{
+    for (int64_t j = 0; j < D; j++) w[j] = 0.01f * (float)((j % 7) - 3);
+}
+
+static double rel_diff(const float *a, const float *b)
+{
+    double num = 0, den = 0;
+    for (int64_t j = 0; j < D; j++) {
+        double d = (double)a[j] - b[j];
+        num += d * d;
+        den += (double)b[j] * b[j];
+    }
+    return sqrt(num / (den > 0 ? den : 1));
+}
+
+static void test_buckets(gpucore_comm *comm, gpucore_context *ctx)
+{
+    gpucore_tensor *grads[NP];
+    for (int p = 0; p < NP; p++) CHECK_OK(gpucore_tensor_create(ctx, GPUCORE_F32, 1, &psize[p], &grads[p]));
+    gpucore_ddp_options o;
+    gpucore_ddp_options_default(&o);
+    CHECK(o.first_bucket_bytes == 1 << 20 && o.bucket_bytes == 25 << 20);
+    gpucore_ddp *ddp = NULL;
+    CHECK_OK(gpucore_ddp_create(comm, grads, NP, NULL, &ddp)); /* defaults: everything (50 KB) in one bucket */
+    int nb = 0, b0 = -1, b1 = -1;
+    int64_t bytes = 0;
+    CHECK_OK(gpucore_ddp_bucket_count(ddp, &nb));
+    CHECK(nb == 1);
+    CHECK_OK(gpucore_ddp_bucket_info(ddp, 0, &b0, &b1, &bytes));
+    CHECK(b0 == 0 && b1 == NP && bytes == D * 4);
+    gpucore_ddp_destroy(ddp);
+    /* 8 KiB first, then 20 KiB: reverse order, each closes once it reaches its cap */
+    o.first_bucket_bytes = 8192;
+    o.bucket_bytes = 20480;
+    CHECK_OK(gpucore_ddp_create(comm, grads, NP, &o, &ddp));
+    CHECK_OK(gpucore_ddp_bucket_count(ddp, &nb));
+    CHECK(nb == 3);
+    const int want[3][2] = {{7, 8}, {4, 7}, {0, 4}}; /* 12000 B; 400+6000+16000 B; the rest (16000 B) */
+    for (int b = 0; b < nb && b < 3; b++) {
+        CHECK_OK(gpucore_ddp_bucket_info(ddp, b, &b0, &b1, &bytes));
+        CHECK(b0 == want[b][0] && b1 == want[b][1]);
+    }
+    /* bad input */
+    CHECK_STATUS(gpucore_ddp_mark_ready(ddp, NP, NULL), GPUCORE_ERR_INVALID_ARGUMENT);
+    CHECK_STATUS(gpucore_ddp_bucket_info(ddp, 3, &b0, &b1, &bytes), GPUCORE_ERR_INVALID_ARGUMENT);
+    for (int p = 0; p < NP; p++) CHECK_OK(gpucore_fill(grads[p], 1, NULL));
+    CHECK_OK(gpucore_ddp_mark_ready(ddp, 7, NULL));
+    CHECK_STATUS(gpucore_ddp_mark_ready(ddp, 7, NULL), GPUCORE_ERR_INVALID_ARGUMENT);
+    CHECK_STATUS(gpucore_ddp_finish(ddp, NULL), GPUCORE_ERR_INVALID_ARGUMENT);
+    CHECK_STATUS(gpucore_ddp_set_no_sync(ddp, 1), GPUCORE_ERR_INVALID_ARGUMENT);
+    for (int p = 6; p >= 0; p--) CHECK_OK(gpucore_ddp_mark_ready(ddp, p, NULL));
+    CHECK_OK(gpucore_ddp_finish(ddp, NULL));
+    /* all ranks filled 1, averaged: 1 */
+    float *h = malloc(sizeof(float) * 4000);
+    CHECK_OK(gpucore_copy_to_host(h, psize[4] * 4, grads[4]));
+    CHECK(h[0] == 1.0f && h[3999] == 1.0f);
+    /* no_sync: nothing moves, the local values stay */
+    CHECK_OK(gpucore_ddp_set_no_sync(ddp, 1));
+    CHECK_OK(gpucore_fill(grads[4], (double)(g_rank + 2), NULL));
+    for (int p = NP - 1; p >= 0; p--) CHECK_OK(gpucore_ddp_mark_ready(ddp, p, NULL));
+    CHECK_OK(gpucore_ddp_finish(ddp, NULL));
+    CHECK_OK(gpucore_copy_to_host(h, psize[4] * 4, grads[4]));
+    CHECK(h[17] == (float)(g_rank + 2));
+    /* ...and the next synchronised step averages the accumulated values */
+    CHECK_OK(gpucore_ddp_set_no_sync(ddp, 0));
+    for (int p = NP - 1; p >= 0; p--) CHECK_OK(gpucore_ddp_mark_ready(ddp, p, NULL));
+    CHECK_OK(gpucore_ddp_finish(ddp, NULL));
+    CHECK_OK(gpucore_copy_to_host(h, psize[4] * 4, grads[4]));
+    float want_avg = 0;
+    for (int r = 0; r < g_size; r++) want_avg += (float)(r + 2);
+    want_avg /= (float)g_size;
+    CHECK(fabsf(h[17] - want_avg) <= 1e-6f * want_avg);
+    free(h);
+    CHECK_OK(gpucore_ddp_destroy(ddp));
+    CHECK_STATUS(gpucore_ddp_mark_ready(ddp, 0, NULL), GPUCORE_ERR_INVALID_HANDLE);
+    gpucore_tensor *bad[2] = {grads[0], grads[0]};
+    CHECK_STATUS(gpucore_ddp_create(comm, bad, 2, NULL, &ddp), GPUCORE_ERR_INVALID_ARGUMENT);
+    o.wire_dtype = GPUCORE_I32;
+    CHECK_STATUS(gpucore_ddp_create(comm, grads, NP, &o, &ddp), GPUCORE_ERR_DTYPE_MISMATCH);
+    for (int p = 0; p < NP; p++) gpucore_tensor_destroy(grads[p]);
+}
+
+static int run(gpucore_comm *comm, gpucore_context *ctx, const char *name)
+{
+    g_rank = gpucore_comm_rank(comm);
+    g_size = gpucore_comm_size(comm);
+    for (int p = 0; p < NP; p++) poff[p + 1] = poff[p] + psize[p];
+    test_buckets(comm, ctx);
+
+    gpucore_ddp_options o;
+    gpucore_ddp_options_default(&o);
+    o.first_bucket_bytes = 8192;
+    o.bucket_bytes = 20480;
+    o.trace = 1;
+    int shard = NSAMPLES / g_size;
+    float *w = malloc(sizeof(float) * D), *w_ref = malloc(sizeof(float) * D), *w_bf = malloc(sizeof(float) * D);
+    init_w(w);
+    init_w(w_ref);
+    init_w(w_bf);
+    run_result res = {1, 1, 1};
+    clock_t c0 = clock();
+    train(comm, ctx, g_rank * shard, (g_rank + 1) * shard, w, &o, &res);
+    CHECK(res.trace_ok);
+    CHECK(res.order_ok);
+    CHECK(res.overlap_ok);
+    if (!res.overlap_ok) fprintf(stderr, "rank %d: bucket 0 did not start before the last gradient was ready\n", g_rank);
+
+    /* the single-process run on the whole batch */
+    gpucore_comm *solo = NULL;
+    CHECK_OK(gpucore_comm_create_local(&ctx, 1, &solo));
+    train(solo, ctx, 0, NSAMPLES, w_ref, &o, NULL);
+    CHECK_OK(gpucore_comm_destroy(solo));
+    double err = rel_diff(w, w_ref);
+    CHECK(err < 1e-5);
+    /* bf16 on the wire: close, not equal */
+    o.wire_dtype = GPUCORE_BF16;
+    o.trace = 0;
+    train(comm, ctx, g_rank * shard, (g_rank + 1) * shard, w_bf, &o, NULL);
+    double err_bf = rel_diff(w_bf, w_ref);
+    CHECK(err_bf < 1e-2);
+    int identical = 1;
+#ifdef TEST_HAVE_MPI
+    if (g_size > 1) {
+        float *w0 = malloc(sizeof(float) * D);
+        memcpy(w0, w, sizeof(float) * D);
+        MPI_Bcast(w0, D, MPI_FLOAT, 0, MPI_COMM_WORLD);
+        identical = !memcmp(w0, w, sizeof(float) * D);
+        free(w0);
+    }
+#endif
+    CHECK(identical);
+    printf("rank %d/%d: %d steps, %d-sample shard vs whole batch: rel diff %.2e (bf16 wire %.2e), params identical "
+           "on all ranks: %s, launch order ok: %d, overlap ok: %d (%.2f s cpu)\n", g_rank, g_size, STEPS, shard, err,
+           err_bf, identical ? "yes" : "no", res.order_ok, res.overlap_ok, (double)(clock() - c0) / CLOCKS_PER_SEC);
+    free(w);
+    free(w_ref);
+    free(w_bf);
+    return check_finish(name);
+}
+
+int main(int argc, char **argv)
+{
+    const char *mode = argc > 1 ? argv[1] : "local";
+    gpucore_context *ctx = NULL;
+    gpucore_comm *comm = NULL;
+    int rc = 1;
+    CHECK_OK(gpucore_context_create("cpu", &ctx));
+    if (!strcmp(mode, "local")) {
+        CHECK_OK(gpucore_comm_create_local(&ctx, 1, &comm));
+        if (comm) rc = run(comm, ctx, "test_ddp local");
+    } else {
+#ifdef TEST_HAVE_MPI
+        CHECK_OK(gpucore_comm_create_mpi(ctx, &comm));
+        if (comm) {
+            char name[64];
+            snprintf(name, sizeof name, "test_ddp mpi rank %d/%d", gpucore_comm_rank(comm), gpucore_comm_size(comm));
+            rc = run(comm, ctx, name);
+            int mine = rc != 0, any = 0;
+            MPI_Allreduce(&mine, &any, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+            if (any) rc = 1;
+        }
+#else
+        printf("SKIP test_ddp %s: this build has no MPI\n", mode);
+        return 77;
+#endif
+    }
+    gpucore_comm_destroy(comm);
+    gpucore_context_destroy(ctx);
+    return rc;
+}
