@@ -32,6 +32,8 @@
  *                      installed beside libgpucore.so
  *   GPUCORE_ALLOC_CONF = key:value,...   caching allocator settings (keys documented
  *                      in the "memory" section below)
+ *   GPUCORE_PROFILE  = 1   per-op profiler on for every new context ("profiling" section)
+ *   GPUCORE_NVTX     = 1   NVTX ranges per op, segment and collective (CUDA builds; Nsight Systems)
  */
 #ifndef GPUCORE_H
 #define GPUCORE_H
@@ -210,6 +212,10 @@ GPUCORE_API gpucore_status gpucore_stream_destroy(gpucore_stream *stream);
 GPUCORE_API gpucore_status gpucore_stream_synchronize(gpucore_stream *stream);
 /* GPUCORE_OK when all work is done, GPUCORE_ERR_NOT_READY while some is pending. */
 GPUCORE_API gpucore_status gpucore_stream_query(gpucore_stream *stream);
+/* The backend's own stream object, for interop (DLPack, the CUDA array interface, your own
+ * CUDA calls): a cudaStream_t on CUDA contexts; an opaque pointer on the CPU. Valid until the
+ * stream is destroyed. */
+GPUCORE_API gpucore_status gpucore_stream_native_handle(gpucore_stream *stream, void **handle);
 
 GPUCORE_API gpucore_status gpucore_event_create(gpucore_context *ctx, gpucore_event **out);
 GPUCORE_API gpucore_status gpucore_event_destroy(gpucore_event *event);
@@ -250,7 +256,10 @@ GPUCORE_API gpucore_status gpucore_tensor_create(gpucore_context *ctx, gpucore_d
                                                  const int64_t *shape, gpucore_tensor **out);
 /* Wrap memory the caller owns (host memory for a CPU context, device memory for CUDA).
  * strides are in elements (NULL: contiguous). When the tensor and all its views are
- * destroyed, deleter(deleter_ctx) is called if not NULL. The library never frees `data`. */
+ * destroyed, the context's streams are synchronized (queued ops may still use the memory)
+ * and then deleter(deleter_ctx) is called if not NULL. The library never frees `data`.
+ * The deleter runs on the thread that destroyed the last view (or the context); it must not
+ * call back into libgpucore for the same context. */
 GPUCORE_API gpucore_status gpucore_tensor_wrap(gpucore_context *ctx, gpucore_dtype dtype, int ndim,
                                                const int64_t *shape, const int64_t *strides, void *data,
                                                void (*deleter)(void *), void *deleter_ctx,
@@ -284,6 +293,15 @@ GPUCORE_API gpucore_status gpucore_tensor_reshape(gpucore_tensor *t, int ndim, c
 GPUCORE_API gpucore_status gpucore_tensor_transpose(gpucore_tensor *t, int dim0, int dim1, gpucore_tensor **out);
 /* Reorder dims: out dim i is input dim perm[i]. */
 GPUCORE_API gpucore_status gpucore_tensor_permute(gpucore_tensor *t, const int *perm, gpucore_tensor **out);
+/* Any view of t's memory: shape, strides (elements, >= 0) and an offset in elements from the
+ * start of the memory t shares with its base (see gpucore_tensor_storage_offset). Every element
+ * the view can address must lie inside that memory (checked: GPUCORE_ERR_INVALID_ARGUMENT).
+ * Squeeze, unsqueeze, expand (stride 0) and diagonal views are special cases. */
+GPUCORE_API gpucore_status gpucore_tensor_as_strided(gpucore_tensor *t, int ndim, const int64_t *shape,
+                                                     const int64_t *strides, int64_t storage_offset,
+                                                     gpucore_tensor **out);
+/* Offset in elements of t's element [0,...,0] from the start of its memory. */
+GPUCORE_API gpucore_status gpucore_tensor_storage_offset(const gpucore_tensor *t, int64_t *offset);
 
 /* ------------------------------------------------------------------ copies */
 
@@ -653,6 +671,57 @@ GPUCORE_API gpucore_status gpucore_host_record_stream(gpucore_context *ctx, void
  * together, from this call on, attempts nth .. nth+count-1 fail (count < 0: every
  * attempt from nth on). nth 0 disarms. For fault-injection tests; never in production. */
 GPUCORE_API gpucore_status gpucore_debug_fail_raw_alloc(gpucore_context *ctx, int64_t nth, int64_t count);
+
+/* --------------------------------------------------------------- profiling
+ *
+ * A per-op summary on every backend: for each op name ("matmul", "conv_forward",
+ * "add", "cross_entropy", "allreduce", ...) the number of calls, the device time
+ * they took and the bytes they moved. Timing uses backend events recorded on the
+ * op's stream around the work (CUDA events; the CPU backend's stream events carry
+ * timestamps too), resolved only when a summary or the entries are asked for, so
+ * profiling adds no host synchronisation per op (only the event records). Calls
+ * and bytes are counted when the op is enqueued and are exact at once.
+ *   - An op built from other ops counts once, under its own name (linear_backward
+ *     is one call, not two GEMMs). Collectives count on the communicator's stream.
+ *   - bytes: the sizes of the tensors the op reads and writes (its main operands:
+ *     inputs once each, outputs once), not counting workspaces or re-reads.
+ *   - Off by default; costs one branch per op when off. GPUCORE_PROFILE=1 turns it
+ *     on for every new context.
+ * NVTX: in CUDA builds, GPUCORE_NVTX=1 (read when a context is created) wraps every
+ * op, checkpoint segment and collective in an NVTX range of the same name, so an
+ * Nsight Systems timeline (nsys profile) shows the library's work by name. */
+
+/* One op name's totals. Set struct_size to sizeof(gpucore_profile_entry). */
+typedef struct gpucore_profile_entry {
+    int64_t struct_size;
+    char name[64];
+    int64_t calls;
+    int64_t bytes;          /* total over the calls */
+    double total_ms;        /* device time, summed over the calls whose events resolved */
+    double min_ms, max_ms;  /* per call */
+    int64_t timed_calls;    /* calls whose time is in total_ms (calls still in flight are not) */
+} gpucore_profile_entry;
+
+/* enabled 1: record every op from now on; 0: stop recording (what was recorded stays). */
+GPUCORE_API gpucore_status gpucore_profiler_enable(gpucore_context *ctx, int enabled);
+/* Whether the profiler records (1/0); -1 for an invalid handle. */
+GPUCORE_API int gpucore_profiler_enabled(const gpucore_context *ctx);
+/* Forget every record (waits for the events of ops already recorded, to recycle them). */
+GPUCORE_API gpucore_status gpucore_profiler_reset(gpucore_context *ctx);
+/* The totals, one entry per op name in order of total time (largest first). Waits for
+ * the ops recorded so far to finish (their events), which the caller should do only
+ * when it wants the numbers. Up to max entries are copied; *count gets the number of
+ * op names. entries NULL with max 0 only counts. */
+GPUCORE_API gpucore_status gpucore_profiler_entries(gpucore_context *ctx, gpucore_profile_entry *entries, int max,
+                                                    int *count);
+/* The totals as text: json 0 gives a table ("op  calls  total ms  mean ms  bytes
+ * GB/s" and a total line), json 1 one JSON object {"device":"cpu","ops":[{"name":..,
+ * "calls":..,"total_ms":..,"mean_ms":..,"min_ms":..,"max_ms":..,"bytes":..},..]}.
+ * *needed (if not NULL) gets the bytes the text takes, including the NUL; buf NULL with
+ * buf_len 0 only asks for the size; a buffer too small gets what fits (NUL-terminated)
+ * and GPUCORE_ERR_INVALID_ARGUMENT. */
+GPUCORE_API gpucore_status gpucore_profiler_summary(gpucore_context *ctx, int json, char *buf, int64_t buf_len,
+                                                    int64_t *needed);
 
 /* ------------------------------------------------- streams: priorities and pool */
 
@@ -1227,6 +1296,241 @@ typedef struct gpucore_ddp_trace_event {
  * happened; up to max are copied, *count tells how many; the rest is dropped. */
 GPUCORE_API gpucore_status gpucore_ddp_trace(gpucore_ddp *ddp, gpucore_ddp_trace_event *events, int max,
                                              int *count);
+
+/* ------------------------------------------------- gradient checkpointing
+ *
+ * A segment executor: training code registered as an ordered chain of segments
+ * (layers or blocks; each takes one tensor and returns one), run forward and then
+ * backward by the executor, which decides per segment whether the tensors its
+ * backward needs are kept from the forward or recomputed during backward
+ * (activation checkpointing, Chen et al. 2016). There is no autograd tape: each
+ * segment brings its own backward.
+ *
+ *   gpucore_ckpt_create -> gpucore_ckpt_add_* (in order) -> gpucore_ckpt_set_policy
+ *   per step: gpucore_ckpt_forward(x) -> y;  loss and dy from y;  gpucore_ckpt_backward(dy)
+ *
+ * Segments. A forward callback reads x and creates y (a new tensor, or a view; the
+ * executor takes ownership of *y). Whatever its backward will need it saves with
+ * gpucore_ckpt_save(call, t) — never by keeping pointers — and its backward reads
+ * them back by index with gpucore_ckpt_saved(call, i). The backward callback gets
+ * dy (y's shape) and dx, a tensor of x's shape and dtype made by the executor that
+ * it must overwrite (dx is NULL for the first segment when the caller did not ask
+ * for the input gradient); it writes its parameters' gradients itself (the
+ * built-in segments overwrite theirs) and may announce each one as soon as it is
+ * complete with gpucore_ckpt_grad_ready (for gpucore_ddp_mark_ready). Random
+ * numbers come from gpucore_ckpt_rng, which the executor replays on recompute and
+ * in backward, so a recomputed dropout draws the same mask. Built-in segments
+ * (linear, conv2d, layer norm, dropout, residual blocks) need no callbacks.
+ *
+ * Policies decide, per segment: KEPT (its saved tensors are held from the forward
+ * to its backward), CHECKPOINT (only its input is held; in backward the segments
+ * from it up to the next checkpoint or kept segment are run forward again, saving
+ * this time, and then run backward) or RECOMPUTED (inside such a group). For n
+ * equal segments of activation size s, keep-all holds about n·s, every-k about
+ * (n/k + k)·s, and √n about 2·√n·s (plus parameters and workspace).
+ *
+ * Determinism: a recompute must produce the shape and dtype the forward produced,
+ * save the same number of tensors with the same shapes and dtypes, and draw the
+ * same number of random counters; any difference is an error naming the segment.
+ * With deterministic ops (every op of this library is) the gradients under every
+ * policy are bitwise identical to keep-all.
+ *
+ * Work runs on the context's current stream of the calling thread; callbacks get
+ * it as `stream`. Memory accounting resets the allocator's peak statistics at
+ * each forward (gpucore_memory_reset_peak_stats), so the step's peak is the
+ * executor's to report; a second thread allocating on the same context at the
+ * same time blurs the figures (not the results).
+ * Errors: a callback that returns a status other than GPUCORE_OK stops the step;
+ * the executor returns that status with the message "checkpoint: segment 'name'
+ * (index) forward|recompute|backward: <the callback's message>", releases
+ * everything the step held (saved tensors, stored inputs, packed values, y), and
+ * is ready for the next forward.
+ */
+
+typedef struct gpucore_ckpt gpucore_ckpt;
+/* What the executor passes to callbacks for the call in progress; valid only
+ * during that callback. */
+typedef struct gpucore_ckpt_call gpucore_ckpt_call;
+
+/* x: the segment input (do not destroy it). *y: set to the output, which the
+ * executor owns from then on. */
+typedef gpucore_status (*gpucore_ckpt_forward_fn)(gpucore_ckpt_call *call, const gpucore_tensor *x,
+                                                  gpucore_tensor **y, gpucore_stream *stream, void *user);
+/* dy: gradient of the output (read only). dx: overwrite with the input gradient; NULL when not wanted. */
+typedef gpucore_status (*gpucore_ckpt_backward_fn)(gpucore_ckpt_call *call, const gpucore_tensor *dy,
+                                                   gpucore_tensor *dx, gpucore_stream *stream, void *user);
+
+/* Create an empty executor on ctx; name (may be NULL) appears in messages. */
+GPUCORE_API gpucore_status gpucore_ckpt_create(gpucore_context *ctx, const char *name, gpucore_ckpt **out);
+/* Release the executor and whatever a step in progress holds (after waiting for
+ * the context's work). The tensors given to gpucore_ckpt_add_* stay the caller's. */
+GPUCORE_API gpucore_status gpucore_ckpt_destroy(gpucore_ckpt *ckpt);
+/* Number of top-level segments (a residual block counts as one); -1 for an invalid handle. */
+GPUCORE_API int64_t gpucore_ckpt_segment_count(const gpucore_ckpt *ckpt);
+
+/* A segment of your own. name: non-empty, used in messages (copied). */
+GPUCORE_API gpucore_status gpucore_ckpt_add_custom(gpucore_ckpt *ckpt, const char *name, gpucore_ckpt_forward_fn forward,
+                                                   gpucore_ckpt_backward_fn backward, void *user);
+/* y = act(x·Wᵀ + bias) (gpucore_linear_forward). act: NONE, RELU or GELU_TANH.
+ * bias, db may be NULL (db needs bias). dw [out, in], db [out] receive the
+ * gradients (overwritten) and are announced as params 0 and 1. Saves x, plus the
+ * pre-activation (GELU) or y (ReLU). The tensors must outlive the executor. */
+GPUCORE_API gpucore_status gpucore_ckpt_add_linear(gpucore_ckpt *ckpt, const char *name, const gpucore_tensor *w,
+                                                   const gpucore_tensor *bias, gpucore_activation act,
+                                                   gpucore_tensor *dw, gpucore_tensor *db);
+/* y = act(conv(x, w) + bias) (gpucore_conv_forward). opts: NULL for defaults (its
+ * activation field is ignored: pass act, NONE or RELU). Saves x (and y for ReLU).
+ * Gradients dw, db (params 0, 1; db NULL when bias is NULL) are overwritten. */
+GPUCORE_API gpucore_status gpucore_ckpt_add_conv2d(gpucore_ckpt *ckpt, const char *name, const gpucore_tensor *w,
+                                                   const gpucore_tensor *bias, const gpucore_conv_options *opts,
+                                                   gpucore_activation act, gpucore_tensor *dw, gpucore_tensor *db);
+/* LayerNorm over the last dim (gpucore_layer_norm); gamma/beta and dgamma/dbeta
+ * both NULL or both given (params 0, 1). Saves x, mean, rstd. */
+GPUCORE_API gpucore_status gpucore_ckpt_add_layer_norm(gpucore_ckpt *ckpt, const char *name, const gpucore_tensor *gamma,
+                                                       const gpucore_tensor *beta, double eps, gpucore_tensor *dgamma,
+                                                       gpucore_tensor *dbeta);
+/* Inverted dropout with probability p (gpucore_dropout), its (seed, offset) drawn
+ * with gpucore_ckpt_rng so recompute and backward replay the same mask. Saves nothing. */
+GPUCORE_API gpucore_status gpucore_ckpt_add_dropout(gpucore_ckpt *ckpt, const char *name, double p);
+/* A residual block y = x + f(x): the segments added between begin and end form f
+ * (they may include residual blocks). The block is one segment to the policies. */
+GPUCORE_API gpucore_status gpucore_ckpt_begin_residual(gpucore_ckpt *ckpt, const char *name);
+GPUCORE_API gpucore_status gpucore_ckpt_end_residual(gpucore_ckpt *ckpt);
+
+/* Inside a forward callback: keep t for this segment's backward. The executor
+ * takes its own reference (t stays the caller's); saves are numbered 0, 1, ... in
+ * call order. Under a recompute policy the reference is dropped at once and the
+ * tensor is made again in backward. */
+GPUCORE_API gpucore_status gpucore_ckpt_save(gpucore_ckpt_call *call, const gpucore_tensor *t);
+/* Inside a backward callback: saved tensor `index` (borrowed; valid during the
+ * callback). Reading an index the forward never saved is GPUCORE_ERR_INVALID_ARGUMENT. */
+GPUCORE_API gpucore_status gpucore_ckpt_saved(gpucore_ckpt_call *call, int64_t index, gpucore_tensor **out);
+/* Reserve `counters` Philox counters (gpucore_random_offset_advance of your draw):
+ * *seed and *offset are what to pass to gpucore_random / gpucore_dropout. In a
+ * forward the reservations advance the executor's offset; in the recompute and in
+ * the backward of the same segment the same calls in the same order return the
+ * same values. */
+GPUCORE_API gpucore_status gpucore_ckpt_rng(gpucore_ckpt_call *call, uint64_t counters, uint64_t *seed,
+                                            uint64_t *offset);
+/* Inside a backward callback: gradient `param` of this segment is complete on
+ * `stream`; calls the executor's grad-ready callback, if any. */
+GPUCORE_API gpucore_status gpucore_ckpt_grad_ready(gpucore_ckpt_call *call, int32_t param, gpucore_tensor *grad);
+/* The segment being called: its top-level index and name (valid during the call). */
+GPUCORE_API gpucore_status gpucore_ckpt_call_segment(const gpucore_ckpt_call *call, int64_t *index, const char **name);
+
+typedef enum gpucore_ckpt_policy {
+    GPUCORE_CKPT_KEEP_ALL = 0,      /* every segment KEPT: no recompute (the reference) */
+    GPUCORE_CKPT_RECOMPUTE_ALL = 1, /* every segment a CHECKPOINT: only segment inputs are held */
+    GPUCORE_CKPT_EVERY_K = 2,       /* segments 0, k, 2k, ... are CHECKPOINTs, the rest RECOMPUTED (param = k >= 1) */
+    GPUCORE_CKPT_SQRT_N = 3,        /* EVERY_K with k = ceil(sqrt(n)) (Chen et al. 2016) */
+    GPUCORE_CKPT_BUDGET = 4         /* the least recompute whose estimated peak allocated bytes stays
+                                       within param bytes; see gpucore_ckpt_set_policy */
+} gpucore_ckpt_policy;
+
+/* Choose the policy (default KEEP_ALL). param: k for EVERY_K; the budget in bytes
+ * for BUDGET; ignored otherwise.
+ * BUDGET counts everything allocated on the context during the step (parameters,
+ * gradients and inputs already allocated when the forward starts, plus what the
+ * step adds). It estimates from measurements: the first forward (and any forward
+ * whose input shape or dtype changed) is preceded by a dry run — the forward with
+ * nothing kept — recording, per segment, its output bytes, the bytes it saves, and
+ * its transient peak (the allocator's peak during the segment minus what was
+ * allocated before). From these it simulates the step's peak for every group size
+ * k = 1..n, then keeps whole groups (last first) while the estimate stays within
+ * the budget, and takes the plan with the fewest recomputed segments. When even
+ * the leanest plan exceeds the budget, the forward fails with
+ * GPUCORE_ERR_OUT_OF_MEMORY and a message with the numbers (budget, bytes at the
+ * start, leanest estimate, largest segment), before running anything. */
+GPUCORE_API gpucore_status gpucore_ckpt_set_policy(gpucore_ckpt *ckpt, gpucore_ckpt_policy policy, int64_t param);
+
+typedef enum gpucore_ckpt_mode {
+    GPUCORE_CKPT_KEPT = 0, GPUCORE_CKPT_CHECKPOINT = 1, GPUCORE_CKPT_RECOMPUTED = 2
+} gpucore_ckpt_mode;
+/* The plan of the last forward (or of the policy for the registered segments when
+ * none ran yet; BUDGET before its first forward: all CHECKPOINT): modes[i] for
+ * each of `count` top-level segments (count >= gpucore_ckpt_segment_count). */
+GPUCORE_API gpucore_status gpucore_ckpt_get_plan(gpucore_ckpt *ckpt, int32_t *modes, int64_t count);
+
+/* Base Philox key and offset of the next forward (default seed 0, offset 0). Each
+ * forward continues from where the previous one's reservations ended. */
+GPUCORE_API gpucore_status gpucore_ckpt_set_seed(gpucore_ckpt *ckpt, uint64_t seed, uint64_t offset);
+
+/* Run every segment forward on x. *y: the output (owned by the executor; valid
+ * until the backward or the next forward). A forward while the previous step's
+ * backward has not run discards that step. x must stay unchanged until backward. */
+GPUCORE_API gpucore_status gpucore_ckpt_forward(gpucore_ckpt *ckpt, const gpucore_tensor *x, gpucore_tensor **y);
+/* Backpropagate dy (y's shape and dtype) through every segment, recomputing as
+ * the plan says. dx: NULL, or a tensor of x's shape and dtype receiving the input
+ * gradient. Afterwards nothing of the step is held. */
+GPUCORE_API gpucore_status gpucore_ckpt_backward(gpucore_ckpt *ckpt, const gpucore_tensor *dy, gpucore_tensor *dx);
+/* Drop a step in progress (after a forward without backward). */
+GPUCORE_API gpucore_status gpucore_ckpt_reset(gpucore_ckpt *ckpt);
+
+/* ---- hooks ---- */
+
+/* Saved-tensor hooks: pack replaces how a tensor saved in a forward for a KEPT
+ * segment is held until its backward (compress, quantise, move off the device):
+ * it gets the tensor (borrowed; the executor drops its reference after pack
+ * returns) and sets *packed to anything. unpack gets it back in backward — one
+ * segment ahead of that segment's backward — and must return a new tensor of the
+ * same shape and dtype (the executor owns it); it releases `packed` whether it
+ * succeeds or not. discard (may be NULL) releases a packed value never unpacked
+ * (a failed or abandoned step). Each saved tensor is packed once and unpacked once.
+ * Tensors saved during a recompute are used at once and not packed. NULL pack:
+ * no hooks. */
+typedef gpucore_status (*gpucore_ckpt_pack_fn)(void *user, gpucore_tensor *t, gpucore_stream *stream, void **packed);
+typedef gpucore_status (*gpucore_ckpt_unpack_fn)(void *user, void *packed, gpucore_stream *stream, gpucore_tensor **out);
+typedef void (*gpucore_ckpt_discard_fn)(void *user, void *packed);
+GPUCORE_API gpucore_status gpucore_ckpt_set_saved_tensor_hooks(gpucore_ckpt *ckpt, gpucore_ckpt_pack_fn pack,
+                                                               gpucore_ckpt_unpack_fn unpack,
+                                                               gpucore_ckpt_discard_fn discard, void *user);
+/* The built-in pack/unpack pair that offloads saved tensors of at least min_bytes
+ * to pinned host memory (gpucore_host_alloc): the device-to-host copy runs on a
+ * side stream after an event on the compute stream, so it overlaps the following
+ * segments' forward, and the device memory is reused once the copy has passed
+ * (gpucore_tensor_record_stream); in backward the host-to-device copy of segment
+ * i-1's tensors is queued on the side stream before segment i's backward and
+ * waited for (an event) only when segment i-1's backward starts. Exact (a copy).
+ * enable 0 turns it off. Replaces custom hooks and vice versa. */
+GPUCORE_API gpucore_status gpucore_ckpt_set_offload(gpucore_ckpt *ckpt, int enable, int64_t min_bytes);
+
+typedef enum gpucore_ckpt_phase {
+    GPUCORE_CKPT_PHASE_FORWARD = 0, GPUCORE_CKPT_PHASE_RECOMPUTE = 1, GPUCORE_CKPT_PHASE_BACKWARD = 2
+} gpucore_ckpt_phase;
+/* Called before (is_post 0) and after (is_post 1) the forward, recompute and
+ * backward of each top-level segment, on the host thread, for instrumentation
+ * (record events, push NVTX ranges). A status other than GPUCORE_OK stops the
+ * step like a failing segment. NULL removes the hook. */
+typedef gpucore_status (*gpucore_ckpt_segment_hook_fn)(void *user, int64_t segment, const char *name, int32_t phase,
+                                                       int32_t is_post);
+GPUCORE_API gpucore_status gpucore_ckpt_set_segment_hook(gpucore_ckpt *ckpt, gpucore_ckpt_segment_hook_fn hook,
+                                                         void *user);
+/* Called by gpucore_ckpt_grad_ready (the built-in segments call it for each
+ * parameter gradient) as soon as a gradient is complete on `stream`: pass it on to
+ * gpucore_ddp_mark_ready so the allreduce overlaps the rest of backward. segment:
+ * top-level index; name: the (inner) segment's name; param: its parameter slot. */
+typedef gpucore_status (*gpucore_ckpt_grad_ready_fn)(void *user, int64_t segment, const char *name, int32_t param,
+                                                     gpucore_tensor *grad, gpucore_stream *stream);
+GPUCORE_API gpucore_status gpucore_ckpt_set_grad_ready_callback(gpucore_ckpt *ckpt, gpucore_ckpt_grad_ready_fn fn,
+                                                                void *user);
+
+/* Per-step memory accounting (after a backward; forward-only figures after a
+ * forward). Set struct_size to sizeof(gpucore_ckpt_stats). */
+typedef struct gpucore_ckpt_stats {
+    int64_t struct_size;
+    int64_t baseline_bytes;       /* allocated on the context when the forward began */
+    int64_t peak_allocated_bytes; /* the allocator's allocated peak during the step (absolute) */
+    int64_t held_bytes;           /* device bytes the plan held when the forward ended (kept saved
+                                     tensors and stored inputs, unique storages; packed ones excluded) */
+    int64_t keep_all_bytes;       /* the same under keep-all, from each segment's measured saves */
+    int64_t bytes_saved;          /* keep_all_bytes - held_bytes */
+    int64_t estimated_peak_bytes; /* BUDGET: the planner's estimate for the plan chosen; else 0 */
+    int64_t segments, kept, checkpoints, recomputed; /* the plan's counts */
+    int64_t recompute_runs;       /* segment forwards run again in the last backward */
+    int64_t packed_tensors, unpacked_tensors;       /* saved-tensor hook calls in the last step */
+    int64_t offloaded_bytes;      /* bytes the built-in offload moved to the host in the last step */
+} gpucore_ckpt_stats;
+GPUCORE_API gpucore_status gpucore_ckpt_get_stats(gpucore_ckpt *ckpt, gpucore_ckpt_stats *stats);
 
 #ifdef __cplusplus
 }

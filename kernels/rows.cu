@@ -162,10 +162,12 @@ template <int OP> __device__ __forceinline__ float sm_out(float x, float dy, flo
 {
     switch (OP) {
     case GPUCORE_ROWS_SOFTMAX: return expf(x - st.a) / st.b;
-    case GPUCORE_ROWS_LOG_SOFTMAX: return x - lse;
+    /* Subtract the row max first: x - max is exact for nearby values, while x - (max + log(sum))
+     * with large logits (|x| ~ 1e4) would lose the low bits of the result in f32. */
+    case GPUCORE_ROWS_LOG_SOFTMAX: return (x - st.a) - lse;
     case GPUCORE_ROWS_SOFTMAX_BWD: return y * (dy - st.a);
     case GPUCORE_ROWS_LOG_SOFTMAX_BWD: return dy - expf(y) * st.a;
-    default: return g * (expf(x - lse) - (i == t ? 1.0f : 0.0f)); /* CE_BWD */
+    default: return g * (expf(x - st.a) / st.b - (i == t ? 1.0f : 0.0f)); /* CE_BWD */
     }
 }
 
@@ -173,7 +175,7 @@ template <int DT, int OP> __device__ __forceinline__ void sm_write(const gpucore
                                                                    int64_t l0, int64_t l1, int vec, pair_stat st)
 {
     const int V = rows_dt<DT>::vec;
-    const float lse = st.a + logf(st.b);
+    const float lse = logf(st.b); /* log-sum-exp minus the row max */
     float g = 0.0f;
     int64_t t = -1;
     if (OP == GPUCORE_ROWS_CE_BWD) {
@@ -213,7 +215,7 @@ template <int DT> __device__ __forceinline__ void ce_row_loss(const gpucore_rows
     if (threadIdx.x != 0) return;
     int64_t t = gpucore_rows_target(p.targets, p.target_dtype, row);
     float loss = t == p.ignore_index ? 0.0f
-               : (t < 0 || t >= p.cols) ? NAN : st.a + logf(st.b) - ld1<DT>(p.x, off + t);
+               : (t < 0 || t >= p.cols) ? NAN : (st.a - ld1<DT>(p.x, off + t)) + logf(st.b);
     if (p.reduction == GPUCORE_ROWS_RED_NONE)
         gpucore_store_from_f32((char *)p.loss + row * (p.loss_dtype == GPUCORE_KDT_F32 ? 4 : 2), p.loss_dtype, loss);
     else ((float *)((char *)p.workspace + gpucore_rows_partials_bytes(&p)))[row] = loss;

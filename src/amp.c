@@ -129,10 +129,14 @@ gpucore_status gpucore_loss_scaler_unscale(gpucore_loss_scaler *scaler, gpucore_
         used++;
     }
     /* found_inf starts clear for this step, in stream order before the check */
+    int64_t prof_bytes = 0;
+    for (int64_t i = 0; i < used; i++) prof_bytes += 2 * list[i].numel * gpucore_dtype_size((gpucore_dtype)list[i].dtype);
+    void *prof = gpucore_prof_begin(ctx, s, "loss_scaler_unscale", prof_bytes);
     st = gpucore_fill(scaler->found_inf, 0.0, s);
     if (!st)
         st = ctx->be->amp_unscale(ctx->bctx, list, used, data_of(scaler->scale), data_of(scaler->found_inf),
                                   s->bstream);
+    gpucore_prof_end(ctx, prof);
     free(list);
     return st;
 }
@@ -145,9 +149,12 @@ gpucore_status gpucore_loss_scaler_update(gpucore_loss_scaler *scaler, gpucore_s
     gpucore_stream *s;
     if ((st = gpucore_resolve_stream(scaler->ctx, stream, op, &s))) return st;
     gpucore_context *ctx = scaler->ctx;
-    return ctx->be->amp_update(ctx->bctx, data_of(scaler->scale), data_of(scaler->growth_tracker),
-                               data_of(scaler->found_inf), (float)scaler->cfg.growth_factor,
-                               (float)scaler->cfg.backoff_factor, (int32_t)scaler->cfg.growth_interval, s->bstream);
+    void *prof = gpucore_prof_begin(ctx, s, "loss_scaler_update", 12);
+    st = ctx->be->amp_update(ctx->bctx, data_of(scaler->scale), data_of(scaler->growth_tracker),
+                             data_of(scaler->found_inf), (float)scaler->cfg.growth_factor,
+                             (float)scaler->cfg.backoff_factor, (int32_t)scaler->cfg.growth_interval, s->bstream);
+    gpucore_prof_end(ctx, prof);
+    return st;
 }
 
 static gpucore_status scaler_tensor(gpucore_loss_scaler *s, gpucore_tensor *t, gpucore_tensor **out, const char *op)

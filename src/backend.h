@@ -163,6 +163,12 @@ typedef struct gpucore_backend {
     gpucore_status (*conv)(void *bctx, const gpucore_conv_desc *desc, void *stream);
     /* Plan-cache counters (fields after struct_size); NULL: all zero. */
     gpucore_status (*conv_stats)(void *bctx, gpucore_conv_stats *stats);
+
+    /* --- profiling (src/profile.c): a named range on the calling thread's timeline
+     * (CUDA: NVTX, shown by Nsight Systems), pushed before an op, segment or
+     * collective is enqueued and popped after. NULL: no timeline tool. --- */
+    void (*range_push)(const char *name);
+    void (*range_pop)(void);
 } gpucore_backend;
 
 /* What libgpucore.so gives a plugin module so it can report errors and log

@@ -53,7 +53,11 @@ gpucore_status gpucore_clip_grad_norm(gpucore_tensor *const *grads, int64_t coun
     gpucore_tensor_data(total_norm, &nd);
     if (clip_coef) gpucore_tensor_data(clip_coef, &cd);
     else cd = (float *)wd + chunks;
+    int64_t prof_bytes = 0; /* read twice (norm, scale), written once */
+    for (int64_t i = 0; i < used; i++) prof_bytes += 3 * list[i].numel * gpucore_dtype_size((gpucore_dtype)list[i].dtype);
+    void *prof = gpucore_prof_begin(ctx, s, "clip_grad_norm", prof_bytes);
     st = ctx->be->clip_grad_norm(ctx->bctx, list, used, wd, (float)max_norm, nd, cd, s->bstream);
+    gpucore_prof_end(ctx, prof);
     free(list);
     gpucore_memory_free(ctx, wd, s->bstream);
     return st;

@@ -497,7 +497,11 @@ gpucore_status gpucore_comm_submit(gpucore_comm *comm, gpucore_comm_call *call, 
     gpucore_log(GPUCORE_LOG_DEBUG, "comm: rank %d/%d #%llu %s %s count %lld %s root %d", s->rank, s->size,
                 (unsigned long long)call->seq, kind_name(call->kind), op_name(call->op), (long long)call->count,
                 gpucore_dtype_name((gpucore_dtype)call->dtype), call->root);
-    if ((st = be->comm_enqueue(s->bcomm, call, s->stream->bstream))) goto out;
+    void *prof = gpucore_prof_begin(s->ctx, s->stream, kind_name(call->kind),
+                                    call->count * gpucore_dtype_size((gpucore_dtype)call->dtype));
+    st = be->comm_enqueue(s->bcomm, call, s->stream->bstream);
+    gpucore_prof_end(s->ctx, prof);
+    if (st) goto out;
     s->issued = call->seq;
     if (seq) *seq = call->seq;
     if ((st = be->host_callback(s->ctx->bctx, s->stream->bstream, comm_completed_cb, s))) {

@@ -97,6 +97,7 @@ gpucore_status gpucore_context_create(const char *device, gpucore_context **out)
     }
     def->is_default = 1;
     ctx->default_stream = def;
+    gpucore_profile_init(ctx);
     gpucore_log(GPUCORE_LOG_INFO, "context created on %s", ctx->name);
     *out = ctx;
     return GPUCORE_OK;
@@ -109,6 +110,8 @@ gpucore_status gpucore_context_destroy(gpucore_context *ctx)
     if (st) return st;
     gpucore_status sync = gpucore_context_synchronize(ctx);
     gpucore_tensors_destroy_all(ctx);
+    gpucore_profile_fini(ctx);
+    gpucore_events_destroy_all(ctx);
     gpucore_memory_fini(ctx); /* the streams are synchronized: every segment can go back */
     gpucore_streams_destroy_all(ctx);
     ctx->magic = GPUCORE_MAGIC_DEAD;
@@ -156,7 +159,7 @@ gpucore_status gpucore_device_count(gpucore_device_type type, int *count)
     const gpucore_backend *be = gpucore_backend_get(type);
     if (!be) {
         if (type == GPUCORE_DEVICE_CUDA || type == GPUCORE_DEVICE_CUDA_EMULATED) { gpucore_clear_error(); return GPUCORE_OK; }
-        return GPUCORE_ERR_INVALID_ARGUMENT;
+        return GPUCORE_ERR_INVALID_ARGUMENT; /* gpucore_backend_get wrote the message */
     }
     char why[256];
     if (be->available(why, sizeof why) != GPUCORE_OK) return GPUCORE_OK;

@@ -291,7 +291,12 @@ static gpucore_status dispatch(gpucore_conv_desc *d, gpucore_context *ctx, gpuco
     d->ws.alloc = conv_ws_alloc;
     d->ws.release = conv_ws_release;
     d->ws.ws_ctx = &wctx;
-    return ctx->be->conv(ctx->bctx, d, s->bstream);
+    int64_t esz = gpucore_dtype_size((gpucore_dtype)d->dtype);
+    void *prof = gpucore_prof_begin(ctx, s, op, esz * (d->n * d->c * d->h * d->w + d->k * (d->c / d->groups) * d->r * d->s +
+                                                       d->n * d->k * d->p * d->q));
+    st = ctx->be->conv(ctx->bctx, d, s->bstream);
+    gpucore_prof_end(ctx, prof);
+    return st;
 }
 
 gpucore_status gpucore_conv_output_shape(const gpucore_tensor *x, const gpucore_tensor *w,

@@ -142,7 +142,11 @@ gpucore_status gpucore_copy(gpucore_tensor *dst, const gpucore_tensor *src, gpuc
         return gpucore_set_error(GPUCORE_ERR_INVALID_ARGUMENT,
                                  "copy: dst and src overlap in memory; copy through a temporary tensor");
     gpucore_context *ctx = dst->ctx;
+    void *prof = gpucore_prof_begin(ctx, s, "copy", 2 * dv.numel * dv.elem_size);
     if (dv.contiguous && sv.contiguous)
-        return ctx->be->copy_d2d(ctx->bctx, dv.data, sv.data, (size_t)(dv.numel * dv.elem_size), s->bstream);
-    return ctx->be->copy_strided(ctx->bctx, &dv, &sv, s->bstream);
+        st = ctx->be->copy_d2d(ctx->bctx, dv.data, sv.data, (size_t)(dv.numel * dv.elem_size), s->bstream);
+    else
+        st = ctx->be->copy_strided(ctx->bctx, &dv, &sv, s->bstream);
+    gpucore_prof_end(ctx, prof);
+    return st;
 }

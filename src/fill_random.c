@@ -47,7 +47,10 @@ gpucore_status gpucore_fill(gpucore_tensor *t, double value, gpucore_stream *str
     gpucore_view v;
     gpucore_tensor_view_of(t, &v);
     if (v.numel == 0) return GPUCORE_OK;
-    return t->ctx->be->fill(t->ctx->bctx, &v, bits, s->bstream);
+    void *prof = gpucore_prof_begin(t->ctx, s, "fill", gpucore_prof_bytes(t));
+    st = t->ctx->be->fill(t->ctx->bctx, &v, bits, s->bstream);
+    gpucore_prof_end(t->ctx, prof);
+    return st;
 }
 
 uint64_t gpucore_random_offset_advance(int64_t numel, gpucore_distribution dist)
@@ -79,5 +82,8 @@ gpucore_status gpucore_random(gpucore_tensor *t, gpucore_distribution dist, doub
     gpucore_view v;
     gpucore_tensor_view_of(t, &v);
     if (v.numel == 0) return GPUCORE_OK;
-    return t->ctx->be->random(t->ctx->bctx, &v, (int)dist, a, b, seed, offset, s->bstream);
+    void *prof = gpucore_prof_begin(t->ctx, s, "random", gpucore_prof_bytes(t));
+    st = t->ctx->be->random(t->ctx->bctx, &v, (int)dist, a, b, seed, offset, s->bstream);
+    gpucore_prof_end(t->ctx, prof);
+    return st;
 }

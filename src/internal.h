@@ -56,6 +56,7 @@ struct gpucore_event {
     uint32_t magic;
     gpucore_context *ctx;
     void *bevent;
+    struct gpucore_event *prev, *next; /* context's list of live events (freed with the context) */
 };
 
 struct gpucore_context {
@@ -68,12 +69,15 @@ struct gpucore_context {
     gpucore_stream *default_stream;
     pthread_mutex_t lock;         /* guards the stream list */
     gpucore_stream *streams;      /* all live streams incl. the default */
+    struct gpucore_event *events; /* all live events */
     struct gpucore_tensor *tensors; /* all live tensor handles (freed with the context) */
     struct gpucore_memory_state *memory; /* caching allocators (memory.c) */
     gpucore_stream *pool_streams[2][4];  /* [high priority][i], created on first use (stream.c) */
     atomic_uint pool_next[2];
     atomic_int matmul_allow_tf32;        /* matmul.c: context default for f32 operands (0 off) */
     atomic_llong matmul_workspace_bytes; /* matmul.c: cuBLASLt workspace; 0 = default (32 MiB) */
+    atomic_int profile_flags;            /* profile.c: GPUCORE_PROFILE_* bits; 0 = profiling off */
+    struct gpucore_profiler *profiler;   /* profile.c: per-op records, created on first enable */
 };
 
 /* Memory a tensor and its views share. Freed (in stream order) when the last view goes. */
@@ -138,7 +142,40 @@ GPUCORE_HIDDEN void gpucore_memory_stream_destroyed(gpucore_context *ctx, gpucor
 /* Release every tensor handle still alive in ctx (context destroy). */
 GPUCORE_HIDDEN void gpucore_tensors_destroy_all(gpucore_context *ctx);
 
+/* ---- profiling (profile.c) ----
+ * Front-ends bracket each backend dispatch with
+ *     void *prof = gpucore_prof_begin(ctx, stream, "name", bytes);
+ *     st = ctx->be->...;
+ *     gpucore_prof_end(ctx, prof);
+ * Off (the default) this is one branch each. On, begin records a backend event on
+ * the stream (device time, no host sync), end another; the summary resolves them
+ * lazily. Only the outermost bracket on a thread is counted (an op built from
+ * other ops counts once); NVTX ranges (GPUCORE_NVTX=1) nest. name: a string that
+ * lives forever (a literal). stream may be NULL (the current stream). */
+#define GPUCORE_PROFILE_SUMMARY 1 /* per-op counters (gpucore_profiler_enable) */
+#define GPUCORE_PROFILE_NVTX 2    /* backend ranges (GPUCORE_NVTX=1, CUDA) */
+GPUCORE_HIDDEN void *gpucore_profile_begin(gpucore_context *ctx, gpucore_stream *stream, const char *name, int64_t bytes);
+GPUCORE_HIDDEN void gpucore_profile_end(gpucore_context *ctx, void *token);
+GPUCORE_HIDDEN void gpucore_profile_init(gpucore_context *ctx); /* reads GPUCORE_PROFILE, GPUCORE_NVTX */
+GPUCORE_HIDDEN void gpucore_profile_fini(gpucore_context *ctx); /* streams already synchronized */
+static inline void *gpucore_prof_begin(gpucore_context *ctx, gpucore_stream *stream, const char *name, int64_t bytes)
+{
+    if (__builtin_expect(!atomic_load_explicit(&ctx->profile_flags, memory_order_relaxed), 1)) return NULL;
+    return gpucore_profile_begin(ctx, stream, name, bytes);
+}
+static inline void gpucore_prof_end(gpucore_context *ctx, void *token)
+{
+    if (__builtin_expect(token != NULL, 0)) gpucore_profile_end(ctx, token);
+}
+/* Bytes of a tensor's logical contents (0 for NULL), for the bytes argument. */
+static inline int64_t gpucore_prof_bytes(const gpucore_tensor *t)
+{
+    return t ? gpucore_tensor_numel_unchecked(t) * gpucore_dtype_size((gpucore_dtype)t->dtype) : 0;
+}
+
 /* ---- streams (stream.c) ---- */
 GPUCORE_HIDDEN void gpucore_streams_destroy_all(gpucore_context *ctx);
+/* Release every event handle still alive in ctx (context destroy). */
+GPUCORE_HIDDEN void gpucore_events_destroy_all(gpucore_context *ctx);
 
 #endif

@@ -474,7 +474,9 @@ static gpucore_status matmul_impl(const char *op, const gpucore_tensor *a, const
         g.workspace = ws;
         g.workspace_bytes = wsb;
     }
+    void *prof = gpucore_prof_begin(ctx, s, op, gpucore_prof_bytes(a) + gpucore_prof_bytes(b) + gpucore_prof_bytes(d));
     st = ctx->be->matmul(ctx->bctx, &g, s->bstream);
+    gpucore_prof_end(ctx, prof);
     if (ws) gpucore_memory_free(ctx, ws, s->bstream);
     return st;
 }
@@ -590,6 +592,8 @@ gpucore_status gpucore_linear_backward(const gpucore_tensor *dy, const gpucore_t
         return gpucore_set_error(GPUCORE_ERR_SHAPE_MISMATCH, "%s: dy has %lld features but w has %lld outputs", op,
                                  (long long)(dy->ndim ? dy->shape[dy->ndim - 1] : 0), (long long)w->shape[0]);
     gpucore_tensor *dy2 = NULL, *x2 = NULL, *dx2 = NULL, *aux2 = NULL, *dyt = NULL;
+    void *prof = gpucore_prof_begin(dy->ctx, stream, op, gpucore_prof_bytes(dy) + gpucore_prof_bytes(x) + gpucore_prof_bytes(w) +
+                                                             gpucore_prof_bytes(dx) + gpucore_prof_bytes(dw));
     if ((st = as_rows(dy, op, "dy", &dy2))) goto out;
     if (dx) {
         if ((st = as_rows(dx, op, "dx", &dx2))) goto out;
@@ -614,6 +618,7 @@ gpucore_status gpucore_linear_backward(const gpucore_tensor *dy, const gpucore_t
         if ((st = matmul_impl(op, dyt, x2, dw, &o, stream))) goto out; /* dW = dyᵀ·x */
     }
 out:
+    gpucore_prof_end(dy->ctx, prof);
     if (dy2) gpucore_tensor_destroy(dy2);
     if (dyt) gpucore_tensor_destroy(dyt);
     if (x2) gpucore_tensor_destroy(x2);

@@ -96,7 +96,10 @@ static gpucore_status ew_run(const ew_call *c, gpucore_tensor *out, const gpucor
     args.beta = c->beta;
     args.seed = c->seed;
     args.offset = c->offset;
-    return ctx->be->elementwise(ctx->bctx, &args, s->bstream);
+    void *prof = gpucore_prof_begin(ctx, s, op, gpucore_prof_bytes(out) + gpucore_prof_bytes(a) + gpucore_prof_bytes(b));
+    st = ctx->be->elementwise(ctx->bctx, &args, s->bstream);
+    gpucore_prof_end(ctx, prof);
+    return st;
 }
 
 static int act_valid(gpucore_activation act) { return act >= GPUCORE_ACT_NONE && act <= GPUCORE_ACT_TANH; }

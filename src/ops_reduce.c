@@ -39,7 +39,9 @@ static gpucore_status reduce_run(int op, gpucore_tensor *out, const gpucore_tens
     args.inner = inner;
     args.op = op;
     st = ops_workspace_alloc(ctx, gpucore_reduce_workspace_bytes(outer, len, inner), s, &args.workspace);
+    void *prof = gpucore_prof_begin(ctx, s, name, gpucore_prof_bytes(a) + gpucore_prof_bytes(out));
     if (!st) st = ctx->be->reduce(ctx->bctx, &args, s->bstream);
+    gpucore_prof_end(ctx, prof);
     ops_workspace_free(ctx, s, args.workspace);
     if (in_stage) gpucore_tensor_destroy(in_stage);
     return ops_finish_output(out, out_stage, s, st);

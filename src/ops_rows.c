@@ -59,8 +59,17 @@ static gpucore_status io_finish(rows_io *io, gpucore_status st)
 
 static gpucore_status rows_run(gpucore_context *ctx, gpucore_rows_args *a, gpucore_stream *s)
 {
+    /* profile names and main-operand traffic in rows x cols elements, by GPUCORE_ROWS_* code */
+    static const struct { const char *name; int io; } prof_op[12] = {
+        {"softmax", 2}, {"log_softmax", 2}, {"softmax_backward", 3}, {"log_softmax_backward", 3}, {"layer_norm", 2},
+        {"layer_norm_backward", 3}, {"rms_norm", 2}, {"rms_norm_backward", 3}, {"cross_entropy", 1},
+        {"cross_entropy_backward", 2}, {"embedding", 1}, {"embedding_backward", 1}};
+    int prof_i = a->op >= 0 && a->op < 12 ? a->op : 0;
     gpucore_status st = ops_workspace_alloc(ctx, gpucore_rows_workspace_bytes(a), s, &a->workspace);
+    void *prof = gpucore_prof_begin(ctx, s, prof_op[prof_i].name,
+                                    prof_op[prof_i].io * a->rows * a->cols * gpucore_dtype_size((gpucore_dtype)a->dtype));
     if (!st) st = ctx->be->rows(ctx->bctx, a, s->bstream);
+    gpucore_prof_end(ctx, prof);
     ops_workspace_free(ctx, s, a->workspace);
     return st;
 }

@@ -339,7 +339,16 @@ gpucore_status gpucore_optimizer_step(gpucore_optimizer *opt, gpucore_tensor *co
         hp.found_inf = d;
     }
     /* The step counter advances even when every parameter is empty, so the backend always runs. */
-    return ctx->be->optim_step(ctx->bctx, &hp, opt->table, used, s->bstream);
+    int64_t prof_bytes = 0; /* param read+write, grad read, and the f32 state/master read+write */
+    for (int64_t i = 0; i < used; i++)
+        prof_bytes += opt->table[i].numel * (2 * gpucore_dtype_size((gpucore_dtype)opt->table[i].param_dtype) +
+                                             gpucore_dtype_size((gpucore_dtype)opt->table[i].grad_dtype) +
+                                             8 * ((opt->table[i].master != NULL) + (opt->table[i].state0 != NULL) +
+                                                  (opt->table[i].state1 != NULL)));
+    void *prof = gpucore_prof_begin(ctx, s, "optimizer_step", prof_bytes);
+    st = ctx->be->optim_step(ctx->bctx, &hp, opt->table, used, s->bstream);
+    gpucore_prof_end(ctx, prof);
+    return st;
 }
 
 /* ---- accessors ---- */

@@ -188,6 +188,15 @@ gpucore_status gpucore_stream_query(gpucore_stream *stream)
     return stream->ctx->be->stream_query(stream->ctx->bctx, stream->bstream);
 }
 
+gpucore_status gpucore_stream_native_handle(gpucore_stream *stream, void **handle)
+{
+    gpucore_status st = gpucore_check_stream(stream, "stream_native_handle");
+    if (st) return st;
+    if (!handle) return gpucore_set_error(GPUCORE_ERR_NULL_POINTER, "stream_native_handle: handle is NULL");
+    *handle = stream->bstream;
+    return GPUCORE_OK;
+}
+
 gpucore_status gpucore_event_create(gpucore_context *ctx, gpucore_event **out)
 {
     gpucore_status st = gpucore_check_context(ctx, "event_create");
@@ -202,8 +211,34 @@ gpucore_status gpucore_event_create(gpucore_context *ctx, gpucore_event **out)
     }
     e->ctx = ctx;
     e->magic = GPUCORE_MAGIC_EVENT;
+    pthread_mutex_lock(&ctx->lock);
+    e->prev = NULL;
+    e->next = ctx->events;
+    if (ctx->events) ctx->events->prev = e;
+    ctx->events = e;
+    pthread_mutex_unlock(&ctx->lock);
     *out = e;
     return GPUCORE_OK;
+}
+
+static void event_free(gpucore_event *e)
+{
+    e->magic = GPUCORE_MAGIC_DEAD;
+    e->ctx->be->event_destroy(e->ctx->bctx, e->bevent);
+    gpucore_handle_release(&gpucore_event_pool, e);
+}
+
+void gpucore_events_destroy_all(gpucore_context *ctx)
+{
+    pthread_mutex_lock(&ctx->lock);
+    gpucore_event *e = ctx->events;
+    ctx->events = NULL;
+    pthread_mutex_unlock(&ctx->lock);
+    while (e) {
+        gpucore_event *next = e->next;
+        event_free(e);
+        e = next;
+    }
 }
 
 gpucore_status gpucore_event_destroy(gpucore_event *event)
@@ -211,9 +246,13 @@ gpucore_status gpucore_event_destroy(gpucore_event *event)
     if (!event) return GPUCORE_OK;
     gpucore_status st = gpucore_check_event(event, "event_destroy");
     if (st) return st;
-    event->magic = GPUCORE_MAGIC_DEAD;
-    event->ctx->be->event_destroy(event->ctx->bctx, event->bevent);
-    gpucore_handle_release(&gpucore_event_pool, event);
+    gpucore_context *ctx = event->ctx;
+    pthread_mutex_lock(&ctx->lock);
+    if (event->prev) event->prev->next = event->next;
+    else ctx->events = event->next;
+    if (event->next) event->next->prev = event->prev;
+    pthread_mutex_unlock(&ctx->lock);
+    event_free(event);
     return GPUCORE_OK;
 }
 

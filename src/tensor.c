@@ -8,8 +8,18 @@
 #include <string.h>
 #include "internal.h"
 
+/* An empty tensor may carry dims whose product overflows; a non-empty one cannot (its byte
+ * size was checked when it was made, and views never add elements). */
+static int tensor_is_empty(const gpucore_tensor *t)
+{
+    for (int i = 0; i < t->ndim; i++)
+        if (t->shape[i] == 0) return 1;
+    return 0;
+}
+
 int64_t gpucore_tensor_numel_unchecked(const gpucore_tensor *t)
 {
+    if (tensor_is_empty(t)) return 0;
     int64_t n = 1;
     for (int i = 0; i < t->ndim; i++) n *= t->shape[i];
     return n;
@@ -17,9 +27,9 @@ int64_t gpucore_tensor_numel_unchecked(const gpucore_tensor *t)
 
 int gpucore_tensor_contiguous_unchecked(const gpucore_tensor *t)
 {
+    if (tensor_is_empty(t)) return 1;
     int64_t expect = 1;
     for (int i = t->ndim - 1; i >= 0; i--) {
-        if (t->shape[i] == 0) return 1;
         if (t->shape[i] != 1 && t->strides[i] != expect) return 0;
         expect *= t->shape[i];
     }
@@ -38,10 +48,15 @@ void gpucore_tensor_view_of(const gpucore_tensor *t, gpucore_view *v)
     v->contiguous = gpucore_tensor_contiguous_unchecked(t);
 }
 
+/* Row-major strides. Only an empty tensor can have dims whose product overflows (its
+ * strides address nothing), so the running product saturates instead of overflowing. */
 static void contiguous_strides(int ndim, const int64_t *shape, int64_t *strides)
 {
     int64_t s = 1;
-    for (int i = ndim - 1; i >= 0; i--) { strides[i] = s; s *= shape[i] ? shape[i] : 1; }
+    for (int i = ndim - 1; i >= 0; i--) {
+        strides[i] = s;
+        if (__builtin_mul_overflow(s, shape[i] ? shape[i] : 1, &s)) s = INT64_MAX;
+    }
 }
 
 static void tensor_link(gpucore_tensor *t)
@@ -68,8 +83,14 @@ static void tensor_unlink(gpucore_tensor *t)
 static void storage_release(gpucore_storage *st)
 {
     if (atomic_fetch_sub(&st->refcount, 1) != 1) return;
-    if (st->owned) gpucore_memory_free(st->ctx, st->base, st->alloc_bstream);
-    else if (st->deleter) st->deleter(st->deleter_ctx);
+    if (st->owned) {
+        gpucore_memory_free(st->ctx, st->base, st->alloc_bstream);
+    } else if (st->deleter) {
+        /* The owner may free the memory in its deleter: first let every queued op that may
+         * touch it finish (any stream of the context could have used it). */
+        gpucore_context_synchronize(st->ctx);
+        st->deleter(st->deleter_ctx);
+    }
     free(st);
 }
 
@@ -147,6 +168,7 @@ gpucore_status gpucore_tensor_wrap(gpucore_context *ctx, gpucore_dtype dtype, in
                 __builtin_mul_overflow(span + 1, esize, &term))
                 return gpucore_set_error(GPUCORE_ERR_OVERFLOW, "tensor_wrap: the strides reach past a 64-bit byte offset");
         }
+        nbytes = (span + 1) * esize; /* the bytes the view can reach: bounds for as_strided */
     }
     gpucore_storage *storage = calloc(1, sizeof *storage);
     if (!storage) return gpucore_set_error(GPUCORE_ERR_OUT_OF_MEMORY, "tensor_wrap: out of host memory");
@@ -385,4 +407,46 @@ gpucore_status gpucore_tensor_transpose(gpucore_tensor *t, int dim0, int dim1, g
     perm[dim0] = dim1;
     perm[dim1] = dim0;
     return gpucore_tensor_permute(t, perm, out);
+}
+
+gpucore_status gpucore_tensor_as_strided(gpucore_tensor *t, int ndim, const int64_t *shape, const int64_t *strides,
+                                         int64_t storage_offset, gpucore_tensor **out)
+{
+    gpucore_status st = gpucore_check_tensor(t, "tensor_as_strided", "t");
+    if (st) return st;
+    if (!out) return gpucore_set_error(GPUCORE_ERR_NULL_POINTER, "tensor_as_strided: out is NULL");
+    *out = NULL;
+    int64_t numel, nbytes;
+    if ((st = gpucore_check_shape(ndim, shape, (gpucore_dtype)t->dtype, "tensor_as_strided", &numel, &nbytes))) return st;
+    if (ndim && !strides) return gpucore_set_error(GPUCORE_ERR_NULL_POINTER, "tensor_as_strided: strides is NULL");
+    if (storage_offset < 0)
+        return gpucore_set_error(GPUCORE_ERR_INVALID_ARGUMENT, "tensor_as_strided: storage_offset is %lld; it must be >= 0",
+                                 (long long)storage_offset);
+    int64_t esize = gpucore_dtype_size((gpucore_dtype)t->dtype);
+    if (numel > 0) {
+        int64_t last = storage_offset, term, end_bytes;
+        for (int i = 0; i < ndim; i++) {
+            if (strides[i] < 0)
+                return gpucore_set_error(GPUCORE_ERR_NOT_SUPPORTED,
+                                         "tensor_as_strided: strides[%d] is %lld; negative strides are not supported", i,
+                                         (long long)strides[i]);
+            if (__builtin_mul_overflow(strides[i], shape[i] - 1, &term) || __builtin_add_overflow(last, term, &last))
+                return gpucore_set_error(GPUCORE_ERR_OVERFLOW, "tensor_as_strided: the view reaches past a 64-bit offset");
+        }
+        if (__builtin_add_overflow(last, 1, &last) || __builtin_mul_overflow(last, esize, &end_bytes) ||
+            end_bytes > t->storage->bytes)
+            return gpucore_set_error(GPUCORE_ERR_INVALID_ARGUMENT,
+                                     "tensor_as_strided: the view reaches element %lld of a storage that holds %lld "
+                                     "elements", (long long)(last - 1), (long long)(t->storage->bytes / esize));
+    }
+    return make_view(t, ndim, shape, strides, storage_offset, out);
+}
+
+gpucore_status gpucore_tensor_storage_offset(const gpucore_tensor *t, int64_t *offset)
+{
+    gpucore_status st = gpucore_check_tensor(t, "tensor_storage_offset", "t");
+    if (st) return st;
+    if (!offset) return gpucore_set_error(GPUCORE_ERR_NULL_POINTER, "tensor_storage_offset: offset is NULL");
+    *offset = t->offset;
+    return GPUCORE_OK;
 }

@@ -160,6 +160,13 @@ int main(void)
     CHECK_STATUS(gpucore_stream_destroy(def), GPUCORE_ERR_INVALID_ARGUMENT);
     CHECK_STATUS(gpucore_event_elapsed_ms(NULL, NULL, NULL), GPUCORE_ERR_NULL_POINTER);
 
+    /* destroying a context also frees the events and streams the user did not destroy */
+    gpucore_event *left_event = NULL;
+    gpucore_stream *left_stream = NULL;
+    CHECK_OK(gpucore_event_create(other, &left_event));
+    CHECK_OK(gpucore_stream_create(other, 0, &left_stream));
+    CHECK_OK(gpucore_event_record(left_event, left_stream));
+
     /* destroying a context invalidates its tensors (and frees them) */
     gpucore_tensor *orphan = NULL;
     CHECK_OK(gpucore_tensor_create(other, GPUCORE_F32, 2, shape, &orphan));
@@ -169,6 +176,9 @@ int main(void)
     CHECK_STATUS(gpucore_context_synchronize(other), GPUCORE_ERR_INVALID_HANDLE);
     CHECK_STATUS(gpucore_tensor_create(other, GPUCORE_F32, 2, shape, &t), GPUCORE_ERR_INVALID_HANDLE);
     CHECK_STATUS(gpucore_context_destroy(other), GPUCORE_ERR_INVALID_HANDLE);
+    CHECK_STATUS(gpucore_event_query(left_event), GPUCORE_ERR_INVALID_HANDLE);
+    CHECK_STATUS(gpucore_event_destroy(left_event), GPUCORE_ERR_INVALID_HANDLE);
+    CHECK_STATUS(gpucore_stream_synchronize(left_stream), GPUCORE_ERR_INVALID_HANDLE);
 
     /* still usable after all of that */
     CHECK_OK(gpucore_fill(a, 7.0, NULL));

@@ -58,6 +58,12 @@ static void test_ordering(gpucore_context *ctx)
     CHECK_OK(gpucore_stream_synchronize(producer));
     CHECK_OK(gpucore_stream_query(producer));
 
+    /* the backend's own stream object is exposed for interop */
+    void *native = NULL;
+    CHECK_OK(gpucore_stream_native_handle(producer, &native));
+    CHECK(native != NULL);
+    CHECK_STATUS(gpucore_stream_native_handle(producer, NULL), GPUCORE_ERR_NULL_POINTER);
+
     /* current stream: set per thread, used when NULL is passed */
     gpucore_stream *cur = NULL, *def = NULL;
     CHECK_OK(gpucore_context_default_stream(ctx, &def));

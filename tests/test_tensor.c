@@ -206,6 +206,38 @@ static void test_copies(gpucore_context *ctx)
     free(g);
 }
 
+/* as_strided: expand (stride 0), unsqueeze, a diagonal; bounds checked against the memory */
+static void test_as_strided(gpucore_context *ctx)
+{
+    int64_t shape[2] = {3, 4};
+    gpucore_tensor *t = make(ctx, GPUCORE_F32, 2, shape), *v = NULL, *row = NULL;
+    float host[12], got[12];
+    for (int i = 0; i < 12; i++) host[i] = (float)i;
+    CHECK_OK(gpucore_copy_from_host(t, host, sizeof host));
+    int64_t dshape[1] = {3}, dstride[1] = {5};
+    CHECK_OK(gpucore_tensor_as_strided(t, 1, dshape, dstride, 0, &v)); /* diagonal 0, 5, 10 */
+    CHECK_OK(gpucore_copy_to_host(got, 3 * 4, v));
+    CHECK(got[0] == 0.0f && got[1] == 5.0f && got[2] == 10.0f);
+    gpucore_tensor_destroy(v);
+    CHECK_OK(gpucore_tensor_slice(t, 0, 1, 2, 1, &row));
+    int64_t off = -1;
+    CHECK_OK(gpucore_tensor_storage_offset(row, &off));
+    CHECK(off == 4);
+    int64_t eshape[2] = {3, 4}, estride[2] = {0, 1};
+    CHECK_OK(gpucore_tensor_as_strided(row, 2, eshape, estride, off, &v)); /* row 1 broadcast to 3 rows */
+    CHECK_OK(gpucore_copy_to_host(got, sizeof got, v));
+    CHECK(got[0] == 4.0f && got[4] == 4.0f && got[11] == 7.0f);
+    gpucore_tensor_destroy(v);
+    int64_t too_far[1] = {13}, one[1] = {1}, neg[1] = {-1};
+    CHECK_STATUS(gpucore_tensor_as_strided(t, 1, too_far, one, 0, &v), GPUCORE_ERR_INVALID_ARGUMENT);
+    CHECK_STATUS(gpucore_tensor_as_strided(t, 1, one, one, 12, &v), GPUCORE_ERR_INVALID_ARGUMENT);
+    CHECK_STATUS(gpucore_tensor_as_strided(t, 1, one, one, -1, &v), GPUCORE_ERR_INVALID_ARGUMENT);
+    CHECK_STATUS(gpucore_tensor_as_strided(t, 1, dshape, neg, 4, &v), GPUCORE_ERR_NOT_SUPPORTED);
+    CHECK_STATUS(gpucore_tensor_as_strided(t, 1, dshape, NULL, 0, &v), GPUCORE_ERR_NULL_POINTER);
+    gpucore_tensor_destroy(row);
+    gpucore_tensor_destroy(t);
+}
+
 static int wrapped_released;
 static void release_wrapped(void *p) { wrapped_released += p != NULL; }
 
@@ -319,6 +351,7 @@ int main(void)
         test_fill(ctx);
         test_views(ctx);
         test_copies(ctx);
+        test_as_strided(ctx);
         test_random(ctx, cpu);
         CHECK_OK(gpucore_context_destroy(ctx));
     }

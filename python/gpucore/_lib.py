@@ -290,4 +290,3 @@ def declare(name: str, restype: Any, argtypes: Sequence[Any]) -> None:
 for _name, (_res, _args) in list(DECLARATIONS.items()):
     declare(_name, _res, _args)
 
-_lock = threading.Lock()

@@ -28,7 +28,7 @@ __all__ = ["Context", "Stream", "Event", "Timer", "get_context", "default_contex
 
 _all_contexts: "weakref.WeakSet[Context]" = weakref.WeakSet()
 _cached: Dict[str, "Context"] = {}
-_cache_lock = threading.Lock()
+_cache_lock = threading.RLock()
 
 
 class Context:

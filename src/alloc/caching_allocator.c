@@ -1,15 +1,16 @@
 /*
  * caching_allocator.c — the caching allocator (see caching_allocator.h for the
- * design). Layout of this file: constants and types, the free-block tree (AVL,
- * intrusive, keyed by stream, size, address), the live-block hash table, block
- * and event bookkeeping, then allocation, free, the out-of-memory ladder, and
- * the statistics and snapshot.
+ * design): block and event bookkeeping, segments, allocation, free, the
+ * out-of-memory ladder and the settings. The lookup structures are in
+ * caching_allocator_index.c, the statistics and snapshot in
+ * caching_allocator_stats.c, the shared types in caching_allocator_internal.h.
  *
- * Why these structures: a cache-hit allocation is one lower-bound search in the
- * tree and one hash insertion; a free is one hash removal, at most two tree
- * removals (coalescing) and one insertion. All are O(log n) or O(1) however many
- * blocks are live, and no memory is allocated on the hit path (block records
- * come from a slab, the hash table grows by doubling ahead of need).
+ * Why these structures: a small-pool cache hit is one bitmap best-fit search in
+ * its stream's exact-size bins and one hash insertion; a free is one hash
+ * removal, at most two unlinks (coalescing) and one push. All O(1) however many
+ * blocks are live (the large pool uses a tree: O(log n)), and no memory is
+ * allocated on the hit path (block records come from a slab, the hash table
+ * grows by doubling ahead of need).
  */
 #include <inttypes.h>
 #include <stdarg.h>
@@ -17,94 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
-#include "caching_allocator.h"
-
-#define MIN_BLOCK_SIZE ((int64_t)512)             /* rounding granule and smallest split remainder */
-#define SMALL_SIZE ((int64_t)1 << 20)             /* largest request served by the small pool */
-#define SMALL_SEGMENT ((int64_t)2 << 20)          /* small pool segment size */
-#define LARGE_SEGMENT ((int64_t)20 << 20)         /* large pool segment size for mid-size requests */
-#define MIN_OWN_SEGMENT ((int64_t)10 << 20)       /* requests this big get a segment of their own */
-#define LARGE_ROUND ((int64_t)2 << 20)            /* own segments are rounded up to this */
-#define MAX_REQUEST (INT64_MAX / 4)               /* larger requests cannot be rounded safely */
-#define BLOCKS_PER_CHUNK 256
-
-typedef struct segment segment;
-
-typedef struct block {
-    uintptr_t addr;
-    int64_t size;
-    int64_t requested;         /* bytes the caller asked for (allocated blocks) */
-    void *stream;              /* the stream it belongs to (= its segment's stream) */
-    segment *seg;
-    struct block *prev, *next; /* address neighbours within the segment */
-    struct block *left, *right;/* free tree links (in_tree) or slab free list (next) */
-    int32_t height;
-    uint8_t allocated, in_tree;
-    int32_t pending_events;    /* freed, waiting for this many events on other streams */
-    void **uses;               /* other streams it was used on (record_stream) */
-    int32_t nuses, uses_cap;
-} block;
-
-struct segment {
-    uintptr_t base;
-    int64_t size;
-    void *stream;
-    int small;
-    block *first;
-    segment *prev, *next;
-};
-
-typedef struct pending {
-    void *event;
-    block *blk;
-    struct pending *next;
-} pending;
-
-/* Events recorded on one stream complete in order, so each queue is checked from its head only. */
-typedef struct event_queue {
-    void *stream;
-    pending *head, *tail;
-} event_queue;
-
-typedef struct stat { int64_t cur, peak; } stat;
-
-struct caching_allocator {
-    caching_allocator_params p;
-    char name[32], what[32];
-    pthread_mutex_t mu;
-    block *roots[2];            /* free trees: [0] small pool, [1] large pool */
-    segment *segments;
-    /* live blocks by address: open addressing, linear probing, backward-shift deletion */
-    block **table;
-    size_t table_cap, table_count;
-    int table_shift;
-    /* block records */
-    block *spare_blocks;
-    void **chunks;
-    size_t nchunks, chunks_cap;
-    /* events */
-    void **idle_events;
-    size_t nidle, idle_cap;
-    pending *spare_pending;
-    event_queue *queues;
-    int nqueues, queues_cap;
-    int64_t npending;
-    /* settings */
-    int caching;
-    int64_t max_split;
-    int64_t limit;
-    int64_t device_total;       /* bytes the device has (-1 unknown): bigger requests fail at once */
-    /* statistics */
-    stat allocated_bytes, allocated_blocks, reserved_bytes, reserved_segments, active_bytes, active_blocks,
-        inactive_split_bytes, inactive_split_blocks, requested_bytes;
-    int64_t num_raw_allocs, num_raw_frees, num_ooms, num_retries;
-};
-
-static inline void stat_add(stat *s, int64_t d)
-{
-    s->cur += d;
-    if (s->cur > s->peak) s->peak = s->cur;
-}
+#include "caching_allocator_internal.h"
 
 int64_t caching_allocator_round_size(int64_t bytes)
 {
@@ -117,204 +31,6 @@ static int64_t segment_size_for(int64_t rounded)
     if (rounded <= SMALL_SIZE) return SMALL_SEGMENT;
     if (rounded < MIN_OWN_SEGMENT) return LARGE_SEGMENT;
     return (rounded + LARGE_ROUND - 1) / LARGE_ROUND * LARGE_ROUND;
-}
-
-/* ------------------------------------------------------------ free tree */
-
-static inline int key_less(const block *a, const block *b)
-{
-    if (a->stream != b->stream) return (uintptr_t)a->stream < (uintptr_t)b->stream;
-    if (a->size != b->size) return a->size < b->size;
-    return a->addr < b->addr;
-}
-
-static inline int32_t height_of(const block *n) { return n ? n->height : 0; }
-
-static inline void fix_height(block *n)
-{
-    int32_t l = height_of(n->left), r = height_of(n->right);
-    n->height = (l > r ? l : r) + 1;
-}
-
-static block *rotate_right(block *y)
-{
-    block *x = y->left;
-    y->left = x->right;
-    x->right = y;
-    fix_height(y);
-    fix_height(x);
-    return x;
-}
-
-static block *rotate_left(block *x)
-{
-    block *y = x->right;
-    x->right = y->left;
-    y->left = x;
-    fix_height(x);
-    fix_height(y);
-    return y;
-}
-
-static block *rebalance(block *n)
-{
-    fix_height(n);
-    int32_t bal = height_of(n->left) - height_of(n->right);
-    if (bal > 1) {
-        if (height_of(n->left->left) < height_of(n->left->right)) n->left = rotate_left(n->left);
-        return rotate_right(n);
-    }
-    if (bal < -1) {
-        if (height_of(n->right->right) < height_of(n->right->left)) n->right = rotate_right(n->right);
-        return rotate_left(n);
-    }
-    return n;
-}
-
-static block *avl_insert(block *root, block *b)
-{
-    if (!root) {
-        b->left = b->right = NULL;
-        b->height = 1;
-        return b;
-    }
-    if (key_less(b, root)) root->left = avl_insert(root->left, b);
-    else root->right = avl_insert(root->right, b);
-    return rebalance(root);
-}
-
-static block *avl_remove_min(block *n, block **min)
-{
-    if (!n->left) {
-        *min = n;
-        return n->right;
-    }
-    n->left = avl_remove_min(n->left, min);
-    return rebalance(n);
-}
-
-static block *avl_remove(block *root, block *b)
-{
-    if (!root) return NULL;
-    if (root == b) {
-        block *l = root->left, *r = root->right;
-        if (!r) return l;
-        block *m = NULL;
-        r = avl_remove_min(r, &m);
-        m->left = l;
-        m->right = r;
-        return rebalance(m);
-    }
-    if (key_less(b, root)) root->left = avl_remove(root->left, b);
-    else root->right = avl_remove(root->right, b);
-    return rebalance(root);
-}
-
-/* Smallest block with key >= (stream, size, 0). */
-static block *avl_lower_bound(block *n, void *stream, int64_t size)
-{
-    block *best = NULL;
-    while (n) {
-        if ((uintptr_t)n->stream > (uintptr_t)stream || (n->stream == stream && n->size >= size)) {
-            best = n;
-            n = n->left;
-        } else {
-            n = n->right;
-        }
-    }
-    return best;
-}
-
-static void tree_insert(caching_allocator *a, block *b)
-{
-    block **root = &a->roots[b->seg->small ? 0 : 1];
-    *root = avl_insert(*root, b);
-    b->in_tree = 1;
-    if (b->size != b->seg->size) {
-        stat_add(&a->inactive_split_bytes, b->size);
-        stat_add(&a->inactive_split_blocks, 1);
-    }
-}
-
-static void tree_remove(caching_allocator *a, block *b)
-{
-    block **root = &a->roots[b->seg->small ? 0 : 1];
-    *root = avl_remove(*root, b);
-    b->in_tree = 0;
-    if (b->size != b->seg->size) {
-        stat_add(&a->inactive_split_bytes, -b->size);
-        stat_add(&a->inactive_split_blocks, -1);
-    }
-}
-
-/* ------------------------------------------------------------ live-block table */
-
-static inline size_t slot_of(const caching_allocator *a, uintptr_t addr)
-{
-    return (size_t)(((uint64_t)addr * UINT64_C(0x9E3779B97F4A7C15)) >> a->table_shift);
-}
-
-static int table_rehash(caching_allocator *a, size_t cap, int shift)
-{
-    block **t = calloc(cap, sizeof *t);
-    if (!t) return -1;
-    block **old = a->table;
-    size_t old_cap = a->table_cap;
-    a->table = t;
-    a->table_cap = cap;
-    a->table_shift = shift;
-    for (size_t i = 0; i < old_cap; i++) {
-        if (!old[i]) continue;
-        size_t j = slot_of(a, old[i]->addr);
-        while (t[j]) j = (j + 1) & (cap - 1);
-        t[j] = old[i];
-    }
-    free(old);
-    return 0;
-}
-
-/* Make room for one more entry (load factor stays <= 1/2). */
-static int table_reserve(caching_allocator *a)
-{
-    if ((a->table_count + 1) * 2 <= a->table_cap) return 0;
-    return table_rehash(a, a->table_cap * 2, a->table_shift - 1);
-}
-
-static void table_insert(caching_allocator *a, block *b)
-{
-    size_t mask = a->table_cap - 1, j = slot_of(a, b->addr);
-    while (a->table[j]) j = (j + 1) & mask;
-    a->table[j] = b;
-    a->table_count++;
-}
-
-static size_t table_find_slot(const caching_allocator *a, uintptr_t addr)
-{
-    size_t mask = a->table_cap - 1, j = slot_of(a, addr);
-    while (a->table[j]) {
-        if (a->table[j]->addr == addr) return j;
-        j = (j + 1) & mask;
-    }
-    return SIZE_MAX;
-}
-
-static void table_remove_slot(caching_allocator *a, size_t i)
-{
-    size_t mask = a->table_cap - 1, j = i;
-    for (;;) {
-        j = (j + 1) & mask;
-        block *e = a->table[j];
-        if (!e) break;
-        size_t k = slot_of(a, e->addr);
-        /* e may move back to i unless its home k lies cyclically in (i, j]. */
-        int stays = i <= j ? (k > i && k <= j) : (k > i || k <= j);
-        if (!stays) {
-            a->table[i] = e;
-            i = j;
-        }
-    }
-    a->table[i] = NULL;
-    a->table_count--;
 }
 
 /* ------------------------------------------------------------ block records and events */
@@ -418,7 +134,7 @@ static event_queue *queue_for(caching_allocator *a, void *stream)
 static void release_segment(caching_allocator *a, segment *s)
 {
     block *b = s->first;
-    if (b->in_tree) tree_remove(a, b);
+    if (b->in_tree) free_index_remove(a, b);
     a->p.raw_free(a->p.bctx, (void *)s->base);
     stat_add(&a->reserved_bytes, -s->size);
     stat_add(&a->reserved_segments, -1);
@@ -468,7 +184,7 @@ static void finish_free(caching_allocator *a, block *b)
     stat_add(&a->active_blocks, -1);
     block *prev = b->prev, *next = b->next;
     if (block_is_free(prev)) {
-        tree_remove(a, prev);
+        free_index_remove(a, prev);
         prev->size += b->size;
         prev->next = next;
         if (next) next->prev = prev;
@@ -476,18 +192,18 @@ static void finish_free(caching_allocator *a, block *b)
         b = prev;
     }
     if (block_is_free(next)) {
-        tree_remove(a, next);
+        free_index_remove(a, next);
         b->size += next->size;
         b->next = next->next;
         if (next->next) next->next->prev = b;
         block_put(a, next);
     }
-    tree_insert(a, b);
+    free_index_insert(a, b);
     if (!a->caching && b->size == b->seg->size) release_segment(a, b->seg);
 }
 
 /* Move blocks whose events have all completed back into the cache. */
-static void process_events(caching_allocator *a)
+void caching_allocator_process_events(caching_allocator *a)
 {
     if (!a->npending) return;
     for (int i = 0; i < a->nqueues; i++) {
@@ -511,7 +227,7 @@ static void wait_pending(caching_allocator *a)
 {
     for (int i = 0; i < a->nqueues; i++)
         for (pending *p = a->queues[i].head; p; p = p->next) a->p.be->event_synchronize(a->p.bctx, p->event);
-    process_events(a);
+    caching_allocator_process_events(a);
 }
 
 static gpucore_status try_raw_segment(caching_allocator *a, int64_t size, int small, void *stream, block **out,
@@ -571,8 +287,8 @@ static gpucore_status new_segment(caching_allocator *a, int64_t rounded, int sma
 /* Best fit from the cache: the smallest free block of this stream that is big enough. */
 static block *find_free(caching_allocator *a, int small, void *stream, int64_t rounded)
 {
-    block *b = avl_lower_bound(a->roots[small ? 0 : 1], stream, rounded);
-    if (!b || b->stream != stream) return NULL;
+    block *b = free_index_best_fit(a, small, stream, rounded);
+    if (!b) return NULL;
     if (a->max_split < INT64_MAX) {
         /* Do not carve small requests out of big unsplittable blocks, nor hand out a big block
          * far larger than asked. */
@@ -580,19 +296,6 @@ static block *find_free(caching_allocator *a, int small, void *stream, int64_t r
         if (rounded >= a->max_split && b->size >= rounded + LARGE_SEGMENT) return NULL;
     }
     return b;
-}
-
-static const char *human(int64_t bytes, char *buf, size_t len)
-{
-    double v = (double)bytes;
-    const char *unit = "B";
-    if (bytes >= (1LL << 30)) { v /= (double)(1LL << 30); unit = "GiB"; }
-    else if (bytes >= (1LL << 20)) { v /= (double)(1LL << 20); unit = "MiB"; }
-    else if (bytes >= (1LL << 10)) { v /= (double)(1LL << 10); unit = "KiB"; }
-    if (bytes < 0) snprintf(buf, len, "unknown");
-    else if (unit[0] == 'B') snprintf(buf, len, "%lld B", (long long)bytes);
-    else snprintf(buf, len, "%.2f %s", v, unit);
-    return buf;
 }
 
 static gpucore_status oom_error(caching_allocator *a, int64_t bytes, int limit_hit)
@@ -609,13 +312,13 @@ static gpucore_status oom_error(caching_allocator *a, int64_t bytes, int limit_h
             for (int i = 0; i < count && i < 64; i++)
                 if (pids[i] != (int64_t)getpid() && used[i] > 0) others += used[i];
             char o[32];
-            snprintf(other_s, sizeof other_s, "; other processes hold %s", human(others, o, sizeof o));
+            snprintf(other_s, sizeof other_s, "; other processes hold %s", caching_allocator_human(others, o, sizeof o));
         }
     }
     int64_t cached = a->reserved_bytes.cur - a->allocated_bytes.cur;
     char limit_part[96] = "";
     if (a->limit > 0)
-        snprintf(limit_part, sizeof limit_part, "; this context's memory limit is %s%s", human(a->limit, limit_s, sizeof limit_s),
+        snprintf(limit_part, sizeof limit_part, "; this context's memory limit is %s%s", caching_allocator_human(a->limit, limit_s, sizeof limit_s),
                  limit_hit ? " and the request would pass it" : "");
     return gpucore_set_error(
         GPUCORE_ERR_OUT_OF_MEMORY,
@@ -623,9 +326,9 @@ static gpucore_status oom_error(caching_allocator *a, int64_t bytes, int limit_h
         "allocated and holds %s cached but unused%s. Try a smaller batch, activation checkpointing, a memory limit "
         "(GPUCORE_ALLOC_CONF=limit:...), or gpucore_memory_empty_cache(); if much is cached but unused, "
         "fragmentation may be the cause: try GPUCORE_ALLOC_CONF=max_split_size_mb:128",
-        a->what, a->name, human(bytes, asked, sizeof asked), (long long)bytes, human(total_b, total_s, sizeof total_s),
-        human(free_b, free_s, sizeof free_s), other_s, human(a->allocated_bytes.cur, alloc_s, sizeof alloc_s),
-        human(cached, cached_s, sizeof cached_s), limit_part);
+        a->what, a->name, caching_allocator_human(bytes, asked, sizeof asked), (long long)bytes, caching_allocator_human(total_b, total_s, sizeof total_s),
+        caching_allocator_human(free_b, free_s, sizeof free_s), other_s, caching_allocator_human(a->allocated_bytes.cur, alloc_s, sizeof alloc_s),
+        caching_allocator_human(cached, cached_s, sizeof cached_s), limit_part);
 }
 
 /* ------------------------------------------------------------ public entries */
@@ -642,10 +345,7 @@ gpucore_status caching_allocator_create(const caching_allocator_params *params, 
     a->p.what = a->what;
     a->caching = 1;
     a->max_split = INT64_MAX;
-    a->table_cap = 64;
-    a->table_shift = 64 - 6;
-    a->table = calloc(a->table_cap, sizeof *a->table);
-    if (!a->table) {
+    if (live_table_init(a)) {
         free(a);
         return gpucore_set_error(GPUCORE_ERR_OUT_OF_MEMORY, "allocator: out of host memory");
     }
@@ -689,6 +389,7 @@ void caching_allocator_destroy(caching_allocator *a)
     free(a->idle_events);
     free(a->queues);
     free(a->table);
+    free_index_destroy(a);
     pthread_mutex_destroy(&a->mu);
     free(a);
 }
@@ -705,7 +406,7 @@ gpucore_status caching_allocator_alloc(caching_allocator *a, int64_t bytes, void
     int64_t rounded = caching_allocator_round_size(bytes);
     int small = rounded <= SMALL_SIZE;
     pthread_mutex_lock(&a->mu);
-    if (table_reserve(a) || blocks_reserve(a, 2)) {
+    if (live_table_reserve(a) || blocks_reserve(a, 2) || (small && free_index_reserve_stream(a, stream))) {
         pthread_mutex_unlock(&a->mu);
         return gpucore_set_error(GPUCORE_ERR_OUT_OF_MEMORY, "allocator: out of host memory for its bookkeeping");
     }
@@ -715,7 +416,7 @@ gpucore_status caching_allocator_alloc(caching_allocator *a, int64_t bytes, void
         pthread_mutex_unlock(&a->mu);
         return st;
     }
-    process_events(a);
+    caching_allocator_process_events(a);
     block *b = a->caching ? find_free(a, small, stream, rounded) : NULL;
     gpucore_status st = GPUCORE_OK;
     int limit_hit = 0;
@@ -743,7 +444,7 @@ gpucore_status caching_allocator_alloc(caching_allocator *a, int64_t bytes, void
         pthread_mutex_unlock(&a->mu);
         return st;
     }
-    if (b->in_tree) tree_remove(a, b);
+    if (b->in_tree) free_index_remove(a, b);
     int64_t remaining = b->size - rounded;
     int split = small ? remaining >= MIN_BLOCK_SIZE : (remaining > SMALL_SIZE && rounded < a->max_split);
     if (split) {
@@ -757,11 +458,11 @@ gpucore_status caching_allocator_alloc(caching_allocator *a, int64_t bytes, void
         if (b->next) b->next->prev = r;
         b->next = r;
         b->size = rounded;
-        tree_insert(a, r);
+        free_index_insert(a, r);
     }
     b->allocated = 1;
     b->requested = bytes;
-    table_insert(a, b);
+    live_table_insert(a, b);
     stat_add(&a->allocated_bytes, b->size);
     stat_add(&a->allocated_blocks, 1);
     stat_add(&a->active_bytes, b->size);
@@ -776,7 +477,7 @@ gpucore_status caching_allocator_free(caching_allocator *a, void *ptr)
 {
     if (!ptr) return GPUCORE_OK;
     pthread_mutex_lock(&a->mu);
-    size_t slot = table_find_slot(a, (uintptr_t)ptr);
+    size_t slot = live_table_find_slot(a, (uintptr_t)ptr);
     if (slot == SIZE_MAX) {
         pthread_mutex_unlock(&a->mu);
         return gpucore_set_error(GPUCORE_ERR_INVALID_ARGUMENT,
@@ -784,7 +485,7 @@ gpucore_status caching_allocator_free(caching_allocator *a, void *ptr)
                                  ptr, a->what);
     }
     block *b = a->table[slot];
-    table_remove_slot(a, slot);
+    live_table_remove_slot(a, slot);
     b->allocated = 0;
     stat_add(&a->allocated_bytes, -b->size);
     stat_add(&a->allocated_blocks, -1);
@@ -829,7 +530,7 @@ gpucore_status caching_allocator_free(caching_allocator *a, void *ptr)
 gpucore_status caching_allocator_record_stream(caching_allocator *a, void *ptr, void *stream)
 {
     pthread_mutex_lock(&a->mu);
-    size_t slot = table_find_slot(a, (uintptr_t)ptr);
+    size_t slot = live_table_find_slot(a, (uintptr_t)ptr);
     if (slot == SIZE_MAX) {
         pthread_mutex_unlock(&a->mu);
         return gpucore_set_error(GPUCORE_ERR_INVALID_ARGUMENT,
@@ -860,31 +561,21 @@ void caching_allocator_stream_destroyed(caching_allocator *a, void *stream, void
         if (a->queues[i].stream == stream) q = &a->queues[i];
     if (q) {
         for (pending *p = q->head; p; p = p->next) a->p.be->event_synchronize(a->p.bctx, p->event);
-        process_events(a);
+        caching_allocator_process_events(a);
         if (!q->head) *q = a->queues[--a->nqueues]; /* completed: drop the queue */
     }
-    for (segment *s = a->segments; s; s = s->next) {
-        for (block *b = s->first; b; b = b->next) {
+    for (segment *s = a->segments; s; s = s->next)
+        for (block *b = s->first; b; b = b->next)
             for (int i = 0; i < b->nuses; i++)
                 if (b->uses[i] == stream) b->uses[i--] = b->uses[--b->nuses];
-            if (s->stream != stream) continue;
-            if (b->in_tree) {
-                tree_remove(a, b);
-                b->stream = replacement;
-                tree_insert(a, b);
-            } else {
-                b->stream = replacement;
-            }
-        }
-        if (s->stream == stream) s->stream = replacement;
-    }
+    free_index_retag_stream(a, stream, replacement);
     pthread_mutex_unlock(&a->mu);
 }
 
 gpucore_status caching_allocator_empty_cache(caching_allocator *a)
 {
     pthread_mutex_lock(&a->mu);
-    process_events(a);
+    caching_allocator_process_events(a);
     release_cached(a);
     pthread_mutex_unlock(&a->mu);
     return GPUCORE_OK;
@@ -895,7 +586,7 @@ void caching_allocator_set_caching(caching_allocator *a, int enabled)
     pthread_mutex_lock(&a->mu);
     a->caching = enabled ? 1 : 0;
     if (!enabled) {
-        process_events(a);
+        caching_allocator_process_events(a);
         release_cached(a);
     }
     pthread_mutex_unlock(&a->mu);
@@ -937,113 +628,4 @@ int64_t caching_allocator_max_split_size(caching_allocator *a)
     int64_t v = a->max_split == INT64_MAX ? 0 : a->max_split;
     pthread_mutex_unlock(&a->mu);
     return v;
-}
-
-/* ------------------------------------------------------------ statistics and snapshot */
-
-static void fill_stats(const caching_allocator *a, gpucore_memory_stats *s)
-{
-    int64_t size = s->struct_size;
-    memset(s, 0, sizeof *s);
-    s->struct_size = size;
-#define COPY(field) s->field = a->field.cur, s->field##_peak = a->field.peak
-    COPY(allocated_bytes);
-    COPY(allocated_blocks);
-    COPY(reserved_bytes);
-    COPY(reserved_segments);
-    COPY(active_bytes);
-    COPY(active_blocks);
-    COPY(inactive_split_bytes);
-    COPY(inactive_split_blocks);
-    COPY(requested_bytes);
-#undef COPY
-    s->num_raw_allocs = a->num_raw_allocs;
-    s->num_raw_frees = a->num_raw_frees;
-    s->num_ooms = a->num_ooms;
-    s->num_alloc_retries = a->num_retries;
-    s->limit_bytes = a->limit;
-}
-
-void caching_allocator_get_stats(caching_allocator *a, gpucore_memory_stats *stats)
-{
-    pthread_mutex_lock(&a->mu);
-    process_events(a);
-    fill_stats(a, stats);
-    pthread_mutex_unlock(&a->mu);
-}
-
-void caching_allocator_reset_peak_stats(caching_allocator *a)
-{
-    pthread_mutex_lock(&a->mu);
-    stat *all[] = {&a->allocated_bytes, &a->allocated_blocks, &a->reserved_bytes, &a->reserved_segments,
-                   &a->active_bytes, &a->active_blocks, &a->inactive_split_bytes, &a->inactive_split_blocks,
-                   &a->requested_bytes};
-    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) all[i]->peak = all[i]->cur;
-    pthread_mutex_unlock(&a->mu);
-}
-
-typedef struct writer { char *buf; int64_t len, pos; } writer;
-
-static void __attribute__((format(printf, 2, 3))) wr(writer *w, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    int fits = w->buf && w->pos < w->len;
-    int n = vsnprintf(fits ? w->buf + w->pos : NULL, fits ? (size_t)(w->len - w->pos) : 0, fmt, ap);
-    va_end(ap);
-    if (n > 0) w->pos += n;
-}
-
-static const char *block_state(const block *b)
-{
-    if (b->allocated) return "allocated";
-    return b->pending_events ? "pending" : "free";
-}
-
-int64_t caching_allocator_snapshot(caching_allocator *a, int json, char *buf, int64_t len)
-{
-    writer w = {buf, len, 0};
-    if (buf && len > 0) buf[0] = '\0';
-    pthread_mutex_lock(&a->mu);
-    process_events(a);
-    gpucore_memory_stats s = {.struct_size = sizeof s};
-    fill_stats(a, &s);
-    if (json) {
-        wr(&w, "{\"kind\":\"%s\",\"device\":\"%s\",\"stats\":{", a->p.host_visible ? "pinned_host" : "device", a->name);
-        wr(&w, "\"allocated_bytes\":%lld,\"allocated_blocks\":%lld,\"reserved_bytes\":%lld,\"reserved_segments\":%lld,"
-               "\"active_bytes\":%lld,\"active_blocks\":%lld,\"inactive_split_bytes\":%lld,"
-               "\"inactive_split_blocks\":%lld,\"requested_bytes\":%lld,\"num_raw_allocs\":%lld,"
-               "\"num_raw_frees\":%lld,\"num_ooms\":%lld,\"num_alloc_retries\":%lld,\"limit_bytes\":%lld},"
-               "\"segments\":[",
-           (long long)s.allocated_bytes, (long long)s.allocated_blocks, (long long)s.reserved_bytes,
-           (long long)s.reserved_segments, (long long)s.active_bytes, (long long)s.active_blocks,
-           (long long)s.inactive_split_bytes, (long long)s.inactive_split_blocks, (long long)s.requested_bytes,
-           (long long)s.num_raw_allocs, (long long)s.num_raw_frees, (long long)s.num_ooms,
-           (long long)s.num_alloc_retries, (long long)s.limit_bytes);
-        for (segment *g = a->segments; g; g = g->next) {
-            wr(&w, "%s{\"address\":\"0x%" PRIxPTR "\",\"size\":%lld,\"pool\":\"%s\",\"stream\":\"%p\",\"blocks\":[",
-               g == a->segments ? "" : ",", g->base, (long long)g->size, g->small ? "small" : "large", g->stream);
-            for (block *b = g->first; b; b = b->next)
-                wr(&w, "%s{\"address\":\"0x%" PRIxPTR "\",\"size\":%lld,\"requested\":%lld,\"state\":\"%s\",\"stream\":\"%p\"}",
-                   b == g->first ? "" : ",", b->addr, (long long)b->size, (long long)b->requested, block_state(b),
-                   b->stream);
-            wr(&w, "]}");
-        }
-        wr(&w, "]}\n");
-    } else {
-        wr(&w, "%s on %s: %lld bytes reserved in %lld segments; %lld bytes allocated in %lld blocks "
-               "(%lld requested); %lld bytes active; %lld bytes free in split segments\n",
-           a->what, a->name, (long long)s.reserved_bytes, (long long)s.reserved_segments, (long long)s.allocated_bytes,
-           (long long)s.allocated_blocks, (long long)s.requested_bytes, (long long)s.active_bytes,
-           (long long)s.inactive_split_bytes);
-        for (segment *g = a->segments; g; g = g->next) {
-            wr(&w, "segment 0x%" PRIxPTR " size %lld pool %s stream %p\n", g->base, (long long)g->size,
-               g->small ? "small" : "large", g->stream);
-            for (block *b = g->first; b; b = b->next)
-                wr(&w, "  block 0x%" PRIxPTR " size %lld requested %lld %s stream %p\n", b->addr, (long long)b->size,
-                   (long long)b->requested, block_state(b), b->stream);
-        }
-    }
-    pthread_mutex_unlock(&a->mu);
-    return w.pos + 1;
 }

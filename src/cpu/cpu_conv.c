@@ -14,16 +14,14 @@
  *                    sums its own taps: no scatter races, deterministic)
  *   backward filter  dWp += dYᵀ · col over the chunks
  * Runs as one task on the stream's worker; OpenMP parallelises the gathers and
- * the depthwise loops, OpenBLAS threads the GEMMs.
+ * the depthwise loops; the GEMMs are cpu_sgemm's (cpu_matmul.c: OpenBLAS, or its
+ * blocked loop without it).
  */
 #include <stdlib.h>
 #include <string.h>
 #include "cpu_internal.h"
 #include "gpucore_config.h"
 #include "../../kernels/dtype_access.h"
-#if GPUCORE_HAVE_OPENBLAS
-#include <cblas.h>
-#endif
 
 #define CONV_COL_BUDGET_FLOATS (8ll << 20) /* im2col chunk: at most 32 MiB of f32 */
 
@@ -44,39 +42,6 @@ static inline void st_el(void *base, int dt, int64_t off, float v)
     case GPUCORE_KDT_F32: ((float *)base)[off] = v; break;
     case GPUCORE_KDT_F16: ((uint16_t *)base)[off] = gpucore_f32_to_f16(v); break;
     default: ((uint16_t *)base)[off] = gpucore_f32_to_bf16(v); break;
-    }
-}
-
-/* C[m,n] = beta·C + op(A)·op(B), row-major f32; op(A) is [m,k] (ta: A stored [k,m]),
- * op(B) is [k,n] (tb: B stored [n,k]). beta is 0 or 1.
- * TODO(lead): merge with cpu_matmul.c's GEMM once it exports a plain f32 entry;
- * its product()/blocked_gemm() are file-static today. */
-static void conv_sgemm(int ta, int tb, int64_t m, int64_t n, int64_t k, const float *A, int64_t lda, const float *B,
-                       int64_t ldb, float beta, float *C, int64_t ldc)
-{
-#if GPUCORE_HAVE_OPENBLAS
-    if (m <= 0x7fffffff && n <= 0x7fffffff && k <= 0x7fffffff && lda <= 0x7fffffff && ldb <= 0x7fffffff &&
-        ldc <= 0x7fffffff) {
-        cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, (int)m, (int)n,
-                    (int)k, 1.0f, A, (int)lda, B, (int)ldb, beta, C, (int)ldc);
-        return;
-    }
-#endif
-    /* Plain loops (builds without OpenBLAS): rows in parallel, the inner loop along a row of C. */
-#pragma omp parallel for schedule(static) if (m * n * k > (1 << 18))
-    for (int64_t i = 0; i < m; i++) {
-        float *c = C + i * ldc;
-        if (beta == 0.0f) memset(c, 0, (size_t)n * sizeof(float));
-        for (int64_t p = 0; p < k; p++) {
-            const float a = ta ? A[p * lda + i] : A[i * lda + p];
-            if (a == 0.0f) continue;
-            if (!tb) {
-                const float *b = B + p * ldb;
-                for (int64_t j = 0; j < n; j++) c[j] += a * b[j];
-            } else {
-                for (int64_t j = 0; j < n; j++) c[j] += a * B[j * ldb + p];
-            }
-        }
     }
 }
 
@@ -166,8 +131,8 @@ static gpucore_status gemm_path(const gpucore_conv_desc *d)
             const int64_t cnt = n0 + nb <= d->n ? nb : d->n - n0, npix = cnt * g.pix_per_img;
             if (d->op == GPUCORE_CONV_OP_FORWARD) {
                 im2col(&g, gr, n0, cnt, col);
-                if (g.pixel_major) conv_sgemm(0, 1, npix, g.Kg, g.taps, col, g.taps, Wg, g.taps, 0.0f, Y, g.Kg);
-                else conv_sgemm(0, 0, g.Kg, npix, g.taps, Wg, g.taps, col, npix, 0.0f, Y, npix);
+                if (g.pixel_major) cpu_sgemm(0, 1, npix, g.Kg, g.taps, 1.0f, col, g.taps, Wg, g.taps, 0.0f, Y, g.Kg);
+                else cpu_sgemm(0, 0, g.Kg, npix, g.taps, 1.0f, Wg, g.taps, col, npix, 0.0f, Y, npix);
 #pragma omp parallel for schedule(static) if (npix * g.Kg > 32768)
                 for (int64_t pix = 0; pix < npix; pix++) {
                     const int64_t n = n0 + pix / g.pix_per_img, pq = pix % g.pix_per_img;
@@ -192,13 +157,13 @@ static gpucore_status gemm_path(const gpucore_conv_desc *d)
                 im2col(&g, gr, n0, cnt, col);
                 float *dWg = dWp + gr * g.Kg * g.taps;
                 const float beta = n0 == 0 ? 0.0f : 1.0f;
-                if (g.pixel_major) conv_sgemm(1, 0, g.Kg, g.taps, npix, Y, g.Kg, col, g.taps, beta, dWg, g.taps);
-                else conv_sgemm(0, 1, g.Kg, g.taps, npix, Y, npix, col, npix, beta, dWg, g.taps);
+                if (g.pixel_major) cpu_sgemm(1, 0, g.Kg, g.taps, npix, 1.0f, Y, g.Kg, col, g.taps, beta, dWg, g.taps);
+                else cpu_sgemm(0, 1, g.Kg, g.taps, npix, 1.0f, Y, npix, col, npix, beta, dWg, g.taps);
                 continue;
             }
             /* backward data: dcol into col, then gather into dx */
-            if (g.pixel_major) conv_sgemm(0, 0, npix, g.taps, g.Kg, Y, g.Kg, Wg, g.taps, 0.0f, col, g.taps);
-            else conv_sgemm(1, 0, g.taps, npix, g.Kg, Wg, g.taps, Y, npix, 0.0f, col, npix);
+            if (g.pixel_major) cpu_sgemm(0, 0, npix, g.taps, g.Kg, 1.0f, Y, g.Kg, Wg, g.taps, 0.0f, col, g.taps);
+            else cpu_sgemm(1, 0, g.taps, npix, g.Kg, 1.0f, Wg, g.taps, Y, npix, 0.0f, col, npix);
             const int64_t *xs = d->x_strides;
 #pragma omp parallel for collapse(2) schedule(static) if (cnt * g.Cg * d->h * d->w > 32768)
             for (int64_t nn = 0; nn < cnt; nn++)

@@ -13,6 +13,13 @@ GPUCORE_HIDDEN gpucore_status cpu_random(void *bctx, const gpucore_view *dst, in
                                          uint64_t seed, uint64_t offset, void *s);
 /* cpu_matmul.c */
 GPUCORE_HIDDEN gpucore_status cpu_matmul(void *bctx, const gpucore_gemm_desc *desc, void *s);
+/* The CPU backend's one f32 GEMM (cpu_matmul.c), row-major like cblas_sgemm(CblasRowMajor):
+ * C[m,n] (ld ldc) = alpha·op(A)·op(B) + beta·C, op(A) [m,k] (ta: A stored [k,m], ld lda),
+ * op(B) [k,n] (tb: B stored [n,k], ld ldb). beta == 0 never reads C. OpenBLAS sgemm where the
+ * build has it and the sizes fit its int, else a blocked C loop (each element sums its k
+ * terms in order). Runs on the calling thread (OpenBLAS / OpenMP thread it). */
+GPUCORE_HIDDEN gpucore_status cpu_sgemm(int ta, int tb, int64_t m, int64_t n, int64_t k, float alpha, const float *A,
+                                        int64_t lda, const float *B, int64_t ldb, float beta, float *C, int64_t ldc);
 /* tensor ops (cpu_ops_elementwise.c, cpu_ops_reduce.c, cpu_ops_rows.c) */
 GPUCORE_HIDDEN gpucore_status cpu_elementwise(void *bctx, const gpucore_ew_args *args, void *s);
 GPUCORE_HIDDEN gpucore_status cpu_reduce(void *bctx, const gpucore_reduce_args *args, void *s);

@@ -42,27 +42,52 @@ static float *widen(const gpucore_gemm_operand *x, int64_t batch, int64_t rows, 
     return out;
 }
 
-/* Blocked C GEMM: T[m, n] (row-major, ld n) = Ap[m, k] (row-major) · Bp[k, n] (row-major).
- * The innermost loop runs along a row of Bp and T, which the compiler vectorises;
- * blocks keep a panel of Bp in cache while rows of Ap stream past it. */
-static void blocked_gemm(int64_t m, int64_t n, int64_t k, const float *Ap, const float *Bp, float *T)
+/* Blocked C GEMM, the fallback of cpu_sgemm (same contract). The innermost loop
+ * runs along a row of op(B) and C, which the compiler vectorises; blocks keep a
+ * panel of op(B) in cache while rows of op(A) stream past it. A transposed B is
+ * copied panel by panel into a row-major scratch so that loop stays unit-stride.
+ * Each element of C sums its k terms in order p = 0, 1, ... whatever the blocking. */
+static void blocked_gemm(int ta, int tb, int64_t m, int64_t n, int64_t k, float alpha, const float *A, int64_t lda,
+                         const float *B, int64_t ldb, float beta, float *C, int64_t ldc)
 {
     enum { BM = 64, BN = 256, BK = 128 };
-    memset(T, 0, (size_t)(m * n) * sizeof(float));
-#pragma omp parallel for collapse(2) schedule(static) if (m * n * k > 1 << 18)
-    for (int64_t i0 = 0; i0 < m; i0 += BM)
-        for (int64_t j0 = 0; j0 < n; j0 += BN)
-            for (int64_t p0 = 0; p0 < k; p0 += BK) {
-                int64_t i1 = i0 + BM < m ? i0 + BM : m, j1 = j0 + BN < n ? j0 + BN : n, p1 = p0 + BK < k ? p0 + BK : k;
+#pragma omp parallel if (m * n * k > 1 << 18)
+    {
+        /* per-thread panel for a transposed B; without it, B is read strided */
+        float *panel = tb ? malloc((size_t)BK * BN * sizeof(float)) : NULL;
+#pragma omp for collapse(2) schedule(static)
+        for (int64_t i0 = 0; i0 < m; i0 += BM)
+            for (int64_t j0 = 0; j0 < n; j0 += BN) {
+                const int64_t i1 = i0 + BM < m ? i0 + BM : m, j1 = j0 + BN < n ? j0 + BN : n, nj = j1 - j0;
                 for (int64_t i = i0; i < i1; i++) {
-                    float *t = T + i * n;
-                    for (int64_t p = p0; p < p1; p++) {
-                        const float a = Ap[i * k + p];
-                        const float *b = Bp + p * n;
-                        for (int64_t j = j0; j < j1; j++) t[j] += a * b[j];
+                    float *c = C + i * ldc + j0;
+                    if (beta == 0.0f) memset(c, 0, (size_t)nj * sizeof(float)); /* never reads C: NaN poison stays out */
+                    else if (beta != 1.0f) for (int64_t j = 0; j < nj; j++) c[j] *= beta;
+                }
+                for (int64_t p0 = 0; p0 < k; p0 += BK) {
+                    const int64_t p1 = p0 + BK < k ? p0 + BK : k;
+                    if (panel)
+                        for (int64_t p = p0; p < p1; p++)
+                            for (int64_t j = 0; j < nj; j++) panel[(p - p0) * BN + j] = B[(j0 + j) * ldb + p];
+                    for (int64_t i = i0; i < i1; i++) {
+                        float *c = C + i * ldc + j0;
+                        for (int64_t p = p0; p < p1; p++) {
+                            const float a = alpha * (ta ? A[p * lda + i] : A[i * lda + p]);
+                            if (panel) {
+                                const float *b = panel + (p - p0) * BN;
+                                for (int64_t j = 0; j < nj; j++) c[j] += a * b[j];
+                            } else if (!tb) {
+                                const float *b = B + p * ldb + j0;
+                                for (int64_t j = 0; j < nj; j++) c[j] += a * b[j];
+                            } else {
+                                for (int64_t j = 0; j < nj; j++) c[j] += a * B[(j0 + j) * ldb + p];
+                            }
+                        }
                     }
                 }
             }
+        free(panel);
+    }
 }
 
 #if GPUCORE_HAVE_OPENBLAS
@@ -86,6 +111,22 @@ static int blas_ok(const gpucore_gemm_desc *g)
            fits_int(g->ldd);
 }
 #endif
+
+gpucore_status cpu_sgemm(int ta, int tb, int64_t m, int64_t n, int64_t k, float alpha, const float *A, int64_t lda,
+                         const float *B, int64_t ldb, float beta, float *C, int64_t ldc)
+{
+    if (m <= 0 || n <= 0) return GPUCORE_OK;
+#if GPUCORE_HAVE_OPENBLAS
+    if (k > 0 && m <= 0x7fffffff && n <= 0x7fffffff && k <= 0x7fffffff && lda <= 0x7fffffff && ldb <= 0x7fffffff &&
+        ldc <= 0x7fffffff) {
+        cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, (int)m, (int)n,
+                    (int)k, alpha, A, (int)lda, B, (int)ldb, beta, C, (int)ldc);
+        return GPUCORE_OK;
+    }
+#endif
+    blocked_gemm(ta, tb, m, n, k < 0 ? 0 : k, alpha, A, lda, B, ldb, beta, C, ldc);
+    return GPUCORE_OK;
+}
 
 /* T = op(A)·op(B) for one batch. Layout of T on return: element (i, j) at
  * T[i * *ti + j * *tj]. */
@@ -120,13 +161,7 @@ static gpucore_status product(const gpucore_gemm_desc *g, int64_t bi, float *T, 
         free(Bp);
         return GPUCORE_ERR_OUT_OF_MEMORY; /* sticky on the stream; reported by synchronize */
     }
-#if GPUCORE_HAVE_OPENBLAS
-    if (blas_ok(g)) {
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)m, (int)n, (int)k, 1.0f, Ap, (int)k, Bp, (int)n,
-                    0.0f, T, (int)n);
-    } else
-#endif
-        blocked_gemm(m, n, k, Ap, Bp, T);
+    cpu_sgemm(0, 0, m, n, k, 1.0f, Ap, k, Bp, n, 0.0f, T, n);
     free(Ap);
     free(Bp);
     *ti = n; *tj = 1;

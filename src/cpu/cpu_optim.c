@@ -30,6 +30,52 @@ static gpucore_status enqueue_with_list(void *s, cpu_task_fn fn, const void *hea
 
 typedef struct optim_task_header { gpucore_optim_hparams hp; int64_t count; } optim_task_header;
 
+/* AdamW fast paths: the same gpucore_adamw_update, over dense arrays, with the
+ * hyperparameters copied into locals (stores through m/v/param no longer force
+ * reloading them) and the dtype branches outside the loop. (The loop stays scalar:
+ * sqrtf's errno keeps GCC from vectorising it at -fmath-errno.) Bits equal the
+ * generic gpucore_optim_element path. Returns 0 if t is not a case
+ * handled here. */
+static int adamw_fast(const gpucore_optim_tensor *t, const gpucore_optim_hparams *hpp, const gpucore_optim_scalars *sp)
+{
+    const gpucore_optim_hparams hp = *hpp;
+    const gpucore_optim_scalars s = *sp;
+    const int64_t n = t->numel;
+    float *m = t->state0, *v = t->state1;
+    if (hp.kind != GPUCORE_OPTIM_KIND_ADAMW || !m || !v) return 0;
+    if (!t->master && t->param_dtype == GPUCORE_KDT_F32 && t->grad_dtype == GPUCORE_KDT_F32) {
+        float *p = t->param;
+        const float *g = t->grad;
+#pragma omp parallel for if (n > CPU_OPTIM_PARALLEL_THRESHOLD) schedule(static)
+        for (int64_t i = 0; i < n; i++) p[i] = gpucore_adamw_update(p[i], g[i], &m[i], &v[i], &hp, &s);
+        return 1;
+    }
+    if (t->master && t->param_dtype == GPUCORE_KDT_BF16 &&
+        (t->grad_dtype == GPUCORE_KDT_BF16 || t->grad_dtype == GPUCORE_KDT_F32)) {
+        float *master = t->master;
+        uint16_t *p = t->param;
+        if (t->grad_dtype == GPUCORE_KDT_BF16) {
+            const uint16_t *g = t->grad;
+#pragma omp parallel for if (n > CPU_OPTIM_PARALLEL_THRESHOLD) schedule(static)
+            for (int64_t i = 0; i < n; i++) {
+                const float w = gpucore_adamw_update(master[i], gpucore_bf16_to_f32(g[i]), &m[i], &v[i], &hp, &s);
+                master[i] = w;
+                p[i] = gpucore_f32_to_bf16(w);
+            }
+        } else {
+            const float *g = t->grad;
+#pragma omp parallel for if (n > CPU_OPTIM_PARALLEL_THRESHOLD) schedule(static)
+            for (int64_t i = 0; i < n; i++) {
+                const float w = gpucore_adamw_update(master[i], g[i], &m[i], &v[i], &hp, &s);
+                master[i] = w;
+                p[i] = gpucore_f32_to_bf16(w);
+            }
+        }
+        return 1;
+    }
+    return 0;
+}
+
 static gpucore_status optim_task(void *p)
 {
     optim_task_header *h = p;
@@ -41,6 +87,7 @@ static gpucore_status optim_task(void *p)
     for (int64_t k = 0; k < h->count; k++) {
         const gpucore_optim_tensor *t = &ts[k];
         const int64_t n = t->numel;
+        if (adamw_fast(t, hp, &sc)) continue;
 #pragma omp parallel for if (n > CPU_OPTIM_PARALLEL_THRESHOLD) schedule(static)
         for (int64_t i = 0; i < n; i++) gpucore_optim_element(t, i, hp, &sc);
     }

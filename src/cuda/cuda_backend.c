@@ -8,6 +8,7 @@
 #include "gpucore_config.h"
 #include "cuda_internal.h"
 #include "../kernel_ops.h"
+#include <nvtx3/nvToolsExt.h> /* header-only NVTX v3: no library to link; a no-op unless a tool (nsys) injects one */
 
 const gpucore_plugin_host *cuda_host;
 
@@ -216,6 +217,11 @@ static gpucore_status cuda_event_elapsed_ms(void *bctx, void *a, void *b, float 
     return GPUCORE_OK;
 }
 
+/* ---- profiling: NVTX ranges on the calling thread (GPUCORE_NVTX=1, src/profile.c) ---- */
+
+static void cuda_range_push(const char *name) { nvtxRangePushA(name); }
+static void cuda_range_pop(void) { nvtxRangePop(); }
+
 /* ---- copies ---- */
 
 static gpucore_status cuda_copy(void *bctx, void *dst, const void *src, size_t bytes, void *s)
@@ -283,6 +289,8 @@ static const gpucore_backend cuda_backend_table = {
     .conv = cuda_conv,
     .conv_stats = cuda_conv_stats,
 #endif
+    .range_push = cuda_range_push,
+    .range_pop = cuda_range_pop,
 };
 
 __attribute__((visibility("default"))) gpucore_status gpucore_backend_plugin_entry(const gpucore_plugin_host *host,

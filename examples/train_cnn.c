@@ -1,0 +1,560 @@
+/*
+ * train_cnn.c — an end-to-end training run with libgpucore: a small CNN learns
+ * which quadrant of a noisy 16x16 image holds a bright blob. Everything a real
+ * training loop needs is here, on the GPU or the CPU with the same code:
+ *
+ *   - data: generated in the program, a pure function of (seed, step, sample):
+ *     a counter-based hash (splitmix64 of the three), so a resumed run draws
+ *     exactly the batches the uninterrupted run would have drawn;
+ *   - model: L conv3x3(+bias+ReLU, fused) layers in NHWC, flatten, linear, and
+ *     cross-entropy; backward with the library's backward ops;
+ *   - bf16 mixed precision: bf16 parameters, activations and gradients; fused
+ *     AdamW with f32 master weights; dynamic loss scaling; global-norm clipping;
+ *   - memory: every tensor from the context's caching allocator; activation
+ *     checkpointing by policy (--checkpoint-policy none|all|sqrt|every:K|budget:BYTES):
+ *     only the inputs of checkpoint layers are held through the step and the
+ *     others are recomputed in backward, group by group (bitwise the same result);
+ *   - checkpoints: --save PATH every --save-every K steps (safetensors, with the
+ *     optimizer and loss-scaler state and the step), --resume PATH;
+ *   - data parallelism: --ddp under mpirun: each rank takes its shard of the
+ *     global batch, gradients are averaged by the bucketed DDP reducer as
+ *     backward produces them;
+ *   - at the end: loss, samples/s, peak memory and the per-op profile.
+ *
+ *   train_cnn --steps 200 --batch 32 [--device cpu|cuda|auto] [--seed S] [--lr LR]
+ *             [--checkpoint-policy P] [--save PATH [--save-every K]] [--resume PATH]
+ *             [--layers L] [--channels C] [--ddp] [--log-json] [--quiet] [--no-profile]
+ *
+ * Each step prints "step N loss X" (X with 9 significant digits: the exact f32),
+ * or a JSON line with --log-json. Exit status 0 on success.
+ */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include "gpucore.h"
+
+#define TRY(call)                                                                                          \
+    do {                                                                                                   \
+        gpucore_status st_ = (call);                                                                       \
+        if (st_ != GPUCORE_OK) {                                                                           \
+            fprintf(stderr, "train_cnn: %s failed: %s: %s\n", #call, gpucore_status_string(st_),           \
+                    gpucore_last_error());                                                                 \
+            return 1;                                                                                      \
+        }                                                                                                  \
+    } while (0)
+
+#define IMG 16
+#define CLASSES 4
+#define MAX_LAYERS 16
+
+/* ------------------------------------------------------------------ options */
+
+typedef struct options {
+    int64_t steps, batch, save_every;
+    int layers, channels;
+    uint64_t seed;
+    double lr, clip;
+    const char *device, *save, *resume, *policy;
+    int ddp, log_json, quiet, profile;
+} options;
+
+static int usage(const char *msg)
+{
+    if (msg) fprintf(stderr, "train_cnn: %s\n", msg);
+    fprintf(stderr, "usage: train_cnn [--steps N] [--batch B] [--device D] [--seed S] [--lr LR] [--clip C]\n"
+                    "                 [--checkpoint-policy none|all|sqrt|every:K|budget:BYTES] [--layers L]\n"
+                    "                 [--channels C] [--save PATH] [--save-every K] [--resume PATH] [--ddp]\n"
+                    "                 [--log-json] [--quiet] [--no-profile]\n");
+    return 2;
+}
+
+static int parse_args(int argc, char **argv, options *o)
+{
+    *o = (options){.steps = 200, .batch = 32, .save_every = 0, .layers = 3, .channels = 8, .seed = 1234,
+                   .lr = 3e-3, .clip = 1.0, .device = "auto", .policy = "none", .profile = 1};
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+#define VAL() do { if (!v) return usage("an option is missing its value"); i++; } while (0)
+        if (!strcmp(a, "--steps")) { VAL(); o->steps = atoll(v); }
+        else if (!strcmp(a, "--batch")) { VAL(); o->batch = atoll(v); }
+        else if (!strcmp(a, "--device")) { VAL(); o->device = v; }
+        else if (!strcmp(a, "--seed")) { VAL(); o->seed = strtoull(v, NULL, 0); }
+        else if (!strcmp(a, "--lr")) { VAL(); o->lr = atof(v); }
+        else if (!strcmp(a, "--clip")) { VAL(); o->clip = atof(v); }
+        else if (!strcmp(a, "--checkpoint-policy")) { VAL(); o->policy = v; }
+        else if (!strcmp(a, "--layers")) { VAL(); o->layers = atoi(v); }
+        else if (!strcmp(a, "--channels")) { VAL(); o->channels = atoi(v); }
+        else if (!strcmp(a, "--save")) { VAL(); o->save = v; }
+        else if (!strcmp(a, "--save-every")) { VAL(); o->save_every = atoll(v); }
+        else if (!strcmp(a, "--resume")) { VAL(); o->resume = v; }
+        else if (!strcmp(a, "--ddp")) o->ddp = 1;
+        else if (!strcmp(a, "--log-json")) o->log_json = 1;
+        else if (!strcmp(a, "--quiet")) o->quiet = 1;
+        else if (!strcmp(a, "--no-profile")) o->profile = 0;
+        else if (!strcmp(a, "--help") || !strcmp(a, "-h")) { usage(NULL); exit(0); }
+        else return usage("unknown option");
+#undef VAL
+    }
+    if (o->steps < 0 || o->batch < 1 || o->layers < 1 || o->layers > MAX_LAYERS || o->channels < 1 || o->lr <= 0 ||
+        o->clip <= 0 || o->save_every < 0)
+        return usage("a value is out of range");
+    return 0;
+}
+
+/* ------------------------------------------------------------------- data */
+
+static uint64_t splitmix64(uint64_t x)
+{
+    x += 0x9E3779B97F4A7C15ull;
+    x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+    x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+    return x ^ (x >> 31);
+}
+
+/* Counter-based: the value depends only on (seed, step, sample, i). */
+static uint64_t draw(uint64_t seed, int64_t step, int64_t sample, uint64_t i)
+{
+    return splitmix64(splitmix64(splitmix64(seed) ^ (uint64_t)step) ^ ((uint64_t)sample << 20 | i));
+}
+
+/* Sample `g` of the global batch of `step`: Gaussian noise (sd 0.5) plus a 3x3
+ * blob of +2 somewhere inside one quadrant; the label is that quadrant. NHWC with C = 1. */
+static int make_sample(uint64_t seed, int64_t step, int64_t g, float *img)
+{
+    uint64_t h = draw(seed, step, g, 0);
+    int q = (int)(h & 3);
+    int cx = (q & 1) * 8 + 1 + (int)((h >> 8) % 6), cy = (q >> 1) * 8 + 1 + (int)((h >> 16) % 6);
+    for (int p = 0; p < IMG * IMG; p += 2) {
+        uint64_t r = draw(seed, step, g, 1 + (uint64_t)p);
+        double u1 = ((double)(r >> 11) + 0.5) / 9007199254740992.0, u2 = (double)(r & 0xFFFFFFFF) / 4294967296.0;
+        double rad = sqrt(-2 * log(u1)) * 0.5;
+        img[p] = (float)(rad * cos(2 * M_PI * u2));
+        img[p + 1] = (float)(rad * sin(2 * M_PI * u2));
+    }
+    for (int dy = -1; dy <= 1; dy++)
+        for (int dx = -1; dx <= 1; dx++) img[(cy + dy) * IMG + cx + dx] += 2.0f;
+    return q;
+}
+
+/* ------------------------------------------------------------------ model */
+
+typedef struct model {
+    int L, C;
+    gpucore_tensor *w[MAX_LAYERS + 1], *b[MAX_LAYERS + 1];   /* conv layers, then the head (index L) */
+    gpucore_tensor *dw[MAX_LAYERS + 1], *db[MAX_LAYERS + 1];
+    gpucore_tensor *params[2 * MAX_LAYERS + 2], *grads[2 * MAX_LAYERS + 2];
+    char names[2 * MAX_LAYERS + 2][32];
+    const char *name_ptrs[2 * MAX_LAYERS + 3];
+    int nparams;
+    gpucore_conv_options conv;
+} model;
+
+static int new_tensor(gpucore_context *ctx, gpucore_dtype dt, int nd, const int64_t *shape, gpucore_tensor **t)
+{
+    TRY(gpucore_tensor_create(ctx, dt, nd, shape, t));
+    return 0;
+}
+
+static int model_init(gpucore_context *ctx, model *m, const options *o)
+{
+    memset(m, 0, sizeof *m);
+    m->L = o->layers;
+    m->C = o->channels;
+    gpucore_conv_options_init(&m->conv);
+    m->conv.layout = GPUCORE_CONV_NHWC;
+    m->conv.pad_h = m->conv.pad_w = 1;
+    m->conv.algo = GPUCORE_CONV_ALGO_DETERMINISTIC; /* bitwise-repeatable steps: exact resume */
+    uint64_t off = 0;
+    for (int i = 0; i <= m->L; i++) {
+        int head = i == m->L;
+        int64_t cin = i == 0 ? 1 : m->C;
+        int64_t ws[4] = {m->C, 3, 3, cin}, hs[2] = {CLASSES, (int64_t)IMG * IMG * m->C};
+        int64_t bs[1] = {head ? CLASSES : m->C};
+        if (new_tensor(ctx, GPUCORE_BF16, head ? 2 : 4, head ? hs : ws, &m->w[i]) ||
+            new_tensor(ctx, GPUCORE_BF16, 1, bs, &m->b[i]) ||
+            new_tensor(ctx, GPUCORE_BF16, head ? 2 : 4, head ? hs : ws, &m->dw[i]) ||
+            new_tensor(ctx, GPUCORE_BF16, 1, bs, &m->db[i]))
+            return 1;
+        double fan_in = head ? (double)hs[1] : 9.0 * (double)cin;
+        TRY(gpucore_random(m->w[i], GPUCORE_NORMAL, 0.0, sqrt((head ? 1.0 : 2.0) / fan_in), o->seed ^ 0xC0FFEEull, off, NULL));
+        off += gpucore_random_offset_advance(gpucore_tensor_numel(m->w[i]), GPUCORE_NORMAL);
+        TRY(gpucore_fill(m->b[i], 0.0, NULL));
+        m->params[m->nparams] = m->w[i];
+        m->grads[m->nparams] = m->dw[i];
+        snprintf(m->names[m->nparams++], 32, head ? "head.weight" : "conv%d.weight", i);
+        m->params[m->nparams] = m->b[i];
+        m->grads[m->nparams] = m->db[i];
+        snprintf(m->names[m->nparams++], 32, head ? "head.bias" : "conv%d.bias", i);
+    }
+    for (int i = 0; i < m->nparams; i++) m->name_ptrs[i] = m->names[i];
+    return 0;
+}
+
+/* ------------------------------------------------- checkpointing policy
+ * Activation a[0] = x, a[i+1] = relu(conv_i(a[i])), a[L] feeds the head. The
+ * backward of conv i needs a[i] (its input) and a[i+1] (its ReLU mask). A
+ * policy picks which a[i] stay alive from the forward to the backward: the
+ * inputs of "checkpoint" layers, every K-th; the rest are recomputed in backward
+ * from the nearest held one below. Peak activation memory is then about
+ * (L/K + K) activations instead of L. */
+
+typedef struct policy { int k; int64_t budget; } policy;
+
+static int parse_policy(const char *s, int L, policy *p)
+{
+    p->budget = 0;
+    if (!strcmp(s, "none")) p->k = 0;
+    else if (!strcmp(s, "all")) p->k = 1;
+    else if (!strcmp(s, "sqrt")) p->k = (int)ceil(sqrt((double)L));
+    else if (!strncmp(s, "every:", 6) && atoi(s + 6) >= 1) p->k = atoi(s + 6);
+    else if (!strncmp(s, "budget:", 7) && atoll(s + 7) > 0) { p->k = -1; p->budget = atoll(s + 7); }
+    else return 1;
+    return 0;
+}
+
+/* For budget:BYTES, the least recompute whose estimated activation bytes fit. */
+static int policy_for_budget(int L, int64_t act_bytes, int64_t budget, int *k)
+{
+    /* every k: held inputs a[0], a[k], a[2k], ... and a[L], plus a group of k-1 being recomputed */
+    int64_t leanest = INT64_MAX;
+    for (int kk = 0; kk <= L; kk++) {
+        int64_t est = kk == 0 ? (int64_t)(L + 1) * act_bytes : ((L + kk - 1) / kk + 1 + kk - 1) * act_bytes;
+        if (est < leanest) leanest = est;
+        if (est <= budget) { *k = kk; return 0; } /* the first that fits recomputes least */
+    }
+    fprintf(stderr, "train_cnn: budget %lld bytes is below the leanest plan (%lld bytes of activations)\n",
+            (long long)budget, (long long)leanest);
+    return 1;
+}
+
+static int held_by_policy(int k, int i) { return k == 0 || i == 0 || i % k == 0; }
+
+/* a[i+1] from a[i] (a fresh bf16 tensor). */
+static int conv_layer(gpucore_context *ctx, model *m, int i, gpucore_tensor *in, gpucore_tensor **out)
+{
+    int64_t shape[4];
+    TRY(gpucore_tensor_shape(in, shape));
+    int64_t bsz = shape[0];
+    int64_t os[4] = {bsz, IMG, IMG, m->C};
+    if (new_tensor(ctx, GPUCORE_BF16, 4, os, out)) return 1;
+    gpucore_conv_options o = m->conv;
+    o.activation = GPUCORE_ACT_RELU;
+    TRY(gpucore_conv_forward(in, m->w[i], m->b[i], *out, &o, NULL));
+    return 0;
+}
+
+/* ------------------------------------------------------------------ main */
+
+typedef struct trainer {
+    options o;
+    gpucore_context *ctx;
+    gpucore_comm *comm;
+    gpucore_ddp *ddp;
+    int rank, size;
+    model m;
+    policy pol;
+    gpucore_optimizer *opt;
+    gpucore_loss_scaler *scaler;
+    gpucore_tensor *x32, *x, *labels, *loss, *norm, *step_t;
+    int64_t local_batch;
+    float *host_img;
+    int32_t *host_lab;
+} trainer;
+
+static int mark_ready(trainer *t, gpucore_tensor *g)
+{
+    if (!t->ddp) return 0;
+    for (int i = 0; i < t->m.nparams; i++)
+        if (t->m.grads[i] == g) {
+            TRY(gpucore_ddp_mark_ready(t->ddp, i, NULL));
+            return 0;
+        }
+    return 1;
+}
+
+/* One training step; *loss_out gets the loss (averaged over ranks). */
+static int train_step(trainer *t, int64_t step, float *loss_out)
+{
+    model *m = &t->m;
+    const int L = m->L;
+    /* the batch: this rank's shard of the global batch of `step` */
+    for (int64_t s = 0; s < t->local_batch; s++) {
+        int64_t g = (int64_t)t->rank * t->local_batch + s;
+        t->host_lab[s] = make_sample(t->o.seed, step, g, t->host_img + s * IMG * IMG);
+    }
+    TRY(gpucore_copy_from_host(t->x32, t->host_img, gpucore_tensor_nbytes(t->x32)));
+    TRY(gpucore_copy_from_host(t->labels, t->host_lab, gpucore_tensor_nbytes(t->labels)));
+    TRY(gpucore_cast(t->x, t->x32, NULL));
+
+    /* forward, holding the activations the policy keeps */
+    gpucore_tensor *a[MAX_LAYERS + 1] = {0};
+    int k = t->pol.k;
+    a[0] = t->x;
+    for (int i = 0; i < L; i++) {
+        if (conv_layer(t->ctx, m, i, a[i], &a[i + 1])) return 1;
+        if (i > 0 && !held_by_policy(k, i)) { TRY(gpucore_tensor_destroy(a[i])); a[i] = NULL; }
+    }
+    int64_t feat = (int64_t)IMG * IMG * m->C;
+    gpucore_tensor *flat = NULL, *logits = NULL, *dlogits = NULL, *dflat = NULL;
+    TRY(gpucore_tensor_reshape(a[L], 2, (int64_t[2]){t->local_batch, feat}, &flat));
+    if (new_tensor(t->ctx, GPUCORE_BF16, 2, (int64_t[2]){t->local_batch, CLASSES}, &logits) ||
+        new_tensor(t->ctx, GPUCORE_BF16, 2, (int64_t[2]){t->local_batch, CLASSES}, &dlogits) ||
+        new_tensor(t->ctx, GPUCORE_BF16, 2, (int64_t[2]){t->local_batch, feat}, &dflat))
+        return 1;
+    TRY(gpucore_linear_forward(flat, m->w[L], m->b[L], GPUCORE_ACT_NONE, logits, NULL, NULL));
+    TRY(gpucore_cross_entropy(t->loss, logits, t->labels, -1, GPUCORE_LOSS_MEAN, NULL));
+
+    /* backward of loss * scale: dloss is the scale itself (device-resident, no sync) */
+    gpucore_tensor *scale = NULL;
+    TRY(gpucore_loss_scaler_scale(t->scaler, &scale));
+    TRY(gpucore_cross_entropy_backward(dlogits, scale, logits, t->labels, -1, GPUCORE_LOSS_MEAN, NULL));
+    TRY(gpucore_linear_backward(dlogits, flat, m->w[L], NULL, dflat, m->dw[L], m->db[L], NULL));
+    if (mark_ready(t, m->db[L]) || mark_ready(t, m->dw[L])) return 1;
+    TRY(gpucore_tensor_destroy(flat));
+    TRY(gpucore_tensor_destroy(logits));
+    TRY(gpucore_tensor_destroy(dlogits));
+    gpucore_tensor *da = NULL; /* gradient of a[i+1], NHWC */
+    TRY(gpucore_tensor_reshape(dflat, 4, (int64_t[4]){t->local_batch, IMG, IMG, m->C}, &da));
+    TRY(gpucore_tensor_destroy(dflat));
+    for (int i = L - 1; i >= 0; i--) {
+        if (!a[i]) { /* recompute the group: from the nearest held activation below up to a[i] */
+            int j = i - 1;
+            while (!a[j]) j--;
+            for (int r = j; r < i; r++)
+                if (conv_layer(t->ctx, m, r, a[r], &a[r + 1])) return 1;
+        }
+        /* dz = da * relu'(a[i+1]) in place; db = column sums; dW; then da for the layer below */
+        TRY(gpucore_activation_backward(GPUCORE_ACT_RELU, da, da, a[i + 1], NULL));
+        TRY(gpucore_bias_grad(m->db[i], da, NULL));
+        if (mark_ready(t, m->db[i])) return 1;
+        TRY(gpucore_conv_backward_filter(da, a[i], m->dw[i], &m->conv, NULL));
+        if (mark_ready(t, m->dw[i])) return 1;
+        gpucore_tensor *da_below = NULL;
+        if (i > 0) {
+            int64_t shape[4];
+            TRY(gpucore_tensor_shape(a[i], shape));
+            if (new_tensor(t->ctx, GPUCORE_BF16, 4, shape, &da_below)) return 1;
+            TRY(gpucore_conv_backward_data(da, m->w[i], da_below, &m->conv, NULL));
+        }
+        TRY(gpucore_tensor_destroy(da));
+        da = da_below;
+        TRY(gpucore_tensor_destroy(a[i + 1]));
+        a[i + 1] = NULL;
+    }
+
+    /* data parallel: the averaged gradients; then unscale, clip, step, update */
+    if (t->ddp) TRY(gpucore_ddp_finish(t->ddp, NULL));
+    gpucore_tensor *found_inf = NULL;
+    TRY(gpucore_loss_scaler_unscale(t->scaler, m->grads, m->nparams, NULL));
+    TRY(gpucore_loss_scaler_found_inf(t->scaler, &found_inf));
+    TRY(gpucore_clip_grad_norm(m->grads, m->nparams, t->o.clip, t->norm, NULL, NULL));
+    TRY(gpucore_optimizer_step(t->opt, m->grads, m->nparams, found_inf, NULL));
+    TRY(gpucore_loss_scaler_update(t->scaler, NULL));
+    if (t->comm) TRY(gpucore_comm_allreduce(t->comm, t->loss, t->loss, GPUCORE_REDUCE_AVG, NULL));
+    TRY(gpucore_copy_to_host(loss_out, sizeof(float), t->loss)); /* the step's one host sync */
+    return 0;
+}
+
+static int save_checkpoint(trainer *t, const char *path, int64_t next_step)
+{
+    int64_t s = next_step;
+    TRY(gpucore_copy_from_host(t->step_t, &s, sizeof s));
+    gpucore_tensor *ts[2 * MAX_LAYERS + 3];
+    const char *names[2 * MAX_LAYERS + 3];
+    int n = t->m.nparams;
+    for (int i = 0; i < n; i++) { ts[i] = t->m.params[i]; names[i] = t->m.name_ptrs[i]; }
+    ts[n] = t->step_t;
+    names[n] = "train.step";
+    TRY(gpucore_checkpoint_save(path, names, ts, n + 1, t->opt, t->scaler));
+    return 0;
+}
+
+static int load_checkpoint(trainer *t, const char *path, int64_t *next_step)
+{
+    gpucore_tensor *ts[2 * MAX_LAYERS + 3];
+    const char *names[2 * MAX_LAYERS + 3];
+    int n = t->m.nparams;
+    for (int i = 0; i < n; i++) { ts[i] = t->m.params[i]; names[i] = t->m.name_ptrs[i]; }
+    ts[n] = t->step_t;
+    names[n] = "train.step";
+    TRY(gpucore_checkpoint_load(path, names, ts, n + 1, t->opt, t->scaler));
+    TRY(gpucore_copy_to_host(next_step, sizeof *next_step, t->step_t));
+    return 0;
+}
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+int main(int argc, char **argv)
+{
+    trainer tr;
+    memset(&tr, 0, sizeof tr);
+    trainer *t = &tr;
+    int rc = parse_args(argc, argv, &t->o);
+    if (rc) return rc;
+    if (parse_policy(t->o.policy, t->o.layers, &t->pol)) return usage("bad --checkpoint-policy");
+
+    /* device: under mpirun each rank takes its local rank's GPU */
+    char dev[64];
+    snprintf(dev, sizeof dev, "%s", t->o.device);
+    const char *lr_env = getenv("OMPI_COMM_WORLD_LOCAL_RANK");
+    if (t->o.ddp && lr_env && (!strcmp(dev, "cuda") || !strcmp(dev, "auto"))) {
+        char why[512];
+        if (gpucore_backend_available(GPUCORE_DEVICE_CUDA, why, sizeof why) == GPUCORE_OK)
+            snprintf(dev, sizeof dev, "cuda:%s", lr_env);
+    }
+    TRY(gpucore_context_create(dev, &t->ctx));
+    if (t->o.profile) TRY(gpucore_profiler_enable(t->ctx, 1));
+    t->rank = 0;
+    t->size = 1;
+    if (t->o.ddp) {
+        TRY(gpucore_comm_create_mpi(t->ctx, &t->comm));
+        t->rank = gpucore_comm_rank(t->comm);
+        t->size = gpucore_comm_size(t->comm);
+        if (t->o.batch % t->size) {
+            if (t->rank == 0) fprintf(stderr, "train_cnn: --batch %lld does not split over %d ranks\n",
+                                      (long long)t->o.batch, t->size);
+            return 2;
+        }
+    }
+    t->local_batch = t->o.batch / t->size;
+    int quiet = t->o.quiet || t->rank != 0;
+
+    if (model_init(t->ctx, &t->m, &t->o)) return 1;
+    int64_t act_bytes = t->local_batch * IMG * IMG * t->m.C * 2;
+    if (t->pol.k < 0 && policy_for_budget(t->m.L, act_bytes, t->pol.budget, &t->pol.k)) return 1;
+    if (t->comm) { /* every rank starts from rank 0's parameters */
+        for (int i = 0; i < t->m.nparams; i++)
+            TRY(gpucore_comm_broadcast(t->comm, t->m.params[i], t->m.params[i], 0, NULL));
+        TRY(gpucore_context_synchronize(t->ctx));
+    }
+    gpucore_optimizer_config oc;
+    TRY(gpucore_optimizer_config_default(GPUCORE_OPTIMIZER_ADAMW, &oc));
+    oc.lr = t->o.lr;
+    oc.weight_decay = 1e-4;
+    TRY(gpucore_optimizer_create(t->ctx, &oc, t->m.params, t->m.nparams, &t->opt));
+    gpucore_loss_scaler_config sc;
+    TRY(gpucore_loss_scaler_config_default(&sc));
+    sc.growth_interval = 50;
+    TRY(gpucore_loss_scaler_create(t->ctx, &sc, &t->scaler));
+    if (t->comm) {
+        gpucore_ddp_options dopt;
+        gpucore_ddp_options_default(&dopt);
+        dopt.first_bucket_bytes = 16 << 10; /* small model: several buckets, so reduction overlaps backward */
+        dopt.bucket_bytes = 64 << 10;
+        TRY(gpucore_ddp_create(t->comm, t->m.grads, t->m.nparams, &dopt, &t->ddp));
+    }
+    int64_t xs[4] = {t->local_batch, IMG, IMG, 1}, one[1] = {1};
+    if (new_tensor(t->ctx, GPUCORE_F32, 4, xs, &t->x32) || new_tensor(t->ctx, GPUCORE_BF16, 4, xs, &t->x) ||
+        new_tensor(t->ctx, GPUCORE_I32, 1, (int64_t[1]){t->local_batch}, &t->labels) ||
+        new_tensor(t->ctx, GPUCORE_F32, 1, one, &t->loss) || new_tensor(t->ctx, GPUCORE_F32, 0, NULL, &t->norm) ||
+        new_tensor(t->ctx, GPUCORE_I64, 1, one, &t->step_t))
+        return 1;
+    t->host_img = malloc(sizeof(float) * (size_t)(t->local_batch * IMG * IMG));
+    t->host_lab = malloc(sizeof(int32_t) * (size_t)t->local_batch);
+    if (!t->host_img || !t->host_lab) return 1;
+
+    int64_t start = 0;
+    if (t->o.resume) {
+        if (load_checkpoint(t, t->o.resume, &start)) return 1;
+        if (!quiet) printf("resumed from %s at step %lld\n", t->o.resume, (long long)start);
+    }
+    if (!quiet && !t->o.log_json)
+        printf("train_cnn on %s: %d conv layers x %d channels, batch %lld (%d rank%s), %lld steps, bf16 + AdamW, "
+               "checkpoint policy %s (hold every %d)\n", gpucore_context_device_name(t->ctx), t->m.L, t->m.C,
+               (long long)t->o.batch, t->size, t->size > 1 ? "s" : "", (long long)t->o.steps, t->o.policy, t->pol.k);
+
+    TRY(gpucore_memory_reset_peak_stats(t->ctx, GPUCORE_MEMORY_DEVICE));
+    double t0 = now_s();
+    double first_sum = 0, last_sum = 0;
+    int64_t first_n = 0, last_n = 0, done = 0;
+    for (int64_t step = start; step < t->o.steps; step++) {
+        float loss = 0;
+        if (train_step(t, step, &loss)) return 1;
+        done++;
+        if (step - start < 10) { first_sum += loss; first_n++; }
+        if (step >= t->o.steps - 10) { last_sum += loss; last_n++; }
+        if (t->rank == 0) {
+            if (t->o.log_json) printf("{\"step\":%lld,\"loss\":%.9g}\n", (long long)step, loss);
+            else if (!t->o.quiet) printf("step %lld loss %.9g\n", (long long)step, loss);
+        }
+        if (!isfinite(loss)) { fprintf(stderr, "train_cnn: the loss is %g at step %lld\n", loss, (long long)step); return 1; }
+        if (t->o.save && t->rank == 0 &&
+            ((t->o.save_every && (step + 1) % t->o.save_every == 0) || step + 1 == t->o.steps)) {
+            if (save_checkpoint(t, t->o.save, step + 1)) return 1;
+        }
+    }
+    TRY(gpucore_context_synchronize(t->ctx));
+    double secs = now_s() - t0;
+
+    /* final parameter checksum: ranks must agree bit for bit */
+    double checksum = 0;
+    for (int i = 0; i < t->m.nparams; i++) {
+        int64_t n = gpucore_tensor_numel(t->m.params[i]);
+        gpucore_tensor *f = NULL;
+        TRY(gpucore_tensor_create(t->ctx, GPUCORE_F32, 1, &n, &f));
+        gpucore_tensor *flat = NULL;
+        TRY(gpucore_tensor_reshape(t->m.params[i], 1, &n, &flat));
+        TRY(gpucore_cast(f, flat, NULL));
+        float *h = malloc(sizeof(float) * (size_t)n);
+        if (!h) return 1;
+        TRY(gpucore_copy_to_host(h, n * 4, f));
+        for (int64_t j = 0; j < n; j++) checksum += h[j] * (double)((j % 7) + 1);
+        free(h);
+        gpucore_tensor_destroy(flat);
+        gpucore_tensor_destroy(f);
+    }
+    gpucore_memory_stats ms;
+    ms.struct_size = sizeof ms;
+    TRY(gpucore_memory_get_stats(t->ctx, GPUCORE_MEMORY_DEVICE, &ms));
+    double sps = secs > 0 ? (double)(done * t->o.batch) / secs : 0;
+    double first = first_n ? first_sum / (double)first_n : NAN, last = last_n ? last_sum / (double)last_n : NAN;
+    if (t->o.ddp) printf("rank %d checksum %.17g\n", t->rank, checksum);
+    if (t->rank == 0) {
+        if (t->o.log_json)
+            printf("{\"summary\":true,\"device\":\"%s\",\"ranks\":%d,\"steps\":%lld,\"batch\":%lld,\"policy\":\"%s\","
+                   "\"first10_loss\":%.6g,\"last10_loss\":%.6g,\"samples_per_s\":%.1f,\"seconds\":%.3f,"
+                   "\"peak_allocated_bytes\":%lld,\"peak_reserved_bytes\":%lld,\"checksum\":%.17g}\n",
+                   gpucore_context_device_name(t->ctx), t->size, (long long)done, (long long)t->o.batch, t->o.policy,
+                   first, last, sps, secs, (long long)ms.allocated_bytes_peak, (long long)ms.reserved_bytes_peak,
+                   checksum);
+        else
+            printf("done: %lld steps in %.2f s, %.0f samples/s; loss %.4f (first 10) -> %.4f (last 10); "
+                   "peak memory %.2f MiB allocated, %.2f MiB reserved; checksum %.17g\n",
+                   (long long)done, secs, sps, first, last, ms.allocated_bytes_peak / 1048576.0,
+                   ms.reserved_bytes_peak / 1048576.0, checksum);
+        if (t->o.profile && !t->o.log_json) {
+            int64_t need = 0;
+            TRY(gpucore_profiler_summary(t->ctx, 0, NULL, 0, &need));
+            char *buf = malloc((size_t)need + 256);
+            if (buf && gpucore_profiler_summary(t->ctx, 0, buf, need + 256, NULL) == GPUCORE_OK)
+                printf("per-op profile (device time):\n%s", buf);
+            free(buf);
+        } else if (t->o.profile) {
+            int64_t need = 0;
+            TRY(gpucore_profiler_summary(t->ctx, 1, NULL, 0, &need));
+            char *buf = malloc((size_t)need + 256);
+            if (buf && gpucore_profiler_summary(t->ctx, 1, buf, need + 256, NULL) == GPUCORE_OK)
+                printf("{\"profile\":%.*s}\n", (int)strcspn(buf, "\n"), buf);
+            free(buf);
+        }
+    }
+    fflush(stdout);
+
+    free(t->host_img);
+    free(t->host_lab);
+    if (t->ddp) TRY(gpucore_ddp_destroy(t->ddp));
+    TRY(gpucore_loss_scaler_destroy(t->scaler));
+    TRY(gpucore_optimizer_destroy(t->opt));
+    if (t->comm) TRY(gpucore_comm_destroy(t->comm));
+    TRY(gpucore_context_destroy(t->ctx));
+    return 0;
+}
