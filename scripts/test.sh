@@ -3,9 +3,10 @@
 #   1. the C tests (meson test) in the normal build (CUDA module included where the toolkit exists),
 #   2. the same C tests in an AddressSanitizer + UndefinedBehaviorSanitizer (+LeakSanitizer) build,
 #   3. the same C tests in a ThreadSanitizer build (OpenMP off: libgomp is not instrumented),
-#   4. the Python tests (pytest) against the normal build.
+#   4. bounded libFuzzer runs of the fuzz targets (scripts/fuzz.sh),
+#   5. the Python tests (pytest) against the normal build.
 # Prints one closing line "tests: N passed, N failed, N skipped" and exits non-zero on any failure.
-# GPUCORE_SKIP_SANITIZERS=1 skips 2 and 3 (used by the GPU run script).
+# GPUCORE_SKIP_SANITIZERS=1 skips 2, 3 and 4 (used by the GPU run script); GPUCORE_SKIP_FUZZ=1 skips 4.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD_DIR=${BUILD_DIR:-build}
@@ -52,6 +53,20 @@ if [ "${GPUCORE_SKIP_SANITIZERS:-0}" != 1 ]; then
     run_c_tests "ASan+UBSan+LSan" build-asan
   scripts/setup.sh build-tsan -Dcuda=disabled -Db_sanitize=thread -Db_lundef=false -Dopenmp=disabled
   TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 run_c_tests "TSan" build-tsan
+fi
+
+# Bounded libFuzzer runs (clang, ASan+UBSan) over fuzz/corpus/: API sequences, configuration
+# strings, the safetensors parser. GPUCORE_FUZZ_SECONDS per target (default 60).
+if [ "${GPUCORE_SKIP_SANITIZERS:-0}" != 1 ] && [ "${GPUCORE_SKIP_FUZZ:-0}" != 1 ]; then
+  start=$SECONDS
+  echo "== fuzzing"
+  scripts/fuzz.sh "${GPUCORE_FUZZ_SECONDS:-60}" | tee "$BUILD_DIR/fuzz-summary.log" || status=1
+  line=$(grep -E "^fuzz: [0-9]+ passed, [0-9]+ failed" "$BUILD_DIR/fuzz-summary.log" | tail -1)
+  fp=$(grep -oE '[0-9]+ passed' <<<"$line" | grep -oE '[0-9]+' || echo 0)
+  ff=$(grep -oE '[0-9]+ failed' <<<"$line" | grep -oE '[0-9]+' || echo 1)
+  passed=$((passed + fp)); failed=$((failed + ff))
+  rm -f "$BUILD_DIR/fuzz-summary.log"
+  echo "== fuzzing: $fp passed, $ff failed in $((SECONDS - start)) s"
 fi
 
 if [ -d python/tests ] && ls python/tests/test_*.py >/dev/null 2>&1; then

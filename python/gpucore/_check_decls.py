@@ -16,7 +16,11 @@ import sys
 from typing import Dict, List, Optional, Tuple
 
 COVERED_SECTIONS = ("version", "status codes", "logging", "devices", "context", "streams", "tensors",
-                    "copies", "fill and random")
+                    "copies", "fill and random", "elementwise ops", "reductions",
+                    "row ops: softmax, norms, cross-entropy, embedding", "memory: the caching allocator",
+                    "profiling", "streams: priorities and pool", "matmul", "linear", "convolution",
+                    "training primitives", "safetensors", "collective communication",
+                    "data-parallel gradient reducer", "gradient checkpointing", "hooks ----")
 
 _BANNER = re.compile(r"^/\*\s*-{4,}\s*(.*?)\s*(?:\*/)?\s*$")
 _API_FN = re.compile(r"GPUCORE_API\s+[^;(]*?\b(gpucore_\w+)\s*\(", re.S)

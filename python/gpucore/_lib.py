@@ -24,7 +24,10 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 from . import errors as _errors
 
 __all__ = ["C", "lib", "library_path", "DECLARATIONS", "DeviceProperties", "STATUS", "QUERY",
-           "LOG_FN", "DELETER_FN", "last_error", "status_string"]
+           "LOG_FN", "DELETER_FN", "last_error", "status_string", "MemoryStats", "ProfileEntry",
+           "MatmulOptions", "ConvOptions", "ConvStats", "OptimizerConfig", "LossScalerConfig", "DdpOptions",
+           "DdpTraceEvent", "CkptStats", "CKPT_FORWARD_FN", "CKPT_BACKWARD_FN", "CKPT_PACK_FN",
+           "CKPT_UNPACK_FN", "CKPT_DISCARD_FN", "CKPT_SEGMENT_HOOK_FN", "CKPT_GRAD_READY_FN"]
 
 
 class _StatusKind:
@@ -74,6 +77,97 @@ class DeviceProperties(ctypes.Structure):
         ("has_ptx", ctypes.c_int32),
         ("pci_bus_id", ctypes.c_char * 32),
     ]
+
+
+def _i64_fields(*names: str) -> List[Tuple[str, Any]]:
+    return [(n, c_int64) for n in names]
+
+
+class MemoryStats(ctypes.Structure):
+    """ctypes mirror of ``gpucore_memory_stats``."""
+    _fields_ = [("struct_size", c_int64)] + _i64_fields(
+        "allocated_bytes", "allocated_bytes_peak", "allocated_blocks", "allocated_blocks_peak",
+        "reserved_bytes", "reserved_bytes_peak", "reserved_segments", "reserved_segments_peak",
+        "active_bytes", "active_bytes_peak", "active_blocks", "active_blocks_peak",
+        "inactive_split_bytes", "inactive_split_bytes_peak", "inactive_split_blocks",
+        "inactive_split_blocks_peak", "requested_bytes", "requested_bytes_peak", "num_raw_allocs",
+        "num_raw_frees", "num_ooms", "num_alloc_retries", "limit_bytes")
+
+
+class ProfileEntry(ctypes.Structure):
+    """ctypes mirror of ``gpucore_profile_entry``."""
+    _fields_ = [("struct_size", c_int64), ("name", ctypes.c_char * 64), ("calls", c_int64),
+                ("bytes", c_int64), ("total_ms", c_double), ("min_ms", c_double), ("max_ms", c_double),
+                ("timed_calls", c_int64)]
+
+
+class MatmulOptions(ctypes.Structure):
+    """ctypes mirror of ``gpucore_matmul_options``."""
+    _fields_ = [("struct_size", c_int64), ("trans_a", ctypes.c_int32), ("trans_b", ctypes.c_int32),
+                ("alpha", c_double), ("beta", c_double), ("c", c_void_p), ("epilogue", ctypes.c_int32),
+                ("allow_tf32", ctypes.c_int32), ("bias", c_void_p), ("aux", c_void_p), ("bias_grad", c_void_p),
+                ("scale_a", c_void_p), ("scale_b", c_void_p), ("amax_d", c_void_p)]
+
+
+class ConvOptions(ctypes.Structure):
+    """ctypes mirror of ``gpucore_conv_options``."""
+    _fields_ = [("struct_size", c_int64), ("layout", ctypes.c_int32), ("algo", ctypes.c_int32)] + _i64_fields(
+        "stride_h", "stride_w", "pad_h", "pad_w", "dil_h", "dil_w", "groups") + [
+        ("padding_same", ctypes.c_int32), ("allow_tf32", ctypes.c_int32), ("activation", ctypes.c_int32),
+        ("reserved", ctypes.c_int32), ("workspace_limit", c_int64)]
+
+
+class ConvStats(ctypes.Structure):
+    """ctypes mirror of ``gpucore_conv_stats``."""
+    _fields_ = [("struct_size", c_int64)] + _i64_fields(
+        "plans_cached", "plan_capacity", "cache_hits", "cache_misses", "evictions", "autotune_runs",
+        "autotune_candidates") + [("autotune_ms", c_double), ("workspace_fallbacks", c_int64)]
+
+
+class OptimizerConfig(ctypes.Structure):
+    """ctypes mirror of ``gpucore_optimizer_config``."""
+    _fields_ = [("struct_size", c_int64), ("kind", ctypes.c_int32), ("nesterov", ctypes.c_int32),
+                ("lr", c_double), ("weight_decay", c_double), ("momentum", c_double), ("dampening", c_double),
+                ("beta1", c_double), ("beta2", c_double), ("eps", c_double)]
+
+
+class LossScalerConfig(ctypes.Structure):
+    """ctypes mirror of ``gpucore_loss_scaler_config``."""
+    _fields_ = [("struct_size", c_int64), ("init_scale", c_double), ("growth_factor", c_double),
+                ("backoff_factor", c_double), ("growth_interval", c_int64)]
+
+
+class DdpOptions(ctypes.Structure):
+    """ctypes mirror of ``gpucore_ddp_options``."""
+    _fields_ = [("struct_size", c_int64), ("first_bucket_bytes", c_int64), ("bucket_bytes", c_int64),
+                ("wire_dtype", ctypes.c_int32), ("average", ctypes.c_int32), ("trace", ctypes.c_int32)]
+
+
+class DdpTraceEvent(ctypes.Structure):
+    """ctypes mirror of ``gpucore_ddp_trace_event``."""
+    _fields_ = [("kind", ctypes.c_int32), ("index", ctypes.c_int32), ("step", c_int64), ("time_ns", c_int64)]
+
+
+class CkptStats(ctypes.Structure):
+    """ctypes mirror of ``gpucore_ckpt_stats``."""
+    _fields_ = [("struct_size", c_int64)] + _i64_fields(
+        "baseline_bytes", "peak_allocated_bytes", "held_bytes", "keep_all_bytes", "bytes_saved",
+        "estimated_peak_bytes", "segments", "kept", "checkpoints", "recomputed", "recompute_runs",
+        "packed_tensors", "unpacked_tensors", "offloaded_bytes")
+
+
+# Checkpoint-executor callbacks (the status is returned as a plain int).
+CKPT_FORWARD_FN = ctypes.CFUNCTYPE(c_int, c_void_p, c_void_p, P_H, c_void_p, c_void_p)
+CKPT_BACKWARD_FN = ctypes.CFUNCTYPE(c_int, c_void_p, c_void_p, c_void_p, c_void_p, c_void_p)
+CKPT_PACK_FN = ctypes.CFUNCTYPE(c_int, c_void_p, c_void_p, c_void_p, P_H)
+CKPT_UNPACK_FN = ctypes.CFUNCTYPE(c_int, c_void_p, c_void_p, c_void_p, P_H)
+CKPT_DISCARD_FN = ctypes.CFUNCTYPE(None, c_void_p, c_void_p)
+CKPT_SEGMENT_HOOK_FN = ctypes.CFUNCTYPE(c_int, c_void_p, c_int64, c_char_p, ctypes.c_int32, ctypes.c_int32)
+CKPT_GRAD_READY_FN = ctypes.CFUNCTYPE(c_int, c_void_p, c_int64, c_char_p, ctypes.c_int32, c_void_p, c_void_p)
+P_CHARP = POINTER(c_char_p)
+P_U64 = POINTER(c_uint64)
+I32 = ctypes.c_int32
+P_I32 = POINTER(ctypes.c_int32)
 
 
 # ---------------------------------------------------------------------------
@@ -148,6 +242,165 @@ DECLARATIONS: Dict[str, Tuple[Any, List[Any]]] = {
     "gpucore_fill": (STATUS, [H, c_double, H]),
     "gpucore_random": (STATUS, [H, c_int, c_double, c_double, c_uint64, c_uint64, H]),
     "gpucore_random_offset_advance": (c_uint64, [c_int64, c_int]),
+    # streams / tensors added later
+    "gpucore_stream_native_handle": (STATUS, [H, P_H]),
+    "gpucore_tensor_as_strided": (STATUS, [H, c_int, P_I64, P_I64, c_int64, P_H]),
+    "gpucore_tensor_storage_offset": (STATUS, [H, P_I64]),
+    # elementwise ops
+    "gpucore_binary": (STATUS, [c_int, H, H, H, H]),
+    "gpucore_binary_act": (STATUS, [c_int, c_int, H, H, H, H]),
+    "gpucore_unary": (STATUS, [c_int, H, H, H]),
+    "gpucore_scale": (STATUS, [H, H, c_double, c_double, H]),
+    "gpucore_axpy": (STATUS, [H, c_double, H, H]),
+    "gpucore_clamp": (STATUS, [H, H, c_double, c_double, H]),
+    "gpucore_activation_forward": (STATUS, [c_int, H, H, H]),
+    "gpucore_activation_backward": (STATUS, [c_int, H, H, H, H]),
+    "gpucore_cast": (STATUS, [H, H, H]),
+    "gpucore_dropout": (STATUS, [H, H, c_double, c_uint64, c_uint64, H]),
+    # reductions
+    "gpucore_reduce": (STATUS, [c_int, H, H, c_int, H]),
+    "gpucore_bias_grad": (STATUS, [H, H, H]),
+    # row ops
+    "gpucore_softmax": (STATUS, [H, H, c_int, H]),
+    "gpucore_softmax_backward": (STATUS, [H, H, H, c_int, H]),
+    "gpucore_layer_norm": (STATUS, [H, H, H, H, H, H, c_double, H]),
+    "gpucore_layer_norm_backward": (STATUS, [H, H, H, H, H, H, H, H, H]),
+    "gpucore_rms_norm": (STATUS, [H, H, H, H, c_double, H]),
+    "gpucore_rms_norm_backward": (STATUS, [H, H, H, H, H, H, H]),
+    "gpucore_cross_entropy": (STATUS, [H, H, H, c_int64, c_int, H]),
+    "gpucore_cross_entropy_backward": (STATUS, [H, H, H, H, c_int64, c_int, H]),
+    "gpucore_embedding": (STATUS, [H, H, H, H]),
+    "gpucore_embedding_backward": (STATUS, [H, H, H, H]),
+    # memory
+    "gpucore_memory_get_stats": (STATUS, [H, c_int, POINTER(MemoryStats)]),
+    "gpucore_memory_reset_peak_stats": (STATUS, [H, c_int]),
+    "gpucore_memory_snapshot": (STATUS, [H, c_int, c_int, c_char_p, c_int64, P_I64]),
+    "gpucore_memory_empty_cache": (STATUS, [H, c_int]),
+    "gpucore_memory_set_limit": (STATUS, [H, c_int64]),
+    "gpucore_memory_set_limit_fraction": (STATUS, [H, c_double]),
+    "gpucore_memory_set_caching": (STATUS, [H, c_int, c_int]),
+    "gpucore_memory_configure": (STATUS, [H, c_char_p]),
+    "gpucore_alloc_conf_validate": (STATUS, [c_char_p]),
+    "gpucore_memory_get_conf": (STATUS, [H, c_char_p, c_size_t]),
+    "gpucore_tensor_record_stream": (STATUS, [H, H]),
+    "gpucore_device_alloc": (STATUS, [H, c_int64, H, P_H]),
+    "gpucore_device_free": (STATUS, [H, c_void_p]),
+    "gpucore_device_record_stream": (STATUS, [H, c_void_p, H]),
+    "gpucore_host_alloc": (STATUS, [H, c_int64, H, P_H]),
+    "gpucore_host_free": (STATUS, [H, c_void_p]),
+    "gpucore_host_record_stream": (STATUS, [H, c_void_p, H]),
+    "gpucore_debug_fail_raw_alloc": (STATUS, [H, c_int64, c_int64]),
+    # profiling
+    "gpucore_profiler_enable": (STATUS, [H, c_int]),
+    "gpucore_profiler_enabled": (c_int, [H]),
+    "gpucore_profiler_reset": (STATUS, [H]),
+    "gpucore_profiler_entries": (STATUS, [H, POINTER(ProfileEntry), c_int, P_INT]),
+    "gpucore_profiler_summary": (STATUS, [H, c_int, c_char_p, c_int64, P_I64]),
+    # stream priorities and pool
+    "gpucore_stream_priority_range": (STATUS, [H, P_INT, P_INT]),
+    "gpucore_context_pool_stream": (STATUS, [H, c_int, P_H]),
+    # matmul and linear
+    "gpucore_matmul_options_init": (None, [POINTER(MatmulOptions)]),
+    "gpucore_matmul": (STATUS, [H, H, H, POINTER(MatmulOptions), H]),
+    "gpucore_context_set_allow_tf32": (STATUS, [H, c_int]),
+    "gpucore_context_get_allow_tf32": (STATUS, [H, P_INT]),
+    "gpucore_matmul_set_workspace_size": (STATUS, [H, c_int64]),
+    "gpucore_linear_forward": (STATUS, [H, H, H, c_int, H, H, H]),
+    "gpucore_linear_backward": (STATUS, [H, H, H, H, H, H, H, H]),
+    # convolution
+    "gpucore_conv_options_init": (None, [POINTER(ConvOptions)]),
+    "gpucore_conv_output_shape": (STATUS, [H, H, POINTER(ConvOptions), P_INT, P_I64]),
+    "gpucore_conv_forward": (STATUS, [H, H, H, H, POINTER(ConvOptions), H]),
+    "gpucore_conv_backward_data": (STATUS, [H, H, H, POINTER(ConvOptions), H]),
+    "gpucore_conv_backward_filter": (STATUS, [H, H, H, POINTER(ConvOptions), H]),
+    "gpucore_conv_get_stats": (STATUS, [H, POINTER(ConvStats)]),
+    # training primitives
+    "gpucore_optimizer_config_default": (STATUS, [c_int, POINTER(OptimizerConfig)]),
+    "gpucore_optimizer_create": (STATUS, [H, POINTER(OptimizerConfig), P_H, c_int64, P_H]),
+    "gpucore_optimizer_destroy": (STATUS, [H]),
+    "gpucore_optimizer_step": (STATUS, [H, P_H, c_int64, H, H]),
+    "gpucore_optimizer_lr": (STATUS, [H, P_H]),
+    "gpucore_optimizer_step_count": (STATUS, [H, P_H]),
+    "gpucore_optimizer_param_count": (c_int64, [H]),
+    "gpucore_optimizer_state": (STATUS, [H, c_int64, c_char_p, P_H]),
+    "gpucore_loss_scaler_config_default": (STATUS, [POINTER(LossScalerConfig)]),
+    "gpucore_loss_scaler_create": (STATUS, [H, POINTER(LossScalerConfig), P_H]),
+    "gpucore_loss_scaler_destroy": (STATUS, [H]),
+    "gpucore_loss_scaler_unscale": (STATUS, [H, P_H, c_int64, H]),
+    "gpucore_loss_scaler_update": (STATUS, [H, H]),
+    "gpucore_loss_scaler_scale": (STATUS, [H, P_H]),
+    "gpucore_loss_scaler_found_inf": (STATUS, [H, P_H]),
+    "gpucore_loss_scaler_growth_tracker": (STATUS, [H, P_H]),
+    "gpucore_clip_grad_norm": (STATUS, [P_H, c_int64, c_double, H, H, H]),
+    # safetensors
+    "gpucore_safetensors_save": (STATUS, [c_char_p, P_CHARP, P_H, c_int64, P_CHARP, P_CHARP, c_int64]),
+    "gpucore_safetensors_open": (STATUS, [c_char_p, P_H]),
+    "gpucore_safetensors_close": (STATUS, [H]),
+    "gpucore_safetensors_count": (c_int64, [H]),
+    "gpucore_safetensors_name": (c_char_p, [H, c_int64]),
+    "gpucore_safetensors_info": (STATUS, [H, c_char_p, P_INT, P_INT, P_I64]),
+    "gpucore_safetensors_metadata": (c_char_p, [H, c_char_p]),
+    "gpucore_safetensors_read": (STATUS, [H, c_char_p, H]),
+    "gpucore_safetensors_load_tensor": (STATUS, [H, H, c_char_p, P_H]),
+    "gpucore_checkpoint_save": (STATUS, [c_char_p, P_CHARP, P_H, c_int64, H, H]),
+    "gpucore_checkpoint_load": (STATUS, [c_char_p, P_CHARP, P_H, c_int64, H, H]),
+    # collective communication
+    "gpucore_comm_create_mpi": (STATUS, [H, P_H]),
+    "gpucore_comm_unique_id": (STATUS, [H, c_void_p, c_size_t]),
+    "gpucore_comm_create": (STATUS, [H, c_void_p, c_size_t, c_int, c_int, P_H]),
+    "gpucore_comm_create_local": (STATUS, [P_H, c_int, P_H]),
+    "gpucore_comm_group_start": (STATUS, []),
+    "gpucore_comm_group_end": (STATUS, []),
+    "gpucore_comm_destroy": (STATUS, [H]),
+    "gpucore_comm_rank": (c_int, [H]),
+    "gpucore_comm_size": (c_int, [H]),
+    "gpucore_comm_context": (STATUS, [H, P_H]),
+    "gpucore_comm_stream": (STATUS, [H, P_H]),
+    "gpucore_comm_set_timeout": (STATUS, [H, c_double]),
+    "gpucore_comm_allreduce": (STATUS, [H, H, H, c_int, H]),
+    "gpucore_comm_reduce_scatter": (STATUS, [H, H, H, c_int, H]),
+    "gpucore_comm_all_gather": (STATUS, [H, H, H, H]),
+    "gpucore_comm_broadcast": (STATUS, [H, H, H, c_int, H]),
+    "gpucore_comm_barrier": (STATUS, [H, H]),
+    "gpucore_comm_last_sequence": (c_uint64, [H]),
+    "gpucore_comm_wait": (STATUS, [H, c_uint64, c_double]),
+    # DDP reducer
+    "gpucore_ddp_options_default": (None, [POINTER(DdpOptions)]),
+    "gpucore_ddp_create": (STATUS, [H, P_H, c_int, POINTER(DdpOptions), P_H]),
+    "gpucore_ddp_destroy": (STATUS, [H]),
+    "gpucore_ddp_bucket_count": (STATUS, [H, P_INT]),
+    "gpucore_ddp_bucket_info": (STATUS, [H, c_int, P_INT, P_INT, P_I64]),
+    "gpucore_ddp_set_no_sync": (STATUS, [H, c_int]),
+    "gpucore_ddp_mark_ready": (STATUS, [H, c_int, H]),
+    "gpucore_ddp_finish": (STATUS, [H, H]),
+    "gpucore_ddp_trace": (STATUS, [H, POINTER(DdpTraceEvent), c_int, P_INT]),
+    # gradient checkpointing
+    "gpucore_ckpt_create": (STATUS, [H, c_char_p, P_H]),
+    "gpucore_ckpt_destroy": (STATUS, [H]),
+    "gpucore_ckpt_segment_count": (c_int64, [H]),
+    "gpucore_ckpt_add_custom": (STATUS, [H, c_char_p, CKPT_FORWARD_FN, CKPT_BACKWARD_FN, c_void_p]),
+    "gpucore_ckpt_add_linear": (STATUS, [H, c_char_p, H, H, c_int, H, H]),
+    "gpucore_ckpt_add_conv2d": (STATUS, [H, c_char_p, H, H, POINTER(ConvOptions), c_int, H, H]),
+    "gpucore_ckpt_add_layer_norm": (STATUS, [H, c_char_p, H, H, c_double, H, H]),
+    "gpucore_ckpt_add_dropout": (STATUS, [H, c_char_p, c_double]),
+    "gpucore_ckpt_begin_residual": (STATUS, [H, c_char_p]),
+    "gpucore_ckpt_end_residual": (STATUS, [H]),
+    "gpucore_ckpt_save": (STATUS, [H, H]),
+    "gpucore_ckpt_saved": (STATUS, [H, c_int64, P_H]),
+    "gpucore_ckpt_rng": (STATUS, [H, c_uint64, P_U64, P_U64]),
+    "gpucore_ckpt_grad_ready": (STATUS, [H, I32, H]),
+    "gpucore_ckpt_call_segment": (STATUS, [H, P_I64, P_CHARP]),
+    "gpucore_ckpt_set_policy": (STATUS, [H, c_int, c_int64]),
+    "gpucore_ckpt_get_plan": (STATUS, [H, P_I32, c_int64]),
+    "gpucore_ckpt_set_seed": (STATUS, [H, c_uint64, c_uint64]),
+    "gpucore_ckpt_forward": (STATUS, [H, H, P_H]),
+    "gpucore_ckpt_backward": (STATUS, [H, H, H]),
+    "gpucore_ckpt_reset": (STATUS, [H]),
+    "gpucore_ckpt_set_saved_tensor_hooks": (STATUS, [H, CKPT_PACK_FN, CKPT_UNPACK_FN, CKPT_DISCARD_FN, c_void_p]),
+    "gpucore_ckpt_set_offload": (STATUS, [H, c_int, c_int64]),
+    "gpucore_ckpt_set_segment_hook": (STATUS, [H, CKPT_SEGMENT_HOOK_FN, c_void_p]),
+    "gpucore_ckpt_set_grad_ready_callback": (STATUS, [H, CKPT_GRAD_READY_FN, c_void_p]),
+    "gpucore_ckpt_get_stats": (STATUS, [H, POINTER(CkptStats)]),
 }
 
 

@@ -57,6 +57,9 @@ class Context:
         self._tensors: "weakref.WeakSet[Any]" = weakref.WeakSet()
         self._streams: "weakref.WeakSet[Stream]" = weakref.WeakSet()
         self._events: "weakref.WeakSet[Event]" = weakref.WeakSet()
+        # Library objects bound to this context (optimizers, scalers, communicators, DDP
+        # reducers, checkpoint executors): released before the C context is destroyed.
+        self._others: "weakref.WeakSet[Any]" = weakref.WeakSet()
         h = c_void_p()
         C.gpucore_context_create(device.encode() if device is not None else None, byref(h))
         self._handle = h.value
@@ -116,6 +119,11 @@ class Context:
             if self._handle is None:
                 return
             deferred = self._exports > 0
+            for obj in sorted(list(self._others), key=lambda o: getattr(o, "_close_order", 0)):
+                try:
+                    obj._context_closing()
+                except Exception:
+                    pass
             # Events are not owned by the C context: destroy them while it is alive.
             for ev in list(self._events):
                 ev._invalidate(destroy=True)
@@ -188,6 +196,42 @@ class Context:
         Use ``with ctx.stream() as s:`` to make it current for a block.
         """
         return Stream(self, priority)
+
+    def pool_stream(self, high_priority: bool = False) -> "Stream":
+        """A stream from the context's pool (round-robin over 4 streams per priority level;
+        owned by the context, never destroyed by Python). Cheaper than :meth:`stream` for
+        short-lived work; two callers may get the same stream."""
+        h = c_void_p()
+        C.gpucore_context_pool_stream(self.handle, 1 if high_priority else 0, byref(h))
+        for s in list(self._streams):
+            if s._handle == h.value:
+                return s
+        return Stream._wrap_existing(self, h.value)
+
+    def stream_priority_range(self) -> "tuple":
+        """(least, greatest) stream priorities of this device: least is 0, greatest the most
+        urgent (negative on CUDA; 0 on the CPU backend)."""
+        lo, hi = c_int(), c_int()
+        C.gpucore_stream_priority_range(self.handle, byref(lo), byref(hi))
+        return lo.value, hi.value
+
+    @property
+    def allow_tf32(self) -> bool:
+        """Whether f32 matmuls/convolutions may use TF32 tensor cores by default (CUDA only;
+        the CPU always computes full f32). Settable."""
+        v = c_int()
+        C.gpucore_context_get_allow_tf32(self.handle, byref(v))
+        return bool(v.value)
+
+    @allow_tf32.setter
+    def allow_tf32(self, allow: bool) -> None:
+        if not isinstance(allow, (bool, int)):
+            raise InvalidArgumentTypeError("allow_tf32 must be a bool, not %s" % type(allow).__name__)
+        C.gpucore_context_set_allow_tf32(self.handle, 1 if allow else 0)
+
+    def set_matmul_workspace_size(self, nbytes: int) -> None:
+        """Scratch bytes a CUDA matmul may take per call (0 restores the default, 32 MiB)."""
+        C.gpucore_matmul_set_workspace_size(self.handle, to_int(nbytes, "nbytes", 0))
 
     def event(self) -> "Event":
         """A new event of this context."""
@@ -340,6 +384,14 @@ class Stream:
         return "gpucore.Stream(%s%s%s)" % (self._ctx.device, ", default" if self._handle is not None
                                            and self._handle == self._ctx._default_stream._handle else "",
                                            ", destroyed" if self._handle is None else "")
+
+    @property
+    def native_handle(self) -> int:
+        """The backend's stream object as an integer: a ``cudaStream_t`` on CUDA contexts (for
+        your own CUDA calls, CuPy, DLPack), an opaque pointer on the CPU."""
+        p = c_void_p()
+        C.gpucore_stream_native_handle(self.handle, byref(p))
+        return p.value or 0
 
     def synchronize(self) -> None:
         """Block until all work queued on this stream is done (raises the first async error)."""

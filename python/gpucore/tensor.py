@@ -101,6 +101,18 @@ class Tensor:
         ctx._tensors.add(t)
         return t
 
+    @classmethod
+    def _borrow(cls, ctx: Context, handle: int) -> "Tensor":
+        """A Tensor on its own new view handle of a borrowed C handle (one the library owns,
+        e.g. an optimizer's state): the view keeps the memory alive and is ours to destroy."""
+        nd = C.gpucore_tensor_ndim(handle)
+        if nd < 0:
+            raise InvalidHandleError("the library returned an invalid tensor handle")
+        perm = (c_int * max(1, nd))(*range(nd))
+        out = c_void_p()
+        C.gpucore_tensor_permute(handle, perm, byref(out))
+        return cls._adopt(ctx, out.value)
+
     # ---- handle state ----
     @property
     def handle(self) -> int:
@@ -265,18 +277,71 @@ class Tensor:
         C.gpucore_tensor_permute(self.handle, perm, byref(out))
         return out.value
 
-    def _as_strided(self, shape: Sequence[int], strides: Sequence[int], data_ptr: int) -> "Tensor":
-        """A view with arbitrary shape/strides over this tensor's memory (kept alive by a _Keep)."""
-        keep = _Keep(self._view_handle(), self._ctx, self._foreign, counts_as_export=False)
-        key = register_owner(keep)
+    def _as_strided(self, shape: Sequence[int], strides: Sequence[int], offset: Optional[int] = None) -> "Tensor":
+        """gpucore_tensor_as_strided with this tensor's own storage offset by default."""
+        off = self.storage_offset() if offset is None else offset
         out = c_void_p()
-        try:
-            C.gpucore_tensor_wrap(self._ctx.handle, self._dtype.value, len(shape), _i64_array(shape),
-                                  _i64_array(strides), data_ptr or None, DELETER, key, byref(out))
-        except BaseException:
-            forget_owner(key)
-            raise
-        return Tensor._adopt(self._ctx, out.value, foreign=self._foreign)
+        C.gpucore_tensor_as_strided(self.handle, len(shape), _i64_array(shape), _i64_array(strides), off,
+                                    byref(out))
+        return Tensor._adopt(self._ctx, out.value, self._foreign)
+
+    def as_strided(self, size: Sequence[int], stride: Sequence[int],
+                   storage_offset: Optional[int] = None) -> "Tensor":
+        """A view of this tensor's memory with any shape and strides (elements, >= 0).
+
+        ``storage_offset`` (elements from the start of the memory this tensor shares with
+        its base; default: this tensor's own, see :meth:`storage_offset`). Every element
+        the view can reach must lie inside that memory (InvalidArgumentError otherwise).
+        Stride 0 repeats (expand); squeeze/unsqueeze/diagonal are special cases.
+        """
+        sh = to_shape(size, "size")
+        st = to_shape(stride, "stride")
+        if len(sh) != len(st):
+            raise InvalidArgumentError("as_strided: %d sizes but %d strides" % (len(sh), len(st)))
+        off = None if storage_offset is None else to_int(storage_offset, "storage_offset", 0)
+        return self._as_strided(sh, st, off)
+
+    def expand(self, *sizes: Any) -> "Tensor":
+        """A broadcast view (stride 0 along expanded dims); -1 keeps a dim's size."""
+        if len(sizes) == 1 and not isinstance(sizes[0], numbers.Integral):
+            sizes = tuple(sizes[0])
+        sh = to_shape(sizes, "sizes", allow_minus_one=True)
+        nd, cur = len(sh), self.shape
+        if nd < len(cur):
+            raise ShapeMismatchError("expand: %d sizes for a %d-d tensor" % (nd, len(cur)))
+        lead = nd - len(cur)
+        shape, strides = [], []
+        for i, n in enumerate(sh):
+            if i < lead:
+                if n < 0:
+                    raise InvalidArgumentError("expand: -1 is not allowed for a new leading dim")
+                shape.append(n)
+                strides.append(0)
+                continue
+            c, st = cur[i - lead], self._strides[i - lead]
+            if n == -1 or n == c:
+                shape.append(c)
+                strides.append(st)
+            elif c == 1:
+                shape.append(n)
+                strides.append(0)
+            else:
+                raise ShapeMismatchError("expand: dim %d has size %d, which cannot become %d" % (i, c, n))
+        return self._as_strided(shape, strides)
+
+    def storage_offset(self) -> int:
+        """Offset in elements of element [0, ...] from the start of the memory shared with its base."""
+        v = c_int64()
+        C.gpucore_tensor_storage_offset(self.handle, byref(v))
+        return v.value
+
+    def record_stream(self, stream: Stream) -> None:
+        """Declare that this tensor's memory is also used on ``stream`` (another stream of the
+        same context), so the caching allocator does not reuse it after the tensor is freed
+        until ``stream`` has passed the work queued so far (torch.Tensor.record_stream)."""
+        if not isinstance(stream, Stream):
+            raise InvalidArgumentTypeError("record_stream needs a gpucore.Stream, not %s" % type(stream).__name__)
+        C.gpucore_tensor_record_stream(self.handle, self._ctx._stream_arg(stream))
 
     def __getitem__(self, key: Any) -> "Tensor":
         """Basic indexing: ints, slices (step >= 1), ``...`` and ``None``; always a view."""
@@ -342,7 +407,7 @@ class Tensor:
         if len(kept_shape) > MAX_DIMS:
             raise InvalidArgumentError("indexing would give %d dims; at most %d are supported"
                                        % (len(kept_shape), MAX_DIMS))
-        return cur._as_strided(kept_shape, kept_strides, cur.data_ptr)
+        return cur._as_strided(kept_shape, kept_strides)
 
     def __setitem__(self, key: Any, value: Any) -> None:
         """``t[idx] = value``: fill with a number, or copy a tensor / array of the view's shape."""
@@ -422,7 +487,7 @@ class Tensor:
         shape, strides = list(self._shape), list(self._strides)
         shape.insert(d, 1)
         strides.insert(d, 1)
-        return self._as_strided(shape, strides, self.data_ptr)
+        return self._as_strided(shape, strides)
 
     def squeeze(self, dim: Optional[int] = None) -> "Tensor":
         """Drop dims of size 1 (all, or just ``dim`` if it has size 1) (a view)."""
@@ -432,7 +497,7 @@ class Tensor:
         else:
             d = check_dim(dim, len(shape))
             keep = [i for i in range(len(shape)) if i != d or shape[i] != 1]
-        return self._as_strided([shape[i] for i in keep], [strides[i] for i in keep], self.data_ptr)
+        return self._as_strided([shape[i] for i in keep], [strides[i] for i in keep])
 
     # ---- copies ----
     def contiguous(self) -> "Tensor":

@@ -7,9 +7,12 @@
  *   - Requests are rounded up to 512 bytes. Requests up to 1 MiB come from the
  *     small pool (2 MiB segments); bigger ones from the large pool (20 MiB
  *     segments, or a segment of their own, rounded to 2 MiB, from 10 MiB up).
- *   - Free blocks of a pool sit in a balanced tree keyed by (stream, size,
- *     address), so best fit is one O(log n) lower-bound search; live blocks are
- *     found by address in a hash table. Blocks are split when the remainder is
+ *   - Free small-pool blocks sit in per-stream exact-size bins (512-byte steps)
+ *     with a bitmap of the non-empty ones, so best fit (the smallest cached block
+ *     that fits; among equal sizes the most recently freed) is O(1); free
+ *     large-pool blocks sit in a balanced tree keyed by (stream, size, address),
+ *     best fit by one O(log n) lower-bound search. Live blocks are found by
+ *     address in a hash table (caching_allocator_index.c). Blocks are split when the remainder is
  *     worth keeping and coalesced with free neighbours when freed.
  *   - Stream-ordered reuse: a block belongs to the stream it was allocated on and
  *     is reusable on that stream as soon as it is freed (later work on the stream

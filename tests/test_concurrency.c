@@ -1,0 +1,149 @@
+/*
+ * test_concurrency.c — several threads on one context, each with its own pair of
+ * streams, running ops and allocating at the same time, with cross-stream frees:
+ * a tensor produced on stream A is consumed on stream B (event-ordered), recorded
+ * on B and destroyed at once; A immediately reuses memory and overwrites it. If
+ * the allocator handed the block back before B finished, B's result would be
+ * wrong. Bounded by iteration count (it also runs under TSan and ASan in CI).
+ */
+#include <pthread.h>
+#include <stdint.h>
+#include "check.h"
+
+enum { THREADS = 4, ITERS = 40, N = 3000 };
+
+typedef struct worker { gpucore_context *ctx; int id; int failures; char why[256]; } worker;
+
+#define W_TRY(call)                                                                              \
+    do {                                                                                         \
+        gpucore_status st_ = (call);                                                             \
+        if (st_) {                                                                               \
+            w->failures++;                                                                       \
+            snprintf(w->why, sizeof w->why, "%s: %s", #call, gpucore_last_error());             \
+            goto done;                                                                           \
+        }                                                                                        \
+    } while (0)
+
+static void *run(void *arg)
+{
+    worker *w = arg;
+    gpucore_stream *a = NULL, *b = NULL;
+    gpucore_event *ready = NULL;
+    gpucore_tensor *x = NULL, *y = NULL, *sum = NULL, *junk = NULL, *mm = NULL, *mo = NULL;
+    float *host = malloc(sizeof(float) * N), *ref = malloc(sizeof(float) * N);
+    int64_t shape[1] = {N}, one[1] = {1}, msq[2] = {16, 16};
+    W_TRY(gpucore_stream_create(w->ctx, 0, &a));
+    W_TRY(gpucore_stream_create(w->ctx, 0, &b));
+    W_TRY(gpucore_event_create(w->ctx, &ready));
+    for (int it = 0; it < ITERS; it++) {
+        uint64_t seed = (uint64_t)(w->id * 1000 + it);
+        /* produce on A */
+        W_TRY(gpucore_tensor_create(w->ctx, GPUCORE_F32, 1, shape, &x));
+        W_TRY(gpucore_random(x, GPUCORE_UNIFORM, -1, 1, seed, 0, a));
+        W_TRY(gpucore_event_record(ready, a));
+        /* consume on B: y = x + x, then sum; record x's use on B and free it right away */
+        W_TRY(gpucore_stream_wait_event(b, ready));
+        W_TRY(gpucore_tensor_create(w->ctx, GPUCORE_F32, 1, shape, &y));
+        W_TRY(gpucore_tensor_record_stream(y, b));
+        W_TRY(gpucore_binary(GPUCORE_ADD, y, x, x, b));
+        W_TRY(gpucore_tensor_record_stream(x, b));
+        W_TRY(gpucore_tensor_destroy(x));
+        x = NULL;
+        /* A reuses memory at once and scribbles on it */
+        W_TRY(gpucore_tensor_create(w->ctx, GPUCORE_F32, 1, shape, &junk));
+        W_TRY(gpucore_fill(junk, 1e30, a));
+        W_TRY(gpucore_tensor_create(w->ctx, GPUCORE_F32, 0, one, &sum));
+        W_TRY(gpucore_tensor_record_stream(sum, b));
+        W_TRY(gpucore_reduce(GPUCORE_REDUCTION_SUM, sum, y, GPUCORE_ALL_AXES, b));
+        /* a small matmul on A meanwhile */
+        W_TRY(gpucore_tensor_create(w->ctx, GPUCORE_F32, 2, msq, &mm));
+        W_TRY(gpucore_tensor_create(w->ctx, GPUCORE_F32, 2, msq, &mo));
+        W_TRY(gpucore_fill(mm, 0.5, a));
+        W_TRY(gpucore_matmul(mm, mm, mo, NULL, a));
+        float mval[256];
+        W_TRY(gpucore_copy_to_host_async(mval, sizeof mval, mo, a));
+        W_TRY(gpucore_stream_synchronize(a));
+        for (int i = 0; i < 256; i++)
+            if (mval[i] != 4.0f) {
+                w->failures++;
+                snprintf(w->why, sizeof w->why, "matmul element %d is %g, not 4", i, mval[i]);
+                goto done;
+            }
+        /* check B's results against the same numbers drawn again */
+        W_TRY(gpucore_stream_synchronize(b));
+        W_TRY(gpucore_copy_to_host_async(host, (int64_t)sizeof(float) * N, y, b));
+        float s = 0;
+        W_TRY(gpucore_copy_to_host_async(&s, 4, sum, b));
+        W_TRY(gpucore_stream_synchronize(b));
+        W_TRY(gpucore_tensor_create(w->ctx, GPUCORE_F32, 1, shape, &x));
+        W_TRY(gpucore_random(x, GPUCORE_UNIFORM, -1, 1, seed, 0, a));
+        W_TRY(gpucore_stream_synchronize(a));
+        W_TRY(gpucore_copy_to_host_async(ref, (int64_t)sizeof(float) * N, x, a));
+        W_TRY(gpucore_stream_synchronize(a));
+        double total = 0;
+        for (int i = 0; i < N; i++) {
+            if (host[i] != 2 * ref[i]) {
+                w->failures++;
+                snprintf(w->why, sizeof w->why, "iteration %d element %d: %g != 2*%g (memory reused too early?)", it, i,
+                         host[i], ref[i]);
+                goto done;
+            }
+            total += host[i];
+        }
+        if (fabs(total - s) > 1e-3 * (1 + fabs(total))) {
+            w->failures++;
+            snprintf(w->why, sizeof w->why, "sum %g != %g", s, total);
+            goto done;
+        }
+        gpucore_tensor_destroy(x); x = NULL;
+        gpucore_tensor_destroy(y); y = NULL;
+        gpucore_tensor_destroy(sum); sum = NULL;
+        gpucore_tensor_destroy(junk); junk = NULL;
+        gpucore_tensor_destroy(mm); mm = NULL;
+        gpucore_tensor_destroy(mo); mo = NULL;
+    }
+done:
+    gpucore_tensor_destroy(x);
+    gpucore_tensor_destroy(y);
+    gpucore_tensor_destroy(sum);
+    gpucore_tensor_destroy(junk);
+    gpucore_tensor_destroy(mm);
+    gpucore_tensor_destroy(mo);
+    gpucore_event_destroy(ready);
+    gpucore_stream_destroy(a);
+    gpucore_stream_destroy(b);
+    free(host);
+    free(ref);
+    return NULL;
+}
+
+int main(void)
+{
+    const char *devices[4];
+    int nd = test_devices(devices, 4);
+    for (int d = 0; d < nd; d++) {
+        gpucore_context *ctx = NULL;
+        CHECK_OK(gpucore_context_create(devices[d], &ctx));
+        if (!ctx) continue;
+        pthread_t th[THREADS];
+        worker w[THREADS];
+        for (int i = 0; i < THREADS; i++) {
+            w[i] = (worker){ctx, i, 0, ""};
+            pthread_create(&th[i], NULL, run, &w[i]);
+        }
+        for (int i = 0; i < THREADS; i++) {
+            pthread_join(th[i], NULL);
+            CHECK(w[i].failures == 0);
+            if (w[i].failures) fprintf(stderr, "  %s thread %d: %s\n", devices[d], i, w[i].why);
+        }
+        gpucore_memory_stats ms;
+        memset(&ms, 0, sizeof ms);
+        ms.struct_size = sizeof ms;
+        CHECK_OK(gpucore_memory_get_stats(ctx, GPUCORE_MEMORY_DEVICE, &ms));
+        CHECK(ms.allocated_bytes == 0); /* every thread freed everything */
+        printf("%s: %d threads x %d iterations, peak %lld bytes allocated\n", devices[d], THREADS, ITERS,
+               (long long)ms.allocated_bytes_peak);
+        CHECK_OK(gpucore_context_destroy(ctx));
+    }
+    return check_finish("test_concurrency");
+}
