@@ -211,8 +211,8 @@ static int64_t max_batch(model *m, int64_t start, int64_t unit, int64_t cap)
 static void emit(const char *cas, const char *metric, double value, const char *unit, double peer, double speedup)
 {
     if (json)
-        printf("{\"bench\":\"checkpoint\",\"case\":\"%s\",\"device\":\"%s\",\"metric\":\"%s\",\"value\":%.6g,"
-               "\"unit\":\"%s\",\"peer\":\"keep_all\",\"peer_value\":%.6g,\"speedup\":%.4g}\n",
+        printf("{\"bench\":\"checkpoint\",\"case\":\"%s\",\"device\":\"%s\",\"metric\":\"%s\",\"value\":%.10g,"
+               "\"unit\":\"%s\",\"peer\":\"keep_all\",\"peer_value\":%.10g,\"speedup\":%.4g}\n",
                cas, dev_name, metric, value, unit, peer, speedup);
 }
 

@@ -29,7 +29,10 @@ run_c_tests() {
 import json, sys
 ok = fail = skip = 0
 for line in open(sys.argv[1] + "/meson-logs/testlog.json"):
-    r = json.loads(line)
+    try:
+        r = json.loads(line)
+    except ValueError:
+        continue
     if r["result"] == "OK": ok += 1
     elif r["result"] == "SKIP": skip += 1
     else: fail += 1

@@ -17,6 +17,16 @@ package, else the system library path. Every C function is declared once in
 (status-returning ones raise :class:`GpucoreError` subclasses carrying the library's
 message). Main types: :class:`Context`, :class:`Stream`, :class:`Event`,
 :class:`Tensor`, :class:`DType`.
+
+Ops (no autograd; every backward is its own function): elementwise math and
+activations (``add``, ``relu``, ``gelu``, ...), reductions (``sum``, ``mean``, ...),
+``softmax``, ``layer_norm``, ``rms_norm``, ``cross_entropy``, ``embedding``,
+``matmul``, ``linear``, ``conv2d`` (gpucore.ops, gpucore.nn). Training:
+``AdamW``/``SGD`` (f32 master weights for bf16/f16 params), ``LossScaler``,
+``clip_grad_norm_``, ``save_checkpoint``/``load_checkpoint``, safetensors
+``save_file``/``load_file``, ``CheckpointExecutor`` (activation checkpointing with
+Python-defined segments), ``Communicator``/``DDPReducer``. Memory: ``memory_stats``,
+``max_memory_allocated``, ``memory_snapshot``, ``empty_cache``, ``profiler``.
 """
 from __future__ import annotations
 
@@ -32,6 +42,18 @@ from .context import Context, Stream, Event, Timer, get_context, default_context
 from .tensor import (Tensor, empty, zeros, ones, full, tensor, from_numpy, rand, randn, empty_like,
                      zeros_like, manual_seed, IndexOutOfRangeError)
 from .interop import from_dlpack, to_dlpack, cuda_array_interface
+from . import ops, nn, memory, optim, serialization, distributed, checkpoint
+from .ops import *  # noqa: F401,F403  (elementwise, activations, reductions, row ops)
+from .ops import __all__ as _ops_all
+from .nn import *  # noqa: F401,F403  (matmul, linear, conv)
+from .nn import __all__ as _nn_all
+from .memory import *  # noqa: F401,F403  (allocator statistics, buffers, profiler)
+from .memory import __all__ as _memory_all
+from .optim import SGD, AdamW, Optimizer, LossScaler, clip_grad_norm_
+from .serialization import (save_file, load_file, SafetensorsFile, safe_open, save_checkpoint,
+                            load_checkpoint)
+from .distributed import Communicator, DDPReducer, unique_id, comm_group
+from .checkpoint import CheckpointExecutor, CheckpointCall
 
 __version__ = version_string()
 
@@ -45,4 +67,8 @@ __all__ = list(_errors_all) + [
     "Context", "Stream", "Event", "Timer", "get_context", "default_context",
     "Tensor", "empty", "zeros", "ones", "full", "tensor", "from_numpy", "rand", "randn", "empty_like",
     "zeros_like", "manual_seed", "IndexOutOfRangeError", "from_dlpack", "to_dlpack", "cuda_array_interface",
-]
+    "ops", "nn", "memory", "optim", "serialization", "distributed", "checkpoint",
+    "SGD", "AdamW", "Optimizer", "LossScaler", "clip_grad_norm_", "save_file", "load_file", "SafetensorsFile",
+    "safe_open", "save_checkpoint", "load_checkpoint", "Communicator", "DDPReducer", "unique_id", "comm_group",
+    "CheckpointExecutor", "CheckpointCall",
+] + [n for n in _ops_all + _nn_all + _memory_all if n not in ("Number", "TensorOrNumber", "IntPair")]

@@ -163,48 +163,6 @@ static gpucore_status cpu_stream_create_v(void *bctx, int priority, void **s)
 }
 static void cpu_stream_destroy_v(void *bctx, void *s) { (void)bctx; cpu_stream_destroy(s); }
 static gpucore_status cpu_stream_sync_v(void *bctx, void *s) { (void)bctx; return cpu_stream_synchronize(s); }
-static gpucore_status cpu_stream_query_v(void *bctx, void *s) { (void)bctx; return cpu_stream_query(s); }
-
-typedef struct host_fn_args { gpucore_host_fn fn; void *arg; } host_fn_args;
-static gpucore_status host_fn_task(void *p)
-{
-    host_fn_args *a = p;
-    a->fn(a->arg);
-    return GPUCORE_OK;
-}
-static gpucore_status cpu_host_callback(void *bctx, void *s, gpucore_host_fn fn, void *arg)
-{
-    (void)bctx;
-    host_fn_args a = {fn, arg};
-    return cpu_stream_enqueue(s, host_fn_task, &a, sizeof a);
-}
-static gpucore_status cpu_event_create_v(void *bctx, void **e) { (void)bctx; return cpu_event_create((cpu_event **)e); }
-static void cpu_event_destroy_v(void *bctx, void *e) { (void)bctx; cpu_event_destroy(e); }
-static gpucore_status cpu_event_record_v(void *bctx, void *e, void *s) { (void)bctx; return cpu_event_record(e, s); }
-static gpucore_status cpu_wait_event_v(void *bctx, void *s, void *e) { (void)bctx; return cpu_stream_wait_event(s, e); }
-static gpucore_status cpu_event_sync_v(void *bctx, void *e) { (void)bctx; return cpu_event_synchronize(e); }
-static gpucore_status cpu_event_query_v(void *bctx, void *e) { (void)bctx; return cpu_event_query(e); }
-static gpucore_status cpu_event_elapsed_v(void *bctx, void *a, void *b, float *ms)
-{
-    (void)bctx;
-    return cpu_event_elapsed_ms(a, b, ms);
-}
-
-/* ---- copies: on the CPU every direction is a memcpy in stream order ---- */
-
-typedef struct memcpy_args { void *dst; const void *src; size_t bytes; } memcpy_args;
-static gpucore_status memcpy_task(void *p)
-{
-    memcpy_args *a = p;
-    memcpy(a->dst, a->src, a->bytes);
-    return GPUCORE_OK;
-}
-static gpucore_status cpu_copy(void *bctx, void *dst, const void *src, size_t bytes, void *s)
-{
-    (void)bctx;
-    memcpy_args a = {dst, src, bytes};
-    return cpu_stream_enqueue(s, memcpy_task, &a, sizeof a);
-}
 
 static const gpucore_backend cpu_backend_table = {
     .abi = GPUCORE_BACKEND_ABI,
@@ -224,18 +182,7 @@ static const gpucore_backend cpu_backend_table = {
     .stream_create = cpu_stream_create_v,
     .stream_destroy = cpu_stream_destroy_v,
     .stream_synchronize = cpu_stream_sync_v,
-    .stream_query = cpu_stream_query_v,
-    .host_callback = cpu_host_callback,
-    .event_create = cpu_event_create_v,
-    .event_destroy = cpu_event_destroy_v,
-    .event_record = cpu_event_record_v,
-    .stream_wait_event = cpu_wait_event_v,
-    .event_synchronize = cpu_event_sync_v,
-    .event_query = cpu_event_query_v,
-    .event_elapsed_ms = cpu_event_elapsed_v,
-    .copy_h2d = cpu_copy,
-    .copy_d2h = cpu_copy,
-    .copy_d2d = cpu_copy,
+    CPU_STREAM_VTABLE_SHARED
     .copy_strided = cpu_copy_strided,
     .fill = cpu_fill,
     .random = cpu_random,

@@ -251,3 +251,56 @@ gpucore_status cpu_event_elapsed_ms(cpu_event *start, cpu_event *end, float *ms)
     *ms = (float)(t1 - t0);
     return GPUCORE_OK;
 }
+
+/* ---- vtable adapters shared by every backend built on these queues (CPU, cuda-emulated) ---- */
+
+gpucore_status cpu_vt_stream_query(void *bctx, void *s)
+{
+    (void)bctx;
+    return cpu_stream_query(s);
+}
+
+typedef struct host_fn_args { gpucore_host_fn fn; void *arg; } host_fn_args;
+
+static gpucore_status host_fn_task(void *p)
+{
+    host_fn_args *a = p;
+    a->fn(a->arg);
+    return GPUCORE_OK;
+}
+
+gpucore_status cpu_vt_host_callback(void *bctx, void *s, gpucore_host_fn fn, void *arg)
+{
+    (void)bctx;
+    host_fn_args a = {fn, arg};
+    return cpu_stream_enqueue(s, host_fn_task, &a, sizeof a);
+}
+
+gpucore_status cpu_vt_event_create(void *bctx, void **e) { (void)bctx; return cpu_event_create((cpu_event **)e); }
+void cpu_vt_event_destroy(void *bctx, void *e) { (void)bctx; cpu_event_destroy(e); }
+gpucore_status cpu_vt_event_record(void *bctx, void *e, void *s) { (void)bctx; return cpu_event_record(e, s); }
+gpucore_status cpu_vt_stream_wait_event(void *bctx, void *s, void *e) { (void)bctx; return cpu_stream_wait_event(s, e); }
+gpucore_status cpu_vt_event_synchronize(void *bctx, void *e) { (void)bctx; return cpu_event_synchronize(e); }
+gpucore_status cpu_vt_event_query(void *bctx, void *e) { (void)bctx; return cpu_event_query(e); }
+gpucore_status cpu_vt_event_elapsed_ms(void *bctx, void *a, void *b, float *ms)
+{
+    (void)bctx;
+    return cpu_event_elapsed_ms(a, b, ms);
+}
+
+typedef struct memcpy_args { void *dst; const void *src; size_t bytes; } memcpy_args;
+
+static gpucore_status memcpy_task(void *p)
+{
+    memcpy_args *a = p;
+    memcpy(a->dst, a->src, a->bytes);
+    return GPUCORE_OK;
+}
+
+/* Host memory is device memory here: every copy direction is a memcpy in stream order. */
+gpucore_status cpu_vt_copy(void *bctx, void *dst, const void *src, size_t bytes, void *s)
+{
+    (void)bctx;
+    memcpy_args a = {dst, src, bytes};
+    return cpu_stream_enqueue(s, memcpy_task, &a, sizeof a);
+}

@@ -30,4 +30,31 @@ GPUCORE_HIDDEN gpucore_status cpu_event_synchronize(cpu_event *e);
 GPUCORE_HIDDEN gpucore_status cpu_event_query(cpu_event *e);
 GPUCORE_HIDDEN gpucore_status cpu_event_elapsed_ms(cpu_event *start, cpu_event *end, float *ms);
 
+/* vtable adapters (bctx unused) shared by the CPU backend and the test-only cuda-emulated
+ * module, which both run on these queues; stream create/destroy/synchronize stay per backend. */
+GPUCORE_HIDDEN gpucore_status cpu_vt_stream_query(void *bctx, void *s);
+GPUCORE_HIDDEN gpucore_status cpu_vt_host_callback(void *bctx, void *s, gpucore_host_fn fn, void *arg);
+GPUCORE_HIDDEN gpucore_status cpu_vt_event_create(void *bctx, void **e);
+GPUCORE_HIDDEN void cpu_vt_event_destroy(void *bctx, void *e);
+GPUCORE_HIDDEN gpucore_status cpu_vt_event_record(void *bctx, void *e, void *s);
+GPUCORE_HIDDEN gpucore_status cpu_vt_stream_wait_event(void *bctx, void *s, void *e);
+GPUCORE_HIDDEN gpucore_status cpu_vt_event_synchronize(void *bctx, void *e);
+GPUCORE_HIDDEN gpucore_status cpu_vt_event_query(void *bctx, void *e);
+GPUCORE_HIDDEN gpucore_status cpu_vt_event_elapsed_ms(void *bctx, void *a, void *b, float *ms);
+GPUCORE_HIDDEN gpucore_status cpu_vt_copy(void *bctx, void *dst, const void *src, size_t bytes, void *s);
+
+#define CPU_STREAM_VTABLE_SHARED                      \
+    .stream_query = cpu_vt_stream_query,              \
+    .host_callback = cpu_vt_host_callback,            \
+    .event_create = cpu_vt_event_create,              \
+    .event_destroy = cpu_vt_event_destroy,            \
+    .event_record = cpu_vt_event_record,              \
+    .stream_wait_event = cpu_vt_stream_wait_event,    \
+    .event_synchronize = cpu_vt_event_synchronize,    \
+    .event_query = cpu_vt_event_query,                \
+    .event_elapsed_ms = cpu_vt_event_elapsed_ms,      \
+    .copy_h2d = cpu_vt_copy,                          \
+    .copy_d2h = cpu_vt_copy,                          \
+    .copy_d2d = cpu_vt_copy,
+
 #endif

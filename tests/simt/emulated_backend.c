@@ -178,58 +178,6 @@ static gpucore_status emu_stream_synchronize(void *bctx, void *s)
     return st;
 }
 
-static gpucore_status emu_stream_query(void *bctx, void *s)
-{
-    (void)bctx;
-    return cpu_stream_query(s);
-}
-
-typedef struct host_fn_args { gpucore_host_fn fn; void *arg; } host_fn_args;
-
-static gpucore_status host_fn_task(void *p)
-{
-    host_fn_args *a = p;
-    a->fn(a->arg);
-    return GPUCORE_OK;
-}
-
-static gpucore_status emu_host_callback(void *bctx, void *s, gpucore_host_fn fn, void *arg)
-{
-    (void)bctx;
-    host_fn_args a = {fn, arg};
-    return cpu_stream_enqueue(s, host_fn_task, &a, sizeof a);
-}
-
-static gpucore_status emu_event_create(void *bctx, void **e) { (void)bctx; return cpu_event_create((cpu_event **)e); }
-static void emu_event_destroy(void *bctx, void *e) { (void)bctx; cpu_event_destroy(e); }
-static gpucore_status emu_event_record(void *bctx, void *e, void *s) { (void)bctx; return cpu_event_record(e, s); }
-static gpucore_status emu_wait_event(void *bctx, void *s, void *e) { (void)bctx; return cpu_stream_wait_event(s, e); }
-static gpucore_status emu_event_sync(void *bctx, void *e) { (void)bctx; return cpu_event_synchronize(e); }
-static gpucore_status emu_event_query(void *bctx, void *e) { (void)bctx; return cpu_event_query(e); }
-static gpucore_status emu_event_elapsed(void *bctx, void *a, void *b, float *ms)
-{
-    (void)bctx;
-    return cpu_event_elapsed_ms(a, b, ms);
-}
-
-/* ---- copies: memcpy tasks in stream order ---- */
-
-typedef struct memcpy_args { void *dst; const void *src; size_t bytes; } memcpy_args;
-
-static gpucore_status memcpy_task(void *p)
-{
-    memcpy_args *a = p;
-    memcpy(a->dst, a->src, a->bytes);
-    return GPUCORE_OK;
-}
-
-static gpucore_status emu_copy(void *bctx, void *dst, const void *src, size_t bytes, void *s)
-{
-    (void)bctx;
-    memcpy_args a = {dst, src, bytes};
-    return cpu_stream_enqueue(s, memcpy_task, &a, sizeof a);
-}
-
 static const gpucore_backend emulated_backend_table = {
     .abi = GPUCORE_BACKEND_ABI,
     .name = "cuda-emulated",
@@ -248,18 +196,7 @@ static const gpucore_backend emulated_backend_table = {
     .stream_create = emu_stream_create,
     .stream_destroy = emu_stream_destroy,
     .stream_synchronize = emu_stream_synchronize,
-    .stream_query = emu_stream_query,
-    .host_callback = emu_host_callback,
-    .event_create = emu_event_create,
-    .event_destroy = emu_event_destroy,
-    .event_record = emu_event_record,
-    .stream_wait_event = emu_wait_event,
-    .event_synchronize = emu_event_sync,
-    .event_query = emu_event_query,
-    .event_elapsed_ms = emu_event_elapsed,
-    .copy_h2d = emu_copy,
-    .copy_d2h = emu_copy,
-    .copy_d2d = emu_copy,
+    CPU_STREAM_VTABLE_SHARED
     /* Every op entry the kernel-running backends share (src/kernel_ops.h). */
     KOPS_VTABLE_OPS
 };

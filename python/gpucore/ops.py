@@ -1,0 +1,718 @@
+"""Tensor ops: elementwise math, activations, casts, dropout, reductions and the row
+ops (softmax, norms, cross-entropy, embedding), each with its backward.
+
+Names and argument orders follow PyTorch where they overlap (``relu``, ``gelu``,
+``softmax``, ``log_softmax``, ``layer_norm``, ``rms_norm``, ``cross_entropy``,
+``dropout``, ``embedding``, ``sum``, ``mean``, ...). There is no autograd: every
+backward is its own function (``gelu_backward``, ``layer_norm_backward``, ...)
+taking the gradient of the output and what the forward saved.
+
+Common rules (from include/gpucore.h):
+  * data tensors are f32, f16 or bf16 (math in f32, rounded to nearest even on
+    store; f64 inside on the CPU backend for the row ops), all on one context;
+  * inputs broadcast numpy-style to the output's shape (elementwise ops);
+  * any strides are accepted; ``out=`` may be the same view as an input (in place)
+    but must not otherwise overlap one;
+  * every call is asynchronous on ``stream`` (None: the context's current stream);
+    reading the result through ``numpy()`` waits for it.
+
+Every function returns its result tensor (a new one unless ``out`` is given).
+"""
+from __future__ import annotations
+
+import numbers
+from ctypes import byref, c_int, c_int64, c_void_p
+from typing import Any, Optional, Sequence, Tuple, Union
+
+import numpy as np
+
+from . import dtypes as _dt
+from ._lib import C
+from ._validate import INT32_MAX, UINT64_MAX, check_dim, to_float, to_int
+from .context import Context, Stream
+from .errors import (DeviceMismatchError, InvalidArgumentError, InvalidArgumentTypeError, NullPointerError,
+                     ShapeMismatchError)
+from .tensor import Tensor, _generator, empty, full
+
+__all__ = [
+    "add", "sub", "mul", "div", "exp", "log", "sqrt", "rsqrt", "abs", "neg", "scale", "axpy_", "clamp",
+    "activation", "activation_backward", "relu", "gelu", "silu", "sigmoid", "tanh", "relu_backward",
+    "gelu_backward", "silu_backward", "sigmoid_backward", "tanh_backward", "bias_act", "cast", "dropout",
+    "dropout_backward", "sum", "mean", "amax", "amin", "argmax", "sum_of_squares", "reduce", "bias_grad",
+    "softmax", "log_softmax", "softmax_backward", "log_softmax_backward", "layer_norm",
+    "layer_norm_backward", "rms_norm", "rms_norm_backward", "cross_entropy", "cross_entropy_backward",
+    "embedding", "embedding_backward", "Number", "TensorOrNumber",
+]
+
+Number = Union[int, float]
+TensorOrNumber = Union[Tensor, int, float]
+
+ADD, SUB, MUL, DIV = 0, 1, 2, 3
+EXP, LOG, SQRT, RSQRT, ABS, NEG = 0, 1, 2, 3, 4, 5
+ACTIVATIONS = {"none": 0, "relu": 1, "gelu": 2, "gelu_erf": 2, "gelu_tanh": 3, "silu": 4, "swish": 4,
+               "sigmoid": 5, "tanh": 6}
+REDUCTIONS = {"sum": 0, "mean": 1, "max": 2, "min": 3, "argmax": 4, "sumsq": 5}
+LOSS_REDUCTIONS = {"none": 0, "mean": 1, "sum": 2}
+ALL_AXES = 0x7FFFFFFF
+
+
+# ---------------------------------------------------------------- helpers
+
+def _tensor(t: Any, what: str) -> Tensor:
+    if t is None:
+        raise NullPointerError("%s is None; a gpucore.Tensor is required" % what)
+    if not isinstance(t, Tensor):
+        raise InvalidArgumentTypeError("%s must be a gpucore.Tensor, not %s" % (what, type(t).__name__))
+    t.handle  # raises if freed
+    return t
+
+
+def _opt(t: Any, what: str) -> Optional[int]:
+    """Handle of an optional tensor argument (None stays None)."""
+    return None if t is None else _tensor(t, what).handle
+
+
+def _stream(ctx: Context, stream: Optional[Stream]) -> Optional[int]:
+    return ctx._stream_arg(stream)
+
+
+def _same_ctx(ctx: Context, *pairs: Tuple[Any, str]) -> None:
+    for t, what in pairs:
+        if t is not None and isinstance(t, Tensor) and t._ctx is not ctx:
+            raise DeviceMismatchError("%s is on %s but the call is on %s; move it with .to()" %
+                                      (what, t._ctx.device, ctx.device))
+
+
+def _out(out: Optional[Tensor], shape: Sequence[int], dtype: Any, ctx: Context, what: str = "out") -> Tensor:
+    """`out` checked against shape (dtype is left to the library), or a new tensor."""
+    if out is None:
+        return empty(tuple(shape), dtype, device=ctx)
+    _tensor(out, what)
+    if tuple(out.shape) != tuple(shape):
+        raise ShapeMismatchError("%s has shape %s but the result has shape %s" % (what, out.shape, tuple(shape)))
+    return out
+
+
+def _broadcast(*shapes: Sequence[int]) -> Tuple[int, ...]:
+    try:
+        return tuple(np.broadcast_shapes(*[tuple(s) for s in shapes]))
+    except ValueError:
+        raise ShapeMismatchError("shapes %s do not broadcast together" %
+                                 ", ".join(str(tuple(s)) for s in shapes)) from None
+
+
+def _act(act: Any) -> int:
+    if isinstance(act, str):
+        v = ACTIVATIONS.get(act.lower())
+        if v is None:
+            raise InvalidArgumentError("unknown activation %r; use one of %s" % (act, ", ".join(ACTIVATIONS)))
+        return v
+    if act is None:
+        return 0
+    return to_int(act, "activation", 0, INT32_MAX)
+
+
+def _is_number(x: Any) -> bool:
+    return isinstance(x, numbers.Real) and not isinstance(x, bool)
+
+
+# ---------------------------------------------------------------- elementwise
+
+def _binary(op: int, a: TensorOrNumber, b: TensorOrNumber, out: Optional[Tensor],
+            stream: Optional[Stream]) -> Tensor:
+    if _is_number(b) and isinstance(a, Tensor):
+        v = float(b)
+        alpha, beta = {ADD: (1.0, v), SUB: (1.0, -v), MUL: (v, 0.0), DIV: (None, 0.0)}[op]
+        if op == DIV:
+            if v == 0.0:
+                return _binary(op, a, full((), v, a.dtype, a.context), out, stream)
+            alpha = 1.0 / v
+        return scale(a, alpha, beta, out=out, stream=stream)
+    if _is_number(a) and isinstance(b, Tensor):
+        v = float(a)
+        if op == ADD:
+            return scale(b, 1.0, v, out=out, stream=stream)
+        if op == SUB:
+            return scale(b, -1.0, v, out=out, stream=stream)
+        if op == MUL:
+            return scale(b, v, 0.0, out=out, stream=stream)
+        a = full((), v, b.dtype, b.context)
+    a = _tensor(a, "a")
+    b = _tensor(b, "b")
+    ctx = a._ctx
+    _same_ctx(ctx, (b, "b"), (out, "out"))
+    o = _out(out, _broadcast(a.shape, b.shape), a.dtype, ctx)
+    C.gpucore_binary(op, o.handle, a.handle, b.handle, _stream(ctx, stream))
+    return o
+
+
+def add(a: TensorOrNumber, b: TensorOrNumber, out: Optional[Tensor] = None,
+        stream: Optional[Stream] = None) -> Tensor:
+    """a + b (numpy broadcasting; either side may be a Python number)."""
+    return _binary(ADD, a, b, out, stream)
+
+
+def sub(a: TensorOrNumber, b: TensorOrNumber, out: Optional[Tensor] = None,
+        stream: Optional[Stream] = None) -> Tensor:
+    """a - b (numpy broadcasting; either side may be a Python number)."""
+    return _binary(SUB, a, b, out, stream)
+
+
+def mul(a: TensorOrNumber, b: TensorOrNumber, out: Optional[Tensor] = None,
+        stream: Optional[Stream] = None) -> Tensor:
+    """a * b (numpy broadcasting; either side may be a Python number)."""
+    return _binary(MUL, a, b, out, stream)
+
+
+def div(a: TensorOrNumber, b: TensorOrNumber, out: Optional[Tensor] = None,
+        stream: Optional[Stream] = None) -> Tensor:
+    """a / b (numpy broadcasting; either side may be a Python number)."""
+    return _binary(DIV, a, b, out, stream)
+
+
+def _unary(op: int, a: Tensor, out: Optional[Tensor], stream: Optional[Stream]) -> Tensor:
+    a = _tensor(a, "input")
+    _same_ctx(a._ctx, (out, "out"))
+    o = _out(out, a.shape, a.dtype, a._ctx)
+    C.gpucore_unary(op, o.handle, a.handle, _stream(a._ctx, stream))
+    return o
+
+
+def exp(input: Tensor, out: Optional[Tensor] = None, stream: Optional[Stream] = None) -> Tensor:
+    """e ** input, elementwise."""
+    return _unary(EXP, input, out, stream)
+
+
+def log(input: Tensor, out: Optional[Tensor] = None, stream: Optional[Stream] = None) -> Tensor:
+    """Natural logarithm, elementwise."""
+    return _unary(LOG, input, out, stream)
+
+
+def sqrt(input: Tensor, out: Optional[Tensor] = None, stream: Optional[Stream] = None) -> Tensor:
+    """Square root, elementwise."""
+    return _unary(SQRT, input, out, stream)
+
+
+def rsqrt(input: Tensor, out: Optional[Tensor] = None, stream: Optional[Stream] = None) -> Tensor:
+    """1 / sqrt(input), elementwise."""
+    return _unary(RSQRT, input, out, stream)
+
+
+def abs(input: Tensor, out: Optional[Tensor] = None, stream: Optional[Stream] = None) -> Tensor:  # noqa: A001
+    """|input|, elementwise."""
+    return _unary(ABS, input, out, stream)
+
+
+def neg(input: Tensor, out: Optional[Tensor] = None, stream: Optional[Stream] = None) -> Tensor:
+    """-input, elementwise."""
+    return _unary(NEG, input, out, stream)
+
+
+def scale(input: Tensor, alpha: float = 1.0, beta: float = 0.0, out: Optional[Tensor] = None,
+          stream: Optional[Stream] = None) -> Tensor:
+    """alpha * input + beta, elementwise."""
+    a = _tensor(input, "input")
+    _same_ctx(a._ctx, (out, "out"))
+    o = _out(out, a.shape, a.dtype, a._ctx)
+    C.gpucore_scale(o.handle, a.handle, to_float(alpha, "alpha"), to_float(beta, "beta"), _stream(a._ctx, stream))
+    return o
+
+
+def axpy_(y: Tensor, alpha: float, x: Tensor, stream: Optional[Stream] = None) -> Tensor:
+    """y += alpha * x in place (x broadcasts to y). Returns y."""
+    y = _tensor(y, "y")
+    x = _tensor(x, "x")
+    _same_ctx(y._ctx, (x, "x"))
+    C.gpucore_axpy(y.handle, to_float(alpha, "alpha"), x.handle, _stream(y._ctx, stream))
+    return y
+
+
+def clamp(input: Tensor, min: float, max: float, out: Optional[Tensor] = None,  # noqa: A002
+          stream: Optional[Stream] = None) -> Tensor:
+    """min(max(input, min), max) elementwise; NaN stays NaN; needs min <= max."""
+    a = _tensor(input, "input")
+    _same_ctx(a._ctx, (out, "out"))
+    o = _out(out, a.shape, a.dtype, a._ctx)
+    C.gpucore_clamp(o.handle, a.handle, to_float(min, "min"), to_float(max, "max"), _stream(a._ctx, stream))
+    return o
+
+
+def activation(input: Tensor, act: Union[str, int], out: Optional[Tensor] = None,
+               stream: Optional[Stream] = None) -> Tensor:
+    """act(input). act: "relu", "gelu" (erf form), "gelu_tanh", "silu", "sigmoid", "tanh"."""
+    a = _tensor(input, "input")
+    _same_ctx(a._ctx, (out, "out"))
+    o = _out(out, a.shape, a.dtype, a._ctx)
+    C.gpucore_activation_forward(_act(act), o.handle, a.handle, _stream(a._ctx, stream))
+    return o
+
+
+def activation_backward(grad_output: Tensor, input: Tensor, act: Union[str, int], out: Optional[Tensor] = None,
+                        stream: Optional[Stream] = None) -> Tensor:
+    """grad_output * act'(input), with input the FORWARD input. out may be grad_output (in place)."""
+    dy = _tensor(grad_output, "grad_output")
+    x = _tensor(input, "input")
+    _same_ctx(dy._ctx, (x, "input"), (out, "out"))
+    o = _out(out, dy.shape, dy.dtype, dy._ctx)
+    C.gpucore_activation_backward(_act(act), o.handle, dy.handle, x.handle, _stream(dy._ctx, stream))
+    return o
+
+
+def relu(input: Tensor, out: Optional[Tensor] = None, stream: Optional[Stream] = None) -> Tensor:
+    """max(input, 0)."""
+    return activation(input, "relu", out, stream)
+
+
+def gelu(input: Tensor, approximate: str = "none", out: Optional[Tensor] = None,
+         stream: Optional[Stream] = None) -> Tensor:
+    """GELU: approximate="none" is 0.5x(1+erf(x/sqrt2)); "tanh" the tanh form (as torch)."""
+    return activation(input, _gelu_kind(approximate), out, stream)
+
+
+def _gelu_kind(approximate: str) -> str:
+    if approximate not in ("none", "tanh"):
+        raise InvalidArgumentError("gelu: approximate must be 'none' or 'tanh', not %r" % (approximate,))
+    return "gelu" if approximate == "none" else "gelu_tanh"
+
+
+def silu(input: Tensor, out: Optional[Tensor] = None, stream: Optional[Stream] = None) -> Tensor:
+    """x * sigmoid(x)."""
+    return activation(input, "silu", out, stream)
+
+
+def sigmoid(input: Tensor, out: Optional[Tensor] = None, stream: Optional[Stream] = None) -> Tensor:
+    """1 / (1 + exp(-x))."""
+    return activation(input, "sigmoid", out, stream)
+
+
+def tanh(input: Tensor, out: Optional[Tensor] = None, stream: Optional[Stream] = None) -> Tensor:
+    """Hyperbolic tangent."""
+    return activation(input, "tanh", out, stream)
+
+
+def relu_backward(grad_output: Tensor, input: Tensor, out: Optional[Tensor] = None,
+                  stream: Optional[Stream] = None) -> Tensor:
+    """Gradient of relu given the forward input."""
+    return activation_backward(grad_output, input, "relu", out, stream)
+
+
+def gelu_backward(grad_output: Tensor, input: Tensor, approximate: str = "none", out: Optional[Tensor] = None,
+                  stream: Optional[Stream] = None) -> Tensor:
+    """Gradient of gelu given the forward input."""
+    return activation_backward(grad_output, input, _gelu_kind(approximate), out, stream)
+
+
+def silu_backward(grad_output: Tensor, input: Tensor, out: Optional[Tensor] = None,
+                  stream: Optional[Stream] = None) -> Tensor:
+    """Gradient of silu given the forward input."""
+    return activation_backward(grad_output, input, "silu", out, stream)
+
+
+def sigmoid_backward(grad_output: Tensor, input: Tensor, out: Optional[Tensor] = None,
+                     stream: Optional[Stream] = None) -> Tensor:
+    """Gradient of sigmoid given the forward INPUT (not the output, unlike torch's internal op)."""
+    return activation_backward(grad_output, input, "sigmoid", out, stream)
+
+
+def tanh_backward(grad_output: Tensor, input: Tensor, out: Optional[Tensor] = None,
+                  stream: Optional[Stream] = None) -> Tensor:
+    """Gradient of tanh given the forward input."""
+    return activation_backward(grad_output, input, "tanh", out, stream)
+
+
+def bias_act(input: Tensor, bias: Tensor, act: Union[str, int] = "none", op: str = "add",
+             out: Optional[Tensor] = None, stream: Optional[Stream] = None) -> Tensor:
+    """act(input op bias) in one pass (op: "add", "sub", "mul", "div"; bias broadcasts,
+    e.g. shape [cols]). The usual use is bias add + activation."""
+    a = _tensor(input, "input")
+    b = _tensor(bias, "bias")
+    ops = {"add": ADD, "sub": SUB, "mul": MUL, "div": DIV}
+    if op not in ops:
+        raise InvalidArgumentError("bias_act: op must be one of %s, not %r" % (", ".join(ops), op))
+    _same_ctx(a._ctx, (b, "bias"), (out, "out"))
+    o = _out(out, _broadcast(a.shape, b.shape), a.dtype, a._ctx)
+    C.gpucore_binary_act(ops[op], _act(act), o.handle, a.handle, b.handle, _stream(a._ctx, stream))
+    return o
+
+
+def cast(input: Tensor, dtype: Any, out: Optional[Tensor] = None, stream: Optional[Stream] = None) -> Tensor:
+    """input converted to ``dtype`` (f32, f64, f16, bf16 in any combination; round to
+    nearest even, NaN/Inf kept, out-of-range values become Inf)."""
+    a = _tensor(input, "input")
+    dt = _dt.as_dtype(dtype)
+    _same_ctx(a._ctx, (out, "out"))
+    o = _out(out, a.shape, dt, a._ctx)
+    C.gpucore_cast(o.handle, a.handle, _stream(a._ctx, stream))
+    return o
+
+
+def dropout(input: Tensor, p: float = 0.5, training: bool = True, seed: Optional[int] = None,
+            offset: Optional[int] = None, out: Optional[Tensor] = None,
+            stream: Optional[Stream] = None) -> Tensor:
+    """Inverted dropout: each element is zeroed with probability ``p``, the rest are scaled
+    by 1/(1-p). The mask is Philox uniform draws under (seed, offset): the same on every
+    backend. Without ``seed`` the default generator (:func:`gpucore.manual_seed`) is used
+    and advanced; to be able to run the backward, pass ``seed``/``offset`` yourself and give
+    the same ones to :func:`dropout_backward`. ``training=False`` or p == 0 returns input."""
+    a = _tensor(input, "input")
+    pv = to_float(p, "p")
+    if not training or pv == 0.0:
+        return a
+    _same_ctx(a._ctx, (out, "out"))
+    o = _out(out, a.shape, a.dtype, a._ctx)
+    if seed is None:
+        sd, off = _generator["seed"], _generator["offset"] if offset is None else to_int(offset, "offset", 0,
+                                                                                        UINT64_MAX)
+        C.gpucore_dropout(o.handle, a.handle, pv, sd, off, _stream(a._ctx, stream))
+        _generator["offset"] = (off + C.gpucore_random_offset_advance(o.numel, 0)) & UINT64_MAX
+    else:
+        C.gpucore_dropout(o.handle, a.handle, pv, to_int(seed, "seed", 0, UINT64_MAX),
+                          0 if offset is None else to_int(offset, "offset", 0, UINT64_MAX),
+                          _stream(a._ctx, stream))
+    return o
+
+
+def dropout_backward(grad_output: Tensor, p: float, seed: int, offset: int = 0, out: Optional[Tensor] = None,
+                     stream: Optional[Stream] = None) -> Tensor:
+    """Gradient of :func:`dropout` (the same mask: pass the forward's p, seed and offset)."""
+    return dropout(grad_output, p, True, seed, offset, out, stream)
+
+
+# ---------------------------------------------------------------- reductions
+
+def reduce(input: Tensor, op: str, dim: Optional[int] = None, keepdim: bool = False,
+           out: Optional[Tensor] = None, stream: Optional[Stream] = None) -> Tensor:
+    """Reduce over one dim (or every element when dim is None). op: "sum", "mean", "max",
+    "min", "argmax", "sumsq". Deterministic. The result has input's dtype (i64 for argmax)."""
+    a = _tensor(input, "input")
+    if op not in REDUCTIONS:
+        raise InvalidArgumentError("reduce: op must be one of %s, not %r" % (", ".join(REDUCTIONS), op))
+    sh = a.shape
+    if dim is None:
+        axis = ALL_AXES
+        oshape: Tuple[int, ...] = tuple(1 for _ in sh) if keepdim else ()
+    else:
+        axis = check_dim(dim, len(sh))
+        oshape = tuple(1 if i == axis else s for i, s in enumerate(sh)) if keepdim else \
+            tuple(s for i, s in enumerate(sh) if i != axis)
+    _same_ctx(a._ctx, (out, "out"))
+    o = _out(out, oshape, "int64" if op == "argmax" else a.dtype, a._ctx)
+    C.gpucore_reduce(REDUCTIONS[op], o.handle, a.handle, axis, _stream(a._ctx, stream))
+    return o
+
+
+def sum(input: Tensor, dim: Optional[int] = None, keepdim: bool = False,  # noqa: A001
+        out: Optional[Tensor] = None, stream: Optional[Stream] = None) -> Tensor:
+    """Sum over ``dim`` (None: all elements)."""
+    return reduce(input, "sum", dim, keepdim, out, stream)
+
+
+def mean(input: Tensor, dim: Optional[int] = None, keepdim: bool = False, out: Optional[Tensor] = None,
+         stream: Optional[Stream] = None) -> Tensor:
+    """Mean over ``dim`` (None: all elements); NaN for an empty dim."""
+    return reduce(input, "mean", dim, keepdim, out, stream)
+
+
+def amax(input: Tensor, dim: Optional[int] = None, keepdim: bool = False, out: Optional[Tensor] = None,
+         stream: Optional[Stream] = None) -> Tensor:
+    """Maximum over ``dim`` (NaN propagates)."""
+    return reduce(input, "max", dim, keepdim, out, stream)
+
+
+def amin(input: Tensor, dim: Optional[int] = None, keepdim: bool = False, out: Optional[Tensor] = None,
+         stream: Optional[Stream] = None) -> Tensor:
+    """Minimum over ``dim`` (NaN propagates)."""
+    return reduce(input, "min", dim, keepdim, out, stream)
+
+
+def argmax(input: Tensor, dim: Optional[int] = None, keepdim: bool = False, out: Optional[Tensor] = None,
+           stream: Optional[Stream] = None) -> Tensor:
+    """Index (i64) of the first maximum over ``dim`` (None: flat index)."""
+    return reduce(input, "argmax", dim, keepdim, out, stream)
+
+
+def sum_of_squares(input: Tensor, dim: Optional[int] = None, keepdim: bool = False,
+                   out: Optional[Tensor] = None, stream: Optional[Stream] = None) -> Tensor:
+    """Sum of squares over ``dim`` (None: all elements)."""
+    return reduce(input, "sumsq", dim, keepdim, out, stream)
+
+
+def bias_grad(grad_output: Tensor, out: Optional[Tensor] = None, stream: Optional[Stream] = None) -> Tensor:
+    """Column sums: db[c] = sum of grad_output[..., c] (the bias gradient of a [..., C] output)."""
+    dy = _tensor(grad_output, "grad_output")
+    if not dy.shape:
+        raise ShapeMismatchError("bias_grad: grad_output must have at least 1 dim")
+    _same_ctx(dy._ctx, (out, "out"))
+    o = _out(out, (dy.shape[-1],), dy.dtype, dy._ctx)
+    C.gpucore_bias_grad(o.handle, dy.handle, _stream(dy._ctx, stream))
+    return o
+
+
+# ---------------------------------------------------------------- row ops
+
+def _last_dim_views(x: Tensor, o: Tensor, dim: int) -> Tuple[Tensor, Tensor]:
+    d = check_dim(dim, len(x.shape))
+    if d == len(x.shape) - 1:
+        return x, o
+    return x.transpose(d, -1), o.transpose(d, -1)
+
+
+def softmax(input: Tensor, dim: int = -1, out: Optional[Tensor] = None,
+            stream: Optional[Stream] = None) -> Tensor:
+    """softmax along ``dim`` (numerically stable; -inf entries are masked out). out may be input."""
+    x = _tensor(input, "input")
+    _same_ctx(x._ctx, (out, "out"))
+    o = _out(out, x.shape, x.dtype, x._ctx)
+    xv, ov = _last_dim_views(x, o, dim)
+    C.gpucore_softmax(ov.handle, xv.handle, 0, _stream(x._ctx, stream))
+    return o
+
+
+def log_softmax(input: Tensor, dim: int = -1, out: Optional[Tensor] = None,
+                stream: Optional[Stream] = None) -> Tensor:
+    """log(softmax(input)) along ``dim``, computed stably."""
+    x = _tensor(input, "input")
+    _same_ctx(x._ctx, (out, "out"))
+    o = _out(out, x.shape, x.dtype, x._ctx)
+    xv, ov = _last_dim_views(x, o, dim)
+    C.gpucore_softmax(ov.handle, xv.handle, 1, _stream(x._ctx, stream))
+    return o
+
+
+def _softmax_bw(dy: Tensor, y: Tensor, dim: int, log_: int, out: Optional[Tensor],
+                stream: Optional[Stream]) -> Tensor:
+    dy = _tensor(dy, "grad_output")
+    y = _tensor(y, "output")
+    _same_ctx(dy._ctx, (y, "output"), (out, "out"))
+    o = _out(out, dy.shape, dy.dtype, dy._ctx)
+    d = check_dim(dim, len(dy.shape))
+    if d != len(dy.shape) - 1:
+        dyv, yv, ov = dy.transpose(d, -1), y.transpose(d, -1), o.transpose(d, -1)
+    else:
+        dyv, yv, ov = dy, y, o
+    C.gpucore_softmax_backward(ov.handle, dyv.handle, yv.handle, log_, _stream(dy._ctx, stream))
+    return o
+
+
+def softmax_backward(grad_output: Tensor, output: Tensor, dim: int = -1, out: Optional[Tensor] = None,
+                     stream: Optional[Stream] = None) -> Tensor:
+    """dx = y * (dy - sum(dy * y)) from the forward OUTPUT y. out may be grad_output."""
+    return _softmax_bw(grad_output, output, dim, 0, out, stream)
+
+
+def log_softmax_backward(grad_output: Tensor, output: Tensor, dim: int = -1, out: Optional[Tensor] = None,
+                         stream: Optional[Stream] = None) -> Tensor:
+    """dx = dy - exp(y) * sum(dy) from the forward OUTPUT y of log_softmax."""
+    return _softmax_bw(grad_output, output, dim, 1, out, stream)
+
+
+def _check_normalized(x: Tensor, normalized_shape: Any, fn: str) -> None:
+    if normalized_shape is None:
+        return
+    ns = (normalized_shape,) if isinstance(normalized_shape, numbers.Integral) else tuple(normalized_shape)
+    if len(ns) != 1 or not x.shape or ns[0] != x.shape[-1]:
+        raise ShapeMismatchError("%s: normalized_shape %s must be the last dim of the input %s (only "
+                                 "normalisation over the last dim is supported)" % (fn, ns, x.shape))
+
+
+def layer_norm(input: Tensor, normalized_shape: Any = None, weight: Optional[Tensor] = None,
+               bias: Optional[Tensor] = None, eps: float = 1e-5, return_stats: bool = False,
+               out: Optional[Tensor] = None, stream: Optional[Stream] = None) -> Any:
+    """LayerNorm over the last dim: (x - mean) * rstd * weight + bias, rstd = 1/sqrt(var + eps)
+    (biased variance). weight and bias: [C], both or neither (their dtype may differ from the
+    input's, e.g. f32 parameters for bf16 activations). ``normalized_shape`` (optional) must be
+    the last dim. With ``return_stats=True`` returns ``(y, mean, rstd)`` (f32, input's leading
+    shape) for :func:`layer_norm_backward`; else y."""
+    x = _tensor(input, "input")
+    _check_normalized(x, normalized_shape, "layer_norm")
+    if (weight is None) != (bias is None):
+        raise InvalidArgumentError("layer_norm: give both weight and bias or neither")
+    ctx = x._ctx
+    _same_ctx(ctx, (weight, "weight"), (bias, "bias"), (out, "out"))
+    o = _out(out, x.shape, x.dtype, ctx)
+    mu = rs = None
+    if return_stats:
+        mu = empty(x.shape[:-1], "float32", device=ctx)
+        rs = empty(x.shape[:-1], "float32", device=ctx)
+    C.gpucore_layer_norm(o.handle, _opt(mu, "mean"), _opt(rs, "rstd"), x.handle, _opt(weight, "weight"),
+                         _opt(bias, "bias"), to_float(eps, "eps"), _stream(ctx, stream))
+    return (o, mu, rs) if return_stats else o
+
+
+def layer_norm_backward(grad_output: Tensor, input: Tensor, mean: Tensor, rstd: Tensor,
+                        weight: Optional[Tensor] = None, input_grad: bool = True, weight_grad: bool = True,
+                        stream: Optional[Stream] = None) -> Tuple[Optional[Tensor], Optional[Tensor],
+                                                                  Optional[Tensor]]:
+    """Returns (dx, dweight, dbias) of :func:`layer_norm` (mean/rstd from return_stats=True).
+    dweight/dbias are None without weight or with weight_grad=False; dx None with input_grad=False."""
+    dy = _tensor(grad_output, "grad_output")
+    x = _tensor(input, "input")
+    ctx = dy._ctx
+    _same_ctx(ctx, (x, "input"), (mean, "mean"), (rstd, "rstd"), (weight, "weight"))
+    dx = empty(x.shape, x.dtype, device=ctx) if input_grad else None
+    dw = db = None
+    if weight is not None and weight_grad:
+        w = _tensor(weight, "weight")
+        dw = empty(w.shape, w.dtype, device=ctx)
+        db = empty(w.shape, w.dtype, device=ctx)
+    C.gpucore_layer_norm_backward(_opt(dx, "dx"), _opt(dw, "dw"), _opt(db, "db"), dy.handle, x.handle,
+                                  _tensor(mean, "mean").handle, _tensor(rstd, "rstd").handle,
+                                  _opt(weight, "weight"), _stream(ctx, stream))
+    return dx, dw, db
+
+
+def rms_norm(input: Tensor, normalized_shape: Any = None, weight: Optional[Tensor] = None, eps: float = 1e-6,
+             return_stats: bool = False, out: Optional[Tensor] = None,
+             stream: Optional[Stream] = None) -> Any:
+    """RMSNorm over the last dim: x * rstd * weight, rstd = 1/sqrt(mean(x^2) + eps); weight
+    [C] or None. With ``return_stats=True`` returns ``(y, rstd)`` for :func:`rms_norm_backward`."""
+    x = _tensor(input, "input")
+    _check_normalized(x, normalized_shape, "rms_norm")
+    ctx = x._ctx
+    _same_ctx(ctx, (weight, "weight"), (out, "out"))
+    o = _out(out, x.shape, x.dtype, ctx)
+    rs = empty(x.shape[:-1], "float32", device=ctx) if return_stats else None
+    C.gpucore_rms_norm(o.handle, _opt(rs, "rstd"), x.handle, _opt(weight, "weight"), to_float(eps, "eps"),
+                       _stream(ctx, stream))
+    return (o, rs) if return_stats else o
+
+
+def rms_norm_backward(grad_output: Tensor, input: Tensor, rstd: Tensor, weight: Optional[Tensor] = None,
+                      input_grad: bool = True, weight_grad: bool = True,
+                      stream: Optional[Stream] = None) -> Tuple[Optional[Tensor], Optional[Tensor]]:
+    """Returns (dx, dweight) of :func:`rms_norm` (rstd from return_stats=True)."""
+    dy = _tensor(grad_output, "grad_output")
+    x = _tensor(input, "input")
+    ctx = dy._ctx
+    _same_ctx(ctx, (x, "input"), (rstd, "rstd"), (weight, "weight"))
+    dx = empty(x.shape, x.dtype, device=ctx) if input_grad else None
+    dw = None
+    if weight is not None and weight_grad:
+        w = _tensor(weight, "weight")
+        dw = empty(w.shape, w.dtype, device=ctx)
+    C.gpucore_rms_norm_backward(_opt(dx, "dx"), _opt(dw, "dw"), dy.handle, x.handle,
+                                _tensor(rstd, "rstd").handle, _opt(weight, "weight"), _stream(ctx, stream))
+    return dx, dw
+
+
+def _loss_reduction(reduction: str) -> int:
+    if reduction not in LOSS_REDUCTIONS:
+        raise InvalidArgumentError("reduction must be 'none', 'mean' or 'sum', not %r" % (reduction,))
+    return LOSS_REDUCTIONS[reduction]
+
+
+def cross_entropy(input: Tensor, target: Tensor, ignore_index: int = -100, reduction: str = "mean",
+                  out: Optional[Tensor] = None, stream: Optional[Stream] = None) -> Tensor:
+    """Cross-entropy of softmax(input) (logits [..., C]) against integer class targets (i32/i64,
+    input's leading shape), fused and stable. Rows whose target is ``ignore_index`` count 0 and
+    are not counted by "mean". reduction "none" gives one loss per row (input's dtype);
+    "mean"/"sum" a 0-d f32 tensor. A target outside [0, C) gives NaN for its row."""
+    x = _tensor(input, "input")
+    t = _tensor(target, "target")
+    r = _loss_reduction(reduction)
+    ctx = x._ctx
+    _same_ctx(ctx, (t, "target"), (out, "out"))
+    if out is None:
+        o = empty(t.shape, x.dtype, device=ctx) if r == 0 else empty((), "float32", device=ctx)
+    else:
+        o = _tensor(out, "out")
+    C.gpucore_cross_entropy(o.handle, x.handle, t.handle, to_int(ignore_index, "ignore_index"), r,
+                            _stream(ctx, stream))
+    return o
+
+
+def cross_entropy_backward(input: Tensor, target: Tensor, grad_output: TensorOrNumber = 1.0,
+                           ignore_index: int = -100, reduction: str = "mean", out: Optional[Tensor] = None,
+                           stream: Optional[Stream] = None) -> Tensor:
+    """d loss / d input = grad * (softmax(input) - onehot(target)); 0 on ignored rows; "mean"
+    divides by the counted rows. ``grad_output``: the loss's gradient (a tensor of the loss's
+    shape, or a number for a reduced loss, e.g. the loss scale). out may be input (in place)."""
+    x = _tensor(input, "input")
+    t = _tensor(target, "target")
+    r = _loss_reduction(reduction)
+    ctx = x._ctx
+    if _is_number(grad_output):
+        if r == 0:
+            dl = full(t.shape, float(grad_output), x.dtype, device=ctx)  # type: ignore[arg-type]
+        else:
+            dl = full((), float(grad_output), "float32", device=ctx)  # type: ignore[arg-type]
+    else:
+        dl = _tensor(grad_output, "grad_output")
+    _same_ctx(ctx, (t, "target"), (dl, "grad_output"), (out, "out"))
+    o = _out(out, x.shape, x.dtype, ctx)
+    C.gpucore_cross_entropy_backward(o.handle, dl.handle, x.handle, t.handle, to_int(ignore_index, "ignore_index"),
+                                     r, _stream(ctx, stream))
+    return o
+
+
+def embedding(input: Tensor, weight: Tensor, out: Optional[Tensor] = None,
+              stream: Optional[Stream] = None) -> Tensor:
+    """out[i..., :] = weight[input[i...], :]; input: i32/i64 indices of any shape, weight [V, D].
+    An index outside [0, V) gives a row of NaN (not checked on the host)."""
+    idx = _tensor(input, "input")
+    w = _tensor(weight, "weight")
+    if len(w.shape) != 2:
+        raise ShapeMismatchError("embedding: weight must be [V, D], not %s" % (w.shape,))
+    ctx = w._ctx
+    _same_ctx(ctx, (idx, "input"), (out, "out"))
+    o = _out(out, tuple(idx.shape) + (w.shape[1],), w.dtype, ctx)
+    C.gpucore_embedding(o.handle, w.handle, idx.handle, _stream(ctx, stream))
+    return o
+
+
+def embedding_backward(grad_output: Tensor, input: Tensor, num_weights: int, out: Optional[Tensor] = None,
+                       stream: Optional[Stream] = None) -> Tensor:
+    """dweight [num_weights, D]: row v sums grad_output rows whose index is v (deterministic;
+    every row written, 0 where no index hits; out-of-range indices add nothing)."""
+    dy = _tensor(grad_output, "grad_output")
+    idx = _tensor(input, "input")
+    ctx = dy._ctx
+    if not dy.shape:
+        raise ShapeMismatchError("embedding_backward: grad_output must be [..., D]")
+    _same_ctx(ctx, (idx, "input"), (out, "out"))
+    o = _out(out, (to_int(num_weights, "num_weights", 0), dy.shape[-1]), dy.dtype, ctx)
+    C.gpucore_embedding_backward(o.handle, dy.handle, idx.handle, _stream(ctx, stream))
+    return o
+
+
+# ---------------------------------------------------------------- Tensor methods and operators
+
+def _install_methods() -> None:
+    def _inplace(op: int) -> Any:
+        def f(self: Tensor, other: TensorOrNumber) -> Tensor:
+            return _binary(op, self, other, self, None)
+        return f
+
+    T = Tensor
+    T.__add__ = lambda self, o: _binary(ADD, self, o, None, None)  # type: ignore[assignment]
+    T.__radd__ = lambda self, o: _binary(ADD, o, self, None, None)  # type: ignore[assignment]
+    T.__sub__ = lambda self, o: _binary(SUB, self, o, None, None)  # type: ignore[assignment]
+    T.__rsub__ = lambda self, o: _binary(SUB, o, self, None, None)  # type: ignore[assignment]
+    T.__mul__ = lambda self, o: _binary(MUL, self, o, None, None)  # type: ignore[assignment]
+    T.__rmul__ = lambda self, o: _binary(MUL, o, self, None, None)  # type: ignore[assignment]
+    T.__truediv__ = lambda self, o: _binary(DIV, self, o, None, None)  # type: ignore[assignment]
+    T.__rtruediv__ = lambda self, o: _binary(DIV, o, self, None, None)  # type: ignore[assignment]
+    T.__iadd__ = _inplace(ADD)  # type: ignore[assignment]
+    T.__isub__ = _inplace(SUB)  # type: ignore[assignment]
+    T.__imul__ = _inplace(MUL)  # type: ignore[assignment]
+    T.__itruediv__ = _inplace(DIV)  # type: ignore[assignment]
+    T.__neg__ = lambda self: neg(self)  # type: ignore[assignment]
+    T.__abs__ = lambda self: abs(self)  # type: ignore[assignment]
+    for name, fn in (("exp", exp), ("log", log), ("sqrt", sqrt), ("rsqrt", rsqrt), ("abs", abs), ("neg", neg),
+                     ("relu", relu), ("gelu", gelu), ("silu", silu), ("sigmoid", sigmoid), ("tanh", tanh),
+                     ("sum", sum), ("mean", mean), ("amax", amax), ("amin", amin), ("argmax", argmax),
+                     ("softmax", softmax), ("log_softmax", log_softmax), ("clamp", clamp)):
+        setattr(T, name, fn)
+
+    def astype(self: Tensor, dtype: Any) -> Tensor:
+        """This tensor converted to ``dtype`` (self when it already has it); see gpucore.cast."""
+        return self if _dt.as_dtype(dtype) is self.dtype else cast(self, dtype)
+
+    T.astype = astype  # type: ignore[attr-defined]
+    T.float = lambda self: astype(self, "float32")  # type: ignore[attr-defined]
+    T.double = lambda self: astype(self, "float64")  # type: ignore[attr-defined]
+    T.half = lambda self: astype(self, "float16")  # type: ignore[attr-defined]
+    T.bfloat16 = lambda self: astype(self, "bfloat16")  # type: ignore[attr-defined]
+
+
+_install_methods()
