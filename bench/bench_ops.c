@@ -104,11 +104,14 @@ int main(int argc, char **argv)
 {
     const char *dev = NULL;
     long mib = 0;
+    int full = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--json")) json = 1;
+        else if (!strcmp(argv[i], "--quick")) full = 0;
+        else if (!strcmp(argv[i], "--full")) full = 1;
         else if (!strcmp(argv[i], "--device") && i + 1 < argc) dev = argv[++i];
         else if (!strcmp(argv[i], "--mib") && i + 1 < argc) mib = atol(argv[++i]);
-        else { fprintf(stderr, "usage: bench_ops [--json] [--device cpu|cuda] [--mib N]\n"); return 2; }
+        else { fprintf(stderr, "usage: bench_ops [--json] [--quick|--full] [--device cpu|cuda] [--mib N]\n"); return 2; }
     }
     gpucore_context *ctx = NULL;
     if (gpucore_context_create(dev, &ctx)) { fprintf(stderr, "bench_ops: %s\n", gpucore_last_error()); return 1; }
@@ -116,7 +119,8 @@ int main(int argc, char **argv)
     gpucore_device_type type;
     int idx;
     gpucore_context_device(ctx, &type, &idx);
-    if (mib <= 0) mib = type == GPUCORE_DEVICE_CPU ? 64 : 256;
+    /* Sizes past every cache: --quick 64 MiB per tensor on a CPU, 256 MiB on a GPU; --full 4x that. */
+    if (mib <= 0) mib = (type == GPUCORE_DEVICE_CPU ? 64 : 256) * (full ? 4 : 1);
     const int64_t n = mib * 1024 * 1024 / 4, cols = 4096, rows = n / cols;
     int64_t shape[2] = {rows, cols}, bshape[1] = {cols}, rshape[1] = {rows};
     gpucore_tensor *x = make(ctx, GPUCORE_F32, 2, shape), *y = make(ctx, GPUCORE_F32, 2, shape);

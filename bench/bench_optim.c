@@ -74,13 +74,16 @@ int main(int argc, char **argv)
     int json = 0, reps = 0;
     const char *device = NULL;
     int64_t max_params = 0;
+    int full = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--json")) json = 1;
+        else if (!strcmp(argv[i], "--quick")) full = 0;
+        else if (!strcmp(argv[i], "--full")) full = 1;
         else if (!strcmp(argv[i], "--device") && i + 1 < argc) device = argv[++i];
         else if (!strcmp(argv[i], "--max-params") && i + 1 < argc) max_params = atoll(argv[++i]);
         else if (!strcmp(argv[i], "--reps") && i + 1 < argc) reps = atoi(argv[++i]);
         else {
-            fprintf(stderr, "usage: %s [--json] [--device cpu|cuda] [--max-params N] [--reps R]\n", argv[0]);
+            fprintf(stderr, "usage: %s [--json] [--quick|--full] [--device cpu|cuda] [--max-params N] [--reps R]\n", argv[0]);
             return 2;
         }
     }
@@ -90,7 +93,8 @@ int main(int argc, char **argv)
     int index;
     TRY(gpucore_context_device(ctx, &type, &index));
     const int gpu = type == GPUCORE_DEVICE_CUDA;
-    if (!max_params) max_params = gpu ? (int64_t)1 << 30 : (int64_t)1 << 24; /* CPU: fits ~20 s on a small box */
+    /* --quick: up to 256M parameters on a GPU, 4M on a CPU (seconds on a small box); --full: 1B / 16M. */
+    if (!max_params) max_params = gpu ? (int64_t)1 << (full ? 30 : 28) : (int64_t)1 << (full ? 24 : 22);
     if (!reps) reps = gpu ? 20 : 3;
     const char *dev = gpucore_context_device_name(ctx);
     if (!json) {

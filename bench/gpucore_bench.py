@@ -246,6 +246,7 @@ def main():
         for k, v in errors.items():
             print(f"not completed: {k}: {v}")
     if args.out:
+        os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
         with open(args.out, "w") as f:
             for r in rows:
                 f.write(json.dumps(r) + "\n")

@@ -7,19 +7,23 @@
  *     a counter-based hash (splitmix64 of the three), so a resumed run draws
  *     exactly the batches the uninterrupted run would have drawn;
  *   - model: L conv3x3(+bias+ReLU, fused) layers in NHWC, flatten, linear, and
- *     cross-entropy; backward with the library's backward ops;
+ *     cross-entropy, registered as segments of the library's checkpoint executor
+ *     (gpucore_ckpt: built-in conv2d segments, a custom flatten + linear head),
+ *     which runs forward and backward;
  *   - bf16 mixed precision: bf16 parameters, activations and gradients; fused
  *     AdamW with f32 master weights; dynamic loss scaling; global-norm clipping;
  *   - memory: every tensor from the context's caching allocator; activation
- *     checkpointing by policy (--checkpoint-policy none|all|sqrt|every:K|budget:BYTES):
- *     only the inputs of checkpoint layers are held through the step and the
- *     others are recomputed in backward, group by group (bitwise the same result);
+ *     checkpointing by the executor's policy (--checkpoint-policy
+ *     none|all|sqrt|every:K|budget:BYTES): only the inputs of checkpoint segments
+ *     are held through the step and the others are recomputed in backward, group
+ *     by group (bitwise the same result);
  *   - checkpoints: --save PATH every --save-every K steps (safetensors, with the
  *     optimizer and loss-scaler state and the step), --resume PATH;
  *   - data parallelism: --ddp under mpirun: each rank takes its shard of the
  *     global batch, gradients are averaged by the bucketed DDP reducer as
- *     backward produces them;
- *   - at the end: loss, samples/s, peak memory and the per-op profile.
+ *     backward produces them (the executor's grad-ready callback feeds it);
+ *   - at the end: loss, samples/s, peak memory, the executor's memory figures
+ *     (activation bytes held vs keep-all) and the per-op profile.
  *
  *   train_cnn --steps 200 --batch 32 [--device cpu|cuda|auto] [--seed S] [--lr LR]
  *             [--checkpoint-policy P] [--save PATH [--save-every K]] [--resume PATH]
@@ -195,55 +199,102 @@ static int model_init(gpucore_context *ctx, model *m, const options *o)
 }
 
 /* ------------------------------------------------- checkpointing policy
- * Activation a[0] = x, a[i+1] = relu(conv_i(a[i])), a[L] feeds the head. The
- * backward of conv i needs a[i] (its input) and a[i+1] (its ReLU mask). A
- * policy picks which a[i] stay alive from the forward to the backward: the
- * inputs of "checkpoint" layers, every K-th; the rest are recomputed in backward
- * from the nearest held one below. Peak activation memory is then about
- * (L/K + K) activations instead of L. */
+ * The model runs through the library's checkpoint executor (gpucore_ckpt): one
+ * segment per conv layer (conv3x3 + bias + ReLU, fused, the built-in conv2d
+ * segment) and a head segment of our own (flatten + linear). The executor keeps,
+ * drops and recomputes activations as the policy says; every policy gives
+ * bitwise the gradients of keep-all, since every op is deterministic.
+ *   none         keep everything (the reference)
+ *   all          hold only each segment's input, recompute each in backward
+ *   sqrt         a checkpoint every ceil(sqrt(n)) segments (Chen et al. 2016)
+ *   every:K      a checkpoint every K segments, the rest recomputed
+ *   budget:BYTES the least recompute whose estimated activation memory (on top of
+ *                what is allocated when the step starts: parameters, gradients,
+ *                optimizer state, the batch) stays within BYTES */
 
-typedef struct policy { int k; int64_t budget; } policy;
+typedef struct policy { gpucore_ckpt_policy kind; int64_t param; } policy;
 
-static int parse_policy(const char *s, int L, policy *p)
+static int parse_policy(const char *s, policy *p)
 {
-    p->budget = 0;
-    if (!strcmp(s, "none")) p->k = 0;
-    else if (!strcmp(s, "all")) p->k = 1;
-    else if (!strcmp(s, "sqrt")) p->k = (int)ceil(sqrt((double)L));
-    else if (!strncmp(s, "every:", 6) && atoi(s + 6) >= 1) p->k = atoi(s + 6);
-    else if (!strncmp(s, "budget:", 7) && atoll(s + 7) > 0) { p->k = -1; p->budget = atoll(s + 7); }
+    char *end = NULL;
+    p->param = 0;
+    if (!strcmp(s, "none")) p->kind = GPUCORE_CKPT_KEEP_ALL;
+    else if (!strcmp(s, "all")) p->kind = GPUCORE_CKPT_RECOMPUTE_ALL;
+    else if (!strcmp(s, "sqrt")) p->kind = GPUCORE_CKPT_SQRT_N;
+    else if (!strncmp(s, "every:", 6) && (p->param = strtoll(s + 6, &end, 10)) >= 1 && !*end) p->kind = GPUCORE_CKPT_EVERY_K;
+    else if (!strncmp(s, "budget:", 7) && (p->param = strtoll(s + 7, &end, 10)) > 0 && !*end) p->kind = GPUCORE_CKPT_BUDGET;
     else return 1;
     return 0;
 }
 
-/* For budget:BYTES, the least recompute whose estimated activation bytes fit. */
-static int policy_for_budget(int L, int64_t act_bytes, int64_t budget, int *k)
+/* The head, a custom segment: flatten [B, H, W, C] to [B, H*W*C] (a view) and
+ * logits = flat · Wᵀ + b. Flatten and linear are one segment because the
+ * executor's keep-all accounting sees a separate view-only flatten segment as
+ * one more activation (its output shares the last conv's storage); as one
+ * segment, its saved input is recognised as the conv's saved output. Backward
+ * writes the input gradient straight into a [B, H*W*C] view of dx. */
+static gpucore_status head_forward(gpucore_ckpt_call *call, const gpucore_tensor *x, gpucore_tensor **y,
+                                   gpucore_stream *stream, void *user)
 {
-    /* every k: held inputs a[0], a[k], a[2k], ... and a[L], plus a group of k-1 being recomputed */
-    int64_t leanest = INT64_MAX;
-    for (int kk = 0; kk <= L; kk++) {
-        int64_t est = kk == 0 ? (int64_t)(L + 1) * act_bytes : ((L + kk - 1) / kk + 1 + kk - 1) * act_bytes;
-        if (est < leanest) leanest = est;
-        if (est <= budget) { *k = kk; return 0; } /* the first that fits recomputes least */
-    }
-    fprintf(stderr, "train_cnn: budget %lld bytes is below the leanest plan (%lld bytes of activations)\n",
-            (long long)budget, (long long)leanest);
-    return 1;
+    model *m = user;
+    int64_t b = gpucore_tensor_numel(x) / ((int64_t)IMG * IMG * m->C);
+    int64_t flat_shape[2] = {b, (int64_t)IMG * IMG * m->C}, out_shape[2] = {b, CLASSES};
+    gpucore_tensor *flat = NULL, *out = NULL;
+    gpucore_context *ctx = NULL;
+    gpucore_status st = gpucore_tensor_context(x, &ctx);
+    if (!st) st = gpucore_tensor_reshape((gpucore_tensor *)x, 2, flat_shape, &flat);
+    if (!st) st = gpucore_tensor_create(ctx, GPUCORE_BF16, 2, out_shape, &out);
+    if (!st) st = gpucore_linear_forward(flat, m->w[m->L], m->b[m->L], GPUCORE_ACT_NONE, out, NULL, stream);
+    if (!st) st = gpucore_ckpt_save(call, flat);
+    gpucore_tensor_destroy(flat);
+    if (st) gpucore_tensor_destroy(out);
+    else *y = out;
+    return st;
 }
 
-static int held_by_policy(int k, int i) { return k == 0 || i == 0 || i % k == 0; }
-
-/* a[i+1] from a[i] (a fresh bf16 tensor). */
-static int conv_layer(gpucore_context *ctx, model *m, int i, gpucore_tensor *in, gpucore_tensor **out)
+static gpucore_status head_backward(gpucore_ckpt_call *call, const gpucore_tensor *dy, gpucore_tensor *dx,
+                                    gpucore_stream *stream, void *user)
 {
-    int64_t shape[4];
-    TRY(gpucore_tensor_shape(in, shape));
-    int64_t bsz = shape[0];
-    int64_t os[4] = {bsz, IMG, IMG, m->C};
-    if (new_tensor(ctx, GPUCORE_BF16, 4, os, out)) return 1;
-    gpucore_conv_options o = m->conv;
-    o.activation = GPUCORE_ACT_RELU;
-    TRY(gpucore_conv_forward(in, m->w[i], m->b[i], *out, &o, NULL));
+    model *m = user;
+    gpucore_tensor *flat = NULL, *dflat = NULL;
+    gpucore_status st = gpucore_ckpt_saved(call, 0, &flat);
+    int64_t flat_shape[2];
+    if (!st) st = gpucore_tensor_shape(flat, flat_shape);
+    if (!st && dx) st = gpucore_tensor_reshape(dx, 2, flat_shape, &dflat);
+    if (!st) st = gpucore_linear_backward(dy, flat, m->w[m->L], NULL, dflat, m->dw[m->L], m->db[m->L], stream);
+    if (!st) st = gpucore_ckpt_grad_ready(call, 0, m->dw[m->L]);
+    if (!st) st = gpucore_ckpt_grad_ready(call, 1, m->db[m->L]);
+    gpucore_tensor_destroy(dflat);
+    return st;
+}
+
+/* The executor's grad-ready callback: hand the finished gradient to the DDP
+ * reducer at once, so its bucket's allreduce overlaps the rest of backward. */
+typedef struct grad_router { gpucore_ddp *ddp; model *m; } grad_router;
+
+static gpucore_status on_grad_ready(void *user, int64_t segment, const char *name, int32_t param,
+                                    gpucore_tensor *grad, gpucore_stream *stream)
+{
+    (void)segment, (void)param;
+    grad_router *r = user;
+    for (int i = 0; i < r->m->nparams; i++)
+        if (r->m->grads[i] == grad) return gpucore_ddp_mark_ready(r->ddp, i, stream);
+    fprintf(stderr, "train_cnn: segment '%s' announced a gradient that is not the model's\n", name);
+    return GPUCORE_ERR_INVALID_ARGUMENT;
+}
+
+/* conv0..conv{L-1}, head: L + 1 segments. */
+static int build_executor(gpucore_context *ctx, model *m, gpucore_ckpt **out)
+{
+    gpucore_ckpt *ck = NULL;
+    TRY(gpucore_ckpt_create(ctx, "train_cnn", &ck));
+    *out = ck;
+    for (int i = 0; i < m->L; i++) {
+        char name[32];
+        snprintf(name, sizeof name, "conv%d", i);
+        TRY(gpucore_ckpt_add_conv2d(ck, name, m->w[i], m->b[i], &m->conv, GPUCORE_ACT_RELU, m->dw[i], m->db[i]));
+    }
+    TRY(gpucore_ckpt_add_custom(ck, "head", head_forward, head_backward, m));
     return 0;
 }
 
@@ -257,30 +308,33 @@ typedef struct trainer {
     int rank, size;
     model m;
     policy pol;
+    gpucore_ckpt *ck;
+    grad_router router;
     gpucore_optimizer *opt;
     gpucore_loss_scaler *scaler;
-    gpucore_tensor *x32, *x, *labels, *loss, *norm, *step_t;
+    gpucore_tensor *x32, *x, *labels, *loss, *norm, *step_t, *dlogits;
     int64_t local_batch;
+    int64_t peak_allocated, peak_reserved; /* the largest step's, over the run */
     float *host_img;
     int32_t *host_lab;
 } trainer;
 
-static int mark_ready(trainer *t, gpucore_tensor *g)
+/* budget:BYTES is an activation budget: the executor's budget counts everything
+ * allocated on the context, so add what is allocated when the step starts. */
+static int update_budget(trainer *t)
 {
-    if (!t->ddp) return 0;
-    for (int i = 0; i < t->m.nparams; i++)
-        if (t->m.grads[i] == g) {
-            TRY(gpucore_ddp_mark_ready(t->ddp, i, NULL));
-            return 0;
-        }
-    return 1;
+    if (t->pol.kind != GPUCORE_CKPT_BUDGET) return 0;
+    gpucore_memory_stats ms;
+    ms.struct_size = sizeof ms;
+    TRY(gpucore_memory_get_stats(t->ctx, GPUCORE_MEMORY_DEVICE, &ms));
+    TRY(gpucore_ckpt_set_policy(t->ck, GPUCORE_CKPT_BUDGET, ms.allocated_bytes + t->pol.param));
+    return 0;
 }
 
 /* One training step; *loss_out gets the loss (averaged over ranks). */
 static int train_step(trainer *t, int64_t step, float *loss_out)
 {
     model *m = &t->m;
-    const int L = m->L;
     /* the batch: this rank's shard of the global batch of `step` */
     for (int64_t s = 0; s < t->local_batch; s++) {
         int64_t g = (int64_t)t->rank * t->local_batch + s;
@@ -290,61 +344,26 @@ static int train_step(trainer *t, int64_t step, float *loss_out)
     TRY(gpucore_copy_from_host(t->labels, t->host_lab, gpucore_tensor_nbytes(t->labels)));
     TRY(gpucore_cast(t->x, t->x32, NULL));
 
-    /* forward, holding the activations the policy keeps */
-    gpucore_tensor *a[MAX_LAYERS + 1] = {0};
-    int k = t->pol.k;
-    a[0] = t->x;
-    for (int i = 0; i < L; i++) {
-        if (conv_layer(t->ctx, m, i, a[i], &a[i + 1])) return 1;
-        if (i > 0 && !held_by_policy(k, i)) { TRY(gpucore_tensor_destroy(a[i])); a[i] = NULL; }
-    }
-    int64_t feat = (int64_t)IMG * IMG * m->C;
-    gpucore_tensor *flat = NULL, *logits = NULL, *dlogits = NULL, *dflat = NULL;
-    TRY(gpucore_tensor_reshape(a[L], 2, (int64_t[2]){t->local_batch, feat}, &flat));
-    if (new_tensor(t->ctx, GPUCORE_BF16, 2, (int64_t[2]){t->local_batch, CLASSES}, &logits) ||
-        new_tensor(t->ctx, GPUCORE_BF16, 2, (int64_t[2]){t->local_batch, CLASSES}, &dlogits) ||
-        new_tensor(t->ctx, GPUCORE_BF16, 2, (int64_t[2]){t->local_batch, feat}, &dflat))
+    /* forward through the executor (it holds what the policy keeps), then the loss */
+    if (update_budget(t)) return 1;
+    gpucore_tensor *logits = NULL; /* the executor's, valid until its backward */
+    gpucore_status fst = gpucore_ckpt_forward(t->ck, t->x, &logits);
+    if (fst != GPUCORE_OK) {
+        fprintf(stderr, "train_cnn: the forward failed: %s: %s\n", gpucore_status_string(fst), gpucore_last_error());
+        if (fst == GPUCORE_ERR_OUT_OF_MEMORY && t->pol.kind == GPUCORE_CKPT_BUDGET)
+            fprintf(stderr, "train_cnn: (budget:%lld is for activations: the executor's budget above adds the bytes "
+                    "allocated when the step starts)\n", (long long)t->pol.param);
         return 1;
-    TRY(gpucore_linear_forward(flat, m->w[L], m->b[L], GPUCORE_ACT_NONE, logits, NULL, NULL));
+    }
     TRY(gpucore_cross_entropy(t->loss, logits, t->labels, -1, GPUCORE_LOSS_MEAN, NULL));
 
-    /* backward of loss * scale: dloss is the scale itself (device-resident, no sync) */
+    /* backward of loss * scale: dloss is the scale itself (device-resident, no sync);
+     * the executor recomputes as planned, writes every parameter gradient and
+     * announces each to the DDP reducer (on_grad_ready) as soon as it is queued */
     gpucore_tensor *scale = NULL;
     TRY(gpucore_loss_scaler_scale(t->scaler, &scale));
-    TRY(gpucore_cross_entropy_backward(dlogits, scale, logits, t->labels, -1, GPUCORE_LOSS_MEAN, NULL));
-    TRY(gpucore_linear_backward(dlogits, flat, m->w[L], NULL, dflat, m->dw[L], m->db[L], NULL));
-    if (mark_ready(t, m->db[L]) || mark_ready(t, m->dw[L])) return 1;
-    TRY(gpucore_tensor_destroy(flat));
-    TRY(gpucore_tensor_destroy(logits));
-    TRY(gpucore_tensor_destroy(dlogits));
-    gpucore_tensor *da = NULL; /* gradient of a[i+1], NHWC */
-    TRY(gpucore_tensor_reshape(dflat, 4, (int64_t[4]){t->local_batch, IMG, IMG, m->C}, &da));
-    TRY(gpucore_tensor_destroy(dflat));
-    for (int i = L - 1; i >= 0; i--) {
-        if (!a[i]) { /* recompute the group: from the nearest held activation below up to a[i] */
-            int j = i - 1;
-            while (!a[j]) j--;
-            for (int r = j; r < i; r++)
-                if (conv_layer(t->ctx, m, r, a[r], &a[r + 1])) return 1;
-        }
-        /* dz = da * relu'(a[i+1]) in place; db = column sums; dW; then da for the layer below */
-        TRY(gpucore_activation_backward(GPUCORE_ACT_RELU, da, da, a[i + 1], NULL));
-        TRY(gpucore_bias_grad(m->db[i], da, NULL));
-        if (mark_ready(t, m->db[i])) return 1;
-        TRY(gpucore_conv_backward_filter(da, a[i], m->dw[i], &m->conv, NULL));
-        if (mark_ready(t, m->dw[i])) return 1;
-        gpucore_tensor *da_below = NULL;
-        if (i > 0) {
-            int64_t shape[4];
-            TRY(gpucore_tensor_shape(a[i], shape));
-            if (new_tensor(t->ctx, GPUCORE_BF16, 4, shape, &da_below)) return 1;
-            TRY(gpucore_conv_backward_data(da, m->w[i], da_below, &m->conv, NULL));
-        }
-        TRY(gpucore_tensor_destroy(da));
-        da = da_below;
-        TRY(gpucore_tensor_destroy(a[i + 1]));
-        a[i + 1] = NULL;
-    }
+    TRY(gpucore_cross_entropy_backward(t->dlogits, scale, logits, t->labels, -1, GPUCORE_LOSS_MEAN, NULL));
+    TRY(gpucore_ckpt_backward(t->ck, t->dlogits, NULL));
 
     /* data parallel: the averaged gradients; then unscale, clip, step, update */
     if (t->ddp) TRY(gpucore_ddp_finish(t->ddp, NULL));
@@ -356,6 +375,18 @@ static int train_step(trainer *t, int64_t step, float *loss_out)
     TRY(gpucore_loss_scaler_update(t->scaler, NULL));
     if (t->comm) TRY(gpucore_comm_allreduce(t->comm, t->loss, t->loss, GPUCORE_REDUCE_AVG, NULL));
     TRY(gpucore_copy_to_host(loss_out, sizeof(float), t->loss)); /* the step's one host sync */
+
+    /* the step's peak: the executor resets the allocator's peak at each forward and
+     * folds the forward's into its own figure; the allocator's covers the rest */
+    gpucore_ckpt_stats cs;
+    cs.struct_size = sizeof cs;
+    gpucore_memory_stats ms;
+    ms.struct_size = sizeof ms;
+    TRY(gpucore_ckpt_get_stats(t->ck, &cs));
+    TRY(gpucore_memory_get_stats(t->ctx, GPUCORE_MEMORY_DEVICE, &ms));
+    int64_t peak = cs.peak_allocated_bytes > ms.allocated_bytes_peak ? cs.peak_allocated_bytes : ms.allocated_bytes_peak;
+    if (peak > t->peak_allocated) t->peak_allocated = peak;
+    if (ms.reserved_bytes_peak > t->peak_reserved) t->peak_reserved = ms.reserved_bytes_peak;
     return 0;
 }
 
@@ -400,7 +431,7 @@ int main(int argc, char **argv)
     trainer *t = &tr;
     int rc = parse_args(argc, argv, &t->o);
     if (rc) return rc;
-    if (parse_policy(t->o.policy, t->o.layers, &t->pol)) return usage("bad --checkpoint-policy");
+    if (parse_policy(t->o.policy, &t->pol)) return usage("bad --checkpoint-policy");
 
     /* device: under mpirun each rank takes its local rank's GPU */
     char dev[64];
@@ -429,8 +460,8 @@ int main(int argc, char **argv)
     int quiet = t->o.quiet || t->rank != 0;
 
     if (model_init(t->ctx, &t->m, &t->o)) return 1;
-    int64_t act_bytes = t->local_batch * IMG * IMG * t->m.C * 2;
-    if (t->pol.k < 0 && policy_for_budget(t->m.L, act_bytes, t->pol.budget, &t->pol.k)) return 1;
+    if (build_executor(t->ctx, &t->m, &t->ck)) return 1;
+    if (t->pol.kind != GPUCORE_CKPT_BUDGET) TRY(gpucore_ckpt_set_policy(t->ck, t->pol.kind, t->pol.param));
     if (t->comm) { /* every rank starts from rank 0's parameters */
         for (int i = 0; i < t->m.nparams; i++)
             TRY(gpucore_comm_broadcast(t->comm, t->m.params[i], t->m.params[i], 0, NULL));
@@ -451,12 +482,15 @@ int main(int argc, char **argv)
         dopt.first_bucket_bytes = 16 << 10; /* small model: several buckets, so reduction overlaps backward */
         dopt.bucket_bytes = 64 << 10;
         TRY(gpucore_ddp_create(t->comm, t->m.grads, t->m.nparams, &dopt, &t->ddp));
+        t->router = (grad_router){t->ddp, &t->m};
+        TRY(gpucore_ckpt_set_grad_ready_callback(t->ck, on_grad_ready, &t->router));
     }
     int64_t xs[4] = {t->local_batch, IMG, IMG, 1}, one[1] = {1};
     if (new_tensor(t->ctx, GPUCORE_F32, 4, xs, &t->x32) || new_tensor(t->ctx, GPUCORE_BF16, 4, xs, &t->x) ||
         new_tensor(t->ctx, GPUCORE_I32, 1, (int64_t[1]){t->local_batch}, &t->labels) ||
         new_tensor(t->ctx, GPUCORE_F32, 1, one, &t->loss) || new_tensor(t->ctx, GPUCORE_F32, 0, NULL, &t->norm) ||
-        new_tensor(t->ctx, GPUCORE_I64, 1, one, &t->step_t))
+        new_tensor(t->ctx, GPUCORE_I64, 1, one, &t->step_t) ||
+        new_tensor(t->ctx, GPUCORE_BF16, 2, (int64_t[2]){t->local_batch, CLASSES}, &t->dlogits))
         return 1;
     t->host_img = malloc(sizeof(float) * (size_t)(t->local_batch * IMG * IMG));
     t->host_lab = malloc(sizeof(int32_t) * (size_t)t->local_batch);
@@ -469,8 +503,9 @@ int main(int argc, char **argv)
     }
     if (!quiet && !t->o.log_json)
         printf("train_cnn on %s: %d conv layers x %d channels, batch %lld (%d rank%s), %lld steps, bf16 + AdamW, "
-               "checkpoint policy %s (hold every %d)\n", gpucore_context_device_name(t->ctx), t->m.L, t->m.C,
-               (long long)t->o.batch, t->size, t->size > 1 ? "s" : "", (long long)t->o.steps, t->o.policy, t->pol.k);
+               "checkpoint policy %s over %lld segments\n", gpucore_context_device_name(t->ctx), t->m.L, t->m.C,
+               (long long)t->o.batch, t->size, t->size > 1 ? "s" : "", (long long)t->o.steps, t->o.policy,
+               (long long)gpucore_ckpt_segment_count(t->ck));
 
     TRY(gpucore_memory_reset_peak_stats(t->ctx, GPUCORE_MEMORY_DEVICE));
     double t0 = now_s();
@@ -515,6 +550,10 @@ int main(int argc, char **argv)
     gpucore_memory_stats ms;
     ms.struct_size = sizeof ms;
     TRY(gpucore_memory_get_stats(t->ctx, GPUCORE_MEMORY_DEVICE, &ms));
+    if (!done) t->peak_allocated = ms.allocated_bytes_peak, t->peak_reserved = ms.reserved_bytes_peak;
+    gpucore_ckpt_stats cs; /* the last step's plan and the activation bytes it held vs keep-all */
+    cs.struct_size = sizeof cs;
+    TRY(gpucore_ckpt_get_stats(t->ck, &cs));
     double sps = secs > 0 ? (double)(done * t->o.batch) / secs : 0;
     double first = first_n ? first_sum / (double)first_n : NAN, last = last_n ? last_sum / (double)last_n : NAN;
     if (t->o.ddp) printf("rank %d checksum %.17g\n", t->rank, checksum);
@@ -522,15 +561,29 @@ int main(int argc, char **argv)
         if (t->o.log_json)
             printf("{\"summary\":true,\"device\":\"%s\",\"ranks\":%d,\"steps\":%lld,\"batch\":%lld,\"policy\":\"%s\","
                    "\"first10_loss\":%.6g,\"last10_loss\":%.6g,\"samples_per_s\":%.1f,\"seconds\":%.3f,"
-                   "\"peak_allocated_bytes\":%lld,\"peak_reserved_bytes\":%lld,\"checksum\":%.17g}\n",
+                   "\"peak_allocated_bytes\":%lld,\"peak_reserved_bytes\":%lld,\"checksum\":%.17g,"
+                   "\"ckpt\":{\"segments\":%lld,\"kept\":%lld,\"checkpoints\":%lld,\"recomputed\":%lld,"
+                   "\"recompute_runs\":%lld,\"held_bytes\":%lld,\"keep_all_bytes\":%lld,\"bytes_saved\":%lld,"
+                   "\"step_peak_allocated_bytes\":%lld}}\n",
                    gpucore_context_device_name(t->ctx), t->size, (long long)done, (long long)t->o.batch, t->o.policy,
-                   first, last, sps, secs, (long long)ms.allocated_bytes_peak, (long long)ms.reserved_bytes_peak,
-                   checksum);
+                   first, last, sps, secs, (long long)t->peak_allocated, (long long)t->peak_reserved, checksum,
+                   (long long)cs.segments, (long long)cs.kept, (long long)cs.checkpoints, (long long)cs.recomputed,
+                   (long long)cs.recompute_runs, (long long)cs.held_bytes, (long long)cs.keep_all_bytes,
+                   (long long)cs.bytes_saved, (long long)cs.peak_allocated_bytes);
         else
             printf("done: %lld steps in %.2f s, %.0f samples/s; loss %.4f (first 10) -> %.4f (last 10); "
                    "peak memory %.2f MiB allocated, %.2f MiB reserved; checksum %.17g\n",
-                   (long long)done, secs, sps, first, last, ms.allocated_bytes_peak / 1048576.0,
-                   ms.reserved_bytes_peak / 1048576.0, checksum);
+                   (long long)done, secs, sps, first, last, t->peak_allocated / 1048576.0,
+                   t->peak_reserved / 1048576.0, checksum);
+        if (!t->o.log_json)
+            printf("checkpoint executor (policy %s, last step): %lld segments: %lld kept, %lld checkpoints, %lld "
+                   "recomputed (%lld recompute runs); activations held %.1f KiB vs %.1f KiB keep-all: %.1f KiB "
+                   "saved (%.0f%%); step peak %.2f MiB allocated\n",
+                   t->o.policy, (long long)cs.segments, (long long)cs.kept, (long long)cs.checkpoints,
+                   (long long)cs.recomputed, (long long)cs.recompute_runs, cs.held_bytes / 1024.0,
+                   cs.keep_all_bytes / 1024.0, cs.bytes_saved / 1024.0,
+                   cs.keep_all_bytes > 0 ? 100.0 * (double)cs.bytes_saved / (double)cs.keep_all_bytes : 0.0,
+                   cs.peak_allocated_bytes / 1048576.0);
         if (t->o.profile && !t->o.log_json) {
             int64_t need = 0;
             TRY(gpucore_profiler_summary(t->ctx, 0, NULL, 0, &need));
@@ -551,6 +604,7 @@ int main(int argc, char **argv)
 
     free(t->host_img);
     free(t->host_lab);
+    TRY(gpucore_ckpt_destroy(t->ck));
     if (t->ddp) TRY(gpucore_ddp_destroy(t->ddp));
     TRY(gpucore_loss_scaler_destroy(t->scaler));
     TRY(gpucore_optimizer_destroy(t->opt));
