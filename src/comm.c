@@ -154,10 +154,13 @@ static void comm_completed_cb(void *arg)
 }
 
 /* The handle and the library-side state around a backend communicator. */
+/* Communicator handles come from a handle pool, so a destroyed one is detected on use. */
+static gpucore_handle_pool comm_handle_pool = GPUCORE_HANDLE_POOL_INIT(sizeof(struct gpucore_comm));
+
 static gpucore_status comm_wrap(gpucore_context *ctx, void *bcomm, int rank, int size, double timeout_s,
                                 const char *mode, gpucore_comm **out)
 {
-    gpucore_comm *c = calloc(1, sizeof *c);
+    gpucore_comm *c = gpucore_handle_alloc(&comm_handle_pool);
     comm_state *s = calloc(1, sizeof *s);
     gpucore_status st = GPUCORE_OK;
     if (!c || !s) {
@@ -194,7 +197,7 @@ fail:
         pthread_cond_destroy(&s->cv);
     }
     free(s);
-    free(c);
+    gpucore_handle_release(&comm_handle_pool, c);
     ctx->be->comm_destroy(bcomm);
     return st;
 }
@@ -424,7 +427,7 @@ gpucore_status gpucore_comm_destroy(gpucore_comm *comm)
     pthread_mutex_destroy(&s->done_mu);
     pthread_cond_destroy(&s->cv);
     free(s);
-    /* the handle itself stays allocated (magic DEAD) so a later use is detected */
+    gpucore_handle_release(&comm_handle_pool, comm); /* recycled only after a quarantine */
     gpucore_clear_error(); /* a failure was already reported by the call that met it */
     return GPUCORE_OK;
 }

@@ -65,6 +65,9 @@ struct gpucore_ddp {
     ddp_state *s;
 };
 
+/* Reducer handles come from a handle pool, so a destroyed one is detected on use. */
+static gpucore_handle_pool ddp_handle_pool = GPUCORE_HANDLE_POOL_INIT(sizeof(struct gpucore_ddp));
+
 static int64_t now_ns(void)
 {
     struct timespec ts;
@@ -264,7 +267,7 @@ gpucore_status gpucore_ddp_create(gpucore_comm *comm, gpucore_tensor *const *gra
     free(offset);
     if (!st) st = gpucore_event_create(ctx, &s->reduced);
     if (!st) st = gpucore_event_create(ctx, &s->finished);
-    gpucore_ddp *d = st ? NULL : calloc(1, sizeof *d);
+    gpucore_ddp *d = st ? NULL : gpucore_handle_alloc(&ddp_handle_pool);
     if (!st && !d) st = gpucore_set_error(GPUCORE_ERR_OUT_OF_MEMORY, "%s: out of host memory", op);
     if (st) { state_free(s); return st; }
     d->s = s;
@@ -289,8 +292,9 @@ gpucore_status gpucore_ddp_destroy(gpucore_ddp *ddp)
         gpucore_context_synchronize(s->ctx);
         state_free(s);
     }
+    gpucore_handle_release(&ddp_handle_pool, ddp); /* recycled only after a quarantine */
     gpucore_clear_error();
-    return GPUCORE_OK; /* the handle stays allocated (magic DEAD) so a later use is detected */
+    return GPUCORE_OK;
 }
 
 gpucore_status gpucore_ddp_bucket_count(const gpucore_ddp *ddp, int *count)

@@ -13,18 +13,10 @@
 
 #define QUARANTINE 1024
 
-struct gpucore_handle_pool {
-    size_t size;
-    pthread_mutex_t lock;
-    void **fifo;         /* ring buffer of released handles */
-    size_t cap, head, count;
-};
-
-#define POOL_INIT(sz) {sz, PTHREAD_MUTEX_INITIALIZER, NULL, 0, 0, 0}
-gpucore_handle_pool gpucore_context_pool = POOL_INIT(sizeof(struct gpucore_context));
-gpucore_handle_pool gpucore_stream_pool = POOL_INIT(sizeof(struct gpucore_stream));
-gpucore_handle_pool gpucore_event_pool = POOL_INIT(sizeof(struct gpucore_event));
-gpucore_handle_pool gpucore_tensor_pool = POOL_INIT(sizeof(struct gpucore_tensor));
+gpucore_handle_pool gpucore_context_pool = GPUCORE_HANDLE_POOL_INIT(sizeof(struct gpucore_context));
+gpucore_handle_pool gpucore_stream_pool = GPUCORE_HANDLE_POOL_INIT(sizeof(struct gpucore_stream));
+gpucore_handle_pool gpucore_event_pool = GPUCORE_HANDLE_POOL_INIT(sizeof(struct gpucore_event));
+gpucore_handle_pool gpucore_tensor_pool = GPUCORE_HANDLE_POOL_INIT(sizeof(struct gpucore_tensor));
 
 void *gpucore_handle_alloc(gpucore_handle_pool *pool)
 {

@@ -31,7 +31,15 @@ GPUCORE_HIDDEN const gpucore_backend *gpucore_cpu_backend(void);
  * recycle oldest-first after a quarantine, so checking a destroyed handle's magic
  * reads valid memory and reports GPUCORE_ERR_INVALID_HANDLE. */
 #define GPUCORE_MAGIC_DEAD 0xDEADDEADu
-typedef struct gpucore_handle_pool gpucore_handle_pool;
+typedef struct gpucore_handle_pool {
+    size_t size;
+    pthread_mutex_t lock;
+    void **fifo;         /* ring buffer of released handles */
+    size_t cap, head, count;
+} gpucore_handle_pool;
+/* A pool for handles of `sz` bytes (whose first field is the uint32_t magic), e.g.
+ * static gpucore_handle_pool comm_pool = GPUCORE_HANDLE_POOL_INIT(sizeof(struct gpucore_comm)); */
+#define GPUCORE_HANDLE_POOL_INIT(sz) {(sz), PTHREAD_MUTEX_INITIALIZER, NULL, 0, 0, 0}
 GPUCORE_HIDDEN void *gpucore_handle_alloc(gpucore_handle_pool *pool);
 GPUCORE_HIDDEN void gpucore_handle_release(gpucore_handle_pool *pool, void *handle);
 GPUCORE_HIDDEN extern gpucore_handle_pool gpucore_context_pool, gpucore_stream_pool, gpucore_event_pool,

@@ -1,0 +1,208 @@
+/*
+ * checkpoint_plan.c — the checkpoint executor's policies: the fixed plans
+ * (keep-all, recompute-all, every k, sqrt n), the budget planner (a simulation of
+ * the step's peak from each segment's measured output, saves and transient peak),
+ * and the byte accounting behind gpucore_ckpt_stats (held vs keep-all).
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "checkpoint_internal.h"
+
+/* -------------------------------------------------------------------- policy */
+
+gpucore_status gpucore_ckpt_set_policy(gpucore_ckpt *c, gpucore_ckpt_policy policy, int64_t param)
+{
+    gpucore_status st = gpucore_ckpt_check(c, "ckpt_set_policy");
+    if (st) return st;
+    if ((int)policy < GPUCORE_CKPT_KEEP_ALL || policy > GPUCORE_CKPT_BUDGET)
+        return gpucore_set_error(GPUCORE_ERR_INVALID_ARGUMENT, "ckpt_set_policy: unknown policy %d", (int)policy);
+    if (policy == GPUCORE_CKPT_EVERY_K && param < 1)
+        return gpucore_set_error(GPUCORE_ERR_INVALID_ARGUMENT, "ckpt_set_policy: EVERY_K needs k >= 1, got %lld",
+                                 (long long)param);
+    if (policy == GPUCORE_CKPT_BUDGET && param <= 0)
+        return gpucore_set_error(GPUCORE_ERR_INVALID_ARGUMENT, "ckpt_set_policy: BUDGET needs a budget in bytes > 0, "
+                                 "got %lld", (long long)param);
+    gpucore_ckpt_step_release(c->s);
+    c->s->policy = policy;
+    c->s->param = param;
+    return GPUCORE_OK;
+}
+
+static void plan_every_k(int32_t *modes, int64_t n, int64_t k)
+{
+    for (int64_t i = 0; i < n; i++) modes[i] = (i % k == 0) ? GPUCORE_CKPT_CHECKPOINT : GPUCORE_CKPT_RECOMPUTED;
+}
+
+void gpucore_ckpt_plan_fixed(ckpt_state *s, int32_t *modes)
+{
+    int64_t n = s->nsegs;
+    switch (s->policy) {
+    case GPUCORE_CKPT_KEEP_ALL: for (int64_t i = 0; i < n; i++) modes[i] = GPUCORE_CKPT_KEPT; break;
+    case GPUCORE_CKPT_EVERY_K: plan_every_k(modes, n, s->param); break;
+    case GPUCORE_CKPT_SQRT_N: plan_every_k(modes, n, (int64_t)ceil(sqrt((double)n))); break;
+    default: plan_every_k(modes, n, 1); break;
+    }
+}
+
+/* The planner's model of a step's peak above the bytes allocated at its start. */
+static int64_t hold_of(const ckpt_top *t, const int32_t *m, int64_t i, int kept_as)
+{
+    int64_t in = i > 0 ? t[i - 1].out_bytes : 0;
+    if (kept_as == GPUCORE_CKPT_KEPT) {
+        int prev_holds_out = i > 0 && m[i - 1] == GPUCORE_CKPT_KEPT && t[i - 1].saves_output;
+        return t[i].saved_bytes + (t[i].saves_input && !prev_holds_out ? in : 0);
+    }
+    return kept_as == GPUCORE_CKPT_CHECKPOINT ? in : 0;
+}
+
+static int64_t simulate(const ckpt_top *t, const int32_t *m, int64_t n)
+{
+    int64_t held = 0, peak = 0;
+    for (int64_t i = 0; i < n; i++) {              /* forward */
+        int64_t in = i > 0 ? t[i - 1].out_bytes : 0;
+        int64_t p = held + in + t[i].transient;
+        if (p > peak) peak = p;
+        held += hold_of(t, m, i, m[i]);
+    }
+    int64_t below = held;                          /* backward, last segment first */
+    for (int64_t e = n - 1; e >= 0;) {
+        int64_t s0 = e;
+        if (m[e] != GPUCORE_CKPT_KEPT)
+            while (s0 > 0 && m[s0] != GPUCORE_CKPT_CHECKPOINT) s0--;
+        for (int64_t j = s0; j <= e; j++) below -= hold_of(t, m, j, m[j]);
+        int64_t grp = 0, base = below + (m[e] != GPUCORE_CKPT_KEPT ? hold_of(t, m, s0, GPUCORE_CKPT_CHECKPOINT) : 0);
+        int64_t dy = t[e].out_bytes;
+        for (int64_t j = s0; j <= e; j++) {       /* recompute (or what the forward kept) */
+            int64_t in = j > 0 ? t[j - 1].out_bytes : 0;
+            if (m[e] != GPUCORE_CKPT_KEPT && base + grp + in + t[j].transient + dy > peak)
+                peak = base + grp + in + t[j].transient + dy;
+            grp += hold_of(t, m, j, GPUCORE_CKPT_KEPT);
+        }
+        for (int64_t j = e; j >= s0; j--) {       /* backward of each */
+            int64_t in = j > 0 ? t[j - 1].out_bytes : 0;
+            int64_t p = base + grp + t[j].out_bytes + in + t[j].transient;
+            if (p > peak) peak = p;
+            grp -= hold_of(t, m, j, GPUCORE_CKPT_KEPT);
+        }
+        e = s0 - 1;
+    }
+    return peak;
+}
+
+gpucore_status gpucore_ckpt_plan_budget(ckpt_state *s, int64_t baseline, int64_t *estimate)
+{
+    int64_t n = s->nsegs, avail = s->param - baseline;
+    int32_t *m = malloc(sizeof *m * (size_t)n), *best = malloc(sizeof *best * (size_t)n);
+    if (!m || !best) {
+        free(m);
+        free(best);
+        return gpucore_set_error(GPUCORE_ERR_OUT_OF_MEMORY, "ckpt_forward: out of host memory");
+    }
+    int64_t best_cost = -1, best_est = 0, lean_est = INT64_MAX, lean_k = 1;
+    for (int64_t k = 1; k <= n; k++) {
+        plan_every_k(m, n, k);
+        int64_t est = simulate(s->tops, m, n);
+        if (est < lean_est) { lean_est = est; lean_k = k; }
+        if (est > avail) continue;
+        for (int64_t g = ((n - 1) / k) * k; g >= 0; g -= k) {  /* keep whole groups, last first */
+            int64_t e = g + k < n ? g + k : n;
+            for (int64_t j = g; j < e; j++) m[j] = GPUCORE_CKPT_KEPT;
+            int64_t e2 = simulate(s->tops, m, n);
+            if (e2 <= avail) est = e2;
+            else plan_every_k(m + g, e - g, k);  /* back to checkpoint + recomputed */
+        }
+        int64_t cost = 0;
+        for (int64_t j = 0; j < n; j++) cost += m[j] != GPUCORE_CKPT_KEPT;
+        if (best_cost < 0 || cost < best_cost || (cost == best_cost && est < best_est)) {
+            best_cost = cost;
+            best_est = est;
+            memcpy(best, m, sizeof *m * (size_t)n);
+        }
+    }
+    gpucore_status st = GPUCORE_OK;
+    if (best_cost < 0) {
+        int64_t big = 0;
+        for (int64_t i = 1; i < n; i++)
+            if (s->tops[i].transient > s->tops[big].transient) big = i;
+        st = gpucore_set_error(GPUCORE_ERR_OUT_OF_MEMORY, "checkpoint '%s': a budget of %lld bytes cannot be met: %lld "
+                               "bytes are allocated when the step starts (parameters, gradients, inputs) and the "
+                               "leanest plan (a checkpoint every %lld segments) needs an estimated %lld more (peak "
+                               "%lld); the largest segment, '%s' (%lld), alone needs %lld bytes in its forward. Raise "
+                               "the budget to at least %lld or shrink the batch", s->name, (long long)s->param,
+                               (long long)baseline, (long long)lean_k, (long long)lean_est,
+                               (long long)(baseline + lean_est), s->tops[big].seg->name, (long long)big,
+                               (long long)s->tops[big].transient, (long long)(baseline + lean_est));
+    } else {
+        memcpy(s->modes, best, sizeof *best * (size_t)n);
+        *estimate = baseline + best_est;
+    }
+    free(m);
+    free(best);
+    return st;
+}
+
+gpucore_status gpucore_ckpt_get_plan(gpucore_ckpt *c, int32_t *modes, int64_t count)
+{
+    gpucore_status st = gpucore_ckpt_check(c, "ckpt_get_plan");
+    if (st) return st;
+    ckpt_state *s = c->s;
+    if (!modes) return gpucore_set_error(GPUCORE_ERR_NULL_POINTER, "ckpt_get_plan: modes is NULL");
+    if (count < s->nsegs)
+        return gpucore_set_error(GPUCORE_ERR_INVALID_ARGUMENT, "ckpt_get_plan: count %lld < %lld segments",
+                                 (long long)count, (long long)s->nsegs);
+    if (s->modes && s->stats.segments == s->nsegs) memcpy(modes, s->modes, sizeof *modes * (size_t)s->nsegs);
+    else gpucore_ckpt_plan_fixed(s, modes);
+    return GPUCORE_OK;
+}
+
+/* ------------------------------------------------------------- accounting */
+
+/* Bytes of the unique storages among a segment's saves, without its input's. */
+void gpucore_ckpt_measure_saves(ckpt_top *t, const void *in_storage, const void *out_storage)
+{
+    t->saved_bytes = 0;
+    t->saves_input = t->saves_output = 0;
+    for (int64_t i = 0; i < t->nsaved; i++) {
+        const ckpt_saved *e = &t->saved[i];
+        if (e->storage == in_storage) { t->saves_input = 1; continue; }
+        if (e->storage == out_storage) t->saves_output = 1;
+        int dup = 0;
+        for (int64_t j = 0; j < i && !dup; j++) dup = t->saved[j].storage == e->storage;
+        if (!dup) t->saved_bytes += e->nbytes;
+    }
+}
+
+/* Run every segment forward. keep_plan 0: the dry run (nothing held, no hooks). */
+
+void gpucore_ckpt_measure_held(ckpt_state *s, const void *x_storage)
+{
+    int64_t held = 0, keep_all = 0, cap = 0, n = 0;
+    const void **seen = NULL;
+    for (int64_t i = 0; i < s->nsegs; i++) {
+        ckpt_top *t = &s->tops[i];
+        keep_all += t->saved_bytes +
+                    (t->saves_input && i > 0 && !s->tops[i - 1].saves_output ? s->tops[i - 1].out_bytes : 0);
+        for (int64_t j = -1; j < t->nsaved; j++) {
+            gpucore_tensor *h = j < 0 ? t->stored_input : t->saved[j].t;
+            if (!h || h->storage == x_storage) continue;
+            int dup = 0;
+            for (int64_t k = 0; k < n && !dup; k++) dup = seen[k] == h->storage;
+            if (dup) continue;
+            if (n == cap) {
+                int64_t nc = cap ? cap * 2 : 64;
+                const void **g = realloc(seen, sizeof *g * (size_t)nc);
+                if (!g) { free(seen); return; } /* figures are best effort */
+                seen = g;
+                cap = nc;
+            }
+            seen[n++] = h->storage;
+            held += h->storage->bytes;
+        }
+    }
+    free(seen);
+    s->stats.held_bytes = held;
+    s->stats.keep_all_bytes = keep_all;
+    s->stats.bytes_saved = keep_all - held;
+}
