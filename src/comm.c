@@ -13,6 +13,7 @@
 #include <time.h>
 #include <unistd.h>
 #include "comm_internal.h"
+#include "comm_names.h"
 #include "gpucore_config.h"
 #if GPUCORE_HAVE_MPI
 #include <mpi.h>
@@ -111,25 +112,6 @@ static double comm_default_timeout(void)
         gpucore_log(GPUCORE_LOG_WARN, "GPUCORE_COMM_TIMEOUT=%s is not a positive number of seconds; using 600", env);
     }
     return 600.0;
-}
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-static const char *kind_name(int kind)
-{
-    static const char *names[] = {"allreduce", "reduce_scatter", "all_gather", "broadcast", "barrier"};
-    return kind >= 0 && kind <= GPUCORE_COMM_BARRIER ? names[kind] : "?";
-}
-
-static const char *op_name(int op)
-{
-    static const char *names[] = {"sum", "avg", "max", "min"};
-    return op >= 0 && op <= GPUCORE_REDUCE_MIN ? names[op] : "?";
 }
 
 gpucore_status gpucore_check_comm(const gpucore_comm *c, const char *op)
@@ -498,9 +480,9 @@ gpucore_status gpucore_comm_submit(gpucore_comm *comm, gpucore_comm_call *call, 
     call->seq = s->issued + 1;
     call->timeout_s = s->timeout_s;
     gpucore_log(GPUCORE_LOG_DEBUG, "comm: rank %d/%d #%llu %s %s count %lld %s root %d", s->rank, s->size,
-                (unsigned long long)call->seq, kind_name(call->kind), op_name(call->op), (long long)call->count,
+                (unsigned long long)call->seq, comm_kind_name(call->kind), comm_op_name(call->op), (long long)call->count,
                 gpucore_dtype_name((gpucore_dtype)call->dtype), call->root);
-    void *prof = gpucore_prof_begin(s->ctx, s->stream, kind_name(call->kind),
+    void *prof = gpucore_prof_begin(s->ctx, s->stream, comm_kind_name(call->kind),
                                     call->count * gpucore_dtype_size((gpucore_dtype)call->dtype));
     st = be->comm_enqueue(s->bcomm, call, s->stream->bstream);
     gpucore_prof_end(s->ctx, prof);
@@ -533,12 +515,12 @@ gpucore_status gpucore_comm_wait(gpucore_comm *comm, uint64_t seq, double timeou
         return gpucore_set_error(GPUCORE_ERR_INVALID_ARGUMENT, "%s: collective #%llu was never issued (the last is "
                                  "#%llu)", op, (unsigned long long)seq, (unsigned long long)issued);
     uint64_t target = seq ? seq : issued;
-    double deadline = timeout_s < 0 ? -1 : now_s() + timeout_s;
+    double deadline = timeout_s < 0 ? -1 : comm_now_s() + timeout_s;
     pthread_mutex_lock(&s->done_mu);
     while (s->completed < target) {
         pthread_mutex_unlock(&s->done_mu);
         if ((st = s->ctx->be->comm_check(s->bcomm))) return st;
-        double t = now_s();
+        double t = comm_now_s();
         if (deadline >= 0 && t >= deadline)
             return gpucore_set_error(GPUCORE_ERR_TIMEOUT,
                                      "%s: collective #%llu on rank %d of %d not complete after %.3f s (completed up "

@@ -16,6 +16,7 @@
 #include <string.h>
 #include <time.h>
 #include "cpu_internal.h"
+#include "../comm_names.h"
 #include "../comm_internal.h"
 #include "../../kernels/numeric.h"
 #include "gpucore_config.h"
@@ -36,25 +37,6 @@ typedef struct cpu_comm {
     pthread_mutex_t mu; /* guards msg */
     char msg[1024];
 } cpu_comm;
-
-static const char *kind_name(int kind)
-{
-    static const char *names[] = {"allreduce", "reduce_scatter", "all_gather", "broadcast", "barrier"};
-    return kind >= 0 && kind <= GPUCORE_COMM_BARRIER ? names[kind] : "?";
-}
-
-static const char *op_name(int op)
-{
-    static const char *names[] = {"sum", "avg", "max", "min"};
-    return op >= 0 && op <= GPUCORE_REDUCE_MIN ? names[op] : "?";
-}
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 /* Record the first failure; later ones keep the first message. */
 static void comm_fail(cpu_comm *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -77,8 +59,8 @@ static void call_fail(cpu_comm *c, const gpucore_comm_call *k, const char *what)
 {
     comm_fail(c, "rank %d of %d: %s #%llu (count %lld %s, op %s) %s. MPI cannot recover from a dead or stalled "
               "peer: report this, end the process (MPI_Abort or exit) and relaunch from a checkpoint",
-              c->rank, c->size, kind_name(k->kind), (unsigned long long)k->seq, (long long)k->count,
-              gpucore_dtype_name((gpucore_dtype)k->dtype), op_name(k->op), what);
+              c->rank, c->size, comm_kind_name(k->kind), (unsigned long long)k->seq, (long long)k->count,
+              gpucore_dtype_name((gpucore_dtype)k->dtype), comm_op_name(k->op), what);
 }
 
 /* AVG = sum, then divide in the element type (f16/bf16 through f32; i32 truncates). */
@@ -168,7 +150,7 @@ static gpucore_status mpi_wait(cpu_comm *c, MPI_Request *req, const gpucore_comm
         }
         if (flag) return GPUCORE_OK;
         if (atomic_load(&c->abort_requested)) return GPUCORE_ERR_COMM; /* message set by comm_abort */
-        double t = now_s();
+        double t = comm_now_s();
         if (deadline >= 0 && t > deadline) {
             char what[128];
             snprintf(what, sizeof what, "did not complete within the timeout of %.1f s (a peer may have died or stalled)",
@@ -203,7 +185,7 @@ static gpucore_status mpi_check_rc(cpu_comm *c, const gpucore_comm_call *k, int 
 
 static gpucore_status mpi_run(cpu_comm *c, const gpucore_comm_call *k)
 {
-    double start = now_s();
+    double start = comm_now_s();
     int64_t es = gpucore_dtype_size((gpucore_dtype)k->dtype);
     MPI_Datatype dt = mpi_type(k->dtype);
     MPI_Op op = mpi_op(c, k->dtype, k->op);
@@ -295,7 +277,7 @@ gpucore_status cpu_comm_enqueue(void *bcomm, const gpucore_comm_call *call, void
     if (!c->self && (call->kind == GPUCORE_COMM_REDUCE_SCATTER || call->kind == GPUCORE_COMM_ALL_GATHER) &&
         call->count > 2147483647LL)
         return gpucore_set_error(GPUCORE_ERR_NOT_SUPPORTED, "comm_%s: %lld elements per rank is more than MPI's int "
-                                 "count allows (2^31-1); split the call", kind_name(call->kind),
+                                 "count allows (2^31-1); split the call", comm_kind_name(call->kind),
                                  (long long)call->count);
     comm_task_args a = {c, *call};
     return cpu_stream_enqueue(stream, comm_task, &a, sizeof a);

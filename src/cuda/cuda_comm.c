@@ -19,37 +19,13 @@
 #include <string.h>
 #include <time.h>
 #include "cuda_internal.h"
+#include "../comm_names.h"
 #include "gpucore_config.h"
 #if GPUCORE_HAVE_NCCL
 #include <nccl.h>
 #endif
 
 #if GPUCORE_HAVE_NCCL
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-static const char *kind_name(int kind)
-{
-    static const char *names[] = {"allreduce", "reduce_scatter", "all_gather", "broadcast", "barrier"};
-    return kind >= 0 && kind <= GPUCORE_COMM_BARRIER ? names[kind] : "?";
-}
-
-static const char *dtype_name(int dt)
-{
-    switch (dt) {
-    case GPUCORE_F32: return "f32";
-    case GPUCORE_F64: return "f64";
-    case GPUCORE_F16: return "f16";
-    case GPUCORE_BF16: return "bf16";
-    case GPUCORE_I32: return "i32";
-    default: return "?";
-    }
-}
-
 typedef struct pending_call {
     struct pending_call *next;
     gpucore_comm_call call;
@@ -81,11 +57,11 @@ static gpucore_status nccl_fail(const char *what, ncclResult_t r)
 /* A non-blocking communicator's call returned ncclInProgress: poll until settled. */
 static ncclResult_t nccl_settle(ncclComm_t nc, ncclResult_t r, double timeout_s)
 {
-    double deadline = now_s() + (timeout_s > 0 ? timeout_s : 1e9);
+    double deadline = comm_now_s() + (timeout_s > 0 ? timeout_s : 1e9);
     while (r == ncclInProgress) {
         if (ncclCommGetAsyncError(nc, &r) != ncclSuccess) return ncclInternalError;
         if (r != ncclInProgress) break;
-        if (now_s() > deadline) return ncclRemoteError; /* peers never arrived */
+        if (comm_now_s() > deadline) return ncclRemoteError; /* peers never arrived */
         struct timespec nap = {0, 100000};
         nanosleep(&nap, NULL);
     }
@@ -119,7 +95,7 @@ static void *watchdog_main(void *arg)
             pthread_cond_wait(&c->cv, &c->mu);
             continue;
         }
-        double t = now_s();
+        double t = comm_now_s();
         if (p->started == 0) p->started = t;
         cudaError_t q = cudaEventQuery(p->done);
         if (q == cudaSuccess) {
@@ -137,13 +113,13 @@ static void *watchdog_main(void *arg)
             if (async != ncclSuccess && async != ncclInProgress)
                 comm_fail_locked(c, "rank %d of %d: %s #%llu (count %lld %s) failed in NCCL: %s; the communicator "
                                  "was aborted: end the process and relaunch from a checkpoint", c->rank, c->size,
-                                 kind_name(k->kind), (unsigned long long)k->seq, (long long)k->count,
-                                 dtype_name(k->dtype), ncclGetErrorString(async));
+                                 comm_kind_name(k->kind), (unsigned long long)k->seq, (long long)k->count,
+                                 comm_dtype_name(k->dtype), ncclGetErrorString(async));
             else if (k->timeout_s > 0 && t - p->started > k->timeout_s)
                 comm_fail_locked(c, "rank %d of %d: %s #%llu (count %lld %s) did not complete within the timeout of "
                                  "%.1f s (a peer may have died or stalled); the NCCL communicator was aborted: end "
-                                 "the process and relaunch from a checkpoint", c->rank, c->size, kind_name(k->kind),
-                                 (unsigned long long)k->seq, (long long)k->count, dtype_name(k->dtype), k->timeout_s);
+                                 "the process and relaunch from a checkpoint", c->rank, c->size, comm_kind_name(k->kind),
+                                 (unsigned long long)k->seq, (long long)k->count, comm_dtype_name(k->dtype), k->timeout_s);
         }
         pthread_mutex_unlock(&c->mu);
         struct timespec nap = {0, 2000000}; /* 2 ms */
@@ -320,7 +296,7 @@ gpucore_status cuda_comm_enqueue(void *bcomm, const gpucore_comm_call *k, void *
         free(p);
         pthread_mutex_lock(&c->mu);
         comm_fail_locked(c, "rank %d of %d: %s #%llu (count %lld %s) could not be queued: %s", c->rank, c->size,
-                         kind_name(k->kind), (unsigned long long)k->seq, (long long)k->count, dtype_name(k->dtype),
+                         comm_kind_name(k->kind), (unsigned long long)k->seq, (long long)k->count, comm_dtype_name(k->dtype),
                          ncclGetErrorString(r));
         pthread_mutex_unlock(&c->mu);
         return cuda_host->set_error(GPUCORE_ERR_COMM, "%s", c->msg);
