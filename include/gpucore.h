@@ -318,6 +318,14 @@ GPUCORE_API gpucore_status gpucore_copy_to_host_async(void *dst, int64_t nbytes,
 /* Tensor -> tensor on one device: same dtype and shape, any strides (a strided copy).
  * dst must not overlap src unless they are the same view. */
 GPUCORE_API gpucore_status gpucore_copy(gpucore_tensor *dst, const gpucore_tensor *src, gpucore_stream *stream);
+/* Layout ops are strided copies:
+ *   permute / transpose into contiguous: gpucore_copy(dense, permuted_view, s)
+ *   slice-assign x[a:b] = y:            gpucore_copy(slice_view_of_x, y, s)
+ * and concatenation: out = the inputs joined along dim. Every input has out's dtype,
+ * context and shape except along dim, where their sizes add up to out's; out must
+ * not overlap any input. One strided copy per input into a slice of out. */
+GPUCORE_API gpucore_status gpucore_concat(gpucore_tensor *out, gpucore_tensor *const *inputs, int count, int dim,
+                                          gpucore_stream *stream);
 
 /* -------------------------------------------------------- fill and random */
 

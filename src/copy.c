@@ -3,6 +3,7 @@
  * row-major; tensors may be strided (a strided tensor goes through a contiguous
  * staging tensor on the device and the backend's strided copy).
  */
+#include <stdio.h>
 #include <string.h>
 #include "internal.h"
 
@@ -148,5 +149,59 @@ gpucore_status gpucore_copy(gpucore_tensor *dst, const gpucore_tensor *src, gpuc
     else
         st = ctx->be->copy_strided(ctx->bctx, &dv, &sv, s->bstream);
     gpucore_prof_end(ctx, prof);
+    return st;
+}
+
+gpucore_status gpucore_concat(gpucore_tensor *out, gpucore_tensor *const *inputs, int count, int dim,
+                              gpucore_stream *stream)
+{
+    gpucore_status st = gpucore_check_tensor(out, "concat", "out");
+    if (st) return st;
+    if (count < 1 || !inputs)
+        return gpucore_set_error(count < 1 ? GPUCORE_ERR_INVALID_ARGUMENT : GPUCORE_ERR_NULL_POINTER,
+                                 "concat: %d inputs; give an array of at least one tensor", count);
+    int d = dim < 0 ? dim + out->ndim : dim;
+    if (d < 0 || d >= out->ndim)
+        return gpucore_set_error(GPUCORE_ERR_INVALID_ARGUMENT, "concat: dim %d is out of range for a %d-d output", dim,
+                                 out->ndim);
+    /* Check everything before queueing anything, so a bad input leaves out untouched. */
+    int64_t total = 0;
+    for (int i = 0; i < count; i++) {
+        const gpucore_tensor *in = inputs[i];
+        char name[32];
+        snprintf(name, sizeof name, "inputs[%d]", i);
+        if ((st = gpucore_check_tensor(in, "concat", name))) return st;
+        if (in->ctx != out->ctx)
+            return gpucore_set_error(GPUCORE_ERR_DEVICE_MISMATCH, "concat: %s is on %s but out on %s", name,
+                                     in->ctx->name, out->ctx->name);
+        if (in->dtype != out->dtype)
+            return gpucore_set_error(GPUCORE_ERR_DTYPE_MISMATCH, "concat: %s is %s but out is %s", name,
+                                     gpucore_dtype_name((gpucore_dtype)in->dtype),
+                                     gpucore_dtype_name((gpucore_dtype)out->dtype));
+        int same = in->ndim == out->ndim;
+        for (int k = 0; same && k < out->ndim; k++)
+            if (k != d && in->shape[k] != out->shape[k]) same = 0;
+        if (!same) {
+            char a[200], b[200];
+            return gpucore_set_error(GPUCORE_ERR_SHAPE_MISMATCH,
+                                     "concat: %s has shape %s; every input must match out %s except along dim %d",
+                                     name, gpucore_shape_str(in->ndim, in->shape, a, sizeof a),
+                                     gpucore_shape_str(out->ndim, out->shape, b, sizeof b), d);
+        }
+        total += in->shape[d];
+    }
+    if (total != out->shape[d])
+        return gpucore_set_error(GPUCORE_ERR_SHAPE_MISMATCH,
+                                 "concat: the inputs add up to %lld along dim %d but out has %lld", (long long)total, d,
+                                 (long long)out->shape[d]);
+    int64_t at = 0;
+    for (int i = 0; i < count && !st; i++) {
+        gpucore_tensor *part = NULL;
+        int64_t len = inputs[i]->shape[d];
+        if ((st = gpucore_tensor_slice(out, d, at, at + len, 1, &part))) break;
+        st = gpucore_copy(part, inputs[i], stream);
+        gpucore_tensor_destroy(part);
+        at += len;
+    }
     return st;
 }

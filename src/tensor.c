@@ -318,7 +318,9 @@ gpucore_status gpucore_tensor_slice(gpucore_tensor *t, int dim, int64_t start, i
     int64_t shape[GPUCORE_MAX_DIMS], strides[GPUCORE_MAX_DIMS];
     for (int i = 0; i < t->ndim; i++) { shape[i] = t->shape[i]; strides[i] = t->strides[i]; }
     shape[dim] = len;
-    strides[dim] = t->strides[dim] * step;
+    /* With len <= 1 the stride is never multiplied by a non-zero index, and an empty tensor's
+     * saturated strides address nothing, so an overflowing product may saturate too. */
+    if (__builtin_mul_overflow(t->strides[dim], step, &strides[dim])) strides[dim] = INT64_MAX;
     int64_t offset = t->offset + (len ? start * t->strides[dim] : 0);
     return make_view(t, t->ndim, shape, strides, offset, out);
 }

@@ -238,6 +238,37 @@ static void test_as_strided(gpucore_context *ctx)
     gpucore_tensor_destroy(t);
 }
 
+/* concat along dim 1 of [2,1], [2,3] (a transposed view), [2,0]: then bad inputs */
+static void test_concat(gpucore_context *ctx)
+{
+    int64_t s21[2] = {2, 1}, s32[2] = {3, 2}, s20[2] = {2, 0}, s24[2] = {2, 4};
+    gpucore_tensor *a = make(ctx, GPUCORE_F32, 2, s21), *b = make(ctx, GPUCORE_F32, 2, s32), *bt = NULL,
+                   *e = make(ctx, GPUCORE_F32, 2, s20), *out = make(ctx, GPUCORE_F32, 2, s24);
+    float ha[2] = {1, 2}, hb[6] = {10, 20, 11, 21, 12, 22}, got[8];
+    CHECK_OK(gpucore_copy_from_host(a, ha, sizeof ha));
+    CHECK_OK(gpucore_copy_from_host(b, hb, sizeof hb));
+    CHECK_OK(gpucore_tensor_transpose(b, 0, 1, &bt)); /* [[10,11,12],[20,21,22]] */
+    CHECK_OK(gpucore_fill(out, -1.0, NULL));
+    gpucore_tensor *ins[3] = {a, bt, e};
+    CHECK_OK(gpucore_concat(out, ins, 3, -1, NULL));
+    CHECK_OK(gpucore_copy_to_host(got, sizeof got, out));
+    const float want[8] = {1, 10, 11, 12, 2, 20, 21, 22};
+    CHECK(memcmp(got, want, sizeof want) == 0);
+    int64_t s23[2] = {2, 3};
+    gpucore_tensor *short_out = make(ctx, GPUCORE_F32, 2, s23), *f64 = make(ctx, GPUCORE_F64, 2, s21);
+    CHECK_STATUS(gpucore_concat(short_out, ins, 3, 1, NULL), GPUCORE_ERR_SHAPE_MISMATCH);
+    CHECK_STATUS(gpucore_concat(out, ins, 3, 0, NULL), GPUCORE_ERR_SHAPE_MISMATCH);
+    CHECK_STATUS(gpucore_concat(out, ins, 3, 2, NULL), GPUCORE_ERR_INVALID_ARGUMENT);
+    CHECK_STATUS(gpucore_concat(out, ins, 0, 1, NULL), GPUCORE_ERR_INVALID_ARGUMENT);
+    CHECK_STATUS(gpucore_concat(out, NULL, 2, 1, NULL), GPUCORE_ERR_NULL_POINTER);
+    gpucore_tensor *mixed[2] = {f64, bt};
+    CHECK_STATUS(gpucore_concat(out, mixed, 2, 1, NULL), GPUCORE_ERR_DTYPE_MISMATCH);
+    gpucore_tensor *self[2] = {a, out};
+    CHECK_STATUS(gpucore_concat(out, self, 2, 1, NULL), GPUCORE_ERR_SHAPE_MISMATCH);
+    gpucore_tensor *all[] = {a, b, bt, e, out, short_out, f64};
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++) gpucore_tensor_destroy(all[i]);
+}
+
 static int wrapped_released;
 static void release_wrapped(void *p) { wrapped_released += p != NULL; }
 
@@ -352,6 +383,7 @@ int main(void)
         test_views(ctx);
         test_copies(ctx);
         test_as_strided(ctx);
+        test_concat(ctx);
         test_random(ctx, cpu);
         CHECK_OK(gpucore_context_destroy(ctx));
     }

@@ -7,17 +7,28 @@ driver can pair them. Needs a GPU and PyTorch; not runnable on CPU-only machines
 import argparse
 import json
 import statistics
-
-import torch
+import sys
 
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--max-params", type=int, default=1 << 30)
+    ap.add_argument("--max-params", type=int, default=0)
     ap.add_argument("--reps", type=int, default=20)
+    ap.add_argument("--json", action="store_true", help="JSON lines (always; kept for the driver's calling convention)")
+    size = ap.add_mutually_exclusive_group()
+    size.add_argument("--quick", action="store_true", help="up to 256M parameters, as bench_optim --quick on a GPU")
+    size.add_argument("--full", action="store_true", help="up to 1B parameters")
     args = ap.parse_args()
+    if not args.max_params:
+        args.max_params = 1 << (30 if args.full else 28)
+    try:
+        import torch
+    except ImportError:  # no PyTorch here: nothing to compare with
+        print("torch_optim: PyTorch is not installed; skipped", file=sys.stderr)
+        return 0
     if not torch.cuda.is_available():
-        raise SystemExit("torch_optim.py: no CUDA device (this peer runs on a GPU machine only)")
+        print("torch_optim: no CUDA device; this peer runs on a GPU machine only", file=sys.stderr)
+        return 0
     n = 1 << 20
     while n <= args.max_params:
         per = n // 8
