@@ -238,6 +238,7 @@ DECLARATIONS: Dict[str, Tuple[Any, List[Any]]] = {
     "gpucore_copy_from_host_async": (STATUS, [H, c_void_p, c_int64, H]),
     "gpucore_copy_to_host_async": (STATUS, [c_void_p, c_int64, H, H]),
     "gpucore_copy": (STATUS, [H, H, H]),
+    "gpucore_concat": (STATUS, [H, P_H, c_int, c_int, H]),
     # fill and random
     "gpucore_fill": (STATUS, [H, c_double, H]),
     "gpucore_random": (STATUS, [H, c_int, c_double, c_double, c_uint64, c_uint64, H]),

@@ -35,7 +35,7 @@ from .errors import (DeviceMismatchError, InvalidArgumentError, InvalidArgumentT
 from .tensor import Tensor, _generator, empty, full
 
 __all__ = [
-    "add", "sub", "mul", "div", "exp", "log", "sqrt", "rsqrt", "abs", "neg", "scale", "axpy_", "clamp",
+    "cat", "add", "sub", "mul", "div", "exp", "log", "sqrt", "rsqrt", "abs", "neg", "scale", "axpy_", "clamp",
     "activation", "activation_backward", "relu", "gelu", "silu", "sigmoid", "tanh", "relu_backward",
     "gelu_backward", "silu_backward", "sigmoid_backward", "tanh_backward", "bias_act", "cast", "dropout",
     "dropout_backward", "sum", "mean", "amax", "amin", "argmax", "sum_of_squares", "reduce", "bias_grad",
@@ -445,6 +445,29 @@ def bias_grad(grad_output: Tensor, out: Optional[Tensor] = None, stream: Optiona
     _same_ctx(dy._ctx, (out, "out"))
     o = _out(out, (dy.shape[-1],), dy.dtype, dy._ctx)
     C.gpucore_bias_grad(o.handle, dy.handle, _stream(dy._ctx, stream))
+    return o
+
+
+def cat(tensors: Sequence[Tensor], dim: int = 0, out: Optional[Tensor] = None,
+        stream: Optional[Stream] = None) -> Tensor:
+    """Concatenate tensors along ``dim`` (torch.cat). All share a dtype and context and
+    match in every other dim; any strides. Returns ``out`` (a new tensor unless given)."""
+    if isinstance(tensors, Tensor) or not isinstance(tensors, (list, tuple)):
+        raise InvalidArgumentTypeError("cat: tensors must be a list or tuple of gpucore.Tensor")
+    ts = [_tensor(t, "tensors[%d]" % i) for i, t in enumerate(tensors)]
+    if not ts:
+        raise InvalidArgumentError("cat: tensors is empty; give at least one tensor")
+    first = ts[0]
+    _same_ctx(first._ctx, *[(t, "tensors[%d]" % i) for i, t in enumerate(ts)], (out, "out"))
+    d = check_dim(dim, len(first.shape))
+    shape = list(first.shape)
+    total = 0  # (this module defines its own sum)
+    for t in ts:
+        total += t.shape[d] if len(t.shape) == len(shape) else 0
+    shape[d] = total
+    o = _out(out, tuple(shape), first.dtype, first._ctx)
+    arr = (c_void_p * len(ts))(*[t.handle for t in ts])
+    C.gpucore_concat(o.handle, arr, len(ts), d, _stream(first._ctx, stream))
     return o
 
 

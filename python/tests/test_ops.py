@@ -279,3 +279,19 @@ def test_freed_and_foreign_context_tensors(ctx):
     t.free()
     with pytest.raises(g.InvalidHandleError):
         g.relu(t)
+
+
+def test_cat_matches_numpy_and_refuses_bad_shapes():
+    gpucore = g
+    ctx = gpucore.Context("cpu")
+    rng = np.random.default_rng(3)
+    a = rng.standard_normal((3, 2)).astype(np.float32)
+    b = rng.standard_normal((2, 3)).astype(np.float32).T  # a non-contiguous view after transpose
+    ta = gpucore.from_numpy(a, device=ctx)
+    tb = gpucore.from_numpy(np.ascontiguousarray(b.T), device=ctx).T
+    out = gpucore.cat([ta, tb], dim=1)
+    np.testing.assert_array_equal(out.numpy(), np.concatenate([a, b], axis=1))
+    with pytest.raises(gpucore.ShapeMismatchError, match="every input must match"):
+        gpucore.cat([ta, gpucore.from_numpy(np.ones((4, 2), np.float32), device=ctx)], dim=1)
+    with pytest.raises(gpucore.GpucoreError):
+        gpucore.cat([], dim=0)
