@@ -321,6 +321,7 @@ static gpucore_status forward_pass(ckpt_state *s, const gpucore_tensor *x, gpuco
         if (!st) {
             top->out_bytes = gpucore_tensor_nbytes(out);
             top->transient = peak - before;
+            top->out_view = out->storage == cur->storage;
             gpucore_ckpt_measure_saves(top, cur->storage, out->storage);
             if (call.keep && (s->pack || s->offload)) st = gpucore_ckpt_pack_top(s, i, stream);
         }

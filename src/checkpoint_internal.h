@@ -63,6 +63,7 @@ typedef struct ckpt_top {
     int unpacked;
     int64_t out_bytes, saved_bytes, transient; /* measured */
     int saves_input, saves_output;
+    int out_view;          /* its output shares its input's storage (a view: reshape, flatten) */
 } ckpt_top;
 
 typedef struct ckpt_state {

@@ -46,15 +46,30 @@ void gpucore_ckpt_plan_fixed(ckpt_state *s, int32_t *modes)
     }
 }
 
-/* The planner's model of a step's peak above the bytes allocated at its start. */
+/* The planner's model of a step's peak above the bytes allocated at its start.
+ * Bytes are counted by storage: a segment whose output is a view of its input
+ * (out_view: a reshape, a flatten) adds no storage, so the input of segment i
+ * lives in the storage of the last segment before it that is not a view (or in
+ * x's, allocated before the step). m NULL: every segment KEPT. */
+static int input_held(const ckpt_top *t, const int32_t *m, int64_t i)
+{
+    int64_t o = i - 1;
+    while (o >= 0 && t[o].out_view) o--;
+    if (o < 0) return 1;                           /* x's storage: in the baseline */
+    if ((!m || m[o] == GPUCORE_CKPT_KEPT) && t[o].saves_output) return 1;
+    for (int64_t j = o + 1; j < i; j++)            /* views of it that save it */
+        if ((!m || m[j] == GPUCORE_CKPT_KEPT) && t[j].saves_input) return 1;
+    return 0;
+}
+
 static int64_t hold_of(const ckpt_top *t, const int32_t *m, int64_t i, int kept_as)
 {
     int64_t in = i > 0 ? t[i - 1].out_bytes : 0;
-    if (kept_as == GPUCORE_CKPT_KEPT) {
-        int prev_holds_out = i > 0 && m[i - 1] == GPUCORE_CKPT_KEPT && t[i - 1].saves_output;
-        return t[i].saved_bytes + (t[i].saves_input && !prev_holds_out ? in : 0);
-    }
-    return kept_as == GPUCORE_CKPT_CHECKPOINT ? in : 0;
+    if (kept_as == GPUCORE_CKPT_KEPT) return t[i].saved_bytes + (t[i].saves_input && !input_held(t, m, i) ? in : 0);
+    if (kept_as != GPUCORE_CKPT_CHECKPOINT) return 0;
+    int64_t o = i - 1;                             /* a stored input that is a view of x holds nothing new */
+    while (o >= 0 && t[o].out_view) o--;
+    return o < 0 ? 0 : in;
 }
 
 static int64_t simulate(const ckpt_top *t, const int32_t *m, int64_t n)
@@ -182,8 +197,7 @@ void gpucore_ckpt_measure_held(ckpt_state *s, const void *x_storage)
     const void **seen = NULL;
     for (int64_t i = 0; i < s->nsegs; i++) {
         ckpt_top *t = &s->tops[i];
-        keep_all += t->saved_bytes +
-                    (t->saves_input && i > 0 && !s->tops[i - 1].saves_output ? s->tops[i - 1].out_bytes : 0);
+        keep_all += hold_of(s->tops, NULL, i, GPUCORE_CKPT_KEPT); /* by storage, like held */
         for (int64_t j = -1; j < t->nsaved; j++) {
             gpucore_tensor *h = j < 0 ? t->stored_input : t->saved[j].t;
             if (!h || h->storage == x_storage) continue;

@@ -6,7 +6,9 @@
  * offload and custom saved-tensor hooks); parameter and input gradients must be
  * bitwise identical to keep-all on the CPU (within 1e-5 elsewhere). Peak allocated
  * memory under sqrt(n) and under a budget is measured from the allocator and
- * checked against the policy's bound. Bad input: a backward reading a tensor it
+ * checked against the policy's bound. A segment whose output is a view of its
+ * input (flatten) adds no storage to the held / keep-all figures or the budget
+ * estimate. Bad input: a backward reading a tensor it
  * never saved, a budget below one segment, failing callbacks, a recompute that
  * changes shape — each a status naming the segment, with allocator statistics back
  * at their baseline afterwards (nothing leaks).
@@ -366,6 +368,107 @@ static void test_memory(const char *dev, gpucore_context *ctx)
     model_free(&m);
 }
 
+/* ---- a segment whose output is a view of its input (flatten) ---- */
+static gpucore_status flatten_fwd(gpucore_ckpt_call *call, const gpucore_tensor *x, gpucore_tensor **y,
+                                  gpucore_stream *stream, void *user)
+{
+    (void)call; (void)stream; (void)user;
+    int64_t shape[GPUCORE_MAX_DIMS];
+    gpucore_tensor_shape(x, shape);
+    shape[1] = -1;
+    return gpucore_tensor_reshape((gpucore_tensor *)x, 2, shape, y); /* a view: no new storage */
+}
+
+static gpucore_status flatten_bwd(gpucore_ckpt_call *call, const gpucore_tensor *dy, gpucore_tensor *dx,
+                                  gpucore_stream *stream, void *user)
+{
+    (void)call; (void)user;
+    if (!dx) return GPUCORE_OK;
+    int64_t shape[GPUCORE_MAX_DIMS];
+    gpucore_tensor_shape(dy, shape);
+    gpucore_tensor *flat = NULL;
+    gpucore_status st = gpucore_tensor_reshape(dx, 2, shape, &flat);
+    if (!st) st = gpucore_copy(flat, dy, stream);
+    gpucore_tensor_destroy(flat);
+    return st;
+}
+
+/* Bytes are counted by storage: the view adds none, so keep-all saves nothing and
+ * the planner's estimate matches the same chain without the view. */
+static void test_view(const char *dev, gpucore_context *ctx)
+{
+    int bitwise = strcmp(dev, "cpu") == 0;
+    if (strcmp(dev, "cuda-emulated") != 0) { /* conv -> conv -> flatten -> linear */
+        model m;
+        memset(&m, 0, sizeof m);
+        m.ctx = ctx;
+        seed_next = 2000;
+        CHECK_OK(gpucore_ckpt_create(ctx, "view", &m.ck));
+        add_conv(&m, "conv0", 3, 4, GPUCORE_ACT_RELU);
+        add_conv(&m, "conv1", 4, 4, GPUCORE_ACT_RELU);
+        CHECK_OK(gpucore_ckpt_add_custom(m.ck, "flatten", flatten_fwd, flatten_bwd, NULL));
+        add_linear(&m, "fc", 4 * 8 * 8, 10, GPUCORE_ACT_NONE);
+        int64_t xs[4] = {2, 3, 8, 8}, ys[2] = {2, 10};
+        io(&m, 4, xs, 2, ys);
+        int64_t n = 0, n2 = 0;
+        gpucore_ckpt_stats keep, s2;
+        float *ref = step(&m, &n, &keep);
+        printf("  %s view chain keep-all: held %lld, keep-all %lld, saved %lld\n", dev, (long long)keep.held_bytes,
+               (long long)keep.keep_all_bytes, (long long)keep.bytes_saved);
+        CHECK(keep.kept == 4 && keep.held_bytes > 0);
+        CHECK(keep.held_bytes == keep.keep_all_bytes && keep.bytes_saved == 0);
+        gpucore_ckpt_policy ps[3] = {GPUCORE_CKPT_RECOMPUTE_ALL, GPUCORE_CKPT_BUDGET, GPUCORE_CKPT_BUDGET};
+        int64_t budgets[3] = {0, keep.peak_allocated_bytes * 4, keep.peak_allocated_bytes};
+        for (int c = 0; c < 3; c++) {
+            CHECK_OK(gpucore_ckpt_set_policy(m.ck, ps[c], budgets[c]));
+            for (int i = 0; i < m.np; i++) CHECK_OK(gpucore_fill(m.grads[i], NAN, NULL));
+            float *got = step(&m, &n2, &s2);
+            CHECK(n2 == n && same(got, ref, n, bitwise));
+            CHECK(s2.keep_all_bytes == keep.keep_all_bytes && s2.held_bytes <= s2.keep_all_bytes);
+            if (ps[c] == GPUCORE_CKPT_BUDGET) {
+                CHECK(s2.estimated_peak_bytes <= budgets[c] && s2.peak_allocated_bytes <= budgets[c]);
+                if (c == 1) CHECK(s2.kept == 4 && s2.bytes_saved == 0); /* room for everything */
+            }
+            free(got);
+        }
+        free(ref);
+        model_free(&m);
+    }
+    /* fc0 -> fc1 -> view -> fc2 against fc0 -> fc1 -> fc2 (ReLU: each saves its input and output) */
+    gpucore_ckpt_stats st[2][2];
+    float *grads[2] = {NULL, NULL};
+    int64_t counts[2] = {0, 0};
+    for (int v = 0; v < 2; v++) {
+        model m;
+        memset(&m, 0, sizeof m);
+        m.ctx = ctx;
+        seed_next = 3000;
+        CHECK_OK(gpucore_ckpt_create(ctx, v ? "with-view" : "without-view", &m.ck));
+        add_linear(&m, "fc0", 32, 32, GPUCORE_ACT_RELU);
+        add_linear(&m, "fc1", 32, 32, GPUCORE_ACT_RELU);
+        if (v) CHECK_OK(gpucore_ckpt_add_custom(m.ck, "view", flatten_fwd, flatten_bwd, NULL));
+        add_linear(&m, "fc2", 32, 32, GPUCORE_ACT_RELU);
+        int64_t xs[2] = {16, 32};
+        io(&m, 2, xs, 2, xs);
+        free(step(&m, &counts[v], &st[v][0]));
+        CHECK_OK(gpucore_ckpt_set_policy(m.ck, GPUCORE_CKPT_BUDGET, st[v][0].peak_allocated_bytes * 4));
+        grads[v] = step(&m, &counts[v], &st[v][1]);
+        model_free(&m);
+    }
+    printf("  %s view in an mlp: keep-all %lld vs %lld, budget estimate %lld vs %lld (above baseline)\n", dev,
+           (long long)st[1][0].keep_all_bytes, (long long)st[0][0].keep_all_bytes,
+           (long long)(st[1][1].estimated_peak_bytes - st[1][1].baseline_bytes),
+           (long long)(st[0][1].estimated_peak_bytes - st[0][1].baseline_bytes));
+    CHECK(st[1][0].keep_all_bytes == st[0][0].keep_all_bytes && st[1][0].held_bytes == st[0][0].held_bytes);
+    CHECK(st[1][0].bytes_saved == 0 && st[0][0].bytes_saved == 0);
+    CHECK(st[1][1].kept == 4 && st[0][1].kept == 3);
+    CHECK(st[1][1].estimated_peak_bytes - st[1][1].baseline_bytes ==
+          st[0][1].estimated_peak_bytes - st[0][1].baseline_bytes);
+    CHECK(counts[0] == counts[1] && grads[0] && grads[1] && same(grads[1], grads[0], counts[0], bitwise));
+    free(grads[0]);
+    free(grads[1]);
+}
+
 /* ---- bad input ---- */
 typedef struct bad_seg { int mode, calls; } bad_seg;
 enum { BAD_READ_UNSAVED = 0, BAD_FWD_ERROR = 1, BAD_BWD_ERROR = 2, BAD_SHAPE_CHANGE = 3, BAD_NO_OUTPUT = 4 };
@@ -496,6 +599,7 @@ int main(void)
             test_policies(devs[d], ctx, kind);
         }
         test_memory(devs[d], ctx);
+        test_view(devs[d], ctx);
         test_bad(devs[d], ctx);
         CHECK(allocated(ctx) == base); /* every model, step and failure released what it took */
         gpucore_context_destroy(ctx);
