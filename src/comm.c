@@ -590,25 +590,39 @@ static gpucore_status submit_on(gpucore_comm *comm, gpucore_comm_call *call, gpu
     return gpucore_comm_submit(comm, call, s, 1, NULL);
 }
 
+/* The checks every out/in collective starts with: a live communicator, two buffers of it, one dtype. */
+static gpucore_status check_out_in(gpucore_comm *comm, gpucore_tensor *out, const gpucore_tensor *in, const char *op,
+                                   gpucore_view *ov, gpucore_view *iv)
+{
+    gpucore_status st = gpucore_check_comm(comm, op);
+    if (st || (st = check_buffer(comm, out, op, "out", ov)) || (st = check_buffer(comm, in, op, "in", iv))) return st;
+    if (ov->dtype != iv->dtype)
+        return gpucore_set_error(GPUCORE_ERR_DTYPE_MISMATCH, "%s: out is %s but in is %s", op,
+                                 gpucore_dtype_name((gpucore_dtype)ov->dtype),
+                                 gpucore_dtype_name((gpucore_dtype)iv->dtype));
+    return GPUCORE_OK;
+}
+
+/* out and in hold the same element count and are the same buffer or disjoint. */
+static gpucore_status check_same_count(const gpucore_view *ov, const gpucore_view *iv, const char *op)
+{
+    if (ov->numel != iv->numel)
+        return gpucore_set_error(GPUCORE_ERR_SHAPE_MISMATCH, "%s: out has %lld elements but in has %lld", op,
+                                 (long long)ov->numel, (long long)iv->numel);
+    int64_t nb = ov->numel * ov->elem_size;
+    if (ov->data != iv->data && bytes_overlap(ov->data, nb, iv->data, nb))
+        return gpucore_set_error(GPUCORE_ERR_INVALID_ARGUMENT, "%s: out and in overlap without being the same "
+                                 "buffer; pass out == in for in place", op);
+    return GPUCORE_OK;
+}
+
 gpucore_status gpucore_comm_allreduce(gpucore_comm *comm, gpucore_tensor *out, const gpucore_tensor *in,
                                       gpucore_reduce_op rop, gpucore_stream *stream)
 {
     const char *op = "comm_allreduce";
     gpucore_view ov, iv;
-    gpucore_status st = gpucore_check_comm(comm, op);
-    if (st || (st = check_buffer(comm, out, op, "out", &ov)) || (st = check_buffer(comm, in, op, "in", &iv)) ||
-        (st = check_op(rop, op)))
-        return st;
-    if (ov.dtype != iv.dtype)
-        return gpucore_set_error(GPUCORE_ERR_DTYPE_MISMATCH, "%s: out is %s but in is %s", op,
-                                 gpucore_dtype_name((gpucore_dtype)ov.dtype), gpucore_dtype_name((gpucore_dtype)iv.dtype));
-    if (ov.numel != iv.numel)
-        return gpucore_set_error(GPUCORE_ERR_SHAPE_MISMATCH, "%s: out has %lld elements but in has %lld", op,
-                                 (long long)ov.numel, (long long)iv.numel);
-    int64_t nb = ov.numel * ov.elem_size;
-    if (ov.data != iv.data && bytes_overlap(ov.data, nb, iv.data, nb))
-        return gpucore_set_error(GPUCORE_ERR_INVALID_ARGUMENT, "%s: out and in overlap without being the same "
-                                 "buffer; pass out == in for in place", op);
+    gpucore_status st = check_out_in(comm, out, in, op, &ov, &iv);
+    if (st || (st = check_op(rop, op)) || (st = check_same_count(&ov, &iv, op))) return st;
     if (ov.numel == 0) return GPUCORE_OK;
     gpucore_comm_call call = {.kind = GPUCORE_COMM_ALLREDUCE, .op = rop, .dtype = ov.dtype, .count = ov.numel,
                               .send = iv.data, .recv = ov.data};
@@ -620,13 +634,8 @@ gpucore_status gpucore_comm_reduce_scatter(gpucore_comm *comm, gpucore_tensor *o
 {
     const char *op = "comm_reduce_scatter";
     gpucore_view ov, iv;
-    gpucore_status st = gpucore_check_comm(comm, op);
-    if (st || (st = check_buffer(comm, out, op, "out", &ov)) || (st = check_buffer(comm, in, op, "in", &iv)) ||
-        (st = check_op(rop, op)))
-        return st;
-    if (ov.dtype != iv.dtype)
-        return gpucore_set_error(GPUCORE_ERR_DTYPE_MISMATCH, "%s: out is %s but in is %s", op,
-                                 gpucore_dtype_name((gpucore_dtype)ov.dtype), gpucore_dtype_name((gpucore_dtype)iv.dtype));
+    gpucore_status st = check_out_in(comm, out, in, op, &ov, &iv);
+    if (st || (st = check_op(rop, op))) return st;
     int size = comm->s->size, rank = comm->s->rank;
     if (iv.numel != ov.numel * size)
         return gpucore_set_error(GPUCORE_ERR_SHAPE_MISMATCH, "%s: in has %lld elements but must hold size (%d) x "
@@ -648,12 +657,8 @@ gpucore_status gpucore_comm_all_gather(gpucore_comm *comm, gpucore_tensor *out, 
 {
     const char *op = "comm_all_gather";
     gpucore_view ov, iv;
-    gpucore_status st = gpucore_check_comm(comm, op);
-    if (st || (st = check_buffer(comm, out, op, "out", &ov)) || (st = check_buffer(comm, in, op, "in", &iv)))
-        return st;
-    if (ov.dtype != iv.dtype)
-        return gpucore_set_error(GPUCORE_ERR_DTYPE_MISMATCH, "%s: out is %s but in is %s", op,
-                                 gpucore_dtype_name((gpucore_dtype)ov.dtype), gpucore_dtype_name((gpucore_dtype)iv.dtype));
+    gpucore_status st = check_out_in(comm, out, in, op, &ov, &iv);
+    if (st) return st;
     int size = comm->s->size, rank = comm->s->rank;
     if (ov.numel != iv.numel * size)
         return gpucore_set_error(GPUCORE_ERR_SHAPE_MISMATCH, "%s: out has %lld elements but must hold size (%d) x "
@@ -683,18 +688,7 @@ gpucore_status gpucore_comm_broadcast(gpucore_comm *comm, gpucore_tensor *out, c
     iv = ov;
     if (comm->s->rank == root) {
         if (!in) return gpucore_set_error(GPUCORE_ERR_NULL_POINTER, "%s: in is NULL on the root rank %d", op, root);
-        if ((st = check_buffer(comm, in, op, "in", &iv))) return st;
-        if (ov.dtype != iv.dtype)
-            return gpucore_set_error(GPUCORE_ERR_DTYPE_MISMATCH, "%s: out is %s but in is %s", op,
-                                     gpucore_dtype_name((gpucore_dtype)ov.dtype),
-                                     gpucore_dtype_name((gpucore_dtype)iv.dtype));
-        if (ov.numel != iv.numel)
-            return gpucore_set_error(GPUCORE_ERR_SHAPE_MISMATCH, "%s: out has %lld elements but in has %lld", op,
-                                     (long long)ov.numel, (long long)iv.numel);
-        int64_t nb = ov.numel * ov.elem_size;
-        if (ov.data != iv.data && bytes_overlap(ov.data, nb, iv.data, nb))
-            return gpucore_set_error(GPUCORE_ERR_INVALID_ARGUMENT, "%s: out and in overlap without being the same "
-                                     "buffer", op);
+        if ((st = check_out_in(comm, out, in, op, &ov, &iv)) || (st = check_same_count(&ov, &iv, op))) return st;
     }
     if (ov.numel == 0) return GPUCORE_OK;
     gpucore_comm_call call = {.kind = GPUCORE_COMM_BROADCAST, .dtype = ov.dtype, .count = ov.numel, .root = root,
