@@ -7,7 +7,7 @@
  */
 #include <stdint.h>
 #include <stdlib.h>
-#include "../src/safetensors.h"
+#include "io/safetensors.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {

@@ -1,6 +1,6 @@
 /*
  * conv_desc.h — one convolution as every backend sees it, after the API
- * front-end (src/conv.c) has validated it: dims, explicit padding (padding
+ * front-end (src/ops/conv.c) has validated it: dims, explicit padding (padding
  * 'same' already resolved), 1-D already lifted to 2-D (H = P = R = 1), and every
  * tensor as a pointer plus element strides in logical order
  *   x, y: [n, c, h, w] / [n, k, p, q]      w: [k, c/groups, r, s]

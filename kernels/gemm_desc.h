@@ -1,6 +1,6 @@
 /*
  * gemm_desc.h — one matrix multiplication as every backend sees it, after the
- * API front-end (src/matmul.c) has validated it: in column-major BLAS terms,
+ * API front-end (src/ops/matmul.c) has validated it: in column-major BLAS terms,
  *
  *     D[m,n] = epilogue(alpha · op(A)[m,k] · op(B)[k,n] + beta · C[m,n])
  *

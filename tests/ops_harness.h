@@ -10,7 +10,7 @@
 
 #include <stdint.h>
 #include "check.h"
-#include "../kernels/numeric.h"
+#include "numeric.h"
 
 #define GUARD 67                      /* guard elements before and after an output */
 static uint64_t harness_seed = 12345; /* advanced on every draw: fresh data each time */

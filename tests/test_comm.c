@@ -17,7 +17,7 @@
 #include <time.h>
 #include <unistd.h>
 #include "check.h"
-#include "../kernels/numeric.h"
+#include "numeric.h"
 #ifdef TEST_HAVE_MPI
 #include <mpi.h>
 #endif

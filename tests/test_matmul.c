@@ -9,7 +9,7 @@
  */
 #include <stdint.h>
 #include "check.h"
-#include "../kernels/numeric.h"
+#include "numeric.h"
 
 #define POISON16 0xFFFFu       /* NaN in f16 and bf16 */
 #define POISON32 0xFFFFFFFFu   /* NaN in f32 */

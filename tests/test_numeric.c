@@ -6,7 +6,7 @@
  */
 #include <stdint.h>
 #include "check.h"
-#include "../kernels/philox.h"
+#include "philox.h"
 
 /* Reference: round a double to a binary format with `mant` fraction bits and
  * exponent range, nearest even, by scaling (exact in double for these ranges). */

@@ -8,7 +8,7 @@
  * fresh random data, some as non-contiguous views.
  */
 #include "ops_harness.h"
-#include "../kernels/philox.h"
+#include "philox.h"
 
 static double act_f64(int act, double x)
 {

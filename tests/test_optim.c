@@ -8,7 +8,7 @@
  */
 #include <stdint.h>
 #include "check.h"
-#include "../kernels/numeric.h"
+#include "numeric.h"
 
 #define NT 3
 static const int64_t sizes[NT] = {1, 1000, 40000}; /* 40000 spans three 16384-element chunks */

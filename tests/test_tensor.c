@@ -6,7 +6,7 @@
  */
 #include <stdint.h>
 #include "check.h"
-#include "../kernels/numeric.h"
+#include "numeric.h"
 
 #define POISON 0x7fc0dead /* a NaN pattern no op writes */
 

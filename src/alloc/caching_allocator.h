@@ -34,7 +34,7 @@
 #include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
-#include "../internal.h"
+#include "core/internal.h"
 
 typedef struct caching_allocator caching_allocator;
 

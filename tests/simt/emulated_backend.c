@@ -2,7 +2,7 @@
  * emulated_backend.c — the test-only "cuda-emulated" backend module
  * (libgpucore_emulated.so, never installed): the kernel sources of kernels/
  * run on the SIMT layer (simt.cpp), behind the same op entries as the CUDA
- * module (src/kernel_ops.c). Memory is host memory, 256-byte aligned like
+ * module (src/backend/kernel_ops.c). Memory is host memory, 256-byte aligned like
  * cudaMalloc; streams and events are the CPU backend's worker-thread queues
  * (cpu_stream.c), so a kernel launch is a task queued in stream order, and a
  * kernel's execution error (barrier divergence, ...) is the stream's sticky
@@ -14,8 +14,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
-#include "../../src/cpu/cpu_stream.h"
-#include "../../src/kernel_ops.h"
+#include "backend/cpu/cpu_stream.h"
+#include "backend/kernel_ops.h"
 #include "simt_api.h"
 
 
@@ -197,7 +197,7 @@ static const gpucore_backend emulated_backend_table = {
     .stream_destroy = emu_stream_destroy,
     .stream_synchronize = emu_stream_synchronize,
     CPU_STREAM_VTABLE_SHARED
-    /* Every op entry the kernel-running backends share (src/kernel_ops.h). */
+    /* Every op entry the kernel-running backends share (src/backend/kernel_ops.h). */
     KOPS_VTABLE_OPS
 };
 

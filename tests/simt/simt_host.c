@@ -1,12 +1,12 @@
 /*
  * simt_host.c — the C glue between the SIMT layer and the CPU stream queue
- * (src/cpu/cpu_stream.c, compiled into the layer): queueing a grid as a stream
+ * (src/backend/cpu/cpu_stream.c, compiled into the layer): queueing a grid as a stream
  * task, and the gpucore_set_error that cpu_stream.c calls, forwarded to
  * whoever hosts the layer (the emulated backend forwards it to libgpucore).
  */
 #include <stdarg.h>
 #include <stdio.h>
-#include "../../src/cpu/cpu_stream.h"
+#include "backend/cpu/cpu_stream.h"
 #include "simt_api.h"
 
 SIMT_API int simt_stream_enqueue(void *stream, void *closure);

@@ -1,0 +1,242 @@
+/*
+ * cpu_ops_elementwise.c — the CPU backend's elementwise family. Work is cut
+ * into blocks of EW_BLOCK elements spread over OpenMP threads; each block
+ * loads its inputs into f32 buffers (dense, row-broadcast, scalar or general
+ * strided addressing, the same modes the CUDA kernel uses), computes with the
+ * op's loop hoisted out of the switch so the compiler can vectorise it, and
+ * stores with round-to-nearest-even. Casts run through f64.
+ *
+ * Fast paths (same per-element formulas, so the same bits): dense f32 operands
+ * are computed straight from and into the tensors (no staging copies); the
+ * arithmetic, conversion and clamp loops carry `omp simd` so they vectorise at
+ * -O2; activations call their formula directly (the switch is outside the loop;
+ * libm's scalar expf/tanhf/erff stay, for bitwise-identical results); dropout
+ * draws one Philox block per 4 elements instead of one per element; casts
+ * between f32/f16/bf16 skip the f64 detour (exact: an f32 value is an f64 that
+ * rounds to itself).
+ */
+#include <string.h>
+#include "cpu_internal.h"
+#include "elementwise_math.h"
+
+#define EW_BLOCK 2048
+#define EW_PARALLEL_MIN 32768
+
+/* Vectorise this loop: iterations are independent (out is either exactly an input or
+ * disjoint from it; the API layer checks). Plain loops without OpenMP. */
+#if defined(_OPENMP)
+#define EW_SIMD _Pragma("omp simd")
+#else
+#define EW_SIMD
+#endif
+
+/* Element offsets (in elements) of linear indices i0 .. i0+n-1 of view v. */
+static void strided_offsets(const gpucore_view *v, int64_t i0, int n, int64_t *off)
+{
+    int64_t idx[GPUCORE_VIEW_MAX_DIMS], cur = 0, rest = i0;
+    for (int d = v->ndim - 1; d >= 0; d--) {
+        idx[d] = rest % v->shape[d];
+        rest /= v->shape[d];
+        cur += idx[d] * v->strides[d];
+    }
+    for (int k = 0; k < n; k++) {
+        off[k] = cur;
+        for (int d = v->ndim - 1; d >= 0; d--) { /* odometer step */
+            cur += v->strides[d];
+            if (++idx[d] < v->shape[d]) break;
+            cur -= idx[d] * v->strides[d];
+            idx[d] = 0;
+        }
+    }
+}
+
+static void load_f32(const gpucore_view *v, int mode, int64_t inner, int64_t i0, int n, float *buf, int64_t *off)
+{
+    const char *base = v->data;
+    const int dt = v->dtype, es = v->elem_size;
+    if (mode == 0 && dt == GPUCORE_KDT_F32) { memcpy(buf, (const float *)base + i0, sizeof(float) * (size_t)n); return; }
+    if (mode == 0 && dt == GPUCORE_KDT_BF16) {
+        const uint16_t *p = (const uint16_t *)base + i0;
+        EW_SIMD for (int k = 0; k < n; k++) buf[k] = gpucore_bf16_to_f32(p[k]);
+        return;
+    }
+    if (mode == 0 && dt == GPUCORE_KDT_F16) {
+        const uint16_t *p = (const uint16_t *)base + i0;
+        EW_SIMD for (int k = 0; k < n; k++) buf[k] = gpucore_f16_to_f32(p[k]);
+        return;
+    }
+    if (mode == 2) {
+        float x = gpucore_load_as_f32(base, dt);
+        for (int k = 0; k < n; k++) buf[k] = x;
+        return;
+    }
+    if (mode == 1) { /* one modulo per block, then walk the row with wrap-around */
+        int64_t j = i0 % inner;
+        for (int k = 0; k < n; k++) {
+            buf[k] = dt == GPUCORE_KDT_F32 ? ((const float *)base)[j] : gpucore_load_as_f32(base + j * es, dt);
+            if (++j == inner) j = 0;
+        }
+        return;
+    }
+    strided_offsets(v, i0, n, off);
+    for (int k = 0; k < n; k++) buf[k] = gpucore_load_as_f32(base + off[k] * es, dt);
+}
+
+static void store_f32(const gpucore_view *v, int64_t i0, int n, const float *buf, int64_t *off)
+{
+    char *base = v->data;
+    const int dt = v->dtype, es = v->elem_size;
+    if (v->contiguous) {
+        if (dt == GPUCORE_KDT_F32) { memcpy((float *)base + i0, buf, sizeof(float) * (size_t)n); return; }
+        uint16_t *p = (uint16_t *)base + i0;
+        if (dt == GPUCORE_KDT_BF16) EW_SIMD for (int k = 0; k < n; k++) p[k] = gpucore_f32_to_bf16(buf[k]);
+        else for (int k = 0; k < n; k++) p[k] = gpucore_f32_to_f16(buf[k]);
+        return;
+    }
+    strided_offsets(v, i0, n, off);
+    for (int k = 0; k < n; k++) gpucore_store_from_f32(base + off[k] * es, dt, buf[k]);
+}
+
+/* r[k] = act(x[k]), the activation's formula called directly. */
+static void act_loop(int act, const float *x, float *r, int n)
+{
+    switch (act) {
+    case GPUCORE_ACT_CODE_RELU: EW_SIMD for (int k = 0; k < n; k++) r[k] = gpucore_relu(x[k]); break;
+    case GPUCORE_ACT_CODE_GELU_ERF: for (int k = 0; k < n; k++) r[k] = gpucore_gelu_erf(x[k]); break;
+    case GPUCORE_ACT_CODE_GELU_TANH: for (int k = 0; k < n; k++) r[k] = gpucore_gelu_tanh(x[k]); break;
+    case GPUCORE_ACT_CODE_SILU: for (int k = 0; k < n; k++) r[k] = gpucore_silu(x[k]); break;
+    case GPUCORE_ACT_CODE_SIGMOID: for (int k = 0; k < n; k++) r[k] = gpucore_sigmoid(x[k]); break;
+    case GPUCORE_ACT_CODE_TANH: for (int k = 0; k < n; k++) r[k] = gpucore_tanh_act(x[k]); break;
+    default: for (int k = 0; k < n; k++) r[k] = gpucore_act_apply(act, x[k]); break;
+    }
+}
+
+/* r[k] = dy[k] * act'(x[k]). */
+static void act_grad_loop(int act, const float *dy, const float *x, float *r, int n)
+{
+    switch (act) {
+    case GPUCORE_ACT_CODE_RELU: EW_SIMD for (int k = 0; k < n; k++) r[k] = dy[k] * gpucore_relu_grad(x[k]); break;
+    case GPUCORE_ACT_CODE_GELU_ERF: for (int k = 0; k < n; k++) r[k] = dy[k] * gpucore_gelu_erf_grad(x[k]); break;
+    case GPUCORE_ACT_CODE_GELU_TANH: for (int k = 0; k < n; k++) r[k] = dy[k] * gpucore_gelu_tanh_grad(x[k]); break;
+    case GPUCORE_ACT_CODE_SILU: for (int k = 0; k < n; k++) r[k] = dy[k] * gpucore_silu_grad(x[k]); break;
+    case GPUCORE_ACT_CODE_SIGMOID: for (int k = 0; k < n; k++) r[k] = dy[k] * gpucore_sigmoid_grad(x[k]); break;
+    case GPUCORE_ACT_CODE_TANH: for (int k = 0; k < n; k++) r[k] = dy[k] * gpucore_tanh_grad(x[k]); break;
+    default: for (int k = 0; k < n; k++) r[k] = dy[k] * gpucore_act_grad_apply(act, x[k]); break;
+    }
+}
+
+/* Dropout of elements i0 .. i0+n-1: the Philox block of counter offset + i/4 serves
+ * elements 4c .. 4c+3 (gpucore_philox_uniform's mapping), drawn once here. */
+static void dropout_loop(const gpucore_ew_args *p, const float *a, float *r, int n, int64_t i0)
+{
+    const float keep = p->alpha, scale = p->beta;
+    for (int k = 0; k < n;) {
+        const uint64_t i = (uint64_t)(i0 + k);
+        const gpucore_philox_out q = gpucore_philox4x32_10(p->seed, p->offset + i / 4);
+        for (unsigned lane = (unsigned)(i % 4); lane < 4 && k < n; lane++, k++)
+            r[k] = gpucore_u32_to_unit(q.v[lane]) >= keep ? a[k] * scale : 0.0f;
+    }
+}
+
+/* r = op(a, b) for n elements; r may be a (in place). */
+static void compute_block(const gpucore_ew_args *p, const float *a, const float *b, float *r, int n, int64_t i0)
+{
+    const float al = p->alpha, be = p->beta;
+    int fused_act = 1;
+    switch (p->op) {
+    case GPUCORE_EW_ADD: EW_SIMD for (int k = 0; k < n; k++) r[k] = a[k] + b[k]; break;
+    case GPUCORE_EW_SUB: EW_SIMD for (int k = 0; k < n; k++) r[k] = a[k] - b[k]; break;
+    case GPUCORE_EW_MUL: EW_SIMD for (int k = 0; k < n; k++) r[k] = a[k] * b[k]; break;
+    case GPUCORE_EW_DIV: EW_SIMD for (int k = 0; k < n; k++) r[k] = a[k] / b[k]; break;
+    case GPUCORE_EW_AXPBY: EW_SIMD for (int k = 0; k < n; k++) r[k] = al * a[k] + be * b[k]; break;
+    case GPUCORE_EW_AFFINE: EW_SIMD for (int k = 0; k < n; k++) r[k] = al * a[k] + be; fused_act = 0; break;
+    case GPUCORE_EW_NEG: EW_SIMD for (int k = 0; k < n; k++) r[k] = -a[k]; fused_act = 0; break;
+    case GPUCORE_EW_CLAMP:
+        EW_SIMD for (int k = 0; k < n; k++) r[k] = a[k] < al ? al : (a[k] > be ? be : a[k]);
+        fused_act = 0;
+        break;
+    case GPUCORE_EW_ABS: EW_SIMD for (int k = 0; k < n; k++) r[k] = fabsf(a[k]); fused_act = 0; break;
+    case GPUCORE_EW_EXP: for (int k = 0; k < n; k++) r[k] = expf(a[k]); fused_act = 0; break;
+    case GPUCORE_EW_LOG: for (int k = 0; k < n; k++) r[k] = logf(a[k]); fused_act = 0; break;
+    case GPUCORE_EW_SQRT: for (int k = 0; k < n; k++) r[k] = sqrtf(a[k]); fused_act = 0; break;
+    case GPUCORE_EW_RSQRT: for (int k = 0; k < n; k++) r[k] = 1.0f / sqrtf(a[k]); fused_act = 0; break;
+    case GPUCORE_EW_ACT: act_loop(p->act, a, r, n); fused_act = 0; break;
+    case GPUCORE_EW_ACT_GRAD: act_grad_loop(p->act, a, b, r, n); fused_act = 0; break;
+    case GPUCORE_EW_DROPOUT: dropout_loop(p, a, r, n, i0); fused_act = 0; break;
+    default:
+        for (int k = 0; k < n; k++)
+            r[k] = gpucore_ew_compute(p->op, p->act, al, be, p->seed, p->offset, a[k], b[k], (uint64_t)(i0 + k));
+        fused_act = 0;
+        break;
+    }
+    if (fused_act && p->act) act_loop(p->act, r, r, n);
+}
+
+/* Contiguous casts between f32, f16 and bf16: through f32, which equals the f64 route
+ * (the f64 of an f32 value rounds to odd exactly to itself). */
+static int cast_fast(const gpucore_ew_args *p)
+{
+    const gpucore_view *o = &p->out, *x = &p->in[0];
+    const int f = (1 << GPUCORE_KDT_F32) | (1 << GPUCORE_KDT_F16) | (1 << GPUCORE_KDT_BF16);
+    return o->contiguous && x->contiguous && o->dtype >= 0 && o->dtype < 31 && x->dtype >= 0 && x->dtype < 31 &&
+           ((f >> o->dtype) & 1) && ((f >> x->dtype) & 1);
+}
+
+static void cast_block(const gpucore_ew_args *p, int64_t i0, int n, int64_t *off_in, int64_t *off_out)
+{
+    const gpucore_view *o = &p->out, *x = &p->in[0];
+    if (cast_fast(p)) {
+        float buf[EW_BLOCK];
+        load_f32(x, 0, 0, i0, n, buf, off_in);
+        store_f32(o, i0, n, buf, off_out);
+        return;
+    }
+    if (!o->contiguous) strided_offsets(o, i0, n, off_out);
+    if (!x->contiguous) strided_offsets(x, i0, n, off_in);
+    for (int k = 0; k < n; k++) {
+        int64_t io = o->contiguous ? i0 + k : off_out[k], ii = x->contiguous ? i0 + k : off_in[k];
+        double v = gpucore_load_as_f64((const char *)x->data + ii * x->elem_size, x->dtype);
+        gpucore_store_from_f64((char *)o->data + io * o->elem_size, o->dtype, v);
+    }
+}
+
+static gpucore_status elementwise_task(void *argp)
+{
+    const gpucore_ew_args *p = argp;
+    const int64_t n = p->out.numel, blocks = (n + EW_BLOCK - 1) / EW_BLOCK;
+    int mode[2] = {-1, -1};
+    int64_t inner[2] = {0, 0};
+    for (int i = 0; i < p->nin; i++)
+        if (p->out.contiguous) mode[i] = gpucore_ew_input_mode(&p->out, &p->in[i], &inner[i]);
+    /* every operand dense f32: compute in place in the tensors, no staging */
+    int direct = p->op != GPUCORE_EW_CAST && p->out.contiguous && p->out.dtype == GPUCORE_KDT_F32;
+    for (int i = 0; i < p->nin; i++) direct &= mode[i] == 0 && p->in[i].dtype == GPUCORE_KDT_F32;
+#pragma omp parallel if (n > EW_PARALLEL_MIN)
+    {
+        float a[EW_BLOCK], b[EW_BLOCK], r[EW_BLOCK];
+        int64_t off[EW_BLOCK], off2[EW_BLOCK];
+        if (p->nin < 2) memset(b, 0, sizeof b); /* unary ops never read b; zero it once anyway */
+#pragma omp for schedule(static)
+        for (int64_t blk = 0; blk < blocks; blk++) {
+            const int64_t i0 = blk * EW_BLOCK;
+            const int len = (int)(n - i0 < EW_BLOCK ? n - i0 : EW_BLOCK);
+            if (p->op == GPUCORE_EW_CAST) { cast_block(p, i0, len, off, off2); continue; }
+            if (direct) {
+                compute_block(p, (const float *)p->in[0].data + i0,
+                              p->nin == 2 ? (const float *)p->in[1].data + i0 : b, (float *)p->out.data + i0, len, i0);
+                continue;
+            }
+            load_f32(&p->in[0], mode[0], inner[0], i0, len, a, off);
+            if (p->nin == 2) load_f32(&p->in[1], mode[1], inner[1], i0, len, b, off);
+            compute_block(p, a, b, r, len, i0);
+            store_f32(&p->out, i0, len, r, off);
+        }
+    }
+    return GPUCORE_OK;
+}
+
+gpucore_status cpu_elementwise(void *bctx, const gpucore_ew_args *args, void *s)
+{
+    (void)bctx;
+    return cpu_stream_enqueue(s, elementwise_task, args, sizeof *args);
+}

@@ -1,0 +1,77 @@
+/*
+ * cpu_ops_reduce.c — the CPU backend's reductions over one axis of a
+ * contiguous [outer, len, inner] tensor. The axis is cut into the same fixed
+ * chunks the CUDA kernels use (reduce_math.h); chunks are reduced in parallel
+ * (OpenMP) into per-chunk partials, then folded in chunk order, so the result
+ * does not depend on the thread count. Sums accumulate in f64 here (this is
+ * also the reference the other backends are compared with).
+ */
+#include <stdlib.h>
+#include "cpu_internal.h"
+#include "reduce_math.h"
+#include "dtype_access.h"
+
+typedef struct cpu_acc { double val; int64_t idx; } cpu_acc;
+
+static cpu_acc acc_combine(int op, cpu_acc a, cpu_acc b)
+{
+    if (gpucore_red_is_sum(op)) { a.val += b.val; if (a.idx < 0) a.idx = b.idx; return a; }
+    if (a.idx < 0) return b;
+    if (b.idx < 0) return a;
+    int an = a.val != a.val, bn = b.val != b.val;
+    if (an || bn) {
+        if (an && bn) return a.idx <= b.idx ? a : b;
+        return an ? a : b;
+    }
+    int b_better = op == GPUCORE_RED_MIN ? b.val < a.val : b.val > a.val;
+    if (b_better || (b.val == a.val && b.idx < a.idx)) return b;
+    return a;
+}
+
+static gpucore_status reduce_task(void *argp)
+{
+    const gpucore_reduce_args *p = argp;
+    const int64_t outer = p->outer, len = p->len, inner = p->inner;
+    const int64_t chunks = gpucore_reduce_chunks(len, inner);
+    const int64_t chunk_len = inner == 1 ? GPUCORE_RED_ROW_CHUNK : GPUCORE_RED_COL_CHUNK;
+    const int op = p->op, dt = p->in.dtype, es = p->in.elem_size;
+    const char *x = p->in.data;
+    cpu_acc *part = malloc(sizeof(cpu_acc) * (size_t)(outer * chunks * inner));
+    if (!part) return gpucore_set_error(GPUCORE_ERR_OUT_OF_MEMORY, "reduce: out of host memory for partial results");
+    const int64_t items = outer * chunks;
+#pragma omp parallel for schedule(dynamic, 1) if (outer * len * inner > 32768)
+    for (int64_t w = 0; w < items; w++) {
+        const int64_t o = w / chunks, c = w % chunks;
+        cpu_acc *acc = part + (o * chunks + c) * inner;
+        for (int64_t j = 0; j < inner; j++) { acc[j].val = 0; acc[j].idx = -1; }
+        const int64_t l0 = c * chunk_len, l1 = l0 + chunk_len < len ? l0 + chunk_len : len;
+        for (int64_t l = l0; l < l1; l++) {
+            const char *row = x + ((o * len + l) * inner) * es;
+            for (int64_t j = 0; j < inner; j++) {
+                double v = dt == GPUCORE_KDT_F32 ? ((const float *)row)[j] : gpucore_load_as_f32(row + j * es, dt);
+                cpu_acc e = {op == GPUCORE_RED_SUMSQ ? v * v : v, l};
+                acc[j] = acc_combine(op, acc[j], e);
+            }
+        }
+    }
+    char *out = p->out.data;
+#pragma omp parallel for schedule(static) if (outer * inner > 4096)
+    for (int64_t w = 0; w < outer * inner; w++) {
+        const int64_t o = w / inner, j = w % inner;
+        cpu_acc a = {0, -1};
+        for (int64_t c = 0; c < chunks; c++) a = acc_combine(op, a, part[(o * chunks + c) * inner + j]);
+        if (op == GPUCORE_RED_ARGMAX) ((int64_t *)out)[w] = a.idx;
+        else {
+            double v = op == GPUCORE_RED_MEAN ? a.val / (double)len : a.val;
+            gpucore_store_from_f32(out + w * p->out.elem_size, p->out.dtype, (float)v);
+        }
+    }
+    free(part);
+    return GPUCORE_OK;
+}
+
+gpucore_status cpu_reduce(void *bctx, const gpucore_reduce_args *args, void *s)
+{
+    (void)bctx;
+    return cpu_stream_enqueue(s, reduce_task, args, sizeof *args);
+}

@@ -1,0 +1,378 @@
+/*
+ * cuda_comm.c — the CUDA backend's collectives over NCCL, and their watchdog.
+ *
+ * Communicators are created non-blocking (ncclConfig_t.blocking = 0) so that a
+ * peer that never joins turns into a timeout instead of a hang; every NCCL call
+ * that answers ncclInProgress is settled by polling ncclCommGetAsyncError against a
+ * deadline. Each collective is enqueued on the communication stream followed by an
+ * event; a watchdog thread per communicator polls the oldest pending event and
+ * ncclCommGetAsyncError, and on an asynchronous error or a collective running past
+ * its timeout it aborts the communicator (ncclCommAbort, which makes the stuck
+ * kernels return) and keeps a message naming rank, op, sequence number, count and
+ * dtype for comm_check. Without NCCL in the build every entry says so.
+ */
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include "cuda_internal.h"
+#include "dist/comm_names.h"
+#include "gpucore_config.h"
+#if GPUCORE_HAVE_NCCL
+#include <nccl.h>
+#endif
+
+#if GPUCORE_HAVE_NCCL
+typedef struct pending_call {
+    struct pending_call *next;
+    gpucore_comm_call call;
+    cudaEvent_t done;
+    double started; /* when it became the oldest pending call (0: not yet) */
+} pending_call;
+
+typedef struct cuda_comm {
+    ncclComm_t nc;
+    int device, rank, size;
+    pthread_t watchdog;
+    int watchdog_running;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    pending_call *head, *tail;
+    int stop;
+    atomic_int failed;
+    int aborted;
+    char msg[1024];
+} cuda_comm;
+
+static gpucore_status nccl_fail(const char *what, ncclResult_t r)
+{
+    return cuda_host->set_error(GPUCORE_ERR_COMM, "%s failed: %s (%s)%s", what, ncclGetErrorString(r),
+                                ncclGetLastError(NULL) ? ncclGetLastError(NULL) : "",
+                                r == ncclInvalidUsage ? "; check that every rank has its own GPU" : "");
+}
+
+/* A non-blocking communicator's call returned ncclInProgress: poll until settled. */
+static ncclResult_t nccl_settle(ncclComm_t nc, ncclResult_t r, double timeout_s)
+{
+    double deadline = comm_now_s() + (timeout_s > 0 ? timeout_s : 1e9);
+    while (r == ncclInProgress) {
+        if (ncclCommGetAsyncError(nc, &r) != ncclSuccess) return ncclInternalError;
+        if (r != ncclInProgress) break;
+        if (comm_now_s() > deadline) return ncclRemoteError; /* peers never arrived */
+        struct timespec nap = {0, 100000};
+        nanosleep(&nap, NULL);
+    }
+    return r;
+}
+
+static void comm_fail_locked(cuda_comm *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void comm_fail_locked(cuda_comm *c, const char *fmt, ...)
+{
+    if (atomic_load(&c->failed)) return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(c->msg, sizeof c->msg, fmt, ap);
+    va_end(ap);
+    atomic_store(&c->failed, 1);
+    cuda_host->log(GPUCORE_LOG_ERROR, "comm: %s", c->msg);
+    if (!c->aborted) {
+        c->aborted = 1;
+        ncclCommAbort(c->nc); /* abort, not destroy: the stuck kernels return */
+    }
+}
+
+static void *watchdog_main(void *arg)
+{
+    cuda_comm *c = arg;
+    cudaSetDevice(c->device);
+    pthread_mutex_lock(&c->mu);
+    while (!c->stop) {
+        pending_call *p = c->head;
+        if (!p) {
+            pthread_cond_wait(&c->cv, &c->mu);
+            continue;
+        }
+        double t = comm_now_s();
+        if (p->started == 0) p->started = t;
+        cudaError_t q = cudaEventQuery(p->done);
+        if (q == cudaSuccess) {
+            c->head = p->next;
+            if (!c->head) c->tail = NULL;
+            cudaEventDestroy(p->done);
+            free(p);
+            continue;
+        }
+        cudaGetLastError();
+        ncclResult_t async = ncclSuccess;
+        if (!atomic_load(&c->failed)) {
+            ncclCommGetAsyncError(c->nc, &async);
+            const gpucore_comm_call *k = &p->call;
+            if (async != ncclSuccess && async != ncclInProgress)
+                comm_fail_locked(c, "rank %d of %d: %s #%llu (count %lld %s) failed in NCCL: %s; the communicator "
+                                 "was aborted: end the process and relaunch from a checkpoint", c->rank, c->size,
+                                 comm_kind_name(k->kind), (unsigned long long)k->seq, (long long)k->count,
+                                 comm_dtype_name(k->dtype), ncclGetErrorString(async));
+            else if (k->timeout_s > 0 && t - p->started > k->timeout_s)
+                comm_fail_locked(c, "rank %d of %d: %s #%llu (count %lld %s) did not complete within the timeout of "
+                                 "%.1f s (a peer may have died or stalled); the NCCL communicator was aborted: end "
+                                 "the process and relaunch from a checkpoint", c->rank, c->size, comm_kind_name(k->kind),
+                                 (unsigned long long)k->seq, (long long)k->count, comm_dtype_name(k->dtype), k->timeout_s);
+        }
+        pthread_mutex_unlock(&c->mu);
+        struct timespec nap = {0, 2000000}; /* 2 ms */
+        nanosleep(&nap, NULL);
+        pthread_mutex_lock(&c->mu);
+    }
+    pthread_mutex_unlock(&c->mu);
+    return NULL;
+}
+
+static gpucore_status comm_start(cuda_comm *c)
+{
+    pthread_mutex_init(&c->mu, NULL);
+    pthread_cond_init(&c->cv, NULL);
+    if (pthread_create(&c->watchdog, NULL, watchdog_main, c) != 0)
+        return cuda_host->set_error(GPUCORE_ERR_OUT_OF_MEMORY, "comm_create: could not start the watchdog thread");
+    c->watchdog_running = 1;
+    return GPUCORE_OK;
+}
+
+static ncclDataType_t nccl_type(int dt)
+{
+    switch (dt) {
+    case GPUCORE_F64: return ncclFloat64;
+    case GPUCORE_F16: return ncclFloat16;
+    case GPUCORE_BF16: return ncclBfloat16;
+    case GPUCORE_I32: return ncclInt32;
+    default: return ncclFloat32;
+    }
+}
+
+static ncclRedOp_t nccl_op(int op)
+{
+    switch (op) {
+    case GPUCORE_REDUCE_AVG: return ncclAvg;
+    case GPUCORE_REDUCE_MAX: return ncclMax;
+    case GPUCORE_REDUCE_MIN: return ncclMin;
+    default: return ncclSum;
+    }
+}
+
+gpucore_status cuda_comm_unique_id(void *id)
+{
+    ncclUniqueId uid;
+    ncclResult_t r = ncclGetUniqueId(&uid);
+    if (r != ncclSuccess) return nccl_fail("ncclGetUniqueId", r);
+    memcpy(id, &uid, sizeof uid < GPUCORE_COMM_ID_BYTES ? sizeof uid : GPUCORE_COMM_ID_BYTES);
+    return GPUCORE_OK;
+}
+
+gpucore_status cuda_comm_init(void *bctx, const void *id, int rank, int size, double timeout_s, void **bcomm)
+{
+    if (!id)
+        return cuda_host->set_error(GPUCORE_ERR_INVALID_ARGUMENT, "comm_create: NCCL needs a unique id");
+    cuda_context *ctx = bctx;
+    CUDA_TRY(cudaSetDevice(ctx->device), "cudaSetDevice");
+    cuda_comm *c = calloc(1, sizeof *c);
+    if (!c) return cuda_host->set_error(GPUCORE_ERR_OUT_OF_MEMORY, "comm_create: out of host memory");
+    c->device = ctx->device;
+    c->rank = rank;
+    c->size = size;
+    ncclUniqueId uid;
+    memcpy(&uid, id, sizeof uid);
+    ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
+    cfg.blocking = 0;
+    ncclResult_t r = ncclCommInitRankConfig(&c->nc, size, uid, rank, &cfg);
+    if (r == ncclInProgress || r == ncclSuccess) r = nccl_settle(c->nc, r == ncclSuccess ? ncclInProgress : r, timeout_s);
+    if (r != ncclSuccess) {
+        if (c->nc) ncclCommAbort(c->nc);
+        free(c);
+        if (r == ncclRemoteError)
+            return cuda_host->set_error(GPUCORE_ERR_TIMEOUT, "comm_create: rank %d of %d: not every rank joined within "
+                                        "%.1f s (check that all ranks were started with the same unique id)", rank,
+                                        size, timeout_s);
+        return nccl_fail("ncclCommInitRankConfig", r);
+    }
+    gpucore_status st = comm_start(c);
+    if (st) { ncclCommAbort(c->nc); free(c); return st; }
+    *bcomm = c;
+    return GPUCORE_OK;
+}
+
+gpucore_status cuda_comm_init_local(void *const *bctxs, int n, double timeout_s, void **bcomms)
+{
+    ncclUniqueId uid;
+    ncclResult_t r = ncclGetUniqueId(&uid);
+    if (r != ncclSuccess) return nccl_fail("ncclGetUniqueId", r);
+    cuda_comm **cs = calloc((size_t)n, sizeof *cs);
+    if (!cs) return cuda_host->set_error(GPUCORE_ERR_OUT_OF_MEMORY, "comm_create_local: out of host memory");
+    gpucore_status st = GPUCORE_OK;
+    ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
+    cfg.blocking = 0;
+    ncclGroupStart();
+    for (int i = 0; i < n && !st; i++) {
+        cs[i] = calloc(1, sizeof **cs);
+        if (!cs[i]) { st = GPUCORE_ERR_OUT_OF_MEMORY; break; }
+        cs[i]->device = ((cuda_context *)bctxs[i])->device;
+        cs[i]->rank = i;
+        cs[i]->size = n;
+        cudaSetDevice(cs[i]->device);
+        r = ncclCommInitRankConfig(&cs[i]->nc, n, uid, i, &cfg);
+        if (r != ncclSuccess && r != ncclInProgress) st = nccl_fail("ncclCommInitRankConfig", r);
+    }
+    r = ncclGroupEnd();
+    if (!st && r != ncclSuccess && r != ncclInProgress) st = nccl_fail("ncclGroupEnd (communicator init)", r);
+    for (int i = 0; i < n && !st; i++) {
+        r = nccl_settle(cs[i]->nc, ncclInProgress, timeout_s);
+        if (r != ncclSuccess) st = nccl_fail("ncclCommInitRankConfig (settling)", r);
+    }
+    for (int i = 0; i < n && !st; i++) st = comm_start(cs[i]);
+    if (st) {
+        if (st == GPUCORE_ERR_OUT_OF_MEMORY) cuda_host->set_error(st, "comm_create_local: out of host memory");
+        for (int i = 0; i < n; i++)
+            if (cs[i]) {
+                if (cs[i]->watchdog_running) {
+                    pthread_mutex_lock(&cs[i]->mu);
+                    cs[i]->stop = 1;
+                    pthread_cond_signal(&cs[i]->cv);
+                    pthread_mutex_unlock(&cs[i]->mu);
+                    pthread_join(cs[i]->watchdog, NULL);
+                }
+                if (cs[i]->nc) ncclCommAbort(cs[i]->nc);
+                free(cs[i]);
+            }
+        free(cs);
+        return st;
+    }
+    for (int i = 0; i < n; i++) bcomms[i] = cs[i];
+    free(cs);
+    return GPUCORE_OK;
+}
+
+/* Communicators touched inside gpucore_comm_group_start/end on this thread, to settle at the end. */
+static _Thread_local int group_depth;
+static _Thread_local cuda_comm *group_comms[64];
+static _Thread_local int group_count;
+
+gpucore_status cuda_comm_enqueue(void *bcomm, const gpucore_comm_call *k, void *stream)
+{
+    cuda_comm *c = bcomm;
+    if (atomic_load(&c->failed))
+        return cuda_host->set_error(GPUCORE_ERR_COMM, "%s", c->msg);
+    CUDA_TRY(cudaSetDevice(c->device), "cudaSetDevice");
+    pending_call *p = calloc(1, sizeof *p);
+    if (!p) return cuda_host->set_error(GPUCORE_ERR_OUT_OF_MEMORY, "comm: out of host memory");
+    p->call = *k;
+    cudaError_t ce = cudaEventCreateWithFlags(&p->done, cudaEventDisableTiming);
+    if (ce != cudaSuccess) { free(p); return cuda_status(ce, "cudaEventCreateWithFlags"); }
+    cudaStream_t s = (cudaStream_t)stream;
+    ncclDataType_t dt = nccl_type(k->dtype);
+    size_t n = (size_t)k->count;
+    ncclResult_t r;
+    switch (k->kind) {
+    case GPUCORE_COMM_ALLREDUCE: r = ncclAllReduce(k->send, k->recv, n, dt, nccl_op(k->op), c->nc, s); break;
+    case GPUCORE_COMM_REDUCE_SCATTER: r = ncclReduceScatter(k->send, k->recv, n, dt, nccl_op(k->op), c->nc, s); break;
+    case GPUCORE_COMM_ALL_GATHER: r = ncclAllGather(k->send, k->recv, n, dt, c->nc, s); break;
+    case GPUCORE_COMM_BROADCAST:
+        r = ncclBroadcast(c->rank == k->root ? k->send : k->recv, k->recv, n, dt, k->root, c->nc, s);
+        break;
+    default: /* barrier: a 1-element allreduce on the scratch buffer */
+        r = ncclAllReduce(k->recv, k->recv, 1, ncclInt32, ncclSum, c->nc, s);
+        break;
+    }
+    if (r == ncclInProgress) {
+        if (group_depth > 0) {
+            if (group_count < 64) group_comms[group_count++] = c;
+            r = ncclSuccess;
+        } else {
+            r = nccl_settle(c->nc, r, k->timeout_s);
+        }
+    }
+    if (r != ncclSuccess) {
+        cudaEventDestroy(p->done);
+        free(p);
+        pthread_mutex_lock(&c->mu);
+        comm_fail_locked(c, "rank %d of %d: %s #%llu (count %lld %s) could not be queued: %s", c->rank, c->size,
+                         comm_kind_name(k->kind), (unsigned long long)k->seq, (long long)k->count, comm_dtype_name(k->dtype),
+                         ncclGetErrorString(r));
+        pthread_mutex_unlock(&c->mu);
+        return cuda_host->set_error(GPUCORE_ERR_COMM, "%s", c->msg);
+    }
+    cudaEventRecord(p->done, s);
+    pthread_mutex_lock(&c->mu);
+    if (c->tail) c->tail->next = p;
+    else c->head = p;
+    c->tail = p;
+    pthread_cond_signal(&c->cv);
+    pthread_mutex_unlock(&c->mu);
+    return GPUCORE_OK;
+}
+
+gpucore_status cuda_comm_check(void *bcomm)
+{
+    cuda_comm *c = bcomm;
+    if (!atomic_load(&c->failed)) return GPUCORE_OK;
+    pthread_mutex_lock(&c->mu);
+    gpucore_status st = cuda_host->set_error(GPUCORE_ERR_COMM, "%s", c->msg);
+    pthread_mutex_unlock(&c->mu);
+    return st;
+}
+
+void cuda_comm_abort(void *bcomm, const char *reason)
+{
+    cuda_comm *c = bcomm;
+    pthread_mutex_lock(&c->mu);
+    comm_fail_locked(c, "rank %d of %d: communicator aborted: %s", c->rank, c->size, reason ? reason : "by request");
+    pthread_mutex_unlock(&c->mu);
+}
+
+void cuda_comm_destroy(void *bcomm)
+{
+    cuda_comm *c = bcomm;
+    if (!c) return;
+    pthread_mutex_lock(&c->mu);
+    c->stop = 1;
+    pthread_cond_signal(&c->cv);
+    pthread_mutex_unlock(&c->mu);
+    if (c->watchdog_running) pthread_join(c->watchdog, NULL);
+    while (c->head) {
+        pending_call *p = c->head;
+        c->head = p->next;
+        cudaEventDestroy(p->done);
+        free(p);
+    }
+    if (!c->aborted) {
+        ncclResult_t r = ncclCommFinalize(c->nc);
+        if (r == ncclInProgress) r = nccl_settle(c->nc, r, 10.0);
+        if (r == ncclSuccess) ncclCommDestroy(c->nc);
+        else ncclCommAbort(c->nc);
+    }
+    pthread_mutex_destroy(&c->mu);
+    pthread_cond_destroy(&c->cv);
+    free(c);
+}
+
+gpucore_status cuda_comm_group(int begin)
+{
+    ncclResult_t r;
+    if (begin) {
+        group_depth++;
+        r = ncclGroupStart();
+        if (r != ncclSuccess) return nccl_fail("ncclGroupStart", r);
+        return GPUCORE_OK;
+    }
+    if (group_depth == 0)
+        return cuda_host->set_error(GPUCORE_ERR_INVALID_ARGUMENT, "comm_group_end without comm_group_start");
+    r = ncclGroupEnd();
+    if (--group_depth == 0) {
+        for (int i = 0; i < group_count && (r == ncclSuccess || r == ncclInProgress); i++)
+            r = nccl_settle(group_comms[i]->nc, ncclInProgress, 600);
+        group_count = 0;
+    }
+    if (r != ncclSuccess && r != ncclInProgress) return nccl_fail("ncclGroupEnd", r);
+    return GPUCORE_OK;
+}
+#endif /* GPUCORE_HAVE_NCCL */

@@ -1,0 +1,58 @@
+/*
+ * comm_internal.h — what comm.c shares with ddp.c (the reducer queues its bucket
+ * reductions through the same sequence numbers and waits) and with the CPU
+ * backend's MPI transport (MPI start-up and the lock that serialises MPI calls when
+ * the MPI library was not started with MPI_THREAD_MULTIPLE).
+ */
+#ifndef GPUCORE_COMM_INTERNAL_H
+#define GPUCORE_COMM_INTERNAL_H
+
+#include "core/internal.h"
+
+#define GPUCORE_MAGIC_COMM 0xC0AA1C0Au
+#define GPUCORE_MAGIC_DDP 0xDD9DD9D1u
+
+/* The communicator handle. Handles are never freed (a destroyed one keeps magic
+ * DEAD so use after destroy is detected); the state they point to is. */
+typedef struct comm_state comm_state;
+struct gpucore_comm {
+    uint32_t magic;
+    comm_state *s;
+};
+
+struct comm_state {
+    gpucore_context *ctx;
+    void *bcomm;
+    int rank, size;
+    double timeout_s;
+    gpucore_stream *stream;        /* the communication stream (owned) */
+    gpucore_event *ev_in, *ev_out; /* reused: producer -> comm stream -> producer ordering */
+    gpucore_tensor *scratch;       /* 1 x i32 for barriers */
+    pthread_mutex_t mu;            /* guards issue order and the counters */
+    pthread_mutex_t done_mu;       /* guards completed (taken by the host callback) */
+    pthread_cond_t cv;
+    uint64_t issued;               /* last sequence number handed out */
+    uint64_t completed;            /* advanced by a host callback on the comm stream */
+    char mode[16];                 /* "mpi", "id", "local" for messages */
+};
+
+GPUCORE_HIDDEN gpucore_status gpucore_check_comm(const gpucore_comm *c, const char *op);
+
+/* Queue one collective on the communicator's stream. producer: a stream whose
+ * queued work the call waits for (NULL: none); wait_back: 1 to make producer
+ * wait for the result. *seq (may be NULL) receives its sequence number. The
+ * tensors were validated by the caller. */
+GPUCORE_HIDDEN gpucore_status gpucore_comm_submit(gpucore_comm *comm, gpucore_comm_call *call,
+                                                  gpucore_stream *producer, int wait_back, uint64_t *seq);
+
+/* MPI (comm.c): start it if the program has not (MPI_Init_thread, finalized at
+ * exit), and report this process's world rank and size. NOT_SUPPORTED without MPI. */
+GPUCORE_HIDDEN gpucore_status gpucore_mpi_world(const char *op, int *rank, int *size);
+/* Around every MPI call of the library: a no-op under MPI_THREAD_MULTIPLE, a mutex otherwise. */
+GPUCORE_HIDDEN void gpucore_mpi_lock(void);
+GPUCORE_HIDDEN void gpucore_mpi_unlock(void);
+/* A collective over MPI failed: MPI is unusable, so the exit handler must not call
+ * MPI_Finalize (it could wait forever for a dead peer). */
+GPUCORE_HIDDEN void gpucore_mpi_mark_broken(void);
+
+#endif

@@ -1,0 +1,46 @@
+/*
+ * safetensors.h — the safetensors header parser as functions over memory, kept
+ * apart from file I/O so a fuzzer can drive it with arbitrary bytes.
+ *
+ * Format: u64 little-endian N, N bytes of UTF-8 JSON, then the data section.
+ * The JSON maps each tensor name to {"dtype", "shape", "data_offsets": [begin, end]}
+ * (offsets relative to the data section) and may hold "__metadata__": {str: str}.
+ */
+#ifndef GPUCORE_SAFETENSORS_H
+#define GPUCORE_SAFETENSORS_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include "core/internal.h"
+
+/* Headers longer than this are refused (the reference implementation's limit). */
+#define GPUCORE_ST_MAX_HEADER ((uint64_t)100 << 20)
+
+typedef struct gpucore_st_entry {
+    char *name;
+    int32_t dtype;                     /* gpucore_dtype */
+    int32_t ndim;
+    int64_t shape[GPUCORE_MAX_DIMS];
+    uint64_t begin, end;               /* byte offsets in the data section, checked */
+} gpucore_st_entry;
+
+typedef struct gpucore_st_header {
+    gpucore_st_entry *entries;         /* file (JSON) order */
+    int64_t count;
+    char **meta_keys, **meta_values;
+    int64_t meta_count;
+} gpucore_st_header;
+
+/* Parse and check a header of json_len bytes (not NUL-terminated) against a data
+ * section of data_size bytes. On success *out owns everything; on failure
+ * GPUCORE_ERR_CORRUPT_FILE (or NOT_SUPPORTED / OUT_OF_MEMORY) with a message. */
+GPUCORE_HIDDEN gpucore_status gpucore_st_parse_header(const char *json, size_t json_len, uint64_t data_size,
+                                                      gpucore_st_header **out);
+/* Parse a whole file held in memory: the 8-byte length, the header, the data. */
+GPUCORE_HIDDEN gpucore_status gpucore_st_parse_buffer(const uint8_t *buf, size_t size, gpucore_st_header **out);
+GPUCORE_HIDDEN void gpucore_st_header_free(gpucore_st_header *h);
+
+/* "F32" for GPUCORE_F32, ...; NULL for an unknown dtype. */
+GPUCORE_HIDDEN const char *gpucore_st_dtype_string(int dtype);
+
+#endif

@@ -1,0 +1,218 @@
+/*
+ * ops_elementwise.c — front-ends of the elementwise family (binary with
+ * broadcasting and an optional fused activation, unary, scale, axpy, clamp,
+ * activations forward/backward, cast, dropout): validate dtypes, shapes and
+ * aliasing, broadcast inputs to out's shape as stride-0 views, collapse dims,
+ * and dispatch one gpucore_ew_args to the backend's elementwise entry.
+ */
+#include <math.h>
+#include <string.h>
+#include "ops_internal.h"
+#include "elementwise_math.h"
+
+_Static_assert((int)GPUCORE_ADD == (int)GPUCORE_EW_ADD && (int)GPUCORE_DIV == (int)GPUCORE_EW_DIV, "binary op codes");
+_Static_assert((int)GPUCORE_ACT_TANH == (int)GPUCORE_ACT_CODE_TANH && (int)GPUCORE_ACT_RELU == (int)GPUCORE_ACT_CODE_RELU, "act codes");
+
+typedef struct ew_call {
+    const char *op;
+    int code, act;
+    float alpha, beta;
+    uint64_t seed, offset;
+    int any_float;   /* cast: dtypes may differ, f64 allowed */
+    int broadcast;   /* inputs may broadcast to out */
+} ew_call;
+
+static gpucore_status ew_run(const ew_call *c, gpucore_tensor *out, const gpucore_tensor *a, const gpucore_tensor *b,
+                             gpucore_stream *stream)
+{
+    const char *op = c->op;
+    gpucore_status st = gpucore_check_tensor(out, op, "out");
+    if (st || (st = gpucore_check_tensor(a, op, "a"))) return st;
+    if (b && (st = gpucore_check_tensor(b, op, "b"))) return st;
+    if (c->any_float) {
+        static const char *ok = "f32, f64, f16 or bf16";
+        const gpucore_tensor *ts[2] = {out, a};
+        for (int i = 0; i < 2; i++)
+            if (ts[i]->dtype != GPUCORE_F32 && ts[i]->dtype != GPUCORE_F64 && ts[i]->dtype != GPUCORE_F16 &&
+                ts[i]->dtype != GPUCORE_BF16)
+                return gpucore_set_error(GPUCORE_ERR_DTYPE_MISMATCH, "%s: '%s' is %s; casts take %s", op,
+                                         i ? "a" : "out", gpucore_dtype_name((gpucore_dtype)ts[i]->dtype), ok);
+        if ((st = ops_check_same(out, "out", a, "a", op, 0))) return st;
+    } else {
+        if ((st = ops_check_float(out, op, "out"))) return st;
+        if ((st = ops_check_same(out, "out", a, "a", op, 1))) return st;
+        if (b && (st = ops_check_same(out, "out", b, "b", op, 1))) return st;
+    }
+    gpucore_context *ctx = out->ctx;
+    if ((st = ops_need_entry(ctx, (const void *)ctx->be->elementwise, op))) return st;
+    gpucore_stream *s;
+    if ((st = gpucore_resolve_stream(ctx, stream, op, &s))) return st;
+
+    gpucore_ew_args args;
+    memset(&args, 0, sizeof args);
+    gpucore_tensor_view_of(out, &args.out);
+    const gpucore_tensor *ins[2] = {a, b};
+    const char *names[2] = {"a", "b"};
+    args.nin = b ? 2 : 1;
+    for (int i = 0; i < args.nin; i++) {
+        if (!c->broadcast && (ins[i]->ndim != out->ndim ||
+                              memcmp(ins[i]->shape, out->shape, sizeof(int64_t) * (size_t)out->ndim))) {
+            char x[200], y[200];
+            return gpucore_set_error(GPUCORE_ERR_SHAPE_MISMATCH, "%s: '%s' has shape %s but out has %s; they must "
+                                     "be equal", op, names[i], gpucore_shape_str(ins[i]->ndim, ins[i]->shape, x, sizeof x),
+                                     gpucore_shape_str(out->ndim, out->shape, y, sizeof y));
+        }
+        if ((st = ops_broadcast_view(ins[i], names[i], out, op, &args.in[i]))) return st;
+        gpucore_view plain;
+        gpucore_tensor_view_of(ins[i], &plain);
+        if ((st = ops_check_alias(&args.out, &plain, op, names[i], 1))) return st;
+    }
+    /* out must be the broadcast shape of the inputs, not larger */
+    for (int d = 0; d < out->ndim; d++) {
+        if (out->shape[d] == 1) continue;
+        int covered = 0;
+        for (int i = 0; i < args.nin; i++) {
+            int id = d - (out->ndim - ins[i]->ndim);
+            if (id >= 0 && ins[i]->shape[id] == out->shape[d]) covered = 1;
+        }
+        if (!covered) {
+            char y[200];
+            return gpucore_set_error(GPUCORE_ERR_SHAPE_MISMATCH, "%s: out has shape %s, but no input has dim %d of "
+                                     "size %lld; out must have the broadcast shape of the inputs", op,
+                                     gpucore_shape_str(out->ndim, out->shape, y, sizeof y), d,
+                                     (long long)out->shape[d]);
+        }
+    }
+    if (args.out.numel == 0) return GPUCORE_OK;
+    gpucore_view vs[3] = {args.out, args.in[0], args.in[1]};
+    ops_collapse_dims(vs, 1 + args.nin);
+    args.out = vs[0];
+    args.in[0] = vs[1];
+    if (args.nin == 2) args.in[1] = vs[2];
+    else args.in[1] = vs[1];
+    args.op = c->code;
+    args.act = c->act;
+    args.alpha = c->alpha;
+    args.beta = c->beta;
+    args.seed = c->seed;
+    args.offset = c->offset;
+    void *prof = gpucore_prof_begin(ctx, s, op, gpucore_prof_bytes(out) + gpucore_prof_bytes(a) + gpucore_prof_bytes(b));
+    st = ctx->be->elementwise(ctx->bctx, &args, s->bstream);
+    gpucore_prof_end(ctx, prof);
+    return st;
+}
+
+static int act_valid(gpucore_activation act) { return act >= GPUCORE_ACT_NONE && act <= GPUCORE_ACT_TANH; }
+
+gpucore_status gpucore_binary_act(gpucore_binary_op op, gpucore_activation act, gpucore_tensor *out,
+                                  const gpucore_tensor *a, const gpucore_tensor *b, gpucore_stream *stream)
+{
+    if (op < GPUCORE_ADD || op > GPUCORE_DIV)
+        return gpucore_set_error(GPUCORE_ERR_INVALID_ARGUMENT, "binary: op %d is not ADD, SUB, MUL or DIV (0..3)", (int)op);
+    if (!act_valid(act))
+        return gpucore_set_error(GPUCORE_ERR_INVALID_ARGUMENT, "binary: activation %d is not a gpucore_activation (0..6)",
+                                 (int)act);
+    static const char *names[4] = {"add", "sub", "mul", "div"};
+    ew_call c = {names[op], (int)op, (int)act, 0, 0, 0, 0, 0, 1};
+    if (!b) return gpucore_set_error(GPUCORE_ERR_NULL_POINTER, "%s: tensor 'b' is NULL", c.op);
+    return ew_run(&c, out, a, b, stream);
+}
+
+gpucore_status gpucore_binary(gpucore_binary_op op, gpucore_tensor *out, const gpucore_tensor *a,
+                              const gpucore_tensor *b, gpucore_stream *stream)
+{
+    return gpucore_binary_act(op, GPUCORE_ACT_NONE, out, a, b, stream);
+}
+
+gpucore_status gpucore_unary(gpucore_unary_op op, gpucore_tensor *out, const gpucore_tensor *a, gpucore_stream *stream)
+{
+    if (op < GPUCORE_EXP || op > GPUCORE_NEG)
+        return gpucore_set_error(GPUCORE_ERR_INVALID_ARGUMENT, "unary: op %d is not a gpucore_unary_op (0..5)", (int)op);
+    static const char *names[6] = {"exp", "log", "sqrt", "rsqrt", "abs", "neg"};
+    ew_call c = {names[op], GPUCORE_EW_EXP + (int)op, 0, 0, 0, 0, 0, 0, 0};
+    return ew_run(&c, out, a, NULL, stream);
+}
+
+static gpucore_status check_finite(const char *op, const char *name, double v)
+{
+    if (!isfinite(v))
+        return gpucore_set_error(GPUCORE_ERR_INVALID_ARGUMENT, "%s: %s is %g; it must be finite", op, name, v);
+    return GPUCORE_OK;
+}
+
+gpucore_status gpucore_scale(gpucore_tensor *out, const gpucore_tensor *a, double alpha, double beta,
+                             gpucore_stream *stream)
+{
+    gpucore_status st = check_finite("scale", "alpha", alpha);
+    if (st || (st = check_finite("scale", "beta", beta))) return st;
+    ew_call c = {"scale", GPUCORE_EW_AFFINE, 0, (float)alpha, (float)beta, 0, 0, 0, 0};
+    return ew_run(&c, out, a, NULL, stream);
+}
+
+gpucore_status gpucore_axpy(gpucore_tensor *y, double alpha, const gpucore_tensor *x, gpucore_stream *stream)
+{
+    gpucore_status st = check_finite("axpy", "alpha", alpha);
+    if (st) return st;
+    if (!x) return gpucore_set_error(GPUCORE_ERR_NULL_POINTER, "axpy: tensor 'x' is NULL");
+    ew_call c = {"axpy", GPUCORE_EW_AXPBY, 0, (float)alpha, 1.0f, 0, 0, 0, 1};
+    return ew_run(&c, y, x, y, stream);
+}
+
+gpucore_status gpucore_clamp(gpucore_tensor *out, const gpucore_tensor *a, double lo, double hi,
+                             gpucore_stream *stream)
+{
+    if (isnan(lo) || isnan(hi) || lo > hi)
+        return gpucore_set_error(GPUCORE_ERR_INVALID_ARGUMENT, "clamp: bounds [%g, %g] must be ordered and not NaN", lo, hi);
+    ew_call c = {"clamp", GPUCORE_EW_CLAMP, 0, (float)lo, (float)hi, 0, 0, 0, 0};
+    return ew_run(&c, out, a, NULL, stream);
+}
+
+gpucore_status gpucore_activation_forward(gpucore_activation act, gpucore_tensor *out, const gpucore_tensor *x,
+                                          gpucore_stream *stream)
+{
+    if (!act_valid(act) || act == GPUCORE_ACT_NONE)
+        return gpucore_set_error(GPUCORE_ERR_INVALID_ARGUMENT,
+                                 "activation_forward: activation %d is not one of RELU..TANH (1..6)", (int)act);
+    ew_call c = {"activation_forward", GPUCORE_EW_ACT, (int)act, 0, 0, 0, 0, 0, 0};
+    return ew_run(&c, out, x, NULL, stream);
+}
+
+gpucore_status gpucore_activation_backward(gpucore_activation act, gpucore_tensor *dx, const gpucore_tensor *dy,
+                                           const gpucore_tensor *x, gpucore_stream *stream)
+{
+    if (!act_valid(act) || act == GPUCORE_ACT_NONE)
+        return gpucore_set_error(GPUCORE_ERR_INVALID_ARGUMENT,
+                                 "activation_backward: activation %d is not one of RELU..TANH (1..6)", (int)act);
+    if (!x) return gpucore_set_error(GPUCORE_ERR_NULL_POINTER, "activation_backward: tensor 'x' is NULL");
+    ew_call c = {"activation_backward", GPUCORE_EW_ACT_GRAD, (int)act, 0, 0, 0, 0, 0, 0};
+    return ew_run(&c, dx, dy, x, stream);
+}
+
+gpucore_status gpucore_cast(gpucore_tensor *out, const gpucore_tensor *a, gpucore_stream *stream)
+{
+    ew_call c = {"cast", GPUCORE_EW_CAST, 0, 0, 0, 0, 0, 1, 0};
+    gpucore_status st = GPUCORE_OK;
+    if (out && a && out != a && gpucore_check_tensor(out, "cast", "out") == GPUCORE_OK &&
+        gpucore_check_tensor(a, "cast", "a") == GPUCORE_OK && out->dtype != a->dtype) {
+        /* a cast between dtypes of different sizes cannot be in place */
+        gpucore_view ov, av;
+        gpucore_tensor_view_of(out, &ov);
+        gpucore_tensor_view_of(a, &av);
+        if (ops_views_overlap(&ov, &av))
+            return gpucore_set_error(GPUCORE_ERR_INVALID_ARGUMENT,
+                                     "cast: out and a overlap in memory; a cast between dtypes cannot run in place");
+    }
+    if (st) return st;
+    return ew_run(&c, out, a, NULL, stream);
+}
+
+gpucore_status gpucore_dropout(gpucore_tensor *out, const gpucore_tensor *x, double p, uint64_t seed, uint64_t offset,
+                               gpucore_stream *stream)
+{
+    if (!(p >= 0.0 && p <= 1.0))
+        return gpucore_set_error(GPUCORE_ERR_INVALID_ARGUMENT, "dropout: p is %g; it must be in [0, 1]", p);
+    float scale = p >= 1.0 ? 0.0f : (float)(1.0 / (1.0 - p));
+    /* u >= p keeps: p = 1 must drop everything, and u < 1 always */
+    ew_call c = {"dropout", GPUCORE_EW_DROPOUT, 0, p >= 1.0 ? 2.0f : (float)p, scale, seed, offset, 0, 0};
+    return ew_run(&c, out, x, NULL, stream);
+}

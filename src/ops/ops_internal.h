@@ -1,0 +1,46 @@
+/*
+ * ops_internal.h — helpers the tensor-op front-ends (src/ops_*.c) share:
+ * checks for context, dtype and aliasing, numpy broadcasting into views, dim
+ * collapsing, and contiguous staging of inputs/outputs for the row and
+ * reduction families.
+ */
+#ifndef GPUCORE_OPS_INTERNAL_H
+#define GPUCORE_OPS_INTERNAL_H
+
+#include "core/internal.h"
+
+/* t is f32, f16 or bf16; otherwise DTYPE_MISMATCH naming op and arg. */
+GPUCORE_HIDDEN gpucore_status ops_check_float(const gpucore_tensor *t, const char *op, const char *arg);
+/* Both tensors on one context and of one dtype. */
+GPUCORE_HIDDEN gpucore_status ops_check_same(const gpucore_tensor *a, const char *an, const gpucore_tensor *b,
+                                             const char *bn, const char *op, int same_dtype);
+/* in's view broadcast to out's shape (numpy rules): same ndim, stride 0 on repeated dims. */
+GPUCORE_HIDDEN gpucore_status ops_broadcast_view(const gpucore_tensor *in, const char *arg, const gpucore_tensor *out,
+                                                 const char *op, gpucore_view *v);
+/* Whether two views' memory ranges intersect / are exactly the same view. */
+GPUCORE_HIDDEN int ops_views_overlap(const gpucore_view *a, const gpucore_view *b);
+GPUCORE_HIDDEN int ops_views_identical(const gpucore_view *a, const gpucore_view *b);
+/* out may equal in exactly (in place); any other overlap is INVALID_ARGUMENT. */
+GPUCORE_HIDDEN gpucore_status ops_check_alias(const gpucore_view *out, const gpucore_view *in, const char *op,
+                                              const char *arg, int allow_in_place);
+/* Merge adjacent dims that every view in vs[0..n) stores as one dense run; drop dims of 1. */
+GPUCORE_HIDDEN void ops_collapse_dims(gpucore_view *vs, int n);
+
+/* A contiguous version of tensor t: t itself when contiguous (*staged = NULL),
+ * else a new contiguous tensor filled by a strided copy on s (*staged set; destroy it after use). */
+GPUCORE_HIDDEN gpucore_status ops_contiguous_input(const gpucore_tensor *t, gpucore_stream *s, gpucore_view *v,
+                                                   gpucore_tensor **staged);
+/* A contiguous place to write t's result: t itself when contiguous, else a
+ * staging tensor; ops_finish_output copies it into t and releases it. */
+GPUCORE_HIDDEN gpucore_status ops_contiguous_output(gpucore_tensor *t, gpucore_stream *s, gpucore_view *v,
+                                                    gpucore_tensor **staged);
+GPUCORE_HIDDEN gpucore_status ops_finish_output(gpucore_tensor *t, gpucore_tensor *staged, gpucore_stream *s,
+                                                gpucore_status st);
+/* Device scratch memory for kernel backends (none on the CPU backend, which
+ * needs none); release with ops_workspace_free after enqueuing the op. */
+GPUCORE_HIDDEN gpucore_status ops_workspace_alloc(gpucore_context *ctx, int64_t bytes, gpucore_stream *s, void **p);
+GPUCORE_HIDDEN void ops_workspace_free(gpucore_context *ctx, gpucore_stream *s, void *p);
+/* NOT_SUPPORTED unless the backend has the entry. */
+GPUCORE_HIDDEN gpucore_status ops_need_entry(const gpucore_context *ctx, const void *entry, const char *op);
+
+#endif
