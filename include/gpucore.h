@@ -193,6 +193,12 @@ GPUCORE_API gpucore_status gpucore_context_destroy(gpucore_context *ctx);
 GPUCORE_API gpucore_status gpucore_context_device(const gpucore_context *ctx, gpucore_device_type *type, int *index);
 /* Short device name "cpu" / "cuda:0". */
 GPUCORE_API const char *gpucore_context_device_name(const gpucore_context *ctx);
+/* The context's id: 1 for the first context this process created, then 2, 3, ... (never reused).
+ * Error messages about tensors from different contexts name contexts by it ("context #2 (cpu)").
+ * Every gpucore_context_create makes a new context with its own allocator and streams, also for a
+ * device that already has one; tensors of one call must all come from one context. -1 for an
+ * invalid handle. */
+GPUCORE_API int64_t gpucore_context_id(const gpucore_context *ctx);
 /* Wait for all work on all of the context's streams. */
 GPUCORE_API gpucore_status gpucore_context_synchronize(gpucore_context *ctx);
 

@@ -111,6 +111,16 @@ int main(void)
     gpucore_tensor_destroy(b);
     CHECK_OK(gpucore_tensor_create(other, GPUCORE_F32, 2, shape, &b));
     CHECK_STATUS(gpucore_copy(b, a, NULL), GPUCORE_ERR_DEVICE_MISMATCH);
+    {
+        /* the message names both contexts by id, not only by device (two "cpu" contexts) */
+        char want_a[32], want_b[32];
+        CHECK(gpucore_context_id(ctx) > 0 && gpucore_context_id(other) > gpucore_context_id(ctx));
+        snprintf(want_a, sizeof want_a, "context #%lld", (long long)gpucore_context_id(other));
+        snprintf(want_b, sizeof want_b, "context #%lld", (long long)gpucore_context_id(ctx));
+        CHECK(strstr(gpucore_last_error(), want_a) && strstr(gpucore_last_error(), want_b));
+        CHECK(strstr(gpucore_last_error(), "default_context"));
+        CHECK(gpucore_context_id(NULL) == -1);
+    }
     gpucore_stream *other_stream = NULL;
     CHECK_OK(gpucore_context_default_stream(other, &other_stream));
     CHECK_STATUS(gpucore_fill(a, 1.0, other_stream), GPUCORE_ERR_DEVICE_MISMATCH);

@@ -197,6 +197,7 @@ DECLARATIONS: Dict[str, Tuple[Any, List[Any]]] = {
     "gpucore_context_destroy": (STATUS, [H]),
     "gpucore_context_device": (STATUS, [H, P_INT, P_INT]),
     "gpucore_context_device_name": (c_char_p, [H]),
+    "gpucore_context_id": (c_int64, [H]),
     "gpucore_context_synchronize": (STATUS, [H]),
     # streams and events
     "gpucore_context_default_stream": (STATUS, [H, P_H]),

@@ -40,6 +40,12 @@ class Context:
             when usable, else the CPU). Asking for ``cuda`` where it cannot run raises
             :class:`~gpucore.BackendUnavailableError` saying why.
 
+    Every ``Context(...)`` is a new context with its own allocator and streams, also for a
+    device that already has one (unlike ``torch.device("cpu")``, which names a device): tensors
+    of one call must come from one context. Code that wants "the" CPU or GPU uses
+    :func:`gpucore.default_context` (what factories use without ``device=``). Each context has
+    an :attr:`id`, which error messages use to say which context a tensor belongs to.
+
     Use as a context manager to close it at the end of a block. Tensor factories:
     :meth:`empty`, :meth:`zeros`, :meth:`ones`, :meth:`full`, :meth:`tensor`,
     :meth:`from_numpy`, :meth:`rand`, :meth:`randn`.
@@ -68,6 +74,8 @@ class Context:
         self.device_type: int = t.value
         self.device_index: int = i.value
         self.device: str = C.gpucore_context_device_name(self._handle).decode()
+        #: The C library's id of this context (1, 2, ... in creation order), as error messages name it.
+        self.id: int = C.gpucore_context_id(self._handle)
         self._default_stream = Stream._wrap_existing(self, self._default_stream_handle())
         _all_contexts.add(self)
 
@@ -90,7 +98,7 @@ class Context:
         return self.device_type == 0
 
     def __repr__(self) -> str:
-        return "gpucore.Context(%r%s)" % (self.device, ", closed" if self._closed else "")
+        return "gpucore.Context(%r, id=%d%s)" % (self.device, self.id, ", closed" if self._closed else "")
 
     def __enter__(self) -> "Context":
         return self
@@ -249,8 +257,10 @@ class Context:
             raise InvalidArgumentTypeError("stream must be a gpucore.Stream or None, not %s"
                                            % type(stream).__name__)
         if stream._ctx is not self:
-            raise DeviceMismatchError("the stream belongs to context %s but the call is on %s; use a stream of "
-                                      "the same context" % (stream._ctx.device, self.device))
+            raise DeviceMismatchError("the stream belongs to context #%d (%s) but the call is on context #%d (%s); "
+                                      "use a stream of the same context (Context() always makes a new context; "
+                                      "gpucore.default_context() is the shared one)"
+                                      % (stream._ctx.id, stream._ctx.device, self.id, self.device))
         return stream.handle
 
     # ---- tensor factories (see gpucore.tensor for the details) ----

@@ -254,8 +254,10 @@ def test_streams_events_and_timer(ctx):
         t.fill_(1.0, stream="default")
     other = gpucore.Context("cpu")
     try:
-        with pytest.raises(gpucore.DeviceMismatchError):
+        with pytest.raises(gpucore.DeviceMismatchError) as ex:
             t.fill_(1.0, stream=other.default_stream)
+        # both contexts are named by id: two "cpu" contexts must not read as "cpu but cpu"
+        assert f"context #{other.id}" in str(ex.value) and f"context #{ctx.id}" in str(ex.value)
         with pytest.raises(gpucore.DeviceMismatchError) as ex:
             ctx.default_stream.wait_event(other.event().record())
         assert "stream_wait_event" in str(ex.value)

@@ -157,6 +157,13 @@ def test_comm_local_one_rank_and_ddp(ctx):
         comm.all_reduce(t, "prod")
     with pytest.raises(g.GpucoreError):
         comm.all_reduce(ctx.empty((4,)), out=ctx.empty((5,)))
+    # a tensor of another context of the same device: the message names both contexts
+    with g.Context("cpu") as other:
+        with pytest.raises(g.DeviceMismatchError) as ex:
+            comm.all_reduce(other.tensor(a))
+        msg = str(ex.value)
+        assert f"context #{other.id} (cpu)" in msg and f"context #{ctx.id} (cpu)" in msg, msg
+        assert "default_context" in msg
     grads = [ctx.tensor(arr(100)) for _ in range(4)]
     ref = [gr.numpy().copy() for gr in grads]
     ddp = g.DDPReducer(comm, grads, first_bucket_bytes=400, bucket_bytes=800, trace=True)

@@ -70,6 +70,8 @@ gpucore_status gpucore_context_create(const char *device, gpucore_context **out)
     ctx->be = be;
     ctx->type = type;
     ctx->index = index;
+    static _Atomic int64_t next_context_id = 1;
+    ctx->id = next_context_id++;
     if (type == GPUCORE_DEVICE_CPU) snprintf(ctx->name, sizeof ctx->name, "cpu");
     else snprintf(ctx->name, sizeof ctx->name, "%s:%d", be->name, index);
     pthread_mutex_init(&ctx->lock, NULL);
@@ -134,6 +136,12 @@ const char *gpucore_context_device_name(const gpucore_context *ctx)
 {
     if (gpucore_check_context(ctx, "context_device_name")) return "invalid";
     return ctx->name;
+}
+
+int64_t gpucore_context_id(const gpucore_context *ctx)
+{
+    if (gpucore_check_context(ctx, "context_id")) return -1;
+    return ctx->id;
 }
 
 gpucore_status gpucore_context_synchronize(gpucore_context *ctx)

@@ -117,9 +117,7 @@ gpucore_status gpucore_copy(gpucore_tensor *dst, const gpucore_tensor *src, gpuc
     gpucore_status st = gpucore_check_tensor(dst, "copy", "dst");
     if (st || (st = gpucore_check_tensor(src, "copy", "src"))) return st;
     if (dst->ctx != src->ctx)
-        return gpucore_set_error(GPUCORE_ERR_DEVICE_MISMATCH,
-                                 "copy: dst is on %s and src on %s; copy through the host (copy_to_host, then "
-                                 "copy_from_host) to move data between contexts", dst->ctx->name, src->ctx->name);
+        return gpucore_context_mismatch("copy", "dst", dst->ctx, "src", src->ctx);
     if (dst->dtype != src->dtype)
         return gpucore_set_error(GPUCORE_ERR_DTYPE_MISMATCH, "copy: dst is %s but src is %s; copies do not convert",
                                  gpucore_dtype_name((gpucore_dtype)dst->dtype), gpucore_dtype_name((gpucore_dtype)src->dtype));
@@ -172,8 +170,7 @@ gpucore_status gpucore_concat(gpucore_tensor *out, gpucore_tensor *const *inputs
         snprintf(name, sizeof name, "inputs[%d]", i);
         if ((st = gpucore_check_tensor(in, "concat", name))) return st;
         if (in->ctx != out->ctx)
-            return gpucore_set_error(GPUCORE_ERR_DEVICE_MISMATCH, "concat: %s is on %s but out on %s", name,
-                                     in->ctx->name, out->ctx->name);
+            return gpucore_context_mismatch("concat", name, in->ctx, "out", out->ctx);
         if (in->dtype != out->dtype)
             return gpucore_set_error(GPUCORE_ERR_DTYPE_MISMATCH, "concat: %s is %s but out is %s", name,
                                      gpucore_dtype_name((gpucore_dtype)in->dtype),

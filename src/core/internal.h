@@ -74,6 +74,7 @@ struct gpucore_context {
     gpucore_device_type type;
     int index;
     char name[32];
+    int64_t id;                   /* 1, 2, ... in creation order (gpucore_context_id) */
     gpucore_stream *default_stream;
     pthread_mutex_t lock;         /* guards the stream list */
     gpucore_stream *streams;      /* all live streams incl. the default */
@@ -113,6 +114,11 @@ struct gpucore_tensor {
 };
 
 /* ---- validation helpers (validate.c) ---- */
+/* DEVICE_MISMATCH for two handles of one call that belong to different contexts: names both
+ * contexts by id and device and says how to fix it. a_what/b_what describe the handles
+ * ("'out'", "the communicator"). */
+GPUCORE_HIDDEN gpucore_status gpucore_context_mismatch(const char *op, const char *a_what, const gpucore_context *a,
+                                                       const char *b_what, const gpucore_context *b);
 GPUCORE_HIDDEN gpucore_status gpucore_check_context(const gpucore_context *ctx, const char *op);
 GPUCORE_HIDDEN gpucore_status gpucore_check_tensor(const gpucore_tensor *t, const char *op, const char *arg);
 GPUCORE_HIDDEN gpucore_status gpucore_check_event(const gpucore_event *e, const char *op);

@@ -27,9 +27,7 @@ gpucore_status gpucore_resolve_stream(gpucore_context *ctx, gpucore_stream *s, c
     gpucore_status st = gpucore_check_stream(s, op);
     if (st) return st;
     if (s->ctx != ctx)
-        return gpucore_set_error(GPUCORE_ERR_DEVICE_MISMATCH,
-                                 "%s: the stream belongs to context %s, the tensors to %s; use a stream of the "
-                                 "tensors' context", op, s->ctx->name, ctx->name);
+        return gpucore_context_mismatch(op, "the stream", s->ctx, "the tensors", ctx);
     *out = s;
     return GPUCORE_OK;
 }
@@ -270,9 +268,7 @@ gpucore_status gpucore_stream_wait_event(gpucore_stream *stream, gpucore_event *
     gpucore_status st = gpucore_check_stream(stream, "stream_wait_event");
     if (st || (st = gpucore_check_event(event, "stream_wait_event"))) return st;
     if (stream->ctx != event->ctx)
-        return gpucore_set_error(GPUCORE_ERR_DEVICE_MISMATCH,
-                                 "stream_wait_event: the stream is on %s but the event on %s", stream->ctx->name,
-                                 event->ctx->name);
+        return gpucore_context_mismatch("stream_wait_event", "the stream", stream->ctx, "the event", event->ctx);
     return stream->ctx->be->stream_wait_event(stream->ctx->bctx, stream->bstream, event->bevent);
 }
 

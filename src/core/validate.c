@@ -9,6 +9,18 @@
 
 int gpucore_dtype_valid(int dtype) { return dtype >= 0 && dtype < GPUCORE_DTYPE_COUNT; }
 
+gpucore_status gpucore_context_mismatch(const char *op, const char *a_what, const gpucore_context *a,
+                                       const char *b_what, const gpucore_context *b)
+{
+    const char *same = strcmp(a->name, b->name) == 0 ? " (two contexts of one device are still two contexts)" : "";
+    return gpucore_set_error(GPUCORE_ERR_DEVICE_MISMATCH,
+                             "%s: %s belongs to context #%lld (%s) but %s to context #%lld (%s)%s; all tensors, "
+                             "streams and communicators of one call must come from one context: create them with "
+                             "that context (Python: device=ctx, or gpucore.default_context() everywhere), or move "
+                             "data between contexts through the host (copy_to_host, then copy_from_host)",
+                             op, a_what, (long long)a->id, a->name, b_what, (long long)b->id, b->name, same);
+}
+
 gpucore_status gpucore_check_context(const gpucore_context *ctx, const char *op)
 {
     if (!ctx) return gpucore_set_error(GPUCORE_ERR_NULL_POINTER, "%s: context is NULL", op);

@@ -554,9 +554,11 @@ static gpucore_status check_buffer(const gpucore_comm *comm, const gpucore_tenso
 {
     gpucore_status st = gpucore_check_tensor(t, op, arg);
     if (st) return st;
-    if (t->ctx != comm->s->ctx)
-        return gpucore_set_error(GPUCORE_ERR_DEVICE_MISMATCH, "%s: '%s' is on %s but the communicator on %s", op, arg,
-                                 t->ctx->name, comm->s->ctx->name);
+    if (t->ctx != comm->s->ctx) {
+        char what[48];
+        snprintf(what, sizeof what, "'%s'", arg);
+        return gpucore_context_mismatch(op, what, t->ctx, "the communicator", comm->s->ctx);
+    }
     if (!comm_dtype_ok(t->dtype))
         return gpucore_set_error(GPUCORE_ERR_DTYPE_MISMATCH, "%s: '%s' is %s; collectives take f32, f64, f16, bf16 "
                                  "or i32", op, arg, gpucore_dtype_name((gpucore_dtype)t->dtype));

@@ -186,8 +186,7 @@ gpucore_status gpucore_ddp_create(gpucore_comm *comm, gpucore_tensor *const *gra
         if ((st = gpucore_check_tensor(grads[g], op, arg))) return st;
         const gpucore_tensor *t = grads[g];
         if (t->ctx != ctx)
-            return gpucore_set_error(GPUCORE_ERR_DEVICE_MISMATCH, "%s: %s is on %s but the communicator on %s", op, arg,
-                                     t->ctx->name, ctx->name);
+            return gpucore_context_mismatch(op, arg, t->ctx, "the communicator", ctx);
         if (t->dtype != GPUCORE_F32 && t->dtype != GPUCORE_F16 && t->dtype != GPUCORE_BF16)
             return gpucore_set_error(GPUCORE_ERR_DTYPE_MISMATCH, "%s: %s is %s; gradients are f32, f16 or bf16", op,
                                      arg, gpucore_dtype_name((gpucore_dtype)t->dtype));

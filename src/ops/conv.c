@@ -185,10 +185,9 @@ static gpucore_status prepare(int op_code, const char *op, const gpucore_tensor 
         return st;
     if (bias && (st = gpucore_check_tensor(bias, op, "bias"))) return st;
     if ((st = read_options(user, op, o))) return st;
-    if (w->ctx != x->ctx || y->ctx != x->ctx || (bias && bias->ctx != x->ctx))
-        return gpucore_set_error(GPUCORE_ERR_DEVICE_MISMATCH, "%s: %s, %s, %s%s are not all on one context (%s has "
-                                 "device %s); copy them to one device first", op, xn, wn, yn, bias ? " and bias" : "",
-                                 xn, x->ctx->name);
+    if (w->ctx != x->ctx) return gpucore_context_mismatch(op, wn, w->ctx, xn, x->ctx);
+    if (y->ctx != x->ctx) return gpucore_context_mismatch(op, yn, y->ctx, xn, x->ctx);
+    if (bias && bias->ctx != x->ctx) return gpucore_context_mismatch(op, "bias", bias->ctx, xn, x->ctx);
     const int dt = x->dtype;
     if (dt != GPUCORE_F32 && dt != GPUCORE_F16 && dt != GPUCORE_BF16)
         return gpucore_set_error(GPUCORE_ERR_DTYPE_MISMATCH, "%s: %s is %s; convolution takes f32, f16 or bf16", op, xn,

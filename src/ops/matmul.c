@@ -185,8 +185,7 @@ static gpucore_status check_member(const gpucore_tensor *t, const gpucore_contex
     gpucore_status st = gpucore_check_tensor(t, op, name);
     if (st) return st;
     if (t->ctx != ctx)
-        return gpucore_set_error(GPUCORE_ERR_DEVICE_MISMATCH, "%s: %s is on %s but d is on %s (tensors of one call must "
-                                 "share a context)", op, name, t->ctx->name, ctx->name);
+        return gpucore_context_mismatch(op, name, t->ctx, "d", ctx);
     return GPUCORE_OK;
 }
 

@@ -5,6 +5,7 @@
  * see the fewest dims, and contiguous staging for the row/reduction families.
  */
 #include <string.h>
+#include <stdio.h>
 #include "ops_internal.h"
 
 gpucore_status ops_check_float(const gpucore_tensor *t, const char *op, const char *arg)
@@ -18,10 +19,12 @@ gpucore_status ops_check_float(const gpucore_tensor *t, const char *op, const ch
 gpucore_status ops_check_same(const gpucore_tensor *a, const char *an, const gpucore_tensor *b, const char *bn,
                               const char *op, int same_dtype)
 {
-    if (a->ctx != b->ctx)
-        return gpucore_set_error(GPUCORE_ERR_DEVICE_MISMATCH, "%s: '%s' is on %s but '%s' is on %s (another context); "
-                                 "copy through the host to move data between contexts", op, an, a->ctx->name, bn,
-                                 b->ctx->name);
+    if (a->ctx != b->ctx) {
+        char aw[48], bw[48];
+        snprintf(aw, sizeof aw, "'%s'", an);
+        snprintf(bw, sizeof bw, "'%s'", bn);
+        return gpucore_context_mismatch(op, aw, a->ctx, bw, b->ctx);
+    }
     if (same_dtype && a->dtype != b->dtype)
         return gpucore_set_error(GPUCORE_ERR_DTYPE_MISMATCH, "%s: '%s' is %s but '%s' is %s; convert one with "
                                  "gpucore_cast first", op, an, gpucore_dtype_name((gpucore_dtype)a->dtype), bn,

@@ -348,8 +348,7 @@ gpucore_status gpucore_ckpt_forward(gpucore_ckpt *c, const gpucore_tensor *x, gp
     if (!y) return gpucore_set_error(GPUCORE_ERR_NULL_POINTER, "%s: y is NULL", op);
     *y = NULL;
     if (x->ctx != s->ctx)
-        return gpucore_set_error(GPUCORE_ERR_DEVICE_MISMATCH, "%s: x is on %s but checkpoint '%s' is on %s", op,
-                                 x->ctx->name, s->name, s->ctx->name);
+        return gpucore_context_mismatch(op, "x", x->ctx, "the checkpoint", s->ctx);
     if (!s->nsegs) return gpucore_set_error(GPUCORE_ERR_INVALID_ARGUMENT, "%s: checkpoint '%s' has no segments", op, s->name);
     if (s->open)
         return gpucore_set_error(GPUCORE_ERR_INVALID_ARGUMENT, "%s: residual block '%s' was begun but not ended "

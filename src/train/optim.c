@@ -30,8 +30,7 @@ gpucore_status gpucore_check_float_list(gpucore_tensor *const *ts, int64_t count
         const gpucore_tensor *t = ts[i];
         if (!*ctx) *ctx = t->ctx;
         if (t->ctx != *ctx)
-            return gpucore_set_error(GPUCORE_ERR_DEVICE_MISMATCH, "%s: %s is on %s but the others are on %s", op, arg,
-                                     t->ctx->name, (*ctx)->name);
+            return gpucore_context_mismatch(op, arg, t->ctx, "the tensors before it", *ctx);
         if (!is_float_dtype(t->dtype))
             return gpucore_set_error(GPUCORE_ERR_DTYPE_MISMATCH, "%s: %s is %s; it must be f32, f16 or bf16", op, arg,
                                      gpucore_dtype_name((gpucore_dtype)t->dtype));
@@ -47,9 +46,11 @@ gpucore_status gpucore_check_scalar_tensor(const gpucore_tensor *t, gpucore_cont
 {
     gpucore_status st = gpucore_check_tensor(t, op, what);
     if (st) return st;
-    if (ctx && t->ctx != ctx)
-        return gpucore_set_error(GPUCORE_ERR_DEVICE_MISMATCH, "%s: '%s' is on %s but the tensors are on %s", op, what,
-                                 t->ctx->name, ctx->name);
+    if (ctx && t->ctx != ctx) {
+        char w[48];
+        snprintf(w, sizeof w, "'%s'", what);
+        return gpucore_context_mismatch(op, w, t->ctx, "the tensors", ctx);
+    }
     if (t->dtype != (int32_t)dtype)
         return gpucore_set_error(GPUCORE_ERR_DTYPE_MISMATCH, "%s: '%s' is %s; it must be %s", op, what,
                                  gpucore_dtype_name((gpucore_dtype)t->dtype), gpucore_dtype_name(dtype));
