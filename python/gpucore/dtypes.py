@@ -142,20 +142,22 @@ def from_numpy_dtype(nd: np.dtype) -> DType:
 
 def bf16_to_float32(bits: np.ndarray) -> np.ndarray:
     """bf16 values stored as uint16 bits -> float32 (exact)."""
-    b = np.ascontiguousarray(bits, dtype=np.uint16)
-    return (b.astype(np.uint32) << 16).view(np.float32)
+    # np.ascontiguousarray would turn a 0-d array into shape (1,): keep the shape explicitly.
+    b = np.asarray(bits, dtype=np.uint16)
+    return (b.reshape(-1).astype(np.uint32) << 16).view(np.float32).reshape(b.shape)
 
 
 def float32_to_bf16(x: np.ndarray) -> np.ndarray:
     """float32 -> bf16 bits (uint16), rounding to nearest even; NaN stays NaN."""
-    f = np.ascontiguousarray(x, dtype=np.float32)
+    shape = np.shape(x)
+    f = np.ascontiguousarray(x, dtype=np.float32).reshape(-1)
     u = f.view(np.uint32).astype(np.uint64)
     rounded = ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(np.uint16)
     nan = np.isnan(f)
     if nan.any():
         rounded = rounded.copy()
         rounded[nan] = ((u[nan] >> 16) | 0x40).astype(np.uint16)
-    return rounded
+    return rounded.reshape(shape)
 
 
 def _fp8_table(exp_bits: int, man_bits: int, bias: int, e4m3: bool) -> np.ndarray:
@@ -184,4 +186,5 @@ def fp8_to_float32(bits: np.ndarray, dtype: DType) -> np.ndarray:
     if dtype.value not in _FP8_TABLES:
         _FP8_TABLES[7] = _fp8_table(4, 3, 7, True)
         _FP8_TABLES[8] = _fp8_table(5, 2, 15, False)
-    return _FP8_TABLES[dtype.value][np.asarray(bits, dtype=np.uint8)]
+    b = np.asarray(bits, dtype=np.uint8)
+    return _FP8_TABLES[dtype.value][b.reshape(-1)].reshape(b.shape)

@@ -282,3 +282,16 @@ def test_repr(ctx):
     t = ctx.zeros((2,))
     t.free()
     assert "invalid" in repr(t)
+
+
+def test_rank0_and_empty_conversions_keep_their_shape(ctx):
+    # numpy(convert=True) of a 0-d bf16/f16 tensor is 0-d, as are full reductions to a scalar
+    for dt in (gpucore.bfloat16, gpucore.float16, gpucore.float32):
+        t = gpucore.cast(ctx.tensor(np.array(1.5, dtype=np.float32)), dt)
+        assert t.shape == () and t.numpy(convert=True).shape == () and np.asarray(t).shape == ()
+        assert t.numpy(convert=True) == 1.5
+        s = gpucore.sum(gpucore.cast(ctx.tensor(np.ones((3, 4), np.float32)), dt))
+        assert s.numpy(convert=True).shape == () and s.item() == 12.0
+        e = gpucore.cast(ctx.tensor(np.zeros((0, 3), np.float32)), dt)
+        assert e.numpy(convert=True).shape == (0, 3)
+    assert gpucore.dtypes.float32_to_bf16(np.float32(2.0)).shape == ()
