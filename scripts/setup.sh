@@ -10,6 +10,9 @@ BUILD_DIR=${1:-build}
 shift || true
 
 APT_PACKAGES="meson ninja-build pkg-config gcc g++ libopenblas-dev libcjson-dev libdlpack-dev libopenmpi-dev openmpi-bin clang libclang-rt-14-dev"
+# PyTorch for the CPU with pytest and hypothesis, under Debian's python3: the peer of the benchmarks and
+# the reference of the OpInfo sample test (python/torch_tests).
+APT_PACKAGES="$APT_PACKAGES python3-torch python3-pytest python3-hypothesis"
 PIP_PACKAGES="numpy pytest"
 
 if [ "${GPUCORE_SKIP_INSTALL:-0}" != 1 ]; then
@@ -22,6 +25,14 @@ if [ "${GPUCORE_SKIP_INSTALL:-0}" != 1 ]; then
     SUDO=""; [ "$(id -u)" = 0 ] || SUDO=sudo
     $SUDO apt-get update -qq
     DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq $missing >/dev/null
+  fi
+  # PyTorch's operator samples (python/torch_tests) run under Debian's python3 with its
+  # python3-torch; torch's test helpers import expecttest, which Debian does not package:
+  # a pure-Python copy goes into a folder of its own that only that test run puts on its path.
+  if [ -x /usr/bin/python3 ] && ! /usr/bin/python3 -c "import expecttest" 2>/dev/null \
+     && ! PYTHONPATH=build-pydeps /usr/bin/python3 -c "import expecttest" 2>/dev/null; then
+    echo "setup: installing expecttest into build-pydeps/ (for torch's OpInfo samples)"
+    python3 -m pip install -q --target build-pydeps expecttest || echo "setup: expecttest unavailable; the OpInfo stage will say so"
   fi
   pymissing=""
   for p in $PIP_PACKAGES; do

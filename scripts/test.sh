@@ -4,7 +4,8 @@
 #   2. the same C tests in an AddressSanitizer + UndefinedBehaviorSanitizer (+LeakSanitizer) build,
 #   3. the same C tests in a ThreadSanitizer build (OpenMP off: libgomp is not instrumented),
 #   4. bounded libFuzzer runs of the fuzz targets (scripts/fuzz.sh),
-#   5. the Python tests (pytest) against the normal build.
+#   5. the Python tests (pytest) against the normal build,
+#   6. PyTorch's OpInfo samples of our ops through the binding (python/torch_tests, Debian's python3 + torch).
 # Prints one closing line "tests: N passed, N failed, N skipped" and exits non-zero on any failure.
 # GPUCORE_SKIP_SANITIZERS=1 skips 2, 3 and 4 (used by the GPU run script); GPUCORE_SKIP_FUZZ=1 skips 4.
 set -euo pipefail
@@ -88,19 +89,43 @@ if [ "${GPUCORE_SKIP_SANITIZERS:-0}" != 1 ] && [ "${GPUCORE_SKIP_FUZZ:-0}" != 1 
   echo "== fuzzing: $fp passed, $ff failed in $((SECONDS - start)) s"
 fi
 
-if [ -d python/tests ] && ls python/tests/test_*.py >/dev/null 2>&1; then
-  echo "== Python tests"
+# run_pytest LABEL PYTHON DIR LOG [pytest args...]: run pytest on DIR with PYTHON against the normal
+# build and add up its closing line; a non-zero exit other than "no tests" (5) fails the run.
+run_pytest() {
+  local label=$1 py=$2 dir=$3 log=$4
+  shift 4
+  echo "== $label"
   set +e
-  GPUCORE_LIBRARY="$PWD/$BUILD_DIR/src/libgpucore.so" PYTHONPATH="$PWD/python" \
-    python3 -m pytest -q python/tests -rs 2>&1 | tee "$BUILD_DIR/pytest.log"
-  py=${PIPESTATUS[0]}
+  GPUCORE_LIBRARY="$PWD/$BUILD_DIR/src/libgpucore.so" PYTHONPATH="$PWD/python:$PWD/build-pydeps" \
+    "$py" -m pytest -q -p no:cacheprovider "$@" "$dir" 2>&1 | tee "$log"
+  local rc=${PIPESTATUS[0]}
   set -e
-  [ "$py" = 0 ] || [ "$py" = 5 ] || status=1
-  counts=$(tail -n 1 "$BUILD_DIR/pytest.log")
+  [ "$rc" = 0 ] || [ "$rc" = 5 ] || status=1
+  local counts p f s
+  counts=$(tail -n 1 "$log")
   p=$(grep -oE '[0-9]+ passed' <<<"$counts" | grep -oE '[0-9]+' || echo 0)
   f=$( (grep -oE '[0-9]+ (failed|errors?)' <<<"$counts" || true) | awk '{s+=$1} END {print s+0}')
   s=$(grep -oE '[0-9]+ skipped' <<<"$counts" | grep -oE '[0-9]+' || echo 0)
+  # a crash that leaves no closing line still counts as a failure
+  if [ "$rc" != 0 ] && [ "$rc" != 5 ] && [ "${f:-0}" = 0 ]; then f=1; fi
   passed=$((passed + p)); failed=$((failed + ${f:-0})); skipped=$((skipped + s))
+}
+
+if [ -d python/tests ] && ls python/tests/test_*.py >/dev/null 2>&1; then
+  run_pytest "Python tests" python3 python/tests "$BUILD_DIR/pytest.log" -rs
+fi
+
+# PyTorch's own operator samples (OpInfo) through the binding, against torch in float64, under the
+# python3 that has torch (Debian's python3-torch; GPUCORE_TORCH_PYTHON chooses another).
+if [ -d python/torch_tests ]; then
+  TORCH_PY=${GPUCORE_TORCH_PYTHON:-/usr/bin/python3}
+  if PYTHONPATH="$PWD/build-pydeps" "$TORCH_PY" -c "import torch, expecttest, pytest, numpy" 2>/dev/null; then
+    GPUCORE_OPINFO_REPORT="$PWD/$BUILD_DIR/opinfo.json" \
+      run_pytest "PyTorch OpInfo samples ($TORCH_PY)" "$TORCH_PY" python/torch_tests "$BUILD_DIR/pytest-torch.log" -s
+  else
+    echo "SKIP PyTorch OpInfo samples: $TORCH_PY cannot import torch, expecttest, pytest and numpy (scripts/setup.sh installs them)"
+    skipped=$((skipped + 1))
+  fi
 fi
 
 echo "tests: $passed passed, $failed failed, $skipped skipped"

@@ -1,0 +1,323 @@
+"""PyTorch's own operator samples (the OpInfo database) driven through gpucore's Python API.
+
+For each of the ops libgpucore shares with PyTorch, every sample input that PyTorch's operator
+tests use (``op.sample_inputs("cpu", dtype)``) is translated to a gpucore call, in f32, bf16 and
+f16. The reference is torch in float64 on the same values, rounded to the output dtype. Each
+sample ends as one of:
+
+* right    -- same shape, same NaN/Inf positions, normalised error within DESIGN.md's contract
+              (f32: 1e-5, f16/bf16: 1e-2; integer results exactly equal);
+* wrong    -- anything else: the test fails on any wrong sample;
+* refused  -- gpucore cannot express the call (an argument PyTorch takes that gpucore has not, or
+              a clean gpucore error); counted per op with the reason, and listed in the report.
+
+A refusal is never a crash: the library raises a gpucore error and stays usable. The counts go to
+``$GPUCORE_OPINFO_REPORT`` (JSON) when set. Runs where torch with its test helpers is importable
+(Debian's python3-torch; scripts/test.sh runs it with that interpreter).
+"""
+from __future__ import annotations
+
+import collections
+import json
+import os
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+opinfo = pytest.importorskip("torch.testing._internal.common_methods_invocations")
+
+import gpucore as g  # noqa: E402
+
+DTYPES = {"float32": (torch.float32, g.float32, 1e-5),
+          "bfloat16": (torch.bfloat16, g.bfloat16, 1e-2),
+          "float16": (torch.float16, g.float16, 1e-2)}
+
+
+class Refused(Exception):
+    """gpucore cannot express this sample; the message says why."""
+
+
+# ---------------------------------------------------------------- conversions
+
+def to_g(x, ctx):
+    """A torch tensor (or a nested value) as gpucore's equivalent."""
+    if isinstance(x, torch.Tensor):
+        if x.is_complex():
+            raise Refused("complex tensors")
+        if x.dtype == torch.bfloat16:
+            return g.tensor(x.detach().float().numpy(), dtype=g.bfloat16, device=ctx)
+        if x.dtype == torch.bool:
+            raise Refused("bool tensors")
+        return g.tensor(x.detach().contiguous().numpy(), device=ctx)
+    if isinstance(x, (list, tuple)):
+        return type(x)(to_g(v, ctx) for v in x)
+    return x
+
+
+def to_f64(x):
+    """A torch argument for the float64 reference: floating tensors in float64."""
+    if isinstance(x, torch.Tensor):
+        return x.detach().double() if x.is_floating_point() else x.detach()
+    if isinstance(x, (list, tuple)):
+        return type(x)(to_f64(v) for v in x)
+    return x
+
+
+def g_to_np(t):
+    return np.asarray(t.numpy(copy=True, convert=True))
+
+
+# ---------------------------------------------------------------- adapters: one per op
+
+def no_kwargs(kwargs, allowed=()):
+    extra = {k: v for k, v in kwargs.items() if k not in allowed}
+    if extra:
+        raise Refused("keyword argument(s) %s" % ", ".join(sorted(extra)))
+
+
+def unary(fn):
+    def call(x, args, kwargs):
+        if args:
+            raise Refused("positional arguments beyond the input")
+        no_kwargs(kwargs)
+        return fn(x)
+    return call
+
+
+def binary(fn):
+    def call(x, args, kwargs):
+        no_kwargs(kwargs)
+        if len(args) != 1:
+            raise Refused("%d operands" % (len(args) + 1))
+        return fn(x, args[0])
+    return call
+
+
+def add_sub(fn):
+    def call(x, args, kwargs):
+        if "alpha" in kwargs and kwargs["alpha"] != 1:
+            raise Refused("alpha=")
+        no_kwargs(kwargs, ("alpha",))
+        return fn(x, args[0])
+    return call
+
+
+def div(x, args, kwargs):
+    if kwargs.get("rounding_mode") is not None:
+        raise Refused("rounding_mode=%r" % kwargs["rounding_mode"])
+    no_kwargs(kwargs, ("rounding_mode",))
+    return g.div(x, args[0])
+
+
+def clamp(x, args, kwargs):
+    lo = args[0] if len(args) > 0 else kwargs.get("min")
+    hi = args[1] if len(args) > 1 else kwargs.get("max")
+    if lo is None or hi is None:
+        raise Refused("clamp with only min or only max")
+    if isinstance(lo, g.Tensor) or isinstance(hi, g.Tensor):
+        raise Refused("clamp with tensor bounds")
+    return g.clamp(x, lo, hi)
+
+
+def gelu(x, args, kwargs):
+    no_kwargs(kwargs, ("approximate",))
+    return g.gelu(x, approximate=kwargs.get("approximate", "none"))
+
+
+def softmax_like(fn):
+    def call(x, args, kwargs):
+        dim = args[0] if args else kwargs.get("dim")
+        if kwargs.get("dtype") is not None or len(args) > 1:
+            raise Refused("dtype=")
+        no_kwargs(kwargs, ("dim", "dtype"))
+        return fn(x, dim=dim)
+    return call
+
+
+def reduction(fn, has_keepdim=True):
+    def call(x, args, kwargs):
+        dim = args[0] if args else kwargs.get("dim")
+        keepdim = args[1] if len(args) > 1 else kwargs.get("keepdim", False)
+        if kwargs.get("dtype") is not None:
+            raise Refused("dtype=")
+        no_kwargs(kwargs, ("dim", "keepdim", "dtype"))
+        if isinstance(dim, (list, tuple)):
+            if len(dim) == 1:
+                dim = dim[0]
+            elif len(dim) == 0:
+                raise Refused("dim=()")
+            else:
+                raise Refused("several dims at once")
+        return fn(x, dim=dim, keepdim=keepdim)
+    return call
+
+
+def matmul(x, args, kwargs):
+    no_kwargs(kwargs)
+    b = args[0]
+    if len(x.shape) < 2 or len(b.shape) < 2:
+        raise Refused("1-d operand (vector-matrix, matrix-vector or dot)")
+    if len(x.shape) > 3 or len(b.shape) > 3 or (len(x.shape) == 3 and len(b.shape) == 3 and x.shape[0] != b.shape[0]):
+        raise Refused("broadcast batch dims")
+    return g.matmul(x, b)
+
+
+def linear(x, args, kwargs):
+    w = args[0]
+    bias = args[1] if len(args) > 1 else kwargs.get("bias")
+    no_kwargs(kwargs, ("bias",))
+    return g.linear(x, w, bias)
+
+
+def layer_norm(x, args, kwargs):
+    shape = args[0]
+    w = args[1] if len(args) > 1 else kwargs.get("weight")
+    b = args[2] if len(args) > 2 else kwargs.get("bias")
+    eps = args[3] if len(args) > 3 else kwargs.get("eps", 1e-5)
+    no_kwargs(kwargs, ("weight", "bias", "eps"))
+    if len(shape) != 1:
+        raise Refused("layer_norm over several trailing dims")
+    if (w is None) != (b is None):
+        raise Refused("weight without bias (or bias without weight)")
+    return g.layer_norm(x, list(shape), w, b, eps=eps)
+
+
+def cross_entropy(x, args, kwargs):
+    target = args[0]
+    for k in ("weight", "label_smoothing"):
+        if kwargs.get(k) not in (None, 0.0):
+            raise Refused("%s=" % k)
+    no_kwargs(kwargs, ("weight", "label_smoothing", "ignore_index", "reduction"))
+    if target.dtype in (g.float32, g.bfloat16, g.float16):
+        raise Refused("class probabilities as targets")
+    if len(x.shape) != 2:
+        raise Refused("(N, C, d1, ...) or unbatched (C,) layout")
+    return g.cross_entropy(x, target, ignore_index=kwargs.get("ignore_index", -100),
+                           reduction=kwargs.get("reduction", "mean"))
+
+
+def conv2d(x, args, kwargs):
+    names = ("bias", "stride", "padding", "dilation", "groups")
+    opts = dict(zip(names, args[1:]))
+    opts.update(kwargs)
+    no_kwargs(opts, names)
+    if len(x.shape) != 4:
+        raise Refused("unbatched (C, H, W) input")
+    return g.conv2d(x, args[0], **opts)
+
+
+def embedding(w, args, kwargs):
+    idx = args[0]  # torch's OpInfo passes (weight, indices) in that order
+    for k in ("padding_idx", "max_norm"):
+        if kwargs.get(k) is not None:
+            raise Refused("%s=" % k)
+    if kwargs.get("scale_grad_by_freq") or kwargs.get("sparse"):
+        raise Refused("scale_grad_by_freq / sparse")
+    no_kwargs(kwargs, ("padding_idx", "max_norm", "norm_type", "scale_grad_by_freq", "sparse"))
+    return g.embedding(idx, w)
+
+
+ADAPTERS = {
+    "abs": unary(g.abs), "exp": unary(g.exp), "log": unary(g.log), "neg": unary(g.neg),
+    "tanh": unary(g.tanh), "rsqrt": unary(g.rsqrt), "sqrt": unary(g.sqrt), "sigmoid": unary(g.sigmoid),
+    "nn.functional.relu": unary(g.relu), "nn.functional.silu": unary(g.silu), "nn.functional.gelu": gelu,
+    "add": add_sub(g.add), "sub": add_sub(g.sub), "mul": binary(g.mul), "div": div, "clamp": clamp,
+    "softmax": softmax_like(g.softmax), "log_softmax": softmax_like(g.log_softmax),
+    "sum": reduction(g.sum), "mean": reduction(g.mean), "amax": reduction(g.amax), "amin": reduction(g.amin),
+    "argmax": reduction(g.argmax), "matmul": matmul, "nn.functional.linear": linear,
+    "nn.functional.layer_norm": layer_norm, "nn.functional.cross_entropy": cross_entropy,
+    "nn.functional.conv2d": conv2d, "nn.functional.embedding": embedding,
+}
+
+
+# ---------------------------------------------------------------- comparison
+
+def compare(ours, ref, tol):
+    """None when ours matches ref within the contract, else what differs."""
+    if ours.shape != ref.shape:
+        return "shape %s, expected %s" % (ours.shape, ref.shape)
+    if ref.dtype.kind in "iub":
+        return None if np.array_equal(ours, ref) else "integer result differs"
+    o, r = ours.astype(np.float64), ref.astype(np.float64)
+    if not np.array_equal(np.isnan(o), np.isnan(r)):
+        return "NaN positions differ"
+    fin = np.isfinite(r)
+    if not np.array_equal(o[~fin & ~np.isnan(r)], r[~fin & ~np.isnan(r)]):
+        return "infinities differ"
+    if not np.all(np.isfinite(o[fin])):
+        return "non-finite where the reference is finite"
+    if o.size == 0 or not fin.any():
+        return None
+    err = np.linalg.norm(o[fin] - r[fin]) / max(np.linalg.norm(r[fin]), 1e-30)
+    return None if err <= tol else "normalised error %.3g > %g" % (err, tol)
+
+
+def reference(op, sample, tdt):
+    """torch in float64 on the sample's values, rounded to the output dtype."""
+    inp = to_f64(sample.input)
+    out = op.op(inp, *to_f64(sample.args), **{k: to_f64(v) for k, v in sample.kwargs.items()})
+    if out.is_floating_point():
+        out = out.to(tdt)
+        return (out.float() if tdt == torch.bfloat16 else out).numpy().astype(np.float64)
+    return out.numpy()
+
+
+def run_sample(op, sample, tdt, tol, ctx):
+    adapter = ADAPTERS[op.name]
+    try:
+        x = to_g(sample.input, ctx)
+        args = to_g(list(sample.args), ctx)
+        kwargs = {k: to_g(v, ctx) for k, v in sample.kwargs.items()}
+        ours = adapter(x, args, kwargs)
+        ctx.synchronize()
+        ours = g_to_np(ours)
+    except Refused as e:
+        return "refused", str(e)
+    except g.GpucoreError as e:
+        return "refused", "gpucore: " + str(e).split("\n")[0][:160]
+    except TypeError as e:
+        return "refused", "binding: " + str(e)[:160]
+    try:
+        ref = reference(op, sample, tdt)
+    except Exception as e:  # torch itself refuses the float64 form: not a sample we can judge
+        return "refused", "no float64 reference: %s" % str(e)[:100]
+    why = compare(ours, ref, tol)
+    return ("right", "") if why is None else ("wrong", why)
+
+
+def test_opinfo_samples():
+    ctx = g.default_context()
+    counts = collections.defaultdict(lambda: collections.Counter())
+    reasons = collections.defaultdict(collections.Counter)
+    wrong = []
+    for op in opinfo.op_db:
+        if op.name not in ADAPTERS or op.variant_test_name == "complex":
+            continue
+        for dname, (tdt, _gdt, tol) in DTYPES.items():
+            if tdt not in op.supported_dtypes("cpu"):
+                continue
+            torch.manual_seed(0)
+            for sample in op.sample_inputs("cpu", tdt):
+                result, why = run_sample(op, sample, tdt, tol, ctx)
+                counts[op.name][result] += 1
+                if result == "refused":
+                    reasons[op.name][why] += 1
+                elif result == "wrong":
+                    wrong.append("%s[%s] %s: %s" % (op.name, dname, tuple(sample.input.shape), why))
+    total = collections.Counter()
+    lines = ["%-28s %6s %6s %8s" % ("op", "right", "wrong", "refused")]
+    for name in sorted(counts):
+        c = counts[name]
+        total.update(c)
+        lines.append("%-28s %6d %6d %8d" % (name, c["right"], c["wrong"], c["refused"]))
+    lines.append("%-28s %6d %6d %8d" % ("total", total["right"], total["wrong"], total["refused"]))
+    print("\n".join(lines))
+    report = os.environ.get("GPUCORE_OPINFO_REPORT")
+    if report:
+        with open(report, "w") as f:
+            json.dump({"counts": {k: dict(v) for k, v in counts.items()},
+                       "refused_reasons": {k: dict(v) for k, v in reasons.items()},
+                       "wrong": wrong}, f, indent=1, sort_keys=True)
+    assert sum(total.values()) > 500, "OpInfo gave too few samples: %s" % dict(total)
+    assert not wrong, "%d wrong samples:\n%s" % (len(wrong), "\n".join(wrong[:40]))
