@@ -86,7 +86,11 @@ static void trace_add(ddp_state *s, int32_t kind, int32_t index)
         s->trace = grown;
         s->trace_cap = cap;
     }
-    s->trace[s->trace_count++] = (gpucore_ddp_trace_event){kind, index, s->step, now_ns()};
+    /* s->step is advanced by ddp_finish under s->mu while stream callbacks trace here from the
+     * worker threads: read it atomically (found by TSan: a bucket's done callback can still run
+     * as the host thread finishes the step). */
+    const int64_t step = __atomic_load_n(&s->step, __ATOMIC_RELAXED);
+    s->trace[s->trace_count++] = (gpucore_ddp_trace_event){kind, index, step, now_ns()};
     pthread_mutex_unlock(&s->trace_mu);
 }
 
@@ -428,7 +432,7 @@ gpucore_status gpucore_ddp_finish(gpucore_ddp *ddp, gpucore_stream *stream)
         s->buckets[b].pending = s->buckets[b].grad_end - s->buckets[b].grad_begin;
     s->next_launch = 0;
     trace_add(s, GPUCORE_DDP_TRACE_FINISH, -1);
-    s->step++;
+    __atomic_fetch_add(&s->step, 1, __ATOMIC_RELAXED);
 out:
     pthread_mutex_unlock(&s->mu);
     return st;
