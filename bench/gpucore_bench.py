@@ -199,6 +199,11 @@ def main():
             ap.error(f"unknown benchmark(s): {', '.join(sorted(unknown))}; choose from {', '.join(PROGRAMS)}")
 
     env = dict(os.environ, GPUCORE_DEVICE=args.device)
+    # Peer scripts that drive libgpucore through its Python binding use this build's library.
+    built_lib = os.path.join(BUILD_ROOT, "src", "libgpucore.so")
+    if "GPUCORE_LIBRARY" not in env and os.path.exists(built_lib):
+        env["GPUCORE_LIBRARY"] = built_lib
+    env["PYTHONPATH"] = os.pathsep.join(p for p in [os.path.join(SOURCE_DIR, "python"), env.get("PYTHONPATH")] if p)
     facts = environment_facts(args.device)
     sel = facts.get("info", {}).get("selected", {}).get("device", args.device)
     progress(f"commit {facts['commit']}, device {sel}")

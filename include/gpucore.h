@@ -20,6 +20,16 @@
  *     gpucore_stream_synchronize() or a blocking copy to the host.
  *   - Host pointers passed to *_async copies must stay valid until the stream
  *     has passed that copy (as with cudaMemcpyAsync).
+ *   - Threads: every call may be made from any thread. Several threads may share
+ *     one context, each issuing ops on its own streams (allocator, profiler,
+ *     stream list and per-device handles are locked inside); the current stream
+ *     and the last error are per thread. What the caller must order: two threads
+ *     must not enqueue onto the SAME stream at once (the order of their ops would
+ *     be undefined), must not write one tensor from different streams without
+ *     events between them, and must not destroy a handle (context, stream,
+ *     tensor, event, communicator) while another thread still uses it. Destroy
+ *     a context only after every other thread is done with it. Collectives on
+ *     one communicator are issued by one thread at a time (MPI/NCCL rules).
  *
  * ABI rule: within one major version, functions and enum values are only added,
  * never removed or renumbered, and structs passed by pointer only grow at the end
@@ -255,6 +265,12 @@ typedef enum gpucore_dtype {
 GPUCORE_API int64_t gpucore_dtype_size(gpucore_dtype dtype);
 /* "f32", "bf16", ...; "invalid" for an unknown dtype. */
 GPUCORE_API const char *gpucore_dtype_name(gpucore_dtype dtype);
+/* The lower-case name of value `value` of the public enum named enum_type, one of
+ * "gpucore_dtype", "gpucore_binary_op", "gpucore_unary_op", "gpucore_activation",
+ * "gpucore_reduction", "gpucore_loss_reduction", "gpucore_epilogue" (e.g. "exp",
+ * "gelu_tanh", "bias_gelu"); NULL for an unknown type or value. Bindings read their
+ * constants through this, so they stay in step with the library. */
+GPUCORE_API const char *gpucore_enum_name(const char *enum_type, int value);
 
 /* A new contiguous (row-major) tensor with uninitialised contents. ndim 0..8;
  * shape entries >= 0 (0 makes an empty tensor). */
@@ -376,7 +392,8 @@ typedef enum gpucore_binary_op {
 } gpucore_binary_op;
 
 typedef enum gpucore_unary_op {
-    GPUCORE_EXP = 0, GPUCORE_LOG = 1, GPUCORE_SQRT = 2, GPUCORE_RSQRT = 3, GPUCORE_ABS = 4, GPUCORE_NEG = 5
+    GPUCORE_EXP = 0, GPUCORE_LOG = 1, GPUCORE_SQRT = 2, GPUCORE_RSQRT = 3, GPUCORE_ABS = 4, GPUCORE_NEG = 5,
+    GPUCORE_SQUARE = 6 /* a * a */
 } gpucore_unary_op;
 
 /* Activations (the formulas are in kernels/activation_math.h). GELU_ERF is
@@ -1545,6 +1562,114 @@ typedef struct gpucore_ckpt_stats {
     int64_t offloaded_bytes;      /* bytes the built-in offload moved to the host in the last step */
 } gpucore_ckpt_stats;
 GPUCORE_API gpucore_status gpucore_ckpt_get_stats(gpucore_ckpt *ckpt, gpucore_ckpt_stats *stats);
+
+/* ---------------------------------------------------- attention and transformer ops
+ *
+ * Scaled dot-product attention over [batch, heads, seq, head_dim] tensors given
+ * with any strides (a [B, S, H, D] projection output permuted to [B, H, S, D] is
+ * used without a copy), f32/f16/bf16 with f32 accumulation, head_dim up to 256:
+ *
+ *   S = scale · q·kᵀ + bias;  P = softmax(S) along the keys;  out = dropout(P)·v
+ *
+ * q [B, H, Sq, D], k [B, Hkv, Sk, D], v [B, Hkv, Sk, Dv], out [B, H, Sq, Dv];
+ * grouped-query attention when Hkv < H (H a multiple of Hkv; query head h reads
+ * kv head h / (H/Hkv)). bias masks out keys j >= kv_lengths[b] (key padding),
+ * j > i when causal (top-left aligned, PyTorch's is_causal), and adds attn_mask:
+ * f32 or q's dtype (additive; -inf masks out) or u8 (boolean: nonzero = attend),
+ * any shape that broadcasts to [B, H, Sq, Sk] (numpy rules, any strides). A row
+ * that admits no key gets out = 0 and lse = -inf (PyTorch's math path gives NaN).
+ * Dropout drops probabilities like gpucore_dropout over a [B, H, Sq, Sk] tensor
+ * under (seed, offset): the same mask on every backend and in the backward
+ * (advance offset by gpucore_random_offset_advance(B·H·Sq·Sk, GPUCORE_UNIFORM)).
+ *
+ * Memory: O(seq), never an Sq×Sk buffer. The forward saves only out and lse, the
+ * per-row log-sum-exp (f32, before dropout); the backward recomputes the
+ * probabilities from them. CPU: tiled over query blocks, OpenMP-parallel over
+ * (batch, head, query block) with an online softmax; the backward's dk/dv pass
+ * is parallel over (batch, kv head, key block), so results do not depend on the
+ * thread count. CUDA / cuda-emulated: flash-attention-style kernels (tiles in
+ * shared memory, online softmax, causal and padded tiles skipped) with plain
+ * FMA inner loops (tensor cores are not used yet); the backward is deterministic
+ * (no atomics). */
+typedef struct gpucore_attention_options {
+    int64_t struct_size; /* sizeof(gpucore_attention_options) */
+    double scale;        /* 0 (default): 1/sqrt(D) */
+    int32_t is_causal;   /* default 0 */
+    int32_t reserved;
+    double dropout_p;    /* in [0, 1); default 0 */
+    uint64_t seed, offset; /* dropout's Philox stream */
+} gpucore_attention_options;
+
+GPUCORE_API void gpucore_attention_options_init(gpucore_attention_options *opts);
+
+/* out = attention(q, k, v); lse (contiguous f32 of B·H·Sq elements, NULL: not
+ * saved) = the log-sum-exp of each score row. attn_mask and kv_lengths (i32/i64
+ * [B]) may be NULL; opts NULL: defaults. out must not overlap any input.
+ * Errors: SHAPE_MISMATCH (batch, heads, seq or head dims disagree, head_dim > 256,
+ * H not a multiple of Hkv, a mask that does not broadcast), DTYPE_MISMATCH,
+ * INVALID_ARGUMENT (scale, dropout_p, overlapping outputs), DEVICE_MISMATCH. */
+GPUCORE_API gpucore_status gpucore_attention_forward(gpucore_tensor *out, gpucore_tensor *lse, const gpucore_tensor *q,
+                                                     const gpucore_tensor *k, const gpucore_tensor *v,
+                                                     const gpucore_tensor *attn_mask, const gpucore_tensor *kv_lengths,
+                                                     const gpucore_attention_options *opts, gpucore_stream *stream);
+/* dq, dk, dv (each may be NULL when not wanted; any strides) from dout and the
+ * forward's q, k, v, out and lse, with the forward's mask, lengths and options
+ * (the same seed and offset replay the dropout mask). With GQA, dk and dv sum
+ * over the query heads of each group. Overwrites the gradients (no accumulation). */
+GPUCORE_API gpucore_status gpucore_attention_backward(gpucore_tensor *dq, gpucore_tensor *dk, gpucore_tensor *dv,
+                                                      const gpucore_tensor *dout, const gpucore_tensor *q,
+                                                      const gpucore_tensor *k, const gpucore_tensor *v,
+                                                      const gpucore_tensor *out, const gpucore_tensor *lse,
+                                                      const gpucore_tensor *attn_mask, const gpucore_tensor *kv_lengths,
+                                                      const gpucore_attention_options *opts, gpucore_stream *stream);
+
+/* Rotary position embedding of x [B, H, S, D] (any strides: a q/k view) with cos
+ * and sin [S, R/2] (contiguous, f32 or x's dtype; R = the rotary dims, even, <= D):
+ * pair p is dims (2p, 2p+1) when interleaved (GPT-J), else (p, p+R/2) (half-split,
+ * GPT-NeoX / LLaMA); y1 = x1·cos − x2·sin, y2 = x2·cos + x1·sin; dims >= R are
+ * copied. out may be x (in place). Positions are x's seq index: slice cos/sin for
+ * an offset. The backward is the inverse rotation: gpucore_rotary_embedding_backward. */
+GPUCORE_API gpucore_status gpucore_rotary_embedding(gpucore_tensor *out, const gpucore_tensor *x,
+                                                    const gpucore_tensor *cos, const gpucore_tensor *sin,
+                                                    int interleaved, gpucore_stream *stream);
+/* dx = the rotation of dy by −θ (dx may be dy, in place). */
+GPUCORE_API gpucore_status gpucore_rotary_embedding_backward(gpucore_tensor *dx, const gpucore_tensor *dy,
+                                                             const gpucore_tensor *cos, const gpucore_tensor *sin,
+                                                             int interleaved, gpucore_stream *stream);
+
+/* Gated linear units: out = act(gate) · up. */
+typedef enum gpucore_glu_kind {
+    GPUCORE_GLU_SWIGLU = 0,     /* act = SiLU (LLaMA's SwiGLU) */
+    GPUCORE_GLU_GEGLU_TANH = 1, /* act = GELU, tanh form */
+    GPUCORE_GLU_GEGLU_ERF = 2   /* act = GELU, erf form */
+} gpucore_glu_kind;
+/* gate, up, out: one shape and dtype (f32/f16/bf16), any strides; out may be gate or up (in place). */
+GPUCORE_API gpucore_status gpucore_glu(gpucore_tensor *out, const gpucore_tensor *gate, const gpucore_tensor *up,
+                                       gpucore_glu_kind kind, gpucore_stream *stream);
+/* dgate = dout·up·act'(gate), dup = dout·act(gate); either may be NULL (not wanted). */
+GPUCORE_API gpucore_status gpucore_glu_backward(gpucore_tensor *dgate, gpucore_tensor *dup, const gpucore_tensor *dout,
+                                                const gpucore_tensor *gate, const gpucore_tensor *up,
+                                                gpucore_glu_kind kind, gpucore_stream *stream);
+
+/* Fused residual add + norm over the last dim, one pass: h = x + residual (the new
+ * residual stream, rounded to the dtype), y = LayerNorm(h) (layer_norm != 0; gamma,
+ * beta both or neither) or RMSNorm(h) (beta must be NULL), statistics from the
+ * stored h in f32 (f64 on the CPU). mean (LayerNorm) and rstd: f32 with one element
+ * per row, or NULL. h may be residual (in place); y must not overlap the inputs. */
+GPUCORE_API gpucore_status gpucore_residual_norm(gpucore_tensor *y, gpucore_tensor *h, gpucore_tensor *mean,
+                                                 gpucore_tensor *rstd, const gpucore_tensor *x,
+                                                 const gpucore_tensor *residual, const gpucore_tensor *gamma,
+                                                 const gpucore_tensor *beta, int layer_norm, double eps,
+                                                 gpucore_stream *stream);
+/* The gradient of x and of residual (one tensor, they are equal): dx = ∂y/∂h·dy + dh,
+ * dh the gradient arriving at the h output (NULL: none); dgamma, dbeta as the
+ * norm's backward (each may be NULL). h, mean, rstd: what the forward wrote. */
+GPUCORE_API gpucore_status gpucore_residual_norm_backward(gpucore_tensor *dx, gpucore_tensor *dgamma,
+                                                          gpucore_tensor *dbeta, const gpucore_tensor *dy,
+                                                          const gpucore_tensor *dh, const gpucore_tensor *h,
+                                                          const gpucore_tensor *mean, const gpucore_tensor *rstd,
+                                                          const gpucore_tensor *gamma, int layer_norm,
+                                                          gpucore_stream *stream);
 
 #ifdef __cplusplus
 }

@@ -17,53 +17,25 @@
 #include "grid.h"
 #include "elementwise_math.h"
 
-template <int DT> struct ew_io;
-template <> struct ew_io<GPUCORE_KDT_F32> {
-    typedef float T;
-    GPUCORE_HD float load(T x) { return x; }
-    GPUCORE_HD T store(float v) { return v; }
-};
-template <> struct ew_io<GPUCORE_KDT_F16> {
-    typedef uint16_t T;
-    GPUCORE_HD float load(T x) { return gpucore_f16_to_f32(x); }
-    GPUCORE_HD T store(float v) { return gpucore_f32_to_f16(v); }
-};
-template <> struct ew_io<GPUCORE_KDT_BF16> {
-    typedef uint16_t T;
-    GPUCORE_HD float load(T x) { return gpucore_bf16_to_f32(x); }
-    GPUCORE_HD T store(float v) { return gpucore_f32_to_bf16(v); }
-};
-
-template <int DT> union ew_vec {
-    uint4 u;
-    typename ew_io<DT>::T t[16 / sizeof(typename ew_io<DT>::T)];
-};
-
 /* The V input values of vector starting at element i0 (i0 a multiple of V). */
 template <int DT>
 __device__ __forceinline__ void ew_load_vec(const gpucore_view &v, int mode, int64_t inner, int64_t i0, float *x)
 {
-    typedef ew_io<DT> io;
-    const int V = 16 / sizeof(typename io::T);
-    if (mode == 2) {
-        float s = io::load(((const typename io::T *)v.data)[0]);
+    const int V = gpucore_dt_size<DT>::vec;
+    if (mode == GPUCORE_EW_LAYOUT_SCALAR) {
+        float s = gpucore_ld<DT>(v.data, 0);
 #pragma unroll
         for (int k = 0; k < V; k++) x[k] = s;
         return;
     }
-    int64_t e = mode == 1 ? i0 % inner : i0;
-    ew_vec<DT> r;
-    r.u = ((const uint4 *)v.data)[e / V];
-#pragma unroll
-    for (int k = 0; k < V; k++) x[k] = io::load(r.t[k]);
+    gpucore_ldv<DT>(v.data, mode == GPUCORE_EW_LAYOUT_ROW ? i0 % inner : i0, x);
 }
 
 template <int DT>
 __global__ void ew_vec_kernel(gpucore_ew_args p, int mode_a, int64_t inner_a, int mode_b, int64_t inner_b,
                               int64_t nvec)
 {
-    typedef ew_io<DT> io;
-    const int V = 16 / sizeof(typename io::T);
+    const int V = gpucore_dt_size<DT>::vec;
     for (int64_t v = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; v < nvec; v += (int64_t)gridDim.x * blockDim.x) {
         const int64_t i0 = v * V;
         float a[V], b[V];
@@ -73,37 +45,32 @@ __global__ void ew_vec_kernel(gpucore_ew_args p, int mode_a, int64_t inner_a, in
 #pragma unroll
             for (int k = 0; k < V; k++) b[k] = 0.0f;
         }
-        ew_vec<DT> o;
+        float o[V];
 #pragma unroll
         for (int k = 0; k < V; k++)
-            o.t[k] = io::store(gpucore_ew_compute(p.op, p.act, p.alpha, p.beta, p.seed, p.offset, a[k], b[k],
-                                                  (uint64_t)(i0 + k)));
-        ((uint4 *)p.out.data)[v] = o.u;
+            o[k] = gpucore_ew_compute(p.op, p.act, p.alpha, p.beta, p.seed, p.offset, a[k], b[k], (uint64_t)(i0 + k));
+        gpucore_stv<DT>(p.out.data, i0, o);
     }
 }
 
 template <int DT>
 __device__ __forceinline__ float ew_load_one(const gpucore_view &v, int mode, int64_t inner, int64_t i)
 {
-    typedef ew_io<DT> io;
-    const typename io::T *d = (const typename io::T *)v.data;
-    int64_t off = mode == 0 ? i : mode == 1 ? i % inner : mode == 2 ? 0
-                : gpucore_strided_offset(i, v.ndim, v.shape, v.strides);
-    return io::load(d[off]);
+    int64_t off = mode == GPUCORE_EW_LAYOUT_DENSE ? i : mode == GPUCORE_EW_LAYOUT_ROW ? i % inner
+                : mode == GPUCORE_EW_LAYOUT_SCALAR ? 0 : gpucore_strided_offset(i, v.ndim, v.shape, v.strides);
+    return gpucore_ld<DT>(v.data, off);
 }
 
 template <int DT>
 __global__ void ew_scalar_kernel(gpucore_ew_args p, int mode_a, int64_t inner_a, int mode_b, int64_t inner_b,
                                  int64_t first)
 {
-    typedef ew_io<DT> io;
-    typename io::T *out = (typename io::T *)p.out.data;
     for (int64_t i = first + (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < p.out.numel;
          i += (int64_t)gridDim.x * blockDim.x) {
         float a = ew_load_one<DT>(p.in[0], mode_a, inner_a, i);
         float b = p.nin == 2 ? ew_load_one<DT>(p.in[1], mode_b, inner_b, i) : 0.0f;
         int64_t off = p.out.contiguous ? i : gpucore_strided_offset(i, p.out.ndim, p.out.shape, p.out.strides);
-        out[off] = io::store(gpucore_ew_compute(p.op, p.act, p.alpha, p.beta, p.seed, p.offset, a, b, (uint64_t)i));
+        gpucore_st<DT>(p.out.data, off, gpucore_ew_compute(p.op, p.act, p.alpha, p.beta, p.seed, p.offset, a, b, (uint64_t)i));
     }
 }
 
@@ -124,13 +91,14 @@ static int ew_aligned(const void *p) { return ((uintptr_t)p % 16) == 0; }
 template <int DT>
 static int ew_launch(const gpucore_launch *l, const gpucore_ew_args *p)
 {
-    const int V = 16 / (int)sizeof(typename ew_io<DT>::T);
-    int mode[2] = {-1, -1};
+    const int V = gpucore_dt_size<DT>::vec;
+    int mode[2] = {GPUCORE_EW_LAYOUT_STRIDED, GPUCORE_EW_LAYOUT_STRIDED};
     int64_t inner[2] = {0, 0};
     int vec_ok = p->out.contiguous && ew_aligned(p->out.data);
     for (int i = 0; i < p->nin; i++) {
         if (p->out.contiguous) mode[i] = gpucore_ew_input_mode(&p->out, &p->in[i], &inner[i]);
-        if (mode[i] < 0 || (mode[i] != 2 && !ew_aligned(p->in[i].data)) || (mode[i] == 1 && inner[i] % V))
+        if (mode[i] == GPUCORE_EW_LAYOUT_STRIDED || (mode[i] != GPUCORE_EW_LAYOUT_SCALAR && !ew_aligned(p->in[i].data)) ||
+            (mode[i] == GPUCORE_EW_LAYOUT_ROW && inner[i] % V))
             vec_ok = 0;
     }
     int64_t nvec = vec_ok ? p->out.numel / V : 0;

@@ -20,38 +20,62 @@
 #include "philox.h"
 #include "activation_math.h"
 #include "op_args.h"
+#include "op_tables.h"
 
-/* Op codes (the public enums map onto these in src/ops_elementwise.c). */
+/* Op codes. The binary and unary ops come from op_tables.h (their public
+ * enums map onto them in src/ops/ops_elementwise.c: binary op k is code k,
+ * unary op k is GPUCORE_EW_UNARY_FIRST + k); the others are internal. */
 enum {
-    GPUCORE_EW_ADD = 0, GPUCORE_EW_SUB = 1, GPUCORE_EW_MUL = 2, GPUCORE_EW_DIV = 3, /* a op b, then act */
-    GPUCORE_EW_AXPBY = 4,    /* alpha*a + beta*b, then act */
-    GPUCORE_EW_AFFINE = 5,   /* alpha*a + beta */
-    GPUCORE_EW_CLAMP = 6,    /* a clamped to [alpha, beta]; NaN stays NaN */
-    GPUCORE_EW_EXP = 7, GPUCORE_EW_LOG = 8, GPUCORE_EW_SQRT = 9, GPUCORE_EW_RSQRT = 10,
-    GPUCORE_EW_ABS = 11, GPUCORE_EW_NEG = 12,
-    GPUCORE_EW_ACT = 13,     /* act(a) */
-    GPUCORE_EW_ACT_GRAD = 14,/* a * act'(b): a is dy, b the forward input x */
-    GPUCORE_EW_CAST = 15,    /* a converted to out's dtype (through f64) */
-    GPUCORE_EW_DROPOUT = 16  /* a * (u_i >= alpha ? beta : 0), u_i = Philox uniform of element i */
+#define GPUCORE_EW_ENUM_(N, ...) GPUCORE_EW_##N,
+    GPUCORE_BINARY_TABLE(GPUCORE_EW_ENUM_) /* a op b, then act */
+    GPUCORE_EW_AXPBY,    /* alpha*a + beta*b, then act */
+    GPUCORE_EW_AFFINE,   /* alpha*a + beta */
+    GPUCORE_EW_CLAMP,    /* a clamped to [alpha, beta]; NaN stays NaN */
+    GPUCORE_EW_ACT,      /* act(a) */
+    GPUCORE_EW_ACT_GRAD, /* a * act'(b): a is dy, b the forward input x */
+    GPUCORE_EW_CAST,     /* a converted to out's dtype (through f64) */
+    GPUCORE_EW_DROPOUT,  /* a * (u_i >= alpha ? beta : 0), u_i = Philox uniform of element i */
+    GPUCORE_EW_UNARY_FIRST,
+    GPUCORE_EW_UNARY_BEFORE_ = GPUCORE_EW_UNARY_FIRST - 1,
+    GPUCORE_UNARY_TABLE(GPUCORE_EW_ENUM_) /* op(a) */
+#undef GPUCORE_EW_ENUM_
+    GPUCORE_EW_COUNT
 };
 
 /* Activation codes (same values as the public gpucore_activation). */
 enum {
-    GPUCORE_ACT_CODE_NONE = 0, GPUCORE_ACT_CODE_RELU = 1, GPUCORE_ACT_CODE_GELU_ERF = 2,
-    GPUCORE_ACT_CODE_GELU_TANH = 3, GPUCORE_ACT_CODE_SILU = 4, GPUCORE_ACT_CODE_SIGMOID = 5,
-    GPUCORE_ACT_CODE_TANH = 6
+    GPUCORE_ACT_CODE_NONE = 0,
+#define GPUCORE_ACT_ENUM_(N, ...) GPUCORE_ACT_CODE_##N,
+    GPUCORE_ACTIVATION_TABLE(GPUCORE_ACT_ENUM_)
+#undef GPUCORE_ACT_ENUM_
+    GPUCORE_ACT_CODE_COUNT
 };
 
+/* The per-element formulas, one inline function per op: gpucore_ew_<name>(a, b)
+ * for the binary ops and gpucore_ew_<name>(a) for the unary ones (from the
+ * tables), and the parametrised ones below. The CPU loops, the CUDA kernel and
+ * gpucore_ew_compute all call these. */
+#define GPUCORE_EW_BINARY_FN_(N, name, expr) \
+    GPUCORE_HD float gpucore_ew_##name(float a, float b) { return expr; }
+GPUCORE_BINARY_TABLE(GPUCORE_EW_BINARY_FN_)
+#undef GPUCORE_EW_BINARY_FN_
+#define GPUCORE_EW_UNARY_FN_(N, name, expr, simd) \
+    GPUCORE_HD float gpucore_ew_##name(float a) { return expr; }
+GPUCORE_UNARY_TABLE(GPUCORE_EW_UNARY_FN_)
+#undef GPUCORE_EW_UNARY_FN_
+
+GPUCORE_HD float gpucore_ew_axpby(float alpha, float beta, float a, float b) { return alpha * a + beta * b; }
+GPUCORE_HD float gpucore_ew_affine(float alpha, float beta, float a) { return alpha * a + beta; }
+GPUCORE_HD float gpucore_ew_clamp(float lo, float hi, float a) { return a < lo ? lo : (a > hi ? hi : a); }
+/* Inverted dropout of a, given its uniform u: kept (scaled) when u >= p. */
+GPUCORE_HD float gpucore_ew_dropout(float u, float p, float scale, float a) { return u >= p ? a * scale : 0.0f; }
 
 GPUCORE_HD float gpucore_act_apply(int act, float x)
 {
     switch (act) {
-    case GPUCORE_ACT_CODE_RELU: return gpucore_relu(x);
-    case GPUCORE_ACT_CODE_GELU_ERF: return gpucore_gelu_erf(x);
-    case GPUCORE_ACT_CODE_GELU_TANH: return gpucore_gelu_tanh(x);
-    case GPUCORE_ACT_CODE_SILU: return gpucore_silu(x);
-    case GPUCORE_ACT_CODE_SIGMOID: return gpucore_sigmoid(x);
-    case GPUCORE_ACT_CODE_TANH: return gpucore_tanh_act(x);
+#define GPUCORE_ACT_CASE_(N, name, fwd, grad, simd) case GPUCORE_ACT_CODE_##N: return fwd(x);
+    GPUCORE_ACTIVATION_TABLE(GPUCORE_ACT_CASE_)
+#undef GPUCORE_ACT_CASE_
     default: return x;
     }
 }
@@ -59,12 +83,9 @@ GPUCORE_HD float gpucore_act_apply(int act, float x)
 GPUCORE_HD float gpucore_act_grad_apply(int act, float x)
 {
     switch (act) {
-    case GPUCORE_ACT_CODE_RELU: return gpucore_relu_grad(x);
-    case GPUCORE_ACT_CODE_GELU_ERF: return gpucore_gelu_erf_grad(x);
-    case GPUCORE_ACT_CODE_GELU_TANH: return gpucore_gelu_tanh_grad(x);
-    case GPUCORE_ACT_CODE_SILU: return gpucore_silu_grad(x);
-    case GPUCORE_ACT_CODE_SIGMOID: return gpucore_sigmoid_grad(x);
-    case GPUCORE_ACT_CODE_TANH: return gpucore_tanh_grad(x);
+#define GPUCORE_ACT_CASE_(N, name, fwd, grad, simd) case GPUCORE_ACT_CODE_##N: return grad(x);
+    GPUCORE_ACTIVATION_TABLE(GPUCORE_ACT_CASE_)
+#undef GPUCORE_ACT_CASE_
     default: return 1.0f;
     }
 }
@@ -75,22 +96,18 @@ GPUCORE_HD float gpucore_ew_compute(int op, int act, float alpha, float beta, ui
 {
     float r;
     switch (op) {
-    case GPUCORE_EW_ADD: r = a + b; break;
-    case GPUCORE_EW_SUB: r = a - b; break;
-    case GPUCORE_EW_MUL: r = a * b; break;
-    case GPUCORE_EW_DIV: r = a / b; break;
-    case GPUCORE_EW_AXPBY: r = alpha * a + beta * b; break;
-    case GPUCORE_EW_AFFINE: return alpha * a + beta;
-    case GPUCORE_EW_CLAMP: return a < alpha ? alpha : (a > beta ? beta : a);
-    case GPUCORE_EW_EXP: return expf(a);
-    case GPUCORE_EW_LOG: return logf(a);
-    case GPUCORE_EW_SQRT: return sqrtf(a);
-    case GPUCORE_EW_RSQRT: return 1.0f / sqrtf(a);
-    case GPUCORE_EW_ABS: return fabsf(a);
-    case GPUCORE_EW_NEG: return -a;
+#define GPUCORE_EW_CASE_(N, name, ...) case GPUCORE_EW_##N: r = gpucore_ew_##name(a, b); break;
+    GPUCORE_BINARY_TABLE(GPUCORE_EW_CASE_)
+#undef GPUCORE_EW_CASE_
+    case GPUCORE_EW_AXPBY: r = gpucore_ew_axpby(alpha, beta, a, b); break;
+    case GPUCORE_EW_AFFINE: return gpucore_ew_affine(alpha, beta, a);
+    case GPUCORE_EW_CLAMP: return gpucore_ew_clamp(alpha, beta, a);
+#define GPUCORE_EW_CASE_(N, name, ...) case GPUCORE_EW_##N: return gpucore_ew_##name(a);
+    GPUCORE_UNARY_TABLE(GPUCORE_EW_CASE_)
+#undef GPUCORE_EW_CASE_
     case GPUCORE_EW_ACT: return gpucore_act_apply(act, a);
     case GPUCORE_EW_ACT_GRAD: return a * gpucore_act_grad_apply(act, b);
-    case GPUCORE_EW_DROPOUT: return gpucore_philox_uniform(seed, offset, i) >= alpha ? a * beta : 0.0f;
+    case GPUCORE_EW_DROPOUT: return gpucore_ew_dropout(gpucore_philox_uniform(seed, offset, i), alpha, beta, a);
     default: return a;
     }
     return act ? gpucore_act_apply(act, r) : r;
@@ -125,10 +142,16 @@ GPUCORE_HD void gpucore_store_from_f64(void *p, int dt, double v)
     }
 }
 
-/* How input `in` is laid out relative to out (the fast paths of every backend):
- * 0 dense like out; 1 a row repeated over the leading dims (index i % *inner);
- * 2 a single element; -1 anything else (general strided). Needs out dense. */
-GPUCORE_HD int gpucore_ew_input_mode(const gpucore_view *out, const gpucore_view *in, int64_t *inner)
+/* How an input is laid out relative to a dense out (the fast paths of every backend). */
+typedef enum gpucore_ew_layout {
+    GPUCORE_EW_LAYOUT_STRIDED = -1, /* anything else: general strided addressing */
+    GPUCORE_EW_LAYOUT_DENSE = 0,    /* dense like out: element i */
+    GPUCORE_EW_LAYOUT_ROW = 1,      /* a row repeated over the leading dims: element i % inner */
+    GPUCORE_EW_LAYOUT_SCALAR = 2    /* a single element */
+} gpucore_ew_layout;
+
+/* The layout of input `in` (and *inner, the row length for LAYOUT_ROW). Needs out dense. */
+GPUCORE_HD gpucore_ew_layout gpucore_ew_input_mode(const gpucore_view *out, const gpucore_view *in, int64_t *inner)
 {
     *inner = 0;
     int dense = 1, zero = 1;
@@ -138,17 +161,17 @@ GPUCORE_HD int gpucore_ew_input_mode(const gpucore_view *out, const gpucore_view
         if (in->shape[d] != 1 && in->strides[d] != 0) zero = 0;
         expect *= in->shape[d];
     }
-    if (dense) return 0;
-    if (zero) return 2;
+    if (dense) return GPUCORE_EW_LAYOUT_DENSE;
+    if (zero) return GPUCORE_EW_LAYOUT_SCALAR;
     /* [outer..., inner]: trailing dims dense from 1, leading dims all stride 0 */
     int d = in->ndim - 1;
     int64_t run = 1;
     while (d >= 0 && (in->shape[d] == 1 || in->strides[d] == run)) { run *= in->shape[d]; d--; }
     for (int e = d; e >= 0; e--)
-        if (in->shape[e] != 1 && in->strides[e] != 0) return -1;
+        if (in->shape[e] != 1 && in->strides[e] != 0) return GPUCORE_EW_LAYOUT_STRIDED;
     (void)out;
     *inner = run;
-    return 1;
+    return GPUCORE_EW_LAYOUT_ROW;
 }
 
 #endif

@@ -41,8 +41,7 @@ enum {
     GPUCORE_GEMM_EPI_BGRAD_B = 1u << 7
 };
 
-/* dtype codes beyond dtype_access.h's (gpucore_dtype values) */
-enum { GPUCORE_KDT_FP8_E4M3 = 7, GPUCORE_KDT_FP8_E5M2 = 8 };
+/* dtype codes (GPUCORE_KDT_*, including the fp8 ones): dtype_access.h, from op_tables.h */
 
 typedef struct gpucore_gemm_operand {
     const void *data;     /* element [0,0] of batch 0 */

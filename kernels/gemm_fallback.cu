@@ -9,7 +9,8 @@
  * (converted to f32 once), synchronises, and each thread accumulates its
  * element's 16 products in fp32 from shared memory. Correct for any shape,
  * transpose and dtype (f32/f16/bf16); not fast — cuBLASLt is the fast path.
- * Batches run on grid.z (grid-stride for more than 65535). A second small
+ * Column tiles run on grid.y and batches on grid.z, each grid-stride beyond
+ * 65535 (so any n and batch can be launched). A second small
  * kernel computes the bias-gradient vectors (one thread per output element).
  */
 #include "kernels.h"
@@ -31,32 +32,35 @@ __global__ void gemm_fallback_kernel(gpucore_gemm_desc g)
     __shared__ float a_tile[GEMM_TILE][GEMM_TILE + 1]; /* [p][i]: +1 avoids bank conflicts */
     __shared__ float b_tile[GEMM_TILE][GEMM_TILE + 1]; /* [j][p] */
     const int tx = threadIdx.x, ty = threadIdx.y;
-    const int64_t i0 = (int64_t)blockIdx.x * GEMM_TILE, j0 = (int64_t)blockIdx.y * GEMM_TILE;
-    const int64_t i = i0 + tx, j = j0 + ty; /* tx fastest: consecutive rows of column-major D */
+    const int64_t i0 = (int64_t)blockIdx.x * GEMM_TILE, i = i0 + tx; /* tx fastest: consecutive rows of col-major D */
     const int dsz = gpucore_gemm_dtype_size(g.d_dtype);
-    for (int64_t bz = blockIdx.z; bz < g.batch; bz += gridDim.z) {
-        float acc = 0.0f;
-        for (int64_t p0 = 0; p0 < g.k; p0 += GEMM_TILE) {
-            /* thread (tx, ty) loads op(A)[i0+tx, p0+ty] and op(B)[p0+tx, j0+ty] */
-            a_tile[ty][tx] = (i < g.m && p0 + ty < g.k) ? gemm_load(&g.a, bz, i, p0 + ty) : 0.0f;
-            b_tile[ty][tx] = (p0 + tx < g.k && j < g.n) ? gemm_load(&g.b, bz, p0 + tx, j) : 0.0f;
-            __syncthreads();
-            for (int q = 0; q < GEMM_TILE; q++) acc += a_tile[q][tx] * b_tile[ty][q];
-            __syncthreads();
-        }
-        if (i < g.m && j < g.n) {
-            float v = g.alpha * acc;
-            if (g.c && g.beta != 0.0f)
-                v += g.beta * gpucore_load_as_f32((const char *)g.c + (bz * g.batch_stride_c + i + j * g.ldc) * dsz,
-                                                  g.d_dtype);
-            float bias = (g.epilogue & GPUCORE_GEMM_EPI_BIAS)
-                             ? gpucore_load_as_f32((const char *)g.bias + i * dsz, g.d_dtype) : 0.0f;
-            char *aux = g.aux ? (char *)g.aux + (bz * g.batch_stride_aux + i + j * g.ldaux) * dsz : 0;
-            float aux_in = (g.epilogue & GPUCORE_GEMM_EPI_DGELU) ? gpucore_load_as_f32(aux, g.d_dtype) : 0.0f;
-            float aux_out = 0.0f;
-            float out = gpucore_gemm_epilogue_value(g.epilogue, v, bias, aux_in, &aux_out);
-            if (g.epilogue & GPUCORE_GEMM_EPI_AUX_OUT) gpucore_store_from_f32(aux, g.d_dtype, aux_out);
-            gpucore_store_from_f32((char *)g.d + (bz * g.batch_stride_d + i + j * g.ldd) * dsz, g.d_dtype, out);
+    /* the loop bounds depend on the block only, so every thread reaches the same __syncthreads */
+    for (int64_t j0 = (int64_t)blockIdx.y * GEMM_TILE; j0 < g.n; j0 += (int64_t)gridDim.y * GEMM_TILE) {
+        const int64_t j = j0 + ty;
+        for (int64_t bz = blockIdx.z; bz < g.batch; bz += gridDim.z) {
+            float acc = 0.0f;
+            for (int64_t p0 = 0; p0 < g.k; p0 += GEMM_TILE) {
+                /* thread (tx, ty) loads op(A)[i0+tx, p0+ty] and op(B)[p0+tx, j0+ty] */
+                a_tile[ty][tx] = (i < g.m && p0 + ty < g.k) ? gemm_load(&g.a, bz, i, p0 + ty) : 0.0f;
+                b_tile[ty][tx] = (p0 + tx < g.k && j < g.n) ? gemm_load(&g.b, bz, p0 + tx, j) : 0.0f;
+                __syncthreads();
+                for (int q = 0; q < GEMM_TILE; q++) acc += a_tile[q][tx] * b_tile[ty][q];
+                __syncthreads();
+            }
+            if (i < g.m && j < g.n) {
+                float v = g.alpha * acc;
+                if (g.c && g.beta != 0.0f)
+                    v += g.beta * gpucore_load_as_f32((const char *)g.c + (bz * g.batch_stride_c + i + j * g.ldc) * dsz,
+                                                      g.d_dtype);
+                float bias = (g.epilogue & GPUCORE_GEMM_EPI_BIAS)
+                                 ? gpucore_load_as_f32((const char *)g.bias + i * dsz, g.d_dtype) : 0.0f;
+                char *aux = g.aux ? (char *)g.aux + (bz * g.batch_stride_aux + i + j * g.ldaux) * dsz : 0;
+                float aux_in = (g.epilogue & GPUCORE_GEMM_EPI_DGELU) ? gpucore_load_as_f32(aux, g.d_dtype) : 0.0f;
+                float aux_out = 0.0f;
+                float out = gpucore_gemm_epilogue_value(g.epilogue, v, bias, aux_in, &aux_out);
+                if (g.epilogue & GPUCORE_GEMM_EPI_AUX_OUT) gpucore_store_from_f32(aux, g.d_dtype, aux_out);
+                gpucore_store_from_f32((char *)g.d + (bz * g.batch_stride_d + i + j * g.ldd) * dsz, g.d_dtype, out);
+            }
         }
     }
 }
@@ -85,8 +89,7 @@ extern "C" int gpucore_kernel_gemm_fallback(const gpucore_launch *launch, const 
     if (g.m > 0 && g.n > 0 && g.batch > 0) {
         dim3 block(GEMM_TILE, GEMM_TILE, 1);
         int64_t gx = (g.m + GEMM_TILE - 1) / GEMM_TILE, gy = (g.n + GEMM_TILE - 1) / GEMM_TILE;
-        if (gy > 65535) return 9; /* cudaErrorInvalidConfiguration: n beyond 1M columns */
-        dim3 grid((unsigned)gx, (unsigned)gy, (unsigned)(g.batch < 65535 ? g.batch : 65535));
+        dim3 grid((unsigned)gx, (unsigned)(gy < 65535 ? gy : 65535), (unsigned)(g.batch < 65535 ? g.batch : 65535));
         GPUCORE_LAUNCH(gemm_fallback_kernel, grid, block, 0, launch->stream, g);
         int err = GPUCORE_LAUNCH_STATUS();
         if (err) return err;

@@ -14,6 +14,8 @@
 #include "op_args.h"
 #include "gemm_desc.h"
 #include "optim_math.h"
+#include "attention_math.h"
+#include "transformer_math.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -58,6 +60,12 @@ int gpucore_kernel_amp_update(const gpucore_launch *launch, float *scale, int32_
                               const float *found_inf, float growth, float backoff, int32_t interval);
 int gpucore_kernel_clip_grad_norm(const gpucore_launch *launch, const gpucore_mt_tensor *grads, int64_t count,
                                   float *partials, float max_norm, float *total_norm, float *clip_coef);
+
+/* attention.cu: scaled dot-product attention forward (out, lse) or backward (dq and/or dk, dv);
+ * attention_math.h defines it. No workspace. */
+int gpucore_kernel_attention(const gpucore_launch *launch, const gpucore_attn_args *args);
+/* transformer.cu: RoPE, gated linear units, fused residual + norm forward (transformer_math.h). */
+int gpucore_kernel_transformer(const gpucore_launch *launch, const gpucore_tfm_args *args);
 
 #ifdef __cplusplus
 }

@@ -57,19 +57,11 @@ __device__ __forceinline__ void red_store(const gpucore_reduce_args &p, int64_t 
     }
 }
 
-template <int DT>
-__device__ __forceinline__ float red_load(const void *base, int64_t i)
-{
-    if (DT == GPUCORE_KDT_F32) return ((const float *)base)[i];
-    if (DT == GPUCORE_KDT_F16) return gpucore_f16_to_f32(((const uint16_t *)base)[i]);
-    return gpucore_bf16_to_f32(((const uint16_t *)base)[i]);
-}
-
 /* One block per (row, chunk) work item. */
 template <int DT>
 __global__ void red_rows_kernel(gpucore_reduce_args p, int64_t chunks, int vec_ok)
 {
-    const int es = DT == GPUCORE_KDT_F32 ? 4 : 2, V = 16 / es;
+    const int es = gpucore_dt_size<DT>::es, V = gpucore_dt_size<DT>::vec;
     for (int64_t w = blockIdx.x; w < p.outer * chunks; w += gridDim.x) {
         const int64_t row = w / chunks, c = w % chunks;
         const int64_t l0 = c * GPUCORE_RED_ROW_CHUNK;
@@ -80,19 +72,15 @@ __global__ void red_rows_kernel(gpucore_reduce_args p, int64_t chunks, int vec_o
         if (vec_ok) { /* row start 16-byte aligned and chunk a multiple of V: vector part */
             const int64_t nvec = (l1 - l0) / V;
             for (int64_t v = threadIdx.x; v < nvec; v += blockDim.x) {
-                union { uint4 u; float f[4]; uint16_t h[8]; } r;
-                r.u = ((const uint4 *)(rowp + l0 * es))[v];
+                float x[V];
+                gpucore_ldv<DT>(rowp, l0 + v * V, x);
 #pragma unroll
-                for (int k = 0; k < V; k++) {
-                    float x = DT == GPUCORE_KDT_F32 ? r.f[k] : DT == GPUCORE_KDT_F16 ? gpucore_f16_to_f32(r.h[k])
-                                                                                     : gpucore_bf16_to_f32(r.h[k]);
-                    a = gpucore_red_combine(p.op, a, gpucore_red_element(p.op, x, l0 + v * V + k));
-                }
+                for (int k = 0; k < V; k++) a = gpucore_red_combine(p.op, a, gpucore_red_element(p.op, x[k], l0 + v * V + k));
             }
             l = l0 + nvec * V;
         }
         for (int64_t i = l + threadIdx.x; i < l1; i += blockDim.x)
-            a = gpucore_red_combine(p.op, a, gpucore_red_element(p.op, red_load<DT>(rowp, i), i));
+            a = gpucore_red_combine(p.op, a, gpucore_red_element(p.op, gpucore_ld<DT>(rowp, i), i));
         a = red_block(p.op, a);
         if (threadIdx.x == 0) {
             if (chunks == 1) red_store(p, row, a);
@@ -124,7 +112,7 @@ __global__ void red_cols_kernel(gpucore_reduce_args p, int64_t chunks)
         const int64_t l1 = l0 + GPUCORE_RED_COL_CHUNK < p.len ? l0 + GPUCORE_RED_COL_CHUNK : p.len;
         gpucore_red_acc a = gpucore_red_empty();
         for (int64_t l = l0; l < l1; l++)
-            a = gpucore_red_combine(p.op, a, gpucore_red_element(p.op, red_load<DT>(p.in.data, (o * p.len + l) * p.inner + j), l));
+            a = gpucore_red_combine(p.op, a, gpucore_red_element(p.op, gpucore_ld<DT>(p.in.data, (o * p.len + l) * p.inner + j), l));
         if (chunks == 1) red_store(p, o * p.inner + j, a);
         else ((gpucore_red_acc *)p.workspace)[w] = a;
     }
@@ -146,7 +134,7 @@ template <int DT>
 static int red_launch(const gpucore_launch *l, const gpucore_reduce_args *p)
 {
     const int64_t chunks = gpucore_reduce_chunks(p->len, p->inner);
-    const int es = DT == GPUCORE_KDT_F32 ? 4 : 2;
+    const int es = gpucore_dt_size<DT>::es;
     if (p->inner == 1) {
         int vec_ok = ((uintptr_t)p->in.data % 16) == 0 && (p->len * es) % 16 == 0;
         unsigned grid = gpucore_grid_for(p->outer * chunks * RED_THREADS, RED_THREADS, l->sm_count);

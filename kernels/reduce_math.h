@@ -12,10 +12,14 @@
 #include <stdint.h>
 #include "hd.h"
 #include "op_args.h"
+#include "op_tables.h"
 
+/* Op codes: gpucore_reduction's values, from op_tables.h. */
 enum {
-    GPUCORE_RED_SUM = 0, GPUCORE_RED_MEAN = 1, GPUCORE_RED_MAX = 2, GPUCORE_RED_MIN = 3,
-    GPUCORE_RED_ARGMAX = 4, GPUCORE_RED_SUMSQ = 5
+#define GPUCORE_RED_ENUM_(N, name) GPUCORE_RED_##N,
+    GPUCORE_REDUCTION_TABLE(GPUCORE_RED_ENUM_)
+#undef GPUCORE_RED_ENUM_
+    GPUCORE_RED_COUNT
 };
 
 /* Elements per chunk of the reduced axis: a row (inner == 1) is split into

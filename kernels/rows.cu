@@ -26,54 +26,10 @@
 #define ROWS_WARPS (ROWS_THREADS / 32)
 #define NORM_THREADS 256 /* norms: more registers per thread for the f16 conversions (no spills) */
 
-template <int DT> struct rows_dt {
-    static const int es = DT == GPUCORE_KDT_F32 ? 4 : 2;
-    static const int vec = 16 / es; /* elements per 16-byte access */
-};
-
-template <int DT> __device__ __forceinline__ float ld1(const void *p, int64_t i)
-{
-    if (DT == GPUCORE_KDT_F32) return ((const float *)p)[i];
-    if (DT == GPUCORE_KDT_F16) return gpucore_f16_to_f32(((const uint16_t *)p)[i]);
-    return gpucore_bf16_to_f32(((const uint16_t *)p)[i]);
-}
-
-template <int DT> __device__ __forceinline__ void st1(void *p, int64_t i, float v)
-{
-    if (DT == GPUCORE_KDT_F32) ((float *)p)[i] = v;
-    else if (DT == GPUCORE_KDT_F16) ((uint16_t *)p)[i] = gpucore_f32_to_f16(v);
-    else ((uint16_t *)p)[i] = gpucore_f32_to_bf16(v);
-}
-
-/* Load / store rows_dt<DT>::vec elements starting at element i (16-byte aligned). */
-template <int DT> __device__ __forceinline__ void ldv(const void *p, int64_t i, float *v)
-{
-    union { uint4 u; float f[4]; uint16_t h[8]; } r;
-    r.u = *(const uint4 *)((const char *)p + i * rows_dt<DT>::es);
-#pragma unroll
-    for (int k = 0; k < rows_dt<DT>::vec; k++)
-        v[k] = DT == GPUCORE_KDT_F32 ? r.f[k] : DT == GPUCORE_KDT_F16 ? gpucore_f16_to_f32(r.h[k]) : gpucore_bf16_to_f32(r.h[k]);
-}
-
-template <int DT> __device__ __forceinline__ void stv(void *p, int64_t i, const float *v)
-{
-    union { uint4 u; float f[4]; uint16_t h[8]; } r;
-#pragma unroll
-    for (int k = 0; k < rows_dt<DT>::vec; k++) {
-        if (DT == GPUCORE_KDT_F32) r.f[k] = v[k];
-        else if (DT == GPUCORE_KDT_F16) r.h[k] = gpucore_f32_to_f16(v[k]);
-        else r.h[k] = gpucore_f32_to_bf16(v[k]);
-    }
-    *(uint4 *)((char *)p + i * rows_dt<DT>::es) = r.u;
-}
-
 /* Parameters (gamma, beta) of a run-time dtype; NULL means the identity value. */
 __device__ __forceinline__ float ldp(const void *p, int dt, int64_t i, float dflt)
 {
-    if (!p) return dflt;
-    if (dt == GPUCORE_KDT_F32) return ((const float *)p)[i];
-    if (dt == GPUCORE_KDT_F16) return gpucore_f16_to_f32(((const uint16_t *)p)[i]);
-    return gpucore_bf16_to_f32(((const uint16_t *)p)[i]);
+    return p ? gpucore_load_as_f32((const char *)p + i * gpucore_kdt_size(dt), dt) : dflt;
 }
 
 /* ---- block-wide folds, fixed trees; the result is returned to every thread ---- */
@@ -126,28 +82,28 @@ template <int OP> struct sm_kind { static const int kind = (OP == GPUCORE_ROWS_S
 template <int DT, int OP> __device__ __forceinline__ pair_stat sm_partial(const gpucore_rows_args &p, int64_t off,
                                                                           int64_t l0, int64_t l1, int vec)
 {
-    const int V = rows_dt<DT>::vec;
+    const int V = gpucore_dt_size<DT>::vec;
     gpucore_softmax_stat s = gpucore_softmax_stat_empty();
     float dot = 0.0f;
     if (vec) {
         for (int64_t i = l0 + (int64_t)threadIdx.x * V; i < l1; i += (int64_t)blockDim.x * V) {
-            float a[rows_dt<DT>::vec], b[rows_dt<DT>::vec];
+            float a[gpucore_dt_size<DT>::vec], b[gpucore_dt_size<DT>::vec];
             if (sm_kind<OP>::kind == 0) {
-                ldv<DT>(p.x, off + i, a);
+                gpucore_ldv<DT>(p.x, off + i, a);
 #pragma unroll
                 for (int k = 0; k < V; k++) s = gpucore_softmax_stat_add(s, a[k]);
             } else {
-                ldv<DT>(p.dy, off + i, a);
-                if (OP == GPUCORE_ROWS_SOFTMAX_BWD) ldv<DT>(p.y, off + i, b);
+                gpucore_ldv<DT>(p.dy, off + i, a);
+                if (OP == GPUCORE_ROWS_SOFTMAX_BWD) gpucore_ldv<DT>(p.y, off + i, b);
 #pragma unroll
                 for (int k = 0; k < V; k++) dot += OP == GPUCORE_ROWS_SOFTMAX_BWD ? a[k] * b[k] : a[k];
             }
         }
     } else {
         for (int64_t i = l0 + threadIdx.x; i < l1; i += blockDim.x) {
-            if (sm_kind<OP>::kind == 0) s = gpucore_softmax_stat_add(s, ld1<DT>(p.x, off + i));
-            else dot += OP == GPUCORE_ROWS_SOFTMAX_BWD ? ld1<DT>(p.dy, off + i) * ld1<DT>(p.y, off + i)
-                                                       : ld1<DT>(p.dy, off + i);
+            if (sm_kind<OP>::kind == 0) s = gpucore_softmax_stat_add(s, gpucore_ld<DT>(p.x, off + i));
+            else dot += OP == GPUCORE_ROWS_SOFTMAX_BWD ? gpucore_ld<DT>(p.dy, off + i) * gpucore_ld<DT>(p.y, off + i)
+                                                       : gpucore_ld<DT>(p.dy, off + i);
         }
     }
     pair_stat r;
@@ -174,7 +130,7 @@ template <int OP> __device__ __forceinline__ float sm_out(float x, float dy, flo
 template <int DT, int OP> __device__ __forceinline__ void sm_write(const gpucore_rows_args &p, int64_t row, int64_t off,
                                                                    int64_t l0, int64_t l1, int vec, pair_stat st)
 {
-    const int V = rows_dt<DT>::vec;
+    const int V = gpucore_dt_size<DT>::vec;
     const float lse = logf(st.b); /* log-sum-exp minus the row max */
     float g = 0.0f;
     int64_t t = -1;
@@ -183,7 +139,7 @@ template <int DT, int OP> __device__ __forceinline__ void sm_write(const gpucore
         if (t == p.ignore_index) g = 0.0f;
         else {
             g = p.reduction == GPUCORE_ROWS_RED_NONE
-                    ? gpucore_load_as_f32((const char *)p.dloss + row * (p.loss_dtype == GPUCORE_KDT_F32 ? 4 : 2), p.loss_dtype)
+                    ? gpucore_load_as_f32((const char *)p.dloss + row * gpucore_kdt_size(p.loss_dtype), p.loss_dtype)
                     : *(const float *)((const char *)p.workspace + gpucore_rows_partials_bytes(&p));
             if (t < 0 || t >= p.cols) g = NAN;
         }
@@ -192,18 +148,18 @@ template <int DT, int OP> __device__ __forceinline__ void sm_write(const gpucore
     const int needs_x = sm_kind<OP>::kind == 0, needs_dy = sm_kind<OP>::kind == 1;
     if (vec) {
         for (int64_t i = l0 + (int64_t)threadIdx.x * V; i < l1; i += (int64_t)blockDim.x * V) {
-            float a[rows_dt<DT>::vec], b[rows_dt<DT>::vec], o[rows_dt<DT>::vec];
-            if (needs_x) ldv<DT>(p.x, off + i, a);
-            if (needs_dy) { ldv<DT>(p.dy, off + i, a); ldv<DT>(p.y, off + i, b); }
+            float a[gpucore_dt_size<DT>::vec], b[gpucore_dt_size<DT>::vec], o[gpucore_dt_size<DT>::vec];
+            if (needs_x) gpucore_ldv<DT>(p.x, off + i, a);
+            if (needs_dy) { gpucore_ldv<DT>(p.dy, off + i, a); gpucore_ldv<DT>(p.y, off + i, b); }
 #pragma unroll
             for (int k = 0; k < V; k++) o[k] = sm_out<OP>(a[k], a[k], needs_dy ? b[k] : 0.0f, st, lse, g, i + k, t);
-            stv<DT>(out, off + i, o);
+            gpucore_stv<DT>(out, off + i, o);
         }
     } else {
         for (int64_t i = l0 + threadIdx.x; i < l1; i += blockDim.x) {
-            float a = needs_x ? ld1<DT>(p.x, off + i) : ld1<DT>(p.dy, off + i);
-            float b = needs_dy ? ld1<DT>(p.y, off + i) : 0.0f;
-            st1<DT>(out, off + i, sm_out<OP>(a, a, b, st, lse, g, i, t));
+            float a = needs_x ? gpucore_ld<DT>(p.x, off + i) : gpucore_ld<DT>(p.dy, off + i);
+            float b = needs_dy ? gpucore_ld<DT>(p.y, off + i) : 0.0f;
+            gpucore_st<DT>(out, off + i, sm_out<OP>(a, a, b, st, lse, g, i, t));
         }
     }
 }
@@ -215,9 +171,9 @@ template <int DT> __device__ __forceinline__ void ce_row_loss(const gpucore_rows
     if (threadIdx.x != 0) return;
     int64_t t = gpucore_rows_target(p.targets, p.target_dtype, row);
     float loss = t == p.ignore_index ? 0.0f
-               : (t < 0 || t >= p.cols) ? NAN : (st.a - ld1<DT>(p.x, off + t)) + logf(st.b);
+               : (t < 0 || t >= p.cols) ? NAN : (st.a - gpucore_ld<DT>(p.x, off + t)) + logf(st.b);
     if (p.reduction == GPUCORE_ROWS_RED_NONE)
-        gpucore_store_from_f32((char *)p.loss + row * (p.loss_dtype == GPUCORE_KDT_F32 ? 4 : 2), p.loss_dtype, loss);
+        gpucore_store_from_f32((char *)p.loss + row * gpucore_kdt_size(p.loss_dtype), p.loss_dtype, loss);
     else ((float *)((char *)p.workspace + gpucore_rows_partials_bytes(&p)))[row] = loss;
 }
 
@@ -300,7 +256,7 @@ template <int DT, int OP> static int softmax_like_launch(const gpucore_launch *l
 template <int DT, int LAYER>
 __global__ void __launch_bounds__(NORM_THREADS) norm_fwd_kernel(gpucore_rows_args p, int vec)
 {
-    const int V = rows_dt<DT>::vec;
+    const int V = gpucore_dt_size<DT>::vec;
     const int64_t cols = p.cols;
     for (int64_t row = blockIdx.x; row < p.rows; row += gridDim.x) {
         const int64_t off = row * cols;
@@ -309,42 +265,42 @@ __global__ void __launch_bounds__(NORM_THREADS) norm_fwd_kernel(gpucore_rows_arg
             pair_stat s = {0.0f, 0.0f};
             if (vec)
                 for (int64_t i = (int64_t)threadIdx.x * V; i < cols; i += (int64_t)blockDim.x * V) {
-                    float a[rows_dt<DT>::vec];
-                    ldv<DT>(p.x, off + i, a);
+                    float a[gpucore_dt_size<DT>::vec];
+                    gpucore_ldv<DT>(p.x, off + i, a);
 #pragma unroll
                     for (int k = 0; k < V; k++) s.a += a[k];
                 }
             else
-                for (int64_t i = threadIdx.x; i < cols; i += blockDim.x) s.a += ld1<DT>(p.x, off + i);
+                for (int64_t i = threadIdx.x; i < cols; i += blockDim.x) s.a += gpucore_ld<DT>(p.x, off + i);
             mean = block_fold<1>(s).a / (float)cols;
         }
         pair_stat q = {0.0f, 0.0f};
         if (vec)
             for (int64_t i = (int64_t)threadIdx.x * V; i < cols; i += (int64_t)blockDim.x * V) {
-                float a[rows_dt<DT>::vec];
-                ldv<DT>(p.x, off + i, a);
+                float a[gpucore_dt_size<DT>::vec];
+                gpucore_ldv<DT>(p.x, off + i, a);
 #pragma unroll
                 for (int k = 0; k < V; k++) q.a += (a[k] - mean) * (a[k] - mean);
             }
         else
             for (int64_t i = threadIdx.x; i < cols; i += blockDim.x) {
-                float d = ld1<DT>(p.x, off + i) - mean;
+                float d = gpucore_ld<DT>(p.x, off + i) - mean;
                 q.a += d * d;
             }
         const float rstd = rsqrtf(block_fold<1>(q).a / (float)cols + p.eps);
         if (vec)
             for (int64_t i = (int64_t)threadIdx.x * V; i < cols; i += (int64_t)blockDim.x * V) {
-                float a[rows_dt<DT>::vec];
-                ldv<DT>(p.x, off + i, a);
+                float a[gpucore_dt_size<DT>::vec];
+                gpucore_ldv<DT>(p.x, off + i, a);
 #pragma unroll
                 for (int k = 0; k < V; k++)
                     a[k] = (a[k] - mean) * rstd * ldp(p.gamma, p.param_dtype, i + k, 1.0f) +
                            (LAYER ? ldp(p.beta, p.param_dtype, i + k, 0.0f) : 0.0f);
-                stv<DT>(p.y, off + i, a);
+                gpucore_stv<DT>(p.y, off + i, a);
             }
         else
             for (int64_t i = threadIdx.x; i < cols; i += blockDim.x)
-                st1<DT>(p.y, off + i, (ld1<DT>(p.x, off + i) - mean) * rstd * ldp(p.gamma, p.param_dtype, i, 1.0f) +
+                gpucore_st<DT>(p.y, off + i, (gpucore_ld<DT>(p.x, off + i) - mean) * rstd * ldp(p.gamma, p.param_dtype, i, 1.0f) +
                                           (LAYER ? ldp(p.beta, p.param_dtype, i, 0.0f) : 0.0f));
         if (threadIdx.x == 0) {
             if (LAYER && p.mean) p.mean[row] = mean;
@@ -371,8 +327,8 @@ __global__ void __launch_bounds__(NORM_THREADS) norm_bwd_kernel(gpucore_rows_arg
             pair_stat s = {0.0f, 0.0f};
             if (p.dx) {
                 for (int64_t i = threadIdx.x; i < cols; i += blockDim.x) {
-                    float g = ld1<DT>(p.dy, off + i) * ldp(p.gamma, p.param_dtype, i, 1.0f);
-                    float xh = (ld1<DT>(p.x, off + i) - mean) * rstd;
+                    float g = gpucore_ld<DT>(p.dy, off + i) * ldp(p.gamma, p.param_dtype, i, 1.0f);
+                    float xh = (gpucore_ld<DT>(p.x, off + i) - mean) * rstd;
                     s.a += g;
                     s.b += g * xh;
                 }
@@ -381,11 +337,11 @@ __global__ void __launch_bounds__(NORM_THREADS) norm_bwd_kernel(gpucore_rows_arg
                 s.b /= (float)cols;
             }
             for (int64_t i = threadIdx.x; i < cols; i += blockDim.x) {
-                float dy = ld1<DT>(p.dy, off + i);
-                float xh = (ld1<DT>(p.x, off + i) - mean) * rstd;
+                float dy = gpucore_ld<DT>(p.dy, off + i);
+                float xh = (gpucore_ld<DT>(p.x, off + i) - mean) * rstd;
                 if (p.dx) {
                     float g = dy * ldp(p.gamma, p.param_dtype, i, 1.0f);
-                    st1<DT>(p.dx, off + i, rstd * (g - (LAYER ? s.a : 0.0f) - xh * s.b));
+                    gpucore_st<DT>(p.dx, off + i, rstd * (g - (LAYER ? s.a : 0.0f) - xh * s.b));
                 }
                 if (want_params) {
                     pg[i] = row == r0 ? dy * xh : pg[i] + dy * xh;
@@ -407,8 +363,8 @@ __global__ void norm_params_finish_kernel(gpucore_rows_args p, int64_t nchunks)
             g += part[k * 2 * cols + c];
             b += part[k * 2 * cols + cols + c];
         }
-        if (p.dgamma) gpucore_store_from_f32((char *)p.dgamma + c * (p.param_dtype == GPUCORE_KDT_F32 ? 4 : 2), p.param_dtype, g);
-        if (p.dbeta) gpucore_store_from_f32((char *)p.dbeta + c * (p.param_dtype == GPUCORE_KDT_F32 ? 4 : 2), p.param_dtype, b);
+        if (p.dgamma) gpucore_store_from_f32((char *)p.dgamma + c * gpucore_kdt_size(p.param_dtype), p.param_dtype, g);
+        if (p.dbeta) gpucore_store_from_f32((char *)p.dbeta + c * gpucore_kdt_size(p.param_dtype), p.param_dtype, b);
     }
 }
 
@@ -433,7 +389,7 @@ template <int DT, int LAYER> static int norm_launch(const gpucore_launch *l, con
 
 template <int DT> static int rows_launch(const gpucore_launch *l, const gpucore_rows_args *p)
 {
-    const int V = rows_dt<DT>::vec;
+    const int V = gpucore_dt_size<DT>::vec;
     const void *ptrs[4] = {p->x, p->y, p->dy, p->dx};
     int vec = p->cols % V == 0;
     for (int k = 0; k < 4; k++) vec = vec && ((uintptr_t)ptrs[k] % 16) == 0;

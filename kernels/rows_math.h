@@ -28,15 +28,23 @@
 #include <stdint.h>
 #include "hd.h"
 #include "op_args.h"
+#include "op_tables.h"
+#include "dtype_access.h"
 
+/* Op codes and cross-entropy reductions (gpucore_loss_reduction's values), from op_tables.h. */
 enum {
-    GPUCORE_ROWS_SOFTMAX = 0, GPUCORE_ROWS_LOG_SOFTMAX = 1, GPUCORE_ROWS_SOFTMAX_BWD = 2,
-    GPUCORE_ROWS_LOG_SOFTMAX_BWD = 3, GPUCORE_ROWS_LAYERNORM = 4, GPUCORE_ROWS_LAYERNORM_BWD = 5,
-    GPUCORE_ROWS_RMSNORM = 6, GPUCORE_ROWS_RMSNORM_BWD = 7, GPUCORE_ROWS_CE_FWD = 8, GPUCORE_ROWS_CE_BWD = 9,
-    GPUCORE_ROWS_EMBED = 10, GPUCORE_ROWS_EMBED_BWD = 11
+#define GPUCORE_ROWS_ENUM_(N, ...) GPUCORE_ROWS_##N,
+    GPUCORE_ROWS_TABLE(GPUCORE_ROWS_ENUM_)
+#undef GPUCORE_ROWS_ENUM_
+    GPUCORE_ROWS_COUNT
 };
 
-enum { GPUCORE_ROWS_RED_NONE = 0, GPUCORE_ROWS_RED_MEAN = 1, GPUCORE_ROWS_RED_SUM = 2 };
+enum {
+#define GPUCORE_ROWS_RED_ENUM_(N, name) GPUCORE_ROWS_RED_##N,
+    GPUCORE_LOSS_REDUCTION_TABLE(GPUCORE_ROWS_RED_ENUM_)
+#undef GPUCORE_ROWS_RED_ENUM_
+    GPUCORE_ROWS_RED_COUNT
+};
 
 /* A softmax/cross-entropy row longer than this is cut into chunks of this many
  * elements, one block each, whose (max, sum) partials are folded in chunk order
@@ -82,15 +90,15 @@ GPUCORE_HD int64_t gpucore_rows_workspace_bytes(const gpucore_rows_args *a)
         int64_t rpc = gpucore_rows_norm_rows_per_chunk(a->rows);
         return ((a->rows + rpc - 1) / rpc) * a->cols * 2 * (int64_t)sizeof(float);
     }
-    if (a->op == GPUCORE_ROWS_EMBED_BWD && a->dtype != 0 /* not f32: accumulate in f32 */)
+    if (a->op == GPUCORE_ROWS_EMBED_BWD && a->dtype != GPUCORE_KDT_F32 /* accumulate in f32 */)
         return a->vocab * a->cols * (int64_t)sizeof(float);
     return 0;
 }
 
-/* Target / index r as int64 (i32 or i64; dtype codes of dtype_access.h: 4 = i32). */
+/* Target / index r as int64 (i32 or i64). */
 GPUCORE_HD int64_t gpucore_rows_target(const void *t, int dt, int64_t r)
 {
-    return dt == 4 ? (int64_t)((const int32_t *)t)[r] : ((const int64_t *)t)[r];
+    return dt == GPUCORE_KDT_I32 ? (int64_t)((const int32_t *)t)[r] : ((const int64_t *)t)[r];
 }
 
 /* Online softmax statistics: running max m and Σ exp(x - m). */

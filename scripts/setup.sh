@@ -13,6 +13,8 @@ APT_PACKAGES="meson ninja-build pkg-config gcc g++ libopenblas-dev libcjson-dev 
 # PyTorch for the CPU with pytest and hypothesis, under Debian's python3: the peer of the benchmarks and
 # the reference of the OpInfo sample test (python/torch_tests).
 APT_PACKAGES="$APT_PACKAGES python3-torch python3-pytest python3-hypothesis"
+# The CPU backend's speed libraries (optional in the build): SLEEF's vector exp/tanh, oneDNN's convolution.
+APT_PACKAGES="$APT_PACKAGES libsleef-dev libdnnl-dev"
 PIP_PACKAGES="numpy pytest"
 
 if [ "${GPUCORE_SKIP_INSTALL:-0}" != 1 ]; then

@@ -259,6 +259,35 @@ static void test_bad_input(gpucore_context *ctx)
     for (size_t i = 0; i < sizeof ts / sizeof ts[0]; i++) gpucore_tensor_destroy(ts[i]);
 }
 
+/* Unary ops added after the first six: one line each (op, input range, f64 reference). */
+static double square_f64(double v) { return v * v; }
+static const struct { gpucore_unary_op op; double lo, hi; double (*ref)(double); } unary_more[] = {
+    {GPUCORE_SQUARE, -3, 3, square_f64},
+};
+
+static void test_unary_more(gpucore_context *ctx)
+{
+    static const int64_t shapes[][3] = {{1, 1, 1}, {3, 7, 49}, {1, 1, 4099}};
+    for (size_t u = 0; u < sizeof unary_more / sizeof unary_more[0]; u++)
+        for (int si = 0; si < 3; si++)
+            for (int di = 0; di < 3; di++) {
+                gpucore_dtype dt = float_dtypes[di];
+                int layout = (int)(u + (size_t)si) % 3;
+                double *hx;
+                gpucore_tensor *x = make_input(ctx, dt, 3, shapes[si], layout, unary_more[u].lo, unary_more[u].hi, &hx);
+                guarded o = make_output(ctx, dt, 3, shapes[si], si == 1);
+                CHECK_OK(gpucore_unary(unary_more[u].op, o.view, x, NULL));
+                double *out = finish_output(&o, "unary");
+                double *ref = malloc(sizeof(double) * (size_t)o.numel);
+                for (int64_t i = 0; i < o.numel; i++) ref[i] = unary_more[u].ref(hx[i]);
+                char what[128];
+                snprintf(what, sizeof what, "unary op %d shape %d %s", (int)unary_more[u].op, si, gpucore_dtype_name(dt));
+                check_close(out, ref, o.numel, tolerance_for(dt, 0), what);
+                free(hx); free(out); free(ref);
+                gpucore_tensor_destroy(x);
+            }
+}
+
 int main(void)
 {
     const char *devs[4];
@@ -272,6 +301,14 @@ int main(void)
         test_unary_family(ctx);
         test_cast(ctx);
         test_bad_input(ctx);
+        gpucore_context_destroy(ctx);
+    }
+    /* after the others, so their random data stays what it was before these ops existed */
+    for (int d = 0; d < nd; d++) {
+        gpucore_context *ctx = NULL;
+        CHECK_OK(gpucore_context_create(devs[d], &ctx));
+        if (!ctx) continue;
+        test_unary_more(ctx);
         gpucore_context_destroy(ctx);
     }
     return check_finish("test_ops_elementwise");

@@ -21,7 +21,9 @@ message). Main types: :class:`Context`, :class:`Stream`, :class:`Event`,
 Ops (no autograd; every backward is its own function): elementwise math and
 activations (``add``, ``relu``, ``gelu``, ...), reductions (``sum``, ``mean``, ...),
 ``softmax``, ``layer_norm``, ``rms_norm``, ``cross_entropy``, ``embedding``,
-``matmul``, ``linear``, ``conv2d`` (gpucore.ops, gpucore.nn). Training:
+``matmul``, ``linear``, ``conv2d`` (gpucore.ops, gpucore.nn); transformer ops with PyTorch's
+names: ``scaled_dot_product_attention`` (+ ``_backward``), ``rotary_embedding``, ``swiglu``/``glu``,
+``residual_norm`` (gpucore.transformer). Training:
 ``AdamW``/``SGD`` (f32 master weights for bf16/f16 params), ``LossScaler``,
 ``clip_grad_norm_``, ``save_checkpoint``/``load_checkpoint``, safetensors
 ``save_file``/``load_file``, ``CheckpointExecutor`` (activation checkpointing with
@@ -54,6 +56,10 @@ from .serialization import (save_file, load_file, SafetensorsFile, safe_open, sa
                             load_checkpoint)
 from .distributed import Communicator, DDPReducer, unique_id, comm_group
 from .checkpoint import CheckpointExecutor, CheckpointCall
+from . import transformer
+from .transformer import (AttentionOptions, scaled_dot_product_attention,
+                          scaled_dot_product_attention_backward, rotary_embedding, rotary_embedding_backward,
+                          glu, glu_backward, swiglu, swiglu_backward, residual_norm, residual_norm_backward)
 
 __version__ = version_string()
 
@@ -71,4 +77,7 @@ __all__ = list(_errors_all) + [
     "SGD", "AdamW", "Optimizer", "LossScaler", "clip_grad_norm_", "save_file", "load_file", "SafetensorsFile",
     "safe_open", "save_checkpoint", "load_checkpoint", "Communicator", "DDPReducer", "unique_id", "comm_group",
     "CheckpointExecutor", "CheckpointCall",
+    "transformer", "AttentionOptions", "scaled_dot_product_attention", "scaled_dot_product_attention_backward",
+    "rotary_embedding", "rotary_embedding_backward", "glu", "glu_backward", "swiglu", "swiglu_backward",
+    "residual_norm", "residual_norm_backward",
 ] + [n for n in _ops_all + _nn_all + _memory_all if n not in ("Number", "TensorOrNumber", "IntPair")]

@@ -20,7 +20,8 @@ COVERED_SECTIONS = ("version", "status codes", "logging", "devices", "context", 
                     "row ops: softmax, norms, cross-entropy, embedding", "memory: the caching allocator",
                     "profiling", "streams: priorities and pool", "matmul", "linear", "convolution",
                     "training primitives", "safetensors", "collective communication",
-                    "data-parallel gradient reducer", "gradient checkpointing", "hooks ----")
+                    "data-parallel gradient reducer", "gradient checkpointing", "hooks ----",
+                    "attention and transformer ops")
 
 _BANNER = re.compile(r"^/\*\s*-{4,}\s*(.*?)\s*(?:\*/)?\s*$")
 _API_FN = re.compile(r"GPUCORE_API\s+[^;(]*?\b(gpucore_\w+)\s*\(", re.S)

@@ -217,6 +217,7 @@ DECLARATIONS: Dict[str, Tuple[Any, List[Any]]] = {
     # tensors
     "gpucore_dtype_size": (c_int64, [c_int]),
     "gpucore_dtype_name": (c_char_p, [c_int]),
+    "gpucore_enum_name": (c_char_p, [c_char_p, c_int]),
     "gpucore_tensor_create": (STATUS, [H, c_int, c_int, P_I64, P_H]),
     "gpucore_tensor_wrap": (STATUS, [H, c_int, c_int, P_I64, P_I64, c_void_p, DELETER_FN, c_void_p, P_H]),
     "gpucore_tensor_destroy": (STATUS, [H]),
@@ -403,6 +404,16 @@ DECLARATIONS: Dict[str, Tuple[Any, List[Any]]] = {
     "gpucore_ckpt_set_segment_hook": (STATUS, [H, CKPT_SEGMENT_HOOK_FN, c_void_p]),
     "gpucore_ckpt_set_grad_ready_callback": (STATUS, [H, CKPT_GRAD_READY_FN, c_void_p]),
     "gpucore_ckpt_get_stats": (STATUS, [H, POINTER(CkptStats)]),
+    # attention and transformer ops (options: a gpucore.transformer.AttentionOptions by reference)
+    "gpucore_attention_options_init": (None, [c_void_p]),
+    "gpucore_attention_forward": (STATUS, [H, H, H, H, H, H, H, c_void_p, H]),
+    "gpucore_attention_backward": (STATUS, [H, H, H, H, H, H, H, H, H, H, H, c_void_p, H]),
+    "gpucore_rotary_embedding": (STATUS, [H, H, H, H, c_int, H]),
+    "gpucore_rotary_embedding_backward": (STATUS, [H, H, H, H, c_int, H]),
+    "gpucore_glu": (STATUS, [H, H, H, c_int, H]),
+    "gpucore_glu_backward": (STATUS, [H, H, H, H, H, c_int, H]),
+    "gpucore_residual_norm": (STATUS, [H, H, H, H, H, H, H, H, c_int, c_double, H]),
+    "gpucore_residual_norm_backward": (STATUS, [H, H, H, H, H, H, H, H, H, c_int, H]),
 }
 
 

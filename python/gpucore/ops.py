@@ -32,10 +32,10 @@ from ._validate import INT32_MAX, UINT64_MAX, check_dim, to_float, to_int
 from .context import Context, Stream
 from .errors import (DeviceMismatchError, InvalidArgumentError, InvalidArgumentTypeError, NullPointerError,
                      ShapeMismatchError)
-from .tensor import Tensor, _generator, empty, full
+from .tensor import Tensor, _generator, _new, empty, full
 
 __all__ = [
-    "cat", "add", "sub", "mul", "div", "exp", "log", "sqrt", "rsqrt", "abs", "neg", "scale", "axpy_", "clamp",
+    "cat", "add", "sub", "mul", "div", "exp", "log", "sqrt", "rsqrt", "abs", "neg", "square", "scale", "axpy_", "clamp",
     "activation", "activation_backward", "relu", "gelu", "silu", "sigmoid", "tanh", "relu_backward",
     "gelu_backward", "silu_backward", "sigmoid_backward", "tanh_backward", "bias_act", "cast", "dropout",
     "dropout_backward", "sum", "mean", "amax", "amin", "argmax", "sum_of_squares", "reduce", "bias_grad",
@@ -48,7 +48,7 @@ Number = Union[int, float]
 TensorOrNumber = Union[Tensor, int, float]
 
 ADD, SUB, MUL, DIV = 0, 1, 2, 3
-EXP, LOG, SQRT, RSQRT, ABS, NEG = 0, 1, 2, 3, 4, 5
+EXP, LOG, SQRT, RSQRT, ABS, NEG, SQUARE = 0, 1, 2, 3, 4, 5, 6
 ACTIVATIONS = {"none": 0, "relu": 1, "gelu": 2, "gelu_erf": 2, "gelu_tanh": 3, "silu": 4, "swish": 4,
                "sigmoid": 5, "tanh": 6}
 REDUCTIONS = {"sum": 0, "mean": 1, "max": 2, "min": 3, "argmax": 4, "sumsq": 5}
@@ -86,7 +86,7 @@ def _same_ctx(ctx: Context, *pairs: Tuple[Any, str]) -> None:
 def _out(out: Optional[Tensor], shape: Sequence[int], dtype: Any, ctx: Context, what: str = "out") -> Tensor:
     """`out` checked against shape (dtype is left to the library), or a new tensor."""
     if out is None:
-        return empty(tuple(shape), dtype, device=ctx)
+        return _new(ctx, tuple(shape), dtype if isinstance(dtype, _dt.DType) else _dt.as_dtype(dtype))
     _tensor(out, what)
     if tuple(out.shape) != tuple(shape):
         raise ShapeMismatchError("%s has shape %s but the result has shape %s" % (what, out.shape, tuple(shape)))
@@ -94,6 +94,8 @@ def _out(out: Optional[Tensor], shape: Sequence[int], dtype: Any, ctx: Context, 
 
 
 def _broadcast(*shapes: Sequence[int]) -> Tuple[int, ...]:
+    if len(shapes) == 2 and shapes[0] == shapes[1]:
+        return tuple(shapes[0])
     try:
         return tuple(np.broadcast_shapes(*[tuple(s) for s in shapes]))
     except ValueError:
@@ -120,6 +122,13 @@ def _is_number(x: Any) -> bool:
 
 def _binary(op: int, a: TensorOrNumber, b: TensorOrNumber, out: Optional[Tensor],
             stream: Optional[Stream]) -> Tensor:
+    if type(a) is Tensor and type(b) is Tensor and out is None and stream is None and a._ctx is b._ctx:
+        # the common case in one step: two tensors of one context, a new result (the library
+        # checks dtypes and shapes again; handles raise if freed)
+        ctx = a._ctx
+        o = _new(ctx, a._shape if a._shape == b._shape else _broadcast(a._shape, b._shape), a._dtype)
+        C.gpucore_binary(op, o.handle, a.handle, b.handle, None)
+        return o
     if _is_number(b) and isinstance(a, Tensor):
         v = float(b)
         alpha, beta = {ADD: (1.0, v), SUB: (1.0, -v), MUL: (v, 0.0), DIV: (None, 0.0)}[op]
@@ -196,6 +205,11 @@ def sqrt(input: Tensor, out: Optional[Tensor] = None, stream: Optional[Stream] =
 def rsqrt(input: Tensor, out: Optional[Tensor] = None, stream: Optional[Stream] = None) -> Tensor:
     """1 / sqrt(input), elementwise."""
     return _unary(RSQRT, input, out, stream)
+
+
+def square(input: Tensor, out: Optional[Tensor] = None, stream: Optional[Stream] = None) -> Tensor:
+    """input * input, elementwise."""
+    return _unary(SQUARE, input, out, stream)
 
 
 def abs(input: Tensor, out: Optional[Tensor] = None, stream: Optional[Stream] = None) -> Tensor:  # noqa: A001

@@ -50,6 +50,16 @@ def _i64_array(values: Sequence[int]) -> Any:
     return (c_int64 * max(1, len(values)))(*values)
 
 
+def _contiguous_strides(shape: Tuple[int, ...]) -> Tuple[int, ...]:
+    """Row-major strides in elements, as gpucore_tensor_create sets them (a 0 counts as 1;
+    the running product saturates at INT64_MAX)."""
+    strides, step = [], 1
+    for n in reversed(shape):
+        strides.append(step)
+        step = min(step * (n or 1), INT64_MAX)
+    return tuple(reversed(strides))
+
+
 class _ArrayExport:
     """Carries ``__array_interface__`` for numpy and keeps the tensor memory alive."""
 
@@ -83,13 +93,21 @@ class Tensor:
                         "to make a Tensor")
 
     @classmethod
-    def _adopt(cls, ctx: Context, handle: int, foreign: bool = False, keep: Optional[_Keep] = None) -> "Tensor":
+    def _adopt(cls, ctx: Context, handle: int, foreign: bool = False, keep: Optional[_Keep] = None,
+               known: Optional[Tuple[Tuple[int, ...], Any]] = None) -> "Tensor":
+        """Wrap a C handle. ``known``: (shape, DType) of a tensor this binding just created
+        contiguous, so its metadata need not be read back with four more C calls."""
         t = object.__new__(cls)
         t._h = handle
         t._ctx = ctx
         t._foreign = foreign
         t._keep = keep
         t._dead = None
+        if known is not None:
+            t._shape, t._dtype = known
+            t._strides = _contiguous_strides(t._shape)
+            ctx._tensors.add(t)
+            return t
         ndim = C.gpucore_tensor_ndim(handle)
         shape = _i64_array([0] * ndim)
         strides = _i64_array([0] * ndim)
@@ -727,12 +745,14 @@ def empty(shape: Any, dtype: Any = "float32", device: DeviceLike = None) -> Tens
         dtype: a gpucore dtype, a name ("f32", "bfloat16") or a numpy dtype.
         device: a Context, a device string ("cpu", "cuda:0") or None (default context).
     """
-    sh = to_shape(shape)
-    dt = _dt.as_dtype(dtype)
-    ctx = get_context(device)
+    return _new(get_context(device), to_shape(shape), _dt.as_dtype(dtype))
+
+
+def _new(ctx: Context, shape: Tuple[int, ...], dt: Any) -> Tensor:
+    """A new contiguous tensor from an already checked shape tuple and DType (the ops' outputs)."""
     out = c_void_p()
-    C.gpucore_tensor_create(ctx.handle, dt.value, len(sh), _i64_array(sh), byref(out))
-    return Tensor._adopt(ctx, out.value)
+    C.gpucore_tensor_create(ctx.handle, dt.value, len(shape), (c_int64 * max(1, len(shape)))(*shape), byref(out))
+    return Tensor._adopt(ctx, out.value, known=(shape, dt))
 
 
 def zeros(shape: Any, dtype: Any = "float32", device: DeviceLike = None) -> Tensor:

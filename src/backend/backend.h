@@ -21,6 +21,8 @@
 #include "conv_desc.h"
 #include "op_args.h"
 #include "optim_math.h"
+#include "attention_math.h"
+#include "transformer_math.h"
 
 #define GPUCORE_BACKEND_ABI 1
 
@@ -169,6 +171,13 @@ typedef struct gpucore_backend {
      * collective is enqueued and popped after. NULL: no timeline tool. --- */
     void (*range_push)(const char *name);
     void (*range_pop)(void);
+
+    /* --- attention (src/ops/attention.c validates; kernels/attention_math.h defines the
+     * arguments and the masking/dropout). NULL: not supported. --- */
+    gpucore_status (*attention)(void *bctx, const gpucore_attn_args *args, void *stream);
+    /* RoPE, gated linear units, fused residual + norm (src/ops/transformer.c validates;
+     * kernels/transformer_math.h). NULL: not supported. */
+    gpucore_status (*transformer)(void *bctx, const gpucore_tfm_args *args, void *stream);
 } gpucore_backend;
 
 /* What libgpucore.so gives a plugin module so it can report errors and log

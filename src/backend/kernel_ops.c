@@ -92,3 +92,17 @@ gpucore_status kops_clip_grad_norm(void *bctx, const gpucore_mt_tensor *grads, i
     return launched(gpucore_kernel_clip_grad_norm(&l, grads, count, partials, max_norm, total_norm, clip_coef),
                     "gradient clipping kernel launch");
 }
+
+/* ---- attention (kernels/attention.cu) ---- */
+
+gpucore_status kops_attention(void *bctx, const gpucore_attn_args *args, void *s)
+{
+    LAUNCH_OR_RETURN(bctx, s, l);
+    return launched(gpucore_kernel_attention(&l, args), "attention kernel launch");
+}
+
+gpucore_status kops_transformer(void *bctx, const gpucore_tfm_args *args, void *s)
+{
+    LAUNCH_OR_RETURN(bctx, s, l);
+    return launched(gpucore_kernel_transformer(&l, args), "RoPE / GLU / residual-norm kernel launch");
+}

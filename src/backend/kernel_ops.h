@@ -41,6 +41,11 @@ KOPS_HIDDEN gpucore_status kops_clip_grad_norm(void *bctx, const gpucore_mt_tens
                                                float *partials, float max_norm, float *total_norm, float *clip_coef,
                                                void *s);
 
+/* scaled dot-product attention (kernels/attention.cu) */
+KOPS_HIDDEN gpucore_status kops_attention(void *bctx, const gpucore_attn_args *args, void *s);
+/* RoPE, gated linear units, fused residual + norm (kernels/transformer.cu) */
+KOPS_HIDDEN gpucore_status kops_transformer(void *bctx, const gpucore_tfm_args *args, void *s);
+
 /* Every op entry above, as designated initializers: the cuda-emulated module
  * (tests/simt) installs exactly this list, so a new kops_* op must be added here
  * as well to run on the emulated backend. (The CUDA module lists its own, as it
@@ -56,6 +61,8 @@ KOPS_HIDDEN gpucore_status kops_clip_grad_norm(void *bctx, const gpucore_mt_tens
     .optim_step = kops_optim_step,               \
     .amp_unscale = kops_amp_unscale,             \
     .amp_update = kops_amp_update,               \
-    .clip_grad_norm = kops_clip_grad_norm,
+    .clip_grad_norm = kops_clip_grad_norm,      \
+    .attention = kops_attention,                \
+    .transformer = kops_transformer,
 
 #endif

@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <string.h>
 #include "internal.h"
+#include "view_span.h"
 
 static gpucore_status check_host_copy(gpucore_tensor *t, const void *host, int64_t nbytes, const char *op)
 {
@@ -100,18 +101,6 @@ gpucore_status gpucore_copy_to_host_async(void *dst, int64_t nbytes, gpucore_ten
     return copy_to_host_impl(dst, nbytes, src, stream, 0, "copy_to_host_async");
 }
 
-/* Whether two views' byte ranges intersect (a conservative overlap test). */
-static int ranges_overlap(const gpucore_view *a, const gpucore_view *b)
-{
-    if (!a->numel || !b->numel) return 0;
-    int64_t a_span = 0, b_span = 0;
-    for (int i = 0; i < a->ndim; i++) a_span += (a->shape[i] - 1) * a->strides[i];
-    for (int i = 0; i < b->ndim; i++) b_span += (b->shape[i] - 1) * b->strides[i];
-    const char *a0 = a->data, *a1 = a0 + (a_span + 1) * a->elem_size;
-    const char *b0 = b->data, *b1 = b0 + (b_span + 1) * b->elem_size;
-    return a0 < b1 && b0 < a1;
-}
-
 gpucore_status gpucore_copy(gpucore_tensor *dst, const gpucore_tensor *src, gpucore_stream *stream)
 {
     gpucore_status st = gpucore_check_tensor(dst, "copy", "dst");
@@ -137,7 +126,7 @@ gpucore_status gpucore_copy(gpucore_tensor *dst, const gpucore_tensor *src, gpuc
             return gpucore_set_error(GPUCORE_ERR_INVALID_ARGUMENT, "copy: dst and src overlap with different strides");
         return GPUCORE_OK;
     }
-    if (ranges_overlap(&dv, &sv))
+    if (gpucore_views_overlap(&dv, &sv))
         return gpucore_set_error(GPUCORE_ERR_INVALID_ARGUMENT,
                                  "copy: dst and src overlap in memory; copy through a temporary tensor");
     gpucore_context *ctx = dst->ctx;

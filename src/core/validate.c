@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <string.h>
 #include "internal.h"
+#include "op_tables.h"
 
 int gpucore_dtype_valid(int dtype) { return dtype >= 0 && dtype < GPUCORE_DTYPE_COUNT; }
 
@@ -108,13 +109,14 @@ gpucore_status gpucore_check_shape(int ndim, const int64_t *shape, gpucore_dtype
 
 int64_t gpucore_dtype_size(gpucore_dtype dtype)
 {
-    static const int64_t sizes[GPUCORE_DTYPE_COUNT] = {4, 8, 2, 2, 4, 8, 1, 1, 1};
+#define DTYPE_SIZE(N, name, bytes) bytes,
+    static const int64_t sizes[GPUCORE_DTYPE_COUNT] = {GPUCORE_DTYPE_TABLE(DTYPE_SIZE)}; /* kernels/op_tables.h */
+#undef DTYPE_SIZE
     return gpucore_dtype_valid((int)dtype) ? sizes[dtype] : 0;
 }
 
 const char *gpucore_dtype_name(gpucore_dtype dtype)
 {
-    static const char *names[GPUCORE_DTYPE_COUNT] = {"f32", "f64", "f16", "bf16", "i32",
-                                                     "i64", "u8", "fp8_e4m3", "fp8_e5m2"};
+    static const char *names[GPUCORE_DTYPE_COUNT] = {GPUCORE_DTYPE_TABLE(GPUCORE_TABLE_NAME_STR)};
     return gpucore_dtype_valid((int)dtype) ? names[dtype] : "invalid";
 }

@@ -14,6 +14,7 @@
 #include <unistd.h>
 #include "comm_internal.h"
 #include "comm_names.h"
+#include "core/view_span.h"
 #include "gpucore_config.h"
 #if GPUCORE_HAVE_MPI
 #include <mpi.h>
@@ -569,12 +570,6 @@ static gpucore_status check_buffer(const gpucore_comm *comm, const gpucore_tenso
     return GPUCORE_OK;
 }
 
-static int bytes_overlap(const void *a, int64_t an, const void *b, int64_t bn)
-{
-    const char *a0 = a, *b0 = b;
-    return an > 0 && bn > 0 && a0 < b0 + bn && b0 < a0 + an;
-}
-
 static gpucore_status check_op(gpucore_reduce_op rop, const char *op)
 {
     if ((int)rop < GPUCORE_REDUCE_SUM || (int)rop > GPUCORE_REDUCE_MIN)
@@ -612,7 +607,7 @@ static gpucore_status check_same_count(const gpucore_view *ov, const gpucore_vie
         return gpucore_set_error(GPUCORE_ERR_SHAPE_MISMATCH, "%s: out has %lld elements but in has %lld", op,
                                  (long long)ov->numel, (long long)iv->numel);
     int64_t nb = ov->numel * ov->elem_size;
-    if (ov->data != iv->data && bytes_overlap(ov->data, nb, iv->data, nb))
+    if (ov->data != iv->data && gpucore_bytes_overlap(ov->data, nb, iv->data, nb))
         return gpucore_set_error(GPUCORE_ERR_INVALID_ARGUMENT, "%s: out and in overlap without being the same "
                                  "buffer; pass out == in for in place", op);
     return GPUCORE_OK;
@@ -645,7 +640,7 @@ gpucore_status gpucore_comm_reduce_scatter(gpucore_comm *comm, gpucore_tensor *o
                                  (long long)(ov.numel * size));
     int64_t ob = ov.numel * ov.elem_size;
     int in_place = (char *)ov.data == (char *)iv.data + (int64_t)rank * ob;
-    if (!in_place && bytes_overlap(ov.data, ob, iv.data, ob * size))
+    if (!in_place && gpucore_bytes_overlap(ov.data, ob, iv.data, ob * size))
         return gpucore_set_error(GPUCORE_ERR_INVALID_ARGUMENT, "%s: out overlaps in without being in's slice for this "
                                  "rank (%d); in place means out is slice rank of in", op, rank);
     if (ov.numel == 0) return GPUCORE_OK;
@@ -668,7 +663,7 @@ gpucore_status gpucore_comm_all_gather(gpucore_comm *comm, gpucore_tensor *out, 
                                  (long long)(iv.numel * size));
     int64_t ib = iv.numel * iv.elem_size;
     int in_place = (char *)iv.data == (char *)ov.data + (int64_t)rank * ib;
-    if (!in_place && bytes_overlap(ov.data, ib * size, iv.data, ib))
+    if (!in_place && gpucore_bytes_overlap(ov.data, ib * size, iv.data, ib))
         return gpucore_set_error(GPUCORE_ERR_INVALID_ARGUMENT, "%s: in overlaps out without being out's slice for "
                                  "this rank (%d); in place means in is slice rank of out", op, rank);
     if (iv.numel == 0) return GPUCORE_OK;

@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <string.h>
 #include "core/internal.h"
+#include "core/view_span.h"
 
 void gpucore_conv_options_init(gpucore_conv_options *o)
 {
@@ -99,29 +100,11 @@ static gpucore_status logical_dims(const gpucore_tensor *t, int layout, int spat
     return GPUCORE_OK;
 }
 
-/* [lo, hi) byte span a tensor's elements can touch. */
-static void byte_span(const gpucore_tensor *t, uintptr_t *lo, uintptr_t *hi)
-{
-    gpucore_view v;
-    gpucore_tensor_view_of(t, &v);
-    int64_t a = 0, b = 0;
-    for (int i = 0; i < t->ndim; i++) {
-        if (t->shape[i] == 0) { *lo = *hi = (uintptr_t)v.data; return; }
-        int64_t e = (t->shape[i] - 1) * t->strides[i];
-        if (e < 0) a += e; else b += e;
-    }
-    *lo = (uintptr_t)((char *)v.data + a * v.elem_size);
-    *hi = (uintptr_t)((char *)v.data + (b + 1) * v.elem_size);
-}
-
 static gpucore_status check_no_overlap(const gpucore_tensor *out, const gpucore_tensor *in, const char *op,
                                        const char *oname, const char *iname)
 {
     if (!in || out->storage != in->storage) return GPUCORE_OK;
-    uintptr_t a0, a1, b0, b1;
-    byte_span(out, &a0, &a1);
-    byte_span(in, &b0, &b1);
-    if (a0 < b1 && b0 < a1)
+    if (gpucore_tensors_overlap(out, in))
         return gpucore_set_error(GPUCORE_ERR_INVALID_ARGUMENT, "%s: output %s overlaps input %s; give the output its "
                                  "own memory", op, oname, iname);
     return GPUCORE_OK;

@@ -12,7 +12,7 @@
  */
 #include <stdio.h>
 #include <string.h>
-#include "core/internal.h"
+#include "ops_internal.h"
 
 #define MATMUL_DEFAULT_WORKSPACE (32ll << 20)
 
@@ -138,30 +138,6 @@ static gpucore_status rowmajor_ld(const char *op, const mat *m, int64_t *ld)
     return GPUCORE_OK;
 }
 
-/* Byte span [lo, hi) a tensor view touches; empty views touch nothing. */
-static void span_of(const gpucore_tensor *t, uintptr_t *lo, uintptr_t *hi)
-{
-    gpucore_view v;
-    gpucore_tensor_view_of(t, &v);
-    *lo = *hi = (uintptr_t)v.data;
-    if (v.numel == 0) return;
-    int64_t mn = 0, mx = 0;
-    for (int i = 0; i < v.ndim; i++) {
-        int64_t e = (v.shape[i] - 1) * v.strides[i];
-        if (e < 0) mn += e; else mx += e;
-    }
-    *lo = (uintptr_t)((char *)v.data + mn * v.elem_size);
-    *hi = (uintptr_t)((char *)v.data + (mx + 1) * v.elem_size);
-}
-
-static int views_overlap(const gpucore_tensor *x, const gpucore_tensor *y)
-{
-    uintptr_t xl, xh, yl, yh;
-    span_of(x, &xl, &xh);
-    span_of(y, &yl, &yh);
-    return xl < xh && yl < yh && xl < yh && yl < xh;
-}
-
 static int same_view(const gpucore_tensor *x, const gpucore_tensor *y)
 {
     if (x == y) return 1;
@@ -247,86 +223,113 @@ static void *tensor_ptr(const gpucore_tensor *t)
     return v.data;
 }
 
-static gpucore_status matmul_impl(const char *op, const gpucore_tensor *a, const gpucore_tensor *b, gpucore_tensor *d,
-                                  const gpucore_matmul_options *opts, gpucore_stream *stream)
+/* ---- matmul_impl in steps: options, shapes and the GEMM descriptor, epilogue, fp8, dispatch ---- */
+
+/* What the steps share: the logical matrices, the sizes and the descriptor being filled. */
+typedef struct matmul_plan {
+    mat A, B, D;
+    int64_t M, N, K, batch;
+    int fp8;
+    gpucore_gemm_desc g;
+} matmul_plan;
+
+/* Options: opts (or the defaults) validated into *out; every option tensor on d's context. */
+static gpucore_status matmul_options(const char *op, gpucore_context *ctx, const gpucore_matmul_options *opts,
+                                     gpucore_matmul_options *out)
 {
     gpucore_status st;
-    if ((st = gpucore_check_tensor(d, op, "d"))) return st;
-    gpucore_context *ctx = d->ctx;
-    if ((st = check_member(a, ctx, op, "a")) || (st = check_member(b, ctx, op, "b"))) return st;
-    gpucore_matmul_options o;
-    gpucore_matmul_options_init(&o);
+    gpucore_matmul_options_init(out);
     if (opts) {
-        if (opts->struct_size < (int64_t)sizeof o)
+        if (opts->struct_size < (int64_t)sizeof *out)
             return gpucore_set_error(GPUCORE_ERR_INVALID_ARGUMENT, "%s: opts->struct_size is %lld; set it with "
                                      "gpucore_matmul_options_init (sizeof is %zu)", op, (long long)opts->struct_size,
-                                     sizeof o);
-        o = *opts;
+                                     sizeof *out);
+        *out = *opts;
     }
-    if (o.trans_a != 0 && o.trans_a != 1)
-        return gpucore_set_error(GPUCORE_ERR_INVALID_ARGUMENT, "%s: trans_a is %d; it must be 0 or 1", op, (int)o.trans_a);
-    if (o.trans_b != 0 && o.trans_b != 1)
-        return gpucore_set_error(GPUCORE_ERR_INVALID_ARGUMENT, "%s: trans_b is %d; it must be 0 or 1", op, (int)o.trans_b);
-    if (o.epilogue < GPUCORE_EPILOGUE_NONE || o.epilogue > GPUCORE_EPILOGUE_BGRAD_B)
-        return gpucore_set_error(GPUCORE_ERR_INVALID_ARGUMENT, "%s: epilogue %d is not a gpucore_epilogue (0..9)", op,
-                                 (int)o.epilogue);
-    if (o.allow_tf32 < -1 || o.allow_tf32 > 1)
+    if (out->trans_a != 0 && out->trans_a != 1)
+        return gpucore_set_error(GPUCORE_ERR_INVALID_ARGUMENT, "%s: trans_a is %d; it must be 0 or 1", op,
+                                 (int)out->trans_a);
+    if (out->trans_b != 0 && out->trans_b != 1)
+        return gpucore_set_error(GPUCORE_ERR_INVALID_ARGUMENT, "%s: trans_b is %d; it must be 0 or 1", op,
+                                 (int)out->trans_b);
+    if ((st = ops_check_enum(op, "epilogue", "gpucore_epilogue", (int)out->epilogue, 0))) return st;
+    if (out->allow_tf32 < -1 || out->allow_tf32 > 1)
         return gpucore_set_error(GPUCORE_ERR_INVALID_ARGUMENT, "%s: allow_tf32 is %d; it must be -1, 0 or 1", op,
-                                 (int)o.allow_tf32);
-    const gpucore_tensor *opt_tensors[] = {o.c, o.bias, o.aux, o.bias_grad, o.scale_a, o.scale_b, o.amax_d};
+                                 (int)out->allow_tf32);
+    const gpucore_tensor *opt_tensors[] = {out->c,       out->bias,    out->aux,   out->bias_grad,
+                                           out->scale_a, out->scale_b, out->amax_d};
     static const char *opt_names[] = {"c", "bias", "aux", "bias_grad", "scale_a", "scale_b", "amax_d"};
     for (int i = 0; i < 7; i++)
         if (opt_tensors[i] && (st = check_member(opt_tensors[i], ctx, op, opt_names[i]))) return st;
+    return GPUCORE_OK;
+}
 
-    mat A, B, D;
-    if ((st = mat_of(a, op, "a", o.trans_a, &A)) || (st = mat_of(b, op, "b", o.trans_b, &B)) ||
-        (st = mat_of(d, op, "d", 0, &D)))
+/* fp8 options: scales and amax only with fp8 operands. */
+static gpucore_status matmul_fp8_options(const char *op, const gpucore_matmul_options *o, const matmul_plan *p)
+{
+    if (!p->fp8 && (o->scale_a || o->scale_b || o->amax_d))
+        return gpucore_set_error(GPUCORE_ERR_INVALID_ARGUMENT, "%s: scale_a, scale_b and amax_d are for fp8 operands; "
+                                 "a is %s", op, gpucore_dtype_name((gpucore_dtype)p->A.dtype));
+    return GPUCORE_OK;
+}
+
+/* Shapes, dtypes, layouts, alignment and aliasing of a, b, d and c, and the
+ * descriptor's operands (the user's row-major D = op(A)·op(B) as Dᵀ = op(B)ᵀ·op(A)ᵀ). */
+static gpucore_status matmul_shapes(const char *op, gpucore_context *ctx, const gpucore_tensor *a,
+                                    const gpucore_tensor *b, gpucore_tensor *d, const gpucore_matmul_options *po,
+                                    matmul_plan *p)
+{
+    gpucore_status st;
+    const gpucore_matmul_options o = *po;
+    if ((st = mat_of(a, op, "a", o.trans_a, &p->A)) || (st = mat_of(b, op, "b", o.trans_b, &p->B)) ||
+        (st = mat_of(d, op, "d", 0, &p->D)))
         return st;
+    const mat A = p->A, B = p->B, D = p->D;
     if (A.cols != B.rows)
         return gpucore_set_error(GPUCORE_ERR_SHAPE_MISMATCH, "%s: %sa is %lldx%lld but %sb is %lldx%lld: inner dimensions "
                                  "differ", op, o.trans_a ? "op(a)=aᵀ " : "", (long long)A.rows, (long long)A.cols,
                                  o.trans_b ? "op(b)=bᵀ " : "", (long long)B.rows, (long long)B.cols);
     const int64_t M = A.rows, K = A.cols, N = B.cols;
+    p->M = M; p->K = K; p->N = N;
     if (D.rows != M || D.cols != N)
         return gpucore_set_error(GPUCORE_ERR_SHAPE_MISMATCH, "%s: d is %lldx%lld but op(a)·op(b) is %lldx%lld", op,
                                  (long long)D.rows, (long long)D.cols, (long long)M, (long long)N);
     const int64_t batch = D.batch;
+    p->batch = batch;
     if ((A.batch != 1 && A.batch != batch) || (B.batch != 1 && B.batch != batch))
         return gpucore_set_error(GPUCORE_ERR_SHAPE_MISMATCH, "%s: batch counts differ: a %lld, b %lld, d %lld (a and b "
                                  "need d's batch, or 1 / 2-d to share one matrix)", op, (long long)A.batch,
                                  (long long)B.batch, (long long)batch);
     if ((st = check_dtypes(op, A.dtype, B.dtype, D.dtype))) return st;
-    const int fp8 = is_fp8(A.dtype);
-    if (!fp8 && (o.scale_a || o.scale_b || o.amax_d))
-        return gpucore_set_error(GPUCORE_ERR_INVALID_ARGUMENT, "%s: scale_a, scale_b and amax_d are for fp8 operands; "
-                                 "a is %s", op, gpucore_dtype_name((gpucore_dtype)A.dtype));
-
-    gpucore_gemm_desc g;
-    memset(&g, 0, sizeof g);
-    g.m = N;
-    g.n = M;
-    g.k = K;
-    g.batch = batch;
+    p->fp8 = is_fp8(A.dtype);
+    if ((st = matmul_fp8_options(op, &o, p))) return st;
+    const int fp8 = p->fp8;
+    gpucore_gemm_desc *gp = &p->g;
+    memset(gp, 0, sizeof *gp);
+    gp->m = N;
+    gp->n = M;
+    gp->k = K;
+    gp->batch = batch;
     /* desc A = op(b)ᵀ: [N, K] with strides (B.sc, B.sr); desc B = op(a)ᵀ: [K, M] with (A.sc, A.sr) */
-    if (!blas_operand(N, K, B.sc, B.sr, &g.a.trans, &g.a.ld)) return layout_error(op, &B);
-    if (!blas_operand(K, M, A.sc, A.sr, &g.b.trans, &g.b.ld)) return layout_error(op, &A);
-    g.a.data = B.data;
-    g.a.dtype = B.dtype;
-    g.a.batch_stride = B.sb;
-    g.b.data = A.data;
-    g.b.dtype = A.dtype;
-    g.b.batch_stride = A.sb;
-    if ((st = rowmajor_ld(op, &D, &g.ldd))) return st;
-    g.d = D.data;
-    g.d_dtype = D.dtype;
-    g.batch_stride_d = D.sb;
-    if (batch > 1 && D.sb < M * g.ldd && M * N > 0)
+    if (!blas_operand(N, K, B.sc, B.sr, &gp->a.trans, &gp->a.ld)) return layout_error(op, &B);
+    if (!blas_operand(K, M, A.sc, A.sr, &gp->b.trans, &gp->b.ld)) return layout_error(op, &A);
+    gp->a.data = B.data;
+    gp->a.dtype = B.dtype;
+    gp->a.batch_stride = B.sb;
+    gp->b.data = A.data;
+    gp->b.dtype = A.dtype;
+    gp->b.batch_stride = A.sb;
+    if ((st = rowmajor_ld(op, &D, &gp->ldd))) return st;
+    gp->d = D.data;
+    gp->d_dtype = D.dtype;
+    gp->batch_stride_d = D.sb;
+    if (batch > 1 && D.sb < M * gp->ldd && M * N > 0)
         return gpucore_set_error(GPUCORE_ERR_INVALID_ARGUMENT, "%s: d's batch stride %lld is smaller than one %lldx%lld "
                                  "matrix (row stride %lld): the batches would overlap", op, (long long)D.sb, (long long)M,
-                                 (long long)N, (long long)g.ldd);
-    g.alpha = (float)o.alpha;
-    g.beta = (float)o.beta;
-    g.allow_tf32 = A.dtype == GPUCORE_F32 && (o.allow_tf32 < 0 ? atomic_load(&ctx->matmul_allow_tf32) : o.allow_tf32);
+                                 (long long)N, (long long)gp->ldd);
+    gp->alpha = (float)o.alpha;
+    gp->beta = (float)o.beta;
+    gp->allow_tf32 = A.dtype == GPUCORE_F32 && (o.allow_tf32 < 0 ? atomic_load(&ctx->matmul_allow_tf32) : o.allow_tf32);
 
     /* alignment: element size everywhere; fp8 kernels need 16 bytes */
     const gpucore_tensor *all[] = {a, b, d, o.c, o.bias, o.aux, o.bias_grad};
@@ -339,9 +342,9 @@ static gpucore_status matmul_impl(const char *op, const gpucore_tensor *a, const
     }
 
     /* aliasing: outputs must not overlap inputs or each other (c may be d exactly) */
-    if (views_overlap(d, a) || views_overlap(d, b))
+    if (gpucore_tensors_overlap(d, a) || gpucore_tensors_overlap(d, b))
         return gpucore_set_error(GPUCORE_ERR_INVALID_ARGUMENT, "%s: d overlaps %s; the output must not share memory with "
-                                 "an operand", op, views_overlap(d, a) ? "a" : "b");
+                                 "an operand", op, gpucore_tensors_overlap(d, a) ? "a" : "b");
 
     /* beta's addend */
     if (o.c && !same_view(o.c, d)) {
@@ -354,19 +357,29 @@ static gpucore_status matmul_impl(const char *op, const gpucore_tensor *a, const
         if (C.dtype != D.dtype)
             return gpucore_set_error(GPUCORE_ERR_DTYPE_MISMATCH, "%s: c is %s but d is %s; they must match", op,
                                      gpucore_dtype_name((gpucore_dtype)C.dtype), gpucore_dtype_name((gpucore_dtype)D.dtype));
-        if ((st = rowmajor_ld(op, &C, &g.ldc))) return st;
-        if (views_overlap(d, o.c))
+        if ((st = rowmajor_ld(op, &C, &gp->ldc))) return st;
+        if (gpucore_tensors_overlap(d, o.c))
             return gpucore_set_error(GPUCORE_ERR_INVALID_ARGUMENT, "%s: c partly overlaps d; pass d itself (or NULL) to "
                                      "accumulate in place", op);
-        g.c = C.data;
-        g.batch_stride_c = C.sb;
-    } else if (g.beta != 0.0f) {
-        g.c = g.d;
-        g.ldc = g.ldd;
-        g.batch_stride_c = g.batch_stride_d;
+        gp->c = C.data;
+        gp->batch_stride_c = C.sb;
+    } else if (gp->beta != 0.0f) {
+        gp->c = gp->d;
+        gp->ldc = gp->ldd;
+        gp->batch_stride_c = gp->batch_stride_d;
     }
+    return GPUCORE_OK;
+}
 
-    /* epilogue */
+/* The epilogue: which optional tensors it needs, their checks, and the descriptor's epilogue steps. */
+static gpucore_status matmul_epilogue(const char *op, const gpucore_tensor *a, const gpucore_tensor *b,
+                                      const gpucore_tensor *d, const gpucore_matmul_options *po, matmul_plan *p)
+{
+    gpucore_status st;
+    const gpucore_matmul_options o = *po;
+    const mat D = p->D;
+    const int64_t M = p->M, N = p->N, batch = p->batch;
+    gpucore_gemm_desc *gp = &p->g;
     int epi = o.epilogue;
     int wants_bias = epi == GPUCORE_EPILOGUE_BIAS || epi == GPUCORE_EPILOGUE_BIAS_RELU || epi == GPUCORE_EPILOGUE_BIAS_GELU;
     int gelu = epi == GPUCORE_EPILOGUE_GELU || epi == GPUCORE_EPILOGUE_BIAS_GELU;
@@ -394,14 +407,14 @@ static gpucore_status matmul_impl(const char *op, const gpucore_tensor *a, const
                                  "batch of %lld (merge the batch into the rows: a [batch*M, K])", op, (long long)batch);
     if (wants_bias) {
         if ((st = check_vector(op, "bias", o.bias, D.dtype, N, "one per column of d"))) return st;
-        if (views_overlap(d, o.bias))
+        if (gpucore_tensors_overlap(d, o.bias))
             return gpucore_set_error(GPUCORE_ERR_INVALID_ARGUMENT, "%s: d overlaps bias", op);
-        g.epilogue |= GPUCORE_GEMM_EPI_BIAS;
-        g.bias = tensor_ptr(o.bias);
+        gp->epilogue |= GPUCORE_GEMM_EPI_BIAS;
+        gp->bias = tensor_ptr(o.bias);
     }
-    if (epi == GPUCORE_EPILOGUE_RELU || epi == GPUCORE_EPILOGUE_BIAS_RELU) g.epilogue |= GPUCORE_GEMM_EPI_RELU;
-    if (gelu) g.epilogue |= GPUCORE_GEMM_EPI_GELU;
-    if (dgelu) g.epilogue |= GPUCORE_GEMM_EPI_DGELU;
+    if (epi == GPUCORE_EPILOGUE_RELU || epi == GPUCORE_EPILOGUE_BIAS_RELU) gp->epilogue |= GPUCORE_GEMM_EPI_RELU;
+    if (gelu) gp->epilogue |= GPUCORE_GEMM_EPI_GELU;
+    if (dgelu) gp->epilogue |= GPUCORE_GEMM_EPI_DGELU;
     if (o.aux) {
         mat X;
         if ((st = mat_of(o.aux, op, "aux", 0, &X))) return st;
@@ -411,13 +424,13 @@ static gpucore_status matmul_impl(const char *op, const gpucore_tensor *a, const
         if (X.dtype != D.dtype)
             return gpucore_set_error(GPUCORE_ERR_DTYPE_MISMATCH, "%s: aux is %s but d is %s; they must match", op,
                                      gpucore_dtype_name((gpucore_dtype)X.dtype), gpucore_dtype_name((gpucore_dtype)D.dtype));
-        if ((st = rowmajor_ld(op, &X, &g.ldaux))) return st;
-        if (views_overlap(d, o.aux) && !(dgelu && same_view(d, o.aux)))
+        if ((st = rowmajor_ld(op, &X, &gp->ldaux))) return st;
+        if (gpucore_tensors_overlap(d, o.aux) && !(dgelu && same_view(d, o.aux)))
             return gpucore_set_error(GPUCORE_ERR_INVALID_ARGUMENT, "%s: aux overlaps d", op);
-        if (gelu && (views_overlap(o.aux, a) || views_overlap(o.aux, b)))
+        if (gelu && (gpucore_tensors_overlap(o.aux, a) || gpucore_tensors_overlap(o.aux, b)))
             return gpucore_set_error(GPUCORE_ERR_INVALID_ARGUMENT, "%s: aux (an output here) overlaps an operand", op);
-        if (gelu) g.epilogue |= GPUCORE_GEMM_EPI_AUX_OUT;
-        g.aux = X.data;
+        if (gelu) gp->epilogue |= GPUCORE_GEMM_EPI_AUX_OUT;
+        gp->aux = X.data;
     }
     if (bgrad) {
         /* user BGRAD_A (length M) reduces op(a) = desc B; user BGRAD_B (length N) reduces op(b) = desc A */
@@ -425,36 +438,62 @@ static gpucore_status matmul_impl(const char *op, const gpucore_tensor *a, const
         if ((st = check_vector(op, "bias_grad", o.bias_grad, D.dtype, len,
                                epi == GPUCORE_EPILOGUE_BGRAD_A ? "one per row of d" : "one per column of d")))
             return st;
-        if (views_overlap(o.bias_grad, d) || views_overlap(o.bias_grad, a) || views_overlap(o.bias_grad, b))
+        if (gpucore_tensors_overlap(o.bias_grad, d) || gpucore_tensors_overlap(o.bias_grad, a) ||
+            gpucore_tensors_overlap(o.bias_grad, b))
             return gpucore_set_error(GPUCORE_ERR_INVALID_ARGUMENT, "%s: bias_grad overlaps another operand", op);
-        g.epilogue |= epi == GPUCORE_EPILOGUE_DGELU_BGRAD ? GPUCORE_GEMM_EPI_BGRAD_D
+        gp->epilogue |= epi == GPUCORE_EPILOGUE_DGELU_BGRAD ? GPUCORE_GEMM_EPI_BGRAD_D
                       : epi == GPUCORE_EPILOGUE_BGRAD_A   ? GPUCORE_GEMM_EPI_BGRAD_B
                                                           : GPUCORE_GEMM_EPI_BGRAD_A;
-        g.bias_grad = tensor_ptr(o.bias_grad);
+        gp->bias_grad = tensor_ptr(o.bias_grad);
     }
+    return GPUCORE_OK;
+}
 
-    /* fp8: layout and scales */
-    if (fp8) {
-        if (g.a.trans != 1 || g.b.trans != 0)
-            return gpucore_set_error(GPUCORE_ERR_NOT_SUPPORTED, "%s: fp8 GEMMs need the TN layout: a row-major [M,K] and "
-                                     "op(b) the transpose of a row-major [N,K] (as in x·Wᵀ: pass W with trans_b=1); "
-                                     "a is %s and op(b) is %s", op, g.b.trans == 0 ? "row-major" : "column-major",
-                                     g.a.trans == 1 ? "the transpose of a row-major matrix" : "row-major");
-        if ((g.a.ld % 16) || (g.b.ld % 16))
-            return gpucore_set_error(GPUCORE_ERR_INVALID_ARGUMENT, "%s: fp8 operands need row strides that are multiples of "
-                                     "16 elements (a: %lld, b: %lld)", op, (long long)g.b.ld, (long long)g.a.ld);
-        if (o.scale_a && (st = check_scalar(op, "scale_a", o.scale_a))) return st;
-        if (o.scale_b && (st = check_scalar(op, "scale_b", o.scale_b))) return st;
-        if (o.amax_d && (st = check_scalar(op, "amax_d", o.amax_d))) return st;
-        /* desc A is the user's b: the scales swap with the operands */
-        g.scale_a = tensor_ptr(o.scale_b);
-        g.scale_b = tensor_ptr(o.scale_a);
-        g.amax_d = tensor_ptr(o.amax_d);
-        if (ctx->type != GPUCORE_DEVICE_CUDA)
-            return gpucore_set_error(GPUCORE_ERR_NOT_SUPPORTED, "%s: fp8 operands need a CUDA device of compute "
-                                     "capability 8.9 or newer; the %s backend has no fp8 GEMM (convert to bf16)", op,
-                                     ctx->be->name);
-    }
+/* fp8 operands: the TN layout, 16-element row strides, the scales, a CUDA device. */
+static gpucore_status matmul_fp8(const char *op, gpucore_context *ctx, const gpucore_matmul_options *po, matmul_plan *p)
+{
+    gpucore_status st;
+    const gpucore_matmul_options o = *po;
+    gpucore_gemm_desc *gp = &p->g;
+    if (!p->fp8) return GPUCORE_OK;
+    if (gp->a.trans != 1 || gp->b.trans != 0)
+        return gpucore_set_error(GPUCORE_ERR_NOT_SUPPORTED, "%s: fp8 GEMMs need the TN layout: a row-major [M,K] and "
+                                 "op(b) the transpose of a row-major [N,K] (as in x·Wᵀ: pass W with trans_b=1); "
+                                 "a is %s and op(b) is %s", op, gp->b.trans == 0 ? "row-major" : "column-major",
+                                 gp->a.trans == 1 ? "the transpose of a row-major matrix" : "row-major");
+    if ((gp->a.ld % 16) || (gp->b.ld % 16))
+        return gpucore_set_error(GPUCORE_ERR_INVALID_ARGUMENT, "%s: fp8 operands need row strides that are multiples of "
+                                 "16 elements (a: %lld, b: %lld)", op, (long long)gp->b.ld, (long long)gp->a.ld);
+    if (o.scale_a && (st = check_scalar(op, "scale_a", o.scale_a))) return st;
+    if (o.scale_b && (st = check_scalar(op, "scale_b", o.scale_b))) return st;
+    if (o.amax_d && (st = check_scalar(op, "amax_d", o.amax_d))) return st;
+    /* desc A is the user's b: the scales swap with the operands */
+    gp->scale_a = tensor_ptr(o.scale_b);
+    gp->scale_b = tensor_ptr(o.scale_a);
+    gp->amax_d = tensor_ptr(o.amax_d);
+    if (ctx->type != GPUCORE_DEVICE_CUDA)
+        return gpucore_set_error(GPUCORE_ERR_NOT_SUPPORTED, "%s: fp8 operands need a CUDA device of compute "
+                                 "capability 8.9 or newer; the %s backend has no fp8 GEMM (convert to bf16)", op,
+                                 ctx->be->name);
+    return GPUCORE_OK;
+}
+
+static gpucore_status matmul_impl(const char *op, const gpucore_tensor *a, const gpucore_tensor *b, gpucore_tensor *d,
+                                  const gpucore_matmul_options *opts, gpucore_stream *stream)
+{
+    gpucore_status st;
+    if ((st = gpucore_check_tensor(d, op, "d"))) return st;
+    gpucore_context *ctx = d->ctx;
+    if ((st = check_member(a, ctx, op, "a")) || (st = check_member(b, ctx, op, "b"))) return st;
+    gpucore_matmul_options o;
+    matmul_plan p;
+    if ((st = matmul_options(op, ctx, opts, &o)) || (st = matmul_shapes(op, ctx, a, b, d, &o, &p)) ||
+        (st = matmul_epilogue(op, a, b, d, &o, &p)) || (st = matmul_fp8(op, ctx, &o, &p)))
+        return st;
+    gpucore_gemm_desc g = p.g;
+    const int64_t M = p.M, N = p.N;
+    const int epi = o.epilogue;
+    const int bgrad = epi == GPUCORE_EPILOGUE_DGELU_BGRAD || epi == GPUCORE_EPILOGUE_BGRAD_A || epi == GPUCORE_EPILOGUE_BGRAD_B;
 
     gpucore_stream *s;
     if ((st = gpucore_resolve_stream(ctx, stream, op, &s))) return st;

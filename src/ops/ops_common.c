@@ -61,17 +61,6 @@ gpucore_status ops_broadcast_view(const gpucore_tensor *in, const char *arg, con
     return GPUCORE_OK;
 }
 
-int ops_views_overlap(const gpucore_view *a, const gpucore_view *b)
-{
-    if (!a->numel || !b->numel || !a->data || !b->data) return 0;
-    int64_t a_span = 0, b_span = 0;
-    for (int i = 0; i < a->ndim; i++) a_span += (a->shape[i] - 1) * a->strides[i];
-    for (int i = 0; i < b->ndim; i++) b_span += (b->shape[i] - 1) * b->strides[i];
-    const char *a0 = a->data, *a1 = a0 + (a_span + 1) * a->elem_size;
-    const char *b0 = b->data, *b1 = b0 + (b_span + 1) * b->elem_size;
-    return a0 < b1 && b0 < a1;
-}
-
 int ops_views_identical(const gpucore_view *a, const gpucore_view *b)
 {
     if (a->data != b->data || a->ndim != b->ndim || a->elem_size != b->elem_size) return 0;
@@ -84,7 +73,7 @@ gpucore_status ops_check_alias(const gpucore_view *out, const gpucore_view *in, 
                                int allow_in_place)
 {
     if (allow_in_place && ops_views_identical(out, in)) return GPUCORE_OK;
-    if (ops_views_overlap(out, in))
+    if (gpucore_views_overlap(out, in))
         return gpucore_set_error(GPUCORE_ERR_INVALID_ARGUMENT,
                                  "%s: the output overlaps input '%s' in memory without being the same view; %s "
                                  "write the result to a separate tensor", op, arg,

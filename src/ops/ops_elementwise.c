@@ -10,8 +10,9 @@
 #include "ops_internal.h"
 #include "elementwise_math.h"
 
-_Static_assert((int)GPUCORE_ADD == (int)GPUCORE_EW_ADD && (int)GPUCORE_DIV == (int)GPUCORE_EW_DIV, "binary op codes");
-_Static_assert((int)GPUCORE_ACT_TANH == (int)GPUCORE_ACT_CODE_TANH && (int)GPUCORE_ACT_RELU == (int)GPUCORE_ACT_CODE_RELU, "act codes");
+/* The public binary, unary and activation codes equal the internal ones entry by
+ * entry (op_names.c asserts it): binary op k is GPUCORE_EW_ADD + k, unary op k is
+ * GPUCORE_EW_UNARY_FIRST + k, activation k is GPUCORE_ACT_CODE k. */
 
 typedef struct ew_call {
     const char *op;
@@ -102,18 +103,13 @@ static gpucore_status ew_run(const ew_call *c, gpucore_tensor *out, const gpucor
     return st;
 }
 
-static int act_valid(gpucore_activation act) { return act >= GPUCORE_ACT_NONE && act <= GPUCORE_ACT_TANH; }
-
 gpucore_status gpucore_binary_act(gpucore_binary_op op, gpucore_activation act, gpucore_tensor *out,
                                   const gpucore_tensor *a, const gpucore_tensor *b, gpucore_stream *stream)
 {
-    if (op < GPUCORE_ADD || op > GPUCORE_DIV)
-        return gpucore_set_error(GPUCORE_ERR_INVALID_ARGUMENT, "binary: op %d is not ADD, SUB, MUL or DIV (0..3)", (int)op);
-    if (!act_valid(act))
-        return gpucore_set_error(GPUCORE_ERR_INVALID_ARGUMENT, "binary: activation %d is not a gpucore_activation (0..6)",
-                                 (int)act);
-    static const char *names[4] = {"add", "sub", "mul", "div"};
-    ew_call c = {names[op], (int)op, (int)act, 0, 0, 0, 0, 0, 1};
+    gpucore_status st = ops_check_enum("binary", "op", "gpucore_binary_op", (int)op, 0);
+    if (st || (st = ops_check_enum("binary", "activation", "gpucore_activation", (int)act, 0))) return st;
+    ew_call c = {.op = gpucore_enum_name("gpucore_binary_op", (int)op), .code = GPUCORE_EW_ADD + (int)op,
+                 .act = (int)act, .broadcast = 1};
     if (!b) return gpucore_set_error(GPUCORE_ERR_NULL_POINTER, "%s: tensor 'b' is NULL", c.op);
     return ew_run(&c, out, a, b, stream);
 }
@@ -126,10 +122,9 @@ gpucore_status gpucore_binary(gpucore_binary_op op, gpucore_tensor *out, const g
 
 gpucore_status gpucore_unary(gpucore_unary_op op, gpucore_tensor *out, const gpucore_tensor *a, gpucore_stream *stream)
 {
-    if (op < GPUCORE_EXP || op > GPUCORE_NEG)
-        return gpucore_set_error(GPUCORE_ERR_INVALID_ARGUMENT, "unary: op %d is not a gpucore_unary_op (0..5)", (int)op);
-    static const char *names[6] = {"exp", "log", "sqrt", "rsqrt", "abs", "neg"};
-    ew_call c = {names[op], GPUCORE_EW_EXP + (int)op, 0, 0, 0, 0, 0, 0, 0};
+    gpucore_status st = ops_check_enum("unary", "op", "gpucore_unary_op", (int)op, 0);
+    if (st) return st;
+    ew_call c = {.op = gpucore_enum_name("gpucore_unary_op", (int)op), .code = GPUCORE_EW_UNARY_FIRST + (int)op};
     return ew_run(&c, out, a, NULL, stream);
 }
 
@@ -145,7 +140,7 @@ gpucore_status gpucore_scale(gpucore_tensor *out, const gpucore_tensor *a, doubl
 {
     gpucore_status st = check_finite("scale", "alpha", alpha);
     if (st || (st = check_finite("scale", "beta", beta))) return st;
-    ew_call c = {"scale", GPUCORE_EW_AFFINE, 0, (float)alpha, (float)beta, 0, 0, 0, 0};
+    ew_call c = {.op = "scale", .code = GPUCORE_EW_AFFINE, .alpha = (float)alpha, .beta = (float)beta};
     return ew_run(&c, out, a, NULL, stream);
 }
 
@@ -154,7 +149,7 @@ gpucore_status gpucore_axpy(gpucore_tensor *y, double alpha, const gpucore_tenso
     gpucore_status st = check_finite("axpy", "alpha", alpha);
     if (st) return st;
     if (!x) return gpucore_set_error(GPUCORE_ERR_NULL_POINTER, "axpy: tensor 'x' is NULL");
-    ew_call c = {"axpy", GPUCORE_EW_AXPBY, 0, (float)alpha, 1.0f, 0, 0, 0, 1};
+    ew_call c = {.op = "axpy", .code = GPUCORE_EW_AXPBY, .alpha = (float)alpha, .beta = 1.0f, .broadcast = 1};
     return ew_run(&c, y, x, y, stream);
 }
 
@@ -163,34 +158,32 @@ gpucore_status gpucore_clamp(gpucore_tensor *out, const gpucore_tensor *a, doubl
 {
     if (isnan(lo) || isnan(hi) || lo > hi)
         return gpucore_set_error(GPUCORE_ERR_INVALID_ARGUMENT, "clamp: bounds [%g, %g] must be ordered and not NaN", lo, hi);
-    ew_call c = {"clamp", GPUCORE_EW_CLAMP, 0, (float)lo, (float)hi, 0, 0, 0, 0};
+    ew_call c = {.op = "clamp", .code = GPUCORE_EW_CLAMP, .alpha = (float)lo, .beta = (float)hi};
     return ew_run(&c, out, a, NULL, stream);
 }
 
 gpucore_status gpucore_activation_forward(gpucore_activation act, gpucore_tensor *out, const gpucore_tensor *x,
                                           gpucore_stream *stream)
 {
-    if (!act_valid(act) || act == GPUCORE_ACT_NONE)
-        return gpucore_set_error(GPUCORE_ERR_INVALID_ARGUMENT,
-                                 "activation_forward: activation %d is not one of RELU..TANH (1..6)", (int)act);
-    ew_call c = {"activation_forward", GPUCORE_EW_ACT, (int)act, 0, 0, 0, 0, 0, 0};
+    gpucore_status st = ops_check_enum("activation_forward", "activation", "gpucore_activation", (int)act, 1);
+    if (st) return st;
+    ew_call c = {.op = "activation_forward", .code = GPUCORE_EW_ACT, .act = (int)act};
     return ew_run(&c, out, x, NULL, stream);
 }
 
 gpucore_status gpucore_activation_backward(gpucore_activation act, gpucore_tensor *dx, const gpucore_tensor *dy,
                                            const gpucore_tensor *x, gpucore_stream *stream)
 {
-    if (!act_valid(act) || act == GPUCORE_ACT_NONE)
-        return gpucore_set_error(GPUCORE_ERR_INVALID_ARGUMENT,
-                                 "activation_backward: activation %d is not one of RELU..TANH (1..6)", (int)act);
+    gpucore_status st = ops_check_enum("activation_backward", "activation", "gpucore_activation", (int)act, 1);
+    if (st) return st;
     if (!x) return gpucore_set_error(GPUCORE_ERR_NULL_POINTER, "activation_backward: tensor 'x' is NULL");
-    ew_call c = {"activation_backward", GPUCORE_EW_ACT_GRAD, (int)act, 0, 0, 0, 0, 0, 0};
+    ew_call c = {.op = "activation_backward", .code = GPUCORE_EW_ACT_GRAD, .act = (int)act};
     return ew_run(&c, dx, dy, x, stream);
 }
 
 gpucore_status gpucore_cast(gpucore_tensor *out, const gpucore_tensor *a, gpucore_stream *stream)
 {
-    ew_call c = {"cast", GPUCORE_EW_CAST, 0, 0, 0, 0, 0, 1, 0};
+    ew_call c = {.op = "cast", .code = GPUCORE_EW_CAST, .any_float = 1};
     gpucore_status st = GPUCORE_OK;
     if (out && a && out != a && gpucore_check_tensor(out, "cast", "out") == GPUCORE_OK &&
         gpucore_check_tensor(a, "cast", "a") == GPUCORE_OK && out->dtype != a->dtype) {
@@ -198,7 +191,7 @@ gpucore_status gpucore_cast(gpucore_tensor *out, const gpucore_tensor *a, gpucor
         gpucore_view ov, av;
         gpucore_tensor_view_of(out, &ov);
         gpucore_tensor_view_of(a, &av);
-        if (ops_views_overlap(&ov, &av))
+        if (gpucore_views_overlap(&ov, &av))
             return gpucore_set_error(GPUCORE_ERR_INVALID_ARGUMENT,
                                      "cast: out and a overlap in memory; a cast between dtypes cannot run in place");
     }
@@ -213,6 +206,7 @@ gpucore_status gpucore_dropout(gpucore_tensor *out, const gpucore_tensor *x, dou
         return gpucore_set_error(GPUCORE_ERR_INVALID_ARGUMENT, "dropout: p is %g; it must be in [0, 1]", p);
     float scale = p >= 1.0 ? 0.0f : (float)(1.0 / (1.0 - p));
     /* u >= p keeps: p = 1 must drop everything, and u < 1 always */
-    ew_call c = {"dropout", GPUCORE_EW_DROPOUT, 0, p >= 1.0 ? 2.0f : (float)p, scale, seed, offset, 0, 0};
+    ew_call c = {.op = "dropout", .code = GPUCORE_EW_DROPOUT, .alpha = p >= 1.0 ? 2.0f : (float)p, .beta = scale,
+                 .seed = seed, .offset = offset};
     return ew_run(&c, out, x, NULL, stream);
 }

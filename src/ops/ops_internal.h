@@ -8,6 +8,7 @@
 #define GPUCORE_OPS_INTERNAL_H
 
 #include "core/internal.h"
+#include "core/view_span.h"
 
 /* t is f32, f16 or bf16; otherwise DTYPE_MISMATCH naming op and arg. */
 GPUCORE_HIDDEN gpucore_status ops_check_float(const gpucore_tensor *t, const char *op, const char *arg);
@@ -17,8 +18,7 @@ GPUCORE_HIDDEN gpucore_status ops_check_same(const gpucore_tensor *a, const char
 /* in's view broadcast to out's shape (numpy rules): same ndim, stride 0 on repeated dims. */
 GPUCORE_HIDDEN gpucore_status ops_broadcast_view(const gpucore_tensor *in, const char *arg, const gpucore_tensor *out,
                                                  const char *op, gpucore_view *v);
-/* Whether two views' memory ranges intersect / are exactly the same view. */
-GPUCORE_HIDDEN int ops_views_overlap(const gpucore_view *a, const gpucore_view *b);
+/* Whether two views are exactly the same view. */
 GPUCORE_HIDDEN int ops_views_identical(const gpucore_view *a, const gpucore_view *b);
 /* out may equal in exactly (in place); any other overlap is INVALID_ARGUMENT. */
 GPUCORE_HIDDEN gpucore_status ops_check_alias(const gpucore_view *out, const gpucore_view *in, const char *op,
@@ -40,6 +40,9 @@ GPUCORE_HIDDEN gpucore_status ops_finish_output(gpucore_tensor *t, gpucore_tenso
  * needs none); release with ops_workspace_free after enqueuing the op. */
 GPUCORE_HIDDEN gpucore_status ops_workspace_alloc(gpucore_context *ctx, int64_t bytes, gpucore_stream *s, void **p);
 GPUCORE_HIDDEN void ops_workspace_free(gpucore_context *ctx, gpucore_stream *s, void *p);
+/* INVALID_ARGUMENT unless value is a value of public enum `type` ("gpucore_unary_op", ...;
+ * the tables of kernels/op_tables.h) and >= first; the message lists the valid names. */
+GPUCORE_HIDDEN gpucore_status ops_check_enum(const char *op, const char *what, const char *type, int value, int first);
 /* NOT_SUPPORTED unless the backend has the entry. */
 GPUCORE_HIDDEN gpucore_status ops_need_entry(const gpucore_context *ctx, const void *entry, const char *op);
 

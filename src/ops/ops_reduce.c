@@ -9,8 +9,7 @@
 #include "ops_internal.h"
 #include "reduce_math.h"
 
-_Static_assert((int)GPUCORE_REDUCTION_SUMSQ == (int)GPUCORE_RED_SUMSQ && (int)GPUCORE_REDUCTION_ARGMAX == (int)GPUCORE_RED_ARGMAX,
-               "reduce op codes");
+/* gpucore_reduction values are the GPUCORE_RED_* codes (op_names.c asserts it). */
 
 static gpucore_status reduce_run(int op, gpucore_tensor *out, const gpucore_tensor *a, int64_t outer, int64_t len,
                                  int64_t inner, const char *name, gpucore_stream *s)
@@ -53,8 +52,7 @@ gpucore_status gpucore_reduce(gpucore_reduction op, gpucore_tensor *out, const g
     const char *name = "reduce";
     gpucore_status st = gpucore_check_tensor(out, name, "out");
     if (st || (st = gpucore_check_tensor(a, name, "a"))) return st;
-    if (op < GPUCORE_REDUCTION_SUM || op > GPUCORE_REDUCTION_SUMSQ)
-        return gpucore_set_error(GPUCORE_ERR_INVALID_ARGUMENT, "reduce: op %d is not a gpucore_reduction (0..5)", (int)op);
+    if ((st = ops_check_enum(name, "op", "gpucore_reduction", (int)op, 0))) return st;
     if ((st = ops_check_float(a, name, "a"))) return st;
     if ((st = ops_check_same(out, "out", a, "a", name, 0))) return st;
     if (op == GPUCORE_REDUCTION_ARGMAX ? out->dtype != GPUCORE_I64 : out->dtype != a->dtype)

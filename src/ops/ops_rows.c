@@ -10,8 +10,7 @@
 #include "ops_internal.h"
 #include "rows_math.h"
 
-_Static_assert((int)GPUCORE_LOSS_MEAN == (int)GPUCORE_ROWS_RED_MEAN && (int)GPUCORE_LOSS_SUM == (int)GPUCORE_ROWS_RED_SUM,
-               "loss reduction codes");
+/* gpucore_loss_reduction values are the GPUCORE_ROWS_RED_* codes (op_names.c asserts it). */
 
 /* Staged inputs and outputs of one call. */
 typedef struct rows_io {
@@ -60,11 +59,12 @@ static gpucore_status io_finish(rows_io *io, gpucore_status st)
 static gpucore_status rows_run(gpucore_context *ctx, gpucore_rows_args *a, gpucore_stream *s)
 {
     /* profile names and main-operand traffic in rows x cols elements, by GPUCORE_ROWS_* code */
-    static const struct { const char *name; int io; } prof_op[12] = {
-        {"softmax", 2}, {"log_softmax", 2}, {"softmax_backward", 3}, {"log_softmax_backward", 3}, {"layer_norm", 2},
-        {"layer_norm_backward", 3}, {"rms_norm", 2}, {"rms_norm_backward", 3}, {"cross_entropy", 1},
-        {"cross_entropy_backward", 2}, {"embedding", 1}, {"embedding_backward", 1}};
-    int prof_i = a->op >= 0 && a->op < 12 ? a->op : 0;
+    static const struct { const char *name; int io; } prof_op[GPUCORE_ROWS_COUNT] = {
+#define PROF_OP(N, name, io) {#name, io},
+        GPUCORE_ROWS_TABLE(PROF_OP)
+#undef PROF_OP
+    };
+    int prof_i = a->op >= 0 && a->op < GPUCORE_ROWS_COUNT ? a->op : 0;
     gpucore_status st = ops_workspace_alloc(ctx, gpucore_rows_workspace_bytes(a), s, &a->workspace);
     void *prof = gpucore_prof_begin(ctx, s, prof_op[prof_i].name,
                                     prof_op[prof_i].io * a->rows * a->cols * gpucore_dtype_size((gpucore_dtype)a->dtype));
@@ -374,9 +374,7 @@ static gpucore_status ce_check(const char *name, const gpucore_tensor *logits, c
     if ((st = gpucore_check_tensor(l, name, ln)) || (st = ops_check_float(l, name, ln)) ||
         (st = ops_check_same(l, ln, logits, "logits", name, 0)))
         return st;
-    if (red != GPUCORE_LOSS_NONE && red != GPUCORE_LOSS_MEAN && red != GPUCORE_LOSS_SUM)
-        return gpucore_set_error(GPUCORE_ERR_INVALID_ARGUMENT, "%s: reduction %d is not a gpucore_loss_reduction "
-                                 "(0 none, 1 mean, 2 sum)", name, (int)red);
+    if ((st = ops_check_enum(name, "reduction", "gpucore_loss_reduction", (int)red, 0))) return st;
     if (targets->ndim != logits->ndim - 1 || memcmp(targets->shape, logits->shape, sizeof(int64_t) * (size_t)targets->ndim))
         return shape_error(name, "targets", targets, "logits", logits,
                            "targets must have the shape of logits without its last (class) dim");

@@ -68,6 +68,10 @@ def main():
     for n in sorted(names):
         lines.append(f'extern _Thread_local unsigned char {n}[SIMT_MAX_DYNAMIC_SMEM] '
                      f'__attribute__((alias("simt_dynamic_smem_storage"), visibility("hidden")));')
+        # C++ reaches an extern thread_local through its (weak) TLS init function; in a shared
+        # module the weak reference resolves to a PLT stub, not NULL, so define an empty one.
+        lines.append(f'__attribute__((visibility("hidden"))) void _ZTH{len(n)}{n}(void);')
+        lines.append(f'void _ZTH{len(n)}{n}(void) {{}}')
     lines.append("")
     lines.append("const char *const simt_kernel_files_run[] = {" + "".join(c_string(r) + ", " for r in run) + "0};")
     lines.append("const char *const simt_kernel_files_excluded[] = {"

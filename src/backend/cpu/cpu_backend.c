@@ -164,6 +164,9 @@ static gpucore_status cpu_stream_create_v(void *bctx, int priority, void **s)
 static void cpu_stream_destroy_v(void *bctx, void *s) { (void)bctx; cpu_stream_destroy(s); }
 static gpucore_status cpu_stream_sync_v(void *bctx, void *s) { (void)bctx; return cpu_stream_synchronize(s); }
 
+GPUCORE_HIDDEN gpucore_status cpu_attention(void *bctx, const gpucore_attn_args *args, void *s); /* cpu_attention.c */
+GPUCORE_HIDDEN gpucore_status cpu_transformer(void *bctx, const gpucore_tfm_args *args, void *s); /* cpu_transformer.c */
+
 static const gpucore_backend cpu_backend_table = {
     .abi = GPUCORE_BACKEND_ABI,
     .name = "cpu",
@@ -204,6 +207,8 @@ static const gpucore_backend cpu_backend_table = {
     .host_alloc = cpu_host_alloc,
     .host_free = cpu_host_free,
     .stream_priority_range = cpu_stream_priority_range,
+    .attention = cpu_attention,
+    .transformer = cpu_transformer,
 };
 
 const gpucore_backend *gpucore_cpu_backend(void) { return &cpu_backend_table; }

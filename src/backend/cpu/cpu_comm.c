@@ -280,7 +280,7 @@ gpucore_status cpu_comm_enqueue(void *bcomm, const gpucore_comm_call *call, void
                                  "count allows (2^31-1); split the call", comm_kind_name(call->kind),
                                  (long long)call->count);
     comm_task_args a = {c, *call};
-    return cpu_stream_enqueue(stream, comm_task, &a, sizeof a);
+    return cpu_stream_enqueue_pinned(stream, comm_task, &a, sizeof a); /* MPI from the worker thread only */
 }
 
 gpucore_status cpu_comm_check(void *bcomm)

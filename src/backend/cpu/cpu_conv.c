@@ -13,6 +13,8 @@
  *   backward data    dcol = dY · Wp, then a gathering col2im (each dx element
  *                    sums its own taps: no scatter races, deterministic)
  *   backward filter  dWp += dYᵀ · col over the chunks
+ * The f32 forward goes to oneDNN first where the build has it (cpu_conv_dnnl.c);
+ * these paths are its fallback and serve every backward.
  * Runs as one task on the stream's worker; OpenMP parallelises the gathers and
  * the depthwise loops; the GEMMs are cpu_sgemm's (cpu_matmul.c: OpenBLAS, or its
  * blocked loop without it).
@@ -206,11 +208,66 @@ static gpucore_status gemm_path(const gpucore_conv_desc *d)
 
 /* ---- depthwise (one input channel per group): direct loops ---- */
 
+/* Depthwise forward, f32 with unit W stride: one output row at a time, each tap (r, s)
+ * added to the whole row (the loop over q vectorises). Every output sums its taps in
+ * the same (r, s) order as the general loop below, then adds the bias: same bits. */
+static gpucore_status depthwise_forward_rows(const gpucore_conv_desc *d)
+{
+    const int64_t Kg = d->k / d->groups, Q = d->q;
+    const int64_t *xs = d->x_strides, *ws = d->w_strides, *ys = d->y_strides;
+    const float *x = d->x, *wt = d->wt;
+    int oom = 0;
+#pragma omp parallel
+    {
+        float *acc = malloc(sizeof(float) * (size_t)(Q + 1));
+        if (!acc) {
+#pragma omp atomic write
+            oom = 1;
+        }
+#pragma omp for collapse(2) schedule(static)
+        for (int64_t n = 0; n < d->n; n++)
+            for (int64_t k = 0; k < d->k; k++) {
+                if (!acc) continue;
+                const int64_t c = k / Kg;
+                const float b = d->bias ? ((const float *)d->bias)[k] : 0.0f;
+                for (int64_t p = 0; p < d->p; p++) {
+                    memset(acc, 0, sizeof(float) * (size_t)Q);
+                    for (int64_t r = 0; r < d->r; r++) {
+                        const int64_t h = p * d->stride_h - d->pad_h + r * d->dil_h;
+                        if (h < 0 || h >= d->h) continue;
+                        const float *xrow = x + n * xs[0] + c * xs[1] + h * xs[2];
+                        for (int64_t s = 0; s < d->s; s++) {
+                            const float wv = wt[k * ws[0] + r * ws[2] + s * ws[3]];
+                            const int64_t off = s * d->dil_w - d->pad_w, st = d->stride_w;
+                            /* q with 0 <= q·st + off < W */
+                            int64_t q0 = off >= 0 ? 0 : (-off + st - 1) / st;
+                            int64_t q1 = d->w - off <= 0 ? 0 : (d->w - off + st - 1) / st;
+                            if (q1 > Q) q1 = Q;
+                            if (st == 1)
+                                for (int64_t q = q0; q < q1; q++) acc[q] += xrow[q + off] * wv;
+                            else
+                                for (int64_t q = q0; q < q1; q++) acc[q] += xrow[q * st + off] * wv;
+                        }
+                    }
+                    float *yrow = (float *)d->y + n * ys[0] + k * ys[1] + p * ys[2];
+                    for (int64_t q = 0; q < Q; q++) {
+                        float v = acc[q] + b;
+                        if (d->relu) v = v > 0.0f ? v : 0.0f;
+                        yrow[q * ys[3]] = v;
+                    }
+                }
+            }
+        free(acc);
+    }
+    return oom ? GPUCORE_ERR_OUT_OF_MEMORY : GPUCORE_OK;
+}
+
 static gpucore_status depthwise_path(const gpucore_conv_desc *d)
 {
     const int64_t Kg = d->k / d->groups;
     const int64_t *xs = d->x_strides, *ws = d->w_strides, *ys = d->y_strides;
     const int dt = d->dtype;
+    if (d->op == GPUCORE_CONV_OP_FORWARD && dt == GPUCORE_KDT_F32 && xs[3] == 1) return depthwise_forward_rows(d);
     if (d->op == GPUCORE_CONV_OP_FORWARD) {
 #pragma omp parallel for collapse(2) schedule(static)
         for (int64_t n = 0; n < d->n; n++)
@@ -283,6 +340,7 @@ static gpucore_status depthwise_path(const gpucore_conv_desc *d)
 static gpucore_status conv_task(void *p)
 {
     const gpucore_conv_desc *d = &((conv_args *)p)->d;
+    if (cpu_conv_dnnl_forward(d)) return GPUCORE_OK;
     if (d->groups > 1 && d->c == d->groups) return depthwise_path(d);
     return gemm_path(d);
 }

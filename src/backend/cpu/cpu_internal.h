@@ -47,5 +47,8 @@ GPUCORE_HIDDEN void cpu_comm_destroy(void *bcomm);
 
 /* cpu_conv.c: convolution (im2col + GEMM, direct depthwise) */
 GPUCORE_HIDDEN gpucore_status cpu_conv(void *bctx, const gpucore_conv_desc *desc, void *s);
+/* cpu_conv_dnnl.c: the forward through oneDNN; 1 when it computed y, 0 when the caller must
+ * run the im2col + GEMM path (no oneDNN in the build, unsupported dtype or shape). */
+GPUCORE_HIDDEN int cpu_conv_dnnl_forward(const gpucore_conv_desc *d);
 
 #endif

@@ -12,6 +12,7 @@
 #include <string.h>
 #include "cpu_internal.h"
 #include "gpucore_config.h"
+#include "cpu_vec.h"
 #if GPUCORE_HAVE_OPENBLAS
 #include <cblas.h>
 #endif
@@ -227,20 +228,38 @@ static gpucore_status matmul_task(void *p)
         const char *C = g->c ? (const char *)g->c + bi * g->batch_stride_c * dsz : NULL;
         char *aux = g->aux ? (char *)g->aux + bi * g->batch_stride_aux * dsz : NULL;
         const uint32_t epi = g->epilogue;
-        /* over columns j (the user's rows); each j writes its own column of D */
+        if (ti == 1 && g->d_dtype == GPUCORE_KDT_F32 && !(C && g->beta != 0.0f) && !(epi & GPUCORE_GEMM_EPI_DGELU)) {
+            /* f32 out, columns of T contiguous: the epilogue a column at a time while it is in
+             * cache, GELU through the vector tanh (cpu_vec.h); same steps as the general loop */
+            const float *bias = (epi & GPUCORE_GEMM_EPI_BIAS) ? (const float *)g->bias : NULL;
 #pragma omp parallel for if (m * n > CPU_MM_PARALLEL_THRESHOLD) schedule(static)
-        for (int64_t j = 0; j < n; j++) {
-            for (int64_t i = 0; i < m; i++) {
-                float acc = g->alpha * T[i * ti + j * tj];
-                if (C && g->beta != 0.0f) acc += g->beta * gpucore_load_as_f32(C + (i + j * g->ldc) * dsz, g->d_dtype);
-                float bias = (epi & GPUCORE_GEMM_EPI_BIAS) ? gpucore_load_as_f32((const char *)g->bias + i * dsz, g->d_dtype)
-                                                           : 0.0f;
-                float aux_in = (epi & GPUCORE_GEMM_EPI_DGELU) ? gpucore_load_as_f32(aux + (i + j * g->ldaux) * dsz, g->d_dtype)
-                                                              : 0.0f;
-                float aux_out = 0.0f;
-                float v = gpucore_gemm_epilogue_value(epi, acc, bias, aux_in, &aux_out);
-                if (epi & GPUCORE_GEMM_EPI_AUX_OUT) gpucore_store_from_f32(aux + (i + j * g->ldaux) * dsz, g->d_dtype, aux_out);
-                gpucore_store_from_f32(D + (i + j * g->ldd) * dsz, g->d_dtype, v);
+            for (int64_t j = 0; j < n; j++) {
+                const float *Tj = T + j * tj;
+                float *Dj = (float *)D + j * g->ldd;
+                for (int64_t i = 0; i < m; i++) Dj[i] = g->alpha * Tj[i];
+                if (bias)
+                    for (int64_t i = 0; i < m; i++) Dj[i] += bias[i];
+                if (epi & GPUCORE_GEMM_EPI_AUX_OUT) memcpy((float *)aux + j * g->ldaux, Dj, sizeof(float) * (size_t)m);
+                if (epi & GPUCORE_GEMM_EPI_RELU)
+                    for (int64_t i = 0; i < m; i++) Dj[i] = gpucore_relu(Dj[i]);
+                else if (epi & GPUCORE_GEMM_EPI_GELU) cpu_vec_gelu_tanh(Dj, Dj, m);
+            }
+        } else {
+            /* over columns j (the user's rows); each j writes its own column of D */
+#pragma omp parallel for if (m * n > CPU_MM_PARALLEL_THRESHOLD) schedule(static)
+            for (int64_t j = 0; j < n; j++) {
+                for (int64_t i = 0; i < m; i++) {
+                    float acc = g->alpha * T[i * ti + j * tj];
+                    if (C && g->beta != 0.0f) acc += g->beta * gpucore_load_as_f32(C + (i + j * g->ldc) * dsz, g->d_dtype);
+                    float bias = (epi & GPUCORE_GEMM_EPI_BIAS) ? gpucore_load_as_f32((const char *)g->bias + i * dsz, g->d_dtype)
+                                                               : 0.0f;
+                    float aux_in = (epi & GPUCORE_GEMM_EPI_DGELU) ? gpucore_load_as_f32(aux + (i + j * g->ldaux) * dsz, g->d_dtype)
+                                                                  : 0.0f;
+                    float aux_out = 0.0f;
+                    float v = gpucore_gemm_epilogue_value(epi, acc, bias, aux_in, &aux_out);
+                    if (epi & GPUCORE_GEMM_EPI_AUX_OUT) gpucore_store_from_f32(aux + (i + j * g->ldaux) * dsz, g->d_dtype, aux_out);
+                    gpucore_store_from_f32(D + (i + j * g->ldd) * dsz, g->d_dtype, v);
+                }
             }
         }
         if (colsum) {

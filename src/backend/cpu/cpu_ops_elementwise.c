@@ -2,9 +2,11 @@
  * cpu_ops_elementwise.c — the CPU backend's elementwise family. Work is cut
  * into blocks of EW_BLOCK elements spread over OpenMP threads; each block
  * loads its inputs into f32 buffers (dense, row-broadcast, scalar or general
- * strided addressing, the same modes the CUDA kernel uses), computes with the
+ * strided addressing, the same layouts the CUDA kernel uses), computes with the
  * op's loop hoisted out of the switch so the compiler can vectorise it, and
- * stores with round-to-nearest-even. Casts run through f64.
+ * stores with round-to-nearest-even. Casts run through f64. Every loop calls
+ * the op's per-element function from elementwise_math.h (the op tables in
+ * op_tables.h generate the cases), so the CPU computes the kernels' formula.
  *
  * Fast paths (same per-element formulas, so the same bits): dense f32 operands
  * are computed straight from and into the tensors (no staging copies); the
@@ -50,27 +52,27 @@ static void strided_offsets(const gpucore_view *v, int64_t i0, int n, int64_t *o
     }
 }
 
-static void load_f32(const gpucore_view *v, int mode, int64_t inner, int64_t i0, int n, float *buf, int64_t *off)
+static void load_f32(const gpucore_view *v, gpucore_ew_layout mode, int64_t inner, int64_t i0, int n, float *buf, int64_t *off)
 {
     const char *base = v->data;
     const int dt = v->dtype, es = v->elem_size;
-    if (mode == 0 && dt == GPUCORE_KDT_F32) { memcpy(buf, (const float *)base + i0, sizeof(float) * (size_t)n); return; }
-    if (mode == 0 && dt == GPUCORE_KDT_BF16) {
+    if (mode == GPUCORE_EW_LAYOUT_DENSE && dt == GPUCORE_KDT_F32) { memcpy(buf, (const float *)base + i0, sizeof(float) * (size_t)n); return; }
+    if (mode == GPUCORE_EW_LAYOUT_DENSE && dt == GPUCORE_KDT_BF16) {
         const uint16_t *p = (const uint16_t *)base + i0;
         EW_SIMD for (int k = 0; k < n; k++) buf[k] = gpucore_bf16_to_f32(p[k]);
         return;
     }
-    if (mode == 0 && dt == GPUCORE_KDT_F16) {
+    if (mode == GPUCORE_EW_LAYOUT_DENSE && dt == GPUCORE_KDT_F16) {
         const uint16_t *p = (const uint16_t *)base + i0;
         EW_SIMD for (int k = 0; k < n; k++) buf[k] = gpucore_f16_to_f32(p[k]);
         return;
     }
-    if (mode == 2) {
+    if (mode == GPUCORE_EW_LAYOUT_SCALAR) {
         float x = gpucore_load_as_f32(base, dt);
         for (int k = 0; k < n; k++) buf[k] = x;
         return;
     }
-    if (mode == 1) { /* one modulo per block, then walk the row with wrap-around */
+    if (mode == GPUCORE_EW_LAYOUT_ROW) { /* one modulo per block, then walk the row with wrap-around */
         int64_t j = i0 % inner;
         for (int k = 0; k < n; k++) {
             buf[k] = dt == GPUCORE_KDT_F32 ? ((const float *)base)[j] : gpucore_load_as_f32(base + j * es, dt);
@@ -97,16 +99,19 @@ static void store_f32(const gpucore_view *v, int64_t i0, int n, const float *buf
     for (int k = 0; k < n; k++) gpucore_store_from_f32(base + off[k] * es, dt, buf[k]);
 }
 
+/* A loop over k the compiler may vectorise (SIMD) or that stays scalar (SCALAR:
+ * libm calls, for the same bits as the kernels); the op tables say which. */
+#define EW_LOOP_SIMD EW_SIMD for
+#define EW_LOOP_SCALAR for
+
 /* r[k] = act(x[k]), the activation's formula called directly. */
 static void act_loop(int act, const float *x, float *r, int n)
 {
     switch (act) {
-    case GPUCORE_ACT_CODE_RELU: EW_SIMD for (int k = 0; k < n; k++) r[k] = gpucore_relu(x[k]); break;
-    case GPUCORE_ACT_CODE_GELU_ERF: for (int k = 0; k < n; k++) r[k] = gpucore_gelu_erf(x[k]); break;
-    case GPUCORE_ACT_CODE_GELU_TANH: for (int k = 0; k < n; k++) r[k] = gpucore_gelu_tanh(x[k]); break;
-    case GPUCORE_ACT_CODE_SILU: for (int k = 0; k < n; k++) r[k] = gpucore_silu(x[k]); break;
-    case GPUCORE_ACT_CODE_SIGMOID: for (int k = 0; k < n; k++) r[k] = gpucore_sigmoid(x[k]); break;
-    case GPUCORE_ACT_CODE_TANH: for (int k = 0; k < n; k++) r[k] = gpucore_tanh_act(x[k]); break;
+#define ACT_CASE(N, name, fwd, grad, simd) \
+    case GPUCORE_ACT_CODE_##N: EW_LOOP_##simd (int k = 0; k < n; k++) r[k] = fwd(x[k]); break;
+    GPUCORE_ACTIVATION_TABLE(ACT_CASE)
+#undef ACT_CASE
     default: for (int k = 0; k < n; k++) r[k] = gpucore_act_apply(act, x[k]); break;
     }
 }
@@ -115,12 +120,10 @@ static void act_loop(int act, const float *x, float *r, int n)
 static void act_grad_loop(int act, const float *dy, const float *x, float *r, int n)
 {
     switch (act) {
-    case GPUCORE_ACT_CODE_RELU: EW_SIMD for (int k = 0; k < n; k++) r[k] = dy[k] * gpucore_relu_grad(x[k]); break;
-    case GPUCORE_ACT_CODE_GELU_ERF: for (int k = 0; k < n; k++) r[k] = dy[k] * gpucore_gelu_erf_grad(x[k]); break;
-    case GPUCORE_ACT_CODE_GELU_TANH: for (int k = 0; k < n; k++) r[k] = dy[k] * gpucore_gelu_tanh_grad(x[k]); break;
-    case GPUCORE_ACT_CODE_SILU: for (int k = 0; k < n; k++) r[k] = dy[k] * gpucore_silu_grad(x[k]); break;
-    case GPUCORE_ACT_CODE_SIGMOID: for (int k = 0; k < n; k++) r[k] = dy[k] * gpucore_sigmoid_grad(x[k]); break;
-    case GPUCORE_ACT_CODE_TANH: for (int k = 0; k < n; k++) r[k] = dy[k] * gpucore_tanh_grad(x[k]); break;
+#define ACT_CASE(N, name, fwd, grad, simd) \
+    case GPUCORE_ACT_CODE_##N: EW_LOOP_##simd (int k = 0; k < n; k++) r[k] = dy[k] * grad(x[k]); break;
+    GPUCORE_ACTIVATION_TABLE(ACT_CASE)
+#undef ACT_CASE
     default: for (int k = 0; k < n; k++) r[k] = dy[k] * gpucore_act_grad_apply(act, x[k]); break;
     }
 }
@@ -134,42 +137,36 @@ static void dropout_loop(const gpucore_ew_args *p, const float *a, float *r, int
         const uint64_t i = (uint64_t)(i0 + k);
         const gpucore_philox_out q = gpucore_philox4x32_10(p->seed, p->offset + i / 4);
         for (unsigned lane = (unsigned)(i % 4); lane < 4 && k < n; lane++, k++)
-            r[k] = gpucore_u32_to_unit(q.v[lane]) >= keep ? a[k] * scale : 0.0f;
+            r[k] = gpucore_ew_dropout(gpucore_u32_to_unit(q.v[lane]), keep, scale, a[k]);
     }
 }
 
-/* r = op(a, b) for n elements; r may be a (in place). */
+/* r = op(a, b) for n elements; r may be a (in place). Each case loops over the
+ * op's per-element function from elementwise_math.h (the kernels' formula). */
 static void compute_block(const gpucore_ew_args *p, const float *a, const float *b, float *r, int n, int64_t i0)
 {
     const float al = p->alpha, be = p->beta;
-    int fused_act = 1;
     switch (p->op) {
-    case GPUCORE_EW_ADD: EW_SIMD for (int k = 0; k < n; k++) r[k] = a[k] + b[k]; break;
-    case GPUCORE_EW_SUB: EW_SIMD for (int k = 0; k < n; k++) r[k] = a[k] - b[k]; break;
-    case GPUCORE_EW_MUL: EW_SIMD for (int k = 0; k < n; k++) r[k] = a[k] * b[k]; break;
-    case GPUCORE_EW_DIV: EW_SIMD for (int k = 0; k < n; k++) r[k] = a[k] / b[k]; break;
-    case GPUCORE_EW_AXPBY: EW_SIMD for (int k = 0; k < n; k++) r[k] = al * a[k] + be * b[k]; break;
-    case GPUCORE_EW_AFFINE: EW_SIMD for (int k = 0; k < n; k++) r[k] = al * a[k] + be; fused_act = 0; break;
-    case GPUCORE_EW_NEG: EW_SIMD for (int k = 0; k < n; k++) r[k] = -a[k]; fused_act = 0; break;
-    case GPUCORE_EW_CLAMP:
-        EW_SIMD for (int k = 0; k < n; k++) r[k] = a[k] < al ? al : (a[k] > be ? be : a[k]);
-        fused_act = 0;
-        break;
-    case GPUCORE_EW_ABS: EW_SIMD for (int k = 0; k < n; k++) r[k] = fabsf(a[k]); fused_act = 0; break;
-    case GPUCORE_EW_EXP: for (int k = 0; k < n; k++) r[k] = expf(a[k]); fused_act = 0; break;
-    case GPUCORE_EW_LOG: for (int k = 0; k < n; k++) r[k] = logf(a[k]); fused_act = 0; break;
-    case GPUCORE_EW_SQRT: for (int k = 0; k < n; k++) r[k] = sqrtf(a[k]); fused_act = 0; break;
-    case GPUCORE_EW_RSQRT: for (int k = 0; k < n; k++) r[k] = 1.0f / sqrtf(a[k]); fused_act = 0; break;
-    case GPUCORE_EW_ACT: act_loop(p->act, a, r, n); fused_act = 0; break;
-    case GPUCORE_EW_ACT_GRAD: act_grad_loop(p->act, a, b, r, n); fused_act = 0; break;
-    case GPUCORE_EW_DROPOUT: dropout_loop(p, a, r, n, i0); fused_act = 0; break;
+#define BINARY_CASE(N, name, expr) \
+    case GPUCORE_EW_##N: EW_SIMD for (int k = 0; k < n; k++) r[k] = gpucore_ew_##name(a[k], b[k]); break;
+    GPUCORE_BINARY_TABLE(BINARY_CASE)
+#undef BINARY_CASE
+    case GPUCORE_EW_AXPBY: EW_SIMD for (int k = 0; k < n; k++) r[k] = gpucore_ew_axpby(al, be, a[k], b[k]); break;
+    case GPUCORE_EW_AFFINE: EW_SIMD for (int k = 0; k < n; k++) r[k] = gpucore_ew_affine(al, be, a[k]); return;
+    case GPUCORE_EW_CLAMP: EW_SIMD for (int k = 0; k < n; k++) r[k] = gpucore_ew_clamp(al, be, a[k]); return;
+#define UNARY_CASE(N, name, expr, simd) \
+    case GPUCORE_EW_##N: EW_LOOP_##simd (int k = 0; k < n; k++) r[k] = gpucore_ew_##name(a[k]); return;
+    GPUCORE_UNARY_TABLE(UNARY_CASE)
+#undef UNARY_CASE
+    case GPUCORE_EW_ACT: act_loop(p->act, a, r, n); return;
+    case GPUCORE_EW_ACT_GRAD: act_grad_loop(p->act, a, b, r, n); return;
+    case GPUCORE_EW_DROPOUT: dropout_loop(p, a, r, n, i0); return;
     default:
         for (int k = 0; k < n; k++)
             r[k] = gpucore_ew_compute(p->op, p->act, al, be, p->seed, p->offset, a[k], b[k], (uint64_t)(i0 + k));
-        fused_act = 0;
-        break;
+        return;
     }
-    if (fused_act && p->act) act_loop(p->act, r, r, n);
+    if (p->act) act_loop(p->act, r, r, n); /* binary ops and axpby: the fused activation */
 }
 
 /* Contiguous casts between f32, f16 and bf16: through f32, which equals the f64 route
@@ -204,13 +201,13 @@ static gpucore_status elementwise_task(void *argp)
 {
     const gpucore_ew_args *p = argp;
     const int64_t n = p->out.numel, blocks = (n + EW_BLOCK - 1) / EW_BLOCK;
-    int mode[2] = {-1, -1};
+    gpucore_ew_layout mode[2] = {GPUCORE_EW_LAYOUT_STRIDED, GPUCORE_EW_LAYOUT_STRIDED};
     int64_t inner[2] = {0, 0};
     for (int i = 0; i < p->nin; i++)
         if (p->out.contiguous) mode[i] = gpucore_ew_input_mode(&p->out, &p->in[i], &inner[i]);
     /* every operand dense f32: compute in place in the tensors, no staging */
     int direct = p->op != GPUCORE_EW_CAST && p->out.contiguous && p->out.dtype == GPUCORE_KDT_F32;
-    for (int i = 0; i < p->nin; i++) direct &= mode[i] == 0 && p->in[i].dtype == GPUCORE_KDT_F32;
+    for (int i = 0; i < p->nin; i++) direct &= mode[i] == GPUCORE_EW_LAYOUT_DENSE && p->in[i].dtype == GPUCORE_KDT_F32;
 #pragma omp parallel if (n > EW_PARALLEL_MIN)
     {
         float a[EW_BLOCK], b[EW_BLOCK], r[EW_BLOCK];

@@ -4,12 +4,16 @@
  * chunks the CUDA kernels use (reduce_math.h); chunks are reduced in parallel
  * (OpenMP) into per-chunk partials, then folded in chunk order, so the result
  * does not depend on the thread count. Sums accumulate in f64 here (this is
- * also the reference the other backends are compared with).
+ * also the reference the other backends are compared with). Rows (inner == 1)
+ * go through the cpu_vec.h kernels (16 fixed f64 lanes, SIMD); column sums add
+ * whole rows into an f64 vector; the dtype is dispatched once per block.
  */
 #include <stdlib.h>
 #include "cpu_internal.h"
 #include "reduce_math.h"
 #include "dtype_access.h"
+#include "cpu_vec.h"
+#include <math.h>
 
 typedef struct cpu_acc { double val; int64_t idx; } cpu_acc;
 
@@ -28,6 +32,53 @@ static cpu_acc acc_combine(int op, cpu_acc a, cpu_acc b)
     return a;
 }
 
+/* One chunk [l0, l1) of one row (inner == 1): the row's elements widened to f32 a block
+ * at a time (dtype dispatch once per block), then the cpu_vec.h kernels. */
+static cpu_acc reduce_row_chunk(int op, const char *x, int dt, int es, int64_t l0, int64_t l1)
+{
+    float buf[GPUCORE_RED_ROW_CHUNK];
+    const float *v = (const float *)(x + l0 * es);
+    const int64_t n = l1 - l0;
+    if (dt != GPUCORE_KDT_F32) {
+        cpu_vec_load(buf, x + l0 * es, dt, n);
+        v = buf;
+    }
+    cpu_acc a = {0, n > 0 ? l0 : -1};
+    switch (op) {
+    case GPUCORE_RED_SUM: case GPUCORE_RED_MEAN: a.val = cpu_vec_sum(v, n); break;
+    case GPUCORE_RED_SUMSQ: a.val = cpu_vec_sumsq(v, n); break;
+    case GPUCORE_RED_MAX: a.val = cpu_vec_max(v, n); break;
+    case GPUCORE_RED_MIN: a.val = cpu_vec_min(v, n); break;
+    default: /* argmax: the first index of the largest value; the first NaN wins */
+        for (int64_t i = 0; i < n; i++) {
+            if (v[i] != v[i]) { a.val = NAN; a.idx = l0 + i; break; }
+            if (i == 0 || v[i] > a.val) { a.val = v[i]; a.idx = l0 + i; }
+        }
+    }
+    return a;
+}
+
+/* One chunk of rows [l0, l1) of a column reduction (inner > 1) for the sums: each column
+ * adds its rows in row order in f64 (the loop over columns vectorises). */
+static void reduce_col_chunk_sum(int op, const char *x, int dt, int es, int64_t len, int64_t inner, int64_t o,
+                                 int64_t l0, int64_t l1, cpu_acc *acc, double *dsum, float *row)
+{
+    for (int64_t j = 0; j < inner; j++) dsum[j] = 0;
+    for (int64_t l = l0; l < l1; l++) {
+        const char *src = x + ((o * len + l) * inner) * es;
+        const float *v = (const float *)src;
+        if (dt != GPUCORE_KDT_F32) {
+            cpu_vec_load(row, src, dt, inner);
+            v = row;
+        }
+        if (op == GPUCORE_RED_SUMSQ)
+            for (int64_t j = 0; j < inner; j++) dsum[j] += (double)v[j] * v[j];
+        else
+            for (int64_t j = 0; j < inner; j++) dsum[j] += v[j];
+    }
+    for (int64_t j = 0; j < inner; j++) { acc[j].val = dsum[j]; acc[j].idx = l1 > l0 ? l0 : -1; }
+}
+
 static gpucore_status reduce_task(void *argp)
 {
     const gpucore_reduce_args *p = argp;
@@ -39,20 +90,41 @@ static gpucore_status reduce_task(void *argp)
     cpu_acc *part = malloc(sizeof(cpu_acc) * (size_t)(outer * chunks * inner));
     if (!part) return gpucore_set_error(GPUCORE_ERR_OUT_OF_MEMORY, "reduce: out of host memory for partial results");
     const int64_t items = outer * chunks;
-#pragma omp parallel for schedule(dynamic, 1) if (outer * len * inner > 32768)
+    const int col_sum = inner > 1 && gpucore_red_is_sum(op);
+    int oom = 0;
+#pragma omp parallel for schedule(static) if (outer * len * inner > 32768) /* items of equal size */
     for (int64_t w = 0; w < items; w++) {
         const int64_t o = w / chunks, c = w % chunks;
         cpu_acc *acc = part + (o * chunks + c) * inner;
-        for (int64_t j = 0; j < inner; j++) { acc[j].val = 0; acc[j].idx = -1; }
         const int64_t l0 = c * chunk_len, l1 = l0 + chunk_len < len ? l0 + chunk_len : len;
+        if (inner == 1) {
+            acc[0] = reduce_row_chunk(op, x + o * len * es, dt, es, l0, l1);
+            continue;
+        }
+        if (col_sum) {
+            double *dsum = malloc(sizeof(double) * (size_t)inner + sizeof(float) * (size_t)inner);
+            if (!dsum) {
+#pragma omp atomic write
+                oom = 1;
+                continue;
+            }
+            reduce_col_chunk_sum(op, x, dt, es, len, inner, o, l0, l1, acc, dsum, (float *)(dsum + inner));
+            free(dsum);
+            continue;
+        }
+        for (int64_t j = 0; j < inner; j++) { acc[j].val = 0; acc[j].idx = -1; }
         for (int64_t l = l0; l < l1; l++) {
             const char *row = x + ((o * len + l) * inner) * es;
             for (int64_t j = 0; j < inner; j++) {
                 double v = dt == GPUCORE_KDT_F32 ? ((const float *)row)[j] : gpucore_load_as_f32(row + j * es, dt);
-                cpu_acc e = {op == GPUCORE_RED_SUMSQ ? v * v : v, l};
+                cpu_acc e = {v, l};
                 acc[j] = acc_combine(op, acc[j], e);
             }
         }
+    }
+    if (oom) {
+        free(part);
+        return gpucore_set_error(GPUCORE_ERR_OUT_OF_MEMORY, "reduce: out of host memory for a column accumulator");
     }
     char *out = p->out.data;
 #pragma omp parallel for schedule(static) if (outer * inner > 4096)

@@ -1,8 +1,10 @@
 /*
  * cpu_ops_rows.c — the CPU backend's row family (rows_math.h): softmax and
  * log-softmax, LayerNorm and RMSNorm, cross-entropy, embedding gather and its
- * backward. Rows run in parallel (OpenMP); each row is computed in f64 in a
- * fixed order, and every cross-row sum (dgamma, dbeta, the cross-entropy
+ * backward. Rows run in parallel (OpenMP), one thread per row. The forwards and
+ * the softmax and cross-entropy backwards run in f32 SIMD (cpu_vec.h: vector
+ * exp, sums in fixed f64 lanes; bf16/f16 rows widened to f32 first); the norm
+ * backward in f64 in a fixed order. Every cross-row sum (dgamma, dbeta, the cross-entropy
  * reduction, embedding scatter-add) is folded in row order by one thread per
  * output element, so results never depend on the thread count.
  */
@@ -12,6 +14,7 @@
 #include "cpu_internal.h"
 #include "rows_math.h"
 #include "dtype_access.h"
+#include "cpu_vec.h"
 
 #define ROWS_PARALLEL_MIN 16384 /* elements below which a loop stays on one thread */
 
@@ -27,76 +30,140 @@ static inline void st(void *base, int dt, int64_t i, double v)
     else gpucore_store_from_f32((char *)base + i * 2, dt, (float)v);
 }
 
-/* max and Σ exp(x - max) of one row in f64; -inf entries are skipped, NaN poisons. */
-static void row_lse(const void *x, int dt, int64_t off, int64_t cols, double *m_out, double *s_out)
+/* A row of dtype dt as f32: the row itself when it is f32, else widened into buf. */
+static const float *row_f32(const void *base, int dt, int64_t off, int64_t cols, float *buf)
 {
-    double m = -INFINITY, s = 0;
-    for (int64_t c = 0; c < cols; c++) {
-        double v = ld(x, dt, off + c);
-        if (v != v) { m = NAN; break; }
-        if (v > m) m = v;
-    }
-    if (m == m && m != -INFINITY)
-        for (int64_t c = 0; c < cols; c++) s += exp(ld(x, dt, off + c) - m);
-    else s = NAN;
+    if (dt == GPUCORE_KDT_F32) return (const float *)base + off;
+    cpu_vec_load(buf, (const char *)base + off * 2, dt, cols);
+    return buf;
+}
+
+/* max and Σ exp(x - max) of one f32 row (SIMD exp, f64 sum, cpu_vec.h); NaN poisons,
+ * an all -inf row gives NaN. e (may be NULL) receives exp(x - max). */
+static void row_lse(const float *x, int64_t cols, double *m_out, double *s_out, float *e)
+{
+    float m = cpu_vec_max(x, cols);
     *m_out = m;
-    *s_out = s;
+    *s_out = m == m && m != -INFINITY ? cpu_vec_exp_sum(x, cols, m, e) : NAN;
 }
 
-static void softmax_rows(const gpucore_rows_args *p)
+/* Per-thread scratch of `floats` floats (NULL when f32 rows need none; *oom set
+ * when it cannot be had). */
+static float *row_scratch(int dt, int64_t floats, int *oom)
 {
-    const int64_t rows = p->rows, cols = p->cols;
-    const int dt = p->dtype, op = p->op;
-#pragma omp parallel for schedule(static) if (rows * cols > ROWS_PARALLEL_MIN)
-    for (int64_t r = 0; r < rows; r++) {
-        const int64_t off = r * cols;
-        if (op == GPUCORE_ROWS_SOFTMAX || op == GPUCORE_ROWS_LOG_SOFTMAX) {
-            double m, s;
-            row_lse(p->x, dt, off, cols, &m, &s);
-            double lse = m + log(s);
-            for (int64_t c = 0; c < cols; c++) {
-                double v = ld(p->x, dt, off + c);
-                st(p->y, dt, off + c, op == GPUCORE_ROWS_SOFTMAX ? exp(v - m) / s : v - lse);
-            }
-        } else {
-            double dot = 0;
-            for (int64_t c = 0; c < cols; c++)
-                dot += op == GPUCORE_ROWS_SOFTMAX_BWD ? ld(p->dy, dt, off + c) * ld(p->y, dt, off + c)
-                                                      : ld(p->dy, dt, off + c);
-            for (int64_t c = 0; c < cols; c++) {
-                double g = ld(p->dy, dt, off + c), y = ld(p->y, dt, off + c);
-                st(p->dx, dt, off + c, op == GPUCORE_ROWS_SOFTMAX_BWD ? y * (g - dot) : g - exp(y) * dot);
-            }
-        }
+    if (dt == GPUCORE_KDT_F32 && floats == 0) return NULL;
+    float *b = malloc(sizeof(float) * (size_t)(floats + 1));
+    if (!b) {
+#pragma omp atomic write
+        *oom = 1;
     }
+    return b;
 }
 
-static void norm_forward(const gpucore_rows_args *p)
+#define ROWS_OOM(what) gpucore_set_error(GPUCORE_ERR_OUT_OF_MEMORY, "%s: out of host memory for a row buffer", what)
+
+/* fn(p, r, x, y, extra) for every row r, rows in parallel: x is row r of src as f32, y is
+ * where row r of dst goes in f32 (dst itself when f32, else scratch rounded back after fn). */
+typedef void (*row_fn)(const gpucore_rows_args *p, int64_t r, const float *x, float *y, const void *extra);
+
+static gpucore_status rows_for_each(const gpucore_rows_args *p, const void *src, void *dst, row_fn fn,
+                                    const void *extra, const char *what)
 {
     const int64_t rows = p->rows, cols = p->cols;
-    const int dt = p->dtype, pdt = p->param_dtype, layer = p->op == GPUCORE_ROWS_LAYERNORM;
-#pragma omp parallel for schedule(static) if (rows * cols > ROWS_PARALLEL_MIN)
-    for (int64_t r = 0; r < rows; r++) {
-        const int64_t off = r * cols;
-        double mean = 0, var = 0;
-        if (layer) {
-            for (int64_t c = 0; c < cols; c++) mean += ld(p->x, dt, off + c);
-            mean /= (double)cols;
+    const int dt = p->dtype, f32 = dt == GPUCORE_KDT_F32;
+    int oom = 0;
+#pragma omp parallel if (rows * cols > ROWS_PARALLEL_MIN)
+    {
+        float *buf = row_scratch(dt, f32 ? 0 : 2 * cols, &oom);
+#pragma omp for schedule(static)
+        for (int64_t r = 0; r < rows; r++) {
+            if (!f32 && !buf) continue;
+            const int64_t off = r * cols;
+            float *y = f32 ? (float *)dst + off : buf + cols;
+            fn(p, r, row_f32(src, dt, off, cols, buf), y, extra);
+            if (!f32) cpu_vec_store((char *)dst + off * 2, dt, y, cols);
         }
-        for (int64_t c = 0; c < cols; c++) {
-            double d = ld(p->x, dt, off + c) - mean;
-            var += d * d;
-        }
-        double rstd = 1.0 / sqrt(var / (double)cols + (double)p->eps);
-        for (int64_t c = 0; c < cols; c++) {
-            double v = (ld(p->x, dt, off + c) - mean) * rstd;
-            if (p->gamma) v *= ld(p->gamma, pdt, c);
-            if (layer && p->beta) v += ld(p->beta, pdt, c);
-            st(p->y, dt, off + c, v);
-        }
-        if (p->mean) p->mean[r] = (float)mean;
-        if (p->rstd) p->rstd[r] = (float)rstd;
+        free(buf);
     }
+    return oom ? ROWS_OOM(what) : GPUCORE_OK;
+}
+
+/* Softmax / log-softmax forward in f32 SIMD: y = exp(x - max) / Σ, or x - (max + log Σ). */
+static void softmax_row(const gpucore_rows_args *p, int64_t r, const float *x, float *y, const void *extra)
+{
+    (void)r; (void)extra;
+    const int64_t cols = p->cols;
+    const int soft = p->op == GPUCORE_ROWS_SOFTMAX;
+    double m, s;
+    row_lse(x, cols, &m, &s, soft ? y : NULL);
+    if (s != s) cpu_vec_axpb(y, x, cols, 0.0f, NAN);
+    else if (soft) cpu_vec_axpb(y, y, cols, (float)(1.0 / s), 0.0f);
+    else cpu_vec_axpb(y, x, cols, 1.0f, (float)-(m + log(s)));
+}
+
+/* Softmax backward dx = y · (dy - Σ dy·y); log-softmax backward dx = dy - exp(y) · Σ dy;
+ * f32 SIMD with the sums in f64 lanes (cpu_vec.h). */
+static gpucore_status softmax_backward(const gpucore_rows_args *p)
+{
+    const int64_t rows = p->rows, cols = p->cols;
+    const int dt = p->dtype, soft = p->op == GPUCORE_ROWS_SOFTMAX_BWD;
+    int oom = 0;
+#pragma omp parallel if (rows * cols > ROWS_PARALLEL_MIN)
+    {
+        float *buf = row_scratch(dt, dt == GPUCORE_KDT_F32 ? (soft ? 0 : cols) : 3 * cols, &oom);
+#pragma omp for schedule(static)
+        for (int64_t r = 0; r < rows; r++) {
+            if (!buf && (dt != GPUCORE_KDT_F32 || !soft)) continue;
+            const int64_t off = r * cols;
+            const int f32 = dt == GPUCORE_KDT_F32;
+            const float *g = row_f32(p->dy, dt, off, cols, buf), *y = row_f32(p->y, dt, off, cols, f32 ? NULL : buf + cols);
+            float *dx = f32 ? (float *)p->dx + off : buf + 2 * cols;
+            if (soft) cpu_vec_mul_diff(dx, y, g, cols, (float)cpu_vec_dot(g, y, cols));
+            else {
+                float *e = f32 ? buf : buf + 2 * cols; /* exp(y): scratch, or dx itself then overwritten */
+                const double sg = cpu_vec_sum(g, cols);
+                cpu_vec_exp_sum(y, cols, 0.0f, e);
+                cpu_vec_axpy(dx, e, g, cols, (float)-sg);
+            }
+            if (!f32) cpu_vec_store((char *)p->dx + off * 2, dt, dx, cols);
+        }
+        free(buf);
+    }
+    return oom ? ROWS_OOM("softmax_backward") : GPUCORE_OK;
+}
+
+/* LayerNorm / RMSNorm forward: mean and variance in f64 (cpu_vec.h lanes), the
+ * normalisation and affine in f32 SIMD; extra: gamma and beta as f32 (NULL: none). */
+static void norm_row(const gpucore_rows_args *p, int64_t r, const float *x, float *y, const void *extra)
+{
+    const float *const *gb = extra;
+    const int64_t cols = p->cols;
+    const int layer = p->op == GPUCORE_ROWS_LAYERNORM;
+    const double mean = layer ? cpu_vec_sum(x, cols) / (double)cols : 0.0;
+    const double var = cpu_vec_sum_sqdev(x, cols, mean) / (double)cols;
+    const double rstd = 1.0 / sqrt(var + (double)p->eps);
+    cpu_vec_normalize(y, x, cols, (float)mean, (float)rstd, gb[0], gb[1]);
+    if (p->mean) p->mean[r] = (float)mean;
+    if (p->rstd) p->rstd[r] = (float)rstd;
+}
+
+static gpucore_status norm_forward(const gpucore_rows_args *p)
+{
+    const int64_t cols = p->cols;
+    const int pdt = p->param_dtype, layer = p->op == GPUCORE_ROWS_LAYERNORM;
+    const float *gb[2] = {NULL, NULL};
+    float *params = NULL;
+    if ((p->gamma || (layer && p->beta)) && pdt != GPUCORE_KDT_F32) {
+        params = malloc(sizeof(float) * (size_t)(2 * cols + 1));
+        if (!params) return ROWS_OOM("norm");
+        if (p->gamma) cpu_vec_load(params, p->gamma, pdt, cols);
+        if (layer && p->beta) cpu_vec_load(params + cols, p->beta, pdt, cols);
+    }
+    if (p->gamma) gb[0] = params ? params : p->gamma;
+    if (layer && p->beta) gb[1] = params ? params + cols : p->beta;
+    gpucore_status st = rows_for_each(p, p->x, p->y, norm_row, gb, "norm");
+    free(params);
+    return st;
 }
 
 static gpucore_status norm_backward(const gpucore_rows_args *p)
@@ -142,75 +209,90 @@ static gpucore_status norm_backward(const gpucore_rows_args *p)
     return GPUCORE_OK;
 }
 
-/* Per-row loss (f64) and whether the row counts toward the mean. */
-static double ce_row_loss(const gpucore_rows_args *p, int64_t r, int *counted)
+/* Per-row loss (f64) and whether the row counts toward the mean; buf: cols floats of
+ * scratch when the logits are not f32. */
+static double ce_row_loss(const gpucore_rows_args *p, int64_t r, int *counted, float *buf)
 {
     int64_t t = gpucore_rows_target(p->targets, p->target_dtype, r);
     *counted = t != p->ignore_index;
     if (!*counted) return 0;
     if (t < 0 || t >= p->cols) return NAN;
+    const float *x = row_f32(p->x, p->dtype, r * p->cols, p->cols, buf);
     double m, s;
-    row_lse(p->x, p->dtype, r * p->cols, p->cols, &m, &s);
-    return m + log(s) - ld(p->x, p->dtype, r * p->cols + t);
+    row_lse(x, p->cols, &m, &s, NULL);
+    return m + log(s) - (double)x[t];
 }
 
 static gpucore_status ce_forward(const gpucore_rows_args *p)
 {
-    const int64_t rows = p->rows;
-    if (p->reduction == GPUCORE_ROWS_RED_NONE) {
-#pragma omp parallel for schedule(static) if (rows * p->cols > ROWS_PARALLEL_MIN)
-        for (int64_t r = 0; r < rows; r++) {
-            int counted;
-            st(p->loss, p->loss_dtype, r, ce_row_loss(p, r, &counted));
-        }
-        return GPUCORE_OK;
-    }
-    double *per_row = malloc(sizeof(double) * (size_t)(rows + 1));
-    int *cnt = malloc(sizeof(int) * (size_t)(rows + 1));
-    if (!per_row || !cnt) {
+    const int64_t rows = p->rows, cols = p->cols;
+    const int dt = p->dtype, none = p->reduction == GPUCORE_ROWS_RED_NONE;
+    double *per_row = none ? NULL : malloc(sizeof(double) * (size_t)(rows + 1));
+    int *cnt = none ? NULL : malloc(sizeof(int) * (size_t)(rows + 1));
+    if (!none && (!per_row || !cnt)) {
         free(per_row);
         free(cnt);
         return gpucore_set_error(GPUCORE_ERR_OUT_OF_MEMORY, "cross_entropy: out of host memory for per-row losses");
     }
-#pragma omp parallel for schedule(static) if (rows * p->cols > ROWS_PARALLEL_MIN)
-    for (int64_t r = 0; r < rows; r++) per_row[r] = ce_row_loss(p, r, &cnt[r]);
-    double sum = 0;
-    int64_t count = 0;
-    for (int64_t r = 0; r < rows; r++) { sum += per_row[r]; count += cnt[r]; }
-    st(p->loss, p->loss_dtype, 0, p->reduction == GPUCORE_ROWS_RED_MEAN ? sum / (double)count : sum);
+    int oom = 0;
+#pragma omp parallel if (rows * cols > ROWS_PARALLEL_MIN)
+    {
+        float *buf = row_scratch(dt, dt == GPUCORE_KDT_F32 ? 0 : cols, &oom);
+#pragma omp for schedule(static)
+        for (int64_t r = 0; r < rows; r++) {
+            if (dt != GPUCORE_KDT_F32 && !buf) continue;
+            int counted;
+            double loss = ce_row_loss(p, r, &counted, buf);
+            if (none) st(p->loss, p->loss_dtype, r, loss);
+            else { per_row[r] = loss; cnt[r] = counted; }
+        }
+        free(buf);
+    }
+    if (!oom && !none) {
+        double sum = 0;
+        int64_t count = 0;
+        for (int64_t r = 0; r < rows; r++) { sum += per_row[r]; count += cnt[r]; }
+        st(p->loss, p->loss_dtype, 0, p->reduction == GPUCORE_ROWS_RED_MEAN ? sum / (double)count : sum);
+    }
     free(per_row);
     free(cnt);
-    return GPUCORE_OK;
+    return oom ? ROWS_OOM("cross_entropy") : GPUCORE_OK;
 }
 
-static void ce_backward(const gpucore_rows_args *p)
+/* dx = g · (softmax(x) - onehot(t)) in f32 SIMD (exp(x - max) once, scaled by g / Σ);
+ * extra: the loss scale of the mean/sum reductions. */
+static void ce_backward_row(const gpucore_rows_args *p, int64_t r, const float *x, float *dx, const void *extra)
 {
-    const int64_t rows = p->rows, cols = p->cols;
-    const int dt = p->dtype;
+    const int64_t cols = p->cols, t = gpucore_rows_target(p->targets, p->target_dtype, r);
+    if (t == p->ignore_index) {
+        memset(dx, 0, sizeof(float) * (size_t)cols);
+        return;
+    }
+    const double g = p->reduction == GPUCORE_ROWS_RED_NONE ? ld(p->dloss, p->loss_dtype, r) : *(const double *)extra;
+    double m, s;
+    row_lse(x, cols, &m, &s, dx);
+    if (t < 0 || t >= cols || s != s) {
+        cpu_vec_axpb(dx, x, cols, 0.0f, NAN);
+        return;
+    }
+    const float et = dx[t];
+    cpu_vec_axpb(dx, dx, cols, (float)(g / s), 0.0f);
+    dx[t] = (float)(g * ((double)et / s - 1.0));
+}
+
+static gpucore_status ce_backward(const gpucore_rows_args *p)
+{
     double scale = 0;
     if (p->reduction != GPUCORE_ROWS_RED_NONE) {
         scale = ld(p->dloss, p->loss_dtype, 0);
         if (p->reduction == GPUCORE_ROWS_RED_MEAN) {
             int64_t count = 0;
-            for (int64_t r = 0; r < rows; r++)
+            for (int64_t r = 0; r < p->rows; r++)
                 count += gpucore_rows_target(p->targets, p->target_dtype, r) != p->ignore_index;
             scale /= (double)count;
         }
     }
-#pragma omp parallel for schedule(static) if (rows * cols > ROWS_PARALLEL_MIN)
-    for (int64_t r = 0; r < rows; r++) {
-        const int64_t off = r * cols, t = gpucore_rows_target(p->targets, p->target_dtype, r);
-        if (t == p->ignore_index) {
-            for (int64_t c = 0; c < cols; c++) st(p->dx, dt, off + c, 0.0);
-            continue;
-        }
-        double g = p->reduction == GPUCORE_ROWS_RED_NONE ? ld(p->dloss, p->loss_dtype, r) : scale;
-        double m, s;
-        row_lse(p->x, dt, off, cols, &m, &s);
-        if (t < 0 || t >= cols) g = NAN;
-        for (int64_t c = 0; c < cols; c++)
-            st(p->dx, dt, off + c, g * (exp(ld(p->x, dt, off + c) - m) / s - (c == t ? 1.0 : 0.0)));
-    }
+    return rows_for_each(p, p->x, p->dx, ce_backward_row, &scale, "cross_entropy_backward");
 }
 
 static void embed_forward(const gpucore_rows_args *p)
@@ -264,19 +346,17 @@ static gpucore_status rows_task(void *argp)
     const gpucore_rows_args *p = argp;
     switch (p->op) {
     case GPUCORE_ROWS_SOFTMAX: case GPUCORE_ROWS_LOG_SOFTMAX:
+        return rows_for_each(p, p->x, p->y, softmax_row, NULL, "softmax");
     case GPUCORE_ROWS_SOFTMAX_BWD: case GPUCORE_ROWS_LOG_SOFTMAX_BWD:
-        softmax_rows(p);
-        return GPUCORE_OK;
+        return softmax_backward(p);
     case GPUCORE_ROWS_LAYERNORM: case GPUCORE_ROWS_RMSNORM:
-        norm_forward(p);
-        return GPUCORE_OK;
+        return norm_forward(p);
     case GPUCORE_ROWS_LAYERNORM_BWD: case GPUCORE_ROWS_RMSNORM_BWD:
         return norm_backward(p);
     case GPUCORE_ROWS_CE_FWD:
         return ce_forward(p);
     case GPUCORE_ROWS_CE_BWD:
-        ce_backward(p);
-        return GPUCORE_OK;
+        return ce_backward(p);
     case GPUCORE_ROWS_EMBED:
         embed_forward(p);
         return GPUCORE_OK;

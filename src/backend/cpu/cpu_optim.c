@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "cpu_internal.h"
+#include "cpu_vec.h"
 
 #define CPU_OPTIM_PARALLEL_THRESHOLD 16384
 
@@ -32,10 +33,45 @@ typedef struct optim_task_header { gpucore_optim_hparams hp; int64_t count; } op
 
 /* AdamW fast paths: the same gpucore_adamw_update, over dense arrays, with the
  * hyperparameters copied into locals (stores through m/v/param no longer force
- * reloading them) and the dtype branches outside the loop. (The loop stays scalar:
- * sqrtf's errno keeps GCC from vectorising it at -fmath-errno.) Bits equal the
- * generic gpucore_optim_element path. Returns 0 if t is not a case
+ * reloading them) and the dtype branches outside the loop; the f32 loop has an AVX2
+ * clone (target_clones) chosen at load time. Bits equal the generic
+ * gpucore_optim_element path. Returns 0 if t is not a case
  * handled here. */
+/* n f32 elements of AdamW; restrict pointers and -fno-math-errno (meson.build) let it
+ * vectorise (sqrtps and divps round as the scalar instructions do: same bits). An AVX2
+ * copy runs where the CPU has it (chosen per call, no ifunc: sanitizer builds load it too). */
+static inline void adamw_f32_body(float *restrict p, const float *restrict g, float *restrict m, float *restrict v,
+                                  int64_t n, const gpucore_optim_hparams *hpp, const gpucore_optim_scalars *sp)
+{
+    const gpucore_optim_hparams hp = *hpp;
+    const gpucore_optim_scalars s = *sp;
+    for (int64_t i = 0; i < n; i++) p[i] = gpucore_adamw_update(p[i], g[i], &m[i], &v[i], &hp, &s);
+}
+
+#if defined(__x86_64__) && defined(__GNUC__)
+__attribute__((target("avx2"))) static void adamw_f32_avx2(float *restrict p, const float *restrict g,
+                                                           float *restrict m, float *restrict v, int64_t n,
+                                                           const gpucore_optim_hparams *hp,
+                                                           const gpucore_optim_scalars *s)
+{
+    adamw_f32_body(p, g, m, v, n, hp, s);
+}
+#endif
+
+static void adamw_f32_run(float *p, const float *g, float *m, float *v, int64_t n, const gpucore_optim_hparams *hp,
+                          const gpucore_optim_scalars *s)
+{
+#if defined(__x86_64__) && defined(__GNUC__)
+    if (cpu_vec_have_avx2()) {
+        adamw_f32_avx2(p, g, m, v, n, hp, s);
+        return;
+    }
+#endif
+    adamw_f32_body(p, g, m, v, n, hp, s);
+}
+
+#define ADAMW_CHUNK 8192
+
 static int adamw_fast(const gpucore_optim_tensor *t, const gpucore_optim_hparams *hpp, const gpucore_optim_scalars *sp)
 {
     const gpucore_optim_hparams hp = *hpp;
@@ -46,8 +82,12 @@ static int adamw_fast(const gpucore_optim_tensor *t, const gpucore_optim_hparams
     if (!t->master && t->param_dtype == GPUCORE_KDT_F32 && t->grad_dtype == GPUCORE_KDT_F32) {
         float *p = t->param;
         const float *g = t->grad;
+        const int64_t chunks = (n + ADAMW_CHUNK - 1) / ADAMW_CHUNK;
 #pragma omp parallel for if (n > CPU_OPTIM_PARALLEL_THRESHOLD) schedule(static)
-        for (int64_t i = 0; i < n; i++) p[i] = gpucore_adamw_update(p[i], g[i], &m[i], &v[i], &hp, &s);
+        for (int64_t c = 0; c < chunks; c++) {
+            const int64_t i = c * ADAMW_CHUNK, len = n - i < ADAMW_CHUNK ? n - i : ADAMW_CHUNK;
+            adamw_f32_run(p + i, g + i, m + i, v + i, len, &hp, &s);
+        }
         return 1;
     }
     if (t->master && t->param_dtype == GPUCORE_KDT_BF16 &&

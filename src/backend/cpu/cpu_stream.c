@@ -2,6 +2,14 @@
  * cpu_stream.c — the CPU backend's streams: one worker thread per stream running
  * queued tasks in order, with sticky errors, and events that record a point in a
  * stream's queue (a generation number) and complete when the worker passes it.
+ *
+ * Synchronize runs pending work itself: a caller that waits for the stream and
+ * finds the next task not yet started (the worker still waking up, or busy
+ * elsewhere) takes it off the queue and runs it on its own thread, in order, one
+ * task at a time per stream (the `running` flag) — it would wait for it anyway,
+ * and a small op followed by synchronize then costs no thread hand-off. Tasks
+ * that must stay on the worker thread (collectives, host callbacks) are queued
+ * with cpu_stream_enqueue_pinned. Enqueue signals the worker only when it is parked.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -12,6 +20,7 @@ typedef struct cpu_task {
     struct cpu_task *next;
     cpu_task_fn fn;
     size_t args_size;
+    int pinned;                /* runs on the worker thread only */
     _Alignas(16) unsigned char args[];
 } cpu_task;
 
@@ -22,6 +31,8 @@ struct cpu_stream {
     cpu_task *head, *tail;
     uint64_t submitted, completed;
     int stop;
+    int running;               /* a thread (worker or a synchronizing caller) runs the head task */
+    int parked;                /* the worker sleeps on work_cv: an enqueue must signal it */
     gpucore_status sticky;     /* first error a task returned; reported by synchronize */
 };
 
@@ -33,23 +44,36 @@ struct cpu_event {
     atomic_int refs;           /* the handle plus every queued task that names it */
 };
 
+/* Run the head task (s->mu held on entry and on return; the task runs unlocked). */
+static void run_head(cpu_stream *s)
+{
+    cpu_task *t = s->head;
+    s->running = 1;
+    pthread_mutex_unlock(&s->mu);
+    gpucore_status st = t->fn(t->args);
+    pthread_mutex_lock(&s->mu);
+    s->running = 0;
+    s->head = t->next;
+    if (!s->head) s->tail = NULL;
+    if (st != GPUCORE_OK && s->sticky == GPUCORE_OK) s->sticky = st;
+    s->completed++;
+    free(t);
+    pthread_cond_broadcast(&s->done_cv);
+    if (s->head && s->parked) pthread_cond_signal(&s->work_cv); /* the worker waited for `running` */
+}
+
 static void *stream_worker(void *arg)
 {
     cpu_stream *s = arg;
     pthread_mutex_lock(&s->mu);
     for (;;) {
-        while (!s->head && !s->stop) pthread_cond_wait(&s->work_cv, &s->mu);
-        if (!s->head && s->stop) break;
-        cpu_task *t = s->head;
-        pthread_mutex_unlock(&s->mu);
-        gpucore_status st = t->fn(t->args);
-        pthread_mutex_lock(&s->mu);
-        s->head = t->next;
-        if (!s->head) s->tail = NULL;
-        if (st != GPUCORE_OK && s->sticky == GPUCORE_OK) s->sticky = st;
-        s->completed++;
-        free(t);
-        pthread_cond_broadcast(&s->done_cv);
+        while ((!s->head || s->running) && !(s->stop && !s->head)) {
+            s->parked = 1;
+            pthread_cond_wait(&s->work_cv, &s->mu);
+            s->parked = 0;
+        }
+        if (!s->head) break; /* stopped and drained */
+        run_head(s);
     }
     pthread_mutex_unlock(&s->mu);
     return NULL;
@@ -87,29 +111,43 @@ void cpu_stream_destroy(cpu_stream *s)
     free(s);
 }
 
-gpucore_status cpu_stream_enqueue(cpu_stream *s, cpu_task_fn fn, const void *args, size_t args_size)
+static gpucore_status enqueue(cpu_stream *s, cpu_task_fn fn, const void *args, size_t args_size, int pinned)
 {
     cpu_task *t = malloc(sizeof *t + args_size);
     if (!t) return gpucore_set_error(GPUCORE_ERR_OUT_OF_MEMORY, "stream: out of host memory for a queued task");
     t->next = NULL;
     t->fn = fn;
     t->args_size = args_size;
+    t->pinned = pinned;
     if (args_size) memcpy(t->args, args, args_size);
     pthread_mutex_lock(&s->mu);
     if (s->tail) s->tail->next = t;
     else s->head = t;
     s->tail = t;
     s->submitted++;
-    pthread_cond_signal(&s->work_cv);
+    if (s->parked) pthread_cond_signal(&s->work_cv);
     pthread_mutex_unlock(&s->mu);
     return GPUCORE_OK;
+}
+
+gpucore_status cpu_stream_enqueue(cpu_stream *s, cpu_task_fn fn, const void *args, size_t args_size)
+{
+    return enqueue(s, fn, args, args_size, 0);
+}
+
+gpucore_status cpu_stream_enqueue_pinned(cpu_stream *s, cpu_task_fn fn, const void *args, size_t args_size)
+{
+    return enqueue(s, fn, args, args_size, 1);
 }
 
 gpucore_status cpu_stream_synchronize(cpu_stream *s)
 {
     pthread_mutex_lock(&s->mu);
     uint64_t target = s->submitted;
-    while (s->completed < target) pthread_cond_wait(&s->done_cv, &s->mu);
+    while (s->completed < target) {
+        if (!s->running && s->head && !s->head->pinned) run_head(s); /* we would wait for it anyway */
+        else pthread_cond_wait(&s->done_cv, &s->mu);
+    }
     gpucore_status st = s->sticky;
     s->sticky = GPUCORE_OK;
     pthread_mutex_unlock(&s->mu);
@@ -273,7 +311,7 @@ gpucore_status cpu_vt_host_callback(void *bctx, void *s, gpucore_host_fn fn, voi
 {
     (void)bctx;
     host_fn_args a = {fn, arg};
-    return cpu_stream_enqueue(s, host_fn_task, &a, sizeof a);
+    return cpu_stream_enqueue_pinned(s, host_fn_task, &a, sizeof a); /* user code: on the worker, as CUDA's host thread */
 }
 
 gpucore_status cpu_vt_event_create(void *bctx, void **e) { (void)bctx; return cpu_event_create((cpu_event **)e); }

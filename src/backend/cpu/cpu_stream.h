@@ -17,8 +17,12 @@ typedef gpucore_status (*cpu_task_fn)(void *args);
 
 GPUCORE_HIDDEN gpucore_status cpu_stream_create(cpu_stream **out);
 GPUCORE_HIDDEN void cpu_stream_destroy(cpu_stream *s);
-/* Copies args_size bytes of args; fn runs on the stream's thread after earlier tasks. */
+/* Copies args_size bytes of args; fn runs after earlier tasks, on the stream's thread or, when
+ * a caller synchronizes before the worker has started it, on that caller's thread. */
 GPUCORE_HIDDEN gpucore_status cpu_stream_enqueue(cpu_stream *s, cpu_task_fn fn, const void *args, size_t args_size);
+/* The same for a task that must run on the stream's own thread (MPI calls, user callbacks). */
+GPUCORE_HIDDEN gpucore_status cpu_stream_enqueue_pinned(cpu_stream *s, cpu_task_fn fn, const void *args,
+                                                        size_t args_size);
 GPUCORE_HIDDEN gpucore_status cpu_stream_synchronize(cpu_stream *s);
 GPUCORE_HIDDEN gpucore_status cpu_stream_query(cpu_stream *s);
 

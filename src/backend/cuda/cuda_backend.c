@@ -157,6 +157,7 @@ static gpucore_status cuda_stream_query(void *bctx, void *s)
 static gpucore_status cuda_host_callback(void *bctx, void *s, gpucore_host_fn fn, void *arg)
 {
     (void)bctx;
+    if (cuda_comm_group_defer(CUDA_DEFER_HOST_FN, s, NULL, fn, arg)) return GPUCORE_OK; /* after the comm group */
     CUDA_TRY(cudaLaunchHostFunc((cudaStream_t)s, fn, arg), "cudaLaunchHostFunc");
     return GPUCORE_OK;
 }
@@ -178,6 +179,7 @@ static void cuda_event_destroy(void *bctx, void *e)
 static gpucore_status cuda_event_record(void *bctx, void *e, void *s)
 {
     USE_DEVICE(bctx);
+    if (cuda_comm_group_defer(CUDA_DEFER_EVENT_RECORD, s, e, NULL, NULL)) return GPUCORE_OK; /* after the comm group */
     CUDA_TRY(cudaEventRecord((cudaEvent_t)e, (cudaStream_t)s), "cudaEventRecord");
     return GPUCORE_OK;
 }
@@ -185,6 +187,7 @@ static gpucore_status cuda_event_record(void *bctx, void *e, void *s)
 static gpucore_status cuda_stream_wait_event(void *bctx, void *s, void *e)
 {
     USE_DEVICE(bctx);
+    if (cuda_comm_group_defer(CUDA_DEFER_WAIT_EVENT, s, e, NULL, NULL)) return GPUCORE_OK; /* after the comm group */
     CUDA_TRY(cudaStreamWaitEvent((cudaStream_t)s, (cudaEvent_t)e, 0), "cudaStreamWaitEvent");
     return GPUCORE_OK;
 }
@@ -268,6 +271,8 @@ static const gpucore_backend cuda_backend_table = {
     .elementwise = kops_elementwise,
     .reduce = kops_reduce,
     .rows = kops_rows,
+    .attention = kops_attention,
+    .transformer = kops_transformer,
     .host_alloc = cuda_host_alloc,
     .host_free = cuda_host_free,
     .stream_priority_range = cuda_stream_priority_range,

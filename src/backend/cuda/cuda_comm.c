@@ -10,6 +10,13 @@
  * its timeout it aborts the communicator (ncclCommAbort, which makes the stuck
  * kernels return) and keeps a message naming rank, op, sequence number, count and
  * dtype for comm_check. Without NCCL in the build every entry says so.
+ *
+ * Groups (gpucore_comm_group_start/end): "Nothing will be started on the CUDA
+ * stream until ncclGroupEnd" (nccl.h:555), so inside a group every event record,
+ * host callback and wait that follows a collective on its stream is held on this
+ * thread and issued, in order, only after ncclGroupEnd and after every
+ * communicator the group touched has settled (a non-blocking ncclGroupEnd may
+ * answer ncclInProgress while it still queues in the background).
  */
 #include <pthread.h>
 #include <stdarg.h>
@@ -252,10 +259,73 @@ gpucore_status cuda_comm_init_local(void *const *bctxs, int n, double timeout_s,
     return GPUCORE_OK;
 }
 
-/* Communicators touched inside gpucore_comm_group_start/end on this thread, to settle at the end. */
+/* ---- the group held on this thread: communicators touched, their streams, and stream work held back ---- */
+
+#define GROUP_MAX 64
+#define GROUP_HELD_MAX 1024
+enum { HELD_EVENT_RECORD, HELD_HOST_FN, HELD_WAIT_EVENT, HELD_DONE };
+typedef struct held_item {
+    int kind;
+    void *stream, *event;
+    gpucore_host_fn fn;
+    void *arg;
+    cuda_comm *comm;
+    pending_call *call;
+} held_item;
 static _Thread_local int group_depth;
-static _Thread_local cuda_comm *group_comms[64];
-static _Thread_local int group_count;
+static _Thread_local cuda_comm *group_comms[GROUP_MAX];
+static _Thread_local void *group_streams[GROUP_MAX];
+static _Thread_local int group_count, group_nstreams, group_overflow;
+static _Thread_local held_item group_held[GROUP_HELD_MAX];
+static _Thread_local int group_nheld;
+
+static void group_touch(cuda_comm *c, void *stream)
+{
+    int i;
+    for (i = 0; i < group_count && group_comms[i] != c; i++) {}
+    if (i == group_count) {
+        if (group_count < GROUP_MAX) group_comms[group_count++] = c;
+        else group_overflow = 1;
+    }
+    for (i = 0; i < group_nstreams && group_streams[i] != stream; i++) {}
+    if (i == group_nstreams) {
+        if (group_nstreams < GROUP_MAX) group_streams[group_nstreams++] = stream;
+        else group_overflow = 1;
+    }
+}
+
+static int group_holds(held_item it)
+{
+    if (group_nheld == GROUP_HELD_MAX) { group_overflow = 1; return 0; }
+    group_held[group_nheld++] = it;
+    return 1;
+}
+
+int cuda_comm_group_defer(int kind, void *stream, void *event, gpucore_host_fn fn, void *arg)
+{
+    if (group_depth == 0) return 0;
+    int hit = 0;
+    if (kind == CUDA_DEFER_WAIT_EVENT) { /* a wait on an event whose record is held must follow it */
+        for (int i = 0; i < group_nheld && !hit; i++)
+            hit = group_held[i].kind == HELD_EVENT_RECORD && group_held[i].event == event;
+    } else {
+        for (int i = 0; i < group_nstreams && !hit; i++) hit = group_streams[i] == stream;
+    }
+    if (!hit) return 0;
+    held_item it = {kind == CUDA_DEFER_EVENT_RECORD ? HELD_EVENT_RECORD : kind == CUDA_DEFER_HOST_FN ? HELD_HOST_FN
+                    : HELD_WAIT_EVENT, stream, event, fn, arg, NULL, NULL};
+    return group_holds(it);
+}
+
+static void pending_append(cuda_comm *c, pending_call *p)
+{
+    pthread_mutex_lock(&c->mu);
+    if (c->tail) c->tail->next = p;
+    else c->head = p;
+    c->tail = p;
+    pthread_cond_signal(&c->cv);
+    pthread_mutex_unlock(&c->mu);
+}
 
 gpucore_status cuda_comm_enqueue(void *bcomm, const gpucore_comm_call *k, void *stream)
 {
@@ -272,6 +342,15 @@ gpucore_status cuda_comm_enqueue(void *bcomm, const gpucore_comm_call *k, void *
     ncclDataType_t dt = nccl_type(k->dtype);
     size_t n = (size_t)k->count;
     ncclResult_t r;
+    /* c->mu serialises this thread's NCCL calls on c->nc with the watchdog's ncclCommAbort (issue 18 item 5):
+     * an abort frees the communicator, so it must not run while a call is inside NCCL */
+    pthread_mutex_lock(&c->mu);
+    if (c->aborted) {
+        pthread_mutex_unlock(&c->mu);
+        cudaEventDestroy(p->done);
+        free(p);
+        return cuda_host->set_error(GPUCORE_ERR_COMM, "%s", c->msg);
+    }
     switch (k->kind) {
     case GPUCORE_COMM_ALLREDUCE: r = ncclAllReduce(k->send, k->recv, n, dt, nccl_op(k->op), c->nc, s); break;
     case GPUCORE_COMM_REDUCE_SCATTER: r = ncclReduceScatter(k->send, k->recv, n, dt, nccl_op(k->op), c->nc, s); break;
@@ -283,31 +362,32 @@ gpucore_status cuda_comm_enqueue(void *bcomm, const gpucore_comm_call *k, void *
         r = ncclAllReduce(k->recv, k->recv, 1, ncclInt32, ncclSum, c->nc, s);
         break;
     }
-    if (r == ncclInProgress) {
-        if (group_depth > 0) {
-            if (group_count < 64) group_comms[group_count++] = c;
-            r = ncclSuccess;
-        } else {
-            r = nccl_settle(c->nc, r, k->timeout_s);
-        }
+    if (group_depth > 0) {
+        if (r == ncclInProgress) r = ncclSuccess; /* settled at the group's end */
+        if (r == ncclSuccess) group_touch(c, s);
+    } else if (r == ncclInProgress) {
+        r = nccl_settle(c->nc, r, k->timeout_s);
     }
     if (r != ncclSuccess) {
         cudaEventDestroy(p->done);
         free(p);
-        pthread_mutex_lock(&c->mu);
         comm_fail_locked(c, "rank %d of %d: %s #%llu (count %lld %s) could not be queued: %s", c->rank, c->size,
                          comm_kind_name(k->kind), (unsigned long long)k->seq, (long long)k->count, comm_dtype_name(k->dtype),
                          ncclGetErrorString(r));
         pthread_mutex_unlock(&c->mu);
         return cuda_host->set_error(GPUCORE_ERR_COMM, "%s", c->msg);
     }
-    cudaEventRecord(p->done, s);
-    pthread_mutex_lock(&c->mu);
-    if (c->tail) c->tail->next = p;
-    else c->head = p;
-    c->tail = p;
-    pthread_cond_signal(&c->cv);
     pthread_mutex_unlock(&c->mu);
+    if (group_depth > 0) {
+        held_item it = {HELD_DONE, s, NULL, NULL, NULL, c, p};
+        if (group_holds(it)) return GPUCORE_OK; /* recorded after ncclGroupEnd */
+        cudaEventDestroy(p->done);
+        free(p);
+        return cuda_host->set_error(GPUCORE_ERR_INVALID_ARGUMENT, "comm_group: more than %d stream operations inside "
+                                    "one group", GROUP_HELD_MAX);
+    }
+    cudaEventRecord(p->done, s);
+    pending_append(c, p);
     return GPUCORE_OK;
 }
 
@@ -355,24 +435,75 @@ void cuda_comm_destroy(void *bcomm)
     free(c);
 }
 
+/* The outermost group end: NCCL starts the fused operation; every communicator touched settles; then the
+ * held stream work is issued in the order it was asked for. */
+static gpucore_status group_finish(void)
+{
+    /* every communicator of the group is locked against its watchdog's abort while NCCL starts and settles it */
+    for (int i = 0; i < group_count; i++) pthread_mutex_lock(&group_comms[i]->mu);
+    int aborted = 0;
+    for (int i = 0; i < group_count; i++) aborted |= group_comms[i]->aborted;
+    ncclResult_t r = ncclGroupEnd();
+    gpucore_status st = GPUCORE_OK;
+    if (aborted) st = cuda_host->set_error(GPUCORE_ERR_COMM, "comm_group_end: a communicator of the group was aborted");
+    else if (r != ncclSuccess && r != ncclInProgress) st = nccl_fail("ncclGroupEnd", r);
+    for (int i = 0; i < group_count && !st; i++) {
+        r = nccl_settle(group_comms[i]->nc, ncclInProgress, 600);
+        if (r != ncclSuccess) st = nccl_fail("ncclGroupEnd (settling a communicator of the group)", r);
+    }
+    for (int i = 0; i < group_count; i++) pthread_mutex_unlock(&group_comms[i]->mu);
+    if (!st && group_overflow)
+        st = cuda_host->set_error(GPUCORE_ERR_INVALID_ARGUMENT, "comm_group: more than %d communicators, streams or "
+                                  "stream operations inside one group", GROUP_MAX);
+    if (st)
+        for (int i = 0; i < group_count; i++) {
+            cuda_comm *c = group_comms[i];
+            pthread_mutex_lock(&c->mu);
+            comm_fail_locked(c, "rank %d of %d: the comm group it took part in failed (ncclGroupEnd or settling; see the "
+                             "error of gpucore_comm_group_end)", c->rank, c->size);
+            pthread_mutex_unlock(&c->mu);
+        }
+    for (int i = 0; i < group_nheld; i++) {
+        held_item *it = &group_held[i];
+        cudaError_t ce = cudaSuccess;
+        if (it->kind == HELD_DONE) {
+            if (!st) cudaEventRecord(it->call->done, (cudaStream_t)it->stream);
+            if (!st) pending_append(it->comm, it->call);
+            else { cudaEventDestroy(it->call->done); free(it->call); }
+            continue;
+        }
+        if (st && it->kind != HELD_HOST_FN) continue;
+        /* host callbacks run even after a failure: callers count on them (e.g. completion counters) */
+        if (it->kind == HELD_EVENT_RECORD) ce = cudaEventRecord((cudaEvent_t)it->event, (cudaStream_t)it->stream);
+        else if (it->kind == HELD_WAIT_EVENT) ce = cudaStreamWaitEvent((cudaStream_t)it->stream, (cudaEvent_t)it->event, 0);
+        else ce = cudaLaunchHostFunc((cudaStream_t)it->stream, it->fn, it->arg);
+        if (ce != cudaSuccess && !st) st = cuda_status(ce, "issuing stream work held during a comm group");
+    }
+    group_count = group_nstreams = group_nheld = group_overflow = 0;
+    return st;
+}
+
 gpucore_status cuda_comm_group(int begin)
 {
-    ncclResult_t r;
     if (begin) {
-        group_depth++;
-        r = ncclGroupStart();
+        ncclResult_t r = ncclGroupStart();
         if (r != ncclSuccess) return nccl_fail("ncclGroupStart", r);
+        group_depth++;
         return GPUCORE_OK;
     }
     if (group_depth == 0)
         return cuda_host->set_error(GPUCORE_ERR_INVALID_ARGUMENT, "comm_group_end without comm_group_start");
-    r = ncclGroupEnd();
-    if (--group_depth == 0) {
-        for (int i = 0; i < group_count && (r == ncclSuccess || r == ncclInProgress); i++)
-            r = nccl_settle(group_comms[i]->nc, ncclInProgress, 600);
-        group_count = 0;
+    if (--group_depth > 0) {
+        ncclResult_t r = ncclGroupEnd(); /* nested: NCCL starts nothing before the outermost end */
+        if (r != ncclSuccess && r != ncclInProgress) return nccl_fail("ncclGroupEnd", r);
+        return GPUCORE_OK;
     }
-    if (r != ncclSuccess && r != ncclInProgress) return nccl_fail("ncclGroupEnd", r);
-    return GPUCORE_OK;
+    return group_finish();
+}
+#else
+int cuda_comm_group_defer(int kind, void *stream, void *event, gpucore_host_fn fn, void *arg)
+{
+    (void)kind; (void)stream; (void)event; (void)fn; (void)arg;
+    return 0;
 }
 #endif /* GPUCORE_HAVE_NCCL */

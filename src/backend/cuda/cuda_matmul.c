@@ -9,9 +9,13 @@
  * a shape seen before costs a lookup, never a rebuild. Pointers that change
  * per call (bias, aux, fp8 scales, amax) are set on the plan's descriptor under
  * the plan's own lock just before cublasLtMatmul, which reads them when it
- * enqueues. When the heuristic finds no algorithm the plan remembers that and
- * the tiled fallback kernel (kernels/gemm_fallback.cu) runs instead, with a log
- * note the first time.
+ * enqueues. They are also set BEFORE the heuristic runs: it derives the
+ * alignment it expects from their values (cublasLt.h:1334, 1364), so their
+ * alignments are part of the plan key. The heuristic is asked for several
+ * algorithms; when cublasLtMatmul refuses one the next is tried. When none is
+ * usable (no algorithm, an aux leading dimension cuBLASLt does not take, every
+ * algorithm refused) the tiled fallback kernel (kernels/gemm_fallback.cu) runs
+ * instead, with a WARN naming the reason once per plan.
  */
 #include <pthread.h>
 #include <stdint.h>
@@ -23,6 +27,7 @@
 
 #define MAX_DEVICES 64
 #define PLAN_BUCKETS 1024
+#define MAX_ALGOS 4
 
 /* ---- per-device cuBLASLt handles (created lazily, never destroyed: the driver
  * tears them down at exit) ---- */
@@ -67,6 +72,7 @@ typedef struct plan_key {
     int32_t align_a, align_b, align_c, align_d;
     int32_t separate_c;
     int32_t fp8_scales; /* bit 0 scale_a, bit 1 scale_b, bit 2 amax */
+    int32_t align_bias, align_aux, align_scale_a, align_scale_b, align_amax; /* the heuristic depends on them */
     int64_t m, n, k, batch;
     int64_t lda, ldb, ldc, ldd, ldaux;
     int64_t stride_a, stride_b, stride_c, stride_d, stride_aux;
@@ -80,8 +86,8 @@ typedef struct plan {
     int use_fallback;
     cublasLtMatmulDesc_t desc;
     cublasLtMatrixLayout_t la, lb, lc, ld;
-    cublasLtMatmulAlgo_t algo;
-    size_t workspace_needed;
+    cublasLtMatmulAlgo_t algos[MAX_ALGOS]; /* best first; a refused one is dropped (under lock) */
+    int nalgos;
 } plan;
 
 static pthread_rwlock_t plan_lock = PTHREAD_RWLOCK_INITIALIZER;
@@ -163,8 +169,37 @@ fail:
     return st;
 }
 
-/* Build the plan for key k (desc g supplies nothing the key does not say). */
-static gpucore_status plan_build(cublasLtHandle_t h, const plan_key *k, plan **out)
+/* The per-call pointers on the plan's descriptor (the caller holds p->lock, or owns p alone). */
+static cublasStatus_t set_pointers(plan *p, const gpucore_gemm_desc *g)
+{
+    cublasStatus_t cs = CUBLAS_STATUS_SUCCESS;
+    const void *bias_ptr = (g->epilogue & GPUCORE_GEMM_EPI_BIAS) ? g->bias : g->bias_grad;
+    if (cs == CUBLAS_STATUS_SUCCESS && bias_ptr)
+        cs = cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias_ptr, sizeof bias_ptr);
+    if (cs == CUBLAS_STATUS_SUCCESS && g->aux)
+        cs = cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &g->aux, sizeof g->aux);
+    if (cs == CUBLAS_STATUS_SUCCESS && g->scale_a)
+        cs = cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &g->scale_a, sizeof g->scale_a);
+    if (cs == CUBLAS_STATUS_SUCCESS && g->scale_b)
+        cs = cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &g->scale_b, sizeof g->scale_b);
+    if (cs == CUBLAS_STATUS_SUCCESS && g->amax_d)
+        cs = cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_AMAX_D_POINTER, &g->amax_d, sizeof g->amax_d);
+    return cs;
+}
+
+static const char *dtype_word(int dt) { return dt == GPUCORE_F32 ? "f32" : dt == GPUCORE_F16 ? "f16" : "bf16"; }
+
+/* Once per plan: the fallback kernel (about 100x slower than cuBLASLt) serves this key, and why. */
+static void warn_fallback(const plan_key *k, const char *why)
+{
+    cuda_host->log(GPUCORE_LOG_WARN, "matmul: using the fallback GEMM kernel (far slower than cuBLASLt) for m=%lld "
+                   "n=%lld k=%lld batch %lld (%s x %s -> %s, epilogue 0x%x, aux ld %lld): %s", (long long)k->m,
+                   (long long)k->n, (long long)k->k, (long long)k->batch, dtype_word(k->a_dtype), dtype_word(k->b_dtype),
+                   dtype_word(k->d_dtype), (unsigned)k->epilogue, (long long)k->ldaux, why);
+}
+
+/* Build the plan for key k; g's pointers are set on the descriptor before the heuristic reads them. */
+static gpucore_status plan_build(cublasLtHandle_t h, const plan_key *k, const gpucore_gemm_desc *g, plan **out)
 {
     gpucore_status st = GPUCORE_OK;
     cublasLtMatmulPreference_t pref = NULL;
@@ -214,28 +249,33 @@ static gpucore_status plan_build(cublasLtHandle_t h, const plan_key *k, plan **o
     LT_TRY(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al[2], 4), "alignment C");
     LT_TRY(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al[3], 4), "alignment D");
 
-    cublasLtMatmulHeuristicResult_t result;
+    LT_TRY(set_pointers(p, g), "setting the bias/aux/scale pointers");
+
+    char why[160] = "";
+    cublasLtMatmulHeuristicResult_t results[MAX_ALGOS];
     int found = 0;
-    memset(&result, 0, sizeof result);
-    cublasStatus_t hs = cublasLtMatmulAlgoGetHeuristic(h, p->desc, p->la, p->lb, p->lc, p->ld, pref, 1, &result, &found);
-    if (hs != CUBLAS_STATUS_SUCCESS || found == 0) {
+    cublasStatus_t hs = CUBLAS_STATUS_SUCCESS;
+    memset(results, 0, sizeof results);
+    if ((k->epilogue & (GPUCORE_GEMM_EPI_AUX_OUT | GPUCORE_GEMM_EPI_DGELU)) && (k->ldaux % 8 || k->ldaux < k->m))
+        /* cublasLt.h:1382: "Must be divisible by 8 and be no less than the number of rows in the output matrix" */
+        snprintf(why, sizeof why, "cuBLASLt takes an aux leading dimension only when it is a multiple of 8 (%lld)",
+                 (long long)k->ldaux);
+    else
+        hs = cublasLtMatmulAlgoGetHeuristic(h, p->desc, p->la, p->lb, p->lc, p->ld, pref, MAX_ALGOS, results, &found);
+    if (!why[0] && (hs != CUBLAS_STATUS_SUCCESS || found == 0))
+        snprintf(why, sizeof why, "cuBLASLt has no algorithm for it (heuristic status %d)", (int)hs);
+    for (int i = 0; i < found && i < MAX_ALGOS; i++)
+        if (results[i].state == CUBLAS_STATUS_SUCCESS && results[i].workspaceSize <= (size_t)k->workspace_bytes)
+            p->algos[p->nalgos++] = results[i].algo;
+    if (!why[0] && p->nalgos == 0) snprintf(why, sizeof why, "no algorithm fits the workspace");
+    if (why[0]) {
         if (fp8) {
-            st = cuda_host->set_error(GPUCORE_ERR_NOT_SUPPORTED, "matmul: cuBLASLt has no fp8 algorithm for m=%lld n=%lld "
-                                      "k=%lld (status %d); fp8 has no fallback kernel", (long long)k->m, (long long)k->n,
-                                      (long long)k->k, (int)hs);
+            st = cuda_host->set_error(GPUCORE_ERR_NOT_SUPPORTED, "matmul: fp8 m=%lld n=%lld k=%lld: %s; fp8 has no "
+                                      "fallback kernel", (long long)k->m, (long long)k->n, (long long)k->k, why);
             goto fail;
         }
         p->use_fallback = 1;
-        cuda_host->log(GPUCORE_LOG_INFO, "matmul: cuBLASLt has no algorithm for m=%lld n=%lld k=%lld batch %lld (%s x %s "
-                       "-> %s, epilogue 0x%x, aux ld %lld; status %d): using the fallback GEMM kernel for this shape",
-                       (long long)k->m, (long long)k->n, (long long)k->k, (long long)k->batch,
-                       k->a_dtype == GPUCORE_F32 ? "f32" : k->a_dtype == GPUCORE_F16 ? "f16" : "bf16",
-                       k->b_dtype == GPUCORE_F32 ? "f32" : k->b_dtype == GPUCORE_F16 ? "f16" : "bf16",
-                       k->d_dtype == GPUCORE_F32 ? "f32" : k->d_dtype == GPUCORE_F16 ? "f16" : "bf16",
-                       (unsigned)k->epilogue, (long long)k->ldaux, (int)hs);
-    } else {
-        p->algo = result.algo;
-        p->workspace_needed = result.workspaceSize;
+        warn_fallback(k, why);
     }
     cublasLtMatmulPreferenceDestroy(pref);
     *out = p;
@@ -246,7 +286,7 @@ fail:
     return st;
 }
 
-static gpucore_status plan_get(cublasLtHandle_t h, const plan_key *k, plan **out)
+static gpucore_status plan_get(cublasLtHandle_t h, const plan_key *k, const gpucore_gemm_desc *g, plan **out)
 {
     uint64_t bucket = key_hash(k) % PLAN_BUCKETS;
     pthread_rwlock_rdlock(&plan_lock);
@@ -258,7 +298,7 @@ static gpucore_status plan_get(cublasLtHandle_t h, const plan_key *k, plan **out
         }
     pthread_rwlock_unlock(&plan_lock);
     plan *fresh = NULL;
-    gpucore_status st = plan_build(h, k, &fresh);
+    gpucore_status st = plan_build(h, k, g, &fresh);
     if (st) return st;
     pthread_rwlock_wrlock(&plan_lock);
     for (plan *p = plan_table[bucket]; p; p = p->next)
@@ -296,15 +336,21 @@ gpucore_status cuda_matmul(void *bctx, const gpucore_gemm_desc *g, void *stream)
             return cuda_host->set_error(GPUCORE_ERR_NOT_SUPPORTED, "matmul: fp8 operands need compute capability 8.9 or "
                                         "newer; cuda:%d is %d.%d", c->device, cc / 10, cc % 10);
     }
+    /* cublasLt.h:1539-1546: fp8 with an f32 output takes a bf16 bias, not D's type (issue 18 item 3) */
+    if (fp8 && g->d_dtype == GPUCORE_F32 && (g->epilogue & GPUCORE_GEMM_EPI_BIAS))
+        return cuda_host->set_error(GPUCORE_ERR_NOT_SUPPORTED, "matmul: fp8 operands with an f32 output take a bf16 "
+                                    "bias in cuBLASLt, and the bias here is f32: use a bf16 or f16 output, or add the "
+                                    "bias separately");
     /* shapes cuBLASLt does not take at all go to the fallback kernel directly */
     if (g->m == 0 || g->n == 0 || g->k == 0 || g->batch > INT32_MAX) {
         if (fp8) return GPUCORE_OK; /* nothing to compute: fp8 has no bias-gradient epilogues here */
         return kops_matmul(bctx, g, stream);
     }
+    /* the device first: a cuBLASLt handle belongs to the device current when it is created */
+    CUDA_TRY(cudaSetDevice(c->device), "cudaSetDevice");
     cublasLtHandle_t h = NULL;
     gpucore_status st = lt_handle(c->device, &h);
     if (st) return st;
-    CUDA_TRY(cudaSetDevice(c->device), "cudaSetDevice");
 
     plan_key k;
     memset(&k, 0, sizeof k); /* padding takes part in hashing and comparing */
@@ -322,6 +368,11 @@ gpucore_status cuda_matmul(void *bctx, const gpucore_gemm_desc *g, void *stream)
     k.align_c = alignment_of(k.separate_c ? g->c : g->d);
     k.align_d = alignment_of(g->d);
     k.fp8_scales = (g->scale_a ? 1 : 0) | (g->scale_b ? 2 : 0) | (g->amax_d ? 4 : 0);
+    k.align_bias = alignment_of((g->epilogue & GPUCORE_GEMM_EPI_BIAS) ? g->bias : g->bias_grad);
+    k.align_aux = alignment_of(g->aux);
+    k.align_scale_a = alignment_of(g->scale_a);
+    k.align_scale_b = alignment_of(g->scale_b);
+    k.align_amax = alignment_of(g->amax_d);
     k.m = g->m; k.n = g->n; k.k = g->k; k.batch = g->batch;
     k.lda = g->a.ld; k.ldb = g->b.ld; k.ldd = g->ldd;
     k.ldc = k.separate_c ? g->ldc : g->ldd;
@@ -332,29 +383,30 @@ gpucore_status cuda_matmul(void *bctx, const gpucore_gemm_desc *g, void *stream)
     k.workspace_bytes = g->workspace ? g->workspace_bytes : 0;
 
     plan *p;
-    if ((st = plan_get(h, &k, &p))) return st;
-    if (p->use_fallback) return kops_matmul(bctx, g, stream);
+    if ((st = plan_get(h, &k, g, &p))) return st;
 
     pthread_mutex_lock(&p->lock);
-    cublasStatus_t cs = CUBLAS_STATUS_SUCCESS;
-    const void *bias_ptr = (g->epilogue & GPUCORE_GEMM_EPI_BIAS) ? g->bias : g->bias_grad;
-    if (cs == CUBLAS_STATUS_SUCCESS && bias_ptr)
-        cs = cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias_ptr, sizeof bias_ptr);
-    if (cs == CUBLAS_STATUS_SUCCESS && g->aux)
-        cs = cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &g->aux, sizeof g->aux);
-    if (cs == CUBLAS_STATUS_SUCCESS && g->scale_a)
-        cs = cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &g->scale_a, sizeof g->scale_a);
-    if (cs == CUBLAS_STATUS_SUCCESS && g->scale_b)
-        cs = cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &g->scale_b, sizeof g->scale_b);
-    if (cs == CUBLAS_STATUS_SUCCESS && g->amax_d)
-        cs = cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_AMAX_D_POINTER, &g->amax_d, sizeof g->amax_d);
-    if (cs == CUBLAS_STATUS_SUCCESS) {
-        const float alpha = g->alpha, beta = g->c ? g->beta : 0.0f;
-        const void *cptr = k.separate_c ? g->c : g->d;
+    cublasStatus_t cs = p->use_fallback ? CUBLAS_STATUS_SUCCESS : set_pointers(p, g);
+    const float alpha = g->alpha, beta = g->c ? g->beta : 0.0f;
+    const void *cptr = k.separate_c ? g->c : g->d;
+    /* best algorithm first; one cublasLtMatmul refuses is dropped for good and the next is tried */
+    while (cs == CUBLAS_STATUS_SUCCESS && p->nalgos > 0) {
         cs = cublasLtMatmul(h, p->desc, &alpha, g->a.data, p->la, g->b.data, p->lb, &beta, cptr, p->lc, g->d, p->ld,
-                            &p->algo, g->workspace, (size_t)k.workspace_bytes, (cudaStream_t)stream);
+                            &p->algos[0], g->workspace, (size_t)k.workspace_bytes, (cudaStream_t)stream);
+        if (cs != CUBLAS_STATUS_NOT_SUPPORTED) break;
+        memmove(&p->algos[0], &p->algos[1], sizeof p->algos[0] * (size_t)--p->nalgos);
+        cs = CUBLAS_STATUS_SUCCESS;
+        if (p->nalgos == 0) {
+            if (fp8) cs = CUBLAS_STATUS_NOT_SUPPORTED;
+            else {
+                p->use_fallback = 1;
+                warn_fallback(&k, "cublasLtMatmul refused every algorithm the heuristic offered");
+            }
+        }
     }
+    const int fallback = p->use_fallback;
     pthread_mutex_unlock(&p->lock);
     if (cs != CUBLAS_STATUS_SUCCESS) return lt_status(cs, "cublasLtMatmul");
+    if (fallback) return kops_matmul(bctx, g, stream);
     return GPUCORE_OK;
 }

@@ -1,0 +1,320 @@
+/*
+ * attention.cu — scaled dot-product attention, forward and backward
+ * (attention_math.h defines the masks, dropout and layout), f32 math for
+ * f32/f16/bf16 operands given with any strides.
+ *
+ * Flash-attention style, so memory stays O(seq): no score matrix is stored.
+ *   forward:  one block per (batch, head, 16 query rows); key tiles stream
+ *             through shared memory with an online softmax (running max and
+ *             normaliser, accumulator rescaled), tiles past the causal
+ *             diagonal or the key length skipped; saves out and lse.
+ *   backward: P = exp(S - lse) recomputed; dq by (batch, head, 16 query rows)
+ *             over the key tiles, dk and dv by (batch, kv head, 16 keys) over
+ *             the group's query heads and query tiles, so every gradient
+ *             element has one owner: deterministic, no atomics. D_i =
+ *             dout_i · out_i is recomputed per tile (no workspace).
+ * Threads: 128 per block = 16 rows x 8 lanes; a lane owns columns lane + 8n of
+ * its row (accumulators in registers, NC per thread by the head dim class) and
+ * score entries lane + 8m. Rows stored with one float of padding against bank
+ * conflicts. The inner products are plain FMA loops over shared memory: tensor
+ * cores (WMMA) are not used yet, so this is correct, memory-lean and
+ * deterministic, not yet fast. Shared memory stays under 48 KiB (no opt-in).
+ */
+#include "kernels.h"
+#include "launch.h"
+#include "grid.h"
+#include "attention_math.h"
+
+#define ATT_THREADS 128
+#define ATT_ROWS 16 /* rows (query rows, or keys for dk/dv) per block */
+#define ATT_LANES 8
+
+/* Key (or query) tile length for a head-dim class NC = ceil(max(D, Dv) / 8) in {8, 16, 32}. */
+static inline int att_tile(int nc, int bwd) { return nc <= 8 ? 64 : nc <= 16 ? 32 : bwd ? 8 : 16; }
+
+__device__ __forceinline__ int64_t att_min(int64_t x, int64_t y) { return x < y ? x : y; }
+
+/* rows [row0, row0 + n) of operand t at (b, h) into s[ATT_ROWS or more][ld], zero past n. */
+__device__ __forceinline__ void att_load_tile(float *s, int ld, const gpucore_attn_tensor &t, int dt, int64_t b,
+                                              int64_t h, int64_t row0, int64_t n, int rows, int64_t cols)
+{
+    for (int64_t e = threadIdx.x; e < (int64_t)rows * cols; e += blockDim.x) {
+        int64_t r = e / cols, c = e % cols;
+        s[r * ld + c] = r < n ? gpucore_attn_load(&t, dt, gpucore_attn_offset(&t, b, h, row0 + r, c)) : 0.0f;
+    }
+}
+
+__device__ __forceinline__ float att_dot(const float *x, const float *y, int64_t n)
+{
+    float s = 0.0f;
+    for (int64_t d = 0; d < n; d++) s = fmaf(x[d], y[d], s);
+    return s;
+}
+
+template <int NC> __device__ __forceinline__ void att_zero(float *acc)
+{
+#pragma unroll
+    for (int n = 0; n < NC; n++) acc[n] = 0.0f;
+}
+
+/* acc[n] += coef · row[lane + 8n] for this lane's columns below ncols. */
+template <int NC> __device__ __forceinline__ void att_axpy_cols(float *acc, float coef, const float *row, int lane,
+                                                               int64_t ncols)
+{
+#pragma unroll
+    for (int n = 0; n < NC; n++)
+        if (lane + ATT_LANES * n < ncols) acc[n] = fmaf(coef, row[lane + ATT_LANES * n], acc[n]);
+}
+
+template <int NC>
+__global__ void __launch_bounds__(ATT_THREADS) attention_forward_kernel(gpucore_attn_args a, int BK, int64_t nqt)
+{
+    extern __shared__ float attn_smem[];
+    const int64_t D = a.head_dim, Dv = a.head_dim_v, G = a.heads / a.kv_heads;
+    const int ldq = (int)D + 1, ldkv = (int)(D > Dv ? D : Dv) + 1, lds = BK + 1;
+    float *Qs = attn_smem, *KVs = Qs + ATT_ROWS * ldq, *Ss = KVs + BK * ldkv;
+    const int r = threadIdx.x / ATT_LANES, lane = threadIdx.x % ATT_LANES;
+    const int64_t total = a.batch * a.heads * nqt;
+    for (int64_t blk = blockIdx.x; blk < total; blk += gridDim.x) {
+        const int64_t bh = blk / nqt, b = bh / a.heads, h = bh % a.heads, hk = h / G;
+        const int64_t i0 = (blk % nqt) * ATT_ROWS, nq = att_min(ATT_ROWS, a.seq_q - i0), i = i0 + r;
+        const bool row_ok = r < nq;
+        __syncthreads(); /* the previous tile's readers are done */
+        att_load_tile(Qs, ldq, a.q, a.dtype, b, h, i0, nq, ATT_ROWS, D);
+        float m = -INFINITY, l = 0.0f, acc[NC];
+        att_zero<NC>(acc);
+        const int64_t kend = gpucore_attn_key_end(&a, b, i0 + nq - 1);
+        for (int64_t j0 = 0; j0 < kend; j0 += BK) {
+            const int64_t nk = att_min(BK, kend - j0);
+            __syncthreads();
+            att_load_tile(KVs, ldkv, a.k, a.dtype, b, hk, j0, nk, (int)nk, D);
+            __syncthreads();
+            for (int jj = lane; jj < BK; jj += ATT_LANES) {
+                float s = -INFINITY;
+                if (row_ok && jj < nk) {
+                    const float bias = gpucore_attn_bias(&a, b, h, i, j0 + jj);
+                    s = gpucore_attn_score(&a, bias == -INFINITY ? 0.0f : att_dot(Qs + r * ldq, KVs + jj * ldkv, D), bias);
+                }
+                Ss[r * lds + jj] = s;
+            }
+            __syncthreads();
+            att_load_tile(KVs, ldkv, a.v, a.dtype, b, hk, j0, nk, (int)nk, Dv);
+            float mt = -INFINITY;
+            for (int jj = 0; jj < nk; jj++) mt = fmaxf(mt, Ss[r * lds + jj]);
+            const float mn = fmaxf(m, mt);
+            __syncthreads();
+            if (mn != -INFINITY) {
+                const float alpha = gpucore_attn_exp(m, mn);
+                l *= alpha;
+#pragma unroll
+                for (int n = 0; n < NC; n++) acc[n] *= alpha;
+                for (int jj = 0; jj < nk; jj++) {
+                    const float p = gpucore_attn_exp(Ss[r * lds + jj], mn);
+                    l += p;
+                    if (p == 0.0f) continue;
+                    att_axpy_cols<NC>(acc, p * gpucore_attn_keep(&a, b, h, i, j0 + jj), KVs + jj * ldkv, lane, Dv);
+                }
+                m = mn;
+            }
+        }
+        if (row_ok) {
+            const float inv = l > 0.0f ? 1.0f / l : 0.0f;
+#pragma unroll
+            for (int n = 0; n < NC; n++)
+                if (lane + ATT_LANES * n < Dv)
+                    gpucore_attn_store(&a.out, a.dtype, gpucore_attn_offset(&a.out, b, h, i, lane + ATT_LANES * n), acc[n] * inv);
+            if (lane == 0 && a.lse) a.lse[(b * a.heads + h) * a.seq_q + i] = l > 0.0f ? m + logf(l) : -INFINITY;
+        }
+    }
+}
+
+/* D_i = dout_i · out_i for rows [i0, i0 + nq) into Di[0..nq) (zero past nq); one thread per row. */
+__device__ __forceinline__ void att_row_dots(const gpucore_attn_args &a, int64_t b, int64_t h, int64_t i0, int64_t nq,
+                                             int rows, float *Di, float *lse)
+{
+    for (int t = threadIdx.x; t < rows; t += blockDim.x) {
+        float s = 0.0f, ls = -INFINITY;
+        if (t < nq) {
+            for (int64_t c = 0; c < a.head_dim_v; c++)
+                s = fmaf(gpucore_attn_load(&a.dout, a.dtype, gpucore_attn_offset(&a.dout, b, h, i0 + t, c)),
+                         gpucore_attn_load(&a.out, a.dtype, gpucore_attn_offset(&a.out, b, h, i0 + t, c)), s);
+            ls = a.lse[(b * a.heads + h) * a.seq_q + i0 + t];
+        }
+        Di[t] = s;
+        lse[t] = ls;
+    }
+}
+
+template <int NC>
+__global__ void __launch_bounds__(ATT_THREADS) attention_dq_kernel(gpucore_attn_args a, int BK, int64_t nqt)
+{
+    extern __shared__ float attn_smem[];
+    const int64_t D = a.head_dim, Dv = a.head_dim_v, G = a.heads / a.kv_heads;
+    const int ldq = (int)D + 1, ldo = (int)Dv + 1, ldkv = (int)(D > Dv ? D : Dv) + 1, lds = BK + 1;
+    float *Qs = attn_smem, *dOs = Qs + ATT_ROWS * ldq, *KVs = dOs + ATT_ROWS * ldo, *Ss = KVs + BK * ldkv;
+    float *Di = Ss + ATT_ROWS * lds, *lse = Di + ATT_ROWS;
+    const int r = threadIdx.x / ATT_LANES, lane = threadIdx.x % ATT_LANES;
+    const int64_t total = a.batch * a.heads * nqt;
+    for (int64_t blk = blockIdx.x; blk < total; blk += gridDim.x) {
+        const int64_t bh = blk / nqt, b = bh / a.heads, h = bh % a.heads, hk = h / G;
+        const int64_t i0 = (blk % nqt) * ATT_ROWS, nq = att_min(ATT_ROWS, a.seq_q - i0), i = i0 + r;
+        const bool row_ok = r < nq;
+        __syncthreads();
+        att_load_tile(Qs, ldq, a.q, a.dtype, b, h, i0, nq, ATT_ROWS, D);
+        att_load_tile(dOs, ldo, a.dout, a.dtype, b, h, i0, nq, ATT_ROWS, Dv);
+        att_row_dots(a, b, h, i0, nq, ATT_ROWS, Di, lse);
+        float acc[NC];
+        att_zero<NC>(acc);
+        const int64_t kend = gpucore_attn_key_end(&a, b, i0 + nq - 1);
+        for (int64_t j0 = 0; j0 < kend; j0 += BK) {
+            const int64_t nk = att_min(BK, kend - j0);
+            __syncthreads();
+            att_load_tile(KVs, ldkv, a.k, a.dtype, b, hk, j0, nk, (int)nk, D);
+            __syncthreads();
+            for (int jj = lane; jj < BK; jj += ATT_LANES) { /* P */
+                float p = 0.0f;
+                if (row_ok && jj < nk) {
+                    const float bias = gpucore_attn_bias(&a, b, h, i, j0 + jj);
+                    if (bias != -INFINITY)
+                        p = gpucore_attn_exp(gpucore_attn_score(&a, att_dot(Qs + r * ldq, KVs + jj * ldkv, D), bias), lse[r]);
+                }
+                Ss[r * lds + jj] = p;
+            }
+            __syncthreads();
+            att_load_tile(KVs, ldkv, a.v, a.dtype, b, hk, j0, nk, (int)nk, Dv);
+            __syncthreads();
+            for (int jj = lane; jj < BK; jj += ATT_LANES) { /* dS = P (dP - D_i) */
+                const float p = Ss[r * lds + jj];
+                if (p == 0.0f) continue;
+                const float dp = att_dot(dOs + r * ldo, KVs + jj * ldkv, Dv) * gpucore_attn_keep(&a, b, h, i, j0 + jj);
+                Ss[r * lds + jj] = p * (dp - Di[r]);
+            }
+            __syncthreads();
+            att_load_tile(KVs, ldkv, a.k, a.dtype, b, hk, j0, nk, (int)nk, D);
+            __syncthreads();
+            for (int jj = 0; jj < nk; jj++) {
+                const float ds = Ss[r * lds + jj] * a.scale;
+                if (ds != 0.0f) att_axpy_cols<NC>(acc, ds, KVs + jj * ldkv, lane, D);
+            }
+        }
+        if (row_ok)
+#pragma unroll
+            for (int n = 0; n < NC; n++)
+                if (lane + ATT_LANES * n < D)
+                    gpucore_attn_store(&a.dq, a.dtype, gpucore_attn_offset(&a.dq, b, h, i, lane + ATT_LANES * n), acc[n]);
+    }
+}
+
+template <int NC>
+__global__ void __launch_bounds__(ATT_THREADS) attention_dkv_kernel(gpucore_attn_args a, int BQ, int64_t nkt)
+{
+    extern __shared__ float attn_smem[];
+    const int64_t D = a.head_dim, Dv = a.head_dim_v, G = a.heads / a.kv_heads;
+    const int ldk = (int)D + 1, ldv = (int)Dv + 1, ldb = (int)(D > Dv ? D : Dv) + 1, lds = BQ + 1;
+    float *Ks = attn_smem, *Vs = Ks + ATT_ROWS * ldk, *Bs = Vs + ATT_ROWS * ldv, *Ps = Bs + BQ * ldb;
+    float *dSs = Ps + ATT_ROWS * lds, *Di = dSs + ATT_ROWS * lds, *lse = Di + BQ;
+    const int r = threadIdx.x / ATT_LANES, lane = threadIdx.x % ATT_LANES;
+    const int64_t total = a.batch * a.kv_heads * nkt;
+    for (int64_t blk = blockIdx.x; blk < total; blk += gridDim.x) {
+        const int64_t bh = blk / nkt, b = bh / a.kv_heads, hk = bh % a.kv_heads;
+        const int64_t j0 = (blk % nkt) * ATT_ROWS, nk = att_min(ATT_ROWS, a.seq_k - j0), j = j0 + r;
+        const int64_t valid = gpucore_attn_kv_valid(&a, b);
+        const int64_t nkv = valid > j0 ? att_min(nk, valid - j0) : 0; /* keys past kv_len get no gradient */
+        __syncthreads();
+        att_load_tile(Ks, ldk, a.k, a.dtype, b, hk, j0, nk, ATT_ROWS, D);
+        att_load_tile(Vs, ldv, a.v, a.dtype, b, hk, j0, nk, ATT_ROWS, Dv);
+        float dk[NC], dv[NC];
+        att_zero<NC>(dk);
+        att_zero<NC>(dv);
+        for (int64_t h = hk * G; nkv > 0 && h < (hk + 1) * G; h++)
+            for (int64_t i0 = gpucore_attn_query_begin(&a, j0); i0 < a.seq_q; i0 += BQ) {
+                const int64_t nq = att_min(BQ, a.seq_q - i0);
+                __syncthreads();
+                att_load_tile(Bs, ldb, a.q, a.dtype, b, h, i0, nq, BQ, D);
+                att_row_dots(a, b, h, i0, nq, BQ, Di, lse);
+                __syncthreads();
+                for (int ii = lane; ii < BQ; ii += ATT_LANES) { /* P, transposed: [key][query] */
+                    float p = 0.0f;
+                    if (r < nkv && ii < nq) {
+                        const float bias = gpucore_attn_bias(&a, b, h, i0 + ii, j);
+                        if (bias != -INFINITY)
+                            p = gpucore_attn_exp(gpucore_attn_score(&a, att_dot(Bs + ii * ldb, Ks + r * ldk, D), bias),
+                                                 lse[ii]);
+                    }
+                    Ps[r * lds + ii] = p;
+                }
+                __syncthreads();
+                att_load_tile(Bs, ldb, a.dout, a.dtype, b, h, i0, nq, BQ, Dv);
+                __syncthreads();
+                for (int ii = lane; ii < BQ; ii += ATT_LANES) {
+                    const float p = Ps[r * lds + ii];
+                    float pk = 0.0f, ds = 0.0f;
+                    if (p != 0.0f) {
+                        const float keep = gpucore_attn_keep(&a, b, h, i0 + ii, j);
+                        ds = p * (att_dot(Bs + ii * ldb, Vs + r * ldv, Dv) * keep - Di[ii]);
+                        pk = p * keep;
+                    }
+                    Ps[r * lds + ii] = pk;
+                    dSs[r * lds + ii] = ds * a.scale;
+                }
+                __syncthreads();
+                for (int ii = 0; ii < nq; ii++) { /* dv += P̃ᵀ dout */
+                    const float pk = Ps[r * lds + ii];
+                    if (pk != 0.0f) att_axpy_cols<NC>(dv, pk, Bs + ii * ldb, lane, Dv);
+                }
+                __syncthreads();
+                att_load_tile(Bs, ldb, a.q, a.dtype, b, h, i0, nq, BQ, D);
+                __syncthreads();
+                for (int ii = 0; ii < nq; ii++) { /* dk += scale · dSᵀ q */
+                    const float ds = dSs[r * lds + ii];
+                    if (ds != 0.0f) att_axpy_cols<NC>(dk, ds, Bs + ii * ldb, lane, D);
+                }
+            }
+        if (r < nk) {
+#pragma unroll
+            for (int n = 0; n < NC; n++) {
+                const int64_t c = lane + ATT_LANES * n;
+                if (a.dk.data && c < D) gpucore_attn_store(&a.dk, a.dtype, gpucore_attn_offset(&a.dk, b, hk, j, c), dk[n]);
+                if (a.dv.data && c < Dv) gpucore_attn_store(&a.dv, a.dtype, gpucore_attn_offset(&a.dv, b, hk, j, c), dv[n]);
+            }
+        }
+    }
+}
+
+template <int NC> static int attention_launch(const gpucore_launch *l, const gpucore_attn_args *a)
+{
+    const int64_t D = a->head_dim, Dv = a->head_dim_v, dmax = D > Dv ? D : Dv;
+    const int64_t nqt = (a->seq_q + ATT_ROWS - 1) / ATT_ROWS, nkt = (a->seq_k + ATT_ROWS - 1) / ATT_ROWS;
+    if (a->op == GPUCORE_ATTN_FWD) {
+        const int BK = att_tile(NC, 0);
+        size_t smem = sizeof(float) * (size_t)(ATT_ROWS * (D + 1) + BK * (dmax + 1) + ATT_ROWS * (BK + 1));
+        unsigned grid = gpucore_grid_for(a->batch * a->heads * nqt * ATT_THREADS, ATT_THREADS, l->sm_count);
+        GPUCORE_LAUNCH(attention_forward_kernel<NC>, grid, ATT_THREADS, smem, l->stream, *a, BK, nqt);
+        return GPUCORE_LAUNCH_STATUS();
+    }
+    const int T = att_tile(NC, 1);
+    if (a->dq.data) {
+        size_t smem = sizeof(float) * (size_t)(ATT_ROWS * (D + 1) + ATT_ROWS * (Dv + 1) + T * (dmax + 1) +
+                                               ATT_ROWS * (T + 1) + 2 * ATT_ROWS);
+        unsigned grid = gpucore_grid_for(a->batch * a->heads * nqt * ATT_THREADS, ATT_THREADS, l->sm_count);
+        GPUCORE_LAUNCH(attention_dq_kernel<NC>, grid, ATT_THREADS, smem, l->stream, *a, T, nqt);
+        int err = GPUCORE_LAUNCH_STATUS();
+        if (err) return err;
+    }
+    if ((a->dk.data || a->dv.data) && a->seq_k > 0) {
+        size_t smem = sizeof(float) * (size_t)(ATT_ROWS * (D + 1) + ATT_ROWS * (Dv + 1) + T * (dmax + 1) +
+                                               2 * ATT_ROWS * (T + 1) + 2 * T);
+        unsigned grid = gpucore_grid_for(a->batch * a->kv_heads * nkt * ATT_THREADS, ATT_THREADS, l->sm_count);
+        GPUCORE_LAUNCH(attention_dkv_kernel<NC>, grid, ATT_THREADS, smem, l->stream, *a, T, nkt);
+        return GPUCORE_LAUNCH_STATUS();
+    }
+    return 0;
+}
+
+extern "C" int gpucore_kernel_attention(const gpucore_launch *launch, const gpucore_attn_args *args)
+{
+    const int64_t dmax = args->head_dim > args->head_dim_v ? args->head_dim : args->head_dim_v;
+    if (dmax <= 8 * ATT_LANES) return attention_launch<8>(launch, args);
+    if (dmax <= 16 * ATT_LANES) return attention_launch<16>(launch, args);
+    return attention_launch<32>(launch, args);
+}

@@ -1,0 +1,126 @@
+"""gpucore.scaled_dot_product_attention and its backward against a numpy float64
+reference (f32: 1e-5 relative norm; bf16: 1e-2): causal, masks, GQA, a [B,S,H,D]
+projection used as a permuted view, dropout replayed by the backward, bad input."""
+import numpy as np
+import pytest
+
+import gpucore as g
+
+RNG = np.random.default_rng(20)
+
+
+def rel(got, ref):
+    got, ref = np.asarray(got, np.float64), np.asarray(ref, np.float64)
+    n = np.linalg.norm(ref)
+    return np.linalg.norm(got - ref) / (n if n else 1.0)
+
+
+def ref_sdpa(q, k, v, bias, scale, dout=None, keep=None):
+    """out, lse and (with dout) dq, dk, dv in float64; bias [.., L, S] additive (-inf masks)."""
+    G = q.shape[1] // k.shape[1]
+    k, v = np.repeat(k, G, axis=1), np.repeat(v, G, axis=1)
+    s = scale * q @ np.swapaxes(k, -1, -2) + bias
+    m = s.max(-1, keepdims=True)
+    e = np.exp(s - m)
+    lse = (m + np.log(e.sum(-1, keepdims=True)))[..., 0]
+    p = e / e.sum(-1, keepdims=True)
+    keep = np.ones_like(p) if keep is None else keep
+    out = (p * keep) @ v
+    if dout is None:
+        return out, lse
+    dv = np.swapaxes(p * keep, -1, -2) @ dout
+    dp = dout @ np.swapaxes(v, -1, -2) * keep
+    ds = p * (dp - (dout * out).sum(-1, keepdims=True))
+    dq, dk = scale * ds @ k, scale * np.swapaxes(ds, -1, -2) @ q
+    fold = lambda t: t.reshape(t.shape[0], -1, G, *t.shape[2:]).sum(2)
+    return out, lse, dq, fold(dk), fold(dv)
+
+
+def test_sdpa_forward_backward_causal_mask_gqa(ctx):
+    B, H, Hkv, L, S, D = 2, 4, 2, 23, 31, 40
+    q, k, v = (RNG.uniform(-1.5, 1.5, (B, h, n, D)).astype(np.float32) for h, n in ((H, L), (Hkv, S), (Hkv, S)))
+    mask = RNG.uniform(-2, 1, (L, S)).astype(np.float32)
+    dout = RNG.uniform(-1, 1, (B, H, L, D)).astype(np.float32)
+    tq, tk, tv, tm, tg = (ctx.tensor(a) for a in (q, k, v, mask, dout))
+    for causal in (False, True):
+        bias = mask.astype(np.float64) + (np.triu(np.full((L, S), -np.inf), 1) if causal else 0)
+        out, lse = g.scaled_dot_product_attention(tq, tk, tv, attn_mask=tm, is_causal=causal, enable_gqa=True,
+                                                  return_stats=True)
+        r_out, r_lse, r_dq, r_dk, r_dv = ref_sdpa(q.astype(np.float64), k.astype(np.float64),
+                                                  v.astype(np.float64), bias, D ** -0.5, dout.astype(np.float64))
+        assert rel(out.numpy(), r_out) < 1e-5 and rel(lse.numpy(), r_lse) < 1e-5
+        dq, dk, dv = g.scaled_dot_product_attention_backward(tg, tq, tk, tv, out, lse, attn_mask=tm,
+                                                             is_causal=causal, enable_gqa=True)
+        assert rel(dq.numpy(), r_dq) < 1e-5 and rel(dk.numpy(), r_dk) < 1e-5 and rel(dv.numpy(), r_dv) < 1e-5
+
+
+def test_sdpa_projection_view_bool_mask_bf16(ctx):
+    B, L, H, D = 2, 17, 3, 24
+    proj = RNG.uniform(-1, 1, (B, L, 3, H, D)).astype(np.float32)
+    t = g.cast(ctx.tensor(proj), g.bfloat16)  # one fused QKV projection, [B, L, 3, H, D]
+    q, k, v = (t[:, :, i].permute(0, 2, 1, 3) for i in range(3))  # strided [B, H, L, D] views, no copies
+    keep = RNG.uniform(size=(B, 1, 1, L)) > 0.3
+    keep[..., 0] = True
+    out = g.scaled_dot_product_attention(q, k, v, attn_mask=ctx.tensor(keep.astype(np.uint8)), scale=0.2)
+    qa, ka, va = (np.asarray(g.cast(x, g.float32).numpy(), np.float64) for x in (q, k, v))
+    r_out, _ = ref_sdpa(qa, ka, va, np.where(keep, 0.0, -np.inf), 0.2)
+    assert out.dtype == g.bfloat16 and rel(g.cast(out, g.float32).numpy(), r_out) < 1e-2
+
+
+def test_sdpa_dropout_replays_in_backward(ctx):
+    B, H, L, D = 1, 2, 19, 16
+    q, k, v, dout = (RNG.uniform(-1, 1, (B, H, L, D)).astype(np.float32) for _ in range(4))
+    tq, tk, tv, tg = (ctx.tensor(a) for a in (q, k, v, dout))
+    out, lse = g.scaled_dot_product_attention(tq, tk, tv, dropout_p=0.25, seed=7, offset=4, return_stats=True)
+    again = g.scaled_dot_product_attention(tq, tk, tv, dropout_p=0.25, seed=7, offset=4)
+    assert np.array_equal(out.numpy(), again.numpy())
+    # the keep mask is gpucore.dropout's over a [B, H, L, L] tensor under the same (seed, offset)
+    keep = g.dropout(ctx.tensor(np.ones((B, H, L, L), np.float32)), 0.25, seed=7, offset=4).numpy().astype(np.float64)
+    r = ref_sdpa(*(a.astype(np.float64) for a in (q, k, v)), 0.0, D ** -0.5, dout.astype(np.float64), keep)
+    assert rel(out.numpy(), r[0]) < 1e-5
+    grads = g.scaled_dot_product_attention_backward(tg, tq, tk, tv, out, lse, dropout_p=0.25, seed=7, offset=4)
+    for got, want in zip(grads, r[2:]):
+        assert rel(got.numpy(), want) < 1e-5
+
+
+def test_sdpa_bad_input(ctx):
+    q = ctx.empty((1, 4, 8, 16))
+    with pytest.raises(g.ShapeMismatchError):
+        g.scaled_dot_product_attention(q, ctx.empty((1, 2, 8, 16)), ctx.empty((1, 2, 8, 16)))  # GQA not enabled
+    with pytest.raises(g.ShapeMismatchError):
+        g.scaled_dot_product_attention(ctx.empty((4, 8, 16)), q, q)
+    with pytest.raises(g.InvalidArgumentError):
+        g.scaled_dot_product_attention(q, q, q, dropout_p=1.0)
+    with pytest.raises(g.ShapeMismatchError):
+        g.scaled_dot_product_attention(q, q, q, attn_mask=ctx.empty((3, 8)))
+
+
+def test_rope_swiglu_residual_norm(ctx):
+    B, H, S, D = 2, 3, 7, 16
+    x = RNG.uniform(-1, 1, (B, S, H, D)).astype(np.float32)
+    ang = RNG.uniform(0, 6, (S, D // 2))
+    cos, sin = np.cos(ang).astype(np.float32), np.sin(ang).astype(np.float32)
+    tx = ctx.tensor(x).permute(0, 2, 1, 3)  # a [B, H, S, D] view of a [B, S, H, D] projection
+    xv = np.transpose(x, (0, 2, 1, 3)).astype(np.float64)
+    y = g.rotary_embedding(tx, ctx.tensor(cos), ctx.tensor(sin)).numpy()
+    x1, x2 = xv[..., :D // 2], xv[..., D // 2:]
+    ref = np.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin], -1)
+    assert rel(y, ref) < 1e-6
+    back = g.rotary_embedding_backward(ctx.tensor(y.astype(np.float32)), ctx.tensor(cos), ctx.tensor(sin)).numpy()
+    assert rel(back, xv) < 1e-6  # the inverse rotation
+
+    gate, up, dout = (RNG.uniform(-3, 3, (5, 9)).astype(np.float32) for _ in range(3))
+    sig = 1 / (1 + np.exp(-gate.astype(np.float64)))
+    assert rel(g.swiglu(ctx.tensor(gate), ctx.tensor(up)).numpy(), gate * sig * up) < 1e-6
+    dg, du = g.swiglu_backward(ctx.tensor(dout), ctx.tensor(gate), ctx.tensor(up))
+    assert rel(dg.numpy(), dout * up * sig * (1 + gate * (1 - sig))) < 1e-6
+    assert rel(du.numpy(), dout * gate * sig) < 1e-6
+
+    a, r = (RNG.uniform(-2, 2, (4, 32)).astype(np.float32) for _ in range(2))
+    w = RNG.uniform(0.5, 1.5, 32).astype(np.float32)
+    yt, h, mu, rs = g.residual_norm(ctx.tensor(a), ctx.tensor(r), ctx.tensor(w), eps=1e-6, return_stats=True)
+    hv = (a + r).astype(np.float64)
+    assert rel(h.numpy(), hv) < 1e-6 and mu is None
+    assert rel(yt.numpy(), hv / np.sqrt((hv ** 2).mean(-1, keepdims=True) + 1e-6) * w) < 1e-5
+    dx, dw, db = g.residual_norm_backward(ctx.tensor(dout[:4, :8].repeat(4, 1)), None, h, None, rs, ctx.tensor(w))
+    assert dx.shape == (4, 32) and dw.shape == (32,) and db is None

@@ -1,0 +1,120 @@
+/*
+ * cpu_transformer.c — the CPU backend's transformer-block ops
+ * (kernels/transformer_math.h): rotary embedding over strided [B,H,S,D] views,
+ * gated linear units over same-shape strided views, and the fused residual add
+ * + RMSNorm/LayerNorm forward over contiguous rows (statistics in f64, each
+ * row by one thread). OpenMP-parallel over rows / elements; no cross-thread
+ * sums, so results never depend on the thread count.
+ */
+#include <math.h>
+#include <string.h>
+#include "cpu_internal.h"
+#include "transformer_math.h"
+#include "dtype_access.h"
+
+#define TFM_PARALLEL_MIN 16384
+
+static inline float ld(const gpucore_view *v, int64_t off)
+{
+    return gpucore_load_as_f32((const char *)v->data + off * v->elem_size, v->dtype);
+}
+
+static inline void st(const gpucore_view *v, int64_t off, float x)
+{
+    gpucore_store_from_f32((char *)v->data + off * v->elem_size, v->dtype, x);
+}
+
+static inline int64_t offset_of(const gpucore_view *v, int64_t i)
+{
+    return v->contiguous ? i : gpucore_strided_offset(i, v->ndim, v->shape, v->strides);
+}
+
+static void rope(const gpucore_tfm_args *a)
+{
+    const gpucore_view *x = &a->in0, *y = &a->out0;
+    const int64_t B = x->shape[0], H = x->shape[1], S = x->shape[2], D = x->shape[3], R2 = a->rot_half;
+    const float sign = a->inverse ? -1.0f : 1.0f;
+    const int tdt = a->table_dtype, tes = tdt == GPUCORE_KDT_F32 ? 4 : 2;
+#pragma omp parallel for schedule(static) if (x->numel > TFM_PARALLEL_MIN)
+    for (int64_t row = 0; row < B * H * S; row++) {
+        const int64_t s = row % S, h = (row / S) % H, b = row / (S * H);
+        const int64_t xo = b * x->strides[0] + h * x->strides[1] + s * x->strides[2];
+        const int64_t yo = b * y->strides[0] + h * y->strides[1] + s * y->strides[2];
+        for (int64_t p = 0; p < R2; p++) {
+            int64_t d1, d2;
+            gpucore_rope_pair(a->interleaved, R2, p, &d1, &d2);
+            const float c = gpucore_load_as_f32((const char *)a->in1.data + (s * R2 + p) * tes, tdt);
+            const float sn = sign * gpucore_load_as_f32((const char *)a->in2.data + (s * R2 + p) * tes, tdt);
+            float y1, y2;
+            gpucore_rope_rotate(ld(x, xo + d1 * x->strides[3]), ld(x, xo + d2 * x->strides[3]), c, sn, &y1, &y2);
+            st(y, yo + d1 * y->strides[3], y1);
+            st(y, yo + d2 * y->strides[3], y2);
+        }
+        for (int64_t d = 2 * R2; d < D; d++) st(y, yo + d * y->strides[3], ld(x, xo + d * x->strides[3]));
+    }
+}
+
+static void glu(const gpucore_tfm_args *a)
+{
+    const int64_t n = a->in0.numel;
+    const int bwd = a->op == GPUCORE_TFM_GLU_BWD, kind = a->kind;
+#pragma omp parallel for schedule(static) if (n > TFM_PARALLEL_MIN)
+    for (int64_t i = 0; i < n; i++) {
+        const float g = ld(&a->in0, offset_of(&a->in0, i)), u = ld(&a->in1, offset_of(&a->in1, i));
+        if (!bwd) {
+            st(&a->out0, offset_of(&a->out0, i), gpucore_glu_act(kind, g) * u);
+            continue;
+        }
+        const float dy = ld(&a->in2, offset_of(&a->in2, i));
+        const float dg = dy * u * gpucore_glu_act_grad(kind, g), du = dy * gpucore_glu_act(kind, g);
+        if (a->out0.data) st(&a->out0, offset_of(&a->out0, i), dg);
+        if (a->out1.data) st(&a->out1, offset_of(&a->out1, i), du);
+    }
+}
+
+static void residual_norm(const gpucore_tfm_args *a)
+{
+    const int64_t rows = a->rows, cols = a->cols;
+    const int pdt = a->table_dtype, pes = pdt == GPUCORE_KDT_F32 ? 4 : 2;
+#pragma omp parallel for schedule(static) if (rows * cols > TFM_PARALLEL_MIN)
+    for (int64_t r = 0; r < rows; r++) {
+        const int64_t off = r * cols;
+        double sum = 0, var = 0;
+        for (int64_t c = 0; c < cols; c++) {
+            st(&a->out1, off + c, ld(&a->in0, off + c) + ld(&a->in1, off + c)); /* h, rounded to the dtype */
+            sum += ld(&a->out1, off + c);
+        }
+        const double mean = a->kind ? sum / (double)cols : 0.0;
+        for (int64_t c = 0; c < cols; c++) {
+            double d = ld(&a->out1, off + c) - mean;
+            var += d * d;
+        }
+        const double rstd = 1.0 / sqrt(var / (double)cols + (double)a->eps);
+        for (int64_t c = 0; c < cols; c++) {
+            double v = (ld(&a->out1, off + c) - mean) * rstd;
+            if (a->in2.data) v *= gpucore_load_as_f32((const char *)a->in2.data + c * pes, pdt);
+            if (a->in3.data) v += gpucore_load_as_f32((const char *)a->in3.data + c * pes, pdt);
+            st(&a->out0, off + c, (float)v);
+        }
+        if (a->mean) a->mean[r] = (float)mean;
+        if (a->rstd) a->rstd[r] = (float)rstd;
+    }
+}
+
+typedef struct tfm_task { gpucore_tfm_args a; } tfm_task;
+
+static gpucore_status tfm_task_run(void *p)
+{
+    const gpucore_tfm_args *a = &((tfm_task *)p)->a;
+    if (a->op == GPUCORE_TFM_ROPE) rope(a);
+    else if (a->op == GPUCORE_TFM_RESNORM) residual_norm(a);
+    else glu(a);
+    return GPUCORE_OK;
+}
+
+gpucore_status cpu_transformer(void *bctx, const gpucore_tfm_args *args, void *s)
+{
+    (void)bctx;
+    tfm_task t = {*args};
+    return cpu_stream_enqueue(s, tfm_task_run, &t, sizeof t);
+}

@@ -1,0 +1,397 @@
+/*
+ * cpu_vec.c — the vector primitives of cpu_vec.h: a portable body and an
+ * AVX2+FMA body of each, chosen per call from the running CPU. The f64 sums
+ * use the same 16 lanes and fold in both bodies, so they agree bit for bit; the
+ * exponential is SLEEF's 1-ulp vector expf in the AVX2 body (libm's expf
+ * otherwise), so softmax values may differ in the last bit between machines of
+ * different ISA, never between runs or thread counts on one machine.
+ */
+#include <math.h>
+#include <string.h>
+#include "gpucore_config.h"
+#include "cpu_vec.h"
+#include "dtype_access.h"
+#include "activation_math.h"
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#define CPU_VEC_X86 1
+#include <immintrin.h>
+#pragma GCC push_options
+#pragma GCC target("avx2,fma")
+#if GPUCORE_HAVE_SLEEF
+#include <sleef.h>
+#endif
+#pragma GCC pop_options
+#else
+#define CPU_VEC_X86 0
+#endif
+
+#define AVX2 __attribute__((target("avx2,fma")))
+
+int cpu_vec_have_avx2(void)
+{
+#if CPU_VEC_X86
+    static int cached = -1; /* benign race: every thread computes the same value */
+    int v = __atomic_load_n(&cached, __ATOMIC_RELAXED);
+    if (v < 0) {
+        __builtin_cpu_init();
+        v = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+        __atomic_store_n(&cached, v, __ATOMIC_RELAXED);
+    }
+    return v;
+#else
+    return 0;
+#endif
+}
+
+/* The fixed fold of the 16 f64 lanes (the tail is then added in order). */
+static double fold16(const double l[16])
+{
+    double h[8];
+    for (int k = 0; k < 8; k++) h[k] = l[k] + l[k + 8];
+    return ((h[0] + h[1]) + (h[2] + h[3])) + ((h[4] + h[5]) + (h[6] + h[7]));
+}
+
+/* ---- portable bodies ---- */
+
+/* cpu_vec_exp_sum's elements [i, n) one at a time, added to s in order (the tails). */
+static double exp_sum_from(const float *x, int64_t i, int64_t n, float shift, float *y, double s)
+{
+    for (; i < n; i++) {
+        float e = expf(x[i] - shift);
+        if (y) y[i] = e;
+        s += e;
+    }
+    return s;
+}
+
+/* cpu_vec_normalize's elements [i, n), one at a time (the portable body, the AVX2 tail). */
+static void normalize_from(float *y, const float *x, int64_t i, int64_t n, float mean, float rstd,
+                           const float *gamma, const float *beta)
+{
+    for (; i < n; i++) {
+        float v = (x[i] - mean) * rstd;
+        if (gamma) v *= gamma[i];
+        if (beta) v += beta[i];
+        y[i] = v;
+    }
+}
+
+typedef double (*lane_term)(const float *x, const float *y, int64_t i, double c);
+static double t_sum(const float *x, const float *y, int64_t i, double c) { (void)y; (void)c; return x[i]; }
+static double t_sq(const float *x, const float *y, int64_t i, double c) { (void)y; (void)c; return (double)x[i] * x[i]; }
+static double t_dev(const float *x, const float *y, int64_t i, double c) { (void)y; double d = x[i] - c; return d * d; }
+static double t_dot(const float *x, const float *y, int64_t i, double c) { (void)c; return (double)x[i] * y[i]; }
+
+static inline double lanes_generic(const float *x, const float *y, int64_t n, double c, lane_term term)
+{
+    double l[16] = {0};
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16)
+        for (int k = 0; k < 16; k++) l[k] += term(x, y, i + k, c);
+    double s = fold16(l);
+    for (; i < n; i++) s += term(x, y, i, c);
+    return s;
+}
+
+/* ---- AVX2 bodies ---- */
+#if CPU_VEC_X86
+/* The 16 lanes as four 4-lane f64 accumulators: a[0] lanes 0-3, ..., a[3] lanes 12-15. */
+typedef struct lanes16 { __m256d a[4]; } lanes16;
+
+AVX2 static inline lanes16 lanes_zero(void)
+{
+    lanes16 l = {{_mm256_setzero_pd(), _mm256_setzero_pd(), _mm256_setzero_pd(), _mm256_setzero_pd()}};
+    return l;
+}
+
+/* Widen 8 floats into half h (0: lanes 0-7, 1: lanes 8-15). */
+AVX2 static inline void acc8(lanes16 *l, int h, __m256 v)
+{
+    l->a[2 * h] = _mm256_add_pd(l->a[2 * h], _mm256_cvtps_pd(_mm256_castps256_ps128(v)));
+    l->a[2 * h + 1] = _mm256_add_pd(l->a[2 * h + 1], _mm256_cvtps_pd(_mm256_extractf128_ps(v, 1)));
+}
+
+AVX2 static inline double fold_avx(lanes16 l)
+{
+    double d[16];
+    for (int k = 0; k < 4; k++) _mm256_storeu_pd(d + 4 * k, l.a[k]);
+    return fold16(d);
+}
+
+AVX2 static double sum_avx2(const float *x, int64_t n)
+{
+    lanes16 l = lanes_zero();
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        acc8(&l, 0, _mm256_loadu_ps(x + i));
+        acc8(&l, 1, _mm256_loadu_ps(x + i + 8));
+    }
+    double s = fold_avx(l);
+    for (; i < n; i++) s += x[i];
+    return s;
+}
+
+/* Products and squares in f64 (exact for f32 inputs), so the terms match the portable body. */
+AVX2 static inline void acc8_prod(lanes16 *l, int h, __m256 u, __m256 v)
+{
+    __m256d u0 = _mm256_cvtps_pd(_mm256_castps256_ps128(u)), u1 = _mm256_cvtps_pd(_mm256_extractf128_ps(u, 1));
+    __m256d v0 = _mm256_cvtps_pd(_mm256_castps256_ps128(v)), v1 = _mm256_cvtps_pd(_mm256_extractf128_ps(v, 1));
+    l->a[2 * h] = _mm256_add_pd(l->a[2 * h], _mm256_mul_pd(u0, v0));
+    l->a[2 * h + 1] = _mm256_add_pd(l->a[2 * h + 1], _mm256_mul_pd(u1, v1));
+}
+
+AVX2 static double dot_avx2(const float *x, const float *y, int64_t n)
+{
+    lanes16 l = lanes_zero();
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        acc8_prod(&l, 0, _mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i));
+        acc8_prod(&l, 1, _mm256_loadu_ps(x + i + 8), _mm256_loadu_ps(y + i + 8));
+    }
+    double s = fold_avx(l);
+    for (; i < n; i++) s += (double)x[i] * y[i];
+    return s;
+}
+
+AVX2 static inline void acc8_dev(lanes16 *l, int h, __m256 v, __m256d vc)
+{
+    __m256d d0 = _mm256_sub_pd(_mm256_cvtps_pd(_mm256_castps256_ps128(v)), vc);
+    __m256d d1 = _mm256_sub_pd(_mm256_cvtps_pd(_mm256_extractf128_ps(v, 1)), vc);
+    l->a[2 * h] = _mm256_add_pd(l->a[2 * h], _mm256_mul_pd(d0, d0));
+    l->a[2 * h + 1] = _mm256_add_pd(l->a[2 * h + 1], _mm256_mul_pd(d1, d1));
+}
+
+AVX2 static double sqdev_avx2(const float *x, int64_t n, double c)
+{
+    lanes16 l = lanes_zero();
+    const __m256d vc = _mm256_set1_pd(c);
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        acc8_dev(&l, 0, _mm256_loadu_ps(x + i), vc);
+        acc8_dev(&l, 1, _mm256_loadu_ps(x + i + 8), vc);
+    }
+    double s = fold_avx(l);
+    for (; i < n; i++) { double d = x[i] - c; s += d * d; }
+    return s;
+}
+
+/* max (is_max) or min with NaN tracked apart (vmaxps drops a NaN in its first operand). */
+AVX2 static float extreme_avx2(const float *x, int64_t n, int is_max)
+{
+    __m256 m = _mm256_set1_ps(is_max ? -INFINITY : INFINITY), nan = _mm256_setzero_ps();
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m256 v = _mm256_loadu_ps(x + i);
+        nan = _mm256_or_ps(nan, _mm256_cmp_ps(v, v, _CMP_UNORD_Q));
+        m = is_max ? _mm256_max_ps(m, v) : _mm256_min_ps(m, v);
+    }
+    if (_mm256_movemask_ps(nan)) return NAN;
+    float l[8];
+    _mm256_storeu_ps(l, m);
+    float r = l[0];
+    for (int k = 1; k < 8; k++) r = is_max ? (l[k] > r ? l[k] : r) : (l[k] < r ? l[k] : r);
+    for (; i < n; i++) {
+        if (x[i] != x[i]) return NAN;
+        r = is_max ? (x[i] > r ? x[i] : r) : (x[i] < r ? x[i] : r);
+    }
+    return r;
+}
+
+AVX2 static double exp_sum_avx2(const float *x, int64_t n, float shift, float *y)
+{
+    lanes16 l = lanes_zero();
+    int64_t i = 0;
+#if GPUCORE_HAVE_SLEEF
+    const __m256 vs = _mm256_set1_ps(shift);
+    for (; i + 16 <= n; i += 16)
+        for (int h = 0; h < 2; h++) {
+            __m256 e = Sleef_expf8_u10avx2(_mm256_sub_ps(_mm256_loadu_ps(x + i + 8 * h), vs));
+            if (y) _mm256_storeu_ps(y + i + 8 * h, e);
+            acc8(&l, h, e);
+        }
+#endif
+    double s = fold_avx(l);
+    return exp_sum_from(x, i, n, shift, y, s);
+}
+
+AVX2 static void axpb_avx2(float *y, const float *x, int64_t n, float a, float b)
+{
+    const __m256 va = _mm256_set1_ps(a), vb = _mm256_set1_ps(b);
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(y + i, _mm256_add_ps(_mm256_mul_ps(_mm256_loadu_ps(x + i), va), vb));
+    for (; i < n; i++) y[i] = x[i] * a + b;
+}
+
+AVX2 static void normalize_avx2(float *y, const float *x, int64_t n, float mean, float rstd, const float *gamma,
+                                const float *beta)
+{
+    const __m256 vm = _mm256_set1_ps(mean), vr = _mm256_set1_ps(rstd);
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m256 v = _mm256_mul_ps(_mm256_sub_ps(_mm256_loadu_ps(x + i), vm), vr);
+        if (gamma) v = _mm256_mul_ps(v, _mm256_loadu_ps(gamma + i));
+        if (beta) v = _mm256_add_ps(v, _mm256_loadu_ps(beta + i));
+        _mm256_storeu_ps(y + i, v);
+    }
+    normalize_from(y, x, i, n, mean, rstd, gamma, beta);
+}
+
+/* gpucore_gelu_tanh's formula, 8 at a time, with SLEEF's 1-ulp vector tanhf. */
+AVX2 static void gelu_tanh_avx2(float *y, const float *x, int64_t n)
+{
+    int64_t i = 0;
+#if GPUCORE_HAVE_SLEEF
+    const __m256 k = _mm256_set1_ps(GPUCORE_SQRT_2_OVER_PI), c = _mm256_set1_ps(0.044715f);
+    const __m256 half = _mm256_set1_ps(0.5f), one = _mm256_set1_ps(1.0f);
+    for (; i + 8 <= n; i += 8) {
+        __m256 v = _mm256_loadu_ps(x + i);
+        __m256 inner = _mm256_mul_ps(k, _mm256_add_ps(v, _mm256_mul_ps(_mm256_mul_ps(_mm256_mul_ps(c, v), v), v)));
+        __m256 t = Sleef_tanhf8_u10avx2(inner);
+        _mm256_storeu_ps(y + i, _mm256_mul_ps(_mm256_mul_ps(half, v), _mm256_add_ps(one, t)));
+    }
+#endif
+    for (; i < n; i++) y[i] = gpucore_gelu_tanh(x[i]);
+}
+
+AVX2 static void load_bf16_avx2(float *dst, const uint16_t *src, int64_t n)
+{
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m256i w = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(src + i)));
+        _mm256_storeu_ps(dst + i, _mm256_castsi256_ps(_mm256_slli_epi32(w, 16)));
+    }
+    for (; i < n; i++) dst[i] = gpucore_bf16_to_f32(src[i]);
+}
+#endif
+
+/* ---- the entry points ---- */
+
+float cpu_vec_max(const float *x, int64_t n)
+{
+#if CPU_VEC_X86
+    if (cpu_vec_have_avx2()) return extreme_avx2(x, n, 1);
+#endif
+    float r = -INFINITY;
+    for (int64_t i = 0; i < n; i++) {
+        if (x[i] != x[i]) return NAN;
+        r = x[i] > r ? x[i] : r;
+    }
+    return r;
+}
+
+float cpu_vec_min(const float *x, int64_t n)
+{
+#if CPU_VEC_X86
+    if (cpu_vec_have_avx2()) return extreme_avx2(x, n, 0);
+#endif
+    float r = INFINITY;
+    for (int64_t i = 0; i < n; i++) {
+        if (x[i] != x[i]) return NAN;
+        r = x[i] < r ? x[i] : r;
+    }
+    return r;
+}
+
+double cpu_vec_sum(const float *x, int64_t n)
+{
+#if CPU_VEC_X86
+    if (cpu_vec_have_avx2()) return sum_avx2(x, n);
+#endif
+    return lanes_generic(x, NULL, n, 0, t_sum);
+}
+
+double cpu_vec_sumsq(const float *x, int64_t n)
+{
+#if CPU_VEC_X86
+    if (cpu_vec_have_avx2()) return dot_avx2(x, x, n);
+#endif
+    return lanes_generic(x, NULL, n, 0, t_sq);
+}
+
+double cpu_vec_sum_sqdev(const float *x, int64_t n, double center)
+{
+#if CPU_VEC_X86
+    if (cpu_vec_have_avx2()) return sqdev_avx2(x, n, center);
+#endif
+    return lanes_generic(x, NULL, n, center, t_dev);
+}
+
+double cpu_vec_dot(const float *x, const float *y, int64_t n)
+{
+#if CPU_VEC_X86
+    if (cpu_vec_have_avx2()) return dot_avx2(x, y, n);
+#endif
+    return lanes_generic(x, y, n, 0, t_dot);
+}
+
+double cpu_vec_exp_sum(const float *x, int64_t n, float shift, float *y)
+{
+#if CPU_VEC_X86
+    if (cpu_vec_have_avx2()) return exp_sum_avx2(x, n, shift, y);
+#endif
+    double l[16] = {0};
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16)
+        for (int k = 0; k < 16; k++) {
+            float e = expf(x[i + k] - shift);
+            if (y) y[i + k] = e;
+            l[k] += e;
+        }
+    double s = fold16(l);
+    return exp_sum_from(x, i, n, shift, y, s);
+}
+
+void cpu_vec_axpb(float *y, const float *x, int64_t n, float a, float b)
+{
+#if CPU_VEC_X86
+    if (cpu_vec_have_avx2()) { axpb_avx2(y, x, n, a, b); return; }
+#endif
+    for (int64_t i = 0; i < n; i++) y[i] = x[i] * a + b;
+}
+
+void cpu_vec_gelu_tanh(float *y, const float *x, int64_t n)
+{
+#if CPU_VEC_X86
+    if (cpu_vec_have_avx2()) { gelu_tanh_avx2(y, x, n); return; }
+#endif
+    for (int64_t i = 0; i < n; i++) y[i] = gpucore_gelu_tanh(x[i]);
+}
+
+/* Plain loops: the compiler vectorises them (no reassociation needed). */
+void cpu_vec_mul_diff(float *out, const float *y, const float *g, int64_t n, float d)
+{
+    for (int64_t i = 0; i < n; i++) out[i] = y[i] * (g[i] - d);
+}
+
+void cpu_vec_axpy(float *out, const float *x, const float *g, int64_t n, float a)
+{
+    for (int64_t i = 0; i < n; i++) out[i] = g[i] + a * x[i];
+}
+
+void cpu_vec_normalize(float *y, const float *x, int64_t n, float mean, float rstd, const float *gamma,
+                       const float *beta)
+{
+#if CPU_VEC_X86
+    if (cpu_vec_have_avx2()) { normalize_avx2(y, x, n, mean, rstd, gamma, beta); return; }
+#endif
+    normalize_from(y, x, 0, n, mean, rstd, gamma, beta);
+}
+
+void cpu_vec_load(float *dst, const void *src, int dt, int64_t n)
+{
+    if (dt == GPUCORE_KDT_F32) { memcpy(dst, src, sizeof(float) * (size_t)n); return; }
+#if CPU_VEC_X86
+    if (dt == GPUCORE_KDT_BF16 && cpu_vec_have_avx2()) { load_bf16_avx2(dst, src, n); return; }
+#endif
+    const int es = gpucore_kdt_size(dt);
+    for (int64_t i = 0; i < n; i++) dst[i] = gpucore_load_as_f32((const char *)src + i * es, dt);
+}
+
+void cpu_vec_store(void *dst, int dt, const float *src, int64_t n)
+{
+    if (dt == GPUCORE_KDT_F32) { memcpy(dst, src, sizeof(float) * (size_t)n); return; }
+    const int es = gpucore_kdt_size(dt);
+    for (int64_t i = 0; i < n; i++) gpucore_store_from_f32((char *)dst + i * es, dt, src[i]);
+}

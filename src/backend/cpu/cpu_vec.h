@@ -1,0 +1,49 @@
+/*
+ * cpu_vec.h — the CPU backend's vector primitives on contiguous f32 arrays, used
+ * by the reductions and the row ops (softmax, norms, cross-entropy). Each call
+ * picks, once per call, an AVX2+FMA body (with SLEEF's vector expf where the
+ * build has SLEEF) when the running CPU has it, else a portable body.
+ *
+ * Determinism: every sum is accumulated in f64 in 16 fixed lanes (lane k takes
+ * the elements i with i % 16 == k), the lanes are folded in a fixed tree, then
+ * the tail is added in order. The result depends only on the data and n, never
+ * on the thread count (callers give each row/chunk to one thread).
+ */
+#ifndef GPUCORE_CPU_VEC_H
+#define GPUCORE_CPU_VEC_H
+
+#include <stdint.h>
+#include "core/internal.h"
+
+/* Whether the running CPU has AVX2 and FMA (the bodies the calls below choose). */
+GPUCORE_HIDDEN int cpu_vec_have_avx2(void);
+/* Largest element; NaN when any element is NaN; -inf when n == 0. */
+GPUCORE_HIDDEN float cpu_vec_max(const float *x, int64_t n);
+/* Smallest element; NaN when any element is NaN; +inf when n == 0. */
+GPUCORE_HIDDEN float cpu_vec_min(const float *x, int64_t n);
+/* Σ x (f64 lanes). */
+GPUCORE_HIDDEN double cpu_vec_sum(const float *x, int64_t n);
+/* Σ x² (f64 lanes). */
+GPUCORE_HIDDEN double cpu_vec_sumsq(const float *x, int64_t n);
+/* Σ (x - center)² with x and center in f64 (f64 lanes). */
+GPUCORE_HIDDEN double cpu_vec_sum_sqdev(const float *x, int64_t n, double center);
+/* Σ x·y (f64 lanes). */
+GPUCORE_HIDDEN double cpu_vec_dot(const float *x, const float *y, int64_t n);
+/* y = exp(x - shift) in f32 (y may be NULL: only the sum), returns Σ y (f64 lanes). */
+GPUCORE_HIDDEN double cpu_vec_exp_sum(const float *x, int64_t n, float shift, float *y);
+/* y = x · a + b (y may be x). */
+GPUCORE_HIDDEN void cpu_vec_axpb(float *y, const float *x, int64_t n, float a, float b);
+/* out = y · (g - d) (the softmax backward). */
+GPUCORE_HIDDEN void cpu_vec_mul_diff(float *out, const float *y, const float *g, int64_t n, float d);
+/* out = g + a · x (out may be x or g). */
+GPUCORE_HIDDEN void cpu_vec_axpy(float *out, const float *x, const float *g, int64_t n, float a);
+/* y = GELU(x), the tanh form (activation_math.h's gpucore_gelu_tanh; y may be x). */
+GPUCORE_HIDDEN void cpu_vec_gelu_tanh(float *y, const float *x, int64_t n);
+/* y = (x - mean) · rstd, then · gamma[c] and + beta[c] where given (NULL: skipped). */
+GPUCORE_HIDDEN void cpu_vec_normalize(float *y, const float *x, int64_t n, float mean, float rstd,
+                                      const float *gamma, const float *beta);
+/* n elements of dtype dt (a GPUCORE_KDT_* code) widened to f32, and f32 rounded back. */
+GPUCORE_HIDDEN void cpu_vec_load(float *dst, const void *src, int dt, int64_t n);
+GPUCORE_HIDDEN void cpu_vec_store(void *dst, int dt, const float *src, int64_t n);
+
+#endif
