@@ -18,13 +18,13 @@
 #                                           5 benchmarks and the PyTorch peers
 #   GPU_RUN_DRY=1 OUT=dir bench/gpu-run.sh --stage 1-5
 #                                         here, without a GPU: the stages on the contract module (tests/
-#                                         cuda_contract, build folder GPU_RUN_BUILD, default build-a), which
+#                                         cuda_contract, build folder GPU_RUN_BUILD, default build), which
 #                                         checks this script and gives the stage timings
 # Results: $OUT/stageN/*.log, $OUT/stageN/summary.txt (rc and seconds per step), $OUT/summary.txt.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 DRY=${GPU_RUN_DRY:-0}
-if [ "$DRY" = 1 ]; then BUILD=${GPU_RUN_BUILD:-build-a}; else BUILD=${GPU_RUN_BUILD:-build-gpu}; fi
+if [ "$DRY" = 1 ]; then BUILD=${GPU_RUN_BUILD:-build}; else BUILD=${GPU_RUN_BUILD:-build-gpu}; fi
 STAGE_S=${GPU_RUN_STAGE_S:-470}
 
 build_here() {

@@ -184,3 +184,13 @@ gpucore_status ops_need_entry(const gpucore_context *ctx, const void *entry, con
                                  ctx->be->name);
     return GPUCORE_OK;
 }
+
+gpucore_status ops_check_tensor_alias(const gpucore_tensor *out, const gpucore_tensor *in, const char *op,
+                                      const char *arg, int allow_in_place)
+{
+    if (!out || !in) return GPUCORE_OK;
+    gpucore_view ov, iv;
+    gpucore_tensor_view_of(out, &ov);
+    gpucore_tensor_view_of(in, &iv);
+    return ops_check_alias(&ov, &iv, op, arg, allow_in_place);
+}

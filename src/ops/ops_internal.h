@@ -23,6 +23,10 @@ GPUCORE_HIDDEN int ops_views_identical(const gpucore_view *a, const gpucore_view
 /* out may equal in exactly (in place); any other overlap is INVALID_ARGUMENT. */
 GPUCORE_HIDDEN gpucore_status ops_check_alias(const gpucore_view *out, const gpucore_view *in, const char *op,
                                               const char *arg, int allow_in_place);
+/* ops_check_alias for tensors: out may be exactly in (allow_in_place) or must not overlap it;
+ * OK when either is NULL (an optional operand). */
+GPUCORE_HIDDEN gpucore_status ops_check_tensor_alias(const gpucore_tensor *out, const gpucore_tensor *in,
+                                                     const char *op, const char *arg, int allow_in_place);
 /* Merge adjacent dims that every view in vs[0..n) stores as one dense run; drop dims of 1. */
 GPUCORE_HIDDEN void ops_collapse_dims(gpucore_view *vs, int n);
 

@@ -113,17 +113,6 @@ static gpucore_status check_like(const gpucore_tensor *t, const char *tn, const 
     return GPUCORE_OK;
 }
 
-/* out may be exactly in (allow) or must not overlap it. */
-static gpucore_status check_alias(const gpucore_tensor *out, const gpucore_tensor *in, const char *op,
-                                  const char *arg, int allow_in_place)
-{
-    if (!out || !in) return GPUCORE_OK;
-    gpucore_view ov, iv;
-    gpucore_tensor_view_of(out, &ov);
-    gpucore_tensor_view_of(in, &iv);
-    return ops_check_alias(&ov, &iv, op, arg, allow_in_place);
-}
-
 /* A norm parameter or its gradient: [cols], float, dtype *pdt (set by the first one seen). */
 static gpucore_status check_param(const gpucore_tensor *p, const char *pn, const gpucore_tensor *x, int64_t cols,
                                   int *pdt, const char *op)
@@ -187,7 +176,7 @@ gpucore_status gpucore_softmax(gpucore_tensor *y, const gpucore_tensor *x, int l
     gpucore_status st = gpucore_check_tensor(x, name, "x");
     int64_t rows, cols;
     if (st || (st = rows_of(x, name, "x", &rows, &cols)) || (st = check_like(y, "y", x, "x", name))) return st;
-    if ((st = check_alias(y, x, name, "x", 1))) return st;
+    if ((st = ops_check_tensor_alias(y, x, name, "x", 1))) return st;
     gpucore_context *ctx = x->ctx;
     if ((st = ops_need_entry(ctx, (const void *)ctx->be->rows, name))) return st;
     if (rows * cols == 0) return GPUCORE_OK;
@@ -212,7 +201,7 @@ gpucore_status gpucore_softmax_backward(gpucore_tensor *dx, const gpucore_tensor
     if (st || (st = rows_of(y, name, "y", &rows, &cols)) || (st = check_like(dy, "dy", y, "y", name)) ||
         (st = check_like(dx, "dx", y, "y", name)))
         return st;
-    if ((st = check_alias(dx, dy, name, "dy", 1)) || (st = check_alias(dx, y, name, "y", 0))) return st;
+    if ((st = ops_check_tensor_alias(dx, dy, name, "dy", 1)) || (st = ops_check_tensor_alias(dx, y, name, "y", 0))) return st;
     gpucore_context *ctx = y->ctx;
     if ((st = ops_need_entry(ctx, (const void *)ctx->be->rows, name))) return st;
     if (rows * cols == 0) return GPUCORE_OK;
@@ -248,10 +237,10 @@ static gpucore_status norm_forward(const char *name, int layer, gpucore_tensor *
     if ((st = check_param(gamma, "gamma", x, cols, &pdt, name)) || (st = check_param(beta, "beta", x, cols, &pdt, name)) ||
         (st = check_stat(mean, "mean", x, rows, name, &mp)) || (st = check_stat(rstd, "rstd", x, rows, name, &rp)))
         return st;
-    if ((st = check_alias(y, x, name, "x", 1)) || (st = check_alias(y, gamma, name, "gamma", 0)) ||
-        (st = check_alias(y, beta, name, "beta", 0)) || (st = check_alias(mean, x, name, "x", 0)) ||
-        (st = check_alias(rstd, x, name, "x", 0)) || (st = check_alias(mean, y, name, "y", 0)) ||
-        (st = check_alias(rstd, y, name, "y", 0)) || (st = check_alias(rstd, mean, name, "mean", 0)))
+    if ((st = ops_check_tensor_alias(y, x, name, "x", 1)) || (st = ops_check_tensor_alias(y, gamma, name, "gamma", 0)) ||
+        (st = ops_check_tensor_alias(y, beta, name, "beta", 0)) || (st = ops_check_tensor_alias(mean, x, name, "x", 0)) ||
+        (st = ops_check_tensor_alias(rstd, x, name, "x", 0)) || (st = ops_check_tensor_alias(mean, y, name, "y", 0)) ||
+        (st = ops_check_tensor_alias(rstd, y, name, "y", 0)) || (st = ops_check_tensor_alias(rstd, mean, name, "mean", 0)))
         return st;
     gpucore_context *ctx = x->ctx;
     if ((st = ops_need_entry(ctx, (const void *)ctx->be->rows, name))) return st;
@@ -314,9 +303,9 @@ static gpucore_status norm_backward(const char *name, int layer, gpucore_tensor 
     gpucore_tensor *outs[3] = {dx, dgamma, dbeta};
     for (int o = 0; o < 3; o++) {
         for (int i = 0; i < 5; i++)
-            if ((st = check_alias(outs[o], ins[i], name, inn[i], 0))) return st;
+            if ((st = ops_check_tensor_alias(outs[o], ins[i], name, inn[i], 0))) return st;
         for (int p = o + 1; p < 3; p++)
-            if ((st = check_alias(outs[o], outs[p], name, "another output", 0))) return st;
+            if ((st = ops_check_tensor_alias(outs[o], outs[p], name, "another output", 0))) return st;
     }
     gpucore_context *ctx = x->ctx;
     if ((st = ops_need_entry(ctx, (const void *)ctx->be->rows, name))) return st;
@@ -394,7 +383,7 @@ gpucore_status gpucore_cross_entropy(gpucore_tensor *loss, const gpucore_tensor 
     const char *name = "cross_entropy";
     int64_t rows, cols;
     gpucore_status st = ce_check(name, logits, targets, loss, "loss", reduction, &rows, &cols);
-    if (st || (st = check_alias(loss, logits, name, "logits", 0)) || (st = check_alias(loss, targets, name, "targets", 0)))
+    if (st || (st = ops_check_tensor_alias(loss, logits, name, "logits", 0)) || (st = ops_check_tensor_alias(loss, targets, name, "targets", 0)))
         return st;
     gpucore_context *ctx = logits->ctx;
     if ((st = ops_need_entry(ctx, (const void *)ctx->be->rows, name))) return st;
@@ -426,8 +415,8 @@ gpucore_status gpucore_cross_entropy_backward(gpucore_tensor *dlogits, const gpu
     int64_t rows, cols;
     gpucore_status st = ce_check(name, logits, targets, dloss, "dloss", reduction, &rows, &cols);
     if (st || (st = check_like(dlogits, "dlogits", logits, "logits", name))) return st;
-    if ((st = check_alias(dlogits, logits, name, "logits", 1)) || (st = check_alias(dlogits, dloss, name, "dloss", 0)) ||
-        (st = check_alias(dlogits, targets, name, "targets", 0)))
+    if ((st = ops_check_tensor_alias(dlogits, logits, name, "logits", 1)) || (st = ops_check_tensor_alias(dlogits, dloss, name, "dloss", 0)) ||
+        (st = ops_check_tensor_alias(dlogits, targets, name, "targets", 0)))
         return st;
     gpucore_context *ctx = logits->ctx;
     if ((st = ops_need_entry(ctx, (const void *)ctx->be->rows, name))) return st;
@@ -475,7 +464,7 @@ gpucore_status gpucore_embedding(gpucore_tensor *out, const gpucore_tensor *weig
 {
     const char *name = "embedding";
     gpucore_status st = embed_check(name, weight, "weight", out, "out", indices);
-    if (st || (st = check_alias(out, weight, name, "weight", 0)) || (st = check_alias(out, indices, name, "indices", 0)))
+    if (st || (st = ops_check_tensor_alias(out, weight, name, "weight", 0)) || (st = ops_check_tensor_alias(out, indices, name, "indices", 0)))
         return st;
     gpucore_context *ctx = weight->ctx;
     if ((st = ops_need_entry(ctx, (const void *)ctx->be->rows, name))) return st;
@@ -501,7 +490,7 @@ gpucore_status gpucore_embedding_backward(gpucore_tensor *dweight, const gpucore
 {
     const char *name = "embedding_backward";
     gpucore_status st = embed_check(name, dweight, "dweight", dout, "dout", indices);
-    if (st || (st = check_alias(dweight, dout, name, "dout", 0)) || (st = check_alias(dweight, indices, name, "indices", 0)))
+    if (st || (st = ops_check_tensor_alias(dweight, dout, name, "dout", 0)) || (st = ops_check_tensor_alias(dweight, indices, name, "indices", 0)))
         return st;
     gpucore_context *ctx = dweight->ctx;
     if ((st = ops_need_entry(ctx, (const void *)ctx->be->rows, name))) return st;

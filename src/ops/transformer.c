@@ -35,16 +35,6 @@ static gpucore_status check_like(const gpucore_tensor *t, const char *tn, const 
     return GPUCORE_OK;
 }
 
-static gpucore_status check_alias(const gpucore_tensor *out, const gpucore_tensor *in, const char *op,
-                                  const char *arg, int allow_in_place)
-{
-    if (!out || !in) return GPUCORE_OK;
-    gpucore_view ov, iv;
-    gpucore_tensor_view_of(out, &ov);
-    gpucore_tensor_view_of(in, &iv);
-    return ops_check_alias(&ov, &iv, op, arg, allow_in_place);
-}
-
 static gpucore_status tfm_run(gpucore_context *ctx, gpucore_tfm_args *a, gpucore_stream *stream, const char *op,
                               int64_t bytes)
 {
@@ -81,8 +71,8 @@ static gpucore_status rope(const char *op, int inverse, gpucore_tensor *out, con
     }
     if (cos->dtype != sin->dtype || cos->shape[1] != sin->shape[1])
         return gpucore_set_error(GPUCORE_ERR_SHAPE_MISMATCH, "%s: cos and sin must have one shape and dtype", op);
-    if ((st = check_alias(out, x, op, "x", 1)) || (st = check_alias(out, cos, op, "cos", 0)) ||
-        (st = check_alias(out, sin, op, "sin", 0)))
+    if ((st = ops_check_tensor_alias(out, x, op, "x", 1)) || (st = ops_check_tensor_alias(out, cos, op, "cos", 0)) ||
+        (st = ops_check_tensor_alias(out, sin, op, "sin", 0)))
         return st;
     gpucore_tfm_args a;
     memset(&a, 0, sizeof a);
@@ -129,7 +119,7 @@ gpucore_status gpucore_glu(gpucore_tensor *out, const gpucore_tensor *gate, cons
     if (st || (st = ops_check_float(gate, op, "gate")) || (st = check_like(up, "up", gate, "gate", op)) ||
         (st = check_like(out, "out", gate, "gate", op)) || (st = check_kind(kind, op)))
         return st;
-    if ((st = check_alias(out, gate, op, "gate", 1)) || (st = check_alias(out, up, op, "up", 1))) return st;
+    if ((st = ops_check_tensor_alias(out, gate, op, "gate", 1)) || (st = ops_check_tensor_alias(out, up, op, "up", 1))) return st;
     gpucore_tfm_args a;
     memset(&a, 0, sizeof a);
     a.op = GPUCORE_TFM_GLU;
@@ -156,8 +146,8 @@ gpucore_status gpucore_glu_backward(gpucore_tensor *dgate, gpucore_tensor *dup, 
     const gpucore_tensor *ins[3] = {dout, gate, up};
     const char *inn[3] = {"dout", "gate", "up"};
     for (int i = 0; i < 3; i++)
-        if ((st = check_alias(dgate, ins[i], op, inn[i], 1)) || (st = check_alias(dup, ins[i], op, inn[i], 1))) return st;
-    if ((st = check_alias(dgate, dup, op, "dup", 0))) return st;
+        if ((st = ops_check_tensor_alias(dgate, ins[i], op, inn[i], 1)) || (st = ops_check_tensor_alias(dup, ins[i], op, inn[i], 1))) return st;
+    if ((st = ops_check_tensor_alias(dgate, dup, op, "dup", 0))) return st;
     if (!dgate && !dup) return GPUCORE_OK;
     gpucore_tfm_args a;
     memset(&a, 0, sizeof a);
@@ -230,10 +220,10 @@ gpucore_status gpucore_residual_norm(gpucore_tensor *y, gpucore_tensor *h, gpuco
     const gpucore_tensor *ins[4] = {x, residual, gamma, beta};
     const char *inn[4] = {"x", "residual", "gamma", "beta"};
     for (int i = 0; i < 4; i++)
-        if ((st = check_alias(y, ins[i], op, inn[i], 0)) || (st = check_alias(h, ins[i], op, inn[i], i < 2)) ||
-            (st = check_alias(mean, ins[i], op, inn[i], 0)) || (st = check_alias(rstd, ins[i], op, inn[i], 0)))
+        if ((st = ops_check_tensor_alias(y, ins[i], op, inn[i], 0)) || (st = ops_check_tensor_alias(h, ins[i], op, inn[i], i < 2)) ||
+            (st = ops_check_tensor_alias(mean, ins[i], op, inn[i], 0)) || (st = ops_check_tensor_alias(rstd, ins[i], op, inn[i], 0)))
             return st;
-    if ((st = check_alias(y, h, op, "h", 0)) || (st = check_alias(mean, rstd, op, "rstd", 0))) return st;
+    if ((st = ops_check_tensor_alias(y, h, op, "h", 0)) || (st = ops_check_tensor_alias(mean, rstd, op, "rstd", 0))) return st;
     if (n == 0) return GPUCORE_OK;
     gpucore_context *ctx = x->ctx;
     if ((st = ops_need_entry(ctx, (const void *)ctx->be->transformer, op))) return st;
@@ -271,7 +261,7 @@ gpucore_status gpucore_residual_norm_backward(gpucore_tensor *dx, gpucore_tensor
     const char *op = "residual_norm_backward";
     gpucore_status st = gpucore_check_tensor(h, op, "h");
     if (st) return st;
-    if (dh && ((st = check_like(dh, "dh", h, "h", op)) || (st = check_alias(dx, dh, op, "dh", 0)))) return st;
+    if (dh && ((st = check_like(dh, "dh", h, "h", op)) || (st = ops_check_tensor_alias(dx, dh, op, "dh", 0)))) return st;
     if (!layer_norm && dbeta)
         return gpucore_set_error(GPUCORE_ERR_INVALID_ARGUMENT, "%s: RMSNorm has no beta; pass dbeta = NULL", op);
     st = layer_norm ? gpucore_layer_norm_backward(dx, dgamma, dbeta, dy, h, mean, rstd, gamma, stream)

@@ -1,12 +1,12 @@
 #!/bin/sh
 # coverage.sh [BUILD_DIR] — line coverage of the CUDA backend's host code
 # (src/backend/cuda/*.c and src/backend/kernel_ops.c) from the cuda-contract
-# suite: configures BUILD_DIR (default build-a-cov) with -Db_coverage=true if it
+# suite: configures BUILD_DIR (default build-cov) with -Db_coverage=true if it
 # does not exist, builds, clears old counts, runs the suite, and prints one line
 # per file ("file lines-executed% of N") and the total, from gcov.
 set -eu
 SRC=$(cd "$(dirname "$0")/../.." && pwd)
-B=${1:-$SRC/build-a-cov}
+B=${1:-$SRC/build-cov}
 [ -d "$B" ] || meson setup "$B" "$SRC" -Dcuda=disabled -Db_coverage=true >/dev/null
 [ -n "${COVERAGE_NO_BUILD:-}" ] || ninja -C "$B" >/dev/null
 OBJ="$B/tests/cuda_contract/libgpucore_cuda_contract.so.p"
