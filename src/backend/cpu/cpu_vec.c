@@ -16,12 +16,22 @@
 #if defined(__x86_64__) && defined(__GNUC__)
 #define CPU_VEC_X86 1
 #include <immintrin.h>
+#ifndef __clang__ /* clang has no target pragma; see below */
 #pragma GCC push_options
 #pragma GCC target("avx2,fma")
+#endif
 #if GPUCORE_HAVE_SLEEF
 #include <sleef.h>
+#if !defined(__AVX__)
+/* sleef.h declares its AVX2 entry points only under __AVX__, which GCC's target pragma above defines;
+ * clang has no such pragma (the fuzzing build is clang). The two this file uses, as sleef.h has them. */
+__attribute__((target("avx2,fma"))) __m256 Sleef_expf8_u10avx2(__m256);
+__attribute__((target("avx2,fma"))) __m256 Sleef_tanhf8_u10avx2(__m256);
 #endif
+#endif
+#ifndef __clang__
 #pragma GCC pop_options
+#endif
 #else
 #define CPU_VEC_X86 0
 #endif
