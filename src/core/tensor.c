@@ -321,7 +321,18 @@ gpucore_status gpucore_tensor_slice(gpucore_tensor *t, int dim, int64_t start, i
     /* With len <= 1 the stride is never multiplied by a non-zero index, and an empty tensor's
      * saturated strides address nothing, so an overflowing product may saturate too. */
     if (__builtin_mul_overflow(t->strides[dim], step, &strides[dim])) strides[dim] = INT64_MAX;
-    int64_t offset = t->offset + (len ? start * t->strides[dim] : 0);
+    int64_t offset = t->offset, delta;
+    if (len && (__builtin_mul_overflow(start, t->strides[dim], &delta) ||
+                __builtin_add_overflow(t->offset, delta, &offset))) {
+        /* Only an empty tensor's saturated strides get here (fuzz regression): it addresses
+         * nothing, so its view keeps the offset; anything else is a corrupt view. */
+        int empty = 0;
+        for (int i = 0; i < t->ndim; i++) empty |= t->shape[i] == 0;
+        if (!empty)
+            return gpucore_set_error(GPUCORE_ERR_OVERFLOW, "tensor_slice: the start offset %lld x stride %lld "
+                                     "does not fit in int64", (long long)start, (long long)t->strides[dim]);
+        offset = t->offset;
+    }
     return make_view(t, t->ndim, shape, strides, offset, out);
 }
 
