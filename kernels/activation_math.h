@@ -19,47 +19,56 @@
 GPUCORE_HD float gpucore_relu(float x) { return x > 0.0f ? x : 0.0f; }
 GPUCORE_HD float gpucore_relu_grad(float x) { return x > 0.0f ? 1.0f : 0.0f; }
 
-GPUCORE_HD float gpucore_gelu_erf(float x) { return 0.5f * x * (1.0f + erff(x * GPUCORE_SQRT_HALF)); }
-GPUCORE_HD float gpucore_gelu_erf_grad(float x)
-{
-    float cdf = 0.5f * (1.0f + erff(x * GPUCORE_SQRT_HALF));
-    float pdf = GPUCORE_INV_SQRT_2PI * expf(-0.5f * x * x);
-    return cdf + x * pdf;
-}
+/* The smooth activations, written once as a family of functions of type T (named
+ * P<name>) over the math functions M<exp|erf|tanh>. The scalar instance below is
+ * what every backend calls; the CPU backend instantiates the same text with
+ * 8-lane vectors and SLEEF's vector functions (cpu_vec.c), relying on the
+ * vector arithmetic of GCC and clang (a scalar operand is broadcast). Only
+ * +, -, *, / and the three math calls may appear here. */
+#define GPUCORE_ACT_FORMULAS(Q, T, P, M)                                                                             \
+    Q T P##gelu_erf(T x) { return 0.5f * x * (1.0f + M##erf(x * GPUCORE_SQRT_HALF)); }                                \
+    Q T P##gelu_erf_grad(T x)                                                                                        \
+    {                                                                                                                \
+        T cdf = 0.5f * (1.0f + M##erf(x * GPUCORE_SQRT_HALF));                                                       \
+        T pdf = GPUCORE_INV_SQRT_2PI * M##exp(-0.5f * x * x);                                                        \
+        return cdf + x * pdf;                                                                                        \
+    }                                                                                                                \
+    Q T P##gelu_tanh(T x)                                                                                            \
+    {                                                                                                                \
+        T inner = GPUCORE_SQRT_2_OVER_PI * (x + 0.044715f * x * x * x);                                              \
+        return 0.5f * x * (1.0f + M##tanh(inner));                                                                   \
+    }                                                                                                                \
+    Q T P##gelu_tanh_grad(T x)                                                                                       \
+    {                                                                                                                \
+        T x2 = x * x;                                                                                                \
+        T inner = GPUCORE_SQRT_2_OVER_PI * (x + 0.044715f * x2 * x);                                                 \
+        T t = M##tanh(inner);                                                                                        \
+        T dinner = GPUCORE_SQRT_2_OVER_PI * (1.0f + 3.0f * 0.044715f * x2);                                          \
+        return 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * dinner;                                               \
+    }                                                                                                                \
+    Q T P##sigmoid(T x) { return 1.0f / (1.0f + M##exp(-x)); }                                                       \
+    Q T P##sigmoid_grad(T x)                                                                                         \
+    {                                                                                                                \
+        T s = P##sigmoid(x);                                                                                         \
+        return s * (1.0f - s);                                                                                       \
+    }                                                                                                                \
+    Q T P##silu(T x) { return x * P##sigmoid(x); }                                                                   \
+    Q T P##silu_grad(T x)                                                                                            \
+    {                                                                                                                \
+        T s = P##sigmoid(x);                                                                                         \
+        return s * (1.0f + x * (1.0f - s));                                                                          \
+    }                                                                                                                \
+    Q T P##tanh_act(T x) { return M##tanh(x); }                                                                      \
+    Q T P##tanh_grad(T x)                                                                                            \
+    {                                                                                                                \
+        T t = M##tanh(x);                                                                                            \
+        return 1.0f - t * t;                                                                                         \
+    }
 
-GPUCORE_HD float gpucore_gelu_tanh(float x)
-{
-    float inner = GPUCORE_SQRT_2_OVER_PI * (x + 0.044715f * x * x * x);
-    return 0.5f * x * (1.0f + tanhf(inner));
-}
-GPUCORE_HD float gpucore_gelu_tanh_grad(float x)
-{
-    float x2 = x * x;
-    float inner = GPUCORE_SQRT_2_OVER_PI * (x + 0.044715f * x2 * x);
-    float t = tanhf(inner);
-    float dinner = GPUCORE_SQRT_2_OVER_PI * (1.0f + 3.0f * 0.044715f * x2);
-    return 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * dinner;
-}
-
-GPUCORE_HD float gpucore_sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
-GPUCORE_HD float gpucore_sigmoid_grad(float x)
-{
-    float s = gpucore_sigmoid(x);
-    return s * (1.0f - s);
-}
-
-GPUCORE_HD float gpucore_silu(float x) { return x * gpucore_sigmoid(x); }
-GPUCORE_HD float gpucore_silu_grad(float x)
-{
-    float s = gpucore_sigmoid(x);
-    return s * (1.0f + x * (1.0f - s));
-}
-
-GPUCORE_HD float gpucore_tanh_act(float x) { return tanhf(x); }
-GPUCORE_HD float gpucore_tanh_grad(float x)
-{
-    float t = tanhf(x);
-    return 1.0f - t * t;
-}
+/* The scalar math the formulas call: libm's (CUDA's device versions in kernels). */
+#define gpucore_fm_exp expf
+#define gpucore_fm_erf erff
+#define gpucore_fm_tanh tanhf
+GPUCORE_ACT_FORMULAS(GPUCORE_HD, float, gpucore_, gpucore_fm_)
 
 #endif

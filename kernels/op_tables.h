@@ -34,8 +34,9 @@
 
 /* Unary ops (gpucore_unary_op): X(NAME, name, f32 formula of a, SIMD or SCALAR).
  * SIMD: the CPU loop may vectorise the formula (it gives the same bits as the
- * scalar call: +, *, fabsf, ...); SCALAR: libm calls stay scalar on the CPU,
- * so every backend rounds them alike. */
+ * scalar call: +, *, fabsf, ...); SCALAR: a libm call, which the CPU runs
+ * through SLEEF's vector version where cpu_vec.c has one (within 1 ulp), else
+ * scalar. */
 #define GPUCORE_UNARY_TABLE(X)                                                                                       \
     X(EXP, exp, expf(a), SCALAR)                                                                                     \
     X(LOG, log, logf(a), SCALAR)                                                                                     \

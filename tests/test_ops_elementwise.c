@@ -208,6 +208,58 @@ static void test_cast(gpucore_context *ctx)
     gpucore_tensor_destroy(x);
 }
 
+/* Whether r is x rounded to nearest, ties to even, in a format of `bits` significant bits
+ * (x normal there: exponents 2^-14 .. 2^13 here): |x - r| is at most half the spacing on x's side of r, and a tie
+ * picks the even significand. An independent check of the vectorised f32 -> bf16/f16
+ * rounding (the tolerance tests above cannot see a one-ulp rounding error). */
+static int rounds_to_nearest_even(double x, double r, int bits)
+{
+    if (isnan(x)) return isnan(r);
+    int e;
+    frexp(r, &e);
+    double ulp = ldexp(1.0, e - bits), d = fabs(x - r);
+    if (fabs(x) < fabs(r) && fabs(r) == ldexp(1.0, e - 1)) ulp /= 2; /* below a power of two */
+    if (d > ulp / 2) return 0;
+    if (d == ulp / 2) return fmod(fabs(r) / ldexp(1.0, e - bits), 2.0) == 0.0;
+    return 1;
+}
+
+static void test_cast_rounding(gpucore_context *ctx)
+{
+    enum { N = 4099 }; /* not a multiple of the vector width: the tail too */
+    float *hx = malloc(sizeof(float) * N);
+    uint32_t state = 12345;
+    for (int i = 0; i < N; i++) {
+        state = state * 1664525u + 1013904223u;
+        uint32_t u = (state >> 9) | ((uint32_t)(113 + (state >> 3) % 28) << 23) | ((state & 1u) << 31);
+        if (i % 3 == 1) u = (u & ~0xffffu) | 0x8000u; /* a bf16 tie */
+        if (i % 3 == 2) u = (u & ~0x1fffu) | 0x1000u; /* an f16 tie */
+        memcpy(&hx[i], &u, 4);
+    }
+    hx[0] = NAN;
+    int64_t n = N;
+    gpucore_tensor *x = NULL;
+    CHECK_OK(gpucore_tensor_create(ctx, GPUCORE_F32, 1, &n, &x));
+    CHECK_OK(gpucore_copy_from_host(x, hx, sizeof(float) * N));
+    const gpucore_dtype to[2] = {GPUCORE_BF16, GPUCORE_F16};
+    const int bits[2] = {8, 11};
+    for (int t = 0; t < 2; t++) {
+        gpucore_tensor *y = NULL;
+        CHECK_OK(gpucore_tensor_create(ctx, to[t], 1, &n, &y));
+        CHECK_OK(gpucore_cast(y, x, NULL));
+        double *out = read_back(y);
+        int bad = 0;
+        for (int i = 0; i < N; i++) bad += !rounds_to_nearest_even(hx[i], out[i], bits[t]);
+        if (bad) fprintf(stderr, "  cast f32 -> %s: %d of %d elements not rounded to nearest even\n",
+                         gpucore_dtype_name(to[t]), bad, N);
+        CHECK(bad == 0);
+        free(out);
+        gpucore_tensor_destroy(y);
+    }
+    gpucore_tensor_destroy(x);
+    free(hx);
+}
+
 static void test_bad_input(gpucore_context *ctx)
 {
     int64_t s34[2] = {3, 4}, s5[1] = {5}, s24[2] = {2, 4}, s8[1] = {8};
@@ -300,6 +352,7 @@ int main(void)
         test_binary(ctx);
         test_unary_family(ctx);
         test_cast(ctx);
+        test_cast_rounding(ctx);
         test_bad_input(ctx);
         gpucore_context_destroy(ctx);
     }

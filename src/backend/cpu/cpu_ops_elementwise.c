@@ -8,18 +8,22 @@
  * the op's per-element function from elementwise_math.h (the op tables in
  * op_tables.h generate the cases), so the CPU computes the kernels' formula.
  *
- * Fast paths (same per-element formulas, so the same bits): dense f32 operands
- * are computed straight from and into the tensors (no staging copies); the
- * arithmetic, conversion and clamp loops carry `omp simd` so they vectorise at
- * -O2; activations call their formula directly (the switch is outside the loop;
- * libm's scalar expf/tanhf/erff stay, for bitwise-identical results); dropout
- * draws one Philox block per 4 elements instead of one per element; casts
- * between f32/f16/bf16 skip the f64 detour (exact: an f32 value is an f64 that
- * rounds to itself).
+ * Fast paths (the same per-element formulas): dense f32 operands are computed
+ * straight from and into the tensors (no staging copies); the arithmetic,
+ * conversion and clamp loops carry `omp simd` so they vectorise at -O2; the
+ * libm-calling unary ops and the smooth activations (forward and backward) run
+ * 8 lanes at a time where the CPU has AVX2 (cpu_vec.h: activation_math.h's
+ * formulas instantiated on vectors with SLEEF's 1-ulp exp/erf/tanh/log, so
+ * their last bit may differ from libm's; the scalar formula otherwise); bf16 is
+ * widened and rounded in registers; dropout draws one Philox block per 4
+ * elements instead of one per element; casts between f32/f16/bf16 run straight
+ * between the tensors and skip the f64 detour (exact: an f32 value is an f64
+ * that rounds to itself).
  */
 #include <string.h>
 #include "cpu_internal.h"
 #include "elementwise_math.h"
+#include "cpu_vec.h"
 
 #define EW_BLOCK 2048
 #define EW_PARALLEL_MIN 32768
@@ -56,10 +60,8 @@ static void load_f32(const gpucore_view *v, gpucore_ew_layout mode, int64_t inne
 {
     const char *base = v->data;
     const int dt = v->dtype, es = v->elem_size;
-    if (mode == GPUCORE_EW_LAYOUT_DENSE && dt == GPUCORE_KDT_F32) { memcpy(buf, (const float *)base + i0, sizeof(float) * (size_t)n); return; }
-    if (mode == GPUCORE_EW_LAYOUT_DENSE && dt == GPUCORE_KDT_BF16) {
-        const uint16_t *p = (const uint16_t *)base + i0;
-        EW_SIMD for (int k = 0; k < n; k++) buf[k] = gpucore_bf16_to_f32(p[k]);
+    if (mode == GPUCORE_EW_LAYOUT_DENSE && (dt == GPUCORE_KDT_F32 || dt == GPUCORE_KDT_BF16)) {
+        cpu_vec_load(buf, base + i0 * es, dt, n); /* widened in registers */
         return;
     }
     if (mode == GPUCORE_EW_LAYOUT_DENSE && dt == GPUCORE_KDT_F16) {
@@ -89,10 +91,9 @@ static void store_f32(const gpucore_view *v, int64_t i0, int n, const float *buf
     char *base = v->data;
     const int dt = v->dtype, es = v->elem_size;
     if (v->contiguous) {
-        if (dt == GPUCORE_KDT_F32) { memcpy((float *)base + i0, buf, sizeof(float) * (size_t)n); return; }
+        if (dt == GPUCORE_KDT_F32 || dt == GPUCORE_KDT_BF16) { cpu_vec_store(base + i0 * es, dt, buf, n); return; }
         uint16_t *p = (uint16_t *)base + i0;
-        if (dt == GPUCORE_KDT_BF16) EW_SIMD for (int k = 0; k < n; k++) p[k] = gpucore_f32_to_bf16(buf[k]);
-        else for (int k = 0; k < n; k++) p[k] = gpucore_f32_to_f16(buf[k]);
+        for (int k = 0; k < n; k++) p[k] = gpucore_f32_to_f16(buf[k]);
         return;
     }
     strided_offsets(v, i0, n, off);
@@ -103,10 +104,16 @@ static void store_f32(const gpucore_view *v, int64_t i0, int n, const float *buf
  * libm calls, for the same bits as the kernels); the op tables say which. */
 #define EW_LOOP_SIMD EW_SIMD for
 #define EW_LOOP_SCALAR for
+/* Whether the 8-lane SLEEF body computed a unary op (libm-calling SCALAR rows only; SIMD rows
+ * are the compiler's to vectorise). */
+#define EW_VEC_SIMD(op, r, a, n) 0
+#define EW_VEC_SCALAR(op, r, a, n) cpu_vec_unary(op, r, a, n)
 
-/* r[k] = act(x[k]), the activation's formula called directly. */
+/* r[k] = act(x[k]): the 8-lane formula (cpu_vec_act) where there is one, else the
+ * activation's scalar formula called directly. */
 static void act_loop(int act, const float *x, float *r, int n)
 {
+    if (cpu_vec_act(act, r, x, n)) return;
     switch (act) {
 #define ACT_CASE(N, name, fwd, grad, simd) \
     case GPUCORE_ACT_CODE_##N: EW_LOOP_##simd (int k = 0; k < n; k++) r[k] = fwd(x[k]); break;
@@ -119,6 +126,7 @@ static void act_loop(int act, const float *x, float *r, int n)
 /* r[k] = dy[k] * act'(x[k]). */
 static void act_grad_loop(int act, const float *dy, const float *x, float *r, int n)
 {
+    if (cpu_vec_act_grad(act, r, dy, x, n)) return;
     switch (act) {
 #define ACT_CASE(N, name, fwd, grad, simd) \
     case GPUCORE_ACT_CODE_##N: EW_LOOP_##simd (int k = 0; k < n; k++) r[k] = dy[k] * grad(x[k]); break;
@@ -155,7 +163,9 @@ static void compute_block(const gpucore_ew_args *p, const float *a, const float 
     case GPUCORE_EW_AFFINE: EW_SIMD for (int k = 0; k < n; k++) r[k] = gpucore_ew_affine(al, be, a[k]); return;
     case GPUCORE_EW_CLAMP: EW_SIMD for (int k = 0; k < n; k++) r[k] = gpucore_ew_clamp(al, be, a[k]); return;
 #define UNARY_CASE(N, name, expr, simd) \
-    case GPUCORE_EW_##N: EW_LOOP_##simd (int k = 0; k < n; k++) r[k] = gpucore_ew_##name(a[k]); return;
+    case GPUCORE_EW_##N:                                                                                             \
+        if (!EW_VEC_##simd(p->op, r, a, n)) EW_LOOP_##simd (int k = 0; k < n; k++) r[k] = gpucore_ew_##name(a[k]);   \
+        return;
     GPUCORE_UNARY_TABLE(UNARY_CASE)
 #undef UNARY_CASE
     case GPUCORE_EW_ACT: act_loop(p->act, a, r, n); return;
@@ -182,10 +192,14 @@ static int cast_fast(const gpucore_ew_args *p)
 static void cast_block(const gpucore_ew_args *p, int64_t i0, int n, int64_t *off_in, int64_t *off_out)
 {
     const gpucore_view *o = &p->out, *x = &p->in[0];
-    if (cast_fast(p)) {
+    if (cast_fast(p)) { /* widen/narrow in registers straight between the tensors */
+        const char *src = (const char *)x->data + i0 * x->elem_size;
+        char *dst = (char *)o->data + i0 * o->elem_size;
+        if (o->dtype == GPUCORE_KDT_F32) { cpu_vec_load((float *)dst, src, x->dtype, n); return; }
+        if (x->dtype == GPUCORE_KDT_F32) { cpu_vec_store(dst, o->dtype, (const float *)src, n); return; }
         float buf[EW_BLOCK];
-        load_f32(x, 0, 0, i0, n, buf, off_in);
-        store_f32(o, i0, n, buf, off_out);
+        cpu_vec_load(buf, src, x->dtype, n);
+        cpu_vec_store(dst, o->dtype, buf, n);
         return;
     }
     if (!o->contiguous) strided_offsets(o, i0, n, off_out);

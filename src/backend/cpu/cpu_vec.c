@@ -4,14 +4,17 @@
  * use the same 16 lanes and fold in both bodies, so they agree bit for bit; the
  * exponential is SLEEF's 1-ulp vector expf in the AVX2 body (libm's expf
  * otherwise), so softmax values may differ in the last bit between machines of
- * different ISA, never between runs or thread counts on one machine.
+ * different ISA, never between runs or thread counts on one machine. The
+ * elementwise family's activations and libm-calling unary ops get 8-lane bodies
+ * here too: activation_math.h's formula text instantiated on __m256 with SLEEF's
+ * vector exp/erf/tanh (GPUCORE_ACT_FORMULAS), and bf16 rounding in registers.
  */
 #include <math.h>
 #include <string.h>
 #include "gpucore_config.h"
 #include "cpu_vec.h"
 #include "dtype_access.h"
-#include "activation_math.h"
+#include "elementwise_math.h"
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #define CPU_VEC_X86 1
@@ -24,9 +27,11 @@
 #include <sleef.h>
 #if !defined(__AVX__)
 /* sleef.h declares its AVX2 entry points only under __AVX__, which GCC's target pragma above defines;
- * clang has no such pragma (the fuzzing build is clang). The two this file uses, as sleef.h has them. */
+ * clang has no such pragma (the fuzzing build is clang). The ones this file uses, as sleef.h has them. */
 __attribute__((target("avx2,fma"))) __m256 Sleef_expf8_u10avx2(__m256);
 __attribute__((target("avx2,fma"))) __m256 Sleef_tanhf8_u10avx2(__m256);
+__attribute__((target("avx2,fma"))) __m256 Sleef_erff8_u10avx2(__m256);
+__attribute__((target("avx2,fma"))) __m256 Sleef_logf8_u10avx2(__m256);
 #endif
 #endif
 #ifndef __clang__
@@ -248,21 +253,106 @@ AVX2 static void normalize_avx2(float *y, const float *x, int64_t n, float mean,
     normalize_from(y, x, i, n, mean, rstd, gamma, beta);
 }
 
-/* gpucore_gelu_tanh's formula, 8 at a time, with SLEEF's 1-ulp vector tanhf. */
-AVX2 static void gelu_tanh_avx2(float *y, const float *x, int64_t n)
-{
-    int64_t i = 0;
+/* activation_math.h's formulas instantiated on 8 lanes with SLEEF's 1-ulp vector exp/erf/tanh:
+ * cpu_v8_gelu_erf, cpu_v8_silu_grad, ... (the same text as the scalar gpucore_gelu_erf, ...). */
 #if GPUCORE_HAVE_SLEEF
-    const __m256 k = _mm256_set1_ps(GPUCORE_SQRT_2_OVER_PI), c = _mm256_set1_ps(0.044715f);
-    const __m256 half = _mm256_set1_ps(0.5f), one = _mm256_set1_ps(1.0f);
-    for (; i + 8 <= n; i += 8) {
-        __m256 v = _mm256_loadu_ps(x + i);
-        __m256 inner = _mm256_mul_ps(k, _mm256_add_ps(v, _mm256_mul_ps(_mm256_mul_ps(_mm256_mul_ps(c, v), v), v)));
-        __m256 t = Sleef_tanhf8_u10avx2(inner);
-        _mm256_storeu_ps(y + i, _mm256_mul_ps(_mm256_mul_ps(half, v), _mm256_add_ps(one, t)));
+#define CPU_VEC_MATH 1
+#define cpu_v8m_exp Sleef_expf8_u10avx2
+#define cpu_v8m_erf Sleef_erff8_u10avx2
+#define cpu_v8m_tanh Sleef_tanhf8_u10avx2
+GPUCORE_ACT_FORMULAS(AVX2 static inline, __m256, cpu_v8_, cpu_v8m_)
+AVX2 static inline __m256 cpu_v8_exp(__m256 a) { return cpu_v8m_exp(a); }
+AVX2 static inline __m256 cpu_v8_log(__m256 a) { return Sleef_logf8_u10avx2(a); }
+AVX2 static inline __m256 cpu_v8_sqrt(__m256 a) { return _mm256_sqrt_ps(a); }         /* correctly rounded, as sqrtf */
+AVX2 static inline __m256 cpu_v8_rsqrt(__m256 a) { return 1.0f / _mm256_sqrt_ps(a); } /* the table's 1/sqrtf(a) */
+
+/* y[i] = F(x[i]) over n elements; the tail goes through the same vector function on a
+ * padded copy, so an element's value does not depend on its position. */
+#define CPU_V8_MAP(F, y, x, n)                                                                                       \
+    do {                                                                                                             \
+        int64_t i_ = 0;                                                                                              \
+        for (; i_ + 8 <= (n); i_ += 8) _mm256_storeu_ps((y) + i_, F(_mm256_loadu_ps((x) + i_)));                     \
+        if (i_ < (n)) {                                                                                              \
+            float t_[8] = {0};                                                                                       \
+            memcpy(t_, (x) + i_, sizeof(float) * (size_t)((n) - i_));                                                \
+            _mm256_storeu_ps(t_, F(_mm256_loadu_ps(t_)));                                                            \
+            memcpy((y) + i_, t_, sizeof(float) * (size_t)((n) - i_));                                                \
+        }                                                                                                            \
+    } while (0)
+/* r[i] = dy[i] * G(x[i]) (the activation backward), tail as above. */
+#define CPU_V8_MAP_GRAD(G, r, dy, x, n)                                                                              \
+    do {                                                                                                             \
+        int64_t i_ = 0;                                                                                              \
+        for (; i_ + 8 <= (n); i_ += 8)                                                                               \
+            _mm256_storeu_ps((r) + i_, _mm256_loadu_ps((dy) + i_) * G(_mm256_loadu_ps((x) + i_)));                   \
+        if (i_ < (n)) {                                                                                              \
+            float t_[8] = {0}, d_[8] = {0};                                                                          \
+            memcpy(t_, (x) + i_, sizeof(float) * (size_t)((n) - i_));                                                \
+            memcpy(d_, (dy) + i_, sizeof(float) * (size_t)((n) - i_));                                               \
+            _mm256_storeu_ps(t_, _mm256_loadu_ps(d_) * G(_mm256_loadu_ps(t_)));                                      \
+            memcpy((r) + i_, t_, sizeof(float) * (size_t)((n) - i_));                                                \
+        }                                                                                                            \
+    } while (0)
+
+/* The activations with a vector body: X(activation code suffix, vector forward, vector derivative). */
+#define CPU_V8_ACTS(X)                                                                                               \
+    X(GELU_ERF, cpu_v8_gelu_erf, cpu_v8_gelu_erf_grad)                                                               \
+    X(GELU_TANH, cpu_v8_gelu_tanh, cpu_v8_gelu_tanh_grad)                                                            \
+    X(SILU, cpu_v8_silu, cpu_v8_silu_grad)                                                                           \
+    X(SIGMOID, cpu_v8_sigmoid, cpu_v8_sigmoid_grad)                                                                  \
+    X(TANH, cpu_v8_tanh_act, cpu_v8_tanh_grad)
+/* The unary ops (libm calls in op_tables.h) with a vector body: X(op code suffix, vector function). */
+#define CPU_V8_UNARY(X) X(EXP, cpu_v8_exp) X(LOG, cpu_v8_log) X(SQRT, cpu_v8_sqrt) X(RSQRT, cpu_v8_rsqrt)
+
+AVX2 static int act_avx2(int act, float *y, const float *x, int64_t n)
+{
+    switch (act) {
+#define CPU_V8_CASE_(N, fwd, grad) case GPUCORE_ACT_CODE_##N: CPU_V8_MAP(fwd, y, x, n); return 1;
+    CPU_V8_ACTS(CPU_V8_CASE_)
+#undef CPU_V8_CASE_
+    default: return 0;
     }
+}
+
+AVX2 static int act_grad_avx2(int act, float *r, const float *dy, const float *x, int64_t n)
+{
+    switch (act) {
+#define CPU_V8_CASE_(N, fwd, grad) case GPUCORE_ACT_CODE_##N: CPU_V8_MAP_GRAD(grad, r, dy, x, n); return 1;
+    CPU_V8_ACTS(CPU_V8_CASE_)
+#undef CPU_V8_CASE_
+    default: return 0;
+    }
+}
+
+AVX2 static int unary_avx2(int op, float *y, const float *x, int64_t n)
+{
+    switch (op) {
+#define CPU_V8_CASE_(N, fn) case GPUCORE_EW_##N: CPU_V8_MAP(fn, y, x, n); return 1;
+    CPU_V8_UNARY(CPU_V8_CASE_)
+#undef CPU_V8_CASE_
+    default: return 0;
+    }
+}
+#else
+#define CPU_VEC_MATH 0
 #endif
-    for (; i < n; i++) y[i] = gpucore_gelu_tanh(x[i]);
+
+/* f32 -> bf16 with gpucore_f32_to_bf16's rounding (nearest even; NaN quieted), 8 at a time. */
+AVX2 static void store_bf16_avx2(uint16_t *dst, const float *src, int64_t n)
+{
+    const __m256i abs_mask = _mm256_set1_epi32(0x7fffffff), inf = _mm256_set1_epi32(0x7f800000);
+    const __m256i one = _mm256_set1_epi32(1), bias = _mm256_set1_epi32(0x7fff), quiet = _mm256_set1_epi32(0x40);
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m256i u = _mm256_castps_si256(_mm256_loadu_ps(src + i));
+        __m256i hi = _mm256_srli_epi32(u, 16);
+        __m256i rounded = _mm256_srli_epi32(_mm256_add_epi32(u, _mm256_add_epi32(bias, _mm256_and_si256(hi, one))), 16);
+        __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(u, abs_mask), inf);
+        __m256i r = _mm256_blendv_epi8(rounded, _mm256_or_si256(hi, quiet), nan);
+        __m256i packed = _mm256_permute4x64_epi64(_mm256_packus_epi32(r, r), 0x08); /* lanes 0 and 2: the 8 results */
+        _mm_storeu_si128((__m128i *)(dst + i), _mm256_castsi256_si128(packed));
+    }
+    for (; i < n; i++) dst[i] = gpucore_f32_to_bf16(src[i]);
 }
 
 AVX2 static void load_bf16_avx2(float *dst, const uint16_t *src, int64_t n)
@@ -363,10 +453,35 @@ void cpu_vec_axpb(float *y, const float *x, int64_t n, float a, float b)
 
 void cpu_vec_gelu_tanh(float *y, const float *x, int64_t n)
 {
-#if CPU_VEC_X86
-    if (cpu_vec_have_avx2()) { gelu_tanh_avx2(y, x, n); return; }
+    if (!cpu_vec_act(GPUCORE_ACT_CODE_GELU_TANH, y, x, n))
+        for (int64_t i = 0; i < n; i++) y[i] = gpucore_gelu_tanh(x[i]);
+}
+
+int cpu_vec_act(int act, float *y, const float *x, int64_t n)
+{
+#if CPU_VEC_X86 && CPU_VEC_MATH
+    if (cpu_vec_have_avx2()) return act_avx2(act, y, x, n);
 #endif
-    for (int64_t i = 0; i < n; i++) y[i] = gpucore_gelu_tanh(x[i]);
+    (void)act, (void)y, (void)x, (void)n;
+    return 0;
+}
+
+int cpu_vec_act_grad(int act, float *r, const float *dy, const float *x, int64_t n)
+{
+#if CPU_VEC_X86 && CPU_VEC_MATH
+    if (cpu_vec_have_avx2()) return act_grad_avx2(act, r, dy, x, n);
+#endif
+    (void)act, (void)r, (void)dy, (void)x, (void)n;
+    return 0;
+}
+
+int cpu_vec_unary(int op, float *y, const float *x, int64_t n)
+{
+#if CPU_VEC_X86 && CPU_VEC_MATH
+    if (cpu_vec_have_avx2()) return unary_avx2(op, y, x, n);
+#endif
+    (void)op, (void)y, (void)x, (void)n;
+    return 0;
 }
 
 /* Plain loops: the compiler vectorises them (no reassociation needed). */
@@ -402,6 +517,9 @@ void cpu_vec_load(float *dst, const void *src, int dt, int64_t n)
 void cpu_vec_store(void *dst, int dt, const float *src, int64_t n)
 {
     if (dt == GPUCORE_KDT_F32) { memcpy(dst, src, sizeof(float) * (size_t)n); return; }
+#if CPU_VEC_X86
+    if (dt == GPUCORE_KDT_BF16 && cpu_vec_have_avx2()) { store_bf16_avx2(dst, src, n); return; }
+#endif
     const int es = gpucore_kdt_size(dt);
     for (int64_t i = 0; i < n; i++) gpucore_store_from_f32((char *)dst + i * es, dt, src[i]);
 }

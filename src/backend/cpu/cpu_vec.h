@@ -39,6 +39,14 @@ GPUCORE_HIDDEN void cpu_vec_mul_diff(float *out, const float *y, const float *g,
 GPUCORE_HIDDEN void cpu_vec_axpy(float *out, const float *x, const float *g, int64_t n, float a);
 /* y = GELU(x), the tanh form (activation_math.h's gpucore_gelu_tanh; y may be x). */
 GPUCORE_HIDDEN void cpu_vec_gelu_tanh(float *y, const float *x, int64_t n);
+/* The elementwise family's transcendental math, 8 lanes at a time where the CPU has AVX2 and the
+ * build SLEEF (1-ulp vector exp/erf/tanh/log; activation_math.h's formulas instantiated on vectors):
+ * y = act(x) for activation code act, r = dy · act'(x), y = op(x) for unary op code op (a
+ * GPUCORE_EW_* code). Each returns 1 when it computed, 0 when there is no vector body for that
+ * code here (the caller then runs the scalar formula). y/r may alias x or dy. */
+GPUCORE_HIDDEN int cpu_vec_act(int act, float *y, const float *x, int64_t n);
+GPUCORE_HIDDEN int cpu_vec_act_grad(int act, float *r, const float *dy, const float *x, int64_t n);
+GPUCORE_HIDDEN int cpu_vec_unary(int op, float *y, const float *x, int64_t n);
 /* y = (x - mean) · rstd, then · gamma[c] and + beta[c] where given (NULL: skipped). */
 GPUCORE_HIDDEN void cpu_vec_normalize(float *y, const float *x, int64_t n, float mean, float rstd,
                                       const float *gamma, const float *beta);
