@@ -20,6 +20,7 @@ Every function returns its result tensor (a new one unless ``out`` is given).
 """
 from __future__ import annotations
 
+import math
 import numbers
 from ctypes import byref, c_int, c_int64, c_void_p
 from typing import Any, Optional, Sequence, Tuple, Union
@@ -120,6 +121,27 @@ def _is_number(x: Any) -> bool:
 
 # ---------------------------------------------------------------- elementwise
 
+def _scalar_affine(op: int, v: float, number_first: bool) -> Optional[Tuple[float, float]]:
+    """(alpha, beta) with alpha*t + beta (gpucore_scale) giving exactly the bits of the binary op
+    between tensor t and the number v (rounded to f32 as the scalar tensor would be), or None where
+    no affine form is exactly equal (the caller then broadcasts a 0-d tensor). beta is -0.0 for the
+    products: x + (-0.0) is x for every x, signed zeros included (x + 0.0 would turn -0 into +0).
+    t * (1/v) equals t / v only when 1/v is exact and normal: v = ±2^k, |k| <= 126."""
+    if not math.isfinite(v):
+        return None  # gpucore_scale takes finite factors only
+    if op == ADD:
+        return 1.0, v
+    if op == SUB:
+        return (-1.0, v) if number_first else (1.0, -v)
+    if op == MUL:
+        return v, -0.0
+    if op == DIV and not number_first and v != 0.0:
+        m, e = math.frexp(v)
+        if m in (0.5, -0.5) and -125 <= e <= 127:  # (this module shadows abs)
+            return 1.0 / v, -0.0
+    return None
+
+
 def _binary(op: int, a: TensorOrNumber, b: TensorOrNumber, out: Optional[Tensor],
             stream: Optional[Stream]) -> Tensor:
     if type(a) is Tensor and type(b) is Tensor and out is None and stream is None and a._ctx is b._ctx:
@@ -130,22 +152,15 @@ def _binary(op: int, a: TensorOrNumber, b: TensorOrNumber, out: Optional[Tensor]
         C.gpucore_binary(op, o.handle, a.handle, b.handle, None)
         return o
     if _is_number(b) and isinstance(a, Tensor):
-        v = float(b)
-        alpha, beta = {ADD: (1.0, v), SUB: (1.0, -v), MUL: (v, 0.0), DIV: (None, 0.0)}[op]
-        if op == DIV:
-            if v == 0.0:
-                return _binary(op, a, full((), v, a.dtype, a.context), out, stream)
-            alpha = 1.0 / v
-        return scale(a, alpha, beta, out=out, stream=stream)
-    if _is_number(a) and isinstance(b, Tensor):
-        v = float(a)
-        if op == ADD:
-            return scale(b, 1.0, v, out=out, stream=stream)
-        if op == SUB:
-            return scale(b, -1.0, v, out=out, stream=stream)
-        if op == MUL:
-            return scale(b, v, 0.0, out=out, stream=stream)
-        a = full((), v, b.dtype, b.context)
+        ab = _scalar_affine(op, float(b), False)
+        if ab is not None:
+            return scale(a, ab[0], ab[1], out=out, stream=stream)
+        b = full((), float(b), a.dtype, a.context)
+    elif _is_number(a) and isinstance(b, Tensor):
+        ab = _scalar_affine(op, float(a), True)
+        if ab is not None:
+            return scale(b, ab[0], ab[1], out=out, stream=stream)
+        a = full((), float(a), b.dtype, b.context)
     a = _tensor(a, "a")
     b = _tensor(b, "b")
     ctx = a._ctx
