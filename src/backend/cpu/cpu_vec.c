@@ -253,12 +253,19 @@ AVX2 static void normalize_avx2(float *y, const float *x, int64_t n, float mean,
     normalize_from(y, x, i, n, mean, rstd, gamma, beta);
 }
 
-/* activation_math.h's formulas instantiated on 8 lanes with SLEEF's 1-ulp vector exp/erf/tanh:
+/* activation_math.h's formulas instantiated on 8 lanes with SLEEF's 1-ulp vector exp/tanh and erf
+ * (libmvec's where the build has it):
  * cpu_v8_gelu_erf, cpu_v8_silu_grad, ... (the same text as the scalar gpucore_gelu_erf, ...). */
 #if GPUCORE_HAVE_SLEEF
 #define CPU_VEC_MATH 1
 #define cpu_v8m_exp Sleef_expf8_u10avx2
+#if GPUCORE_HAVE_MVEC_ERF
+/* glibc libmvec's AVX2 erff (the vector ABI's name); see meson.build for why not SLEEF's */
+AVX2 __m256 _ZGVdN8v_erff(__m256);
+#define cpu_v8m_erf _ZGVdN8v_erff
+#else
 #define cpu_v8m_erf Sleef_erff8_u10avx2
+#endif
 #define cpu_v8m_tanh Sleef_tanhf8_u10avx2
 GPUCORE_ACT_FORMULAS(AVX2 static inline, __m256, cpu_v8_, cpu_v8m_)
 AVX2 static inline __m256 cpu_v8_exp(__m256 a) { return cpu_v8m_exp(a); }
