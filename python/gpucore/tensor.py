@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import numbers
 from ctypes import byref, c_int, c_int64, c_void_p
-from typing import Any, Iterator, List, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
@@ -58,6 +58,21 @@ def _contiguous_strides(shape: Tuple[int, ...]) -> Tuple[int, ...]:
         strides.append(step)
         step = min(step * (n or 1), INT64_MAX)
     return tuple(reversed(strides))
+
+
+_shape_cache: Dict[Tuple[int, ...], Tuple[Any, Tuple[int, ...]]] = {}
+
+
+def _shape_info(shape: Tuple[int, ...]) -> Tuple[Any, Tuple[int, ...]]:
+    """(the int64 C array of shape, its contiguous strides), cached per shape: ops make results
+    of the same few shapes over and over. The C side only reads the array during a call, so
+    one array may serve every caller (and thread)."""
+    info = _shape_cache.get(shape)
+    if info is None:
+        if len(_shape_cache) >= 512:
+            _shape_cache.clear()
+        info = _shape_cache[shape] = (_i64_array(shape), _contiguous_strides(shape))
+    return info
 
 
 class _ArrayExport:
@@ -105,7 +120,7 @@ class Tensor:
         t._dead = None
         if known is not None:
             t._shape, t._dtype = known
-            t._strides = _contiguous_strides(t._shape)
+            t._strides = _shape_info(t._shape)[1]
             ctx._tensors.add(t)
             return t
         ndim = C.gpucore_tensor_ndim(handle)
@@ -751,7 +766,7 @@ def empty(shape: Any, dtype: Any = "float32", device: DeviceLike = None) -> Tens
 def _new(ctx: Context, shape: Tuple[int, ...], dt: Any) -> Tensor:
     """A new contiguous tensor from an already checked shape tuple and DType (the ops' outputs)."""
     out = c_void_p()
-    C.gpucore_tensor_create(ctx.handle, dt.value, len(shape), (c_int64 * max(1, len(shape)))(*shape), byref(out))
+    C.gpucore_tensor_create(ctx.handle, dt.value, len(shape), _shape_info(shape)[0], byref(out))
     return Tensor._adopt(ctx, out.value, known=(shape, dt))
 
 
