@@ -134,10 +134,9 @@ AVX2 static inline double fold_avx(lanes16 l)
     return fold16(d);
 }
 
-AVX2 static double sum_avx2(const float *x, int64_t n)
+/* Elements [i, n) of Σ x added to the lanes l (16 at a time), folded, then the tail in order. */
+AVX2 static double sum_from_avx2(lanes16 l, const float *x, int64_t i, int64_t n)
 {
-    lanes16 l = lanes_zero();
-    int64_t i = 0;
     for (; i + 16 <= n; i += 16) {
         acc8(&l, 0, _mm256_loadu_ps(x + i));
         acc8(&l, 1, _mm256_loadu_ps(x + i + 8));
@@ -145,6 +144,26 @@ AVX2 static double sum_avx2(const float *x, int64_t n)
     double s = fold_avx(l);
     for (; i < n; i++) s += x[i];
     return s;
+}
+
+AVX2 static double sum_avx2(const float *x, int64_t n) { return sum_from_avx2(lanes_zero(), x, 0, n); }
+
+/* cpu_vec_sum_blocked's AVX2 body: per block, 16 f32 lanes (two vectors) add the block's 8
+ * elements of each lane in order; the lane sums then go into the f64 lanes. */
+AVX2 static double sum_blocked_avx2(const float *x, int64_t n)
+{
+    lanes16 l = lanes_zero();
+    int64_t i = 0;
+    for (; i + CPU_VEC_SUM_BLOCK <= n; i += CPU_VEC_SUM_BLOCK) {
+        __m256 s0 = _mm256_loadu_ps(x + i), s1 = _mm256_loadu_ps(x + i + 8);
+        for (int k = 16; k < CPU_VEC_SUM_BLOCK; k += 16) {
+            s0 = _mm256_add_ps(s0, _mm256_loadu_ps(x + i + k));
+            s1 = _mm256_add_ps(s1, _mm256_loadu_ps(x + i + k + 8));
+        }
+        acc8(&l, 0, s0);
+        acc8(&l, 1, s1);
+    }
+    return sum_from_avx2(l, x, i, n);
 }
 
 /* Products and squares in f64 (exact for f32 inputs), so the terms match the portable body. */
@@ -407,6 +426,26 @@ double cpu_vec_sum(const float *x, int64_t n)
     if (cpu_vec_have_avx2()) return sum_avx2(x, n);
 #endif
     return lanes_generic(x, NULL, n, 0, t_sum);
+}
+
+double cpu_vec_sum_blocked(const float *x, int64_t n)
+{
+#if CPU_VEC_X86
+    if (cpu_vec_have_avx2()) return sum_blocked_avx2(x, n);
+#endif
+    double l[16] = {0};
+    int64_t i = 0;
+    for (; i + CPU_VEC_SUM_BLOCK <= n; i += CPU_VEC_SUM_BLOCK)
+        for (int k = 0; k < 16; k++) {
+            float f = x[i + k];
+            for (int j = 16; j < CPU_VEC_SUM_BLOCK; j += 16) f += x[i + j + k];
+            l[k] += f;
+        }
+    for (; i + 16 <= n; i += 16)
+        for (int k = 0; k < 16; k++) l[k] += x[i + k];
+    double s = fold16(l);
+    for (; i < n; i++) s += x[i];
+    return s;
 }
 
 double cpu_vec_sumsq(const float *x, int64_t n)

@@ -23,6 +23,12 @@ GPUCORE_HIDDEN float cpu_vec_max(const float *x, int64_t n);
 GPUCORE_HIDDEN float cpu_vec_min(const float *x, int64_t n);
 /* Σ x (f64 lanes). */
 GPUCORE_HIDDEN double cpu_vec_sum(const float *x, int64_t n);
+/* Σ x for the reductions: blocks of CPU_VEC_SUM_BLOCK elements, each of the 16 lanes first adds
+ * its 8 elements of a block in f32 (in order), then the lane sums accumulate in the f64 lanes as
+ * above (a relative error of at most ~8 f32 roundings of Σ|x|, well inside the reductions' 1e-5;
+ * four times fewer widenings than cpu_vec_sum). Same bits in both bodies, any thread count. */
+#define CPU_VEC_SUM_BLOCK 128
+GPUCORE_HIDDEN double cpu_vec_sum_blocked(const float *x, int64_t n);
 /* Σ x² (f64 lanes). */
 GPUCORE_HIDDEN double cpu_vec_sumsq(const float *x, int64_t n);
 /* Σ (x - center)² with x and center in f64 (f64 lanes). */
