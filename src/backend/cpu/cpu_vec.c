@@ -272,20 +272,22 @@ AVX2 static void normalize_avx2(float *y, const float *x, int64_t n, float mean,
     normalize_from(y, x, i, n, mean, rstd, gamma, beta);
 }
 
-/* activation_math.h's formulas instantiated on 8 lanes with SLEEF's 1-ulp vector exp/tanh and erf
- * (libmvec's where the build has it):
+/* activation_math.h's formulas instantiated on 8 lanes with SLEEF's 1-ulp vector exp, erf and
+ * tanh (libmvec's erf and tanh where the build has them):
  * cpu_v8_gelu_erf, cpu_v8_silu_grad, ... (the same text as the scalar gpucore_gelu_erf, ...). */
 #if GPUCORE_HAVE_SLEEF
 #define CPU_VEC_MATH 1
 #define cpu_v8m_exp Sleef_expf8_u10avx2
-#if GPUCORE_HAVE_MVEC_ERF
-/* glibc libmvec's AVX2 erff (the vector ABI's name); see meson.build for why not SLEEF's */
+#if GPUCORE_HAVE_MVEC
+/* glibc libmvec's AVX2 erff and tanhf (the vector ABI's names); see meson.build for why not SLEEF's */
 AVX2 __m256 _ZGVdN8v_erff(__m256);
+AVX2 __m256 _ZGVdN8v_tanhf(__m256);
 #define cpu_v8m_erf _ZGVdN8v_erff
+#define cpu_v8m_tanh _ZGVdN8v_tanhf
 #else
 #define cpu_v8m_erf Sleef_erff8_u10avx2
-#endif
 #define cpu_v8m_tanh Sleef_tanhf8_u10avx2
+#endif
 GPUCORE_ACT_FORMULAS(AVX2 static inline, __m256, cpu_v8_, cpu_v8m_)
 AVX2 static inline __m256 cpu_v8_exp(__m256 a) { return cpu_v8m_exp(a); }
 AVX2 static inline __m256 cpu_v8_log(__m256 a) { return Sleef_logf8_u10avx2(a); }
