@@ -10,6 +10,7 @@
  * vector exp/erf/tanh (GPUCORE_ACT_FORMULAS), and bf16 rounding in registers.
  */
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 #include "gpucore_config.h"
 #include "cpu_vec.h"
@@ -50,7 +51,9 @@ int cpu_vec_have_avx2(void)
     int v = __atomic_load_n(&cached, __ATOMIC_RELAXED);
     if (v < 0) {
         __builtin_cpu_init();
-        v = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+        const char *portable = getenv("GPUCORE_CPU_PORTABLE"); /* tests: the portable bodies on any CPU */
+        v = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+            !(portable && *portable && strcmp(portable, "0") != 0);
         __atomic_store_n(&cached, v, __ATOMIC_RELAXED);
     }
     return v;

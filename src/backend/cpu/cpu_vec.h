@@ -15,7 +15,9 @@
 #include <stdint.h>
 #include "core/internal.h"
 
-/* Whether the running CPU has AVX2 and FMA (the bodies the calls below choose). */
+/* Whether the running CPU has AVX2 and FMA (the bodies the calls below choose); 0 when the
+ * environment variable GPUCORE_CPU_PORTABLE is set to anything but "" or "0" at the first call
+ * (so tests run the portable bodies on an AVX2 machine too). */
 GPUCORE_HIDDEN int cpu_vec_have_avx2(void);
 /* Largest element; NaN when any element is NaN; -inf when n == 0. */
 GPUCORE_HIDDEN float cpu_vec_max(const float *x, int64_t n);
