@@ -888,6 +888,60 @@ GPUCORE_API gpucore_status gpucore_linear_backward(const gpucore_tensor *dy, con
                                                    gpucore_tensor *dx, gpucore_tensor *dw, gpucore_tensor *db,
                                                    gpucore_stream *stream);
 
+/* ---- LoRA linear (low-rank adapter on a frozen base weight) ----
+ *
+ *   y = x·Wᵀ + bias + scale · (drop(x)·Aᵀ)·Bᵀ
+ *
+ * x [..., in] (contiguous rows, as the linear layer), W [out, in] (frozen: no dW),
+ * bias [out] or NULL (frozen), A [r, in], B [out, r], y [..., out]; one dtype for
+ * all (f32, f16 or bf16; fp8 base weights are not supported yet). drop is inverted
+ * dropout on the adapter input (gpucore_dropout over x's elements under (seed,
+ * offset): the backward replays it; advance offset by
+ * gpucore_random_offset_advance(numel(x), GPUCORE_UNIFORM) per call). Built on
+ * gpucore_matmul / gpucore_linear_*, so every backend runs it: four GEMMs forward
+ * at most (base, x·Aᵀ, ·Bᵀ accumulated into y), five backward. */
+typedef struct gpucore_lora_options {
+    int64_t struct_size;   /* sizeof(gpucore_lora_options) */
+    double scale;          /* the adapter's factor (alpha / r); default 1 */
+    double dropout_p;      /* on the adapter input, in [0, 1); default 0 */
+    uint64_t seed, offset; /* the dropout's Philox stream */
+} gpucore_lora_options;
+
+/* Set struct_size and the defaults. */
+GPUCORE_API void gpucore_lora_options_init(gpucore_lora_options *opts);
+
+/* y = x·Wᵀ + bias + scale·(drop(x)·Aᵀ)·Bᵀ. xa: NULL, or [..., r] (x's leading
+ * dims, contiguous) receiving drop(x)·Aᵀ, which the backward reads (saves one
+ * GEMM there). opts NULL: the defaults. y must not overlap an input.
+ * Errors: SHAPE_MISMATCH (in, out or r disagree), DTYPE_MISMATCH (mixed dtypes),
+ * NOT_CONTIGUOUS (x, y or xa rows not mergeable), INVALID_ARGUMENT (dropout_p,
+ * scale not finite, struct_size), and those of gpucore_matmul. */
+GPUCORE_API gpucore_status gpucore_lora_forward(gpucore_tensor *y, gpucore_tensor *xa, const gpucore_tensor *x,
+                                                const gpucore_tensor *w, const gpucore_tensor *bias,
+                                                const gpucore_tensor *a, const gpucore_tensor *b,
+                                                const gpucore_lora_options *opts, gpucore_stream *stream);
+
+/* Given dy = ∂L/∂y [..., out], with the forward's x, W, A, B and options:
+ *   dB = scale·dyᵀ·(drop(x)·Aᵀ)  [out, r]
+ *   dA = (scale·dy·B)ᵀ·drop(x)   [r, in]
+ *   dx = dy·W + drop'(scale·dy·B·A) [..., in]  (drop' replays the forward's mask)
+ * Each of dx, dA, dB may be NULL (not computed); they are overwritten. xa: the
+ * forward's xa output, or NULL (recomputed). No gradient for the frozen W and bias. */
+GPUCORE_API gpucore_status gpucore_lora_backward(gpucore_tensor *dx, gpucore_tensor *da, gpucore_tensor *db,
+                                                 const gpucore_tensor *dy, const gpucore_tensor *x,
+                                                 const gpucore_tensor *w, const gpucore_tensor *a,
+                                                 const gpucore_tensor *b, const gpucore_tensor *xa,
+                                                 const gpucore_lora_options *opts, gpucore_stream *stream);
+
+/* Merge the adapter into the base weight, W += scale·B·A (after which a plain
+ * linear layer computes the adapted y without dropout), or take it out again,
+ * W -= scale·B·A. f32: unmerge(merge(W)) equals W to f32 rounding; bf16/f16 W
+ * rounds at each call (keep an unmerged copy to get W back exactly). */
+GPUCORE_API gpucore_status gpucore_lora_merge(gpucore_tensor *w, const gpucore_tensor *a, const gpucore_tensor *b,
+                                              double scale, gpucore_stream *stream);
+GPUCORE_API gpucore_status gpucore_lora_unmerge(gpucore_tensor *w, const gpucore_tensor *a, const gpucore_tensor *b,
+                                                double scale, gpucore_stream *stream);
+
 /* ------------------------------------------------------------- convolution
  *
  * 2-D convolution (cross-correlation, as in PyTorch's conv2d) forward, backward

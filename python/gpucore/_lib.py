@@ -414,6 +414,12 @@ DECLARATIONS: Dict[str, Tuple[Any, List[Any]]] = {
     "gpucore_glu_backward": (STATUS, [H, H, H, H, H, c_int, H]),
     "gpucore_residual_norm": (STATUS, [H, H, H, H, H, H, H, H, c_int, c_double, H]),
     "gpucore_residual_norm_backward": (STATUS, [H, H, H, H, H, H, H, H, H, c_int, H]),
+    # LoRA linear (options: a gpucore.transformer.LoraOptions by reference)
+    "gpucore_lora_options_init": (None, [c_void_p]),
+    "gpucore_lora_forward": (STATUS, [H, H, H, H, H, H, H, c_void_p, H]),
+    "gpucore_lora_backward": (STATUS, [H, H, H, H, H, H, H, H, H, c_void_p, H]),
+    "gpucore_lora_merge": (STATUS, [H, H, H, c_double, H]),
+    "gpucore_lora_unmerge": (STATUS, [H, H, H, c_double, H]),
 }
 
 

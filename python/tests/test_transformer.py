@@ -124,3 +124,57 @@ def test_rope_swiglu_residual_norm(ctx):
     assert rel(yt.numpy(), hv / np.sqrt((hv ** 2).mean(-1, keepdims=True) + 1e-6) * w) < 1e-5
     dx, dw, db = g.residual_norm_backward(ctx.tensor(dout[:4, :8].repeat(4, 1)), None, h, None, rs, ctx.tensor(w))
     assert dx.shape == (4, 32) and dw.shape == (32,) and db is None
+
+
+def ref_lora(x, w, bias, a, b, scale, keep, dy):
+    """y, xa and (dx, da, db) of the LoRA linear layer in float64; keep: the dropout multiplier."""
+    xd = x * keep
+    xa = xd @ a.T
+    y = x @ w.T + (0 if bias is None else bias) + scale * xa @ b.T
+    dh = scale * dy @ b
+    dx = dy @ w + (dh @ a) * keep
+    return y, xa, dx, dh.reshape(-1, a.shape[0]).T @ xd.reshape(-1, a.shape[1]), \
+        scale * dy.reshape(-1, b.shape[0]).T @ xa.reshape(-1, a.shape[0])
+
+
+@pytest.mark.parametrize("dropout_p", [0.0, 0.25])
+def test_lora_linear_forward_backward_merge(ctx, dropout_p):
+    x, dy = RNG.uniform(-1, 1, (2, 7, 16)), RNG.uniform(-1, 1, (2, 7, 10))
+    w, bias = RNG.uniform(-1, 1, (10, 16)), RNG.uniform(-1, 1, 10)
+    a, b = RNG.uniform(-1, 1, (4, 16)), RNG.uniform(-1, 1, (10, 4))
+    f = lambda v: ctx.tensor(v.astype(np.float32))
+    tx, tw, tb, ta, tbb = f(x), f(w), f(bias), f(a), f(b)
+    y, xa = g.transformer.lora_linear(tx, tw, tb, ta, tbb, scale=0.5, dropout_p=dropout_p, seed=3, offset=8,
+                                      return_xa=True)
+    keep = np.ones_like(x)
+    if dropout_p:
+        keep = g.dropout(ctx.tensor(np.ones(x.shape, np.float32)), dropout_p, seed=3, offset=8).numpy()
+        keep = (keep != 0) / (1 - dropout_p)
+        assert 0 < (keep == 0).mean() < 0.6
+    ry, rxa, rdx, rda, rdb = ref_lora(x, w, bias, a, b, 0.5, keep, dy)
+    assert rel(y.numpy(), ry) < 1e-5 and rel(xa.numpy(), rxa) < 1e-5
+    for saved in (xa, None):
+        dx, da, db = g.transformer.lora_linear_backward(f(dy), tx, tw, ta, tbb, scale=0.5, dropout_p=dropout_p,
+                                                        seed=3, offset=8, xa=saved)
+        assert rel(dx.numpy(), rdx) < 1e-5 and rel(da.numpy(), rda) < 1e-5 and rel(db.numpy(), rdb) < 1e-5
+    # bf16 operands
+    bf = lambda t: g.cast(t, g.bfloat16)
+    yb = g.transformer.lora_linear(bf(tx), bf(tw), bf(tb), bf(ta), bf(tbb), scale=0.5, dropout_p=dropout_p,
+                                   seed=3, offset=8)
+    assert yb.dtype == g.bfloat16 and rel(g.cast(yb, g.float32).numpy(), ry) < 1e-2
+    # merging folds the adapter into the weight; unmerging takes it out
+    g.transformer.lora_merge(tw, ta, tbb, scale=0.5)
+    assert rel(tw.numpy(), w + 0.5 * b @ a) < 1e-6
+    g.transformer.lora_unmerge(tw, ta, tbb, scale=0.5)
+    assert rel(tw.numpy(), w) < 1e-6
+
+
+def test_lora_linear_bad_input(ctx):
+    x = ctx.tensor(np.ones((3, 8), np.float32))
+    w, a, b = (ctx.tensor(np.ones(s, np.float32)) for s in ((5, 8), (2, 8), (5, 3)))
+    with pytest.raises(g.ShapeMismatchError, match="b has shape"):
+        g.transformer.lora_linear(x, w, None, a, b)
+    with pytest.raises(g.InvalidArgumentError, match="dropout_p"):
+        g.transformer.lora_linear(x, w, None, a, ctx.tensor(np.ones((5, 2), np.float32)), dropout_p=1.0, seed=1)
+    with pytest.raises(g.DtypeMismatchError):
+        g.transformer.lora_merge(g.cast(w, g.bfloat16), a, ctx.tensor(np.ones((5, 2), np.float32)))
