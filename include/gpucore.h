@@ -1477,6 +1477,65 @@ GPUCORE_API gpucore_status gpucore_ckpt_add_layer_norm(gpucore_ckpt *ckpt, const
 /* Inverted dropout with probability p (gpucore_dropout), its (seed, offset) drawn
  * with gpucore_ckpt_rng so recompute and backward replay the same mask. Saves nothing. */
 GPUCORE_API gpucore_status gpucore_ckpt_add_dropout(gpucore_ckpt *ckpt, const char *name, double p);
+
+/* ---- transformer blocks: a pre-norm transformer layer is two built-in segments ----
+ *
+ * Both take and return x [B, S, D] (contiguous, one float dtype for x and every
+ * weight; norm weights may be any float dtype) and add their branch to it:
+ *   attention block:  y = x + out_proj(attention(rope(split(qkv_proj(norm(x))))))
+ *   MLP block:        y = x + fc2(act(fc1(norm(x))))
+ * norm is RMSNorm or LayerNorm over D. Parameter gradients are overwritten (not
+ * accumulated) and announced in the order of the fields; a NULL gradient is not
+ * computed. Projections are gpucore_linear_* (or gpucore_lora_* with an adapter),
+ * attention is gpucore_attention_* (O(S) memory), RoPE gpucore_rotary_embedding
+ * in place on the q and k views, SwiGLU gpucore_glu. The tensors must outlive the
+ * executor; the struct itself is copied. */
+typedef struct gpucore_ckpt_attention_block {
+    int64_t struct_size;        /* sizeof(gpucore_ckpt_attention_block) */
+    int32_t layer_norm;         /* 1: LayerNorm, 0: RMSNorm (default) */
+    int32_t heads, kv_heads;    /* kv_heads 0 (default): heads; fewer: grouped-query attention */
+    int32_t is_causal;          /* default 1 */
+    int32_t rope_interleaved;   /* RoPE pairs: 1 (2p, 2p+1), 0 (p, p+R/2) (default) */
+    int32_t reserved;
+    double eps;                 /* norm epsilon, default 1e-5 */
+    const gpucore_tensor *norm_weight, *norm_bias; /* [D] or NULL; norm_bias LayerNorm only */
+    const gpucore_tensor *w_qkv, *b_qkv;  /* [(heads + 2·kv_heads)·hd, D]: q rows, then k, then v; bias or NULL */
+    const gpucore_tensor *w_out, *b_out;  /* [D, heads·hd]; bias [D] or NULL */
+    const gpucore_tensor *rope_cos, *rope_sin; /* [S_max, R/2] (sliced to S), or NULL: no RoPE */
+    gpucore_tensor *d_norm_weight, *d_norm_bias, *dw_qkv, *db_qkv, *dw_out, *db_out;
+    /* LoRA adapters on the projections (both of a pair or neither): A [r, in], B [out, r].
+     * With an adapter the projection's W and bias are frozen (their gradients must be NULL). */
+    const gpucore_tensor *lora_qkv_a, *lora_qkv_b, *lora_out_a, *lora_out_b;
+    gpucore_tensor *d_lora_qkv_a, *d_lora_qkv_b, *d_lora_out_a, *d_lora_out_b;
+    double lora_scale;          /* default 1 */
+    double lora_dropout;        /* on the adapters' inputs, [0, 1), default 0 (gpucore_ckpt_rng replays it) */
+} gpucore_ckpt_attention_block;
+
+typedef struct gpucore_ckpt_mlp_block {
+    int64_t struct_size;        /* sizeof(gpucore_ckpt_mlp_block) */
+    int32_t layer_norm;         /* 1: LayerNorm, 0: RMSNorm (default) */
+    int32_t swiglu;             /* 0: fc2(gelu_tanh(fc1 x)) (default); 1: fc1 is [2F, D] giving gate
+                                   (rows 0..F-1) and up (rows F..2F-1), fc2(silu(gate)·up) */
+    double eps;                 /* default 1e-5 */
+    const gpucore_tensor *norm_weight, *norm_bias; /* [D] or NULL */
+    const gpucore_tensor *w_fc1, *b_fc1;  /* [F or 2F, D]; bias or NULL */
+    const gpucore_tensor *w_fc2, *b_fc2;  /* [D, F]; bias [D] or NULL */
+    gpucore_tensor *d_norm_weight, *d_norm_bias, *dw_fc1, *db_fc1, *dw_fc2, *db_fc2;
+} gpucore_ckpt_mlp_block;
+
+/* Set struct_size and the defaults (all tensors NULL). */
+GPUCORE_API void gpucore_ckpt_attention_block_init(gpucore_ckpt_attention_block *blk);
+GPUCORE_API void gpucore_ckpt_mlp_block_init(gpucore_ckpt_mlp_block *blk);
+/* Add the block as one segment. Checks shapes and dtypes of the weights here
+ * (SHAPE_MISMATCH, DTYPE_MISMATCH, INVALID_ARGUMENT naming the field); x's shape
+ * is checked at each forward. The attention block saves x, the norm statistics,
+ * norm(x), the qkv projection (rotated), the attention output and its lse (plus
+ * each adapter's x·Aᵀ); the MLP block saves x, the statistics, norm(x), fc1's
+ * output and the activation. */
+GPUCORE_API gpucore_status gpucore_ckpt_add_attention_block(gpucore_ckpt *ckpt, const char *name,
+                                                            const gpucore_ckpt_attention_block *blk);
+GPUCORE_API gpucore_status gpucore_ckpt_add_mlp_block(gpucore_ckpt *ckpt, const char *name,
+                                                      const gpucore_ckpt_mlp_block *blk);
 /* A residual block y = x + f(x): the segments added between begin and end form f
  * (they may include residual blocks). The block is one segment to the policies. */
 GPUCORE_API gpucore_status gpucore_ckpt_begin_residual(gpucore_ckpt *ckpt, const char *name);

@@ -178,3 +178,54 @@ def test_lora_linear_bad_input(ctx):
         g.transformer.lora_linear(x, w, None, a, ctx.tensor(np.ones((5, 2), np.float32)), dropout_p=1.0, seed=1)
     with pytest.raises(g.DtypeMismatchError):
         g.transformer.lora_merge(g.cast(w, g.bfloat16), a, ctx.tensor(np.ones((5, 2), np.float32)))
+
+
+def test_checkpoint_transformer_blocks_match_numpy(ctx):
+    """An attention block (RMSNorm, RoPE, GQA, causal) and a SwiGLU MLP block as executor
+    segments against a float64 numpy reference; recompute_all gives keep-all's gradients."""
+    B, S, D, H, Hkv, hd, F = 2, 5, 16, 4, 2, 4, 12
+    nq = (H + 2 * Hkv) * hd
+    r = lambda *s: RNG.uniform(-0.5, 0.5, s)
+    x, g1, wq, bq, wo, bo = r(B, S, D), 1 + r(D), r(nq, D), r(nq), r(D, H * hd), r(D)
+    g2, w1, b1, w2, b2 = 1 + r(D), r(2 * F, D), r(2 * F), r(D, F), r(D)
+    ang = np.arange(S)[:, None] * 10000.0 ** (-np.arange(hd // 2) / (hd // 2))
+    cos, sin = np.cos(ang), np.sin(ang)
+    f = lambda v: ctx.tensor(np.asarray(v, np.float32))
+    ts = {k: f(v) for k, v in dict(g1=g1, wq=wq, bq=bq, wo=wo, bo=bo, g2=g2, w1=w1, b1=b1, w2=w2, b2=b2).items()}
+    grads = {k: g.empty(t.shape, "float32", device=ctx) for k, t in ts.items()}
+    ex = g.CheckpointExecutor(ctx, "layer")
+    ex.add_attention_block("attn", heads=H, kv_heads=Hkv, norm_weight=ts["g1"], w_qkv=ts["wq"], b_qkv=ts["bq"],
+                           w_out=ts["wo"], b_out=ts["bo"], rope_cos=f(cos), rope_sin=f(sin),
+                           d_norm_weight=grads["g1"], dw_qkv=grads["wq"], db_qkv=grads["bq"], dw_out=grads["wo"],
+                           db_out=grads["bo"])
+    ex.add_mlp_block("mlp", swiglu=True, norm_weight=ts["g2"], w_fc1=ts["w1"], b_fc1=ts["b1"], w_fc2=ts["w2"],
+                     b_fc2=ts["b2"], d_norm_weight=grads["g2"], dw_fc1=grads["w1"], db_fc1=grads["b1"],
+                     dw_fc2=grads["w2"], db_fc2=grads["b2"])
+    with pytest.raises(g.InvalidArgumentError, match="unknown field"):
+        ex.add_mlp_block("bad", w_fc3=ts["w2"])
+
+    rms = lambda v, w: v / np.sqrt((v ** 2).mean(-1, keepdims=True) + 1e-5) * w
+    qkv = (rms(x, g1) @ wq.T + bq).reshape(B, S, H + 2 * Hkv, hd).transpose(0, 2, 1, 3)
+    q, k, v = qkv[:, :H], qkv[:, H:H + Hkv], qkv[:, H + Hkv:]
+    rot = lambda t: np.concatenate([t[..., :hd // 2] * cos - t[..., hd // 2:] * sin,
+                                    t[..., hd // 2:] * cos + t[..., :hd // 2] * sin], -1)
+    q, k = rot(q), rot(k)
+    k, v = np.repeat(k, H // Hkv, 1), np.repeat(v, H // Hkv, 1)
+    s = q @ k.transpose(0, 1, 3, 2) / np.sqrt(hd) + np.triu(np.full((S, S), -np.inf), 1)
+    p = np.exp(s - s.max(-1, keepdims=True))
+    att = (p / p.sum(-1, keepdims=True)) @ v
+    y1 = att.transpose(0, 2, 1, 3).reshape(B, S, H * hd) @ wo.T + bo + x
+    u = rms(y1, g2) @ w1.T + b1
+    gate, up = u[..., :F], u[..., F:]
+    ref = (gate / (1 + np.exp(-gate)) * up) @ w2.T + b2 + y1
+
+    tx, dy = f(x), f(r(B, S, D))
+    y = ex.forward(tx)
+    assert rel(y.numpy(), ref) < 1e-5
+    ex.backward(dy)
+    keep = {k: t.numpy().copy() for k, t in grads.items()}
+    assert all(np.isfinite(a).all() for a in keep.values())
+    ex.set_policy("recompute_all")
+    ex.forward(tx)
+    ex.backward(dy)
+    assert all(np.array_equal(keep[k], grads[k].numpy()) for k in keep)
