@@ -59,7 +59,7 @@ def batch(text, seed, step, B, S):
 
 
 def read_safetensors(path):
-    """The safetensors format by hand (8-byte length, JSON header, data): F32 and BF16."""
+    """The safetensors format by hand (8-byte length, JSON header, data): F32, BF16, I32, I64."""
     with open(path, "rb") as f:
         n = struct.unpack("<Q", f.read(8))[0]
         header = json.loads(f.read(n))
@@ -74,6 +74,8 @@ def read_safetensors(path):
             arr = np.frombuffer(raw, np.float32).copy()
         elif info["dtype"] == "BF16":
             arr = (np.frombuffer(raw, np.uint16).astype(np.uint32) << 16).view(np.float32)
+        elif info["dtype"] in ("I32", "I64"):
+            arr = np.frombuffer(raw, np.int32 if info["dtype"] == "I32" else np.int64).copy()
         else:
             raise ValueError("%s: dtype %s not handled" % (name, info["dtype"]))
         out[name] = torch.from_numpy(arr.reshape(info["shape"]))
