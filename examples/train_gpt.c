@@ -451,12 +451,16 @@ static int phase_free(phase *p)
     return 0;
 }
 
-/* Train phase p for `steps` steps; prints the losses; *tokens_per_s for the phase. */
+/* Train phase p for `steps` steps; prints the losses; *tokens_per_s: of the steps after the first. */
 static int run_phase(trainer *t, phase *p, int64_t steps, double *tokens_per_s)
 {
     double t0 = train_now_s();
     for (int64_t step = 0; step < steps; step++) {
         float loss = 0;
+        if (step == 1) { /* the first step warms up (allocator, plans): timed from the second */
+            TRY(gpucore_context_synchronize(t->ctx));
+            t0 = train_now_s();
+        }
         if (train_step(t, p, step, &loss)) return 1;
         if (t->rank == 0) {
             if (t->o.log_json) printf("{\"phase\":\"%s\",\"step\":%lld,\"loss\":%.9g}\n", p->name, (long long)step, loss);
@@ -466,7 +470,8 @@ static int run_phase(trainer *t, phase *p, int64_t steps, double *tokens_per_s)
     }
     TRY(gpucore_context_synchronize(t->ctx));
     double secs = train_now_s() - t0;
-    *tokens_per_s = secs > 0 ? (double)(steps * t->o.batch * t->m.S) / secs : 0;
+    int64_t timed = steps > 1 ? steps - 1 : steps;
+    *tokens_per_s = secs > 0 ? (double)(timed * t->o.batch * t->m.S) / secs : 0;
     return 0;
 }
 

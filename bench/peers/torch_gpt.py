@@ -16,8 +16,17 @@ same AdamW (weight decay 0), global-norm clipping and learning rate, in f32 on t
       with --lora-rank R the base is frozen and rank-R adapters train on the attention
       projections (A random, B zero: the twin's own init, so only speed is compared).
 
+  torch_gpt.py --compare build/examples/train_gpt [--steps 20 ...]
+      runs train_gpt (--f32) and this twin (each case in its own process) for four cases —
+      base and LoRA fine-tuning, each without and with activation checkpointing (every block
+      recomputed) — and prints the bench contract's rows: tokens/s with the peer's figure and
+      the speedup, and peak memory: ours the allocator's peak allocated bytes, the twin's its
+      peak-RSS growth (different measures, so no speedup on those rows).
+
 Prints nothing and exits 0 when PyTorch is absent.
 """
+import os
+import subprocess
 import argparse
 import json
 import math
@@ -157,6 +166,36 @@ def peak_rss_bytes():
     return 0
 
 
+def compare(a):
+    """Our train_gpt against this twin on the same shapes: JSON rows per DESIGN.md."""
+    shape = ["--layers", str(a.layers), "--width", str(a.width), "--heads", str(a.heads), "--seq", str(a.seq),
+             "--batch", str(a.batch), "--seed", str(a.seed), "--lr", str(a.lr)]
+    rank = a.lora_rank or 4
+    for lora in (False, True):
+        for ckpt in (False, True):
+            case = "L%d_D%d_S%d_B%d_%s%s" % (a.layers, a.width, a.seq, a.batch, "lora%d" % rank if lora else "base",
+                                             "_ckpt" if ckpt else "")
+            steps = ["--steps", "1", "--finetune-steps", str(a.steps)] if lora else ["--steps", str(a.steps),
+                                                                                     "--finetune-steps", "0"]
+            ours = subprocess.run([a.compare, "--f32", "--device", "cpu", "--sample", "0", "--no-profile", "--log-json",
+                                   "--lora-rank", str(rank), "--checkpoint-policy", "all" if ckpt else "none"]
+                                  + shape + steps, capture_output=True, text=True, check=True)
+            summ = [json.loads(l) for l in ours.stdout.splitlines() if '"summary"' in l][0]
+            key = "lora" if lora else "base"
+            twin = subprocess.run([sys.executable, os.path.abspath(__file__), "--bench", "--steps", str(a.steps),
+                                   "--data", a.data, "--lora-rank", str(rank if lora else 0)]
+                                  + (["--checkpoint"] if ckpt else []) + (["--threads", str(a.threads)] if a.threads else [])
+                                  + shape, capture_output=True, text=True, check=True)
+            peer = {r["metric"]: r["value"] for r in map(json.loads, twin.stdout.splitlines())}
+            tps = summ[key + "_tokens_per_s"]
+            print(json.dumps({"bench": "gpt", "case": case, "device": "cpu", "metric": "tokens_per_s", "value": tps,
+                              "unit": "tokens/s", "peer": "torch", "peer_value": peer["tokens_per_s"],
+                              "speedup": tps / peer["tokens_per_s"]}))
+            print(json.dumps({"bench": "gpt", "case": case, "device": "cpu", "metric": "peak_allocated_bytes",
+                              "value": summ[key + "_peak_allocated_bytes"], "unit": "bytes",
+                              "peer": "torch_peak_rss_growth", "peer_value": peer["peak_rss_growth"]}), flush=True)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--init", help="safetensors from train_gpt --save-init (default: random, --bench only)")
@@ -169,7 +208,10 @@ def main():
     ap.add_argument("--lora-alpha", type=float, default=8.0)
     ap.add_argument("--bench", action="store_true")
     ap.add_argument("--checkpoint", action="store_true")
+    ap.add_argument("--compare", metavar="TRAIN_GPT", help="run our train_gpt beside the twin (see above)")
     a = ap.parse_args()
+    if a.compare:
+        return compare(a)
     if a.threads:
         torch.set_num_threads(a.threads)
     torch.manual_seed(a.seed)
