@@ -229,3 +229,22 @@ def test_checkpoint_transformer_blocks_match_numpy(ctx):
     ex.forward(tx)
     ex.backward(dy)
     assert all(np.array_equal(keep[k], grads[k].numpy()) for k in keep)
+
+
+def test_python_gpt_example_trains_and_finetunes(tmp_path):
+    """examples/python/train_gpt.py end to end on tiny settings: losses finite and falling, the
+    adapter file written."""
+    import importlib.util
+    import os
+    path = os.path.join(os.path.dirname(__file__), "..", "..", "examples", "python", "train_gpt.py")
+    if not os.path.exists("/usr/share/common-licenses/GPL-3"):
+        pytest.skip("the GPL-3 text (Debian's base-files) is absent")
+    spec = importlib.util.spec_from_file_location("train_gpt_example", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    out = mod.main(["--device", "cpu", "--layers", "1", "--width", "32", "--seq", "16", "--steps", "6",
+                    "--finetune-steps", "3", "--sample", "4", "--save-adapter", str(tmp_path / "a.safetensors")])
+    assert len(out["base"]) == 6 and len(out["lora"]) == 3 and np.isfinite(out["base"] + out["lora"]).all()
+    assert out["base"][-1] < out["base"][0]
+    assert sorted(g.load_file(str(tmp_path / "a.safetensors"), device="cpu")) == \
+        ["layers.0.out.a", "layers.0.out.b", "layers.0.qkv.a", "layers.0.qkv.b"]
