@@ -898,8 +898,8 @@ GPUCORE_API gpucore_status gpucore_linear_backward(const gpucore_tensor *dy, con
  * dropout on the adapter input (gpucore_dropout over x's elements under (seed,
  * offset): the backward replays it; advance offset by
  * gpucore_random_offset_advance(numel(x), GPUCORE_UNIFORM) per call). Built on
- * gpucore_matmul / gpucore_linear_*, so every backend runs it: four GEMMs forward
- * at most (base, x·Aᵀ, ·Bᵀ accumulated into y), five backward. */
+ * gpucore_matmul / gpucore_linear_*, so every backend runs it: three GEMMs forward
+ * (the base, x·Aᵀ, then ·Bᵀ accumulated into y), up to six backward (five with xa). */
 typedef struct gpucore_lora_options {
     int64_t struct_size;   /* sizeof(gpucore_lora_options) */
     double scale;          /* the adapter's factor (alpha / r); default 1 */
