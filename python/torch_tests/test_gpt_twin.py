@@ -39,7 +39,7 @@ def losses(out: str, phase: str = "base") -> list:
 def test_f32_loss_curve_matches_pytorch(tmp_path):
     exe = train_gpt_path()
     init = str(tmp_path / "init.safetensors")
-    common = ["--layers", "2", "--width", "64", "--heads", "4", "--seq", "64", "--batch", "8", "--steps", "50",
+    common = ["--layers", "2", "--width", "64", "--heads", "4", "--seq", "32", "--batch", "8", "--steps", "50",
               "--seed", "1234", "--lr", "3e-3", "--clip", "1.0"]
     ours = subprocess.run([exe, "--f32", "--device", "cpu", "--finetune-steps", "0", "--sample", "0", "--no-profile",
                            "--log-json", "--save-init", init] + common, capture_output=True, text=True, timeout=120)
@@ -50,6 +50,7 @@ def test_f32_loss_curve_matches_pytorch(tmp_path):
     a, b = losses(ours.stdout), losses(twin.stdout)
     assert len(a) == len(b) == 50
     worst = max(abs(x - y) / abs(y) for x, y in zip(a, b))
+    print("train_gpt vs PyTorch twin, 50 f32 steps: worst relative loss difference %.3g" % worst)
     assert worst < 1e-4, list(zip(a, b))
     assert b[-1] < b[0] - 1.0  # it learns: from ln(256) = 5.55 towards the text's byte statistics
 
