@@ -39,6 +39,7 @@
 #include <string.h>
 #include <time.h>
 #include "gpucore.h"
+#include "train_common.h"
 
 #define TRY(call)                                                                                          \
     do {                                                                                                   \
@@ -111,29 +112,15 @@ static int parse_args(int argc, char **argv, options *o)
 
 /* ------------------------------------------------------------------- data */
 
-static uint64_t splitmix64(uint64_t x)
-{
-    x += 0x9E3779B97F4A7C15ull;
-    x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-    x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-    return x ^ (x >> 31);
-}
-
-/* Counter-based: the value depends only on (seed, step, sample, i). */
-static uint64_t draw(uint64_t seed, int64_t step, int64_t sample, uint64_t i)
-{
-    return splitmix64(splitmix64(splitmix64(seed) ^ (uint64_t)step) ^ ((uint64_t)sample << 20 | i));
-}
-
 /* Sample `g` of the global batch of `step`: Gaussian noise (sd 0.5) plus a 3x3
  * blob of +2 somewhere inside one quadrant; the label is that quadrant. NHWC with C = 1. */
 static int make_sample(uint64_t seed, int64_t step, int64_t g, float *img)
 {
-    uint64_t h = draw(seed, step, g, 0);
+    uint64_t h = train_draw(seed, step, g, 0);
     int q = (int)(h & 3);
     int cx = (q & 1) * 8 + 1 + (int)((h >> 8) % 6), cy = (q >> 1) * 8 + 1 + (int)((h >> 16) % 6);
     for (int p = 0; p < IMG * IMG; p += 2) {
-        uint64_t r = draw(seed, step, g, 1 + (uint64_t)p);
+        uint64_t r = train_draw(seed, step, g, 1 + (uint64_t)p);
         double u1 = ((double)(r >> 11) + 0.5) / 9007199254740992.0, u2 = (double)(r & 0xFFFFFFFF) / 4294967296.0;
         double rad = sqrt(-2 * log(u1)) * 0.5;
         img[p] = (float)(rad * cos(2 * M_PI * u2));
@@ -212,21 +199,6 @@ static int model_init(gpucore_context *ctx, model *m, const options *o)
  *                what is allocated when the step starts: parameters, gradients,
  *                optimizer state, the batch) stays within BYTES */
 
-typedef struct policy { gpucore_ckpt_policy kind; int64_t param; } policy;
-
-static int parse_policy(const char *s, policy *p)
-{
-    char *end = NULL;
-    p->param = 0;
-    if (!strcmp(s, "none")) p->kind = GPUCORE_CKPT_KEEP_ALL;
-    else if (!strcmp(s, "all")) p->kind = GPUCORE_CKPT_RECOMPUTE_ALL;
-    else if (!strcmp(s, "sqrt")) p->kind = GPUCORE_CKPT_SQRT_N;
-    else if (!strncmp(s, "every:", 6) && (p->param = strtoll(s + 6, &end, 10)) >= 1 && !*end) p->kind = GPUCORE_CKPT_EVERY_K;
-    else if (!strncmp(s, "budget:", 7) && (p->param = strtoll(s + 7, &end, 10)) > 0 && !*end) p->kind = GPUCORE_CKPT_BUDGET;
-    else return 1;
-    return 0;
-}
-
 /* The head, a custom segment: flatten [B, H, W, C] to [B, H*W*C] (a view) and
  * logits = flat · Wᵀ + b. Flatten and linear are one segment because the
  * executor's keep-all accounting sees a separate view-only flatten segment as
@@ -268,21 +240,6 @@ static gpucore_status head_backward(gpucore_ckpt_call *call, const gpucore_tenso
     return st;
 }
 
-/* The executor's grad-ready callback: hand the finished gradient to the DDP
- * reducer at once, so its bucket's allreduce overlaps the rest of backward. */
-typedef struct grad_router { gpucore_ddp *ddp; model *m; } grad_router;
-
-static gpucore_status on_grad_ready(void *user, int64_t segment, const char *name, int32_t param,
-                                    gpucore_tensor *grad, gpucore_stream *stream)
-{
-    (void)segment, (void)param;
-    grad_router *r = user;
-    for (int i = 0; i < r->m->nparams; i++)
-        if (r->m->grads[i] == grad) return gpucore_ddp_mark_ready(r->ddp, i, stream);
-    fprintf(stderr, "train_cnn: segment '%s' announced a gradient that is not the model's\n", name);
-    return GPUCORE_ERR_INVALID_ARGUMENT;
-}
-
 /* conv0..conv{L-1}, head: L + 1 segments. */
 static int build_executor(gpucore_context *ctx, model *m, gpucore_ckpt **out)
 {
@@ -307,9 +264,9 @@ typedef struct trainer {
     gpucore_ddp *ddp;
     int rank, size;
     model m;
-    policy pol;
+    train_policy pol;
     gpucore_ckpt *ck;
-    grad_router router;
+    train_grad_router router;
     gpucore_optimizer *opt;
     gpucore_loss_scaler *scaler;
     gpucore_tensor *x32, *x, *labels, *loss, *norm, *step_t, *dlogits;
@@ -318,18 +275,6 @@ typedef struct trainer {
     float *host_img;
     int32_t *host_lab;
 } trainer;
-
-/* budget:BYTES is an activation budget: the executor's budget counts everything
- * allocated on the context, so add what is allocated when the step starts. */
-static int update_budget(trainer *t)
-{
-    if (t->pol.kind != GPUCORE_CKPT_BUDGET) return 0;
-    gpucore_memory_stats ms;
-    ms.struct_size = sizeof ms;
-    TRY(gpucore_memory_get_stats(t->ctx, GPUCORE_MEMORY_DEVICE, &ms));
-    TRY(gpucore_ckpt_set_policy(t->ck, GPUCORE_CKPT_BUDGET, ms.allocated_bytes + t->pol.param));
-    return 0;
-}
 
 /* One training step; *loss_out gets the loss (averaged over ranks). */
 static int train_step(trainer *t, int64_t step, float *loss_out)
@@ -345,7 +290,7 @@ static int train_step(trainer *t, int64_t step, float *loss_out)
     TRY(gpucore_cast(t->x, t->x32, NULL));
 
     /* forward through the executor (it holds what the policy keeps), then the loss */
-    if (update_budget(t)) return 1;
+    TRY(train_update_budget(t->ctx, t->ck, &t->pol));
     gpucore_tensor *logits = NULL; /* the executor's, valid until its backward */
     gpucore_status fst = gpucore_ckpt_forward(t->ck, t->x, &logits);
     if (fst != GPUCORE_OK) {
@@ -376,17 +321,8 @@ static int train_step(trainer *t, int64_t step, float *loss_out)
     if (t->comm) TRY(gpucore_comm_allreduce(t->comm, t->loss, t->loss, GPUCORE_REDUCE_AVG, NULL));
     TRY(gpucore_copy_to_host(loss_out, sizeof(float), t->loss)); /* the step's one host sync */
 
-    /* the step's peak: the executor resets the allocator's peak at each forward and
-     * folds the forward's into its own figure; the allocator's covers the rest */
-    gpucore_ckpt_stats cs;
-    cs.struct_size = sizeof cs;
-    gpucore_memory_stats ms;
-    ms.struct_size = sizeof ms;
-    TRY(gpucore_ckpt_get_stats(t->ck, &cs));
-    TRY(gpucore_memory_get_stats(t->ctx, GPUCORE_MEMORY_DEVICE, &ms));
-    int64_t peak = cs.peak_allocated_bytes > ms.allocated_bytes_peak ? cs.peak_allocated_bytes : ms.allocated_bytes_peak;
-    if (peak > t->peak_allocated) t->peak_allocated = peak;
-    if (ms.reserved_bytes_peak > t->peak_reserved) t->peak_reserved = ms.reserved_bytes_peak;
+    /* the step's peak (the executor's forward and the allocator's rest) */
+    TRY(train_track_peak(t->ctx, t->ck, &t->peak_allocated, &t->peak_reserved));
     return 0;
 }
 
@@ -417,13 +353,6 @@ static int load_checkpoint(trainer *t, const char *path, int64_t *next_step)
     return 0;
 }
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 int main(int argc, char **argv)
 {
     trainer tr;
@@ -431,31 +360,12 @@ int main(int argc, char **argv)
     trainer *t = &tr;
     int rc = parse_args(argc, argv, &t->o);
     if (rc) return rc;
-    if (parse_policy(t->o.policy, &t->pol)) return usage("bad --checkpoint-policy");
+    if (train_parse_policy(t->o.policy, &t->pol)) return usage("bad --checkpoint-policy");
 
     /* device: under mpirun each rank takes its local rank's GPU */
-    char dev[64];
-    snprintf(dev, sizeof dev, "%s", t->o.device);
-    const char *lr_env = getenv("OMPI_COMM_WORLD_LOCAL_RANK");
-    if (t->o.ddp && lr_env && (!strcmp(dev, "cuda") || !strcmp(dev, "auto"))) {
-        char why[512];
-        if (gpucore_backend_available(GPUCORE_DEVICE_CUDA, why, sizeof why) == GPUCORE_OK)
-            snprintf(dev, sizeof dev, "cuda:%s", lr_env);
-    }
-    TRY(gpucore_context_create(dev, &t->ctx));
-    if (t->o.profile) TRY(gpucore_profiler_enable(t->ctx, 1));
-    t->rank = 0;
-    t->size = 1;
-    if (t->o.ddp) {
-        TRY(gpucore_comm_create_mpi(t->ctx, &t->comm));
-        t->rank = gpucore_comm_rank(t->comm);
-        t->size = gpucore_comm_size(t->comm);
-        if (t->o.batch % t->size) {
-            if (t->rank == 0) fprintf(stderr, "train_cnn: --batch %lld does not split over %d ranks\n",
-                                      (long long)t->o.batch, t->size);
-            return 2;
-        }
-    }
+    train_world w;
+    if ((rc = train_open_world("train_cnn", t->o.device, t->o.ddp, t->o.profile, t->o.batch, &w))) return rc;
+    t->ctx = w.ctx, t->comm = w.comm, t->rank = w.rank, t->size = w.size;
     t->local_batch = t->o.batch / t->size;
     int quiet = t->o.quiet || t->rank != 0;
 
@@ -482,8 +392,8 @@ int main(int argc, char **argv)
         dopt.first_bucket_bytes = 16 << 10; /* small model: several buckets, so reduction overlaps backward */
         dopt.bucket_bytes = 64 << 10;
         TRY(gpucore_ddp_create(t->comm, t->m.grads, t->m.nparams, &dopt, &t->ddp));
-        t->router = (grad_router){t->ddp, &t->m};
-        TRY(gpucore_ckpt_set_grad_ready_callback(t->ck, on_grad_ready, &t->router));
+        t->router = (train_grad_router){t->ddp, t->m.grads, t->m.nparams};
+        TRY(gpucore_ckpt_set_grad_ready_callback(t->ck, train_on_grad_ready, &t->router));
     }
     int64_t xs[4] = {t->local_batch, IMG, IMG, 1}, one[1] = {1};
     if (new_tensor(t->ctx, GPUCORE_F32, 4, xs, &t->x32) || new_tensor(t->ctx, GPUCORE_BF16, 4, xs, &t->x) ||
@@ -508,7 +418,7 @@ int main(int argc, char **argv)
                (long long)gpucore_ckpt_segment_count(t->ck));
 
     TRY(gpucore_memory_reset_peak_stats(t->ctx, GPUCORE_MEMORY_DEVICE));
-    double t0 = now_s();
+    double t0 = train_now_s();
     double first_sum = 0, last_sum = 0;
     int64_t first_n = 0, last_n = 0, done = 0;
     for (int64_t step = start; step < t->o.steps; step++) {
@@ -528,7 +438,7 @@ int main(int argc, char **argv)
         }
     }
     TRY(gpucore_context_synchronize(t->ctx));
-    double secs = now_s() - t0;
+    double secs = train_now_s() - t0;
 
     /* final parameter checksum: ranks must agree bit for bit */
     double checksum = 0;
@@ -584,21 +494,7 @@ int main(int argc, char **argv)
                    cs.keep_all_bytes / 1024.0, cs.bytes_saved / 1024.0,
                    cs.keep_all_bytes > 0 ? 100.0 * (double)cs.bytes_saved / (double)cs.keep_all_bytes : 0.0,
                    cs.peak_allocated_bytes / 1048576.0);
-        if (t->o.profile && !t->o.log_json) {
-            int64_t need = 0;
-            TRY(gpucore_profiler_summary(t->ctx, 0, NULL, 0, &need));
-            char *buf = malloc((size_t)need + 256);
-            if (buf && gpucore_profiler_summary(t->ctx, 0, buf, need + 256, NULL) == GPUCORE_OK)
-                printf("per-op profile (device time):\n%s", buf);
-            free(buf);
-        } else if (t->o.profile) {
-            int64_t need = 0;
-            TRY(gpucore_profiler_summary(t->ctx, 1, NULL, 0, &need));
-            char *buf = malloc((size_t)need + 256);
-            if (buf && gpucore_profiler_summary(t->ctx, 1, buf, need + 256, NULL) == GPUCORE_OK)
-                printf("{\"profile\":%.*s}\n", (int)strcspn(buf, "\n"), buf);
-            free(buf);
-        }
+        if (t->o.profile) train_print_profile(t->ctx, t->o.log_json);
     }
     fflush(stdout);
 

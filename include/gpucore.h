@@ -888,6 +888,60 @@ GPUCORE_API gpucore_status gpucore_linear_backward(const gpucore_tensor *dy, con
                                                    gpucore_tensor *dx, gpucore_tensor *dw, gpucore_tensor *db,
                                                    gpucore_stream *stream);
 
+/* ---- LoRA linear (low-rank adapter on a frozen base weight) ----
+ *
+ *   y = x·Wᵀ + bias + scale · (drop(x)·Aᵀ)·Bᵀ
+ *
+ * x [..., in] (contiguous rows, as the linear layer), W [out, in] (frozen: no dW),
+ * bias [out] or NULL (frozen), A [r, in], B [out, r], y [..., out]; one dtype for
+ * all (f32, f16 or bf16; fp8 base weights are not supported yet). drop is inverted
+ * dropout on the adapter input (gpucore_dropout over x's elements under (seed,
+ * offset): the backward replays it; advance offset by
+ * gpucore_random_offset_advance(numel(x), GPUCORE_UNIFORM) per call). Built on
+ * gpucore_matmul / gpucore_linear_*, so every backend runs it: three GEMMs forward
+ * (the base, x·Aᵀ, then ·Bᵀ accumulated into y), up to six backward (five with xa). */
+typedef struct gpucore_lora_options {
+    int64_t struct_size;   /* sizeof(gpucore_lora_options) */
+    double scale;          /* the adapter's factor (alpha / r); default 1 */
+    double dropout_p;      /* on the adapter input, in [0, 1); default 0 */
+    uint64_t seed, offset; /* the dropout's Philox stream */
+} gpucore_lora_options;
+
+/* Set struct_size and the defaults. */
+GPUCORE_API void gpucore_lora_options_init(gpucore_lora_options *opts);
+
+/* y = x·Wᵀ + bias + scale·(drop(x)·Aᵀ)·Bᵀ. xa: NULL, or [..., r] (x's leading
+ * dims, contiguous) receiving drop(x)·Aᵀ, which the backward reads (saves one
+ * GEMM there). opts NULL: the defaults. y must not overlap an input.
+ * Errors: SHAPE_MISMATCH (in, out or r disagree), DTYPE_MISMATCH (mixed dtypes),
+ * NOT_CONTIGUOUS (x, y or xa rows not mergeable), INVALID_ARGUMENT (dropout_p,
+ * scale not finite, struct_size), and those of gpucore_matmul. */
+GPUCORE_API gpucore_status gpucore_lora_forward(gpucore_tensor *y, gpucore_tensor *xa, const gpucore_tensor *x,
+                                                const gpucore_tensor *w, const gpucore_tensor *bias,
+                                                const gpucore_tensor *a, const gpucore_tensor *b,
+                                                const gpucore_lora_options *opts, gpucore_stream *stream);
+
+/* Given dy = ∂L/∂y [..., out], with the forward's x, W, A, B and options:
+ *   dB = scale·dyᵀ·(drop(x)·Aᵀ)  [out, r]
+ *   dA = (scale·dy·B)ᵀ·drop(x)   [r, in]
+ *   dx = dy·W + drop'(scale·dy·B·A) [..., in]  (drop' replays the forward's mask)
+ * Each of dx, dA, dB may be NULL (not computed); they are overwritten. xa: the
+ * forward's xa output, or NULL (recomputed). No gradient for the frozen W and bias. */
+GPUCORE_API gpucore_status gpucore_lora_backward(gpucore_tensor *dx, gpucore_tensor *da, gpucore_tensor *db,
+                                                 const gpucore_tensor *dy, const gpucore_tensor *x,
+                                                 const gpucore_tensor *w, const gpucore_tensor *a,
+                                                 const gpucore_tensor *b, const gpucore_tensor *xa,
+                                                 const gpucore_lora_options *opts, gpucore_stream *stream);
+
+/* Merge the adapter into the base weight, W += scale·B·A (after which a plain
+ * linear layer computes the adapted y without dropout), or take it out again,
+ * W -= scale·B·A. f32: unmerge(merge(W)) equals W to f32 rounding; bf16/f16 W
+ * rounds at each call (keep an unmerged copy to get W back exactly). */
+GPUCORE_API gpucore_status gpucore_lora_merge(gpucore_tensor *w, const gpucore_tensor *a, const gpucore_tensor *b,
+                                              double scale, gpucore_stream *stream);
+GPUCORE_API gpucore_status gpucore_lora_unmerge(gpucore_tensor *w, const gpucore_tensor *a, const gpucore_tensor *b,
+                                                double scale, gpucore_stream *stream);
+
 /* ------------------------------------------------------------- convolution
  *
  * 2-D convolution (cross-correlation, as in PyTorch's conv2d) forward, backward
@@ -1423,6 +1477,65 @@ GPUCORE_API gpucore_status gpucore_ckpt_add_layer_norm(gpucore_ckpt *ckpt, const
 /* Inverted dropout with probability p (gpucore_dropout), its (seed, offset) drawn
  * with gpucore_ckpt_rng so recompute and backward replay the same mask. Saves nothing. */
 GPUCORE_API gpucore_status gpucore_ckpt_add_dropout(gpucore_ckpt *ckpt, const char *name, double p);
+
+/* ---- transformer blocks: a pre-norm transformer layer is two built-in segments ----
+ *
+ * Both take and return x [B, S, D] (contiguous, one float dtype for x and every
+ * weight; norm weights may be any float dtype) and add their branch to it:
+ *   attention block:  y = x + out_proj(attention(rope(split(qkv_proj(norm(x))))))
+ *   MLP block:        y = x + fc2(act(fc1(norm(x))))
+ * norm is RMSNorm or LayerNorm over D. Parameter gradients are overwritten (not
+ * accumulated) and announced in the order of the fields; a NULL gradient is not
+ * computed. Projections are gpucore_linear_* (or gpucore_lora_* with an adapter),
+ * attention is gpucore_attention_* (O(S) memory), RoPE gpucore_rotary_embedding
+ * in place on the q and k views, SwiGLU gpucore_glu. The tensors must outlive the
+ * executor; the struct itself is copied. */
+typedef struct gpucore_ckpt_attention_block {
+    int64_t struct_size;        /* sizeof(gpucore_ckpt_attention_block) */
+    int32_t layer_norm;         /* 1: LayerNorm, 0: RMSNorm (default) */
+    int32_t heads, kv_heads;    /* kv_heads 0 (default): heads; fewer: grouped-query attention */
+    int32_t is_causal;          /* default 1 */
+    int32_t rope_interleaved;   /* RoPE pairs: 1 (2p, 2p+1), 0 (p, p+R/2) (default) */
+    int32_t reserved;
+    double eps;                 /* norm epsilon, default 1e-5 */
+    const gpucore_tensor *norm_weight, *norm_bias; /* [D] or NULL; norm_bias LayerNorm only */
+    const gpucore_tensor *w_qkv, *b_qkv;  /* [(heads + 2·kv_heads)·hd, D]: q rows, then k, then v; bias or NULL */
+    const gpucore_tensor *w_out, *b_out;  /* [D, heads·hd]; bias [D] or NULL */
+    const gpucore_tensor *rope_cos, *rope_sin; /* [S_max, R/2] (sliced to S), or NULL: no RoPE */
+    gpucore_tensor *d_norm_weight, *d_norm_bias, *dw_qkv, *db_qkv, *dw_out, *db_out;
+    /* LoRA adapters on the projections (both of a pair or neither): A [r, in], B [out, r].
+     * With an adapter the projection's W and bias are frozen (their gradients must be NULL). */
+    const gpucore_tensor *lora_qkv_a, *lora_qkv_b, *lora_out_a, *lora_out_b;
+    gpucore_tensor *d_lora_qkv_a, *d_lora_qkv_b, *d_lora_out_a, *d_lora_out_b;
+    double lora_scale;          /* default 1 */
+    double lora_dropout;        /* on the adapters' inputs, [0, 1), default 0 (gpucore_ckpt_rng replays it) */
+} gpucore_ckpt_attention_block;
+
+typedef struct gpucore_ckpt_mlp_block {
+    int64_t struct_size;        /* sizeof(gpucore_ckpt_mlp_block) */
+    int32_t layer_norm;         /* 1: LayerNorm, 0: RMSNorm (default) */
+    int32_t swiglu;             /* 0: fc2(gelu_tanh(fc1 x)) (default); 1: fc1 is [2F, D] giving gate
+                                   (rows 0..F-1) and up (rows F..2F-1), fc2(silu(gate)·up) */
+    double eps;                 /* default 1e-5 */
+    const gpucore_tensor *norm_weight, *norm_bias; /* [D] or NULL */
+    const gpucore_tensor *w_fc1, *b_fc1;  /* [F or 2F, D]; bias or NULL */
+    const gpucore_tensor *w_fc2, *b_fc2;  /* [D, F]; bias [D] or NULL */
+    gpucore_tensor *d_norm_weight, *d_norm_bias, *dw_fc1, *db_fc1, *dw_fc2, *db_fc2;
+} gpucore_ckpt_mlp_block;
+
+/* Set struct_size and the defaults (all tensors NULL). */
+GPUCORE_API void gpucore_ckpt_attention_block_init(gpucore_ckpt_attention_block *blk);
+GPUCORE_API void gpucore_ckpt_mlp_block_init(gpucore_ckpt_mlp_block *blk);
+/* Add the block as one segment. Checks shapes and dtypes of the weights here
+ * (SHAPE_MISMATCH, DTYPE_MISMATCH, INVALID_ARGUMENT naming the field); x's shape
+ * is checked at each forward. The attention block saves x, the norm statistics,
+ * norm(x), the qkv projection (rotated), the attention output and its lse (plus
+ * each adapter's x·Aᵀ); the MLP block saves x, the statistics, norm(x), fc1's
+ * output and the activation. */
+GPUCORE_API gpucore_status gpucore_ckpt_add_attention_block(gpucore_ckpt *ckpt, const char *name,
+                                                            const gpucore_ckpt_attention_block *blk);
+GPUCORE_API gpucore_status gpucore_ckpt_add_mlp_block(gpucore_ckpt *ckpt, const char *name,
+                                                      const gpucore_ckpt_mlp_block *blk);
 /* A residual block y = x + f(x): the segments added between begin and end form f
  * (they may include residual blocks). The block is one segment to the policies. */
 GPUCORE_API gpucore_status gpucore_ckpt_begin_residual(gpucore_ckpt *ckpt, const char *name);

@@ -23,6 +23,8 @@ typedef struct model {
     gpucore_ckpt *ck;
     gpucore_tensor *params[MAXP], *grads[MAXP];
     int np;
+    gpucore_tensor *frozen[MAXP]; /* tensors without a gradient (frozen weights, RoPE tables) */
+    int nfrozen;
     gpucore_tensor *x, *dy, *dx;
 } model;
 
@@ -54,6 +56,7 @@ static void model_free(model *m)
         gpucore_tensor_destroy(m->params[i]);
         gpucore_tensor_destroy(m->grads[i]);
     }
+    for (int i = 0; i < m->nfrozen; i++) gpucore_tensor_destroy(m->frozen[i]);
     gpucore_tensor_destroy(m->x);
     gpucore_tensor_destroy(m->dy);
     gpucore_tensor_destroy(m->dx);
@@ -92,8 +95,92 @@ static void io(model *m, int ndim, const int64_t *xs, int ndy, const int64_t *ys
     CHECK_OK(gpucore_tensor_create(m->ctx, GPUCORE_F32, ndim, xs, &m->dx));
 }
 
-enum { MLP = 0, CNN = 1, BLOCK = 2 };
-static const char *model_name[] = {"mlp", "cnn", "block"};
+static gpucore_tensor *frozen(model *m, int ndim, const int64_t *shape, double scale)
+{
+    return m->frozen[m->nfrozen++] = rand_tensor(m->ctx, ndim, shape, scale);
+}
+
+/* cos/sin [S, R/2] of the RoPE angles s·10000^(-2p/R). */
+static void rope_tables(model *m, int64_t S, int64_t R2, gpucore_tensor **cs, gpucore_tensor **sn)
+{
+    int64_t shape[2] = {S, R2};
+    float *c = malloc(sizeof(float) * (size_t)(S * R2)), *si = malloc(sizeof(float) * (size_t)(S * R2));
+    for (int64_t s = 0; s < S; s++)
+        for (int64_t p = 0; p < R2; p++) {
+            double th = (double)s * pow(10000.0, -(double)p / (double)R2);
+            c[s * R2 + p] = (float)cos(th);
+            si[s * R2 + p] = (float)sin(th);
+        }
+    *cs = frozen(m, 2, shape, 1.0);
+    *sn = frozen(m, 2, shape, 1.0);
+    CHECK_OK(gpucore_copy_from_host(*cs, c, S * R2 * 4));
+    CHECK_OK(gpucore_copy_from_host(*sn, si, S * R2 * 4));
+    free(c);
+    free(si);
+}
+
+/* Two transformer layers of built-in blocks. Layer 0: RMSNorm, RoPE, GQA (4 query heads on
+ * 2 kv heads), biases, SwiGLU MLP. Layer 1: LayerNorm, no RoPE, 4 heads, frozen projections
+ * with LoRA adapters (dropout 0.1) on qkv and out, GELU MLP without biases. */
+static void build_transformer(model *m)
+{
+    const int64_t D = 16, H = 4, hd = 4, S = 6, F = 24;
+    gpucore_tensor *cs = NULL, *sn = NULL;
+    rope_tables(m, S + 3, hd / 2, &cs, &sn);
+    for (int l = 0; l < 2; l++) {
+        const int64_t Hkv = l == 0 ? 2 : 4, nqkv = (H + 2 * Hkv) * hd, r = 3;
+        const int64_t wq[2] = {nqkv, D}, wo[2] = {D, H * hd}, la_q[2] = {r, D}, lb_q[2] = {nqkv, r}, la_o[2] = {r, H * hd},
+                      lb_o[2] = {D, r};
+        gpucore_ckpt_attention_block a;
+        gpucore_ckpt_attention_block_init(&a);
+        a.heads = (int32_t)H;
+        a.kv_heads = (int32_t)Hkv;
+        a.layer_norm = l;
+        a.norm_weight = param(m, 1, &D, 1.0);
+        a.d_norm_weight = m->grads[m->np - 1];
+        if (l == 1) {
+            a.norm_bias = param(m, 1, &D, 0.1);
+            a.d_norm_bias = m->grads[m->np - 1];
+            a.w_qkv = frozen(m, 2, wq, 0.25);
+            a.w_out = frozen(m, 2, wo, 0.25);
+            a.b_out = frozen(m, 1, &D, 0.1);
+            a.lora_qkv_a = param(m, 2, la_q, 0.25), a.d_lora_qkv_a = m->grads[m->np - 1];
+            a.lora_qkv_b = param(m, 2, lb_q, 0.25), a.d_lora_qkv_b = m->grads[m->np - 1];
+            a.lora_out_a = param(m, 2, la_o, 0.25), a.d_lora_out_a = m->grads[m->np - 1];
+            a.lora_out_b = param(m, 2, lb_o, 0.25), a.d_lora_out_b = m->grads[m->np - 1];
+            a.lora_scale = 0.5;
+            a.lora_dropout = 0.1;
+        } else {
+            a.w_qkv = param(m, 2, wq, 0.25), a.dw_qkv = m->grads[m->np - 1];
+            a.b_qkv = param(m, 1, &nqkv, 0.1), a.db_qkv = m->grads[m->np - 1];
+            a.w_out = param(m, 2, wo, 0.25), a.dw_out = m->grads[m->np - 1];
+            a.b_out = param(m, 1, &D, 0.1), a.db_out = m->grads[m->np - 1];
+            a.rope_cos = cs;
+            a.rope_sin = sn;
+        }
+        char name[32];
+        snprintf(name, sizeof name, "layer%d.attn", l);
+        CHECK_OK(gpucore_ckpt_add_attention_block(m->ck, name, &a));
+        gpucore_ckpt_mlp_block b;
+        gpucore_ckpt_mlp_block_init(&b);
+        b.layer_norm = l;
+        b.swiglu = l == 0;
+        const int64_t w1[2] = {l == 0 ? 2 * F : F, D}, w2[2] = {D, F};
+        b.norm_weight = param(m, 1, &D, 1.0), b.d_norm_weight = m->grads[m->np - 1];
+        if (l == 1) b.norm_bias = param(m, 1, &D, 0.1), b.d_norm_bias = m->grads[m->np - 1];
+        b.w_fc1 = param(m, 2, w1, 0.25), b.dw_fc1 = m->grads[m->np - 1];
+        if (l == 0) b.b_fc1 = param(m, 1, &w1[0], 0.1), b.db_fc1 = m->grads[m->np - 1];
+        b.w_fc2 = param(m, 2, w2, 0.2), b.dw_fc2 = m->grads[m->np - 1];
+        if (l == 0) b.b_fc2 = param(m, 1, &D, 0.1), b.db_fc2 = m->grads[m->np - 1];
+        snprintf(name, sizeof name, "layer%d.mlp", l);
+        CHECK_OK(gpucore_ckpt_add_mlp_block(m->ck, name, &b));
+    }
+    int64_t xs[3] = {2, S, D};
+    io(m, 3, xs, 3, xs);
+}
+
+enum { MLP = 0, CNN = 1, BLOCK = 2, TRANSFORMER = 3 };
+static const char *model_name[] = {"mlp", "cnn", "block", "transformer"};
 
 static void build(model *m, gpucore_context *ctx, int kind)
 {
@@ -121,6 +208,8 @@ static void build(model *m, gpucore_context *ctx, int kind)
         add_conv(m, "conv4", 8, 4, GPUCORE_ACT_NONE);
         int64_t xs[4] = {2, 3, 8, 8}, ys[4] = {2, 4, 8, 8};
         io(m, 4, xs, 4, ys);
+    } else if (kind == TRANSFORMER) {
+        build_transformer(m);
     } else {
         for (int b = 0; b < 3; b++) {
             char name[32];
@@ -313,6 +402,117 @@ static void test_policies(const char *dev, gpucore_context *ctx, int kind)
     free(ref);
     int64_t before_free = allocated(ctx);
     (void)before_free;
+    model_free(&m);
+}
+
+/* <dy, y> of one forward (the executor's seed fixed, so adapter dropout draws the same mask). */
+static double forward_loss(model *m, const float *dy, int64_t n)
+{
+    gpucore_tensor *y = NULL;
+    CHECK_OK(gpucore_ckpt_set_seed(m->ck, 42, 7));
+    CHECK_OK(gpucore_ckpt_forward(m->ck, m->x, &y));
+    float *h = malloc(sizeof(float) * (size_t)n);
+    CHECK_OK(gpucore_copy_to_host(h, n * 4, y));
+    double l = 0;
+    for (int64_t i = 0; i < n; i++) l += (double)dy[i] * h[i];
+    CHECK_OK(gpucore_ckpt_reset(m->ck));
+    free(h);
+    return l;
+}
+
+/* The transformer blocks' gradients (every parameter and the input) against central
+ * differences of the loss <dy, y> along a random direction per tensor. */
+static void test_transformer_gradients(const char *dev, gpucore_context *ctx)
+{
+    model m;
+    build(&m, ctx, TRANSFORMER);
+    int64_t count = 0, ny = gpucore_tensor_numel(m.dy);
+    float *grads = step(&m, &count, NULL);
+    float *dy = malloc(sizeof(float) * (size_t)ny);
+    CHECK_OK(gpucore_copy_to_host(dy, ny * 4, m.dy));
+    const double eps = 1e-2;
+    int64_t at = 0;
+    for (int i = 0; i <= m.np; i++) {
+        gpucore_tensor *t = i < m.np ? m.params[i] : m.x;
+        int64_t k = gpucore_tensor_numel(t), shape[GPUCORE_MAX_DIMS];
+        CHECK_OK(gpucore_tensor_shape(t, shape));
+        gpucore_tensor *dir = rand_tensor(ctx, gpucore_tensor_ndim(t), shape, 1.0);
+        float *hd = malloc(sizeof(float) * (size_t)k);
+        CHECK_OK(gpucore_copy_to_host(hd, k * 4, dir));
+        double analytic = 0;
+        for (int64_t j = 0; j < k; j++) analytic += (double)grads[at + j] * hd[j];
+        CHECK_OK(gpucore_axpy(t, eps, dir, NULL));
+        double lp = forward_loss(&m, dy, ny);
+        CHECK_OK(gpucore_axpy(t, -2 * eps, dir, NULL));
+        double lm = forward_loss(&m, dy, ny);
+        CHECK_OK(gpucore_axpy(t, eps, dir, NULL));
+        double fd = (lp - lm) / (2 * eps), err = fabs(fd - analytic) / fmax(fabs(analytic), 1.0);
+        if (!(err < 3e-3))
+            printf("  %s transformer tensor %d: gradient along a direction %.6g, finite differences %.6g\n", dev, i,
+                   analytic, fd);
+        CHECK(err < 3e-3);
+        at += k;
+        free(hd);
+        gpucore_tensor_destroy(dir);
+    }
+    free(dy);
+    free(grads);
+    model_free(&m);
+}
+
+static void test_block_bad_input(gpucore_context *ctx)
+{
+    model m;
+    memset(&m, 0, sizeof m);
+    m.ctx = ctx;
+    CHECK_OK(gpucore_ckpt_create(ctx, "bad_blocks", &m.ck));
+    const int64_t wq[2] = {48, 16}, wo[2] = {16, 16}, wbad[2] = {40, 16}, la[2] = {2, 16}, lb[2] = {48, 2};
+    gpucore_ckpt_attention_block a;
+    gpucore_ckpt_attention_block_init(&a);
+    a.heads = 4;
+    CHECK_STATUS(gpucore_ckpt_add_attention_block(m.ck, "a", &a), GPUCORE_ERR_NULL_POINTER); /* no weights */
+    a.w_qkv = frozen(&m, 2, wq, 1);
+    a.w_out = frozen(&m, 2, wo, 1);
+    a.heads = 3;
+    CHECK_STATUS(gpucore_ckpt_add_attention_block(m.ck, "a", &a), GPUCORE_ERR_SHAPE_MISMATCH); /* 16 % 3 */
+    a.heads = 4;
+    a.kv_heads = 3;
+    CHECK_STATUS(gpucore_ckpt_add_attention_block(m.ck, "a", &a), GPUCORE_ERR_INVALID_ARGUMENT);
+    a.kv_heads = 0;
+    a.w_qkv = frozen(&m, 2, wbad, 1);
+    CHECK_STATUS(gpucore_ckpt_add_attention_block(m.ck, "a", &a), GPUCORE_ERR_SHAPE_MISMATCH);
+    a.w_qkv = frozen(&m, 2, wq, 1);
+    a.lora_qkv_a = frozen(&m, 2, la, 1);
+    CHECK_STATUS(gpucore_ckpt_add_attention_block(m.ck, "a", &a), GPUCORE_ERR_INVALID_ARGUMENT); /* A without B */
+    a.lora_qkv_b = frozen(&m, 2, lb, 1);
+    a.dw_qkv = frozen(&m, 2, wq, 1);
+    CHECK_STATUS(gpucore_ckpt_add_attention_block(m.ck, "a", &a), GPUCORE_ERR_INVALID_ARGUMENT); /* frozen base */
+    CHECK(strstr(gpucore_last_error(), "frozen") != NULL);
+    a.dw_qkv = NULL;
+    a.struct_size = 8;
+    CHECK_STATUS(gpucore_ckpt_add_attention_block(m.ck, "a", &a), GPUCORE_ERR_INVALID_ARGUMENT);
+    a.struct_size = sizeof a;
+    CHECK_OK(gpucore_ckpt_add_attention_block(m.ck, "a", &a));
+    gpucore_ckpt_mlp_block b;
+    gpucore_ckpt_mlp_block_init(&b);
+    const int64_t w1[2] = {24, 16}, w2[2] = {16, 24};
+    b.w_fc1 = frozen(&m, 2, w1, 1);
+    CHECK_STATUS(gpucore_ckpt_add_mlp_block(m.ck, "m", &b), GPUCORE_ERR_NULL_POINTER);
+    b.w_fc2 = frozen(&m, 2, w2, 1);
+    b.swiglu = 1; /* fc1 must then be [48, 16] */
+    CHECK_STATUS(gpucore_ckpt_add_mlp_block(m.ck, "m", &b), GPUCORE_ERR_SHAPE_MISMATCH);
+    b.swiglu = 0;
+    b.norm_bias = frozen(&m, 1, &w2[0], 1); /* a bias on RMSNorm */
+    b.norm_weight = b.norm_bias;
+    CHECK_STATUS(gpucore_ckpt_add_mlp_block(m.ck, "m", &b), GPUCORE_ERR_INVALID_ARGUMENT);
+    b.norm_bias = NULL;
+    CHECK_OK(gpucore_ckpt_add_mlp_block(m.ck, "m", &b));
+    /* x of the wrong width fails at the forward, naming the segment */
+    int64_t xs[3] = {2, 5, 12};
+    io(&m, 3, xs, 3, xs);
+    gpucore_tensor *y = NULL;
+    CHECK_STATUS(gpucore_ckpt_forward(m.ck, m.x, &y), GPUCORE_ERR_SHAPE_MISMATCH);
+    CHECK(strstr(gpucore_last_error(), "'a'") != NULL);
     model_free(&m);
 }
 
@@ -588,7 +788,7 @@ int main(void)
             continue;
         }
         int64_t base = allocated(ctx);
-        for (int kind = 0; kind < 3; kind++) {
+        for (int kind = 0; kind < 4; kind++) {
             char why[64];
             if (kind == CNN && strcmp(devs[d], "cuda-emulated") == 0) {
                 snprintf(why, sizeof why, "no cuDNN on cuda-emulated");
@@ -599,6 +799,8 @@ int main(void)
             test_policies(devs[d], ctx, kind);
         }
         test_memory(devs[d], ctx);
+        test_transformer_gradients(devs[d], ctx);
+        test_block_bad_input(ctx);
         test_view(devs[d], ctx);
         test_bad(devs[d], ctx);
         CHECK(allocated(ctx) == base); /* every model, step and failure released what it took */

@@ -385,6 +385,10 @@ DECLARATIONS: Dict[str, Tuple[Any, List[Any]]] = {
     "gpucore_ckpt_add_linear": (STATUS, [H, c_char_p, H, H, c_int, H, H]),
     "gpucore_ckpt_add_conv2d": (STATUS, [H, c_char_p, H, H, POINTER(ConvOptions), c_int, H, H]),
     "gpucore_ckpt_add_layer_norm": (STATUS, [H, c_char_p, H, H, c_double, H, H]),
+    "gpucore_ckpt_attention_block_init": (None, [c_void_p]),
+    "gpucore_ckpt_mlp_block_init": (None, [c_void_p]),
+    "gpucore_ckpt_add_attention_block": (STATUS, [H, c_char_p, c_void_p]),
+    "gpucore_ckpt_add_mlp_block": (STATUS, [H, c_char_p, c_void_p]),
     "gpucore_ckpt_add_dropout": (STATUS, [H, c_char_p, c_double]),
     "gpucore_ckpt_begin_residual": (STATUS, [H, c_char_p]),
     "gpucore_ckpt_end_residual": (STATUS, [H]),
@@ -414,6 +418,12 @@ DECLARATIONS: Dict[str, Tuple[Any, List[Any]]] = {
     "gpucore_glu_backward": (STATUS, [H, H, H, H, H, c_int, H]),
     "gpucore_residual_norm": (STATUS, [H, H, H, H, H, H, H, H, c_int, c_double, H]),
     "gpucore_residual_norm_backward": (STATUS, [H, H, H, H, H, H, H, H, H, c_int, H]),
+    # LoRA linear (options: a gpucore.transformer.LoraOptions by reference)
+    "gpucore_lora_options_init": (None, [c_void_p]),
+    "gpucore_lora_forward": (STATUS, [H, H, H, H, H, H, H, c_void_p, H]),
+    "gpucore_lora_backward": (STATUS, [H, H, H, H, H, H, H, H, H, c_void_p, H]),
+    "gpucore_lora_merge": (STATUS, [H, H, H, c_double, H]),
+    "gpucore_lora_unmerge": (STATUS, [H, H, H, c_double, H]),
 }
 
 

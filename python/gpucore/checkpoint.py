@@ -28,7 +28,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import itertools
-from ctypes import byref, c_char_p, c_int64, c_uint64, c_void_p
+from ctypes import byref, c_char_p, c_double, c_int32, c_int64, c_uint64, c_void_p
 from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
 from ._lib import (C, CKPT_BACKWARD_FN, CKPT_DISCARD_FN, CKPT_FORWARD_FN, CKPT_GRAD_READY_FN, CKPT_PACK_FN,
@@ -42,7 +42,7 @@ from .ops import _act
 from .optim import _Owned
 from .tensor import Tensor
 
-__all__ = ["CheckpointExecutor", "CheckpointCall", "POLICIES", "PHASES"]
+__all__ = ["CheckpointExecutor", "CheckpointCall", "POLICIES", "PHASES", "AttentionBlock", "MlpBlock"]
 
 POLICIES = {"keep_all": 0, "recompute_all": 1, "every_k": 2, "sqrt_n": 3, "budget": 4}
 MODES = ("kept", "checkpoint", "recomputed")
@@ -254,6 +254,27 @@ class CheckpointExecutor(_Owned):
         C.gpucore_ckpt_add_layer_norm(self.handle, _name(name), _h(weight, "weight", True), _h(bias, "bias", True),
                                       to_float(eps, "eps"), _h(dweight, "dweight", True), _h(dbias, "dbias", True))
 
+    def add_attention_block(self, name: str, **fields: Any) -> None:
+        """A pre-norm attention block, y = x + out_proj(attention(rope(qkv_proj(norm(x))))), as one
+        segment. Keyword arguments are the fields of ``gpucore_ckpt_attention_block`` (heads, kv_heads,
+        layer_norm, is_causal, eps, norm_weight, w_qkv, b_qkv, w_out, b_out, rope_cos, rope_sin,
+        their gradients d_norm_weight, dw_qkv, ..., LoRA adapters lora_qkv_a/_b, lora_out_a/_b with
+        d_lora_*, lora_scale, lora_dropout). x is [B, S, D]."""
+        blk = AttentionBlock()
+        C.gpucore_ckpt_attention_block_init(byref(blk))
+        _fill_block(blk, "add_attention_block", fields, self._refs)
+        C.gpucore_ckpt_add_attention_block(self.handle, _name(name), byref(blk))
+
+    def add_mlp_block(self, name: str, **fields: Any) -> None:
+        """A pre-norm MLP block, y = x + fc2(act(fc1(norm(x)))) with act GELU (tanh form) or, with
+        swiglu=True, silu(gate)·up from fc1's two halves. Keyword arguments are the fields of
+        ``gpucore_ckpt_mlp_block`` (layer_norm, swiglu, eps, norm_weight, norm_bias, w_fc1, b_fc1,
+        w_fc2, b_fc2 and their gradients d_norm_weight, ..., dw_fc2, db_fc2)."""
+        blk = MlpBlock()
+        C.gpucore_ckpt_mlp_block_init(byref(blk))
+        _fill_block(blk, "add_mlp_block", fields, self._refs)
+        C.gpucore_ckpt_add_mlp_block(self.handle, _name(name), byref(blk))
+
     def add_dropout(self, name: str, p: float) -> None:
         """Inverted dropout with probability p (mask replayed on recompute and backward)."""
         C.gpucore_ckpt_add_dropout(self.handle, _name(name), to_float(p, "p"))
@@ -431,6 +452,44 @@ class CheckpointExecutor(_Owned):
         s.struct_size = ctypes.sizeof(CkptStats)
         C.gpucore_ckpt_get_stats(self.handle, byref(s))
         return {n: getattr(s, n) for n, _ in CkptStats._fields_ if n != "struct_size"}
+
+
+_T = c_void_p  # a tensor handle field
+
+
+class AttentionBlock(ctypes.Structure):
+    """ctypes mirror of ``gpucore_ckpt_attention_block`` (include/gpucore.h documents the fields)."""
+    _fields_ = [("struct_size", c_int64), ("layer_norm", c_int32), ("heads", c_int32), ("kv_heads", c_int32),
+                ("is_causal", c_int32), ("rope_interleaved", c_int32), ("reserved", c_int32), ("eps", c_double)] + \
+               [(n, _T) for n in ("norm_weight", "norm_bias", "w_qkv", "b_qkv", "w_out", "b_out", "rope_cos",
+                                  "rope_sin", "d_norm_weight", "d_norm_bias", "dw_qkv", "db_qkv", "dw_out", "db_out",
+                                  "lora_qkv_a", "lora_qkv_b", "lora_out_a", "lora_out_b", "d_lora_qkv_a",
+                                  "d_lora_qkv_b", "d_lora_out_a", "d_lora_out_b")] + \
+               [("lora_scale", c_double), ("lora_dropout", c_double)]
+
+
+class MlpBlock(ctypes.Structure):
+    """ctypes mirror of ``gpucore_ckpt_mlp_block``."""
+    _fields_ = [("struct_size", c_int64), ("layer_norm", c_int32), ("swiglu", c_int32), ("eps", c_double)] + \
+               [(n, _T) for n in ("norm_weight", "norm_bias", "w_fc1", "b_fc1", "w_fc2", "b_fc2", "d_norm_weight",
+                                  "d_norm_bias", "dw_fc1", "db_fc1", "dw_fc2", "db_fc2")]
+
+
+def _fill_block(blk: ctypes.Structure, what: str, fields: Dict[str, Any], refs: List[Any]) -> None:
+    """Set a block struct's fields from keyword arguments: tensors for handle fields, numbers
+    (or bools) for the rest; unknown names are an error."""
+    types = dict(blk._fields_)
+    for k, v in fields.items():
+        if k not in types or k in ("struct_size", "reserved"):
+            raise InvalidArgumentError("%s: unknown field %r; fields are %s" %
+                                       (what, k, ", ".join(n for n in types if n not in ("struct_size", "reserved"))))
+        if types[k] is _T:
+            setattr(blk, k, _h(v, k, True))
+            refs.append(v)
+        elif types[k] is c_double:
+            setattr(blk, k, to_float(v, k))
+        else:
+            setattr(blk, k, int(v))
 
 
 def _name(name: Any) -> bytes:

@@ -124,3 +124,127 @@ def test_rope_swiglu_residual_norm(ctx):
     assert rel(yt.numpy(), hv / np.sqrt((hv ** 2).mean(-1, keepdims=True) + 1e-6) * w) < 1e-5
     dx, dw, db = g.residual_norm_backward(ctx.tensor(dout[:4, :8].repeat(4, 1)), None, h, None, rs, ctx.tensor(w))
     assert dx.shape == (4, 32) and dw.shape == (32,) and db is None
+
+
+def ref_lora(x, w, bias, a, b, scale, keep, dy):
+    """y, xa and (dx, da, db) of the LoRA linear layer in float64; keep: the dropout multiplier."""
+    xd = x * keep
+    xa = xd @ a.T
+    y = x @ w.T + (0 if bias is None else bias) + scale * xa @ b.T
+    dh = scale * dy @ b
+    dx = dy @ w + (dh @ a) * keep
+    return y, xa, dx, dh.reshape(-1, a.shape[0]).T @ xd.reshape(-1, a.shape[1]), \
+        scale * dy.reshape(-1, b.shape[0]).T @ xa.reshape(-1, a.shape[0])
+
+
+@pytest.mark.parametrize("dropout_p", [0.0, 0.25])
+def test_lora_linear_forward_backward_merge(ctx, dropout_p):
+    x, dy = RNG.uniform(-1, 1, (2, 7, 16)), RNG.uniform(-1, 1, (2, 7, 10))
+    w, bias = RNG.uniform(-1, 1, (10, 16)), RNG.uniform(-1, 1, 10)
+    a, b = RNG.uniform(-1, 1, (4, 16)), RNG.uniform(-1, 1, (10, 4))
+    f = lambda v: ctx.tensor(v.astype(np.float32))
+    tx, tw, tb, ta, tbb = f(x), f(w), f(bias), f(a), f(b)
+    y, xa = g.transformer.lora_linear(tx, tw, tb, ta, tbb, scale=0.5, dropout_p=dropout_p, seed=3, offset=8,
+                                      return_xa=True)
+    keep = np.ones_like(x)
+    if dropout_p:
+        keep = g.dropout(ctx.tensor(np.ones(x.shape, np.float32)), dropout_p, seed=3, offset=8).numpy()
+        keep = (keep != 0) / (1 - dropout_p)
+        assert 0 < (keep == 0).mean() < 0.6
+    ry, rxa, rdx, rda, rdb = ref_lora(x, w, bias, a, b, 0.5, keep, dy)
+    assert rel(y.numpy(), ry) < 1e-5 and rel(xa.numpy(), rxa) < 1e-5
+    for saved in (xa, None):
+        dx, da, db = g.transformer.lora_linear_backward(f(dy), tx, tw, ta, tbb, scale=0.5, dropout_p=dropout_p,
+                                                        seed=3, offset=8, xa=saved)
+        assert rel(dx.numpy(), rdx) < 1e-5 and rel(da.numpy(), rda) < 1e-5 and rel(db.numpy(), rdb) < 1e-5
+    # bf16 operands
+    bf = lambda t: g.cast(t, g.bfloat16)
+    yb = g.transformer.lora_linear(bf(tx), bf(tw), bf(tb), bf(ta), bf(tbb), scale=0.5, dropout_p=dropout_p,
+                                   seed=3, offset=8)
+    assert yb.dtype == g.bfloat16 and rel(g.cast(yb, g.float32).numpy(), ry) < 1e-2
+    # merging folds the adapter into the weight; unmerging takes it out
+    g.transformer.lora_merge(tw, ta, tbb, scale=0.5)
+    assert rel(tw.numpy(), w + 0.5 * b @ a) < 1e-6
+    g.transformer.lora_unmerge(tw, ta, tbb, scale=0.5)
+    assert rel(tw.numpy(), w) < 1e-6
+
+
+def test_lora_linear_bad_input(ctx):
+    x = ctx.tensor(np.ones((3, 8), np.float32))
+    w, a, b = (ctx.tensor(np.ones(s, np.float32)) for s in ((5, 8), (2, 8), (5, 3)))
+    with pytest.raises(g.ShapeMismatchError, match="b has shape"):
+        g.transformer.lora_linear(x, w, None, a, b)
+    with pytest.raises(g.InvalidArgumentError, match="dropout_p"):
+        g.transformer.lora_linear(x, w, None, a, ctx.tensor(np.ones((5, 2), np.float32)), dropout_p=1.0, seed=1)
+    with pytest.raises(g.DtypeMismatchError):
+        g.transformer.lora_merge(g.cast(w, g.bfloat16), a, ctx.tensor(np.ones((5, 2), np.float32)))
+
+
+def test_checkpoint_transformer_blocks_match_numpy(ctx):
+    """An attention block (RMSNorm, RoPE, GQA, causal) and a SwiGLU MLP block as executor
+    segments against a float64 numpy reference; recompute_all gives keep-all's gradients."""
+    B, S, D, H, Hkv, hd, F = 2, 5, 16, 4, 2, 4, 12
+    nq = (H + 2 * Hkv) * hd
+    r = lambda *s: RNG.uniform(-0.5, 0.5, s)
+    x, g1, wq, bq, wo, bo = r(B, S, D), 1 + r(D), r(nq, D), r(nq), r(D, H * hd), r(D)
+    g2, w1, b1, w2, b2 = 1 + r(D), r(2 * F, D), r(2 * F), r(D, F), r(D)
+    ang = np.arange(S)[:, None] * 10000.0 ** (-np.arange(hd // 2) / (hd // 2))
+    cos, sin = np.cos(ang), np.sin(ang)
+    f = lambda v: ctx.tensor(np.asarray(v, np.float32))
+    ts = {k: f(v) for k, v in dict(g1=g1, wq=wq, bq=bq, wo=wo, bo=bo, g2=g2, w1=w1, b1=b1, w2=w2, b2=b2).items()}
+    grads = {k: g.empty(t.shape, "float32", device=ctx) for k, t in ts.items()}
+    ex = g.CheckpointExecutor(ctx, "layer")
+    ex.add_attention_block("attn", heads=H, kv_heads=Hkv, norm_weight=ts["g1"], w_qkv=ts["wq"], b_qkv=ts["bq"],
+                           w_out=ts["wo"], b_out=ts["bo"], rope_cos=f(cos), rope_sin=f(sin),
+                           d_norm_weight=grads["g1"], dw_qkv=grads["wq"], db_qkv=grads["bq"], dw_out=grads["wo"],
+                           db_out=grads["bo"])
+    ex.add_mlp_block("mlp", swiglu=True, norm_weight=ts["g2"], w_fc1=ts["w1"], b_fc1=ts["b1"], w_fc2=ts["w2"],
+                     b_fc2=ts["b2"], d_norm_weight=grads["g2"], dw_fc1=grads["w1"], db_fc1=grads["b1"],
+                     dw_fc2=grads["w2"], db_fc2=grads["b2"])
+    with pytest.raises(g.InvalidArgumentError, match="unknown field"):
+        ex.add_mlp_block("bad", w_fc3=ts["w2"])
+
+    rms = lambda v, w: v / np.sqrt((v ** 2).mean(-1, keepdims=True) + 1e-5) * w
+    qkv = (rms(x, g1) @ wq.T + bq).reshape(B, S, H + 2 * Hkv, hd).transpose(0, 2, 1, 3)
+    q, k, v = qkv[:, :H], qkv[:, H:H + Hkv], qkv[:, H + Hkv:]
+    rot = lambda t: np.concatenate([t[..., :hd // 2] * cos - t[..., hd // 2:] * sin,
+                                    t[..., hd // 2:] * cos + t[..., :hd // 2] * sin], -1)
+    q, k = rot(q), rot(k)
+    k, v = np.repeat(k, H // Hkv, 1), np.repeat(v, H // Hkv, 1)
+    s = q @ k.transpose(0, 1, 3, 2) / np.sqrt(hd) + np.triu(np.full((S, S), -np.inf), 1)
+    p = np.exp(s - s.max(-1, keepdims=True))
+    att = (p / p.sum(-1, keepdims=True)) @ v
+    y1 = att.transpose(0, 2, 1, 3).reshape(B, S, H * hd) @ wo.T + bo + x
+    u = rms(y1, g2) @ w1.T + b1
+    gate, up = u[..., :F], u[..., F:]
+    ref = (gate / (1 + np.exp(-gate)) * up) @ w2.T + b2 + y1
+
+    tx, dy = f(x), f(r(B, S, D))
+    y = ex.forward(tx)
+    assert rel(y.numpy(), ref) < 1e-5
+    ex.backward(dy)
+    keep = {k: t.numpy().copy() for k, t in grads.items()}
+    assert all(np.isfinite(a).all() for a in keep.values())
+    ex.set_policy("recompute_all")
+    ex.forward(tx)
+    ex.backward(dy)
+    assert all(np.array_equal(keep[k], grads[k].numpy()) for k in keep)
+
+
+def test_python_gpt_example_trains_and_finetunes(tmp_path):
+    """examples/python/train_gpt.py end to end on tiny settings: losses finite and falling, the
+    adapter file written."""
+    import importlib.util
+    import os
+    path = os.path.join(os.path.dirname(__file__), "..", "..", "examples", "python", "train_gpt.py")
+    if not os.path.exists("/usr/share/common-licenses/GPL-3"):
+        pytest.skip("the GPL-3 text (Debian's base-files) is absent")
+    spec = importlib.util.spec_from_file_location("train_gpt_example", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    out = mod.main(["--device", "cpu", "--layers", "1", "--width", "32", "--seq", "16", "--steps", "6",
+                    "--finetune-steps", "3", "--sample", "4", "--save-adapter", str(tmp_path / "a.safetensors")])
+    assert len(out["base"]) == 6 and len(out["lora"]) == 3 and np.isfinite(out["base"] + out["lora"]).all()
+    assert out["base"][-1] < out["base"][0]
+    assert sorted(g.load_file(str(tmp_path / "a.safetensors"), device="cpu")) == \
+        ["layers.0.out.a", "layers.0.out.b", "layers.0.qkv.a", "layers.0.qkv.b"]

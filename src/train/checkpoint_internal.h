@@ -159,6 +159,13 @@ GPUCORE_HIDDEN gpucore_status gpucore_ckpt_add_segment(gpucore_ckpt *ckpt, const
                                                        gpucore_ckpt_backward_fn backward, void *user,
                                                        void (*free_user)(void *), const char *op);
 
+/* checkpoint_segments.c, for the built-in segments' registration checks: t a valid
+ * tensor (NULL allowed unless required); g NULL or a tensor of p's shape (p given). */
+GPUCORE_HIDDEN gpucore_status gpucore_ckpt_check_param(const gpucore_ckpt *c, const gpucore_tensor *t, const char *op,
+                                                       const char *seg, const char *arg, int required);
+GPUCORE_HIDDEN gpucore_status gpucore_ckpt_check_grad(const gpucore_tensor *p, const gpucore_tensor *g, const char *op,
+                                                      const char *seg, const char *pn, const char *gn);
+
 /* A new handle on t's memory (same view), owned by the caller. */
 GPUCORE_HIDDEN gpucore_status gpucore_ckpt_alias(const gpucore_tensor *t, gpucore_tensor **out);
 

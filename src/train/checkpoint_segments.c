@@ -17,7 +17,7 @@
 
 static gpucore_context *ctx_of(const gpucore_tensor *t) { return t->ctx; }
 
-static gpucore_status check_param(const gpucore_ckpt *c, const gpucore_tensor *t, const char *op, const char *seg,
+gpucore_status gpucore_ckpt_check_param(const gpucore_ckpt *c, const gpucore_tensor *t, const char *op, const char *seg,
                                   const char *arg, int required)
 {
     (void)c;
@@ -28,7 +28,7 @@ static gpucore_status check_param(const gpucore_ckpt *c, const gpucore_tensor *t
     return gpucore_check_tensor(t, op, arg);
 }
 
-static gpucore_status check_grad(const gpucore_tensor *p, const gpucore_tensor *g, const char *op, const char *seg,
+gpucore_status gpucore_ckpt_check_grad(const gpucore_tensor *p, const gpucore_tensor *g, const char *op, const char *seg,
                                  const char *pn, const char *gn)
 {
     if (!g) return GPUCORE_OK;
@@ -101,10 +101,10 @@ gpucore_status gpucore_ckpt_add_linear(gpucore_ckpt *c, const char *name, const 
 {
     const char *op = "ckpt_add_linear";
     const char *seg = name ? name : "";
-    gpucore_status st = check_param(c, w, op, seg, "w", 1);
-    if (!st) st = check_param(c, bias, op, seg, "bias", 0);
-    if (!st) st = check_grad(w, dw, op, seg, "w", "dw");
-    if (!st) st = check_grad(bias, db, op, seg, "bias", "db");
+    gpucore_status st = gpucore_ckpt_check_param(c, w, op, seg, "w", 1);
+    if (!st) st = gpucore_ckpt_check_param(c, bias, op, seg, "bias", 0);
+    if (!st) st = gpucore_ckpt_check_grad(w, dw, op, seg, "w", "dw");
+    if (!st) st = gpucore_ckpt_check_grad(bias, db, op, seg, "bias", "db");
     if (!st && w->ndim != 2) st = gpucore_set_error(GPUCORE_ERR_SHAPE_MISMATCH, "%s: segment '%s': w must be 2-d [out, in]", op, seg);
     if (!st && db && !dw)
         st = gpucore_set_error(GPUCORE_ERR_INVALID_ARGUMENT, "%s: segment '%s': db needs dw (one GEMM computes both)", op, seg);
@@ -186,10 +186,10 @@ gpucore_status gpucore_ckpt_add_conv2d(gpucore_ckpt *c, const char *name, const 
 {
     const char *op = "ckpt_add_conv2d";
     const char *seg = name ? name : "";
-    gpucore_status st = check_param(c, w, op, seg, "w", 1);
-    if (!st) st = check_param(c, bias, op, seg, "bias", 0);
-    if (!st) st = check_grad(w, dw, op, seg, "w", "dw");
-    if (!st) st = check_grad(bias, db, op, seg, "bias", "db");
+    gpucore_status st = gpucore_ckpt_check_param(c, w, op, seg, "w", 1);
+    if (!st) st = gpucore_ckpt_check_param(c, bias, op, seg, "bias", 0);
+    if (!st) st = gpucore_ckpt_check_grad(w, dw, op, seg, "w", "dw");
+    if (!st) st = gpucore_ckpt_check_grad(bias, db, op, seg, "bias", "db");
     if (!st && w->ndim != 4 && w->ndim != 3)
         st = gpucore_set_error(GPUCORE_ERR_SHAPE_MISMATCH, "%s: segment '%s': w must be 4-d (or 3-d for 1-d conv)", op, seg);
     if (!st && act != GPUCORE_ACT_NONE && act != GPUCORE_ACT_RELU)
@@ -265,13 +265,13 @@ gpucore_status gpucore_ckpt_add_layer_norm(gpucore_ckpt *c, const char *name, co
 {
     const char *op = "ckpt_add_layer_norm";
     const char *seg = name ? name : "";
-    gpucore_status st = check_param(c, gamma, op, seg, "gamma", 0);
-    if (!st) st = check_param(c, beta, op, seg, "beta", 0);
+    gpucore_status st = gpucore_ckpt_check_param(c, gamma, op, seg, "gamma", 0);
+    if (!st) st = gpucore_ckpt_check_param(c, beta, op, seg, "beta", 0);
     if (!st && !gamma != !beta)
         st = gpucore_set_error(GPUCORE_ERR_INVALID_ARGUMENT, "%s: segment '%s': gamma and beta must be both given or "
                                "both NULL", op, seg);
-    if (!st) st = check_grad(gamma, dgamma, op, seg, "gamma", "dgamma");
-    if (!st) st = check_grad(beta, dbeta, op, seg, "beta", "dbeta");
+    if (!st) st = gpucore_ckpt_check_grad(gamma, dgamma, op, seg, "gamma", "dgamma");
+    if (!st) st = gpucore_ckpt_check_grad(beta, dbeta, op, seg, "beta", "dbeta");
     if (!st && !(eps >= 0))
         st = gpucore_set_error(GPUCORE_ERR_INVALID_ARGUMENT, "%s: segment '%s': eps must be >= 0", op, seg);
     if (st) return st;
