@@ -1,0 +1,500 @@
+/*
+ * test_zero.c — the ZeRO trainer (stages 0-3).
+ *
+ *   test_zero local   1-rank communicator (no MPI): every stage against the
+ *                     single-process reference, stats formulas, bad input.
+ *   test_zero mpi     under mpirun -np N: each rank trains on its 1/N of the batch;
+ *                     after K steps the parameters must equal single-process AdamW
+ *                     on the whole batch (gpucore_optimizer over the full tensors,
+ *                     with the mean gradient summed in rank order): bitwise for f32
+ *                     at N <= 2 (one addition, whatever MPI's order), else within
+ *                     1e-6 relative; with clipping, loss scaling (one step with an
+ *                     Inf on one rank must be skipped everywhere), micro-batch
+ *                     accumulation and bf16/f32 mixed parameters (1e-2, bf16's
+ *                     contract). Per-rank bytes of parameters, gradients and
+ *                     optimizer state must match the stage's formula.
+ *
+ * The model is test_ddp's least squares: w (12607 floats in 8 tensors of uneven,
+ * mostly odd sizes, so every bucket needs padding at N = 2 and 4); the gradient is
+ * computed on the host in double and added into the trainer's gradient tensors in
+ * backward order (last parameter first), each marked ready at once.
+ */
+#include <stdint.h>
+#include "check.h"
+#ifdef TEST_HAVE_MPI
+#include <mpi.h>
+#endif
+
+#define NP 8
+static const int64_t psize[NP] = {301, 1001, 2000, 701, 4001, 1500, 101, 3002};
+static int64_t poff[NP + 1];
+#define D 12607
+#define NSAMPLES 32
+#define STEPS 4
+static int g_rank, g_size;
+
+typedef struct run_cfg {
+    int stage, mixed, clip, scaler, accum, inf_step; /* inf_step: 1-based step with an Inf on the last rank */
+} run_cfg;
+
+static double feature(int i, int64_t j) { return (double)((i * 31 + j * 17) % 23 - 11) / 8.0; }
+static double target(int i) { return (double)(i % 5) - 2.0; }
+
+/* Mean gradient over samples [lo, hi) at w, times mult, rounded to float. */
+static void host_grad(const float *w, int lo, int hi, double mult, float *g)
+{
+    double *acc = calloc(D, sizeof *acc);
+    for (int i = lo; i < hi; i++) {
+        double r = -target(i);
+        for (int64_t j = 0; j < D; j++) r += feature(i, j) * w[j];
+        for (int64_t j = 0; j < D; j++) acc[j] += r * feature(i, j);
+    }
+    for (int64_t j = 0; j < D; j++) g[j] = (float)(acc[j] / (hi - lo) * mult);
+    free(acc);
+}
+
+static void init_w(float *w)
+{
+    for (int64_t j = 0; j < D; j++) w[j] = (float)(((j * 7) % 13) - 6) / 64.0f;
+}
+
+static gpucore_dtype param_dtype(const run_cfg *c, int p) { return c->mixed && p >= 4 ? GPUCORE_BF16 : GPUCORE_F32; }
+
+/* t (any float dtype) += host values h (numel floats). */
+static void add_host(gpucore_tensor *t, const float *h)
+{
+    int64_t n = gpucore_tensor_numel(t);
+    gpucore_context *ctx = NULL;
+    gpucore_tensor_context(t, &ctx);
+    gpucore_tensor *tmp = NULL, *cast = NULL;
+    CHECK_OK(gpucore_tensor_create(ctx, GPUCORE_F32, 1, &n, &tmp));
+    CHECK_OK(gpucore_copy_from_host(tmp, h, n * 4));
+    if (gpucore_tensor_dtype(t) != GPUCORE_F32) {
+        CHECK_OK(gpucore_tensor_create(ctx, gpucore_tensor_dtype(t), 1, &n, &cast));
+        CHECK_OK(gpucore_cast(cast, tmp, NULL));
+    }
+    gpucore_tensor *flat = NULL;
+    CHECK_OK(gpucore_tensor_reshape(t, 1, &n, &flat));
+    CHECK_OK(gpucore_axpy(flat, 1.0, cast ? cast : tmp, NULL));
+    gpucore_tensor_destroy(flat);
+    gpucore_tensor_destroy(cast);
+    gpucore_tensor_destroy(tmp);
+}
+
+/* host floats <- t (any float dtype) */
+static void read_host(gpucore_tensor *t, float *h)
+{
+    int64_t n = gpucore_tensor_numel(t);
+    gpucore_context *ctx = NULL;
+    gpucore_tensor_context(t, &ctx);
+    gpucore_tensor *tmp = NULL, *flat = NULL;
+    CHECK_OK(gpucore_tensor_create(ctx, GPUCORE_F32, 1, &n, &tmp));
+    CHECK_OK(gpucore_tensor_reshape(t, 1, &n, &flat));
+    CHECK_OK(gpucore_dtype_size(gpucore_tensor_dtype(t)) == 4 ? gpucore_copy(tmp, flat, NULL)
+                                                               : gpucore_cast(tmp, flat, NULL));
+    CHECK_OK(gpucore_copy_to_host(h, n * 4, tmp));
+    gpucore_tensor_destroy(flat);
+    gpucore_tensor_destroy(tmp);
+}
+
+static void make_params(gpucore_context *ctx, const run_cfg *c, const float *w, gpucore_tensor **params)
+{
+    for (int p = 0; p < NP; p++) {
+        int64_t shape[2] = {psize[p] % 2 ? psize[p] : 2, psize[p] % 2 ? 1 : psize[p] / 2};
+        CHECK_OK(gpucore_tensor_create(ctx, param_dtype(c, p), 2, shape, &params[p]));
+        CHECK_OK(gpucore_fill(params[p], 0.0, NULL));
+        add_host(params[p], w + poff[p]);
+    }
+}
+
+static void opt_config(gpucore_optimizer_config *oc)
+{
+    gpucore_optimizer_config_default(GPUCORE_OPTIMIZER_ADAMW, oc);
+    oc->lr = 1e-2;
+    oc->weight_decay = 1e-2;
+}
+
+static void scaler_create(gpucore_context *ctx, gpucore_loss_scaler **s)
+{
+    gpucore_loss_scaler_config sc;
+    gpucore_loss_scaler_config_default(&sc);
+    sc.init_scale = 1024;
+    sc.growth_interval = 2;
+    CHECK_OK(gpucore_loss_scaler_create(ctx, &sc, s));
+}
+
+/* The parameters' current values on the host (stage 3: gathered bucket by bucket). */
+static void read_params(gpucore_zero *z, int stage, float *w)
+{
+    int nb = 0;
+    CHECK_OK(gpucore_zero_bucket_count(z, &nb));
+    for (int k = 0; k < nb; k++) {
+        int b0 = 0, b1 = 0;
+        CHECK_OK(gpucore_zero_bucket_info(z, k, &b0, &b1, NULL, NULL));
+        if (stage == 3) CHECK_OK(gpucore_zero_gather(z, k));
+        for (int p = b0; p < b1; p++) {
+            gpucore_tensor *t = NULL;
+            CHECK_OK(gpucore_zero_param(z, p, NULL, &t));
+            if (t) read_host(t, w + poff[p]);
+        }
+        if (stage == 3) CHECK_OK(gpucore_zero_release(z, k, NULL));
+    }
+}
+
+/* Per-rank bytes against the stage's formula. */
+static void check_stats(gpucore_zero *z, const run_cfg *c)
+{
+    gpucore_zero_stats s = {.struct_size = sizeof s};
+    CHECK_OK(gpucore_zero_get_stats(z, &s));
+    int nb = 0;
+    CHECK_OK(gpucore_zero_bucket_count(z, &nb));
+    int64_t P = 0, Pe = 0, S = 0, Se = 0, NSe = 0, Pbf = 0;
+    for (int p = 0; p < NP; p++) {
+        int64_t e = gpucore_dtype_size(param_dtype(c, p));
+        P += psize[p];
+        Pe += psize[p] * e;
+        if (e == 2) Pbf += psize[p];
+    }
+    for (int k = 0; k < nb; k++) {
+        int b0 = 0, b1 = 0;
+        int64_t numel = 0;
+        CHECK_OK(gpucore_zero_bucket_info(z, k, &b0, &b1, &numel, NULL));
+        int64_t sh = (numel + g_size - 1) / g_size;
+        S += sh;
+        Se += sh * gpucore_dtype_size(param_dtype(c, b0));
+        NSe += g_size * sh * gpucore_dtype_size(param_dtype(c, b0));
+        for (int p = b0 + 1; p < b1; p++) CHECK(param_dtype(c, p) == param_dtype(c, b0)); /* one dtype a bucket */
+    }
+    int64_t want_param = c->stage == 3 ? Se : Pe;
+    int64_t want_grad = c->stage == 0 ? Pe : c->stage == 1 ? NSe + 4 * S : 4 * S;
+    int64_t want_state = c->stage == 0 ? 8 * P + 4 * Pbf : 12 * S;
+    CHECK(s.numel == P);
+    CHECK(s.shard_numel == (c->stage == 0 ? 0 : S));
+    CHECK(s.param_bytes == want_param);
+    CHECK(s.grad_bytes == want_grad);
+    CHECK(s.state_bytes == want_state);
+    CHECK(s.live_grad_bytes == 0 && s.gathered_bytes == 0);
+    if (s.param_bytes != want_param || s.grad_bytes != want_grad || s.state_bytes != want_state)
+        fprintf(stderr, "rank %d stage %d: params %lld (want %lld) grads %lld (want %lld) state %lld (want %lld)\n",
+                g_rank, c->stage, (long long)s.param_bytes, (long long)want_param, (long long)s.grad_bytes,
+                (long long)want_grad, (long long)s.state_bytes, (long long)want_state);
+}
+
+/* This rank's gradient for one step: micro-batch m of `micro` over samples [lo, hi). */
+static void rank_grad(const float *w, int rank, int m, int micro, double scale, float *g)
+{
+    int shard = NSAMPLES / g_size, lo = rank * shard, len = shard / micro;
+    host_grad(w, lo + m * len, lo + (m + 1) * len, scale / micro, g);
+}
+
+static void train_zero(gpucore_comm *comm, gpucore_context *ctx, const run_cfg *c, float *w)
+{
+    gpucore_tensor *params[NP];
+    make_params(ctx, c, w, params);
+    gpucore_optimizer_config oc;
+    opt_config(&oc);
+    gpucore_zero_options o;
+    gpucore_zero_options_default(&o);
+    o.stage = c->stage;
+    o.bucket_bytes = 8192;
+    o.max_grad_norm = c->clip ? 0.5 : 0.0;
+    gpucore_zero *z = NULL;
+    CHECK_OK(gpucore_zero_create(comm, params, NP, &oc, &o, &z));
+    if (!z) return;
+    if (c->stage == 3)
+        for (int p = 0; p < NP; p++) gpucore_tensor_destroy(params[p]);
+    gpucore_loss_scaler *sc = NULL;
+    if (c->scaler) scaler_create(ctx, &sc);
+    float *g = malloc(sizeof(float) * D);
+    int micro = c->accum ? 2 : 1, nb = 0;
+    CHECK_OK(gpucore_zero_bucket_count(z, &nb));
+    for (int step = 1; step <= STEPS; step++) {
+        read_params(z, c->stage, w);
+        float scale = 1.0f;
+        if (sc) {
+            gpucore_tensor *st = NULL;
+            CHECK_OK(gpucore_loss_scaler_scale(sc, &st));
+            CHECK_OK(gpucore_copy_to_host(&scale, 4, st));
+        }
+        for (int m = 0; m < micro; m++) {
+            CHECK_OK(gpucore_zero_set_no_sync(z, m < micro - 1));
+            rank_grad(w, g_rank, m, micro, scale, g);
+            if (step == c->inf_step && g_rank == g_size - 1 && m == 0) g[D - 5] = INFINITY;
+            uint64_t seq0 = gpucore_comm_last_sequence(comm);
+            int overlapped = 0;
+            for (int p = NP - 1; p >= 0; p--) {
+                gpucore_tensor *gt = NULL;
+                CHECK_OK(gpucore_zero_grad(z, p, NULL, &gt));
+                if (gt) add_host(gt, g + poff[p]);
+                CHECK_OK(gpucore_zero_mark_ready(z, p, NULL));
+                /* bucket 0's reduction is queued while backward still has gradients to produce */
+                if (p > 0 && gpucore_comm_last_sequence(comm) > seq0) overlapped = 1;
+            }
+            if (nb > 1 && (m == micro - 1 || c->stage >= 2)) CHECK(overlapped);
+        }
+        CHECK_OK(gpucore_zero_step(z, sc, NULL));
+        if (sc) CHECK_OK(gpucore_loss_scaler_update(sc, NULL));
+    }
+    read_params(z, c->stage, w);
+    check_stats(z, c);
+    free(g);
+    gpucore_loss_scaler_destroy(sc);
+    CHECK_OK(gpucore_zero_destroy(z));
+    if (c->stage != 3)
+        for (int p = 0; p < NP; p++) gpucore_tensor_destroy(params[p]);
+}
+
+/* Single process, whole batch: the ranks' gradients summed in rank order, divided by N,
+ * unscaled, clipped, one fused AdamW over the full tensors. */
+static void train_ref(gpucore_context *ctx, const run_cfg *c, float *w)
+{
+    gpucore_tensor *params[NP], *grads[NP];
+    make_params(ctx, c, w, params);
+    for (int p = 0; p < NP; p++) {
+        int64_t shape[2];
+        gpucore_tensor_shape(params[p], shape);
+        CHECK_OK(gpucore_tensor_create(ctx, param_dtype(c, p), 2, shape, &grads[p]));
+    }
+    gpucore_optimizer_config oc;
+    opt_config(&oc);
+    gpucore_optimizer *opt = NULL;
+    CHECK_OK(gpucore_optimizer_create(ctx, &oc, params, NP, &opt));
+    gpucore_loss_scaler *sc = NULL;
+    gpucore_tensor *found = NULL, *norm = NULL;
+    if (c->scaler) {
+        scaler_create(ctx, &sc);
+        CHECK_OK(gpucore_loss_scaler_found_inf(sc, &found));
+    }
+    CHECK_OK(gpucore_tensor_create(ctx, GPUCORE_F32, 0, NULL, &norm));
+    float *g = malloc(sizeof(float) * D), *sum = malloc(sizeof(float) * D), *acc = malloc(sizeof(float) * D);
+    int micro = c->accum ? 2 : 1;
+    for (int step = 1; step <= STEPS; step++) {
+        for (int p = 0; p < NP; p++) read_host(params[p], w + poff[p]);
+        float scale = 1.0f;
+        if (sc) {
+            gpucore_tensor *st = NULL;
+            CHECK_OK(gpucore_loss_scaler_scale(sc, &st));
+            CHECK_OK(gpucore_copy_to_host(&scale, 4, st));
+        }
+        for (int64_t j = 0; j < D; j++) sum[j] = 0.0f;
+        for (int r = 0; r < g_size; r++) {
+            for (int64_t j = 0; j < D; j++) acc[j] = 0.0f;
+            for (int m = 0; m < micro; m++) {
+                rank_grad(w, r, m, micro, scale, g);
+                if (step == c->inf_step && r == g_size - 1 && m == 0) g[D - 5] = INFINITY;
+                for (int64_t j = 0; j < D; j++) acc[j] += g[j];
+            }
+            for (int64_t j = 0; j < D; j++) sum[j] += acc[j];
+        }
+        for (int64_t j = 0; j < D; j++) sum[j] *= 1.0f / (float)g_size;
+        for (int p = 0; p < NP; p++) {
+            CHECK_OK(gpucore_fill(grads[p], 0.0, NULL));
+            add_host(grads[p], sum + poff[p]);
+        }
+        if (sc) CHECK_OK(gpucore_loss_scaler_unscale(sc, grads, NP, NULL));
+        if (c->clip) CHECK_OK(gpucore_clip_grad_norm(grads, NP, 0.5, norm, NULL, NULL));
+        CHECK_OK(gpucore_optimizer_step(opt, grads, NP, found, NULL));
+        if (sc) CHECK_OK(gpucore_loss_scaler_update(sc, NULL));
+    }
+    for (int p = 0; p < NP; p++) read_host(params[p], w + poff[p]);
+    free(g);
+    free(sum);
+    free(acc);
+    gpucore_tensor_destroy(norm);
+    gpucore_loss_scaler_destroy(sc);
+    gpucore_optimizer_destroy(opt);
+    for (int p = 0; p < NP; p++) {
+        gpucore_tensor_destroy(params[p]);
+        gpucore_tensor_destroy(grads[p]);
+    }
+}
+
+static double rel_diff(const float *a, const float *b)
+{
+    double num = 0, den = 0;
+    for (int64_t j = 0; j < D; j++) {
+        double d = (double)a[j] - b[j];
+        num += d * d;
+        den += (double)b[j] * b[j];
+    }
+    return isnan(num) ? INFINITY : sqrt(num / (den > 0 ? den : 1));
+}
+
+static int same_on_all_ranks(const float *w)
+{
+    int identical = 1;
+#ifdef TEST_HAVE_MPI
+    if (g_size > 1) {
+        float *w0 = malloc(sizeof(float) * D);
+        memcpy(w0, w, sizeof(float) * D);
+        MPI_Bcast(w0, D, MPI_FLOAT, 0, MPI_COMM_WORLD);
+        identical = !memcmp(w0, w, sizeof(float) * D);
+        free(w0);
+    }
+#endif
+    return identical;
+}
+
+static void compare_case(gpucore_comm *comm, gpucore_context *ctx, run_cfg c)
+{
+    float *w = malloc(sizeof(float) * D), *w_ref = malloc(sizeof(float) * D), *w0 = malloc(sizeof(float) * D);
+    init_w(w);
+    init_w(w_ref);
+    init_w(w0);
+    train_zero(comm, ctx, &c, w);
+    train_ref(ctx, &c, w_ref);
+    /* f32 with a fixed reduction order (one addition per element at N <= 2; clipping's
+     * norm is summed in a different order, accumulation adds micro-batches in another) */
+    int bitwise = !c.mixed && !c.clip && !c.accum && g_size <= 2;
+    double err = rel_diff(w, w_ref), tol = c.mixed ? 1e-2 : 1e-6;
+    int equal = !memcmp(w, w_ref, sizeof(float) * D);
+    if (bitwise) CHECK(equal);
+    CHECK(err <= tol);
+    CHECK(rel_diff(w, w0) > 1e-3); /* it trained */
+    CHECK(same_on_all_ranks(w));
+    printf("rank %d/%d stage %d%s%s%s%s%s: rel diff vs single process %.2e (%s)\n", g_rank, g_size, c.stage,
+           c.mixed ? " mixed f32/bf16" : "", c.clip ? " clip" : "", c.scaler ? " loss-scale" : "",
+           c.accum ? " 2 micro-batches" : "", c.inf_step ? " inf-step" : "", err,
+           equal ? "bitwise equal" : bitwise ? "NOT bitwise equal" : "tolerance");
+    free(w);
+    free(w_ref);
+    free(w0);
+}
+
+static void test_bad_input(gpucore_comm *comm, gpucore_context *ctx)
+{
+    run_cfg c = {.stage = 1};
+    float *w = malloc(sizeof(float) * D);
+    init_w(w);
+    gpucore_tensor *params[NP];
+    make_params(ctx, &c, w, params);
+    gpucore_optimizer_config oc;
+    opt_config(&oc);
+    gpucore_zero_options o;
+    gpucore_zero_options_default(&o);
+    gpucore_zero *z = NULL;
+    CHECK_STATUS(gpucore_zero_create(NULL, params, NP, &oc, &o, &z), GPUCORE_ERR_NULL_POINTER);
+    CHECK_STATUS(gpucore_zero_create(comm, NULL, NP, &oc, &o, &z), GPUCORE_ERR_NULL_POINTER);
+    CHECK_STATUS(gpucore_zero_create(comm, params, NP, NULL, &o, &z), GPUCORE_ERR_NULL_POINTER);
+    CHECK_STATUS(gpucore_zero_create(comm, params, 0, &oc, &o, &z), GPUCORE_ERR_INVALID_ARGUMENT);
+    o.stage = 4;
+    CHECK_STATUS(gpucore_zero_create(comm, params, NP, &oc, &o, &z), GPUCORE_ERR_INVALID_ARGUMENT);
+    o.stage = 1;
+    o.max_grad_norm = -1;
+    CHECK_STATUS(gpucore_zero_create(comm, params, NP, &oc, &o, &z), GPUCORE_ERR_INVALID_ARGUMENT);
+    o.max_grad_norm = 0;
+    o.struct_size = 8;
+    CHECK_STATUS(gpucore_zero_create(comm, params, NP, &oc, &o, &z), GPUCORE_ERR_INVALID_ARGUMENT);
+    o.struct_size = sizeof o;
+    gpucore_tensor *dup[2] = {params[0], params[0]};
+    CHECK_STATUS(gpucore_zero_create(comm, dup, 2, &oc, &o, &z), GPUCORE_ERR_INVALID_ARGUMENT);
+    gpucore_tensor *i32 = NULL, *tr = NULL;
+    int64_t shape[2] = {4, 3};
+    CHECK_OK(gpucore_tensor_create(ctx, GPUCORE_I32, 2, shape, &i32));
+    CHECK_STATUS(gpucore_zero_create(comm, &i32, 1, &oc, &o, &z), GPUCORE_ERR_DTYPE_MISMATCH);
+    gpucore_tensor *f = NULL;
+    CHECK_OK(gpucore_tensor_create(ctx, GPUCORE_F32, 2, shape, &f));
+    CHECK_OK(gpucore_tensor_transpose(f, 0, 1, &tr));
+    CHECK_STATUS(gpucore_zero_create(comm, &tr, 1, &oc, &o, &z), GPUCORE_ERR_NOT_CONTIGUOUS);
+    CHECK(z == NULL);
+
+    CHECK_OK(gpucore_zero_create(comm, params, NP, &oc, &o, &z));
+    gpucore_tensor *g = NULL;
+    CHECK_STATUS(gpucore_zero_grad(z, NP, NULL, &g), GPUCORE_ERR_INVALID_ARGUMENT);
+    CHECK_STATUS(gpucore_zero_grad(z, 0, NULL, NULL), GPUCORE_ERR_NULL_POINTER);
+    CHECK_STATUS(gpucore_zero_mark_ready(z, -1, NULL), GPUCORE_ERR_INVALID_ARGUMENT);
+    CHECK_STATUS(gpucore_zero_step(z, NULL, NULL), GPUCORE_ERR_INVALID_ARGUMENT); /* nothing reduced */
+    CHECK_OK(gpucore_zero_grad(z, NP - 1, NULL, &g));
+    CHECK_OK(gpucore_zero_mark_ready(z, NP - 1, NULL));
+    CHECK_STATUS(gpucore_zero_mark_ready(z, NP - 1, NULL), GPUCORE_ERR_INVALID_ARGUMENT); /* twice */
+    CHECK_STATUS(gpucore_zero_set_no_sync(z, 1), GPUCORE_ERR_INVALID_ARGUMENT);          /* mid-round */
+    CHECK_STATUS(gpucore_zero_step(z, NULL, NULL), GPUCORE_ERR_INVALID_ARGUMENT);        /* incomplete */
+    for (int p = NP - 2; p >= 0; p--) {
+        CHECK_OK(gpucore_zero_grad(z, p, NULL, &g));
+        CHECK_OK(gpucore_zero_mark_ready(z, p, NULL));
+    }
+    CHECK_OK(gpucore_zero_step(z, NULL, NULL));
+    CHECK_OK(gpucore_zero_set_no_sync(z, 1));
+    CHECK_STATUS(gpucore_zero_step(z, NULL, NULL), GPUCORE_ERR_INVALID_ARGUMENT); /* no_sync on */
+    CHECK_OK(gpucore_zero_set_no_sync(z, 0));
+    gpucore_tensor *norm = NULL;
+    CHECK_STATUS(gpucore_zero_grad_norm(z, &norm), GPUCORE_ERR_INVALID_ARGUMENT); /* clipping off */
+    CHECK_STATUS(gpucore_zero_bucket_info(z, 99, NULL, NULL, NULL, NULL), GPUCORE_ERR_INVALID_ARGUMENT);
+    CHECK_STATUS(gpucore_zero_gather(z, -1), GPUCORE_ERR_INVALID_ARGUMENT);
+    gpucore_zero_stats s = {.struct_size = 4};
+    CHECK_STATUS(gpucore_zero_get_stats(z, &s), GPUCORE_ERR_INVALID_ARGUMENT);
+    CHECK_OK(gpucore_zero_destroy(z));
+    CHECK_STATUS(gpucore_zero_step(z, NULL, NULL), GPUCORE_ERR_INVALID_HANDLE); /* use after destroy */
+    CHECK_STATUS(gpucore_zero_step(NULL, NULL, NULL), GPUCORE_ERR_NULL_POINTER);
+
+    /* stage 3: parameters exist only while gathered */
+    o.stage = 3;
+    CHECK_OK(gpucore_zero_create(comm, params, NP, &oc, &o, &z));
+    gpucore_tensor *pt = NULL;
+    CHECK_STATUS(gpucore_zero_param(z, 0, NULL, &pt), GPUCORE_ERR_INVALID_ARGUMENT);
+    int b0 = -1;
+    CHECK_OK(gpucore_zero_bucket_of(z, 0, &b0));
+    CHECK_OK(gpucore_zero_gather(z, b0));
+    CHECK_OK(gpucore_zero_param(z, 0, NULL, &pt));
+    CHECK(pt != NULL);
+    CHECK_STATUS(gpucore_zero_mark_ready(z, 0, NULL), GPUCORE_ERR_INVALID_ARGUMENT); /* no gradient requested */
+    for (int p = NP - 1; p >= 0; p--) {
+        CHECK_OK(gpucore_zero_grad(z, p, NULL, &g));
+        CHECK_OK(gpucore_zero_mark_ready(z, p, NULL));
+    }
+    CHECK_STATUS(gpucore_zero_step(z, NULL, NULL), GPUCORE_ERR_INVALID_ARGUMENT); /* still gathered */
+    CHECK_OK(gpucore_zero_release(z, b0, NULL));
+    CHECK_OK(gpucore_zero_step(z, NULL, NULL));
+    CHECK_OK(gpucore_zero_destroy(z));
+    gpucore_tensor_destroy(tr);
+    gpucore_tensor_destroy(f);
+    gpucore_tensor_destroy(i32);
+    for (int p = 0; p < NP; p++) gpucore_tensor_destroy(params[p]);
+    free(w);
+}
+
+static int run(gpucore_comm *comm, gpucore_context *ctx, const char *name)
+{
+    g_rank = gpucore_comm_rank(comm);
+    g_size = gpucore_comm_size(comm);
+    for (int p = 0; p < NP; p++) poff[p + 1] = poff[p] + psize[p];
+    test_bad_input(comm, ctx);
+    for (int stage = 0; stage <= 3; stage++) {
+        compare_case(comm, ctx, (run_cfg){.stage = stage});
+        compare_case(comm, ctx, (run_cfg){.stage = stage, .clip = 1, .scaler = 1, .inf_step = 2});
+        compare_case(comm, ctx, (run_cfg){.stage = stage, .accum = 1});
+        compare_case(comm, ctx, (run_cfg){.stage = stage, .mixed = 1});
+    }
+    return check_finish(name);
+}
+
+int main(int argc, char **argv)
+{
+    const char *mode = argc > 1 ? argv[1] : "local";
+    gpucore_context *ctx = NULL;
+    gpucore_comm *comm = NULL;
+    int rc = 1;
+    CHECK_OK(gpucore_context_create("cpu", &ctx));
+    if (!strcmp(mode, "local")) {
+        CHECK_OK(gpucore_comm_create_local(&ctx, 1, &comm));
+        if (comm) rc = run(comm, ctx, "test_zero local");
+    } else {
+#ifdef TEST_HAVE_MPI
+        CHECK_OK(gpucore_comm_create_mpi(ctx, &comm));
+        if (comm) {
+            char name[64];
+            snprintf(name, sizeof name, "test_zero mpi rank %d/%d", gpucore_comm_rank(comm), gpucore_comm_size(comm));
+            rc = run(comm, ctx, name);
+            int mine = rc != 0, any = 0;
+            MPI_Allreduce(&mine, &any, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+            if (any) rc = 1;
+        }
+#else
+        printf("SKIP test_zero %s: this build has no MPI\n", mode);
+        return 77;
+#endif
+    }
+    gpucore_comm_destroy(comm);
+    gpucore_context_destroy(ctx);
+    return rc;
+}
