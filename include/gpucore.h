@@ -1436,6 +1436,33 @@ GPUCORE_API gpucore_status gpucore_zero_release(gpucore_zero *zero, int bucket, 
 GPUCORE_API gpucore_status gpucore_zero_param(gpucore_zero *zero, int param, gpucore_stream *stream,
                                               gpucore_tensor **out);
 
+/* Checkpoints of a trainer at stages 1-3 (stage 0: use gpucore_checkpoint_save), loadable
+ * at any rank count, stage 1-3 and bucket layout with the same bucket sizes (the
+ * same parameters, bucket_bytes and units: the layout does not depend on N).
+ * Collective: every rank calls them, in the same order. A rank that fails returns
+ * the error; the others may not see it (check every rank's status).
+ * Sharded: rank r writes "<prefix>.rank<r>.safetensors" holding its shard of every
+ * bucket's f32 master weights and optimizer state as "bucket.<b>.master",
+ * "bucket.<b>.exp_avg", "bucket.<b>.exp_avg_sq" (SGD: "bucket.<b>.momentum_buffer"),
+ * "optimizer.step", "optimizer.lr" and, on rank 0 with a scaler, "loss_scaler.scale",
+ * "loss_scaler.growth_tracker"; metadata "zero.world_size", "zero.rank",
+ * "zero.bucket_numel" (comma-separated). Rank 0 also writes "<prefix>.index.json":
+ * the files, buckets and each parameter's bucket, offset, dtype and shape. Loading
+ * reads the slices of the old ranks' files that make up this rank's new shards. */
+GPUCORE_API gpucore_status gpucore_zero_save_sharded(gpucore_zero *zero, const char *prefix,
+                                                     gpucore_loss_scaler *scaler);
+GPUCORE_API gpucore_status gpucore_zero_load_sharded(gpucore_zero *zero, const char *prefix,
+                                                     gpucore_loss_scaler *scaler);
+/* Consolidated: the shards are all-gathered and rank 0 writes one file with the full
+ * tensors: names[i] (parameter i in its dtype), "<names[i]>.master", "<names[i]>.exp_avg",
+ * "<names[i]>.exp_avg_sq" (f32, the parameter's shape), "optimizer.step", "optimizer.lr"
+ * and the scaler's as above. Loading (every rank reads the file) takes this rank's
+ * slices of the f32 tensors and rebuilds the parameters from the master weights. */
+GPUCORE_API gpucore_status gpucore_zero_save_consolidated(gpucore_zero *zero, const char *path,
+                                                          const char *const *names, gpucore_loss_scaler *scaler);
+GPUCORE_API gpucore_status gpucore_zero_load_consolidated(gpucore_zero *zero, const char *path,
+                                                          const char *const *names, gpucore_loss_scaler *scaler);
+
 /* What this rank holds, in bytes, counted from the tensors it allocated. With P the
  * parameter count, e their element size, S the rank's shard elements (sum of shard_b)
  * and k = 2 for AdamW (exp_avg, exp_avg_sq; SGD: 1 with momentum, else 0):

@@ -187,6 +187,9 @@ static void rank_grad(const float *w, int rank, int m, int micro, double scale, 
     host_grad(w, lo + m * len, lo + (m + 1) * len, scale / micro, g);
 }
 
+static void train_steps(gpucore_zero *z, gpucore_comm *comm, const run_cfg *c, gpucore_loss_scaler *sc, float *w,
+                        int first, int last, double *losses);
+
 static void train_zero(gpucore_comm *comm, gpucore_context *ctx, const run_cfg *c, float *w)
 {
     gpucore_tensor *params[NP];
@@ -205,11 +208,38 @@ static void train_zero(gpucore_comm *comm, gpucore_context *ctx, const run_cfg *
         for (int p = 0; p < NP; p++) gpucore_tensor_destroy(params[p]);
     gpucore_loss_scaler *sc = NULL;
     if (c->scaler) scaler_create(ctx, &sc);
+    train_steps(z, comm, c, sc, w, 1, STEPS, NULL);
+    read_params(z, c->stage, w);
+    check_stats(z, c);
+    gpucore_loss_scaler_destroy(sc);
+    CHECK_OK(gpucore_zero_destroy(z));
+    if (c->stage != 3)
+        for (int p = 0; p < NP; p++) gpucore_tensor_destroy(params[p]);
+}
+
+/* Full-batch loss at w: mean over samples of (x.w - y)^2 / 2. */
+static double host_loss(const float *w)
+{
+    double l = 0;
+    for (int i = 0; i < NSAMPLES; i++) {
+        double r = -target(i);
+        for (int64_t j = 0; j < D; j++) r += feature(i, j) * w[j];
+        l += 0.5 * r * r;
+    }
+    return l / NSAMPLES;
+}
+
+/* Steps first..last (1-based; inf_step counts in the same numbering); losses[step-first]
+ * receives the full-batch loss before each step when not NULL. */
+static void train_steps(gpucore_zero *z, gpucore_comm *comm, const run_cfg *c, gpucore_loss_scaler *sc, float *w,
+                        int first, int last, double *losses)
+{
     float *g = malloc(sizeof(float) * D);
     int micro = c->accum ? 2 : 1, nb = 0;
     CHECK_OK(gpucore_zero_bucket_count(z, &nb));
-    for (int step = 1; step <= STEPS; step++) {
+    for (int step = first; step <= last; step++) {
         read_params(z, c->stage, w);
+        if (losses) losses[step - first] = host_loss(w);
         float scale = 1.0f;
         if (sc) {
             gpucore_tensor *st = NULL;
@@ -236,12 +266,7 @@ static void train_zero(gpucore_comm *comm, gpucore_context *ctx, const run_cfg *
         if (sc) CHECK_OK(gpucore_loss_scaler_update(sc, NULL));
     }
     read_params(z, c->stage, w);
-    check_stats(z, c);
     free(g);
-    gpucore_loss_scaler_destroy(sc);
-    CHECK_OK(gpucore_zero_destroy(z));
-    if (c->stage != 3)
-        for (int p = 0; p < NP; p++) gpucore_tensor_destroy(params[p]);
 }
 
 /* Single process, whole batch: the ranks' gradients summed in rank order, divided by N,
@@ -453,6 +478,94 @@ static void test_bad_input(gpucore_comm *comm, gpucore_context *ctx)
     free(w);
 }
 
+/* Checkpoints: `save` trains 2 steps at stage 2 with a loss scaler, writes a sharded and
+ * a consolidated checkpoint, trains 2 more and records the loss curve and the final
+ * parameters; `resume` (any rank count) loads each checkpoint into a fresh trainer
+ * (sharded: stage 3, consolidated: stage 1) and must continue on the same curve. */
+static const char *const pnames[NP] = {"l0.w", "l0.b", "l1.w", "l1.b", "l2.w", "l2.b", "l3.w", "l3.b"};
+
+static gpucore_zero *ckpt_trainer(gpucore_comm *comm, gpucore_context *ctx, int stage, float *w,
+                                  gpucore_tensor **params)
+{
+    run_cfg c = {.stage = stage, .scaler = 1};
+    make_params(ctx, &c, w, params);
+    gpucore_optimizer_config oc;
+    opt_config(&oc);
+    gpucore_zero_options o;
+    gpucore_zero_options_default(&o);
+    o.stage = stage;
+    o.bucket_bytes = 8192;
+    gpucore_zero *z = NULL;
+    CHECK_OK(gpucore_zero_create(comm, params, NP, &oc, &o, &z));
+    return z;
+}
+
+static int ckpt_mode(gpucore_comm *comm, gpucore_context *ctx, const char *mode, const char *prefix)
+{
+    g_rank = gpucore_comm_rank(comm);
+    g_size = gpucore_comm_size(comm);
+    for (int p = 0; p < NP; p++) poff[p + 1] = poff[p] + psize[p];
+    char full[4096], expect[4096];
+    snprintf(full, sizeof full, "%s.full.safetensors", prefix);
+    snprintf(expect, sizeof expect, "%s.expect", prefix);
+    float *w = malloc(sizeof(float) * D), *w_exp = malloc(sizeof(float) * D);
+    double losses[2] = {0}, losses_exp[2] = {0};
+    gpucore_tensor *params[NP];
+    gpucore_loss_scaler *sc = NULL;
+    run_cfg c = {.scaler = 1};
+    if (!strcmp(mode, "save")) {
+        init_w(w);
+        gpucore_zero *z = ckpt_trainer(comm, ctx, 2, w, params);
+        scaler_create(ctx, &sc);
+        c.stage = 2;
+        train_steps(z, comm, &c, sc, w, 1, 2, NULL);
+        CHECK_OK(gpucore_zero_save_sharded(z, prefix, sc));
+        CHECK_OK(gpucore_zero_save_consolidated(z, full, pnames, sc));
+        train_steps(z, comm, &c, sc, w, 3, 4, losses);
+        if (g_rank == 0) {
+            FILE *f = fopen(expect, "wb");
+            CHECK(f && fwrite(losses, sizeof losses, 1, f) == 1 && fwrite(w, sizeof(float) * D, 1, f) == 1);
+            if (f) fclose(f);
+        }
+        printf("rank %d/%d: saved after 2 steps; losses at steps 3, 4: %.9g %.9g\n", g_rank, g_size, losses[0],
+               losses[1]);
+        CHECK_OK(gpucore_zero_destroy(z));
+        for (int p = 0; p < NP; p++) gpucore_tensor_destroy(params[p]);
+    } else {
+        FILE *f = fopen(expect, "rb");
+        CHECK(f && fread(losses_exp, sizeof losses_exp, 1, f) == 1 && fread(w_exp, sizeof(float) * D, 1, f) == 1);
+        if (f) fclose(f);
+        for (int variant = 0; variant < 2; variant++) {
+            for (int64_t j = 0; j < D; j++) w[j] = 0.25f; /* overwritten by the load */
+            c.stage = variant == 0 ? 3 : 1;
+            gpucore_zero *z = ckpt_trainer(comm, ctx, c.stage, w, params);
+            if (c.stage == 3)
+                for (int p = 0; p < NP; p++) gpucore_tensor_destroy(params[p]);
+            scaler_create(ctx, &sc);
+            if (variant == 0) CHECK_OK(gpucore_zero_load_sharded(z, prefix, sc));
+            else CHECK_OK(gpucore_zero_load_consolidated(z, full, pnames, sc));
+            train_steps(z, comm, &c, sc, w, 3, 4, losses);
+            double err = rel_diff(w, w_exp);
+            CHECK(losses[0] == losses_exp[0]); /* the loaded parameters are the saved ones */
+            CHECK(fabs(losses[1] - losses_exp[1]) <= 1e-6 * fabs(losses_exp[1]));
+            CHECK(err <= 1e-6);
+            CHECK(same_on_all_ranks(w));
+            printf("rank %d/%d: resumed from the %s checkpoint at stage %d: losses %.9g %.9g (saved run %.9g %.9g), "
+                   "params rel diff %.2e\n", g_rank, g_size, variant ? "consolidated" : "sharded", c.stage, losses[0],
+                   losses[1], losses_exp[0], losses_exp[1], err);
+            gpucore_loss_scaler_destroy(sc);
+            CHECK_OK(gpucore_zero_destroy(z));
+            if (c.stage != 3)
+                for (int p = 0; p < NP; p++) gpucore_tensor_destroy(params[p]);
+        }
+    }
+    free(w);
+    free(w_exp);
+    char name[64];
+    snprintf(name, sizeof name, "test_zero %s rank %d/%d", mode, g_rank, g_size);
+    return check_finish(name);
+}
+
 static int run(gpucore_comm *comm, gpucore_context *ctx, const char *name)
 {
     g_rank = gpucore_comm_rank(comm);
@@ -484,7 +597,8 @@ int main(int argc, char **argv)
         if (comm) {
             char name[64];
             snprintf(name, sizeof name, "test_zero mpi rank %d/%d", gpucore_comm_rank(comm), gpucore_comm_size(comm));
-            rc = run(comm, ctx, name);
+            if (!strcmp(mode, "save") || !strcmp(mode, "resume")) rc = ckpt_mode(comm, ctx, mode, argc > 2 ? argv[2] : "zero_ckpt");
+            else rc = run(comm, ctx, name);
             int mine = rc != 0, any = 0;
             MPI_Allreduce(&mine, &any, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
             if (any) rc = 1;

@@ -558,7 +558,7 @@ static gpucore_status combine_across_ranks(gpucore_zero *z, gpucore_tensor *foun
 
 /* Stages 1/2: cast each bucket's master shard into the rank's slice of a full
  * buffer, all-gather it and copy into the caller's parameters. Stage 3: the shard. */
-static gpucore_status publish_params(gpucore_zero *z, gpucore_stream *ps)
+gpucore_status zero_publish_params(gpucore_zero *z, gpucore_stream *ps)
 {
     gpucore_status st = GPUCORE_OK;
     for (int k = 0; k < z->nbuckets && !st; k++) {
@@ -629,7 +629,7 @@ gpucore_status gpucore_zero_step(gpucore_zero *z, gpucore_loss_scaler *scaler, g
         if (!st && scaler) st = gpucore_loss_scaler_unscale(scaler, &z->gshard_flat, 1, ps);
         if (!st && (scaler || z->o.max_grad_norm > 0)) st = combine_across_ranks(z, found_inf, ps);
         if (!st) st = gpucore_optimizer_step(z->opt, &z->gshard_flat, 1, found_inf, ps);
-        if (!st) st = publish_params(z, ps);
+        if (!st) st = zero_publish_params(z, ps);
         if (!st) st = gpucore_fill(z->gshard_flat, 0.0, ps);
     }
     if (st || (st = gpucore_event_record(z->stepped, ps))) goto out;

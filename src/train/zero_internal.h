@@ -73,6 +73,9 @@ GPUCORE_HIDDEN void zero_destroy_views(gpucore_tensor **views, int begin, int en
 GPUCORE_HIDDEN gpucore_status zero_vector(gpucore_context *ctx, gpucore_dtype dtype, int64_t n, gpucore_tensor **out);
 /* dst = src, casting when the dtypes differ. */
 GPUCORE_HIDDEN gpucore_status zero_convert(gpucore_tensor *dst, const gpucore_tensor *src, gpucore_stream *s);
+/* Put the master shards in place as parameters: stages 1/2 cast + all-gather into
+ * the caller's tensors, stage 3 cast into the parameter shards. */
+GPUCORE_HIDDEN gpucore_status zero_publish_params(gpucore_zero *z, gpucore_stream *ps);
 /* Stage 3: buckets whose parameters are gathered right now. */
 GPUCORE_HIDDEN int zero_gathered_count(const gpucore_zero *z);
 
