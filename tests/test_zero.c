@@ -386,6 +386,8 @@ static void compare_case(gpucore_comm *comm, gpucore_context *ctx, run_cfg c)
     free(w0);
 }
 
+static const char *const pnames[NP] = {"l0.w", "l0.b", "l1.w", "l1.b", "l2.w", "l2.b", "l3.w", "l3.b"};
+
 static void test_bad_input(gpucore_comm *comm, gpucore_context *ctx)
 {
     run_cfg c = {.stage = 1};
@@ -448,10 +450,18 @@ static void test_bad_input(gpucore_comm *comm, gpucore_context *ctx)
     CHECK_STATUS(gpucore_zero_gather(z, -1), GPUCORE_ERR_INVALID_ARGUMENT);
     gpucore_zero_stats s = {.struct_size = 4};
     CHECK_STATUS(gpucore_zero_get_stats(z, &s), GPUCORE_ERR_INVALID_ARGUMENT);
+    CHECK_STATUS(gpucore_zero_save_sharded(z, NULL, NULL), GPUCORE_ERR_NULL_POINTER);
+    CHECK_STATUS(gpucore_zero_save_consolidated(z, "zero_bad.safetensors", NULL, NULL), GPUCORE_ERR_NULL_POINTER);
+    CHECK(gpucore_zero_load_sharded(z, "/nonexistent-dir/zero", NULL) != GPUCORE_OK && gpucore_last_error()[0]);
+    CHECK(gpucore_zero_load_consolidated(z, "/nonexistent-dir/zero", pnames, NULL) != GPUCORE_OK);
     CHECK_OK(gpucore_zero_destroy(z));
     CHECK_STATUS(gpucore_zero_step(z, NULL, NULL), GPUCORE_ERR_INVALID_HANDLE); /* use after destroy */
     CHECK_STATUS(gpucore_zero_step(NULL, NULL, NULL), GPUCORE_ERR_NULL_POINTER);
 
+    o.stage = 0;
+    CHECK_OK(gpucore_zero_create(comm, params, NP, &oc, &o, &z));
+    CHECK_STATUS(gpucore_zero_save_sharded(z, "zero_bad", NULL), GPUCORE_ERR_INVALID_ARGUMENT); /* no shards */
+    CHECK_OK(gpucore_zero_destroy(z));
     /* stage 3: parameters exist only while gathered */
     o.stage = 3;
     CHECK_OK(gpucore_zero_create(comm, params, NP, &oc, &o, &z));
@@ -482,7 +492,6 @@ static void test_bad_input(gpucore_comm *comm, gpucore_context *ctx)
  * a consolidated checkpoint, trains 2 more and records the loss curve and the final
  * parameters; `resume` (any rank count) loads each checkpoint into a fresh trainer
  * (sharded: stage 3, consolidated: stage 1) and must continue on the same curve. */
-static const char *const pnames[NP] = {"l0.w", "l0.b", "l1.w", "l1.b", "l2.w", "l2.b", "l3.w", "l3.b"};
 
 static gpucore_zero *ckpt_trainer(gpucore_comm *comm, gpucore_context *ctx, int stage, float *w,
                                   gpucore_tensor **params)

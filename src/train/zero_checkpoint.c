@@ -33,7 +33,8 @@ static void state_list(gpucore_zero *z, state_set *s)
     gpucore_clear_error();
 }
 
-static gpucore_status check_ckpt(gpucore_zero *z, const void *path, gpucore_loss_scaler *scaler, const char *op)
+static gpucore_status check_ckpt(gpucore_zero *z, const void *path, gpucore_loss_scaler *scaler, const char *op,
+                                 gpucore_stream **ps)
 {
     gpucore_status st = zero_check(z, op);
     if (st) return st;
@@ -42,7 +43,7 @@ static gpucore_status check_ckpt(gpucore_zero *z, const void *path, gpucore_loss
         return gpucore_set_error(GPUCORE_ERR_INVALID_ARGUMENT, "%s: stage 0 holds no shards; save the parameters and "
                                  "the optimizer with gpucore_checkpoint_save", op);
     if (scaler && (st = gpucore_check_loss_scaler(scaler, op))) return st;
-    return GPUCORE_OK;
+    return gpucore_resolve_stream(z->ctx, NULL, op, ps);
 }
 
 /* A growable list of (name, tensor) pairs for one safetensors file. */
@@ -160,7 +161,8 @@ static gpucore_status write_index(gpucore_zero *z, const char *prefix)
 gpucore_status gpucore_zero_save_sharded(gpucore_zero *z, const char *prefix, gpucore_loss_scaler *scaler)
 {
     const char *op = "zero_save_sharded";
-    gpucore_status st = check_ckpt(z, prefix, scaler, op);
+    gpucore_stream *ps = NULL;
+    gpucore_status st = check_ckpt(z, prefix, scaler, op, &ps);
     if (st) return st;
     state_set ss;
     state_list(z, &ss);
@@ -220,10 +222,9 @@ static gpucore_status finish_load(gpucore_zero *z, gpucore_stream *ps)
 gpucore_status gpucore_zero_load_sharded(gpucore_zero *z, const char *prefix, gpucore_loss_scaler *scaler)
 {
     const char *op = "zero_load_sharded";
-    gpucore_status st = check_ckpt(z, prefix, scaler, op);
+    gpucore_stream *ps = NULL;
+    gpucore_status st = check_ckpt(z, prefix, scaler, op, &ps);
     if (st) return st;
-    gpucore_stream *ps;
-    if ((st = gpucore_resolve_stream(z->ctx, NULL, op, &ps))) return st;
     char path[4096];
     snprintf(path, sizeof path, "%s.rank0.safetensors", prefix);
     gpucore_safetensors *f0 = NULL;
@@ -306,10 +307,9 @@ gpucore_status gpucore_zero_save_consolidated(gpucore_zero *z, const char *path,
                                               gpucore_loss_scaler *scaler)
 {
     const char *op = "zero_save_consolidated";
-    gpucore_status st = check_ckpt(z, path, scaler, op);
+    gpucore_stream *ps = NULL;
+    gpucore_status st = check_ckpt(z, path, scaler, op, &ps);
     if (st || (st = check_names(z, names, op))) return st;
-    gpucore_stream *ps;
-    if ((st = gpucore_resolve_stream(z->ctx, NULL, op, &ps))) return st;
     state_set ss;
     state_list(z, &ss);
     entry_list l = {0};
@@ -354,10 +354,9 @@ gpucore_status gpucore_zero_load_consolidated(gpucore_zero *z, const char *path,
                                               gpucore_loss_scaler *scaler)
 {
     const char *op = "zero_load_consolidated";
-    gpucore_status st = check_ckpt(z, path, scaler, op);
+    gpucore_stream *ps = NULL;
+    gpucore_status st = check_ckpt(z, path, scaler, op, &ps);
     if (st || (st = check_names(z, names, op))) return st;
-    gpucore_stream *ps;
-    if ((st = gpucore_resolve_stream(z->ctx, NULL, op, &ps))) return st;
     gpucore_safetensors *f = NULL;
     if ((st = gpucore_safetensors_open(path, &f))) return st;
     state_set ss;
