@@ -123,21 +123,38 @@ static void scaler_create(gpucore_context *ctx, gpucore_loss_scaler **s)
     CHECK_OK(gpucore_loss_scaler_create(ctx, &sc, s));
 }
 
-/* The parameters' current values on the host (stage 3: gathered bucket by bucket). */
+/* The parameters' current values on the host. Stage 3: bucket by bucket with the next one
+ * prefetched, each parameter copied on the compute stream and its bucket released before
+ * the copies are read back, so a gather that reused a released bucket's memory while a
+ * copy still read it would show up as wrong values. */
 static void read_params(gpucore_zero *z, int stage, float *w)
 {
     int nb = 0;
     CHECK_OK(gpucore_zero_bucket_count(z, &nb));
+    gpucore_tensor *copies[NP] = {0};
     for (int k = 0; k < nb; k++) {
         int b0 = 0, b1 = 0;
         CHECK_OK(gpucore_zero_bucket_info(z, k, &b0, &b1, NULL, NULL));
-        if (stage == 3) CHECK_OK(gpucore_zero_gather(z, k));
+        if (stage == 3) {
+            CHECK_OK(gpucore_zero_gather(z, k));
+            if (k + 1 < nb) CHECK_OK(gpucore_zero_gather(z, k + 1));
+        }
         for (int p = b0; p < b1; p++) {
             gpucore_tensor *t = NULL;
             CHECK_OK(gpucore_zero_param(z, p, NULL, &t));
-            if (t) read_host(t, w + poff[p]);
+            if (!t) continue;
+            gpucore_context *ctx = NULL;
+            int64_t shape[2];
+            gpucore_tensor_context(t, &ctx);
+            gpucore_tensor_shape(t, shape);
+            CHECK_OK(gpucore_tensor_create(ctx, gpucore_tensor_dtype(t), 2, shape, &copies[p]));
+            CHECK_OK(gpucore_copy(copies[p], t, NULL));
         }
         if (stage == 3) CHECK_OK(gpucore_zero_release(z, k, NULL));
+    }
+    for (int p = 0; p < NP; p++) {
+        if (copies[p]) read_host(copies[p], w + poff[p]);
+        gpucore_tensor_destroy(copies[p]);
     }
 }
 

@@ -55,6 +55,18 @@ gpucore_status zero_vector(gpucore_context *ctx, gpucore_dtype dtype, int64_t n,
     return gpucore_tensor_create(ctx, dtype, 1, &n, out);
 }
 
+gpucore_status zero_vector_on(gpucore_context *ctx, gpucore_dtype dtype, int64_t n, gpucore_stream *stream,
+                              gpucore_tensor **out)
+{
+    /* the current stream is per thread: switch it for this one allocation */
+    gpucore_stream *cur = NULL;
+    gpucore_status st = gpucore_context_current_stream(ctx, &cur);
+    if (st || (st = gpucore_context_set_current_stream(ctx, stream))) return st;
+    st = zero_vector(ctx, dtype, n, out);
+    gpucore_status st2 = gpucore_context_set_current_stream(ctx, cur);
+    return st ? st : st2;
+}
+
 gpucore_status zero_convert(gpucore_tensor *dst, const gpucore_tensor *src, gpucore_stream *s)
 {
     return dst->dtype == src->dtype ? gpucore_copy(dst, src, s) : gpucore_cast(dst, src, s);
@@ -444,11 +456,10 @@ static gpucore_status launch_bucket(gpucore_zero *z, int k)
     if (z->stage == 0) return gpucore_comm_allreduce(z->comm, b->grad_full, b->grad_full, GPUCORE_REDUCE_SUM, z->cs);
     gpucore_tensor *part = NULL, *part32 = NULL;
     if ((st = gpucore_tensor_record_stream(b->grad_full, z->cs))) return st;
-    if ((st = zero_vector(z->ctx, (gpucore_dtype)b->dtype, b->shard, &part))) return st;
-    st = gpucore_tensor_record_stream(part, z->cs);
-    if (!st) st = gpucore_comm_reduce_scatter(z->comm, part, b->grad_full, GPUCORE_REDUCE_SUM, z->cs);
-    if (!st && b->dtype != GPUCORE_F32 && !(st = zero_vector(z->ctx, GPUCORE_F32, b->shard, &part32)) &&
-        !(st = gpucore_tensor_record_stream(part32, z->cs)))
+    /* scratch used only on the comm stream is allocated there, so its reuse is ordered by it */
+    if ((st = zero_vector_on(z->ctx, (gpucore_dtype)b->dtype, b->shard, z->cs, &part))) return st;
+    st = gpucore_comm_reduce_scatter(z->comm, part, b->grad_full, GPUCORE_REDUCE_SUM, z->cs);
+    if (!st && b->dtype != GPUCORE_F32 && !(st = zero_vector_on(z->ctx, GPUCORE_F32, b->shard, z->cs, &part32)))
         st = gpucore_cast(part32, part, z->cs);
     if (!st) st = gpucore_axpy(b->gshard, 1.0, part32 ? part32 : part, z->cs);
     gpucore_tensor_destroy(part32);
@@ -569,8 +580,8 @@ gpucore_status zero_publish_params(gpucore_zero *z, gpucore_stream *ps)
         }
         gpucore_tensor *full = NULL, *mine = NULL;
         gpucore_tensor **views = z->param_views; /* unused at stages 1/2: scratch for the views */
-        if ((st = zero_vector(z->ctx, (gpucore_dtype)b->dtype, zero_padded(z, b), &full))) break;
-        st = gpucore_tensor_record_stream(full, z->cs);
+        if ((st = zero_vector_on(z->ctx, (gpucore_dtype)b->dtype, zero_padded(z, b), z->cs, &full))) break;
+        st = gpucore_tensor_record_stream(full, ps);
         if (!st) st = gpucore_tensor_slice(full, 0, z->rank * b->shard, (z->rank + 1) * b->shard, 1, &mine);
         if (!st) st = zero_convert(mine, b->master, ps);
         if (!st) st = gpucore_comm_all_gather(z->comm, full, mine, ps);

@@ -280,8 +280,8 @@ static gpucore_status gather_state(gpucore_zero *z, gpucore_tensor *flat, int k,
 {
     const zero_bucket *b = &z->b[k];
     gpucore_tensor *full = NULL, *mine = NULL, *src = NULL;
-    gpucore_status st = zero_vector(z->ctx, GPUCORE_F32, zero_padded(z, b), &full);
-    if (!st) st = gpucore_tensor_record_stream(full, z->cs);
+    gpucore_status st = zero_vector_on(z->ctx, GPUCORE_F32, zero_padded(z, b), z->cs, &full);
+    if (!st) st = gpucore_tensor_record_stream(full, ps);
     if (!st) st = range(full, z->rank * b->shard, (z->rank + 1) * b->shard, &mine);
     if (!st) st = range(flat, b->shard_off, b->shard_off + b->shard, &src);
     if (!st) st = gpucore_copy(mine, src, ps);

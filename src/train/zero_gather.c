@@ -34,8 +34,9 @@ gpucore_status gpucore_zero_gather(gpucore_zero *z, int bucket)
     gpucore_tensor *mine = NULL;
     /* everything on the comm stream: the shard was last written by the step */
     if (z->stepped_recorded && (st = gpucore_stream_wait_event(z->cs, z->stepped))) goto out;
-    if ((st = zero_vector(z->ctx, (gpucore_dtype)b->dtype, zero_padded(z, b), &b->param_full))) goto out;
-    st = gpucore_tensor_record_stream(b->param_full, z->cs);
+    /* allocated on the comm stream, which writes it: reuse of its memory is then ordered after
+     * the comm stream, and zero_param/release record the compute streams that read it */
+    if ((st = zero_vector_on(z->ctx, (gpucore_dtype)b->dtype, zero_padded(z, b), z->cs, &b->param_full))) goto out;
     if (!st) st = gpucore_tensor_slice(b->param_full, 0, z->rank * b->shard, (z->rank + 1) * b->shard, 1, &mine);
     if (!st) st = gpucore_copy(mine, b->param_shard, z->cs);
     if (!st) st = gpucore_comm_all_gather(z->comm, b->param_full, mine, z->cs);

@@ -71,6 +71,10 @@ GPUCORE_HIDDEN gpucore_status zero_param_views(gpucore_zero *z, const zero_bucke
 GPUCORE_HIDDEN void zero_destroy_views(gpucore_tensor **views, int begin, int end);
 /* A new 1-d tensor of n elements (allocated on the context's current stream). */
 GPUCORE_HIDDEN gpucore_status zero_vector(gpucore_context *ctx, gpucore_dtype dtype, int64_t n, gpucore_tensor **out);
+/* The same, allocated on `stream` (the allocator then orders its reuse by that stream):
+ * for buffers written on the communicator's stream. */
+GPUCORE_HIDDEN gpucore_status zero_vector_on(gpucore_context *ctx, gpucore_dtype dtype, int64_t n,
+                                             gpucore_stream *stream, gpucore_tensor **out);
 /* dst = src, casting when the dtypes differ. */
 GPUCORE_HIDDEN gpucore_status zero_convert(gpucore_tensor *dst, const gpucore_tensor *src, gpucore_stream *s);
 /* Put the master shards in place as parameters: stages 1/2 cast + all-gather into
