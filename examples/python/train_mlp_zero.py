@@ -17,23 +17,26 @@ Without mpirun it runs as a single rank. --check exits 1 unless the loss fell.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import math
 import os
 import sys
 import time
 from typing import Dict, List, Optional
 
-import numpy as np
-
 import gpucore as g
 
 
-def make_data(n: int, features: int, classes: int, seed: int):
-    rng = np.random.default_rng(seed)
-    teacher = rng.standard_normal((features, classes))
-    x = rng.standard_normal((n, features)).astype(np.float32)
-    y = (x @ teacher).argmax(1).astype(np.int64)
-    return x, y
+def _load_sibling(name: str):
+    """The other example in this folder (its synthetic data set), by path."""
+    spec = importlib.util.spec_from_file_location(name, os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                                                     name + ".py"))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+make_data = _load_sibling("train_mlp").make_data  # the same teacher-labelled problem as train_mlp.py
 
 
 class ShardedMLP:
