@@ -1348,7 +1348,8 @@ GPUCORE_API gpucore_status gpucore_ddp_trace(gpucore_ddp *ddp, gpucore_ddp_trace
  *   stage 3: as 2, and the parameters themselves are sharded: a bucket's full
  *            parameters exist only between gpucore_zero_gather and
  *            gpucore_zero_release (gathered on the communicator's stream, so a
- *            gather issued one bucket ahead overlaps the current bucket's compute).
+ *            gather issued one bucket ahead overlaps the current bucket's compute;
+ *            gpucore_zero_attach_ckpt does this around each executor segment).
  * Per step:  for each parameter: g = gpucore_zero_grad(i) (zero at the start of a
  * round), backward writes or adds the gradient into g, then gpucore_zero_mark_ready(i);
  * then gpucore_zero_step. The step averages the gradients over ranks (option average),
@@ -1435,6 +1436,19 @@ GPUCORE_API gpucore_status gpucore_zero_release(gpucore_zero *zero, int bucket, 
  * GPUCORE_ERR_INVALID_ARGUMENT). */
 GPUCORE_API gpucore_status gpucore_zero_param(gpucore_zero *zero, int param, gpucore_stream *stream,
                                               gpucore_tensor **out);
+
+/* Stage 3 with the checkpoint executor (declared below): installs the executor's segment
+ * hook (replacing any) so that before each segment's forward, recompute and backward its
+ * bucket bucket_of_segment[s] is gathered and (forward and backward) the bucket of the
+ * segment that runs next (s+1 forward, s-1 backward) is prefetched, and after it the
+ * bucket is released. -1: the segment has no parameters. Its segments read their parameters with
+ * gpucore_zero_param and write gradients into gpucore_zero_grad (then mark_ready, e.g.
+ * from the executor's grad-ready callback) — built-in segments bind their tensors at
+ * add time and cannot be sharded. nsegments must equal gpucore_ckpt_segment_count. The
+ * trainer must outlive the executor's use (or call with ckpt's hook set to NULL to detach). */
+typedef struct gpucore_ckpt gpucore_ckpt;
+GPUCORE_API gpucore_status gpucore_zero_attach_ckpt(gpucore_zero *zero, gpucore_ckpt *ckpt,
+                                                    const int32_t *bucket_of_segment, int64_t nsegments);
 
 /* Checkpoints of a trainer at stages 1-3 (stage 0: use gpucore_checkpoint_save), loadable
  * at any rank count, stage 1-3 and bucket layout with the same bucket sizes (the

@@ -130,6 +130,7 @@ static void zero_free(gpucore_zero *z)
     free(z->param_views);
     free(z->ready);
     free(z->b);
+    free(z->seg_bucket);
     pthread_mutex_destroy(&z->mu);
 }
 

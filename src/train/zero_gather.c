@@ -149,3 +149,56 @@ gpucore_status gpucore_zero_get_stats(const gpucore_zero *zc, gpucore_zero_stats
     pthread_mutex_unlock(&z->mu);
     return GPUCORE_OK;
 }
+
+/* The executor's segment hook: gather before a segment's phase (prefetching the segment
+ * that runs next in forward or backward), release after it. */
+static gpucore_status zero_segment_hook(void *user, int64_t segment, const char *name, int32_t phase,
+                                        int32_t is_post)
+{
+    (void)name;
+    gpucore_zero *z = user;
+    gpucore_status st = zero_check(z, "zero_attach_ckpt hook");
+    if (st || segment < 0 || segment >= z->nseg) return st;
+    int b = z->seg_bucket[segment];
+    if (b < 0) return GPUCORE_OK;
+    if (is_post) return gpucore_zero_release(z, b, NULL);
+    if ((st = gpucore_zero_gather(z, b))) return st;
+    /* a recompute runs inside backward, where the segment after it already ran: no prefetch */
+    if (phase == GPUCORE_CKPT_PHASE_RECOMPUTE) return GPUCORE_OK;
+    int64_t next = phase == GPUCORE_CKPT_PHASE_BACKWARD ? segment - 1 : segment + 1;
+    if (next >= 0 && next < z->nseg && z->seg_bucket[next] >= 0 && z->seg_bucket[next] != b)
+        st = gpucore_zero_gather(z, z->seg_bucket[next]);
+    return st;
+}
+
+gpucore_status gpucore_zero_attach_ckpt(gpucore_zero *z, gpucore_ckpt *ckpt, const int32_t *bucket_of_segment,
+                                        int64_t nsegments)
+{
+    const char *op = "zero_attach_ckpt";
+    gpucore_status st = zero_check(z, op);
+    if (st) return st;
+    if (!ckpt || !bucket_of_segment)
+        return gpucore_set_error(GPUCORE_ERR_NULL_POINTER, "%s: %s is NULL", op, ckpt ? "bucket_of_segment" : "ckpt");
+    int64_t n = gpucore_ckpt_segment_count(ckpt);
+    if (n < 0) return gpucore_set_error(GPUCORE_ERR_INVALID_HANDLE, "%s: the executor was destroyed", op);
+    if (nsegments != n)
+        return gpucore_set_error(GPUCORE_ERR_INVALID_ARGUMENT, "%s: nsegments is %lld but the executor has %lld "
+                                 "segments", op, (long long)nsegments, (long long)n);
+    for (int64_t s = 0; s < n; s++)
+        if (bucket_of_segment[s] < -1 || bucket_of_segment[s] >= z->nbuckets)
+            return gpucore_set_error(GPUCORE_ERR_INVALID_ARGUMENT, "%s: bucket_of_segment[%lld] is %d; -1 or a bucket "
+                                     "below %d", op, (long long)s, (int)bucket_of_segment[s], z->nbuckets);
+    int32_t *copy = malloc(sizeof *copy * (size_t)(n ? n : 1));
+    if (!copy) return gpucore_set_error(GPUCORE_ERR_OUT_OF_MEMORY, "%s: out of host memory", op);
+    memcpy(copy, bucket_of_segment, sizeof *copy * (size_t)n);
+    if ((st = gpucore_ckpt_set_segment_hook(ckpt, zero_segment_hook, z))) {
+        free(copy);
+        return st;
+    }
+    pthread_mutex_lock(&z->mu);
+    free(z->seg_bucket);
+    z->seg_bucket = copy;
+    z->nseg = n;
+    pthread_mutex_unlock(&z->mu);
+    return GPUCORE_OK;
+}

@@ -54,6 +54,8 @@ struct gpucore_zero {
     gpucore_tensor *combine;     /* [2] f32: squared norm, found-inf (the one small allreduce) */
     gpucore_tensor *norm, *coef; /* 0-d f32 */
     int next_launch, rounds, no_sync;
+    int32_t *seg_bucket;         /* gpucore_zero_attach_ckpt: bucket per executor segment (-1: none) */
+    int64_t nseg;
     pthread_mutex_t mu;
 };
 
