@@ -3,6 +3,8 @@
  *
  *   test_zero local   1-rank communicator (no MPI): every stage against the
  *                     single-process reference, stats formulas, bad input.
+ *   test_zero stall|exit   under mpirun: failure injection (tests/comm_failure.sh).
+ *   test_zero save|resume PREFIX   under mpirun: checkpoint at one rank count, resume at another.
  *   test_zero mpi     under mpirun -np N: each rank trains on its 1/N of the batch;
  *                     after K steps the parameters must equal single-process AdamW
  *                     on the whole batch (gpucore_optimizer over the full tensors,
@@ -20,6 +22,8 @@
  * backward order (last parameter first), each marked ready at once.
  */
 #include <stdint.h>
+#include <time.h>
+#include <unistd.h>
 #include "check.h"
 #ifdef TEST_HAVE_MPI
 #include <mpi.h>
@@ -757,6 +761,67 @@ static int run(gpucore_comm *comm, gpucore_context *ctx, const char *name)
     return check_finish(name);
 }
 
+#ifdef TEST_HAVE_MPI
+/* Failure injection (tests/comm_failure.sh): after one healthy step the last rank stalls or
+ * exits halfway through its backward; the others finish theirs and must get
+ * GPUCORE_ERR_COMM from the trainer within the communicator's timeout, not hang. */
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static int run_failure(gpucore_comm *comm, gpucore_context *ctx, int exit_mode)
+{
+    g_rank = gpucore_comm_rank(comm);
+    g_size = gpucore_comm_size(comm);
+    for (int p = 0; p < NP; p++) poff[p + 1] = poff[p] + psize[p];
+    const double timeout = 3.0;
+    CHECK_OK(gpucore_comm_set_timeout(comm, timeout));
+    run_cfg c = {.stage = 2};
+    float *w = malloc(sizeof(float) * D);
+    init_w(w);
+    gpucore_tensor *params[NP];
+    make_params(ctx, &c, w, params);
+    gpucore_optimizer_config oc;
+    opt_config(&oc);
+    gpucore_zero_options o;
+    gpucore_zero_options_default(&o);
+    o.stage = 2;
+    o.bucket_bytes = 8192;
+    gpucore_zero *z = NULL;
+    CHECK_OK(gpucore_zero_create(comm, params, NP, &oc, &o, &z));
+    if (!z) return 1;
+    train_steps(z, comm, &c, NULL, w, 1, 1, NULL); /* a healthy step first */
+    gpucore_status st = GPUCORE_OK;
+    double t0 = now_s();
+    for (int p = NP - 1; p >= 0 && !st; p--) {
+        if (p == NP / 2 && g_rank == g_size - 1) {
+            fflush(stdout);
+            if (exit_mode) _exit(5); /* dies mid-backward without a word to MPI */
+            sleep(120);              /* stalls: never joins the remaining reduce-scatters */
+            _exit(6);
+        }
+        gpucore_tensor *g = NULL;
+        if (!(st = gpucore_zero_grad(z, p, NULL, &g)) && !(st = gpucore_fill(g, 1e-3, NULL)))
+            st = gpucore_zero_mark_ready(z, p, NULL);
+    }
+    if (!st) st = gpucore_zero_step(z, NULL, NULL);
+    double dt = now_s() - t0;
+    printf("rank %d: ZeRO step with a dead/stalled peer ended after %.2f s with %s: %s\n", g_rank, dt,
+           gpucore_status_string(st), gpucore_last_error());
+    fflush(stdout);
+    CHECK(st == GPUCORE_ERR_COMM);
+    CHECK(dt < timeout + 5);
+    check_finish("test_zero failure");
+    fflush(stdout);
+    fflush(stderr);
+    MPI_Abort(MPI_COMM_WORLD, check_failed ? 1 : 3); /* a dead MPI job cannot recover: end it */
+    return 1;
+}
+#endif
+
 int main(int argc, char **argv)
 {
     const char *mode = argc > 1 ? argv[1] : "local";
@@ -773,7 +838,10 @@ int main(int argc, char **argv)
         if (comm) {
             char name[64];
             snprintf(name, sizeof name, "test_zero mpi rank %d/%d", gpucore_comm_rank(comm), gpucore_comm_size(comm));
-            if (!strcmp(mode, "save") || !strcmp(mode, "resume")) rc = ckpt_mode(comm, ctx, mode, argc > 2 ? argv[2] : "zero_ckpt");
+            if (!strcmp(mode, "save") || !strcmp(mode, "resume"))
+                rc = ckpt_mode(comm, ctx, mode, argc > 2 ? argv[2] : "zero_ckpt");
+            else if (!strcmp(mode, "stall") || !strcmp(mode, "exit"))
+                rc = run_failure(comm, ctx, !strcmp(mode, "exit"));
             else rc = run(comm, ctx, name);
             int mine = rc != 0, any = 0;
             MPI_Allreduce(&mine, &any, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
