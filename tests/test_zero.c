@@ -783,15 +783,7 @@ static int run_failure(gpucore_comm *comm, gpucore_context *ctx, int exit_mode)
     float *w = malloc(sizeof(float) * D);
     init_w(w);
     gpucore_tensor *params[NP];
-    make_params(ctx, &c, w, params);
-    gpucore_optimizer_config oc;
-    opt_config(&oc);
-    gpucore_zero_options o;
-    gpucore_zero_options_default(&o);
-    o.stage = 2;
-    o.bucket_bytes = 8192;
-    gpucore_zero *z = NULL;
-    CHECK_OK(gpucore_zero_create(comm, params, NP, &oc, &o, &z));
+    gpucore_zero *z = ckpt_trainer(comm, ctx, 2, w, params);
     if (!z) return 1;
     train_steps(z, comm, &c, NULL, w, 1, 1, NULL); /* a healthy step first */
     gpucore_status st = GPUCORE_OK;
