@@ -1382,6 +1382,176 @@ typedef struct gpucore_ddp_trace_event {
 GPUCORE_API gpucore_status gpucore_ddp_trace(gpucore_ddp *ddp, gpucore_ddp_trace_event *events, int max,
                                              int *count);
 
+/* ---- ZeRO: sharded data-parallel training (issue 21; src/train/zero*.c) ----
+ *
+ * A sharded trainer over a communicator of N ranks (ZeRO, Rajbhandari et al. 2020).
+ * Parameters are grouped into buckets in reverse order (the last parameters, whose
+ * gradients backward produces first, are bucket 0): a bucket closes at >=
+ * bucket_bytes, where the dtype changes, or where options.units changes. Bucket b's
+ * parameters are flattened (numel_b elements) and padded with zeros to N * shard_b,
+ * shard_b = ceil(numel_b / N); rank r owns elements [r * shard_b, (r+1) * shard_b) of
+ * every bucket (with one bucket: a contiguous 1/N slice of the flattened model).
+ *   stage 0: plain data parallelism (every rank holds everything; buckets allreduced).
+ *   stage 1: the f32 master weights and AdamW/SGD state exist only for the rank's
+ *            shards; gradients are reduce-scattered per bucket as soon as the bucket
+ *            is complete; each rank steps its shard with the fused optimizer and
+ *            the parameters are all-gathered in their own (compute) dtype.
+ *   stage 2: as 1, and the full gradient of a bucket lives only from its first
+ *            gpucore_zero_grad to its reduce-scatter: afterwards only the f32 shard
+ *            of the gradient survives.
+ *   stage 3: as 2, and the parameters themselves are sharded: a bucket's full
+ *            parameters exist only between gpucore_zero_gather and
+ *            gpucore_zero_release (gathered on the communicator's stream, so a
+ *            gather issued one bucket ahead overlaps the current bucket's compute;
+ *            gpucore_zero_attach_ckpt does this around each executor segment).
+ * Per step:  for each parameter: g = gpucore_zero_grad(i) (zero at the start of a
+ * round), backward writes or adds the gradient into g, then gpucore_zero_mark_ready(i);
+ * then gpucore_zero_step. The step averages the gradients over ranks (option average),
+ * unscales them with the loss scaler when one is given (found-inf and the squared
+ * gradient norm of the local shards are combined across ranks in one 2-element
+ * allreduce), clips by the global norm when max_grad_norm > 0, runs the optimizer and
+ * puts the new parameters in place. Afterwards call gpucore_loss_scaler_update as
+ * without sharding. Gradient accumulation: stages 0/1 with no_sync on accumulate in
+ * the full gradients without communication; stages 2/3 reduce-scatter every
+ * micro-batch and accumulate in the f32 gradient shard (no_sync has no effect there).
+ * Every rank creates the trainer with the same parameter shapes, dtypes, initial
+ * values and options, and makes the same calls in the same order. */
+
+typedef struct gpucore_zero gpucore_zero;
+
+typedef struct gpucore_zero_options {
+    int64_t struct_size;     /* sizeof(gpucore_zero_options) */
+    int32_t stage;           /* 0, 1 (default), 2 or 3 */
+    int32_t average;         /* 1 (default): gradients are the mean over ranks; 0: the sum */
+    int64_t bucket_bytes;    /* default 25 MiB (of the parameters' dtype) */
+    double max_grad_norm;    /* > 0: clip by the global L2 norm (torch's rule); 0 (default): no clipping */
+    const int32_t *units;    /* NULL, or one entry per parameter: a bucket also closes wherever
+                                units[i] != units[i-1] (e.g. the executor segment of each parameter,
+                                so a stage-3 gather holds exactly one segment); read at create */
+} gpucore_zero_options;
+
+/* Fill opts with the defaults (sets struct_size). */
+GPUCORE_API void gpucore_zero_options_default(gpucore_zero_options *opts);
+/* params: `count` contiguous f32/f16/bf16 tensors on the communicator's context
+ * (the model's parameters, in forward order). Stages 0-2 update them in place at
+ * each step (keep them alive). Stage 3 copies the rank's shard out of them at
+ * create and never touches them again (free them): read parameters through
+ * gpucore_zero_param. cfg: the optimizer (AdamW or SGD), as for
+ * gpucore_optimizer_create. Waits for the parameters' pending work. */
+GPUCORE_API gpucore_status gpucore_zero_create(gpucore_comm *comm, gpucore_tensor *const *params, int count,
+                                               const gpucore_optimizer_config *cfg, const gpucore_zero_options *opts,
+                                               gpucore_zero **out);
+/* Waits for outstanding collectives, then frees everything the trainer holds. */
+GPUCORE_API gpucore_status gpucore_zero_destroy(gpucore_zero *zero);
+GPUCORE_API gpucore_status gpucore_zero_bucket_count(const gpucore_zero *zero, int *count);
+/* Bucket b holds parameters param_begin .. param_end-1: numel elements, shard of them
+ * (padded) per rank. */
+GPUCORE_API gpucore_status gpucore_zero_bucket_info(const gpucore_zero *zero, int bucket, int *param_begin,
+                                                    int *param_end, int64_t *numel, int64_t *shard);
+/* The bucket parameter `param` belongs to. */
+GPUCORE_API gpucore_status gpucore_zero_bucket_of(const gpucore_zero *zero, int param, int *bucket);
+/* The gradient tensor of parameter `param` (borrowed, the parameter's shape and
+ * dtype) for backward to write or add into; all zeros at the start of a round.
+ * Stages 2/3: valid until the bucket's reduce-scatter is launched by mark_ready. */
+GPUCORE_API gpucore_status gpucore_zero_grad(gpucore_zero *zero, int param, gpucore_stream *stream,
+                                             gpucore_tensor **grad);
+/* Gradient `param` is complete on `stream` (NULL: current). When every gradient of
+ * the next bucket in index order is in, its reduce-scatter (stage 0: allreduce) is
+ * queued on the communicator's stream at once, overlapping the rest of backward. */
+GPUCORE_API gpucore_status gpucore_zero_mark_ready(gpucore_zero *zero, int param, gpucore_stream *stream);
+/* Stages 0/1: 1 makes mark_ready do nothing (local accumulation); 0 synchronises
+ * again. Switch between rounds only. Accepted and ignored at stages 2/3. */
+GPUCORE_API gpucore_status gpucore_zero_set_no_sync(gpucore_zero *zero, int no_sync);
+/* The optimizer step described above, on `stream` (NULL: current). scaler: NULL or
+ * the loss scaler whose scale the loss was multiplied by. Waits on the host for the
+ * reductions (bounded by the communicator's timeout: GPUCORE_ERR_COMM on failure).
+ * Every gradient must have been marked in every round since the last step. */
+GPUCORE_API gpucore_status gpucore_zero_step(gpucore_zero *zero, gpucore_loss_scaler *scaler,
+                                             gpucore_stream *stream);
+/* The global gradient norm of the last step (0-d f32, before clipping; owned by the
+ * trainer) — computed only when clipping is on (else GPUCORE_ERR_INVALID_ARGUMENT). */
+GPUCORE_API gpucore_status gpucore_zero_grad_norm(gpucore_zero *zero, gpucore_tensor **norm);
+/* The optimizer over the rank's shards (stage 0: over the parameters); owned by the
+ * trainer: use it for gpucore_optimizer_lr / step_count, not for stepping. */
+GPUCORE_API gpucore_status gpucore_zero_optimizer(gpucore_zero *zero, gpucore_optimizer **opt);
+/* Stage 3: all-gather bucket b's parameters on the communicator's stream, after the
+ * previous step's update (not after other work on any compute stream), so a gather
+ * issued one bucket ahead overlaps the current bucket's compute. Gathering a
+ * gathered bucket is a no-op. Stages 0-2: a no-op. */
+GPUCORE_API gpucore_status gpucore_zero_gather(gpucore_zero *zero, int bucket);
+/* Stage 3: free bucket b's gathered parameters after the work queued so far on
+ * `stream` (NULL: current) and on the communicator's stream; the views from
+ * gpucore_zero_param become invalid. Release every bucket before gpucore_zero_step.
+ * Stages 0-2: a no-op. */
+GPUCORE_API gpucore_status gpucore_zero_release(gpucore_zero *zero, int bucket, gpucore_stream *stream);
+/* Parameter `param` (borrowed): the caller's tensor at stages 0-2; at stage 3 a view
+ * into its gathered bucket, valid until gpucore_zero_release, and work queued on
+ * `stream` (NULL: current) from now on waits for the gather (not gathered:
+ * GPUCORE_ERR_INVALID_ARGUMENT). */
+GPUCORE_API gpucore_status gpucore_zero_param(gpucore_zero *zero, int param, gpucore_stream *stream,
+                                              gpucore_tensor **out);
+
+/* Stage 3 with the checkpoint executor (declared below): installs the executor's segment
+ * hook (replacing any) so that before each segment's forward, recompute and backward its
+ * bucket bucket_of_segment[s] is gathered and (forward and backward) the bucket of the
+ * segment that runs next (s+1 forward, s-1 backward) is prefetched, and after it the
+ * bucket is released. -1: the segment has no parameters. Its segments read their parameters with
+ * gpucore_zero_param and write gradients into gpucore_zero_grad (then mark_ready, e.g.
+ * from the executor's grad-ready callback) — built-in segments bind their tensors at
+ * add time and cannot be sharded. nsegments must equal gpucore_ckpt_segment_count. The
+ * trainer must outlive the executor's use (or call with ckpt's hook set to NULL to detach). */
+typedef struct gpucore_ckpt gpucore_ckpt;
+GPUCORE_API gpucore_status gpucore_zero_attach_ckpt(gpucore_zero *zero, gpucore_ckpt *ckpt,
+                                                    const int32_t *bucket_of_segment, int64_t nsegments);
+
+/* Checkpoints of a trainer at stages 1-3 (stage 0: use gpucore_checkpoint_save), loadable
+ * at any rank count, stage 1-3 and bucket layout with the same bucket sizes (the
+ * same parameters, bucket_bytes and units: the layout does not depend on N).
+ * Collective: every rank calls them, in the same order. A rank that fails returns
+ * the error; the others may not see it (check every rank's status).
+ * Sharded: rank r writes "<prefix>.rank<r>.safetensors" holding its shard of every
+ * bucket's f32 master weights and optimizer state as "bucket.<b>.master",
+ * "bucket.<b>.exp_avg", "bucket.<b>.exp_avg_sq" (SGD: "bucket.<b>.momentum_buffer"),
+ * "optimizer.step", "optimizer.lr" and, on rank 0 with a scaler, "loss_scaler.scale",
+ * "loss_scaler.growth_tracker"; metadata "zero.world_size", "zero.rank",
+ * "zero.bucket_numel" (comma-separated). Rank 0 also writes "<prefix>.index.json":
+ * the files, buckets and each parameter's bucket, offset, dtype and shape. Loading
+ * reads the slices of the old ranks' files that make up this rank's new shards. */
+GPUCORE_API gpucore_status gpucore_zero_save_sharded(gpucore_zero *zero, const char *prefix,
+                                                     gpucore_loss_scaler *scaler);
+GPUCORE_API gpucore_status gpucore_zero_load_sharded(gpucore_zero *zero, const char *prefix,
+                                                     gpucore_loss_scaler *scaler);
+/* Consolidated: the shards are all-gathered and rank 0 writes one file with the full
+ * tensors: names[i] (parameter i in its dtype), "<names[i]>.master", "<names[i]>.exp_avg",
+ * "<names[i]>.exp_avg_sq" (f32, the parameter's shape), "optimizer.step", "optimizer.lr"
+ * and the scaler's as above. Loading (every rank reads the file) takes this rank's
+ * slices of the f32 tensors and rebuilds the parameters from the master weights. */
+GPUCORE_API gpucore_status gpucore_zero_save_consolidated(gpucore_zero *zero, const char *path,
+                                                          const char *const *names, gpucore_loss_scaler *scaler);
+GPUCORE_API gpucore_status gpucore_zero_load_consolidated(gpucore_zero *zero, const char *path,
+                                                          const char *const *names, gpucore_loss_scaler *scaler);
+
+/* What this rank holds, in bytes, counted from the tensors it allocated. With P the
+ * parameter count, e their element size, S the rank's shard elements (sum of shard_b)
+ * and k = 2 for AdamW (exp_avg, exp_avg_sq; SGD: 1 with momentum, else 0):
+ *   stage 0: params P·e, grads P·e, state P·4·k (+ P·4 master for f16/bf16)
+ *   stage 1: params P·e, grads N·S·e (the full, padded buckets) + S·4 (shard), state S·4·(k+1)
+ *   stage 2: params P·e, grads S·4 (+ live_grad_bytes during backward), state S·4·(k+1)
+ *   stage 3: params S·e (+ gathered_bytes while gathered), grads S·4, state S·4·(k+1) */
+typedef struct gpucore_zero_stats {
+    int64_t struct_size;      /* sizeof(gpucore_zero_stats) */
+    int32_t stage, rank, size, buckets;
+    int64_t numel;            /* P: parameter elements of the model */
+    int64_t shard_numel;      /* S: this rank's shard elements (padded) */
+    int64_t param_bytes;      /* parameters held persistently */
+    int64_t grad_bytes;       /* gradient bytes held persistently (full and shards) */
+    int64_t state_bytes;      /* optimizer state: f32 master + moments */
+    int64_t live_grad_bytes;  /* stages 2/3: full bucket gradients alive right now */
+    int64_t gathered_bytes;   /* stage 3: gathered parameter bytes alive right now */
+} gpucore_zero_stats;
+
+GPUCORE_API gpucore_status gpucore_zero_get_stats(const gpucore_zero *zero, gpucore_zero_stats *stats);
+
 /* ------------------------------------------------- gradient checkpointing
  *
  * A segment executor: training code registered as an ordered chain of segments

@@ -143,6 +143,19 @@ class DdpOptions(ctypes.Structure):
                 ("wire_dtype", ctypes.c_int32), ("average", ctypes.c_int32), ("trace", ctypes.c_int32)]
 
 
+class ZeroOptions(ctypes.Structure):
+    """ctypes mirror of ``gpucore_zero_options``."""
+    _fields_ = [("struct_size", c_int64), ("stage", ctypes.c_int32), ("average", ctypes.c_int32),
+                ("bucket_bytes", c_int64), ("max_grad_norm", c_double), ("units", POINTER(ctypes.c_int32))]
+
+
+class ZeroStats(ctypes.Structure):
+    """ctypes mirror of ``gpucore_zero_stats``."""
+    _fields_ = [("struct_size", c_int64), ("stage", ctypes.c_int32), ("rank", ctypes.c_int32),
+                ("size", ctypes.c_int32), ("buckets", ctypes.c_int32)] + _i64_fields(
+        "numel", "shard_numel", "param_bytes", "grad_bytes", "state_bytes", "live_grad_bytes", "gathered_bytes")
+
+
 class DdpTraceEvent(ctypes.Structure):
     """ctypes mirror of ``gpucore_ddp_trace_event``."""
     _fields_ = [("kind", ctypes.c_int32), ("index", ctypes.c_int32), ("step", c_int64), ("time_ns", c_int64)]
@@ -377,6 +390,27 @@ DECLARATIONS: Dict[str, Tuple[Any, List[Any]]] = {
     "gpucore_ddp_mark_ready": (STATUS, [H, c_int, H]),
     "gpucore_ddp_finish": (STATUS, [H, H]),
     "gpucore_ddp_trace": (STATUS, [H, POINTER(DdpTraceEvent), c_int, P_INT]),
+    # ZeRO trainer
+    "gpucore_zero_options_default": (None, [POINTER(ZeroOptions)]),
+    "gpucore_zero_create": (STATUS, [H, P_H, c_int, POINTER(OptimizerConfig), POINTER(ZeroOptions), P_H]),
+    "gpucore_zero_destroy": (STATUS, [H]),
+    "gpucore_zero_bucket_count": (STATUS, [H, P_INT]),
+    "gpucore_zero_bucket_info": (STATUS, [H, c_int, P_INT, P_INT, P_I64, P_I64]),
+    "gpucore_zero_bucket_of": (STATUS, [H, c_int, P_INT]),
+    "gpucore_zero_grad": (STATUS, [H, c_int, H, P_H]),
+    "gpucore_zero_mark_ready": (STATUS, [H, c_int, H]),
+    "gpucore_zero_set_no_sync": (STATUS, [H, c_int]),
+    "gpucore_zero_step": (STATUS, [H, H, H]),
+    "gpucore_zero_grad_norm": (STATUS, [H, P_H]),
+    "gpucore_zero_optimizer": (STATUS, [H, P_H]),
+    "gpucore_zero_gather": (STATUS, [H, c_int]),
+    "gpucore_zero_release": (STATUS, [H, c_int, H]),
+    "gpucore_zero_param": (STATUS, [H, c_int, H, P_H]),
+    "gpucore_zero_get_stats": (STATUS, [H, POINTER(ZeroStats)]),
+    "gpucore_zero_save_sharded": (STATUS, [H, c_char_p, H]),
+    "gpucore_zero_load_sharded": (STATUS, [H, c_char_p, H]),
+    "gpucore_zero_save_consolidated": (STATUS, [H, c_char_p, P_CHARP, H]),
+    "gpucore_zero_load_consolidated": (STATUS, [H, c_char_p, P_CHARP, H]),
     # gradient checkpointing
     "gpucore_ckpt_create": (STATUS, [H, c_char_p, P_H]),
     "gpucore_ckpt_destroy": (STATUS, [H]),
