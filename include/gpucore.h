@@ -388,7 +388,12 @@ GPUCORE_API uint64_t gpucore_random_offset_advance(int64_t numel, gpucore_distri
  *   - Empty tensors are a no-op. Asynchronous on `stream` (NULL: current stream). */
 
 typedef enum gpucore_binary_op {
-    GPUCORE_ADD = 0, GPUCORE_SUB = 1, GPUCORE_MUL = 2, GPUCORE_DIV = 3
+    GPUCORE_ADD = 0, GPUCORE_SUB = 1, GPUCORE_MUL = 2, GPUCORE_DIV = 3,
+    /* --- PyTorch's div rounding modes and elementwise max/min --- */
+    GPUCORE_DIV_TRUNC = 4, /* trunc(a / b): torch.div(a, b, rounding_mode="trunc") */
+    GPUCORE_DIV_FLOOR = 5, /* floor(a / b) as Python's a // b: rounding_mode="floor" */
+    GPUCORE_MAXIMUM = 6,   /* max(a, b), NaN if either is NaN (torch.maximum) */
+    GPUCORE_MINIMUM = 7    /* min(a, b), NaN if either is NaN (torch.minimum) */
 } gpucore_binary_op;
 
 typedef enum gpucore_unary_op {
@@ -464,6 +469,15 @@ typedef enum gpucore_reduction {
  * error for MAX/MIN/ARGMAX. */
 GPUCORE_API gpucore_status gpucore_reduce(gpucore_reduction op, gpucore_tensor *out, const gpucore_tensor *a,
                                           int axis, gpucore_stream *stream);
+/* --- reductions over several dims at once (PyTorch's sum(x, dim=(0, 2)), dim=()) ---
+ * Reduce a over the ndims dims listed in dims (each once; negative counts from
+ * the end) in one pass over the merged reduced dims. ndims == 0 reduces every
+ * dim (PyTorch's dim=()); dims may then be NULL. out has a's shape with those
+ * dims removed, or with each kept as 1 (keepdim); dtype rules, empty dims and
+ * determinism as gpucore_reduce. ARGMAX takes one dim only (several is
+ * GPUCORE_ERR_INVALID_ARGUMENT; use GPUCORE_ALL_AXES for a flat index). */
+GPUCORE_API gpucore_status gpucore_reduce_dims(gpucore_reduction op, gpucore_tensor *out, const gpucore_tensor *a,
+                                               const int *dims, int ndims, gpucore_stream *stream);
 /* Bias gradient: db[c] = sum of dy[..., c] over every leading dim (column sums);
  * db has shape [C] where dy is [..., C]; same dtype. */
 GPUCORE_API gpucore_status gpucore_bias_grad(gpucore_tensor *db, const gpucore_tensor *dy, gpucore_stream *stream);

@@ -262,6 +262,7 @@ DECLARATIONS: Dict[str, Tuple[Any, List[Any]]] = {
     "gpucore_dropout": (STATUS, [H, H, c_double, c_uint64, c_uint64, H]),
     # reductions
     "gpucore_reduce": (STATUS, [c_int, H, H, c_int, H]),
+    "gpucore_reduce_dims": (STATUS, [c_int, H, H, P_INT, c_int, H]),
     "gpucore_bias_grad": (STATUS, [H, H, H]),
     # row ops
     "gpucore_softmax": (STATUS, [H, H, c_int, H]),

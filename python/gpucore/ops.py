@@ -35,7 +35,7 @@ from .errors import (DeviceMismatchError, InvalidArgumentError, InvalidArgumentT
 from .tensor import Tensor, _generator, _new, empty, full
 
 __all__ = [
-    "cat", "add", "sub", "mul", "div", "exp", "log", "sqrt", "rsqrt", "abs", "neg", "square", "scale", "axpy_", "clamp",
+    "cat", "add", "sub", "mul", "div", "maximum", "minimum", "exp", "log", "sqrt", "rsqrt", "abs", "neg", "square", "scale", "axpy_", "clamp",
     "activation", "activation_backward", "relu", "gelu", "silu", "sigmoid", "tanh", "relu_backward",
     "gelu_backward", "silu_backward", "sigmoid_backward", "tanh_backward", "bias_act", "cast", "dropout",
     "dropout_backward", "sum", "mean", "amax", "amin", "argmax", "sum_of_squares", "reduce", "bias_grad",
@@ -47,7 +47,7 @@ __all__ = [
 Number = Union[int, float]
 TensorOrNumber = Union[Tensor, int, float]
 
-ADD, SUB, MUL, DIV = 0, 1, 2, 3
+ADD, SUB, MUL, DIV, DIV_TRUNC, DIV_FLOOR, MAXIMUM, MINIMUM = 0, 1, 2, 3, 4, 5, 6, 7
 EXP, LOG, SQRT, RSQRT, ABS, NEG, SQUARE = 0, 1, 2, 3, 4, 5, 6
 ACTIVATIONS = {"none": 0, "relu": 1, "gelu": 2, "gelu_erf": 2, "gelu_tanh": 3, "silu": 4, "swish": 4,
                "sigmoid": 5, "tanh": 6}
@@ -155,16 +155,25 @@ def _binary(op: int, a: TensorOrNumber, b: TensorOrNumber, out: Optional[Tensor]
     return o
 
 
+def _alpha_times(b: TensorOrNumber, alpha: Number) -> TensorOrNumber:
+    """alpha * b for add/sub's alpha= (1: b itself)."""
+    if alpha == 1:
+        return b
+    if _is_number(b):
+        return float(b) * float(alpha)
+    return scale(b, to_float(alpha, "alpha"))
+
+
 def add(a: TensorOrNumber, b: TensorOrNumber, out: Optional[Tensor] = None,
-        stream: Optional[Stream] = None) -> Tensor:
-    """a + b (numpy broadcasting; either side may be a Python number)."""
-    return _binary(ADD, a, b, out, stream)
+        stream: Optional[Stream] = None, alpha: Number = 1) -> Tensor:
+    """a + alpha * b (numpy broadcasting; either side may be a Python number)."""
+    return _binary(ADD, a, _alpha_times(b, alpha), out, stream)
 
 
 def sub(a: TensorOrNumber, b: TensorOrNumber, out: Optional[Tensor] = None,
-        stream: Optional[Stream] = None) -> Tensor:
-    """a - b (numpy broadcasting; either side may be a Python number)."""
-    return _binary(SUB, a, b, out, stream)
+        stream: Optional[Stream] = None, alpha: Number = 1) -> Tensor:
+    """a - alpha * b (numpy broadcasting; either side may be a Python number)."""
+    return _binary(SUB, a, _alpha_times(b, alpha), out, stream)
 
 
 def mul(a: TensorOrNumber, b: TensorOrNumber, out: Optional[Tensor] = None,
@@ -173,10 +182,40 @@ def mul(a: TensorOrNumber, b: TensorOrNumber, out: Optional[Tensor] = None,
     return _binary(MUL, a, b, out, stream)
 
 
+_ROUNDING_MODES = {None: DIV, "trunc": DIV_TRUNC, "floor": DIV_FLOOR}
+
+
 def div(a: TensorOrNumber, b: TensorOrNumber, out: Optional[Tensor] = None,
-        stream: Optional[Stream] = None) -> Tensor:
-    """a / b (numpy broadcasting; either side may be a Python number)."""
-    return _binary(DIV, a, b, out, stream)
+        stream: Optional[Stream] = None, rounding_mode: Optional[str] = None) -> Tensor:
+    """a / b (numpy broadcasting; either side may be a Python number). rounding_mode:
+    None (true division), "trunc" (toward zero) or "floor" (Python's a // b), as torch.div."""
+    if rounding_mode not in _ROUNDING_MODES:
+        raise InvalidArgumentError("div: rounding_mode must be None, 'trunc' or 'floor', not %r" % (rounding_mode,))
+    op = _ROUNDING_MODES[rounding_mode]
+    if op != DIV:
+        a, b = _scalar_as_tensor(a, b)
+    return _binary(op, a, b, out, stream)
+
+
+def maximum(a: TensorOrNumber, b: TensorOrNumber, out: Optional[Tensor] = None,
+            stream: Optional[Stream] = None) -> Tensor:
+    """Elementwise max (numpy broadcasting); NaN if either is NaN (torch.maximum)."""
+    return _binary(MAXIMUM, *_scalar_as_tensor(a, b), out, stream)
+
+
+def minimum(a: TensorOrNumber, b: TensorOrNumber, out: Optional[Tensor] = None,
+            stream: Optional[Stream] = None) -> Tensor:
+    """Elementwise min (numpy broadcasting); NaN if either is NaN (torch.minimum)."""
+    return _binary(MINIMUM, *_scalar_as_tensor(a, b), out, stream)
+
+
+def _scalar_as_tensor(a: TensorOrNumber, b: TensorOrNumber) -> Tuple[TensorOrNumber, TensorOrNumber]:
+    """A Python number beside a tensor as a 0-d tensor of its dtype (for ops scale() cannot do)."""
+    if _is_number(b) and isinstance(a, Tensor):
+        return a, full((), float(b), a.dtype, a.context)
+    if _is_number(a) and isinstance(b, Tensor):
+        return full((), float(a), b.dtype, b.context), b
+    return a, b
 
 
 def _unary(op: int, a: Tensor, out: Optional[Tensor], stream: Optional[Stream]) -> Tensor:
@@ -241,14 +280,26 @@ def axpy_(y: Tensor, alpha: float, x: Tensor, stream: Optional[Stream] = None) -
     return y
 
 
-def clamp(input: Tensor, min: float, max: float, out: Optional[Tensor] = None,  # noqa: A002
+def clamp(input: Tensor, min: Optional[TensorOrNumber] = None,  # noqa: A002
+          max: Optional[TensorOrNumber] = None, out: Optional[Tensor] = None,  # noqa: A002
           stream: Optional[Stream] = None) -> Tensor:
-    """min(max(input, min), max) elementwise; NaN stays NaN; needs min <= max."""
+    """min(max(input, min), max) elementwise, as torch.clamp: either bound may be None
+    (no bound on that side) and either may be a tensor (broadcast with input); NaN stays
+    NaN. Number bounds need min <= max; with tensor bounds, where min > max the result is
+    max (PyTorch's rule)."""
     a = _tensor(input, "input")
-    _same_ctx(a._ctx, (out, "out"))
-    o = _out(out, a.shape, a.dtype, a._ctx)
-    C.gpucore_clamp(o.handle, a.handle, to_float(min, "min"), to_float(max, "max"), _stream(a._ctx, stream))
-    return o
+    if min is None and max is None:
+        raise InvalidArgumentError("clamp: give min, max or both")
+    if (min is None or _is_number(min)) and (max is None or _is_number(max)):
+        lo = -float("inf") if min is None else to_float(min, "min")
+        hi = float("inf") if max is None else to_float(max, "max")
+        _same_ctx(a._ctx, (out, "out"))
+        o = _out(out, a.shape, a.dtype, a._ctx)
+        C.gpucore_clamp(o.handle, a.handle, lo, hi, _stream(a._ctx, stream))
+        return o
+    # tensor bounds: max(input, min) then min(.., max), NaN-propagating
+    r = a if min is None else maximum(a, min, out=out if max is None else None, stream=stream)
+    return r if max is None else minimum(r, max, out=out, stream=stream)
 
 
 def activation(input: Tensor, act: Union[str, int], out: Optional[Tensor] = None,
@@ -394,60 +445,94 @@ def dropout_backward(grad_output: Tensor, p: float, seed: int, offset: int = 0, 
 
 # ---------------------------------------------------------------- reductions
 
-def reduce(input: Tensor, op: str, dim: Optional[int] = None, keepdim: bool = False,
+DimArg = Union[None, int, Sequence[int]]
+
+
+def _reduced_dims(dim: DimArg, ndim: int) -> Optional[Tuple[int, ...]]:
+    """PyTorch's dim argument as sorted dim indices (None: every element, flat)."""
+    if dim is None:
+        return None
+    if isinstance(dim, (list, tuple)):
+        if len(dim) == 0:  # dim=(): every dim
+            return tuple(range(ndim))
+        ds = [check_dim(d, max(ndim, 1)) for d in dim]
+        if len(set(ds)) != len(ds):
+            raise InvalidArgumentError("dim %s names a dim twice" % (tuple(dim),))
+        return tuple(sorted(ds))
+    return (check_dim(dim, max(ndim, 1)),)
+
+
+def _with_dtype(a: Tensor, dtype: Any, stream: Optional[Stream]) -> Tensor:
+    """PyTorch's dtype= argument: the input cast to dtype first (None: as it is)."""
+    if dtype is None:
+        return a
+    dt = _dt.as_dtype(dtype)
+    return a if dt == a.dtype else cast(a, dt, stream=stream)
+
+
+def reduce(input: Tensor, op: str, dim: DimArg = None, keepdim: bool = False,
            out: Optional[Tensor] = None, stream: Optional[Stream] = None) -> Tensor:
-    """Reduce over one dim (or every element when dim is None). op: "sum", "mean", "max",
-    "min", "argmax", "sumsq". Deterministic. The result has input's dtype (i64 for argmax)."""
+    """Reduce over ``dim``: one dim, a tuple of dims (one pass over the merged dims; ``()``
+    means every dim) or None (every element). op: "sum", "mean", "max", "min", "argmax"
+    (one dim or None only), "sumsq". Deterministic. The result has input's dtype (i64 for
+    argmax)."""
     a = _tensor(input, "input")
     if op not in REDUCTIONS:
         raise InvalidArgumentError("reduce: op must be one of %s, not %r" % (", ".join(REDUCTIONS), op))
     sh = a.shape
-    if dim is None:
-        axis = ALL_AXES
+    dims = _reduced_dims(dim, len(sh))
+    if dims is None or not sh:
         oshape: Tuple[int, ...] = tuple(1 for _ in sh) if keepdim else ()
     else:
-        axis = check_dim(dim, len(sh))
-        oshape = tuple(1 if i == axis else s for i, s in enumerate(sh)) if keepdim else \
-            tuple(s for i, s in enumerate(sh) if i != axis)
+        oshape = tuple(1 if i in dims else s for i, s in enumerate(sh)) if keepdim else \
+            tuple(s for i, s in enumerate(sh) if i not in dims)
     _same_ctx(a._ctx, (out, "out"))
     o = _out(out, oshape, "int64" if op == "argmax" else a.dtype, a._ctx)
-    C.gpucore_reduce(REDUCTIONS[op], o.handle, a.handle, axis, _stream(a._ctx, stream))
+    st = _stream(a._ctx, stream)
+    if dims is None or not sh:
+        C.gpucore_reduce(REDUCTIONS[op], o.handle, a.handle, ALL_AXES, st)
+    elif len(dims) == 1:
+        C.gpucore_reduce(REDUCTIONS[op], o.handle, a.handle, dims[0], st)
+    else:
+        C.gpucore_reduce_dims(REDUCTIONS[op], o.handle, a.handle, (c_int * len(dims))(*dims), len(dims), st)
     return o
 
 
-def sum(input: Tensor, dim: Optional[int] = None, keepdim: bool = False,  # noqa: A001
-        out: Optional[Tensor] = None, stream: Optional[Stream] = None) -> Tensor:
-    """Sum over ``dim`` (None: all elements)."""
-    return reduce(input, "sum", dim, keepdim, out, stream)
+def sum(input: Tensor, dim: DimArg = None, keepdim: bool = False,  # noqa: A001
+        dtype: Any = None, out: Optional[Tensor] = None, stream: Optional[Stream] = None) -> Tensor:
+    """Sum over ``dim`` (an int, a tuple of dims, () or None: all elements); ``dtype``: cast
+    the input to it first and return that dtype (PyTorch's rule)."""
+    return reduce(_with_dtype(input, dtype, stream), "sum", dim, keepdim, out, stream)
 
 
-def mean(input: Tensor, dim: Optional[int] = None, keepdim: bool = False, out: Optional[Tensor] = None,
+def mean(input: Tensor, dim: DimArg = None, keepdim: bool = False, dtype: Any = None,
+         out: Optional[Tensor] = None, stream: Optional[Stream] = None) -> Tensor:
+    """Mean over ``dim`` (as :func:`sum`); NaN for an empty dim; ``dtype`` as :func:`sum`."""
+    return reduce(_with_dtype(input, dtype, stream), "mean", dim, keepdim, out, stream)
+
+
+def amax(input: Tensor, dim: DimArg = (), keepdim: bool = False, out: Optional[Tensor] = None,
          stream: Optional[Stream] = None) -> Tensor:
-    """Mean over ``dim`` (None: all elements); NaN for an empty dim."""
-    return reduce(input, "mean", dim, keepdim, out, stream)
-
-
-def amax(input: Tensor, dim: Optional[int] = None, keepdim: bool = False, out: Optional[Tensor] = None,
-         stream: Optional[Stream] = None) -> Tensor:
-    """Maximum over ``dim`` (NaN propagates)."""
+    """Maximum over ``dim`` (an int, a tuple, or () / None: all); NaN propagates."""
     return reduce(input, "max", dim, keepdim, out, stream)
 
 
-def amin(input: Tensor, dim: Optional[int] = None, keepdim: bool = False, out: Optional[Tensor] = None,
+def amin(input: Tensor, dim: DimArg = (), keepdim: bool = False, out: Optional[Tensor] = None,
          stream: Optional[Stream] = None) -> Tensor:
-    """Minimum over ``dim`` (NaN propagates)."""
+    """Minimum over ``dim`` (an int, a tuple, or () / None: all); NaN propagates."""
     return reduce(input, "min", dim, keepdim, out, stream)
 
 
 def argmax(input: Tensor, dim: Optional[int] = None, keepdim: bool = False, out: Optional[Tensor] = None,
            stream: Optional[Stream] = None) -> Tensor:
-    """Index (i64) of the first maximum over ``dim`` (None: flat index)."""
+    """Index (i64) of the first maximum over ``dim`` (None: flat index; keepdim then keeps
+    every dim as 1, as PyTorch)."""
     return reduce(input, "argmax", dim, keepdim, out, stream)
 
 
-def sum_of_squares(input: Tensor, dim: Optional[int] = None, keepdim: bool = False,
+def sum_of_squares(input: Tensor, dim: DimArg = None, keepdim: bool = False,
                    out: Optional[Tensor] = None, stream: Optional[Stream] = None) -> Tensor:
-    """Sum of squares over ``dim`` (None: all elements)."""
+    """Sum of squares over ``dim`` (as :func:`sum`)."""
     return reduce(input, "sumsq", dim, keepdim, out, stream)
 
 
@@ -494,26 +579,31 @@ def _last_dim_views(x: Tensor, o: Tensor, dim: int) -> Tuple[Tensor, Tensor]:
     return x.transpose(d, -1), o.transpose(d, -1)
 
 
-def softmax(input: Tensor, dim: int = -1, out: Optional[Tensor] = None,
-            stream: Optional[Stream] = None) -> Tensor:
-    """softmax along ``dim`` (numerically stable; -inf entries are masked out). out may be input."""
-    x = _tensor(input, "input")
+def _softmax_fwd(input: Tensor, dim: int, dtype: Any, out: Optional[Tensor], stream: Optional[Stream],
+                 log_: int) -> Tensor:
+    x = _with_dtype(_tensor(input, "input"), dtype, stream)
     _same_ctx(x._ctx, (out, "out"))
-    o = _out(out, x.shape, x.dtype, x._ctx)
+    o = result = _out(out, x.shape, x.dtype, x._ctx)
+    if not x.shape:  # a 0-d tensor is one row of one element (PyTorch takes dim 0 or -1)
+        check_dim(dim, 1)
+        x, o = x.reshape((1,)), o.reshape((1,))
+        dim = 0
     xv, ov = _last_dim_views(x, o, dim)
-    C.gpucore_softmax(ov.handle, xv.handle, 0, _stream(x._ctx, stream))
-    return o
+    C.gpucore_softmax(ov.handle, xv.handle, log_, _stream(x._ctx, stream))
+    return result
+
+
+def softmax(input: Tensor, dim: int = -1, out: Optional[Tensor] = None,
+            stream: Optional[Stream] = None, dtype: Any = None) -> Tensor:
+    """softmax along ``dim`` (numerically stable; -inf entries are masked out). out may be input.
+    ``dtype``: cast the input to it first, compute and return in it (PyTorch's rule)."""
+    return _softmax_fwd(input, dim, dtype, out, stream, 0)
 
 
 def log_softmax(input: Tensor, dim: int = -1, out: Optional[Tensor] = None,
-                stream: Optional[Stream] = None) -> Tensor:
-    """log(softmax(input)) along ``dim``, computed stably."""
-    x = _tensor(input, "input")
-    _same_ctx(x._ctx, (out, "out"))
-    o = _out(out, x.shape, x.dtype, x._ctx)
-    xv, ov = _last_dim_views(x, o, dim)
-    C.gpucore_softmax(ov.handle, xv.handle, 1, _stream(x._ctx, stream))
-    return o
+                stream: Optional[Stream] = None, dtype: Any = None) -> Tensor:
+    """log(softmax(input)) along ``dim``, computed stably; ``dtype`` as :func:`softmax`."""
+    return _softmax_fwd(input, dim, dtype, out, stream, 1)
 
 
 def _softmax_bw(dy: Tensor, y: Tensor, dim: int, log_: int, out: Optional[Tensor],

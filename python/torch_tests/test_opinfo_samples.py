@@ -94,29 +94,32 @@ def binary(fn):
     return call
 
 
+def g_dtype(d):
+    """A torch dtype argument (dtype=) as gpucore's; None stays None."""
+    if d is None:
+        return None
+    names = {torch.float32: g.float32, torch.float64: g.float64, torch.float16: g.float16,
+             torch.bfloat16: g.bfloat16}
+    if d not in names:
+        raise Refused("dtype=%s" % d)
+    return names[d]
+
+
 def add_sub(fn):
     def call(x, args, kwargs):
-        if "alpha" in kwargs and kwargs["alpha"] != 1:
-            raise Refused("alpha=")
         no_kwargs(kwargs, ("alpha",))
-        return fn(x, args[0])
+        return fn(x, args[0], alpha=kwargs.get("alpha", 1))
     return call
 
 
 def div(x, args, kwargs):
-    if kwargs.get("rounding_mode") is not None:
-        raise Refused("rounding_mode=%r" % kwargs["rounding_mode"])
     no_kwargs(kwargs, ("rounding_mode",))
-    return g.div(x, args[0])
+    return g.div(x, args[0], rounding_mode=kwargs.get("rounding_mode"))
 
 
 def clamp(x, args, kwargs):
     lo = args[0] if len(args) > 0 else kwargs.get("min")
     hi = args[1] if len(args) > 1 else kwargs.get("max")
-    if lo is None or hi is None:
-        raise Refused("clamp with only min or only max")
-    if isinstance(lo, g.Tensor) or isinstance(hi, g.Tensor):
-        raise Refused("clamp with tensor bounds")
     return g.clamp(x, lo, hi)
 
 
@@ -128,27 +131,19 @@ def gelu(x, args, kwargs):
 def softmax_like(fn):
     def call(x, args, kwargs):
         dim = args[0] if args else kwargs.get("dim")
-        if kwargs.get("dtype") is not None or len(args) > 1:
-            raise Refused("dtype=")
+        dtype = args[1] if len(args) > 1 else kwargs.get("dtype")
         no_kwargs(kwargs, ("dim", "dtype"))
-        return fn(x, dim=dim)
+        return fn(x, dim=dim, dtype=g_dtype(dtype))
     return call
 
 
-def reduction(fn, has_keepdim=True):
+def reduction(fn, has_dtype=False):
     def call(x, args, kwargs):
         dim = args[0] if args else kwargs.get("dim")
         keepdim = args[1] if len(args) > 1 else kwargs.get("keepdim", False)
-        if kwargs.get("dtype") is not None:
-            raise Refused("dtype=")
-        no_kwargs(kwargs, ("dim", "keepdim", "dtype"))
-        if isinstance(dim, (list, tuple)):
-            if len(dim) == 1:
-                dim = dim[0]
-            elif len(dim) == 0:
-                raise Refused("dim=()")
-            else:
-                raise Refused("several dims at once")
+        no_kwargs(kwargs, ("dim", "keepdim", "dtype") if has_dtype else ("dim", "keepdim"))
+        if has_dtype:
+            return fn(x, dim=dim, keepdim=keepdim, dtype=g_dtype(kwargs.get("dtype")))
         return fn(x, dim=dim, keepdim=keepdim)
     return call
 
@@ -224,7 +219,7 @@ ADAPTERS = {
     "nn.functional.relu": unary(g.relu), "nn.functional.silu": unary(g.silu), "nn.functional.gelu": gelu,
     "add": add_sub(g.add), "sub": add_sub(g.sub), "mul": binary(g.mul), "div": div, "clamp": clamp,
     "softmax": softmax_like(g.softmax), "log_softmax": softmax_like(g.log_softmax),
-    "sum": reduction(g.sum), "mean": reduction(g.mean), "amax": reduction(g.amax), "amin": reduction(g.amin),
+    "sum": reduction(g.sum, True), "mean": reduction(g.mean, True), "amax": reduction(g.amax), "amin": reduction(g.amin),
     "argmax": reduction(g.argmax), "matmul": matmul, "nn.functional.linear": linear,
     "nn.functional.layer_norm": layer_norm, "nn.functional.cross_entropy": cross_entropy,
     "nn.functional.conv2d": conv2d, "nn.functional.embedding": embedding,
