@@ -633,34 +633,59 @@ def log_softmax_backward(grad_output: Tensor, output: Tensor, dim: int = -1, out
     return _softmax_bw(grad_output, output, dim, 1, out, stream)
 
 
-def _check_normalized(x: Tensor, normalized_shape: Any, fn: str) -> None:
+def _normalized_dims(x: Tensor, normalized_shape: Any, fn: str) -> int:
+    """How many trailing dims of x ``normalized_shape`` names (None: the last one)."""
     if normalized_shape is None:
-        return
+        return 1
     ns = (normalized_shape,) if isinstance(normalized_shape, numbers.Integral) else tuple(normalized_shape)
-    if len(ns) != 1 or not x.shape or ns[0] != x.shape[-1]:
+    if not ns or len(ns) > len(x.shape) or tuple(x.shape[len(x.shape) - len(ns):]) != ns:
+        raise ShapeMismatchError("%s: normalized_shape %s must be the trailing dims of the input %s" %
+                                 (fn, ns, x.shape))
+    return len(ns)
+
+
+def _check_normalized(x: Tensor, normalized_shape: Any, fn: str) -> None:
+    if _normalized_dims(x, normalized_shape, fn) != 1:
         raise ShapeMismatchError("%s: normalized_shape %s must be the last dim of the input %s (only "
-                                 "normalisation over the last dim is supported)" % (fn, ns, x.shape))
+                                 "normalisation over the last dim is supported)" % (fn, normalized_shape, x.shape))
 
 
 def layer_norm(input: Tensor, normalized_shape: Any = None, weight: Optional[Tensor] = None,
                bias: Optional[Tensor] = None, eps: float = 1e-5, return_stats: bool = False,
                out: Optional[Tensor] = None, stream: Optional[Stream] = None) -> Any:
-    """LayerNorm over the last dim: (x - mean) * rstd * weight + bias, rstd = 1/sqrt(var + eps)
-    (biased variance). weight and bias: [C], both or neither (their dtype may differ from the
-    input's, e.g. f32 parameters for bf16 activations). ``normalized_shape`` (optional) must be
-    the last dim. With ``return_stats=True`` returns ``(y, mean, rstd)`` (f32, input's leading
-    shape) for :func:`layer_norm_backward`; else y."""
+    """LayerNorm over the trailing dims ``normalized_shape`` names (None: the last dim):
+    (x - mean) * rstd * weight + bias, rstd = 1/sqrt(var + eps) (biased variance), as
+    torch.nn.functional.layer_norm. weight and bias: ``normalized_shape``, both or neither
+    (their dtype may differ from the input's, e.g. f32 parameters for bf16
+    activations). Several trailing dims are normalised as one row of their product. With
+    ``return_stats=True`` returns ``(y, mean, rstd)`` (f32, input's leading shape) for
+    :func:`layer_norm_backward`; else y."""
     x = _tensor(input, "input")
-    _check_normalized(x, normalized_shape, "layer_norm")
-    if (weight is None) != (bias is None):
-        raise InvalidArgumentError("layer_norm: give both weight and bias or neither")
+    nd = _normalized_dims(x, normalized_shape, "layer_norm")
     ctx = x._ctx
     _same_ctx(ctx, (weight, "weight"), (bias, "bias"), (out, "out"))
+    lead, row = tuple(x.shape[:len(x.shape) - nd]), tuple(x.shape[len(x.shape) - nd:])
+    for t, what in ((weight, "weight"), (bias, "bias")):
+        if t is not None and tuple(_tensor(t, what).shape) != row:
+            raise ShapeMismatchError("layer_norm: %s has shape %s but normalized_shape is %s" % (what, t.shape, row))
+    if (weight is None) != (bias is None):
+        raise InvalidArgumentError("layer_norm: give both weight and bias or neither")
     o = _out(out, x.shape, x.dtype, ctx)
+    if nd != 1 or not x.shape:
+        cols = int(np.prod(row)) if row else 1
+        xr = x.reshape(lead + (cols,))
+        w = weight.reshape((cols,)) if weight is not None else None
+        b = bias.reshape((cols,)) if bias is not None else None
+        res = layer_norm(xr, None, w, b, eps, return_stats, stream=stream)
+        y = (res[0] if return_stats else res).reshape(x.shape)
+        if out is not None:
+            o.copy_(y, stream=stream)
+            y = o
+        return (y,) + tuple(res[1:]) if return_stats else y
     mu = rs = None
     if return_stats:
-        mu = empty(x.shape[:-1], "float32", device=ctx)
-        rs = empty(x.shape[:-1], "float32", device=ctx)
+        mu = empty(lead, "float32", device=ctx)
+        rs = empty(lead, "float32", device=ctx)
     C.gpucore_layer_norm(o.handle, _opt(mu, "mean"), _opt(rs, "rstd"), x.handle, _opt(weight, "weight"),
                          _opt(bias, "bias"), to_float(eps, "eps"), _stream(ctx, stream))
     return (o, mu, rs) if return_stats else o
