@@ -753,24 +753,97 @@ def _loss_reduction(reduction: str) -> int:
     return LOSS_REDUCTIONS[reduction]
 
 
-def cross_entropy(input: Tensor, target: Tensor, ignore_index: int = -100, reduction: str = "mean",
-                  out: Optional[Tensor] = None, stream: Optional[Stream] = None) -> Tensor:
-    """Cross-entropy of softmax(input) (logits [..., C]) against integer class targets (i32/i64,
-    input's leading shape), fused and stable. Rows whose target is ``ignore_index`` count 0 and
-    are not counted by "mean". reduction "none" gives one loss per row (input's dtype);
-    "mean"/"sum" a 0-d f32 tensor. A target outside [0, C) gives NaN for its row."""
+def _class_rows(x: Tensor) -> Tensor:
+    """PyTorch's (N, C, d1, ...) / (C,) logits as rows [N·d1·..., C] (class dim last)."""
+    if len(x.shape) == 1:
+        return x.reshape((1, x.shape[0]))
+    if len(x.shape) == 2:
+        return x
+    return x.permute([0] + list(range(2, len(x.shape))) + [1]).contiguous().reshape((-1, x.shape[1]))
+
+
+def cross_entropy(input: Tensor, target: Tensor, weight: Optional[Tensor] = None, ignore_index: int = -100,
+                  reduction: str = "mean", label_smoothing: float = 0.0, out: Optional[Tensor] = None,
+                  stream: Optional[Stream] = None) -> Tensor:
+    """torch.nn.functional.cross_entropy: cross-entropy of softmax(input) against ``target``.
+
+    input: logits (N, C), (N, C, d1, ...) (class dim 1) or unbatched (C,). target: integer
+    classes (i32/i64, input's shape without the class dim) or class probabilities (a float
+    tensor of input's shape). ``weight``: a [C] rescaling of each class (None: 1).
+    ``label_smoothing`` ε in [0, 1]: the target mixes (1-ε)·target with ε/C uniform. Rows
+    whose integer target is ``ignore_index`` count 0 and are not counted by "mean". "mean"
+    divides by the summed weights of the counted targets (integer targets) or by the row
+    count (probabilities). reduction "none" gives one loss per row (input's dtype, target's
+    shape); "mean"/"sum" a 0-d f32 tensor. Plain (N, C) integer targets without weight or
+    smoothing run as one fused, stable kernel; the rest as log_softmax (f32) and a
+    weighted row sum (integer targets: the weighted target matrix is built on the host).
+    A target outside [0, C) gives NaN for its row (fused) or is an error (host path)."""
     x = _tensor(input, "input")
     t = _tensor(target, "target")
     r = _loss_reduction(reduction)
+    eps = to_float(label_smoothing, "label_smoothing")
+    if not 0.0 <= eps <= 1.0:
+        raise InvalidArgumentError("cross_entropy: label_smoothing must be in [0, 1], not %r" % (eps,))
     ctx = x._ctx
-    _same_ctx(ctx, (t, "target"), (out, "out"))
-    if out is None:
-        o = empty(t.shape, x.dtype, device=ctx) if r == 0 else empty((), "float32", device=ctx)
+    _same_ctx(ctx, (t, "target"), (weight, "weight"), (out, "out"))
+    probs = t.dtype in (_dt.float32, _dt.float16, _dt.bfloat16, _dt.float64)
+    if len(x.shape) == 2 and not probs and weight is None and eps == 0.0:
+        if out is None:
+            o = empty(t.shape, x.dtype, device=ctx) if r == 0 else empty((), "float32", device=ctx)
+        else:
+            o = _tensor(out, "out")
+        C.gpucore_cross_entropy(o.handle, x.handle, t.handle, to_int(ignore_index, "ignore_index"), r,
+                                _stream(ctx, stream))
+        return o
+    if not x.shape:
+        raise ShapeMismatchError("cross_entropy: input must be (C,), (N, C) or (N, C, d1, ...), not 0-d")
+    ncls = x.shape[0] if len(x.shape) == 1 else x.shape[1]
+    rshape = tuple(x.shape[:1] + x.shape[2:]) if len(x.shape) > 1 else ()
+    if tuple(t.shape) != (tuple(x.shape) if probs else rshape):
+        raise ShapeMismatchError("cross_entropy: input %s needs %s target of shape %s, not %s" %
+                                 (x.shape, "a probability" if probs else "an index",
+                                  tuple(x.shape) if probs else rshape, t.shape))
+    if weight is not None and tuple(_tensor(weight, "weight").shape) != (ncls,):
+        raise ShapeMismatchError("cross_entropy: weight must be [%d] (one per class), not %s" % (ncls, weight.shape))
+    rows = _class_rows(x)
+    nrow = rows.shape[0]
+    if not probs and weight is None and eps == 0.0:  # class dim 1 or unbatched: the fused kernel on rows
+        res = cross_entropy(rows, t.reshape((nrow,)), None, ignore_index, reduction, stream=stream)
+        res = res.reshape(rshape) if r == 0 else res
     else:
-        o = _tensor(out, "out")
-    C.gpucore_cross_entropy(o.handle, x.handle, t.handle, to_int(ignore_index, "ignore_index"), r,
-                            _stream(ctx, stream))
-    return o
+        logp = log_softmax(rows, dim=-1, dtype=_dt.float32, stream=stream)
+        w = None if weight is None else cast(weight, _dt.float32, stream=stream).reshape((1, ncls))
+        if probs:
+            tm = _class_rows(cast(t, _dt.float32, stream=stream))
+            if eps:
+                tm = scale(tm, 1.0 - eps, eps / ncls, stream=stream)
+            if w is not None:
+                tm = mul(tm, w, stream=stream)
+            denom = float(nrow)
+        else:
+            ti = np.asarray(t.numpy()).reshape(-1).astype(np.int64)
+            valid = ti != int(ignore_index)
+            if np.any(valid & ((ti < 0) | (ti >= ncls))):
+                raise InvalidArgumentError("cross_entropy: a target lies outside [0, %d) and is not ignore_index" % ncls)
+            wh = np.ones(ncls) if weight is None else np.asarray(cast(weight, _dt.float64).numpy(), np.float64)
+            th = np.zeros((nrow, ncls))
+            idx = np.nonzero(valid)[0]
+            th[idx, ti[idx]] = (1.0 - eps) * wh[ti[idx]]
+            th[idx, :] += (eps / ncls) * wh[None, :]
+            tm = _new(ctx, (nrow, ncls), _dt.float32)
+            tm.copy_(th.astype(np.float32))
+            denom = float(wh[ti[idx]].sum())
+        per_row = neg(sum(mul(tm, logp, stream=stream), dim=-1, stream=stream), stream=stream)
+        if r == 0:
+            res = cast(per_row, x.dtype, stream=stream).reshape(rshape)
+        else:
+            res = sum(per_row, stream=stream)
+            if r == LOSS_REDUCTIONS["mean"]:
+                res = scale(res, 1.0 / denom if denom else float("nan"), stream=stream)
+    if out is not None:
+        _tensor(out, "out").copy_(res, stream=stream)
+        return out
+    return res
 
 
 def cross_entropy_backward(input: Tensor, target: Tensor, grad_output: TensorOrNumber = 1.0,

@@ -170,17 +170,10 @@ def layer_norm(x, args, kwargs):
 
 
 def cross_entropy(x, args, kwargs):
-    target = args[0]
-    for k in ("weight", "label_smoothing"):
-        if kwargs.get(k) not in (None, 0.0):
-            raise Refused("%s=" % k)
     no_kwargs(kwargs, ("weight", "label_smoothing", "ignore_index", "reduction"))
-    if target.dtype in (g.float32, g.bfloat16, g.float16):
-        raise Refused("class probabilities as targets")
-    if len(x.shape) != 2:
-        raise Refused("(N, C, d1, ...) or unbatched (C,) layout")
-    return g.cross_entropy(x, target, ignore_index=kwargs.get("ignore_index", -100),
-                           reduction=kwargs.get("reduction", "mean"))
+    return g.cross_entropy(x, args[0], weight=kwargs.get("weight"), ignore_index=kwargs.get("ignore_index", -100),
+                           reduction=kwargs.get("reduction", "mean"),
+                           label_smoothing=kwargs.get("label_smoothing", 0.0))
 
 
 def conv2d(x, args, kwargs):
