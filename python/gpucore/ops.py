@@ -33,6 +33,7 @@ from .context import Context, Stream
 from .errors import (DeviceMismatchError, InvalidArgumentError, InvalidArgumentTypeError, NullPointerError,
                      ShapeMismatchError)
 from .tensor import Tensor, _generator, _new, empty, full
+from .tensor import tensor as _tensor_from_host
 
 __all__ = [
     "cat", "add", "sub", "mul", "div", "maximum", "minimum", "exp", "log", "sqrt", "rsqrt", "abs", "neg", "square", "scale", "axpy_", "clamp",
@@ -830,8 +831,7 @@ def cross_entropy(input: Tensor, target: Tensor, weight: Optional[Tensor] = None
             idx = np.nonzero(valid)[0]
             th[idx, ti[idx]] = (1.0 - eps) * wh[ti[idx]]
             th[idx, :] += (eps / ncls) * wh[None, :]
-            tm = _new(ctx, (nrow, ncls), _dt.float32)
-            tm.copy_(th.astype(np.float32))
+            tm = _host_tensor(th, _dt.float32, ctx)
             denom = float(wh[ti[idx]].sum())
         per_row = neg(sum(mul(tm, logp, stream=stream), dim=-1, stream=stream), stream=stream)
         if r == 0:
@@ -871,32 +871,87 @@ def cross_entropy_backward(input: Tensor, target: Tensor, grad_output: TensorOrN
 
 
 def embedding(input: Tensor, weight: Tensor, out: Optional[Tensor] = None,
-              stream: Optional[Stream] = None) -> Tensor:
+              stream: Optional[Stream] = None, *, padding_idx: Optional[int] = None,
+              max_norm: Optional[float] = None, norm_type: float = 2.0, scale_grad_by_freq: bool = False,
+              sparse: bool = False) -> Tensor:
     """out[i..., :] = weight[input[i...], :]; input: i32/i64 indices of any shape, weight [V, D].
-    An index outside [0, V) gives a row of NaN (not checked on the host)."""
+    An index outside [0, V) gives a row of NaN (not checked on the host).
+
+    PyTorch's options (torch.nn.functional.embedding): ``padding_idx`` (negative counts from
+    the end) and ``scale_grad_by_freq`` only change the gradient (pass them to
+    :func:`embedding_backward`); ``max_norm``: first renormalise, in place in ``weight``, each
+    row that ``input`` references and whose ``norm_type``-norm exceeds max_norm, to
+    max_norm / (norm + 1e-7) times itself, as PyTorch (a host round trip for the indices and
+    norms). ``sparse`` is accepted for PyTorch code: there is no autograd here, and
+    :func:`embedding_backward` gives the dense gradient."""
     idx = _tensor(input, "input")
     w = _tensor(weight, "weight")
     if len(w.shape) != 2:
         raise ShapeMismatchError("embedding: weight must be [V, D], not %s" % (w.shape,))
+    if padding_idx is not None:
+        _padding_row(padding_idx, w.shape[0])
     ctx = w._ctx
     _same_ctx(ctx, (idx, "input"), (out, "out"))
+    if max_norm is not None:
+        _embedding_renorm_(w, idx, to_float(max_norm, "max_norm"), to_float(norm_type, "norm_type"), stream)
     o = _out(out, tuple(idx.shape) + (w.shape[1],), w.dtype, ctx)
     C.gpucore_embedding(o.handle, w.handle, idx.handle, _stream(ctx, stream))
     return o
 
 
+def _host_tensor(a: np.ndarray, dtype: Any, ctx: Context) -> Tensor:
+    """A host float64 array as a new tensor of dtype (rounded through f32) on ctx."""
+    return _tensor_from_host(np.ascontiguousarray(a, np.float32), dtype=dtype, device=ctx)
+
+
+def _padding_row(padding_idx: int, num_weights: int) -> int:
+    """PyTorch's padding_idx as a row index (negative counts from the end)."""
+    p = to_int(padding_idx, "padding_idx", -num_weights, num_weights - 1)
+    return p + num_weights if p < 0 else p
+
+
+def _embedding_renorm_(w: Tensor, idx: Tensor, max_norm: float, norm_type: float, stream: Optional[Stream]) -> None:
+    """torch.embedding_renorm_: rows of w that idx references with norm > max_norm scaled
+    in place by max_norm / (norm + 1e-7)."""
+    if not norm_type > 0:
+        raise InvalidArgumentError("embedding: norm_type must be > 0, not %r" % (norm_type,))
+    wh = np.asarray(cast(w, _dt.float64, stream=stream).numpy(), np.float64)
+    rows = np.unique(np.asarray(idx.numpy()).reshape(-1).astype(np.int64))
+    rows = rows[(rows >= 0) & (rows < w.shape[0])]
+    norms = np.linalg.norm(wh[rows], ord=norm_type, axis=1) if rows.size else np.zeros(0)
+    factor = np.ones((w.shape[0], 1))
+    big = norms > max_norm
+    factor[rows[big], 0] = max_norm / (norms[big] + 1e-7)
+    if big.any():
+        mul(w, _host_tensor(factor, w.dtype, w._ctx), out=w, stream=stream)
+
+
 def embedding_backward(grad_output: Tensor, input: Tensor, num_weights: int, out: Optional[Tensor] = None,
-                       stream: Optional[Stream] = None) -> Tensor:
+                       stream: Optional[Stream] = None, *, padding_idx: Optional[int] = None,
+                       scale_grad_by_freq: bool = False) -> Tensor:
     """dweight [num_weights, D]: row v sums grad_output rows whose index is v (deterministic;
-    every row written, 0 where no index hits; out-of-range indices add nothing)."""
+    every row written, 0 where no index hits; out-of-range indices add nothing).
+    ``padding_idx``: that row's gradient is 0 (PyTorch's padding entry is never trained).
+    ``scale_grad_by_freq``: each gradient row divided by how often its index occurs in input
+    (counted on the host)."""
     dy = _tensor(grad_output, "grad_output")
     idx = _tensor(input, "input")
     ctx = dy._ctx
     if not dy.shape:
         raise ShapeMismatchError("embedding_backward: grad_output must be [..., D]")
     _same_ctx(ctx, (idx, "input"), (out, "out"))
-    o = _out(out, (to_int(num_weights, "num_weights", 0), dy.shape[-1]), dy.dtype, ctx)
+    nw = to_int(num_weights, "num_weights", 0)
+    o = _out(out, (nw, dy.shape[-1]), dy.dtype, ctx)
+    if scale_grad_by_freq:
+        ih = np.asarray(idx.numpy()).reshape(-1).astype(np.int64)
+        ok = (ih >= 0) & (ih < nw)
+        counts = np.bincount(ih[ok], minlength=nw) if nw else np.zeros(0, np.int64)
+        inv = np.ones(ih.shape)
+        inv[ok] = 1.0 / counts[ih[ok]]
+        dy = mul(dy, _host_tensor(inv.reshape(tuple(idx.shape) + (1,)), dy.dtype, ctx), stream=stream)
     C.gpucore_embedding_backward(o.handle, dy.handle, idx.handle, _stream(ctx, stream))
+    if padding_idx is not None and nw:
+        o[_padding_row(padding_idx, nw)].zero_()
     return o
 
 
