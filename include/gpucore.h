@@ -865,6 +865,18 @@ GPUCORE_API void gpucore_matmul_options_init(gpucore_matmul_options *opts);
 GPUCORE_API gpucore_status gpucore_matmul(const gpucore_tensor *a, const gpucore_tensor *b, gpucore_tensor *d,
                                           const gpucore_matmul_options *opts, gpucore_stream *stream);
 
+/* --- torch.matmul's shape rules (1-d operands, broadcast batch dims) ---
+ * d = a·b with PyTorch's rules: a 1-d a is a row [1, K] and a 1-d b a column
+ * [K, 1], the added dim dropped from d (both 1-d: a dot product, d 0-d); the
+ * batch dims (all but the last two) broadcast numpy-style, any number of them.
+ * d's shape is batch + [M] (a not 1-d) + [N] (b not 1-d); d may have any
+ * strides. Operands are used in place as strided views (one batched GEMM); an
+ * operand whose broadcast batch dims do not merge into one stride, or a d that
+ * is not row-major, goes through a dense copy. Dtypes as gpucore_matmul without
+ * options (no epilogue, alpha 1, beta 0, the context's TF32 setting). */
+GPUCORE_API gpucore_status gpucore_matmul_nd(const gpucore_tensor *a, const gpucore_tensor *b, gpucore_tensor *d,
+                                             gpucore_stream *stream);
+
 /* Whether matmuls on f32 operands may use TF32 tensor cores (10-bit mantissa
  * products, fp32 accumulation; error ~1e-3 relative) when the call's allow_tf32 is
  * -1. Default 0. The CPU backend always computes in full f32. */

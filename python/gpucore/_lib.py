@@ -306,6 +306,7 @@ DECLARATIONS: Dict[str, Tuple[Any, List[Any]]] = {
     # matmul and linear
     "gpucore_matmul_options_init": (None, [POINTER(MatmulOptions)]),
     "gpucore_matmul": (STATUS, [H, H, H, POINTER(MatmulOptions), H]),
+    "gpucore_matmul_nd": (STATUS, [H, H, H, H]),
     "gpucore_context_set_allow_tf32": (STATUS, [H, c_int]),
     "gpucore_context_get_allow_tf32": (STATUS, [H, P_INT]),
     "gpucore_matmul_set_workspace_size": (STATUS, [H, c_int64]),

@@ -70,9 +70,9 @@ def matmul(a: Tensor, b: Tensor, out: Optional[Tensor] = None, *, trans_a: bool 
     _same_ctx(ctx, (b, "b"), (out, "out"), (c, "c"), (bias, "bias"), (aux, "aux"), (bias_grad, "bias_grad"))
     plain = not (trans_a or trans_b or c is not None or bias is not None or epilogue not in (None, "none") or
                  aux is not None or bias_grad is not None or scale_a is not None or scale_b is not None or
-                 amax_d is not None or alpha != 1.0 or beta != 0.0)
+                 amax_d is not None or alpha != 1.0 or beta != 0.0 or allow_tf32 is not None)
     if plain and _needs_torch_shapes(a.shape, b.shape):
-        return _matmul_broadcast(a, b, out, out_dtype, allow_tf32, stream)
+        return _matmul_broadcast(a, b, out, out_dtype, stream)
     if len(a.shape) not in (2, 3) or len(b.shape) not in (2, 3):
         raise ShapeMismatchError("matmul: a and b must be 2-d or 3-d, not %s and %s" % (a.shape, b.shape))
     sa, sb = list(a.shape), list(b.shape)
@@ -131,38 +131,21 @@ def _needs_torch_shapes(sa: Sequence[int], sb: Sequence[int]) -> bool:
     return len(sa) == 3 and len(sb) == 3 and sa[0] != sb[0]
 
 
-def _matmul_broadcast(a: Tensor, b: Tensor, out: Optional[Tensor], out_dtype: Any, allow_tf32: Optional[bool],
-                      stream: Optional[Stream]) -> Tensor:
-    """torch.matmul's shape rules on the GEMM: a 1-d a is a row [1, K] and a 1-d b a
-    column [K, 1] (the added dim is dropped from the result; both 1-d is a dot product,
-    a 0-d result); batch dims broadcast numpy-style. A 2-d b under a batched a is one
-    GEMM over the merged rows; otherwise both operands are expanded to the broadcast
-    batch, merged into one batch dim and run as one batched GEMM."""
+def _matmul_broadcast(a: Tensor, b: Tensor, out: Optional[Tensor], out_dtype: Any, stream: Optional[Stream]) -> Tensor:
+    """torch.matmul's shape rules (gpucore_matmul_nd): a 1-d a is a row and a 1-d b a
+    column (the added dim dropped; both 1-d is a dot product, a 0-d result); batch dims
+    broadcast numpy-style. One batched GEMM on strided views."""
     if not a.shape or not b.shape:
         raise ShapeMismatchError("matmul: both operands need at least 1 dim, not %s and %s" % (a.shape, b.shape))
-    a2 = a.unsqueeze(0) if len(a.shape) == 1 else a
-    b2 = b.unsqueeze(1) if len(b.shape) == 1 else b
-    m, k = a2.shape[-2], a2.shape[-1]
-    if b2.shape[-2] != k:
-        raise ShapeMismatchError("matmul: inner dimensions differ: %s @ %s" % (a.shape, b.shape))
-    n = b2.shape[-1]
+    m = (a.shape[-2],) if len(a.shape) > 1 else ()
+    n = (b.shape[-1],) if len(b.shape) > 1 else ()
     try:
-        batch = tuple(np.broadcast_shapes(tuple(a2.shape[:-2]), tuple(b2.shape[:-2])))
+        batch = tuple(np.broadcast_shapes(tuple(a.shape[:-2]), tuple(b.shape[:-2])))
     except ValueError:
-        raise ShapeMismatchError("matmul: batch dims %s and %s do not broadcast" %
-                                 (a2.shape[:-2], b2.shape[:-2])) from None
-    nb = int(np.prod(batch)) if batch else 1
-    if len(b2.shape) == 2:  # [..., M, K] @ [K, N]: one GEMM over every row
-        d = matmul(a2.reshape(nb * m, k), b2, out_dtype=out_dtype, allow_tf32=allow_tf32, stream=stream)
-    else:
-        a3 = a2 if len(a2.shape) == 2 else a2.expand(batch + (m, k)).contiguous().reshape(nb, m, k)
-        b3 = b2.expand(batch + (k, n)).contiguous().reshape(nb, k, n)
-        d = matmul(a3, b3, out_dtype=out_dtype, allow_tf32=allow_tf32, stream=stream)
-    shape = batch + ((m,) if len(a.shape) > 1 else ()) + ((n,) if len(b.shape) > 1 else ())
-    d = d.reshape(shape)
-    if out is not None:
-        _out(out, shape, None, a._ctx).copy_(d, stream=stream)
-        return out
+        batch = ()  # the library names the shapes that do not broadcast
+    d = empty(batch + m + n, a.dtype if out_dtype is None else _dt.as_dtype(out_dtype), device=a._ctx) \
+        if out is None else _tensor(out, "out")
+    C.gpucore_matmul_nd(a.handle, b.handle, d.handle, _stream(a._ctx, stream))
     return d
 
 
