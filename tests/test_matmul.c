@@ -508,6 +508,8 @@ static const nd_case nd_cases[] = {
     {3, 3, {1, 3, 4}, {1, 4, 2}, 0, 0},      /* batch of one */
     {2, 1, {3, 4}, {4}, 1, 0},               /* transposed a */
     {3, 3, {2, 3, 4}, {2, 4, 5}, 0, 1},      /* d not row-major: dense result copied in */
+    {3, 3, {0, 2, 4}, {1, 4, 5}, 0, 0},      /* a batch of 0: d empty */
+    {2, 1, {3, 0}, {0}, 0, 0},               /* K = 0: d all 0 */
 };
 
 /* Row-major index of the broadcast operand element for output batch index ob. */
@@ -541,7 +543,7 @@ static void test_matmul_nd(gpucore_context *ctx, const char *dev)
             for (int i = 0; i < nbd; i++) {
                 int ia = i - (nbd - ab), ib = i - (nbd - bb);
                 int64_t ea = ia >= 0 ? c->a[ia] : 1, eb = ib >= 0 ? c->b[ib] : 1;
-                batch[i] = ea > eb ? ea : eb;
+                batch[i] = ea == 1 ? eb : ea;
                 dshape[nd++] = batch[i];
                 nbt *= batch[i];
             }

@@ -176,6 +176,7 @@ gpucore_status gpucore_matmul_nd(const gpucore_tensor *a, const gpucore_tensor *
                                  gpucore_shape_str(d->ndim, d->shape, x + 100, 100));
     gpucore_stream *s;
     if ((st = gpucore_resolve_stream(d->ctx, stream, op, &s))) return st;
+    if (nb == 0 || M == 0 || N == 0) return GPUCORE_OK; /* d is empty */
     nd_operand oa, ob, od;
     as_operand(a, nbd, batch, 0, &oa);
     as_operand(b, nbd, batch, 1, &ob);
