@@ -850,8 +850,10 @@ def cross_entropy_backward(input: Tensor, target: Tensor, grad_output: TensorOrN
                            ignore_index: int = -100, reduction: str = "mean", out: Optional[Tensor] = None,
                            stream: Optional[Stream] = None) -> Tensor:
     """d loss / d input = grad * (softmax(input) - onehot(target)); 0 on ignored rows; "mean"
-    divides by the counted rows. ``grad_output``: the loss's gradient (a tensor of the loss's
-    shape, or a number for a reduced loss, e.g. the loss scale). out may be input (in place)."""
+    divides by the counted rows. Integer targets, no class weight or label smoothing; the
+    layouts of :func:`cross_entropy` ((N, C), (N, C, d1, ...) with class dim 1, (C,)).
+    ``grad_output``: the loss's gradient (a tensor of the loss's shape, or a number for a
+    reduced loss, e.g. the loss scale). out may be input (in place) for (N, C) logits."""
     x = _tensor(input, "input")
     t = _tensor(target, "target")
     r = _loss_reduction(reduction)
@@ -865,6 +867,18 @@ def cross_entropy_backward(input: Tensor, target: Tensor, grad_output: TensorOrN
         dl = _tensor(grad_output, "grad_output")
     _same_ctx(ctx, (t, "target"), (dl, "grad_output"), (out, "out"))
     o = _out(out, x.shape, x.dtype, ctx)
+    if len(x.shape) != 2 and x.shape:  # class dim 1 (or unbatched): the kernel on [rows, C], moved back
+        rows = _class_rows(x)
+        nrow = rows.shape[0]
+        dr = cross_entropy_backward(rows, t.reshape((nrow,)), dl.reshape((nrow,)) if r == 0 else dl,
+                                    ignore_index, reduction, stream=stream)
+        if len(x.shape) == 1:
+            o.copy_(dr.reshape(x.shape), stream=stream)
+        else:
+            lead = (x.shape[0],) + tuple(x.shape[2:])
+            moved = dr.reshape(lead + (x.shape[1],)).permute([0, len(x.shape) - 1] + list(range(1, len(x.shape) - 1)))
+            o.copy_(moved, stream=stream)
+        return o
     C.gpucore_cross_entropy_backward(o.handle, dl.handle, x.handle, t.handle, to_int(ignore_index, "ignore_index"),
                                      r, _stream(ctx, stream))
     return o

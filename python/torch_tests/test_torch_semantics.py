@@ -82,6 +82,25 @@ def test_torch_semantics():
         torch.nn.functional.conv2d(torch.tensor(img, dtype=torch.float64), torch.tensor(k, dtype=torch.float64), padding="same", dilation=(1, 2)).numpy())
 
 
+def test_cross_entropy_backward_layouts():
+    rng = np.random.default_rng(4)
+    for shape in ((2, 5, 3, 4), (5,), (3, 5)):
+        lg = rng.standard_normal(shape).astype(np.float32)
+        tshape = (shape[0],) + shape[2:] if len(shape) > 1 else ()
+        tg = rng.integers(0, 5, tshape)
+        if tg.size > 1:
+            tg.reshape(-1)[0] = -100
+        for reduction in ("mean", "sum", "none"):
+            tl = torch.tensor(lg, dtype=torch.float64, requires_grad=True)
+            loss = torch.nn.functional.cross_entropy(tl, torch.tensor(tg), reduction=reduction)
+            gy = torch.ones_like(loss) * 1.5
+            loss.backward(gy)
+            grad = 1.5 if reduction != "none" else g.tensor(np.full(tshape, 1.5, np.float32))
+            ours = g.cross_entropy_backward(T(lg), g.tensor(np.array(tg)), grad, reduction=reduction)
+            chk("CE backward %s %s" % (shape, reduction), ours, tl.grad.numpy())
+    chk("matmul batch of 0", g.matmul(T(np.zeros((0, 2, 4))), T(np.ones((1, 4, 5)))), np.zeros((0, 2, 5)))
+
+
 def test_still_invalid():
     rng = np.random.default_rng(2)
     x = rng.standard_normal((4, 5, 6)).astype(np.float32)
