@@ -567,6 +567,14 @@ GPUCORE_API gpucore_status gpucore_embedding(gpucore_tensor *out, const gpucore_
  * indices contribute nothing. */
 GPUCORE_API gpucore_status gpucore_embedding_backward(gpucore_tensor *dweight, const gpucore_tensor *dout,
                                                       const gpucore_tensor *indices, gpucore_stream *stream);
+/* --- PyTorch's padding_idx ---
+ * gpucore_embedding_backward, then row padding_idx of dweight set to 0 (the padding
+ * entry is never trained; torch.nn.functional.embedding(..., padding_idx=p)). The
+ * forward is gpucore_embedding unchanged. padding_idx in [-V, V) (negative counts
+ * from the end), else GPUCORE_ERR_INVALID_ARGUMENT. */
+GPUCORE_API gpucore_status gpucore_embedding_backward_padding(gpucore_tensor *dweight, const gpucore_tensor *dout,
+                                                              const gpucore_tensor *indices, int64_t padding_idx,
+                                                              gpucore_stream *stream);
 
 /* ------------------------------------------------- memory: the caching allocator
  *

@@ -275,6 +275,7 @@ DECLARATIONS: Dict[str, Tuple[Any, List[Any]]] = {
     "gpucore_cross_entropy_backward": (STATUS, [H, H, H, H, c_int64, c_int, H]),
     "gpucore_embedding": (STATUS, [H, H, H, H]),
     "gpucore_embedding_backward": (STATUS, [H, H, H, H]),
+    "gpucore_embedding_backward_padding": (STATUS, [H, H, H, c_int64, H]),
     # memory
     "gpucore_memory_get_stats": (STATUS, [H, c_int, POINTER(MemoryStats)]),
     "gpucore_memory_reset_peak_stats": (STATUS, [H, c_int]),

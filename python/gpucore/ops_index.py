@@ -232,7 +232,9 @@ def embedding_backward(grad_output: Tensor, input: Tensor, num_weights: int, out
         inv = np.ones(ih.shape)
         inv[ok] = 1.0 / counts[ih[ok]]
         dy = mul(dy, _host_tensor(inv.reshape(tuple(idx.shape) + (1,)), dy.dtype, ctx), stream=stream)
-    C.gpucore_embedding_backward(o.handle, dy.handle, idx.handle, _stream(ctx, stream))
-    if padding_idx is not None and nw:
-        o[_padding_row(padding_idx, nw)].zero_()
+    if padding_idx is None:
+        C.gpucore_embedding_backward(o.handle, dy.handle, idx.handle, _stream(ctx, stream))
+    else:
+        C.gpucore_embedding_backward_padding(o.handle, dy.handle, idx.handle, to_int(padding_idx, "padding_idx"),
+                                             _stream(ctx, stream))
     return o
