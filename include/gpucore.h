@@ -388,7 +388,12 @@ GPUCORE_API uint64_t gpucore_random_offset_advance(int64_t numel, gpucore_distri
  *   - Empty tensors are a no-op. Asynchronous on `stream` (NULL: current stream). */
 
 typedef enum gpucore_binary_op {
-    GPUCORE_ADD = 0, GPUCORE_SUB = 1, GPUCORE_MUL = 2, GPUCORE_DIV = 3
+    GPUCORE_ADD = 0, GPUCORE_SUB = 1, GPUCORE_MUL = 2, GPUCORE_DIV = 3,
+    /* --- PyTorch's div rounding modes and elementwise max/min --- */
+    GPUCORE_DIV_TRUNC = 4, /* trunc(a / b): torch.div(a, b, rounding_mode="trunc") */
+    GPUCORE_DIV_FLOOR = 5, /* floor(a / b) as Python's a // b: rounding_mode="floor" */
+    GPUCORE_MAXIMUM = 6,   /* max(a, b), NaN if either is NaN (torch.maximum) */
+    GPUCORE_MINIMUM = 7    /* min(a, b), NaN if either is NaN (torch.minimum) */
 } gpucore_binary_op;
 
 typedef enum gpucore_unary_op {
@@ -464,6 +469,15 @@ typedef enum gpucore_reduction {
  * error for MAX/MIN/ARGMAX. */
 GPUCORE_API gpucore_status gpucore_reduce(gpucore_reduction op, gpucore_tensor *out, const gpucore_tensor *a,
                                           int axis, gpucore_stream *stream);
+/* --- reductions over several dims at once (PyTorch's sum(x, dim=(0, 2)), dim=()) ---
+ * Reduce a over the ndims dims listed in dims (each once; negative counts from
+ * the end) in one pass over the merged reduced dims. ndims == 0 reduces every
+ * dim (PyTorch's dim=()); dims may then be NULL. out has a's shape with those
+ * dims removed, or with each kept as 1 (keepdim); dtype rules, empty dims and
+ * determinism as gpucore_reduce. ARGMAX takes one dim only (several is
+ * GPUCORE_ERR_INVALID_ARGUMENT; use GPUCORE_ALL_AXES for a flat index). */
+GPUCORE_API gpucore_status gpucore_reduce_dims(gpucore_reduction op, gpucore_tensor *out, const gpucore_tensor *a,
+                                               const int *dims, int ndims, gpucore_stream *stream);
 /* Bias gradient: db[c] = sum of dy[..., c] over every leading dim (column sums);
  * db has shape [C] where dy is [..., C]; same dtype. */
 GPUCORE_API gpucore_status gpucore_bias_grad(gpucore_tensor *db, const gpucore_tensor *dy, gpucore_stream *stream);
@@ -553,6 +567,14 @@ GPUCORE_API gpucore_status gpucore_embedding(gpucore_tensor *out, const gpucore_
  * indices contribute nothing. */
 GPUCORE_API gpucore_status gpucore_embedding_backward(gpucore_tensor *dweight, const gpucore_tensor *dout,
                                                       const gpucore_tensor *indices, gpucore_stream *stream);
+/* --- PyTorch's padding_idx ---
+ * gpucore_embedding_backward, then row padding_idx of dweight set to 0 (the padding
+ * entry is never trained; torch.nn.functional.embedding(..., padding_idx=p)). The
+ * forward is gpucore_embedding unchanged. padding_idx in [-V, V) (negative counts
+ * from the end), else GPUCORE_ERR_INVALID_ARGUMENT. */
+GPUCORE_API gpucore_status gpucore_embedding_backward_padding(gpucore_tensor *dweight, const gpucore_tensor *dout,
+                                                              const gpucore_tensor *indices, int64_t padding_idx,
+                                                              gpucore_stream *stream);
 
 /* ------------------------------------------------- memory: the caching allocator
  *
@@ -850,6 +872,18 @@ GPUCORE_API void gpucore_matmul_options_init(gpucore_matmul_options *opts);
  * the TN layout, aux/bias_grad epilogues on batches). */
 GPUCORE_API gpucore_status gpucore_matmul(const gpucore_tensor *a, const gpucore_tensor *b, gpucore_tensor *d,
                                           const gpucore_matmul_options *opts, gpucore_stream *stream);
+
+/* --- torch.matmul's shape rules (1-d operands, broadcast batch dims) ---
+ * d = a·b with PyTorch's rules: a 1-d a is a row [1, K] and a 1-d b a column
+ * [K, 1], the added dim dropped from d (both 1-d: a dot product, d 0-d); the
+ * batch dims (all but the last two) broadcast numpy-style, any number of them.
+ * d's shape is batch + [M] (a not 1-d) + [N] (b not 1-d); d may have any
+ * strides. Operands are used in place as strided views (one batched GEMM); an
+ * operand whose broadcast batch dims do not merge into one stride, or a d that
+ * is not row-major, goes through a dense copy. Dtypes as gpucore_matmul without
+ * options (no epilogue, alpha 1, beta 0, the context's TF32 setting). */
+GPUCORE_API gpucore_status gpucore_matmul_nd(const gpucore_tensor *a, const gpucore_tensor *b, gpucore_tensor *d,
+                                             gpucore_stream *stream);
 
 /* Whether matmuls on f32 operands may use TF32 tensor cores (10-bit mantissa
  * products, fp32 accumulation; error ~1e-3 relative) when the call's allow_tf32 is

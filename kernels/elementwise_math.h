@@ -55,6 +55,24 @@ enum {
  * for the binary ops and gpucore_ew_<name>(a) for the unary ones (from the
  * tables), and the parametrised ones below. The CPU loops, the CUDA kernel and
  * gpucore_ew_compute all call these. */
+/* Helpers of the binary table's formulas. floor(a / b) as Python's a // b:
+ * from the exact remainder fmodf(a, b), so a quotient that rounds up to an
+ * integer in f32 does not floor one too high; b == 0 gives a / b (+-Inf, NaN);
+ * a zero quotient keeps the sign of a / b. */
+GPUCORE_HD float gpucore_floor_divide(float a, float b)
+{
+    if (b == 0.0f) return a / b;
+    float r = fmodf(a, b);
+    float q = (a - r) / b;
+    if (r != 0.0f && ((b < 0.0f) != (r < 0.0f))) q -= 1.0f;
+    if (q == 0.0f) return copysignf(0.0f, a / b);
+    float f = floorf(q);
+    return q - f > 0.5f ? f + 1.0f : f;
+}
+/* torch.maximum / torch.minimum: NaN in either operand gives NaN. */
+GPUCORE_HD float gpucore_maximum(float a, float b) { return (a > b || a != a) ? a : b; }
+GPUCORE_HD float gpucore_minimum(float a, float b) { return (a < b || a != a) ? a : b; }
+
 #define GPUCORE_EW_BINARY_FN_(N, name, expr) \
     GPUCORE_HD float gpucore_ew_##name(float a, float b) { return expr; }
 GPUCORE_BINARY_TABLE(GPUCORE_EW_BINARY_FN_)

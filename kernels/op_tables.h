@@ -25,12 +25,17 @@
     X(FP8_E4M3, fp8_e4m3, 1) X(FP8_E5M2, fp8_e5m2, 1)
 
 /* Binary ops (gpucore_binary_op): X(NAME, name, f32 formula of a and b). A fused
- * activation is applied to the result. */
+ * activation is applied to the result. The formulas past DIV are functions of
+ * elementwise_math.h (PyTorch's div rounding modes, NaN-propagating max/min). */
 #define GPUCORE_BINARY_TABLE(X)                                                                                      \
     X(ADD, add, a + b)                                                                                               \
     X(SUB, sub, a - b)                                                                                               \
     X(MUL, mul, a * b)                                                                                               \
-    X(DIV, div, a / b)
+    X(DIV, div, a / b)                                                                                               \
+    X(DIV_TRUNC, div_trunc, truncf(a / b))                                                                           \
+    X(DIV_FLOOR, div_floor, gpucore_floor_divide(a, b))                                                              \
+    X(MAXIMUM, maximum, gpucore_maximum(a, b))                                                                       \
+    X(MINIMUM, minimum, gpucore_minimum(a, b))
 
 /* Unary ops (gpucore_unary_op): X(NAME, name, f32 formula of a, SIMD or SCALAR).
  * SIMD: the CPU loop may vectorise the formula (it gives the same bits as the

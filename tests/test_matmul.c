@@ -5,7 +5,9 @@
  * view's elements must all be written, the guard band around them never.
  * Epilogues are checked against the unfused computation (plain product, then
  * the epilogue in f64); the linear layer's backward against central finite
- * differences of an f64 forward on the host. Bad input: each a status and a message.
+ * differences of an f64 forward on the host. torch.matmul's shapes (gpucore_matmul_nd:
+ * 1-d operands, broadcast batch dims, strided a and d) against the same reference.
+ * Bad input: each a status and a message.
  */
 #include <stdint.h>
 #include "check.h"
@@ -491,6 +493,147 @@ static void test_linear(gpucore_context *ctx, const char *dev)
 
 static int msg_has(const char *s) { return strstr(gpucore_last_error(), s) != NULL; }
 
+/* ---------------------------------------------------------------- torch.matmul shapes (gpucore_matmul_nd) */
+
+typedef struct nd_case { int na, nb; int64_t a[4], b[4]; int a_t, d_t; } nd_case;
+static const nd_case nd_cases[] = {
+    {1, 2, {4}, {4, 3}, 0, 0},               /* vector · matrix */
+    {2, 1, {3, 4}, {4}, 0, 0},               /* matrix · vector */
+    {1, 1, {5}, {5}, 0, 0},                  /* dot: 0-d d */
+    {1, 3, {4}, {2, 4, 3}, 0, 0},            /* vector · batch */
+    {3, 1, {2, 3, 4}, {4}, 0, 0},            /* batch · vector */
+    {4, 3, {2, 1, 3, 4}, {5, 4, 2}, 0, 0},   /* broadcast batch (2, 5): both expanded copies */
+    {3, 3, {3, 2, 4}, {1, 4, 2}, 0, 0},      /* b's batch of 1 reused */
+    {4, 2, {2, 3, 5, 4}, {4, 6}, 0, 0},      /* 4-d · 2-d: merged batch, b reused */
+    {3, 3, {1, 3, 4}, {1, 4, 2}, 0, 0},      /* batch of one */
+    {2, 1, {3, 4}, {4}, 1, 0},               /* transposed a */
+    {3, 3, {2, 3, 4}, {2, 4, 5}, 0, 1},      /* d not row-major: dense result copied in */
+    {3, 3, {0, 2, 4}, {1, 4, 5}, 0, 0},      /* a batch of 0: d empty */
+    {2, 1, {3, 0}, {0}, 0, 0},               /* K = 0: d all 0 */
+};
+
+/* Row-major index of the broadcast operand element for output batch index ob. */
+static int64_t nd_batch_offset(int nbd, const int64_t *batch, int64_t ob, int n, const int64_t *shape, int64_t mat)
+{
+    int tb = n > 2 ? n - 2 : 0;
+    int64_t off = 0, mul = 1;
+    for (int i = nbd - 1; i >= 0; i--) {
+        int64_t id = ob % batch[i];
+        ob /= batch[i];
+        int j = i - (nbd - tb);
+        if (j < 0) continue;
+        if (shape[j] > 1) off += id * mul;
+        mul *= shape[j];
+    }
+    return off * mat;
+}
+
+static void test_matmul_nd(gpucore_context *ctx, const char *dev)
+{
+    static const int dts[3] = {GPUCORE_F32, GPUCORE_F16, GPUCORE_BF16};
+    const int ncase = (int)(sizeof nd_cases / sizeof nd_cases[0]);
+    for (int ci = 0; ci < ncase; ci++)
+        for (int di = 0; di < 3; di++) {
+            const nd_case *c = &nd_cases[ci];
+            const int dt = dts[di];
+            const int64_t K = c->a[c->na - 1], M = c->na > 1 ? c->a[c->na - 2] : 1;
+            const int64_t N = c->nb > 1 ? c->b[c->nb - 1] : 1;
+            int ab = c->na > 2 ? c->na - 2 : 0, bb = c->nb > 2 ? c->nb - 2 : 0, nbd = ab > bb ? ab : bb, nd = 0;
+            int64_t batch[4], dshape[6], nbt = 1, na = 1, nbn = 1;
+            for (int i = 0; i < nbd; i++) {
+                int ia = i - (nbd - ab), ib = i - (nbd - bb);
+                int64_t ea = ia >= 0 ? c->a[ia] : 1, eb = ib >= 0 ? c->b[ib] : 1;
+                batch[i] = ea == 1 ? eb : ea;
+                dshape[nd++] = batch[i];
+                nbt *= batch[i];
+            }
+            if (c->na > 1) dshape[nd++] = M;
+            if (c->nb > 1) dshape[nd++] = N;
+            for (int i = 0; i < c->na; i++) na *= c->a[i];
+            for (int i = 0; i < c->nb; i++) nbn *= c->b[i];
+            double *va = random_values(dt, na), *vb = random_values(dt, nbn);
+            gpucore_tensor *ta = NULL, *tb = upload(ctx, dt, c->nb, c->b, vb), *tmp = NULL;
+            if (c->a_t) { /* a [M, K] as the transpose of a dense [K, M] holding va transposed */
+                double *vt = malloc(sizeof(double) * (size_t)na);
+                for (int64_t i = 0; i < M; i++)
+                    for (int64_t k = 0; k < K; k++) vt[k * M + i] = va[i * K + k];
+                int64_t tshape[2] = {K, M};
+                tmp = upload(ctx, dt, 2, tshape, vt);
+                CHECK_OK(gpucore_tensor_transpose(tmp, 0, 1, &ta));
+                free(vt);
+            } else ta = upload(ctx, dt, c->na, c->a, va);
+            /* d inside a poisoned buffer of 2·G extra elements (transposed last two dims when d_t) */
+            const int64_t G = 37, dn = nbt * M * N, es = gpucore_dtype_size((gpucore_dtype)dt);
+            int64_t total = dn + 2 * G;
+            gpucore_tensor *big = NULL, *mid = NULL, *dense = NULL, *d = NULL;
+            CHECK_OK(gpucore_tensor_create(ctx, (gpucore_dtype)dt, 1, &total, &big));
+            unsigned char *poison = malloc((size_t)(total * es));
+            memset(poison, 0xFF, (size_t)(total * es));
+            CHECK_OK(gpucore_copy_from_host(big, poison, total * es));
+            CHECK_OK(gpucore_tensor_slice(big, 0, G, G + dn, 1, &mid));
+            int64_t vshape[6];
+            memcpy(vshape, dshape, sizeof vshape);
+            if (c->d_t) { vshape[nd - 1] = dshape[nd - 2]; vshape[nd - 2] = dshape[nd - 1]; }
+            CHECK_OK(gpucore_tensor_reshape(mid, nd, vshape, &dense));
+            if (c->d_t) CHECK_OK(gpucore_tensor_transpose(dense, nd - 2, nd - 1, &d));
+            else d = dense, dense = NULL;
+            CHECK_OK(gpucore_matmul_nd(ta, tb, d, NULL));
+            CHECK_OK(gpucore_copy_to_host(poison, total * es, big));
+            int guard_bad = 0, unwritten = 0;
+            for (int64_t i = 0; i < total; i++) {
+                int inside = i >= G && i < G + dn;
+                if (!inside && !is_poison(dt, poison, i)) guard_bad++;
+                if (inside && is_poison(dt, poison, i)) unwritten++;
+            }
+            CHECK(guard_bad == 0 && unwritten == 0);
+            double err2 = 0, ref2 = 0;
+            for (int64_t ob = 0; ob < nbt; ob++)
+                for (int64_t i = 0; i < M; i++)
+                    for (int64_t j = 0; j < N; j++) {
+                        int64_t oa = nd_batch_offset(nbd, batch, ob, c->na, c->a, M * K);
+                        int64_t obb = nd_batch_offset(nbd, batch, ob, c->nb, c->b, K * N);
+                        double r = 0;
+                        for (int64_t k = 0; k < K; k++) r += va[oa + i * K + k] * vb[obb + k * N + j];
+                        int64_t pos = c->d_t ? (ob * N + j) * M + i : (ob * M + i) * N + j;
+                        double got = from_bytes(dt, poison, G + pos);
+                        err2 += (got - r) * (got - r);
+                        ref2 += r * r;
+                    }
+            double err = sqrt(err2) / (sqrt(ref2) > 1e-30 ? sqrt(ref2) : 1e-30);
+            int ok = err <= tolerance(dt, dt, K, 0);
+            CHECK(ok);
+            if (!ok || guard_bad || unwritten)
+                fprintf(stderr, "  %s matmul_nd case %d dt %d: normalised error %.3g, %d guard, %d unwritten\n", dev, ci,
+                        dt, err, guard_bad, unwritten);
+            free(poison); free(va); free(vb);
+            gpucore_tensor *ts[] = {ta, tb, tmp, big, mid, dense, d};
+            for (size_t k = 0; k < sizeof ts / sizeof ts[0]; k++)
+                if (ts[k]) gpucore_tensor_destroy(ts[k]);
+        }
+    /* bad input: each a status, the library stays usable */
+    int64_t s234[3] = {2, 3, 4}, s342[3] = {3, 4, 2}, s3[1] = {3}, s4[1] = {4}, s32[2] = {3, 2}, s23[2] = {2, 3};
+    gpucore_tensor *a = NULL, *b = NULL, *v3 = NULL, *v4 = NULL, *d32 = NULL, *d23 = NULL, *s0 = NULL;
+    CHECK_OK(gpucore_tensor_create(ctx, GPUCORE_F32, 3, s234, &a));
+    CHECK_OK(gpucore_tensor_create(ctx, GPUCORE_F32, 3, s342, &b));
+    CHECK_OK(gpucore_tensor_create(ctx, GPUCORE_F32, 1, s3, &v3));
+    CHECK_OK(gpucore_tensor_create(ctx, GPUCORE_F32, 1, s4, &v4));
+    CHECK_OK(gpucore_tensor_create(ctx, GPUCORE_F32, 2, s32, &d32));
+    CHECK_OK(gpucore_tensor_create(ctx, GPUCORE_F32, 2, s23, &d23));
+    CHECK_OK(gpucore_tensor_create(ctx, GPUCORE_F32, 0, NULL, &s0));
+    CHECK_STATUS(gpucore_matmul_nd(a, v3, d23, NULL), GPUCORE_ERR_SHAPE_MISMATCH);  /* K 4 vs 3 */
+    CHECK(msg_has("inner dimensions"));
+    CHECK_STATUS(gpucore_matmul_nd(a, b, d23, NULL), GPUCORE_ERR_SHAPE_MISMATCH);   /* batch 2 vs 3 */
+    CHECK(msg_has("broadcast"));
+    CHECK_STATUS(gpucore_matmul_nd(a, v4, d32, NULL), GPUCORE_ERR_SHAPE_MISMATCH);  /* d [2, 3] wanted */
+    CHECK(msg_has("d has shape"));
+    CHECK_STATUS(gpucore_matmul_nd(s0, v4, d32, NULL), GPUCORE_ERR_SHAPE_MISMATCH); /* 0-d operand */
+    CHECK_STATUS(gpucore_matmul_nd(a, v4, NULL, NULL), GPUCORE_ERR_NULL_POINTER);
+    CHECK_OK(gpucore_matmul_nd(a, v4, d23, NULL));
+    gpucore_tensor *ts[] = {a, b, v3, v4, d32, d23, s0};
+    for (size_t k = 0; k < sizeof ts / sizeof ts[0]; k++) gpucore_tensor_destroy(ts[k]);
+}
+
+
 static void test_bad_input(gpucore_context *ctx, const char *dev)
 {
     int before = check_failed;
@@ -614,6 +757,7 @@ int main(void)
         test_epilogues(ctx, devs[i]);
         test_linear(ctx, devs[i]);
         test_bad_input(ctx, devs[i]);
+        test_matmul_nd(ctx, devs[i]);
         CHECK_OK(gpucore_context_synchronize(ctx));
         gpucore_context_destroy(ctx);
     }

@@ -29,6 +29,10 @@ static double binary_f64(int op, double a, double b)
     case GPUCORE_ADD: return a + b;
     case GPUCORE_SUB: return a - b;
     case GPUCORE_MUL: return a * b;
+    case GPUCORE_DIV_TRUNC: return trunc(a / b);
+    case GPUCORE_DIV_FLOOR: return floor(a / b);
+    case GPUCORE_MAXIMUM: return a > b ? a : b;
+    case GPUCORE_MINIMUM: return a < b ? a : b;
     default: return a / b;
     }
 }
@@ -47,18 +51,63 @@ static const bcase binary_cases[] = {
     {2, 1, 2, {3, 70001}, {70001}, {3, 70001}, 0, 0, 0},   /* large, odd */
 };
 
-static void test_binary(gpucore_context *ctx)
+#define NBINARY 8 /* gpucore_binary_op values; one more loop step tests a fused activation */
+
+/* Edge cases of the rounding divisions and max/min: signs, exact multiples, zero
+ * divisors, signed zero and NaN (PyTorch's results). */
+static void test_binary_special(gpucore_context *ctx)
+{
+    static const struct { int op; float a, b, want; } v[] = {
+        {GPUCORE_DIV_FLOOR, -7, 2, -4}, {GPUCORE_DIV_FLOOR, 7, -2, -4}, {GPUCORE_DIV_FLOOR, -7, -2, 3},
+        {GPUCORE_DIV_FLOOR, 6, 3, 2}, {GPUCORE_DIV_FLOOR, -6, 3, -2}, {GPUCORE_DIV_FLOOR, 1, -3, -1},
+        {GPUCORE_DIV_FLOOR, -0.5f, 0.25f, -2}, {GPUCORE_DIV_FLOOR, 5, 0, INFINITY}, {GPUCORE_DIV_FLOOR, -5, 0, -INFINITY},
+        {GPUCORE_DIV_TRUNC, -7, 2, -3}, {GPUCORE_DIV_TRUNC, 7, -2, -3}, {GPUCORE_DIV_TRUNC, 7.9f, 1, 7},
+        {GPUCORE_MAXIMUM, 1, NAN, NAN}, {GPUCORE_MAXIMUM, NAN, 1, NAN}, {GPUCORE_MAXIMUM, -1, 2, 2},
+        {GPUCORE_MINIMUM, 1, NAN, NAN}, {GPUCORE_MINIMUM, NAN, 1, NAN}, {GPUCORE_MINIMUM, -1, 2, -1},
+    };
+    const int n = (int)(sizeof v / sizeof v[0]);
+    int64_t one = 1;
+    gpucore_tensor *a = NULL, *b = NULL, *o = NULL;
+    CHECK_OK(gpucore_tensor_create(ctx, GPUCORE_F32, 1, &one, &a));
+    CHECK_OK(gpucore_tensor_create(ctx, GPUCORE_F32, 1, &one, &b));
+    CHECK_OK(gpucore_tensor_create(ctx, GPUCORE_F32, 1, &one, &o));
+    for (int k = 0; k < n; k++) {
+        float r = 0;
+        CHECK_OK(gpucore_copy_from_host(a, &v[k].a, 4));
+        CHECK_OK(gpucore_copy_from_host(b, &v[k].b, 4));
+        CHECK_OK(gpucore_binary((gpucore_binary_op)v[k].op, o, a, b, NULL));
+        CHECK_OK(gpucore_copy_to_host(&r, 4, o));
+        int ok = isnan(v[k].want) ? isnan(r) : r == v[k].want;
+        CHECK(ok);
+        if (!ok) fprintf(stderr, "  binary op %d (%g, %g) gave %g, want %g\n", v[k].op, v[k].a, v[k].b, r, v[k].want);
+    }
+    /* 0 // -3 is -0 */
+    float z = 0, m3 = -3, r = 1;
+    CHECK_OK(gpucore_copy_from_host(a, &z, 4));
+    CHECK_OK(gpucore_copy_from_host(b, &m3, 4));
+    CHECK_OK(gpucore_binary(GPUCORE_DIV_FLOOR, o, a, b, NULL));
+    CHECK_OK(gpucore_copy_to_host(&r, 4, o));
+    CHECK(r == 0 && signbit(r));
+    gpucore_tensor_destroy(a);
+    gpucore_tensor_destroy(b);
+    gpucore_tensor_destroy(o);
+}
+
+/* Binary ops first .. last-1 (NBINARY: ADD with a fused GELU) on every case. */
+static void test_binary(gpucore_context *ctx, int first, int last)
 {
     const int ncase = (int)(sizeof binary_cases / sizeof binary_cases[0]);
     for (int ci = 0; ci < ncase; ci++)
         for (int di = 0; di < 3; di++)
-            for (int op = 0; op < 5; op++) {
+            for (int op = first; op < last; op++) {
                 const bcase *c = &binary_cases[ci];
                 gpucore_dtype dt = float_dtypes[di];
-                int bop = op < 4 ? op : GPUCORE_ADD, act = op < 4 ? 0 : GPUCORE_ACT_GELU_TANH;
+                int bop = op < NBINARY ? op : GPUCORE_ADD, act = op < NBINARY ? 0 : GPUCORE_ACT_GELU_TANH;
+                int divides = bop == GPUCORE_DIV || bop == GPUCORE_DIV_TRUNC || bop == GPUCORE_DIV_FLOOR;
+                double blo = divides ? (ci % 2 ? -2 : 0.5) : -2, bhi = divides ? (ci % 2 ? -0.5 : 2) : 2;
                 double *ha, *hb;
-                gpucore_tensor *a = make_input(ctx, dt, c->na, c->a, c->layout_a, -2, 2, &ha);
-                gpucore_tensor *b = make_input(ctx, dt, c->nb, c->b, c->layout_b, bop == GPUCORE_DIV ? 0.5 : -2, 2, &hb);
+                gpucore_tensor *a = make_input(ctx, dt, c->na, c->a, c->layout_a, divides ? -6 : -2, divides ? 6 : 2, &ha);
+                gpucore_tensor *b = make_input(ctx, dt, c->nb, c->b, c->layout_b, blo, bhi, &hb);
                 guarded o = make_output(ctx, dt, c->no, c->o, c->out_t);
                 CHECK_OK(gpucore_binary_act((gpucore_binary_op)bop, (gpucore_activation)act, o.view, a, b, NULL));
                 double *out = finish_output(&o, "binary");
@@ -349,7 +398,8 @@ int main(void)
         CHECK_OK(gpucore_context_create(devs[d], &ctx));
         if (!ctx) continue;
         printf("-- %s\n", devs[d]);
-        test_binary(ctx);
+        test_binary(ctx, GPUCORE_ADD, GPUCORE_DIV + 1);
+        test_binary(ctx, NBINARY, NBINARY + 1);
         test_unary_family(ctx);
         test_cast(ctx);
         test_cast_rounding(ctx);
@@ -362,6 +412,8 @@ int main(void)
         CHECK_OK(gpucore_context_create(devs[d], &ctx));
         if (!ctx) continue;
         test_unary_more(ctx);
+        test_binary(ctx, GPUCORE_DIV_TRUNC, NBINARY);
+        test_binary_special(ctx);
         gpucore_context_destroy(ctx);
     }
     return check_finish("test_ops_elementwise");

@@ -1,6 +1,6 @@
 /*
  * test_ops_reduce.c — reductions (sum, mean, max, min, argmax, sum of squares)
- * over one axis and over all, and the bias gradient, on every backend present,
+ * over one axis, several axes at once (gpucore_reduce_dims) and all, and the bias gradient, on every backend present,
  * against float64 references: shapes with 1s, odd sizes, rows long enough for
  * the multi-chunk (two-pass) path, columns, non-contiguous inputs, empty axes;
  * determinism (two runs, identical bits); NaN propagation; bad input.
@@ -87,6 +87,107 @@ static void test_reduce(gpucore_context *ctx)
             }
 }
 
+/* Several dims at once (gpucore_reduce_dims): the float64 reference walks every
+ * input element and folds it into its output element, independent of the
+ * front-end's [outer, len, inner] / permuted-view plan. */
+typedef struct mcase { int ndim; int64_t shape[4]; int nd; int dims[4]; int layout; int keep; } mcase;
+static const mcase mcases[] = {
+    {3, {4, 5, 6}, 2, {0, 2}, 0, 0},         /* non-adjacent: permuted view */
+    {3, {4, 5, 6}, 2, {2, 0}, 1, 1},         /* any order, strided input, keepdim */
+    {4, {3, 4, 5, 7}, 2, {1, 2}, 0, 0},      /* adjacent: [outer, len, inner] */
+    {4, {2, 3, 4, 5}, 3, {-1, 0, 2}, 2, 1},  /* negative dims, transposed input */
+    {4, {3, 1, 4, 9000}, 2, {1, 3}, 0, 0},   /* merged rows of several chunks */
+    {3, {6, 5, 4}, 3, {0, 1, 2}, 0, 0},      /* every dim listed */
+    {3, {6, 5, 4}, 0, {0}, 1, 1},            /* dims=(): every dim, keepdim */
+    {3, {2, 0, 3}, 2, {0, 2}, 0, 0},         /* an empty kept dim: empty output */
+};
+
+static void reference_dims(int op, const double *x, const mcase *c, const int *red, double *ref, int64_t *count,
+                           int64_t onumel)
+{
+    for (int64_t i = 0; i < onumel; i++) {
+        ref[i] = op == GPUCORE_REDUCTION_MAX ? -INFINITY : op == GPUCORE_REDUCTION_MIN ? INFINITY : 0;
+        count[i] = 0;
+    }
+    int64_t numel = 1;
+    for (int d = 0; d < c->ndim; d++) numel *= c->shape[d];
+    for (int64_t i = 0; i < numel; i++) {
+        int64_t rem = i, oi = 0, mul = 1;
+        for (int d = c->ndim - 1; d >= 0; d--) {
+            int64_t id = rem % c->shape[d];
+            rem /= c->shape[d];
+            if (!red[d]) { oi += id * mul; mul *= c->shape[d]; }
+        }
+        double v = x[i];
+        switch (op) {
+        case GPUCORE_REDUCTION_SUM: case GPUCORE_REDUCTION_MEAN: ref[oi] += v; break;
+        case GPUCORE_REDUCTION_SUMSQ: ref[oi] += v * v; break;
+        case GPUCORE_REDUCTION_MAX: ref[oi] = v > ref[oi] ? v : ref[oi]; break;
+        default: ref[oi] = v < ref[oi] ? v : ref[oi]; break;
+        }
+        count[oi]++;
+    }
+    if (op == GPUCORE_REDUCTION_MEAN)
+        for (int64_t i = 0; i < onumel; i++) ref[i] /= (double)count[i];
+}
+
+static void test_reduce_dims(gpucore_context *ctx)
+{
+    static const int ops[] = {GPUCORE_REDUCTION_SUM, GPUCORE_REDUCTION_MEAN, GPUCORE_REDUCTION_MAX,
+                              GPUCORE_REDUCTION_MIN, GPUCORE_REDUCTION_SUMSQ};
+    const int ncase = (int)(sizeof mcases / sizeof mcases[0]);
+    for (int ci = 0; ci < ncase; ci++)
+        for (int di = 0; di < 3; di++)
+            for (int oi = 0; oi < 5; oi++) {
+                const mcase *c = &mcases[ci];
+                int op = ops[oi], red[4] = {0}, on = 0;
+                gpucore_dtype dt = float_dtypes[di];
+                for (int k = 0; k < c->nd; k++) red[(c->dims[k] + c->ndim) % c->ndim] = 1;
+                if (c->nd == 0) for (int d = 0; d < c->ndim; d++) red[d] = 1;
+                int64_t oshape[4];
+                for (int d = 0; d < c->ndim; d++)
+                    if (!red[d] || c->keep) oshape[on++] = red[d] ? 1 : c->shape[d];
+                double *hx;
+                gpucore_tensor *x = make_input(ctx, dt, c->ndim, c->shape, c->layout, -0.5, 0.5, &hx);
+                guarded o = make_output(ctx, dt, on, oshape, 0);
+                CHECK_OK(gpucore_reduce_dims((gpucore_reduction)op, o.view, x, c->dims, c->nd, NULL));
+                gpucore_tensor *o2 = NULL;
+                CHECK_OK(gpucore_tensor_create(ctx, dt, on, oshape, &o2));
+                CHECK_OK(gpucore_reduce_dims((gpucore_reduction)op, o2, x, c->dims, c->nd, NULL));
+                double *out = finish_output(&o, "reduce_dims");
+                double *out2 = read_back(o2);
+                CHECK(memcmp(out, out2, sizeof(double) * (size_t)o.numel) == 0);
+                double *ref = malloc(sizeof(double) * (size_t)(o.numel + 1));
+                int64_t *cnt = malloc(sizeof(int64_t) * (size_t)(o.numel + 1));
+                reference_dims(op, hx, c, red, ref, cnt, o.numel);
+                char what[128];
+                snprintf(what, sizeof what, "reduce_dims op %d case %d %s", op, ci, gpucore_dtype_name(dt));
+                check_close(out, ref, o.numel, tolerance_for(dt, 1), what);
+                free(hx); free(out); free(out2); free(ref); free(cnt);
+                gpucore_tensor_destroy(o2);
+                gpucore_tensor_destroy(x);
+            }
+    /* bad input: a dim twice, out of range, argmax over two dims, wrong out shape, NULL dims */
+    int64_t s3[3] = {2, 3, 4}, s1[1] = {3}, s2[2] = {2, 4};
+    gpucore_tensor *x = NULL, *o = NULL, *oi = NULL, *o24 = NULL;
+    CHECK_OK(gpucore_tensor_create(ctx, GPUCORE_F32, 3, s3, &x));
+    CHECK_OK(gpucore_tensor_create(ctx, GPUCORE_F32, 1, s1, &o));
+    CHECK_OK(gpucore_tensor_create(ctx, GPUCORE_I64, 1, s1, &oi));
+    CHECK_OK(gpucore_tensor_create(ctx, GPUCORE_F32, 2, s2, &o24));
+    const int twice[2] = {0, -3}, range[2] = {0, 3}, ok[2] = {0, 2};
+    CHECK_STATUS(gpucore_reduce_dims(GPUCORE_REDUCTION_SUM, o, x, twice, 2, NULL), GPUCORE_ERR_INVALID_ARGUMENT);
+    CHECK_STATUS(gpucore_reduce_dims(GPUCORE_REDUCTION_SUM, o, x, range, 2, NULL), GPUCORE_ERR_INVALID_ARGUMENT);
+    CHECK_STATUS(gpucore_reduce_dims(GPUCORE_REDUCTION_ARGMAX, oi, x, ok, 2, NULL), GPUCORE_ERR_INVALID_ARGUMENT);
+    CHECK_STATUS(gpucore_reduce_dims(GPUCORE_REDUCTION_SUM, o24, x, ok, 2, NULL), GPUCORE_ERR_SHAPE_MISMATCH);
+    CHECK_STATUS(gpucore_reduce_dims(GPUCORE_REDUCTION_SUM, o, x, NULL, 2, NULL), GPUCORE_ERR_NULL_POINTER);
+    CHECK_STATUS(gpucore_reduce_dims(GPUCORE_REDUCTION_SUM, o, x, ok, -1, NULL), GPUCORE_ERR_INVALID_ARGUMENT);
+    CHECK_STATUS(gpucore_reduce_dims(GPUCORE_REDUCTION_SUM, oi, x, ok, 2, NULL), GPUCORE_ERR_DTYPE_MISMATCH);
+    CHECK_STATUS(gpucore_reduce_dims(GPUCORE_REDUCTION_SUM, o, NULL, ok, 2, NULL), GPUCORE_ERR_NULL_POINTER);
+    CHECK_OK(gpucore_reduce_dims(GPUCORE_REDUCTION_SUM, o, x, ok, 2, NULL)); /* still usable */
+    gpucore_tensor *ts[] = {x, o, oi, o24};
+    for (size_t k = 0; k < sizeof ts / sizeof ts[0]; k++) gpucore_tensor_destroy(ts[k]);
+}
+
 static void test_bias_grad(gpucore_context *ctx)
 {
     static const int64_t shapes[][3] = {{1, 1, 1}, {4, 9, 65}, {1, 1000, 3}, {2, 300, 64}};
@@ -167,6 +268,7 @@ int main(void)
         if (!ctx) continue;
         printf("-- %s\n", devs[d]);
         test_reduce(ctx);
+        test_reduce_dims(ctx);
         test_bias_grad(ctx);
         test_special(ctx);
         gpucore_context_destroy(ctx);

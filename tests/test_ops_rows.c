@@ -418,6 +418,18 @@ static void test_embedding(gpucore_context *ctx)
             snprintf(what, sizeof what, "embedding backward V=%lld D=%lld N=%lld %s", (long long)V, (long long)D,
                      (long long)N, gpucore_dtype_name(dt));
             check_close(gout, ref, V * D, tolerance_for(dt, 1), what);
+            /* padding_idx (an index that occurs, negative form on odd sizes): its row 0, the rest the same bits */
+            const int64_t pad = hi[N / 2], pad_arg = si % 2 ? pad - V : pad;
+            CHECK_OK(gpucore_embedding_backward_padding(g2, dout, idx, pad_arg, NULL));
+            free(gout2);
+            gout2 = read_back(g2);
+            int64_t pad_bad = 0;
+            for (int64_t i = 0; i < V * D; i++) pad_bad += gout2[i] != (i / D == pad ? 0.0 : gout[i]);
+            CHECK(pad_bad == 0);
+            if (pad_bad) fprintf(stderr, "  %s: padding_idx %lld: %lld elements differ\n", what, (long long)pad,
+                                 (long long)pad_bad);
+            CHECK_STATUS(gpucore_embedding_backward_padding(g2, dout, idx, V, NULL), GPUCORE_ERR_INVALID_ARGUMENT);
+            CHECK_STATUS(gpucore_embedding_backward_padding(g2, dout, idx, -V - 1, NULL), GPUCORE_ERR_INVALID_ARGUMENT);
             free(hi); free(hw); free(hd); free(out); free(ref); free(gout); free(gout2);
             gpucore_tensor_destroy(w); gpucore_tensor_destroy(idx); gpucore_tensor_destroy(dout);
             gpucore_tensor_destroy(g2);

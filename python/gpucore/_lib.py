@@ -275,6 +275,7 @@ DECLARATIONS: Dict[str, Tuple[Any, List[Any]]] = {
     "gpucore_dropout": (STATUS, [H, H, c_double, c_uint64, c_uint64, H]),
     # reductions
     "gpucore_reduce": (STATUS, [c_int, H, H, c_int, H]),
+    "gpucore_reduce_dims": (STATUS, [c_int, H, H, P_INT, c_int, H]),
     "gpucore_bias_grad": (STATUS, [H, H, H]),
     # row ops
     "gpucore_softmax": (STATUS, [H, H, c_int, H]),
@@ -287,6 +288,7 @@ DECLARATIONS: Dict[str, Tuple[Any, List[Any]]] = {
     "gpucore_cross_entropy_backward": (STATUS, [H, H, H, H, c_int64, c_int, H]),
     "gpucore_embedding": (STATUS, [H, H, H, H]),
     "gpucore_embedding_backward": (STATUS, [H, H, H, H]),
+    "gpucore_embedding_backward_padding": (STATUS, [H, H, H, c_int64, H]),
     # memory
     "gpucore_memory_get_stats": (STATUS, [H, c_int, POINTER(MemoryStats)]),
     "gpucore_memory_reset_peak_stats": (STATUS, [H, c_int]),
@@ -318,6 +320,7 @@ DECLARATIONS: Dict[str, Tuple[Any, List[Any]]] = {
     # matmul and linear
     "gpucore_matmul_options_init": (None, [POINTER(MatmulOptions)]),
     "gpucore_matmul": (STATUS, [H, H, H, POINTER(MatmulOptions), H]),
+    "gpucore_matmul_nd": (STATUS, [H, H, H, H]),
     "gpucore_context_set_allow_tf32": (STATUS, [H, c_int]),
     "gpucore_context_get_allow_tf32": (STATUS, [H, P_INT]),
     "gpucore_matmul_set_workspace_size": (STATUS, [H, c_int64]),

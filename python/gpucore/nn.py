@@ -18,13 +18,15 @@ import numbers
 from ctypes import byref, c_int, c_int64
 from typing import Any, Optional, Sequence, Tuple, Union
 
+import numpy as np
+
 from . import dtypes as _dt
 from ._lib import C, ConvOptions, ConvStats, MatmulOptions
 from ._validate import to_float, to_int
 from .context import Context, DeviceLike, Stream, get_context
 from .errors import InvalidArgumentError, InvalidArgumentTypeError, ShapeMismatchError
 from .ops import _act, _opt, _out, _same_ctx, _stream, _tensor
-from .tensor import Tensor, _i64_array, empty
+from .tensor import Tensor, _i64_array, empty, zeros
 
 __all__ = ["matmul", "linear", "linear_backward", "conv2d", "conv1d", "conv2d_backward_data",
            "conv2d_backward_filter", "conv_output_shape", "conv_stats", "EPILOGUES", "IntPair"]
@@ -66,6 +68,11 @@ def matmul(a: Tensor, b: Tensor, out: Optional[Tensor] = None, *, trans_a: bool 
     b = _tensor(b, "b")
     ctx = a._ctx
     _same_ctx(ctx, (b, "b"), (out, "out"), (c, "c"), (bias, "bias"), (aux, "aux"), (bias_grad, "bias_grad"))
+    plain = not (trans_a or trans_b or c is not None or bias is not None or epilogue not in (None, "none") or
+                 aux is not None or bias_grad is not None or scale_a is not None or scale_b is not None or
+                 amax_d is not None or alpha != 1.0 or beta != 0.0 or allow_tf32 is not None)
+    if plain and _needs_torch_shapes(a.shape, b.shape):
+        return _matmul_broadcast(a, b, out, out_dtype, stream)
     if len(a.shape) not in (2, 3) or len(b.shape) not in (2, 3):
         raise ShapeMismatchError("matmul: a and b must be 2-d or 3-d, not %s and %s" % (a.shape, b.shape))
     sa, sb = list(a.shape), list(b.shape)
@@ -113,6 +120,32 @@ def matmul(a: Tensor, b: Tensor, out: Optional[Tensor] = None, *, trans_a: bool 
     o.scale_b = _opt(scale_b, "scale_b")
     o.amax_d = _opt(amax_d, "amax_d")
     C.gpucore_matmul(a.handle, b.handle, d.handle, byref(o), _stream(ctx, stream))
+    return d
+
+
+def _needs_torch_shapes(sa: Sequence[int], sb: Sequence[int]) -> bool:
+    """True when torch.matmul's rules go beyond the GEMM's 2-d/3-d operands: a 1-d
+    operand, more than one batch dim, or batch counts that broadcast from 1."""
+    if len(sa) < 2 or len(sb) < 2 or len(sa) > 3 or len(sb) > 3:
+        return True
+    return len(sa) == 3 and len(sb) == 3 and sa[0] != sb[0]
+
+
+def _matmul_broadcast(a: Tensor, b: Tensor, out: Optional[Tensor], out_dtype: Any, stream: Optional[Stream]) -> Tensor:
+    """torch.matmul's shape rules (gpucore_matmul_nd): a 1-d a is a row and a 1-d b a
+    column (the added dim dropped; both 1-d is a dot product, a 0-d result); batch dims
+    broadcast numpy-style. One batched GEMM on strided views."""
+    if not a.shape or not b.shape:
+        raise ShapeMismatchError("matmul: both operands need at least 1 dim, not %s and %s" % (a.shape, b.shape))
+    m = (a.shape[-2],) if len(a.shape) > 1 else ()
+    n = (b.shape[-1],) if len(b.shape) > 1 else ()
+    try:
+        batch = tuple(np.broadcast_shapes(tuple(a.shape[:-2]), tuple(b.shape[:-2])))
+    except ValueError:
+        batch = ()  # the library names the shapes that do not broadcast
+    d = empty(batch + m + n, a.dtype if out_dtype is None else _dt.as_dtype(out_dtype), device=a._ctx) \
+        if out is None else _tensor(out, "out")
+    C.gpucore_matmul_nd(a.handle, b.handle, d.handle, _stream(a._ctx, stream))
     return d
 
 
@@ -245,6 +278,27 @@ def conv_output_shape(input: Tensor, weight: Tensor, stride: IntPair = 1, paddin
     return tuple(shape[i] for i in range(nd.value))
 
 
+def _pad_same_odd(x: Tensor, w: Tensor, dilation: IntPair, layout: str) -> Optional[Tuple[Tensor, Tuple[int, int]]]:
+    """padding="same" where dilation·(kernel−1) is odd in a dim: x with the one extra
+    zero row/column at the end of that dim, and the symmetric padding left for the
+    kernel; None when the padding is symmetric already."""
+    dh, dw = _pair(dilation, "dilation", 1)
+    hw = (1, 2) if layout == "nhwc" else (2, 3)
+    kr, ks = (w.shape[1], w.shape[2]) if layout == "nhwc" else (w.shape[2], w.shape[3])
+    th, tw = dh * (kr - 1), dw * (ks - 1)
+    if th % 2 == 0 and tw % 2 == 0:
+        return None
+    shape = list(x.shape)
+    shape[hw[0]] += th % 2
+    shape[hw[1]] += tw % 2
+    xp = zeros(tuple(shape), x.dtype, device=x._ctx)
+    index = [slice(None)] * 4
+    index[hw[0]] = slice(0, x.shape[hw[0]])
+    index[hw[1]] = slice(0, x.shape[hw[1]])
+    xp[tuple(index)].copy_(x)
+    return xp, (th // 2, tw // 2)
+
+
 def conv2d(input: Tensor, weight: Tensor, bias: Optional[Tensor] = None, stride: IntPair = 1,
            padding: Union[IntPair, str] = 0, dilation: IntPair = 1, groups: int = 1, *, layout: str = "nchw",
            activation: str = "none", algo: str = "heuristic", allow_tf32: Optional[bool] = None,
@@ -262,10 +316,20 @@ def conv2d(input: Tensor, weight: Tensor, bias: Optional[Tensor] = None, stride:
         allow_tf32: f32 on CUDA (None: the context's setting).
     Returns y: [N, K, P, Q] ("nchw") or [N, P, Q, K], P = (H + 2 pad - dil (R-1) - 1) // stride + 1.
     f32, f16 or bf16 (one dtype), fp32 accumulation. CPU: im2col + GEMM; CUDA: cuDNN.
-    3-d tensors are 1-D convolution (see :func:`conv1d`).
+    3-d tensors are 1-D convolution (see :func:`conv1d`), except a 3-d input with a 4-d
+    weight: an unbatched [C, H, W] ([H, W, C] for "nhwc") image, as PyTorch (returns 3-d).
     """
     x = _tensor(input, "input")
     w = _tensor(weight, "weight")
+    if len(x.shape) == 3 and len(w.shape) == 4:  # unbatched image: a batch of one
+        y1 = conv2d(x.unsqueeze(0), w, bias, stride, padding, dilation, groups, layout=layout,
+                    activation=activation, algo=algo, allow_tf32=allow_tf32, workspace_limit=workspace_limit,
+                    out=None if out is None else out.unsqueeze(0), stream=stream)
+        return y1.squeeze(0) if out is None else out
+    if padding == "same" and len(x.shape) == 4 and len(w.shape) == 4:
+        padded = _pad_same_odd(x, w, dilation, layout)
+        if padded is not None:  # PyTorch puts the odd extra row/column at the bottom/right
+            x, padding = padded
     ctx = x._ctx
     _same_ctx(ctx, (w, "weight"), (bias, "bias"), (out, "out"))
     o = _conv_options(len(x.shape), stride, padding, dilation, groups, layout, activation, algo, allow_tf32,

@@ -36,7 +36,7 @@ from .errors import (DeviceMismatchError, InvalidArgumentError, InvalidArgumentT
 from .tensor import Tensor, _generator, _new, empty, full
 
 __all__ = [
-    "cat", "add", "sub", "mul", "div", "exp", "log", "sqrt", "rsqrt", "abs", "neg", "square", "scale", "axpy_", "clamp",
+    "cat", "add", "sub", "mul", "div", "maximum", "minimum", "exp", "log", "sqrt", "rsqrt", "abs", "neg", "square", "scale", "axpy_", "clamp",
     "activation", "activation_backward", "relu", "gelu", "silu", "sigmoid", "tanh", "relu_backward",
     "gelu_backward", "silu_backward", "sigmoid_backward", "tanh_backward", "bias_act", "cast", "dropout",
     "dropout_backward", "sum", "mean", "amax", "amin", "argmax", "sum_of_squares", "reduce", "bias_grad",
@@ -48,7 +48,7 @@ __all__ = [
 Number = Union[int, float]
 TensorOrNumber = Union[Tensor, int, float]
 
-ADD, SUB, MUL, DIV = 0, 1, 2, 3
+ADD, SUB, MUL, DIV, DIV_TRUNC, DIV_FLOOR, MAXIMUM, MINIMUM = 0, 1, 2, 3, 4, 5, 6, 7
 EXP, LOG, SQRT, RSQRT, ABS, NEG, SQUARE = 0, 1, 2, 3, 4, 5, 6
 ACTIVATIONS = {"none": 0, "relu": 1, "gelu": 2, "gelu_erf": 2, "gelu_tanh": 3, "silu": 4, "swish": 4,
                "sigmoid": 5, "tanh": 6}
@@ -170,16 +170,25 @@ def _binary(op: int, a: TensorOrNumber, b: TensorOrNumber, out: Optional[Tensor]
     return o
 
 
+def _alpha_times(b: TensorOrNumber, alpha: Number) -> TensorOrNumber:
+    """alpha * b for add/sub's alpha= (1: b itself)."""
+    if alpha == 1:
+        return b
+    if _is_number(b):
+        return float(b) * float(alpha)
+    return scale(b, to_float(alpha, "alpha"))
+
+
 def add(a: TensorOrNumber, b: TensorOrNumber, out: Optional[Tensor] = None,
-        stream: Optional[Stream] = None) -> Tensor:
-    """a + b (numpy broadcasting; either side may be a Python number)."""
-    return _binary(ADD, a, b, out, stream)
+        stream: Optional[Stream] = None, alpha: Number = 1) -> Tensor:
+    """a + alpha * b (numpy broadcasting; either side may be a Python number)."""
+    return _binary(ADD, a, _alpha_times(b, alpha), out, stream)
 
 
 def sub(a: TensorOrNumber, b: TensorOrNumber, out: Optional[Tensor] = None,
-        stream: Optional[Stream] = None) -> Tensor:
-    """a - b (numpy broadcasting; either side may be a Python number)."""
-    return _binary(SUB, a, b, out, stream)
+        stream: Optional[Stream] = None, alpha: Number = 1) -> Tensor:
+    """a - alpha * b (numpy broadcasting; either side may be a Python number)."""
+    return _binary(SUB, a, _alpha_times(b, alpha), out, stream)
 
 
 def mul(a: TensorOrNumber, b: TensorOrNumber, out: Optional[Tensor] = None,
@@ -188,10 +197,40 @@ def mul(a: TensorOrNumber, b: TensorOrNumber, out: Optional[Tensor] = None,
     return _binary(MUL, a, b, out, stream)
 
 
+_ROUNDING_MODES = {None: DIV, "trunc": DIV_TRUNC, "floor": DIV_FLOOR}
+
+
 def div(a: TensorOrNumber, b: TensorOrNumber, out: Optional[Tensor] = None,
-        stream: Optional[Stream] = None) -> Tensor:
-    """a / b (numpy broadcasting; either side may be a Python number)."""
-    return _binary(DIV, a, b, out, stream)
+        stream: Optional[Stream] = None, rounding_mode: Optional[str] = None) -> Tensor:
+    """a / b (numpy broadcasting; either side may be a Python number). rounding_mode:
+    None (true division), "trunc" (toward zero) or "floor" (Python's a // b), as torch.div."""
+    if rounding_mode not in _ROUNDING_MODES:
+        raise InvalidArgumentError("div: rounding_mode must be None, 'trunc' or 'floor', not %r" % (rounding_mode,))
+    op = _ROUNDING_MODES[rounding_mode]
+    if op != DIV:
+        a, b = _scalar_as_tensor(a, b)
+    return _binary(op, a, b, out, stream)
+
+
+def maximum(a: TensorOrNumber, b: TensorOrNumber, out: Optional[Tensor] = None,
+            stream: Optional[Stream] = None) -> Tensor:
+    """Elementwise max (numpy broadcasting); NaN if either is NaN (torch.maximum)."""
+    return _binary(MAXIMUM, *_scalar_as_tensor(a, b), out, stream)
+
+
+def minimum(a: TensorOrNumber, b: TensorOrNumber, out: Optional[Tensor] = None,
+            stream: Optional[Stream] = None) -> Tensor:
+    """Elementwise min (numpy broadcasting); NaN if either is NaN (torch.minimum)."""
+    return _binary(MINIMUM, *_scalar_as_tensor(a, b), out, stream)
+
+
+def _scalar_as_tensor(a: TensorOrNumber, b: TensorOrNumber) -> Tuple[TensorOrNumber, TensorOrNumber]:
+    """A Python number beside a tensor as a 0-d tensor of its dtype (for ops scale() cannot do)."""
+    if _is_number(b) and isinstance(a, Tensor):
+        return a, full((), float(b), a.dtype, a.context)
+    if _is_number(a) and isinstance(b, Tensor):
+        return full((), float(a), b.dtype, b.context), b
+    return a, b
 
 
 def _unary(op: int, a: Tensor, out: Optional[Tensor], stream: Optional[Stream]) -> Tensor:
@@ -256,14 +295,26 @@ def axpy_(y: Tensor, alpha: float, x: Tensor, stream: Optional[Stream] = None) -
     return y
 
 
-def clamp(input: Tensor, min: float, max: float, out: Optional[Tensor] = None,  # noqa: A002
+def clamp(input: Tensor, min: Optional[TensorOrNumber] = None,  # noqa: A002
+          max: Optional[TensorOrNumber] = None, out: Optional[Tensor] = None,  # noqa: A002
           stream: Optional[Stream] = None) -> Tensor:
-    """min(max(input, min), max) elementwise; NaN stays NaN; needs min <= max."""
+    """min(max(input, min), max) elementwise, as torch.clamp: either bound may be None
+    (no bound on that side) and either may be a tensor (broadcast with input); NaN stays
+    NaN. Number bounds need min <= max; with tensor bounds, where min > max the result is
+    max (PyTorch's rule)."""
     a = _tensor(input, "input")
-    _same_ctx(a._ctx, (out, "out"))
-    o = _out(out, a.shape, a.dtype, a._ctx)
-    C.gpucore_clamp(o.handle, a.handle, to_float(min, "min"), to_float(max, "max"), _stream(a._ctx, stream))
-    return o
+    if min is None and max is None:
+        raise InvalidArgumentError("clamp: give min, max or both")
+    if (min is None or _is_number(min)) and (max is None or _is_number(max)):
+        lo = -float("inf") if min is None else to_float(min, "min")
+        hi = float("inf") if max is None else to_float(max, "max")
+        _same_ctx(a._ctx, (out, "out"))
+        o = _out(out, a.shape, a.dtype, a._ctx)
+        C.gpucore_clamp(o.handle, a.handle, lo, hi, _stream(a._ctx, stream))
+        return o
+    # tensor bounds: max(input, min) then min(.., max), NaN-propagating
+    r = a if min is None else maximum(a, min, out=out if max is None else None, stream=stream)
+    return r if max is None else minimum(r, max, out=out, stream=stream)
 
 
 def activation(input: Tensor, act: Union[str, int], out: Optional[Tensor] = None,
@@ -409,60 +460,94 @@ def dropout_backward(grad_output: Tensor, p: float, seed: int, offset: int = 0, 
 
 # ---------------------------------------------------------------- reductions
 
-def reduce(input: Tensor, op: str, dim: Optional[int] = None, keepdim: bool = False,
+DimArg = Union[None, int, Sequence[int]]
+
+
+def _reduced_dims(dim: DimArg, ndim: int) -> Optional[Tuple[int, ...]]:
+    """PyTorch's dim argument as sorted dim indices (None: every element, flat)."""
+    if dim is None:
+        return None
+    if isinstance(dim, (list, tuple)):
+        if len(dim) == 0:  # dim=(): every dim
+            return tuple(range(ndim))
+        ds = [check_dim(d, max(ndim, 1)) for d in dim]
+        if len(set(ds)) != len(ds):
+            raise InvalidArgumentError("dim %s names a dim twice" % (tuple(dim),))
+        return tuple(sorted(ds))
+    return (check_dim(dim, max(ndim, 1)),)
+
+
+def _with_dtype(a: Tensor, dtype: Any, stream: Optional[Stream]) -> Tensor:
+    """PyTorch's dtype= argument: the input cast to dtype first (None: as it is)."""
+    if dtype is None:
+        return a
+    dt = _dt.as_dtype(dtype)
+    return a if dt == a.dtype else cast(a, dt, stream=stream)
+
+
+def reduce(input: Tensor, op: str, dim: DimArg = None, keepdim: bool = False,
            out: Optional[Tensor] = None, stream: Optional[Stream] = None) -> Tensor:
-    """Reduce over one dim (or every element when dim is None). op: "sum", "mean", "max",
-    "min", "argmax", "sumsq". Deterministic. The result has input's dtype (i64 for argmax)."""
+    """Reduce over ``dim``: one dim, a tuple of dims (one pass over the merged dims; ``()``
+    means every dim) or None (every element). op: "sum", "mean", "max", "min", "argmax"
+    (one dim or None only), "sumsq". Deterministic. The result has input's dtype (i64 for
+    argmax)."""
     a = _tensor(input, "input")
     if op not in REDUCTIONS:
         raise InvalidArgumentError("reduce: op must be one of %s, not %r" % (", ".join(REDUCTIONS), op))
     sh = a.shape
-    if dim is None:
-        axis = ALL_AXES
+    dims = _reduced_dims(dim, len(sh))
+    if dims is None or not sh:
         oshape: Tuple[int, ...] = tuple(1 for _ in sh) if keepdim else ()
     else:
-        axis = check_dim(dim, len(sh))
-        oshape = tuple(1 if i == axis else s for i, s in enumerate(sh)) if keepdim else \
-            tuple(s for i, s in enumerate(sh) if i != axis)
+        oshape = tuple(1 if i in dims else s for i, s in enumerate(sh)) if keepdim else \
+            tuple(s for i, s in enumerate(sh) if i not in dims)
     _same_ctx(a._ctx, (out, "out"))
     o = _out(out, oshape, "int64" if op == "argmax" else a.dtype, a._ctx)
-    C.gpucore_reduce(REDUCTIONS[op], o.handle, a.handle, axis, _stream(a._ctx, stream))
+    st = _stream(a._ctx, stream)
+    if dims is None or not sh:
+        C.gpucore_reduce(REDUCTIONS[op], o.handle, a.handle, ALL_AXES, st)
+    elif len(dims) == 1:
+        C.gpucore_reduce(REDUCTIONS[op], o.handle, a.handle, dims[0], st)
+    else:
+        C.gpucore_reduce_dims(REDUCTIONS[op], o.handle, a.handle, (c_int * len(dims))(*dims), len(dims), st)
     return o
 
 
-def sum(input: Tensor, dim: Optional[int] = None, keepdim: bool = False,  # noqa: A001
-        out: Optional[Tensor] = None, stream: Optional[Stream] = None) -> Tensor:
-    """Sum over ``dim`` (None: all elements)."""
-    return reduce(input, "sum", dim, keepdim, out, stream)
+def sum(input: Tensor, dim: DimArg = None, keepdim: bool = False,  # noqa: A001
+        dtype: Any = None, out: Optional[Tensor] = None, stream: Optional[Stream] = None) -> Tensor:
+    """Sum over ``dim`` (an int, a tuple of dims, () or None: all elements); ``dtype``: cast
+    the input to it first and return that dtype (PyTorch's rule)."""
+    return reduce(_with_dtype(input, dtype, stream), "sum", dim, keepdim, out, stream)
 
 
-def mean(input: Tensor, dim: Optional[int] = None, keepdim: bool = False, out: Optional[Tensor] = None,
+def mean(input: Tensor, dim: DimArg = None, keepdim: bool = False, dtype: Any = None,
+         out: Optional[Tensor] = None, stream: Optional[Stream] = None) -> Tensor:
+    """Mean over ``dim`` (as :func:`sum`); NaN for an empty dim; ``dtype`` as :func:`sum`."""
+    return reduce(_with_dtype(input, dtype, stream), "mean", dim, keepdim, out, stream)
+
+
+def amax(input: Tensor, dim: DimArg = (), keepdim: bool = False, out: Optional[Tensor] = None,
          stream: Optional[Stream] = None) -> Tensor:
-    """Mean over ``dim`` (None: all elements); NaN for an empty dim."""
-    return reduce(input, "mean", dim, keepdim, out, stream)
-
-
-def amax(input: Tensor, dim: Optional[int] = None, keepdim: bool = False, out: Optional[Tensor] = None,
-         stream: Optional[Stream] = None) -> Tensor:
-    """Maximum over ``dim`` (NaN propagates)."""
+    """Maximum over ``dim`` (an int, a tuple, or () / None: all); NaN propagates."""
     return reduce(input, "max", dim, keepdim, out, stream)
 
 
-def amin(input: Tensor, dim: Optional[int] = None, keepdim: bool = False, out: Optional[Tensor] = None,
+def amin(input: Tensor, dim: DimArg = (), keepdim: bool = False, out: Optional[Tensor] = None,
          stream: Optional[Stream] = None) -> Tensor:
-    """Minimum over ``dim`` (NaN propagates)."""
+    """Minimum over ``dim`` (an int, a tuple, or () / None: all); NaN propagates."""
     return reduce(input, "min", dim, keepdim, out, stream)
 
 
 def argmax(input: Tensor, dim: Optional[int] = None, keepdim: bool = False, out: Optional[Tensor] = None,
            stream: Optional[Stream] = None) -> Tensor:
-    """Index (i64) of the first maximum over ``dim`` (None: flat index)."""
+    """Index (i64) of the first maximum over ``dim`` (None: flat index; keepdim then keeps
+    every dim as 1, as PyTorch)."""
     return reduce(input, "argmax", dim, keepdim, out, stream)
 
 
-def sum_of_squares(input: Tensor, dim: Optional[int] = None, keepdim: bool = False,
+def sum_of_squares(input: Tensor, dim: DimArg = None, keepdim: bool = False,
                    out: Optional[Tensor] = None, stream: Optional[Stream] = None) -> Tensor:
-    """Sum of squares over ``dim`` (None: all elements)."""
+    """Sum of squares over ``dim`` (as :func:`sum`)."""
     return reduce(input, "sumsq", dim, keepdim, out, stream)
 
 
@@ -509,26 +594,31 @@ def _last_dim_views(x: Tensor, o: Tensor, dim: int) -> Tuple[Tensor, Tensor]:
     return x.transpose(d, -1), o.transpose(d, -1)
 
 
-def softmax(input: Tensor, dim: int = -1, out: Optional[Tensor] = None,
-            stream: Optional[Stream] = None) -> Tensor:
-    """softmax along ``dim`` (numerically stable; -inf entries are masked out). out may be input."""
-    x = _tensor(input, "input")
+def _softmax_fwd(input: Tensor, dim: int, dtype: Any, out: Optional[Tensor], stream: Optional[Stream],
+                 log_: int) -> Tensor:
+    x = _with_dtype(_tensor(input, "input"), dtype, stream)
     _same_ctx(x._ctx, (out, "out"))
-    o = _out(out, x.shape, x.dtype, x._ctx)
+    o = result = _out(out, x.shape, x.dtype, x._ctx)
+    if not x.shape:  # a 0-d tensor is one row of one element (PyTorch takes dim 0 or -1)
+        check_dim(dim, 1)
+        x, o = x.reshape((1,)), o.reshape((1,))
+        dim = 0
     xv, ov = _last_dim_views(x, o, dim)
-    C.gpucore_softmax(ov.handle, xv.handle, 0, _stream(x._ctx, stream))
-    return o
+    C.gpucore_softmax(ov.handle, xv.handle, log_, _stream(x._ctx, stream))
+    return result
+
+
+def softmax(input: Tensor, dim: int = -1, out: Optional[Tensor] = None,
+            stream: Optional[Stream] = None, dtype: Any = None) -> Tensor:
+    """softmax along ``dim`` (numerically stable; -inf entries are masked out). out may be input.
+    ``dtype``: cast the input to it first, compute and return in it (PyTorch's rule)."""
+    return _softmax_fwd(input, dim, dtype, out, stream, 0)
 
 
 def log_softmax(input: Tensor, dim: int = -1, out: Optional[Tensor] = None,
-                stream: Optional[Stream] = None) -> Tensor:
-    """log(softmax(input)) along ``dim``, computed stably."""
-    x = _tensor(input, "input")
-    _same_ctx(x._ctx, (out, "out"))
-    o = _out(out, x.shape, x.dtype, x._ctx)
-    xv, ov = _last_dim_views(x, o, dim)
-    C.gpucore_softmax(ov.handle, xv.handle, 1, _stream(x._ctx, stream))
-    return o
+                stream: Optional[Stream] = None, dtype: Any = None) -> Tensor:
+    """log(softmax(input)) along ``dim``, computed stably; ``dtype`` as :func:`softmax`."""
+    return _softmax_fwd(input, dim, dtype, out, stream, 1)
 
 
 def _softmax_bw(dy: Tensor, y: Tensor, dim: int, log_: int, out: Optional[Tensor],
@@ -558,34 +648,59 @@ def log_softmax_backward(grad_output: Tensor, output: Tensor, dim: int = -1, out
     return _softmax_bw(grad_output, output, dim, 1, out, stream)
 
 
-def _check_normalized(x: Tensor, normalized_shape: Any, fn: str) -> None:
+def _normalized_dims(x: Tensor, normalized_shape: Any, fn: str) -> int:
+    """How many trailing dims of x ``normalized_shape`` names (None: the last one)."""
     if normalized_shape is None:
-        return
+        return 1
     ns = (normalized_shape,) if isinstance(normalized_shape, numbers.Integral) else tuple(normalized_shape)
-    if len(ns) != 1 or not x.shape or ns[0] != x.shape[-1]:
+    if not ns or len(ns) > len(x.shape) or tuple(x.shape[len(x.shape) - len(ns):]) != ns:
+        raise ShapeMismatchError("%s: normalized_shape %s must be the trailing dims of the input %s" %
+                                 (fn, ns, x.shape))
+    return len(ns)
+
+
+def _check_normalized(x: Tensor, normalized_shape: Any, fn: str) -> None:
+    if _normalized_dims(x, normalized_shape, fn) != 1:
         raise ShapeMismatchError("%s: normalized_shape %s must be the last dim of the input %s (only "
-                                 "normalisation over the last dim is supported)" % (fn, ns, x.shape))
+                                 "normalisation over the last dim is supported)" % (fn, normalized_shape, x.shape))
 
 
 def layer_norm(input: Tensor, normalized_shape: Any = None, weight: Optional[Tensor] = None,
                bias: Optional[Tensor] = None, eps: float = 1e-5, return_stats: bool = False,
                out: Optional[Tensor] = None, stream: Optional[Stream] = None) -> Any:
-    """LayerNorm over the last dim: (x - mean) * rstd * weight + bias, rstd = 1/sqrt(var + eps)
-    (biased variance). weight and bias: [C], both or neither (their dtype may differ from the
-    input's, e.g. f32 parameters for bf16 activations). ``normalized_shape`` (optional) must be
-    the last dim. With ``return_stats=True`` returns ``(y, mean, rstd)`` (f32, input's leading
-    shape) for :func:`layer_norm_backward`; else y."""
+    """LayerNorm over the trailing dims ``normalized_shape`` names (None: the last dim):
+    (x - mean) * rstd * weight + bias, rstd = 1/sqrt(var + eps) (biased variance), as
+    torch.nn.functional.layer_norm. weight and bias: ``normalized_shape``, both or neither
+    (their dtype may differ from the input's, e.g. f32 parameters for bf16
+    activations). Several trailing dims are normalised as one row of their product. With
+    ``return_stats=True`` returns ``(y, mean, rstd)`` (f32, input's leading shape) for
+    :func:`layer_norm_backward`; else y."""
     x = _tensor(input, "input")
-    _check_normalized(x, normalized_shape, "layer_norm")
-    if (weight is None) != (bias is None):
-        raise InvalidArgumentError("layer_norm: give both weight and bias or neither")
+    nd = _normalized_dims(x, normalized_shape, "layer_norm")
     ctx = x._ctx
     _same_ctx(ctx, (weight, "weight"), (bias, "bias"), (out, "out"))
+    lead, row = tuple(x.shape[:len(x.shape) - nd]), tuple(x.shape[len(x.shape) - nd:])
+    for t, what in ((weight, "weight"), (bias, "bias")):
+        if t is not None and tuple(_tensor(t, what).shape) != row:
+            raise ShapeMismatchError("layer_norm: %s has shape %s but normalized_shape is %s" % (what, t.shape, row))
+    if (weight is None) != (bias is None):
+        raise InvalidArgumentError("layer_norm: give both weight and bias or neither")
     o = _out(out, x.shape, x.dtype, ctx)
+    if nd != 1 or not x.shape:
+        cols = int(np.prod(row)) if row else 1
+        xr = x.reshape(lead + (cols,))
+        w = weight.reshape((cols,)) if weight is not None else None
+        b = bias.reshape((cols,)) if bias is not None else None
+        res = layer_norm(xr, None, w, b, eps, return_stats, stream=stream)
+        y = (res[0] if return_stats else res).reshape(x.shape)
+        if out is not None:
+            o.copy_(y, stream=stream)
+            y = o
+        return (y,) + tuple(res[1:]) if return_stats else y
     mu = rs = None
     if return_stats:
-        mu = empty(x.shape[:-1], "float32", device=ctx)
-        rs = empty(x.shape[:-1], "float32", device=ctx)
+        mu = empty(lead, "float32", device=ctx)
+        rs = empty(lead, "float32", device=ctx)
     C.gpucore_layer_norm(o.handle, _opt(mu, "mean"), _opt(rs, "rstd"), x.handle, _opt(weight, "weight"),
                          _opt(bias, "bias"), to_float(eps, "eps"), _stream(ctx, stream))
     return (o, mu, rs) if return_stats else o
@@ -653,78 +768,9 @@ def _loss_reduction(reduction: str) -> int:
     return LOSS_REDUCTIONS[reduction]
 
 
-def cross_entropy(input: Tensor, target: Tensor, ignore_index: int = -100, reduction: str = "mean",
-                  out: Optional[Tensor] = None, stream: Optional[Stream] = None) -> Tensor:
-    """Cross-entropy of softmax(input) (logits [..., C]) against integer class targets (i32/i64,
-    input's leading shape), fused and stable. Rows whose target is ``ignore_index`` count 0 and
-    are not counted by "mean". reduction "none" gives one loss per row (input's dtype);
-    "mean"/"sum" a 0-d f32 tensor. A target outside [0, C) gives NaN for its row."""
-    x = _tensor(input, "input")
-    t = _tensor(target, "target")
-    r = _loss_reduction(reduction)
-    ctx = x._ctx
-    _same_ctx(ctx, (t, "target"), (out, "out"))
-    if out is None:
-        o = empty(t.shape, x.dtype, device=ctx) if r == 0 else empty((), "float32", device=ctx)
-    else:
-        o = _tensor(out, "out")
-    C.gpucore_cross_entropy(o.handle, x.handle, t.handle, to_int(ignore_index, "ignore_index"), r,
-                            _stream(ctx, stream))
-    return o
-
-
-def cross_entropy_backward(input: Tensor, target: Tensor, grad_output: TensorOrNumber = 1.0,
-                           ignore_index: int = -100, reduction: str = "mean", out: Optional[Tensor] = None,
-                           stream: Optional[Stream] = None) -> Tensor:
-    """d loss / d input = grad * (softmax(input) - onehot(target)); 0 on ignored rows; "mean"
-    divides by the counted rows. ``grad_output``: the loss's gradient (a tensor of the loss's
-    shape, or a number for a reduced loss, e.g. the loss scale). out may be input (in place)."""
-    x = _tensor(input, "input")
-    t = _tensor(target, "target")
-    r = _loss_reduction(reduction)
-    ctx = x._ctx
-    if _is_number(grad_output):
-        if r == 0:
-            dl = full(t.shape, float(grad_output), x.dtype, device=ctx)  # type: ignore[arg-type]
-        else:
-            dl = full((), float(grad_output), "float32", device=ctx)  # type: ignore[arg-type]
-    else:
-        dl = _tensor(grad_output, "grad_output")
-    _same_ctx(ctx, (t, "target"), (dl, "grad_output"), (out, "out"))
-    o = _out(out, x.shape, x.dtype, ctx)
-    C.gpucore_cross_entropy_backward(o.handle, dl.handle, x.handle, t.handle, to_int(ignore_index, "ignore_index"),
-                                     r, _stream(ctx, stream))
-    return o
-
-
-def embedding(input: Tensor, weight: Tensor, out: Optional[Tensor] = None,
-              stream: Optional[Stream] = None) -> Tensor:
-    """out[i..., :] = weight[input[i...], :]; input: i32/i64 indices of any shape, weight [V, D].
-    An index outside [0, V) gives a row of NaN (not checked on the host)."""
-    idx = _tensor(input, "input")
-    w = _tensor(weight, "weight")
-    if len(w.shape) != 2:
-        raise ShapeMismatchError("embedding: weight must be [V, D], not %s" % (w.shape,))
-    ctx = w._ctx
-    _same_ctx(ctx, (idx, "input"), (out, "out"))
-    o = _out(out, tuple(idx.shape) + (w.shape[1],), w.dtype, ctx)
-    C.gpucore_embedding(o.handle, w.handle, idx.handle, _stream(ctx, stream))
-    return o
-
-
-def embedding_backward(grad_output: Tensor, input: Tensor, num_weights: int, out: Optional[Tensor] = None,
-                       stream: Optional[Stream] = None) -> Tensor:
-    """dweight [num_weights, D]: row v sums grad_output rows whose index is v (deterministic;
-    every row written, 0 where no index hits; out-of-range indices add nothing)."""
-    dy = _tensor(grad_output, "grad_output")
-    idx = _tensor(input, "input")
-    ctx = dy._ctx
-    if not dy.shape:
-        raise ShapeMismatchError("embedding_backward: grad_output must be [..., D]")
-    _same_ctx(ctx, (idx, "input"), (out, "out"))
-    o = _out(out, (to_int(num_weights, "num_weights", 0), dy.shape[-1]), dy.dtype, ctx)
-    C.gpucore_embedding_backward(o.handle, dy.handle, idx.handle, _stream(ctx, stream))
-    return o
+# cross_entropy and embedding (ops indexed by integer targets) live in ops_index.py
+from .ops_index import (cross_entropy, cross_entropy_backward, embedding,  # noqa: E402,F401
+                        embedding_backward)
 
 
 # ---------------------------------------------------------------- Tensor methods and operators

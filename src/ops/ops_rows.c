@@ -511,3 +511,24 @@ gpucore_status gpucore_embedding_backward(gpucore_tensor *dweight, const gpucore
         st = rows_run(ctx, &a, io.s);
     return io_finish(&io, st);
 }
+
+gpucore_status gpucore_embedding_backward_padding(gpucore_tensor *dweight, const gpucore_tensor *dout,
+                                                  const gpucore_tensor *indices, int64_t padding_idx,
+                                                  gpucore_stream *stream)
+{
+    const char *name = "embedding_backward_padding";
+    gpucore_status st = embed_check(name, dweight, "dweight", dout, "dout", indices);
+    if (st) return st;
+    const int64_t vocab = dweight->shape[0];
+    if (padding_idx < -vocab || padding_idx >= vocab)
+        return gpucore_set_error(GPUCORE_ERR_INVALID_ARGUMENT, "%s: padding_idx %lld is out of range for %lld "
+                                 "embeddings (use -%lld .. %lld)", name, (long long)padding_idx, (long long)vocab,
+                                 (long long)vocab, (long long)(vocab - 1));
+    if ((st = gpucore_embedding_backward(dweight, dout, indices, stream))) return st;
+    gpucore_tensor *row = NULL;
+    const int64_t p = padding_idx < 0 ? padding_idx + vocab : padding_idx;
+    if ((st = gpucore_tensor_slice(dweight, 0, p, p + 1, 1, &row))) return st;
+    st = gpucore_fill(row, 0.0, stream);
+    gpucore_tensor_destroy(row);
+    return st;
+}
