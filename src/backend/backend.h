@@ -80,6 +80,9 @@ typedef struct gpucore_backend {
     /* Run fn(arg) on the host once all work queued before it on `stream` is done. */
     gpucore_status (*host_callback)(void *bctx, void *stream, gpucore_host_fn fn, void *arg);
     gpucore_status (*event_create)(void *bctx, void **event);
+    /* An event only for ordering and completion, never timed (CUDA: cudaEventDisableTiming,
+     * cheaper to record and wait on). NULL: event_create serves. */
+    gpucore_status (*event_create_untimed)(void *bctx, void **event);
     void (*event_destroy)(void *bctx, void *event);
     gpucore_status (*event_record)(void *bctx, void *event, void *stream);
     gpucore_status (*stream_wait_event)(void *bctx, void *stream, void *event);

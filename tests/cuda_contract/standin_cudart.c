@@ -512,6 +512,7 @@ cudaError_t cudaEventCreateWithFlags(cudaEvent_t *out, unsigned int flags)
     e->magic = EVENT_MAGIC;
     e->device = current_device;
     e->flags = flags;
+    standin_count(flags & cudaEventDisableTiming ? "event_created_untimed" : "event_created_timed");
     standin_set_add(&live_events, e);
     *out = e;
     return cudaSuccess;
