@@ -37,9 +37,144 @@ static void test_untimed_events(void)
     expect_clean("untimed allocator events");
 }
 
+/* A small forward convolution with bias and ReLU: x [1,2,4,4] of ones, w [3,2,3,3] of ones, bias -8.5, pad 1;
+ * relu(conv - 8.5) is 9.5 inside (18 taps) and 0 at a corner (8 taps). */
+typedef struct conv_case { gpucore_tensor *x, *w, *y, *b; } conv_case;
+static void conv_case_make(gpucore_context *ctx, conv_case *c)
+{
+    int64_t sx[4] = {1, 2, 4, 4}, sw[4] = {3, 2, 3, 3}, sy[4] = {1, 3, 4, 4}, sb[1] = {3};
+    memset(c, 0, sizeof *c);
+    CHECK_OK(gpucore_tensor_create(ctx, GPUCORE_F32, 4, sx, &c->x));
+    CHECK_OK(gpucore_tensor_create(ctx, GPUCORE_F32, 4, sw, &c->w));
+    CHECK_OK(gpucore_tensor_create(ctx, GPUCORE_F32, 4, sy, &c->y));
+    CHECK_OK(gpucore_tensor_create(ctx, GPUCORE_F32, 1, sb, &c->b));
+    CHECK_OK(gpucore_fill(c->x, 1.0, NULL));
+    CHECK_OK(gpucore_fill(c->w, 1.0, NULL));
+    CHECK_OK(gpucore_fill(c->b, -8.5, NULL));
+}
+static void conv_case_options(gpucore_conv_options *o)
+{
+    gpucore_conv_options_init(o);
+    o->pad_h = o->pad_w = 1;
+    o->activation = GPUCORE_ACT_RELU;
+    o->algo = GPUCORE_CONV_ALGO_HEURISTIC;
+    o->allow_tf32 = 1; /* the stand-in's engine 0 (tensor-core note, 4096 bytes of workspace) is allowed */
+}
+static int conv_case_check(conv_case *c)
+{
+    float out[48];
+    CHECK_OK(gpucore_copy_to_host(out, sizeof out, c->y));
+    int ok = out[5] == 9.5f && out[0] == 0.0f;
+    if (!ok) fprintf(stderr, "  conv: inside %g, corner %g (want 9.5, 0)\n", out[5], out[0]);
+    return ok;
+}
+static void conv_case_free(conv_case *c)
+{
+    gpucore_tensor_destroy(c->x);
+    gpucore_tensor_destroy(c->w);
+    gpucore_tensor_destroy(c->y);
+    gpucore_tensor_destroy(c->b);
+}
+
+/* Item 8: a fresh shape in heuristic mode finalizes one execution plan (the stand-in's engine 0, 4096 bytes of
+ * workspace), not also engine 1 in search of a zero-workspace one; the lean plan is built only the first time
+ * the workspace cannot be had. */
+static void test_conv_first_plan(void)
+{
+    gpucore_context *ctx = NULL;
+    CHECK_OK(gpucore_context_create("cuda:0", &ctx));
+    if (!ctx) return;
+    conv_case c;
+    conv_case_make(ctx, &c);
+    gpucore_conv_options o;
+    conv_case_options(&o);
+    long before = counter("cudnn_plan_finalized");
+    CHECK_OK(gpucore_conv_forward(c.x, c.w, c.b, c.y, &o, NULL));
+    CHECK(conv_case_check(&c));
+    CHECK(counter("cudnn_plan_finalized") == before + 1);
+    if (counter("cudnn_plan_finalized") != before + 1)
+        fprintf(stderr, "  a fresh shape finalized %ld plans\n", counter("cudnn_plan_finalized") - before);
+    CHECK_OK(gpucore_conv_forward(c.x, c.w, c.b, c.y, &o, NULL)); /* a hit: nothing finalized */
+    CHECK(counter("cudnn_plan_finalized") == before + 1);
+
+    /* the workspace cannot be had: the lean plan (engine 1, none) is searched once, then reused */
+    o.workspace_limit = 1 << 20; /* a fresh key */
+    gpucore_stream *fresh = NULL; /* no cached block of its own: its workspace needs a new segment */
+    CHECK_OK(gpucore_stream_create(ctx, 0, &fresh));
+    CHECK_OK(gpucore_fill(c.y, -1.0, NULL)); /* poisoned, then ordered before the convolutions on `fresh` */
+    CHECK_OK(gpucore_context_synchronize(ctx));
+    CHECK_OK(gpucore_debug_fail_raw_alloc(ctx, 1, -1));
+    before = counter("cudnn_plan_finalized");
+    gpucore_conv_stats cs0 = {.struct_size = sizeof cs0}, cs1 = {.struct_size = sizeof cs1};
+    CHECK_OK(gpucore_conv_get_stats(ctx, &cs0));
+    for (int rep = 0; rep < 2; rep++) CHECK_OK(gpucore_conv_forward(c.x, c.w, c.b, c.y, &o, fresh));
+    CHECK_OK(gpucore_debug_fail_raw_alloc(ctx, 0, 0));
+    CHECK_OK(gpucore_stream_synchronize(fresh));
+    gpucore_stream_destroy(fresh);
+    CHECK(conv_case_check(&c));
+    CHECK_OK(gpucore_conv_get_stats(ctx, &cs1));
+    CHECK(cs1.workspace_fallbacks == cs0.workspace_fallbacks + 2);
+    /* the chosen plan (engine 0), then once the lean search: engine 0 again (4096 bytes), engine 1 (none) */
+    CHECK(counter("cudnn_plan_finalized") == before + 3);
+    if (counter("cudnn_plan_finalized") != before + 3 || cs1.workspace_fallbacks != cs0.workspace_fallbacks + 2)
+        fprintf(stderr, "  workspace refused: %ld plans finalized, %lld fallbacks\n",
+                counter("cudnn_plan_finalized") - before, (long long)(cs1.workspace_fallbacks - cs0.workspace_fallbacks));
+    conv_case_free(&c);
+    gpucore_context_destroy(ctx);
+    expect_clean("first plan per conv shape");
+}
+
+/* Item 6: an execution plan evicted from the cache while its execution still runs is destroyed only after it
+ * (the stand-in's conv kernel runs STANDIN_DNN_EXEC_MS on its stream; destroying the plan before was a
+ * violation). */
+static void test_conv_evict_in_flight(void)
+{
+    gpucore_context *ctx = NULL;
+    CHECK_OK(gpucore_context_create("cuda:0", &ctx));
+    if (!ctx) return;
+    conv_case c;
+    conv_case_make(ctx, &c);
+    int64_t sy[4] = {1, 3, 4, 4};
+    gpucore_tensor *y2 = NULL;
+    CHECK_OK(gpucore_tensor_create(ctx, GPUCORE_F32, 4, sy, &y2));
+    gpucore_stream *slow = NULL;
+    CHECK_OK(gpucore_stream_create(ctx, 0, &slow));
+    gpucore_conv_options o;
+    conv_case_options(&o);
+    o.workspace_limit = 3 << 20; /* keys no other case uses */
+    setenv("STANDIN_DNN_EXEC_MS", "4000", 1);
+    CHECK_OK(gpucore_conv_forward(c.x, c.w, c.b, c.y, &o, slow)); /* the least recently used plan from here on */
+    unsetenv("STANDIN_DNN_EXEC_MS");
+    gpucore_conv_stats st0 = {.struct_size = sizeof st0}, st1 = {.struct_size = sizeof st1};
+    CHECK_OK(gpucore_conv_get_stats(ctx, &st0));
+    const int64_t fill = st0.plan_capacity; /* newer keys than every cached one: all evicted, the slow one too */
+    for (int64_t i = 1; i <= fill; i++) {
+        o.workspace_limit = (3 << 20) + i;
+        CHECK_OK(gpucore_conv_forward(c.x, c.w, c.b, y2, &o, NULL));
+    }
+    CHECK_OK(gpucore_conv_get_stats(ctx, &st1));
+    CHECK(st1.evictions == st0.evictions + st0.plans_cached);
+    /* the case proves something only if the slow execution was still running when its plan was evicted */
+    CHECK(gpucore_stream_query(slow) == GPUCORE_ERR_NOT_READY);
+    if (gpucore_stream_query(slow) != GPUCORE_ERR_NOT_READY)
+        fprintf(stderr, "  the slow execution had finished before the eviction (a loaded machine?)\n");
+    CHECK(v_count() == 0); /* before the fix: the plan was destroyed here, its execution still sleeping */
+    CHECK_OK(gpucore_context_synchronize(ctx));
+    CHECK(conv_case_check(&c));
+    CHECK_OK(gpucore_conv_forward(c.x, c.w, c.b, y2, &o, NULL)); /* reaps the released entry */
+    CHECK_OK(gpucore_context_synchronize(ctx));
+    gpucore_tensor_destroy(y2);
+    gpucore_stream_destroy(slow);
+    conv_case_free(&c);
+    gpucore_context_destroy(ctx);
+    expect_clean("a plan evicted while it runs");
+}
+
 int main(void)
 {
     if (!contract_open()) return 1;
     test_untimed_events();
+    test_conv_first_plan();
+    test_conv_evict_in_flight();
     return check_finish("test_cuda_contract_host");
 }

@@ -12,14 +12,18 @@
  * or the free memory, then keep the first that finalizes (HEURISTIC,
  * DETERMINISTIC) or the fastest of up to AUTOTUNE_MAX timed on the call's own
  * buffers (AUTOTUNE: cudnn.benchmark, paid once per key). The cached entry also
- * keeps the leanest plan, run instead (and logged) when the chosen plan's
- * workspace cannot be had from the caching allocator at run time. A fused graph
+ * gets the leanest plan, searched and run instead (and logged) the first time
+ * the chosen plan's workspace cannot be had from the caching allocator. A fused graph
  * no engine takes falls back to convolution + the elementwise kernel.
  *
  * Only backend-API calls are used (cudnn_graph.h), so a build with
- * -DCUDNN_WARN_DEPRECATED stays warning-free. The cuDNN handle of a device is
- * shared by its contexts under a mutex held while binding it to a stream and
- * enqueueing (cudnnBackendExecute does not wait for the GPU).
+ * -DCUDNN_WARN_DEPRECATED stays warning-free. Each device has two cuDNN
+ * handles: one executions are enqueued with, under a mutex held while binding
+ * it to a stream and enqueueing (cudnnBackendExecute does not wait for the
+ * GPU), and one plans are built with under a second mutex, so a slow first
+ * plan does not hold up convolutions already planned. An entry evicted from the
+ * cache keeps its plans until the events recorded after their last executions
+ * have passed.
  */
 #include "gpucore_config.h"
 #include "cuda_internal.h"
@@ -65,26 +69,44 @@ typedef struct plan_key {
     int64_t strides[12];
 } plan_key;
 
+/* A stream the entry's plans were executed on, and an event recorded there after the last of them. */
+typedef struct use_mark { cudaStream_t stream; cudaEvent_t done; } use_mark;
+#define MAX_USE_MARKS 8
+
 typedef struct plan_entry {
     plan_key key;
-    cudnnBackendDescriptor_t plan, lean; /* lean: the smallest-workspace plan (may equal plan) */
+    cudnnBackendDescriptor_t plan, lean; /* lean: the smallest-workspace plan, built only when needed */
     int64_t ws_bytes, lean_ws_bytes;
     int fused;                           /* bias/ReLU are inside the plan */
+    int lean_tried;                      /* the lean search ran (under build_lock) */
     int refs;                            /* the table's reference + callers holding it */
     uint64_t last_use;
+    /* where its plans may still run (under the device's handle_lock; read alone once refs is 0):
+     * destruction waits for these events (issue 18 item 6) */
+    use_mark uses[MAX_USE_MARKS];
+    int nuses;
+    struct plan_entry *next_dead;        /* on the graveyard: released, plans still in flight */
 } plan_entry;
 
 static pthread_mutex_t cache_lock = PTHREAD_MUTEX_INITIALIZER;
 static plan_entry *cache[PLAN_CAPACITY];
+static plan_entry *graveyard;            /* under cache_lock */
 static uint64_t cache_tick;
 static gpucore_conv_stats dev_stats[MAX_DEVICES];
 
-static pthread_mutex_t handle_lock[MAX_DEVICES];
-static cudnnHandle_t handles[MAX_DEVICES];
+/* Per device: the handle executions are enqueued with (handle_lock: binding it to a stream and enqueueing),
+ * and a second handle plans are searched and built with (build_lock), so a first call that finalizes
+ * engines (0.1-1 s each when runtime-compiled) does not hold up other threads' convolutions (issue 18
+ * item 8). cuDNN handles may not be used by two threads at once; a plan runs on any handle of its device. */
+static pthread_mutex_t handle_lock[MAX_DEVICES], build_lock[MAX_DEVICES];
+static cudnnHandle_t handles[MAX_DEVICES], build_handles[MAX_DEVICES];
 static pthread_once_t handle_once = PTHREAD_ONCE_INIT;
 static void init_locks(void)
 {
-    for (int i = 0; i < MAX_DEVICES; i++) pthread_mutex_init(&handle_lock[i], NULL);
+    for (int i = 0; i < MAX_DEVICES; i++) {
+        pthread_mutex_init(&handle_lock[i], NULL);
+        pthread_mutex_init(&build_lock[i], NULL);
+    }
 }
 
 static gpucore_status dnn_error(cudnnStatus_t s, const char *what)
@@ -103,15 +125,15 @@ static gpucore_status dnn_error(cudnnStatus_t s, const char *what)
         if (dnn_s_ != CUDNN_STATUS_SUCCESS) { st = dnn_error(dnn_s_, what); goto done; } \
     } while (0)
 
-/* The device's handle, created on first use. Caller holds handle_lock[dev]. */
-static gpucore_status device_handle(int dev, cudnnHandle_t *out)
+/* A handle of the device in *slot, created on first use. Caller holds the lock that guards the slot. */
+static gpucore_status device_handle(int dev, cudnnHandle_t *slot, cudnnHandle_t *out)
 {
-    if (!handles[dev]) {
+    if (!*slot) {
         CUDA_TRY(cudaSetDevice(dev), "cudaSetDevice");
-        cudnnStatus_t s = cudnnCreate(&handles[dev]);
-        if (s != CUDNN_STATUS_SUCCESS) { handles[dev] = NULL; return dnn_error(s, "cudnnCreate"); }
+        cudnnStatus_t s = cudnnCreate(slot);
+        if (s != CUDNN_STATUS_SUCCESS) { *slot = NULL; return dnn_error(s, "cudnnCreate"); }
     }
-    *out = handles[dev];
+    *out = *slot;
     return GPUCORE_OK;
 }
 
@@ -409,83 +431,89 @@ static float time_plan(cudnnHandle_t h, cudnnBackendDescriptor_t plan, const gpu
     return best;
 }
 
-/* Build the entry for d's key (caller holds the device's handle lock). */
+enum { SEARCH_FIRST, SEARCH_FASTEST, SEARCH_LEANEST };
+typedef struct search_result {
+    cudnnBackendDescriptor_t plan;
+    int64_t ws;
+    int timed, skipped_ws;
+    float best_ms;
+} search_result;
+
+/* One plan for graph's configs: the first usable one (heuristic/deterministic: one finalize when the best
+ * config fits), the fastest of up to AUTOTUNE_MAX usable ones, or the one needing the least workspace.
+ * h: the build handle (caller holds build_lock). */
+static void search(cudnnHandle_t h, cudnnBackendDescriptor_t graph, const gpucore_conv_desc *d, int fused, int want,
+                   int64_t limit, cudaStream_t stream, search_result *r)
+{
+    memset(r, 0, sizeof *r);
+    r->best_ms = -1.0f;
+    cudnnBackendDescriptor_t cfgs[64];
+    int64_t n = heuristic_configs(graph, CUDNN_HEUR_MODE_A, cfgs, 32);
+    n += heuristic_configs(graph, CUDNN_HEUR_MODE_FALLBACK, cfgs + n, 64 - n);
+    for (int64_t i = 0; i < n; i++) {
+        if (!config_allowed(cfgs[i], d)) continue;
+        int64_t ws = 0;
+        cudnnBackendDescriptor_t plan = make_plan(h, cfgs[i], &ws);
+        if (!plan) continue;
+        int keep = 0;
+        if (ws > limit) {
+            r->skipped_ws++;
+        } else if (want == SEARCH_FASTEST) {
+            float ms = time_plan(h, plan, d, fused, ws, stream);
+            r->timed++;
+            keep = ms >= 0 && (r->best_ms < 0 || ms < r->best_ms);
+            if (keep) r->best_ms = ms;
+        } else {
+            keep = !r->plan || ws < r->ws; /* SEARCH_FIRST stops below at the first */
+        }
+        if (keep) {
+            if (r->plan) cudnnBackendDestroyDescriptor(r->plan);
+            r->plan = plan;
+            r->ws = ws;
+        } else {
+            cudnnBackendDestroyDescriptor(plan);
+        }
+        if (r->plan && (want == SEARCH_FIRST || (want == SEARCH_LEANEST && r->ws == 0))) break;
+        if (want == SEARCH_FASTEST && r->timed >= AUTOTUNE_MAX) break;
+    }
+    for (int64_t i = 0; i < n; i++) cudnnBackendDestroyDescriptor(cfgs[i]);
+}
+
+/* Build the entry for d's key with the build handle (caller holds build_lock). */
 static gpucore_status build_entry(cudnnHandle_t h, const gpucore_conv_desc *d, cudaStream_t stream, plan_entry *e)
 {
     gpucore_status st = GPUCORE_OK;
     size_t free_b = 0, total_b = 0;
     cudaMemGetInfo(&free_b, &total_b);
     int64_t limit = d->workspace_limit > 0 ? d->workspace_limit : (int64_t)free_b;
+    const int autotune = d->algo == GPUCORE_CONV_ALGO_AUTOTUNE;
     for (int fused = (d->op == GPUCORE_CONV_OP_FORWARD && (d->bias || d->relu)); fused >= 0; fused--) {
         cudnnBackendDescriptor_t graph = NULL;
         if ((st = build_graph(h, d, fused, &graph))) {
             if (fused) continue; /* the fused graph is optional */
             return st;
         }
-        cudnnBackendDescriptor_t cfgs[64];
-        int64_t n = heuristic_configs(graph, CUDNN_HEUR_MODE_A, cfgs, 32);
-        n += heuristic_configs(graph, CUDNN_HEUR_MODE_FALLBACK, cfgs + n, 64 - n);
-        int timed = 0, skipped_ws = 0;
-        float best_ms = -1.0f;
+        search_result r;
         double t0 = now_ms();
-        for (int64_t i = 0; i < n; i++) {
-            if (!config_allowed(cfgs[i], d)) continue;
-            int64_t ws = 0;
-            cudnnBackendDescriptor_t plan = make_plan(h, cfgs[i], &ws);
-            if (!plan) continue;
-            if (ws > limit) {
-                skipped_ws++;
-                cudnnBackendDestroyDescriptor(plan);
-                continue;
-            }
-            int keep_as_lean = !e->lean || ws < e->lean_ws_bytes;
-            int keep_as_best = 0;
-            if (d->algo == GPUCORE_CONV_ALGO_AUTOTUNE && timed < AUTOTUNE_MAX) {
-                float ms = time_plan(h, plan, d, fused, ws, stream);
-                timed++;
-                keep_as_best = ms >= 0 && (best_ms < 0 || ms < best_ms);
-                if (keep_as_best) best_ms = ms;
-            } else {
-                keep_as_best = !e->plan;
-            }
-            if (keep_as_best) {
-                if (e->plan && e->plan != e->lean) cudnnBackendDestroyDescriptor(e->plan);
-                e->plan = plan;
-                e->ws_bytes = ws;
-            }
-            if (keep_as_lean) {
-                if (e->lean && e->lean != e->plan) cudnnBackendDestroyDescriptor(e->lean);
-                e->lean = plan;
-                e->lean_ws_bytes = ws;
-            }
-            if (!keep_as_best && !keep_as_lean) cudnnBackendDestroyDescriptor(plan);
-            /* heuristic/deterministic: the first usable config wins; keep looking only for a
-             * zero-workspace fallback */
-            if (d->algo != GPUCORE_CONV_ALGO_AUTOTUNE && e->plan && e->lean_ws_bytes == 0) break;
-            if (d->algo == GPUCORE_CONV_ALGO_AUTOTUNE && timed >= AUTOTUNE_MAX && e->lean_ws_bytes == 0) break;
-        }
-        for (int64_t i = 0; i < n; i++) cudnnBackendDestroyDescriptor(cfgs[i]);
+        search(h, graph, d, fused, autotune ? SEARCH_FASTEST : SEARCH_FIRST, limit, stream, &r);
         cudnnBackendDestroyDescriptor(graph);
-        if (d->algo == GPUCORE_CONV_ALGO_AUTOTUNE && timed) {
+        if (autotune && r.timed) {
             pthread_mutex_lock(&cache_lock);
             dev_stats[d->device].autotune_runs++;
-            dev_stats[d->device].autotune_candidates += timed;
+            dev_stats[d->device].autotune_candidates += r.timed;
             dev_stats[d->device].autotune_ms += now_ms() - t0;
             pthread_mutex_unlock(&cache_lock);
-            cuda_host->log(GPUCORE_LOG_INFO, "conv: autotuned %d engines in %.1f ms; fastest %.3f ms", timed,
-                           now_ms() - t0, best_ms);
+            cuda_host->log(GPUCORE_LOG_INFO, "conv: autotuned %d engines in %.1f ms; fastest %.3f ms", r.timed,
+                           now_ms() - t0, r.best_ms);
         }
-        if (skipped_ws)
+        if (r.skipped_ws)
             cuda_host->log(GPUCORE_LOG_INFO, "conv: passed over %d engines needing more than %lld workspace bytes",
-                           skipped_ws, (long long)limit);
-        if (e->plan) {
+                           r.skipped_ws, (long long)limit);
+        if (r.plan) {
+            e->plan = r.plan;
+            e->ws_bytes = r.ws;
             e->fused = fused;
             return GPUCORE_OK;
-        }
-        if (e->lean) { /* belongs to this graph: not usable for the next one */
-            cudnnBackendDestroyDescriptor(e->lean);
-            e->lean = NULL;
-            e->lean_ws_bytes = 0;
         }
     }
     return cuda_host->set_error(GPUCORE_ERR_NOT_SUPPORTED,
@@ -496,6 +524,30 @@ static gpucore_status build_entry(cudnnHandle_t h, const gpucore_conv_desc *d, c
                                 (long long)d->n, (long long)d->c, (long long)d->h, (long long)d->w, (long long)d->k,
                                 (long long)d->r, (long long)d->s, (long long)d->groups,
                                 d->workspace_limit > 0 ? "; a larger workspace_limit may help" : "");
+}
+
+/* The entry's leanest plan (workspace the least, zero when an engine needs none), searched the first time the
+ * chosen plan's workspace cannot be had. NULL plan if there is none. */
+static void lean_plan(const gpucore_conv_desc *d, plan_entry *e, cudaStream_t stream, cudnnBackendDescriptor_t *plan,
+                      int64_t *ws)
+{
+    const int dev = d->device;
+    pthread_mutex_lock(&build_lock[dev]);
+    cudnnHandle_t h = NULL;
+    if (!e->lean_tried && device_handle(dev, &build_handles[dev], &h) == GPUCORE_OK) {
+        e->lean_tried = 1;
+        cudnnBackendDescriptor_t graph = NULL;
+        if (build_graph(h, d, e->fused, &graph) == GPUCORE_OK) {
+            search_result r;
+            search(h, graph, d, e->fused, SEARCH_LEANEST, INT64_MAX, stream, &r);
+            cudnnBackendDestroyDescriptor(graph);
+            e->lean = r.plan;
+            e->lean_ws_bytes = r.ws;
+        }
+    }
+    *plan = e->lean;
+    *ws = e->lean_ws_bytes;
+    pthread_mutex_unlock(&build_lock[dev]);
 }
 
 static void key_of(const gpucore_conv_desc *d, plan_key *k)
@@ -515,42 +567,121 @@ static void key_of(const gpucore_conv_desc *d, plan_key *k)
     k->workspace_limit = d->workspace_limit; /* it filters engines, so plans differ by it */
 }
 
-static void entry_release_locked(plan_entry *e)
+/* Whether every execution of e's plans has finished (its events). */
+static int entry_idle(plan_entry *e)
 {
-    if (--e->refs > 0) return;
+    for (int i = 0; i < e->nuses; i++) {
+        cudaError_t q = cudaEventQuery(e->uses[i].done);
+        if (q == cudaErrorNotReady) { cudaGetLastError(); return 0; }
+        cudaGetLastError();
+    }
+    return 1;
+}
+
+static void entry_free(plan_entry *e)
+{
     if (e->lean && e->lean != e->plan) cudnnBackendDestroyDescriptor(e->lean);
     if (e->plan) cudnnBackendDestroyDescriptor(e->plan);
+    for (int i = 0; i < e->nuses; i++) cudaEventDestroy(e->uses[i].done);
+    cudaGetLastError();
     free(e);
 }
 
-/* The cached entry for d (a reference the caller releases), building it on a miss. */
-static gpucore_status lookup(cudnnHandle_t h, const gpucore_conv_desc *d, cudaStream_t stream, plan_entry **out)
+/* Free the released entries whose plans no longer run (caller holds cache_lock). */
+static void graveyard_reap_locked(void)
+{
+    for (plan_entry **pp = &graveyard; *pp;) {
+        plan_entry *e = *pp;
+        if (entry_idle(e)) { *pp = e->next_dead; entry_free(e); }
+        else pp = &e->next_dead;
+    }
+}
+
+/* Drop a reference (caller holds cache_lock). The last one frees the entry once its plans' executions are done:
+ * an evicted plan may still be running on a stream (issue 18 item 6), so until then it waits in the graveyard,
+ * checked on every lookup. */
+static void entry_release_locked(plan_entry *e)
+{
+    if (--e->refs > 0) return;
+    if (entry_idle(e)) { entry_free(e); return; }
+    e->next_dead = graveyard;
+    graveyard = e;
+}
+
+/* After enqueueing one of e's plans on stream: mark the stream (caller holds the device's handle_lock). A stream
+ * seen before re-records its event (stream order covers the earlier runs); a new one takes a slot whose event
+ * has passed, or a new slot; with every slot busy the oldest is waited for (more than MAX_USE_MARKS streams
+ * running one plan at once). */
+static gpucore_status mark_use(plan_entry *e, cudaStream_t stream)
+{
+    int slot = -1;
+    for (int i = 0; i < e->nuses && slot < 0; i++) if (e->uses[i].stream == stream) slot = i;
+    for (int i = 0; i < e->nuses && slot < 0; i++) {
+        cudaError_t q = cudaEventQuery(e->uses[i].done);
+        cudaGetLastError();
+        if (q != cudaErrorNotReady) slot = i;
+    }
+    if (slot < 0 && e->nuses < MAX_USE_MARKS) {
+        CUDA_TRY(cudaEventCreateWithFlags(&e->uses[e->nuses].done, cudaEventDisableTiming), "cudaEventCreateWithFlags");
+        slot = e->nuses++;
+    }
+    if (slot < 0) {
+        slot = 0;
+        CUDA_TRY(cudaEventSynchronize(e->uses[0].done), "cudaEventSynchronize");
+    }
+    e->uses[slot].stream = stream;
+    CUDA_TRY(cudaEventRecord(e->uses[slot].done, stream), "cudaEventRecord");
+    return GPUCORE_OK;
+}
+
+/* The cached entry for key (a reference the caller releases; cache_lock held), or NULL. */
+static plan_entry *find_locked(const plan_key *key)
+{
+    for (int i = 0; i < PLAN_CAPACITY; i++)
+        if (cache[i] && memcmp(&cache[i]->key, key, sizeof *key) == 0) {
+            cache[i]->refs++;
+            cache[i]->last_use = ++cache_tick;
+            return cache[i];
+        }
+    return NULL;
+}
+
+/* The cached entry for d (a reference the caller releases), building it on a miss with the build handle,
+ * outside the execution lock; a racing build of the same key keeps the entry inserted first. */
+static gpucore_status lookup(const gpucore_conv_desc *d, cudaStream_t stream, plan_entry **out)
 {
     plan_key key;
     key_of(d, &key);
     pthread_mutex_lock(&cache_lock);
-    for (int i = 0; i < PLAN_CAPACITY; i++)
-        if (cache[i] && memcmp(&cache[i]->key, &key, sizeof key) == 0) {
-            cache[i]->refs++;
-            cache[i]->last_use = ++cache_tick;
-            dev_stats[d->device].cache_hits++;
-            *out = cache[i];
-            pthread_mutex_unlock(&cache_lock);
-            return GPUCORE_OK;
-        }
-    dev_stats[d->device].cache_misses++;
+    graveyard_reap_locked();
+    plan_entry *hit = find_locked(&key);
+    if (hit) dev_stats[d->device].cache_hits++;
+    else dev_stats[d->device].cache_misses++;
     pthread_mutex_unlock(&cache_lock);
+    if (hit) { *out = hit; return GPUCORE_OK; }
 
     plan_entry *e = calloc(1, sizeof *e);
     if (!e) return cuda_host->set_error(GPUCORE_ERR_OUT_OF_MEMORY, "conv: out of host memory for a plan");
     e->key = key;
-    gpucore_status st = build_entry(h, d, stream, e);
+    pthread_mutex_lock(&build_lock[d->device]);
+    cudnnHandle_t h = NULL;
+    gpucore_status st = device_handle(d->device, &build_handles[d->device], &h);
+    if (!st) st = build_entry(h, d, stream, e);
+    pthread_mutex_unlock(&build_lock[d->device]);
+    pthread_mutex_lock(&cache_lock);
     if (st) {
         e->refs = 1;
         entry_release_locked(e);
+        pthread_mutex_unlock(&cache_lock);
         return st;
     }
-    pthread_mutex_lock(&cache_lock);
+    if ((hit = find_locked(&key))) { /* another thread built and inserted it meanwhile */
+        e->refs = 1;
+        entry_release_locked(e); /* autotune timing synchronized its runs: nothing in flight */
+        pthread_mutex_unlock(&cache_lock);
+        *out = hit;
+        return GPUCORE_OK;
+    }
     int slot = -1;
     for (int i = 0; i < PLAN_CAPACITY && slot < 0; i++) if (!cache[i]) slot = i;
     if (slot < 0) { /* evict the least recently used */
@@ -607,35 +738,41 @@ gpucore_status cuda_conv(void *bctx, const gpucore_conv_desc *d, void *stream)
     CUDA_TRY(cudaSetDevice(dev), "cudaSetDevice");
     gpucore_conv_desc dd = *d;
     dd.device = dev;
-    pthread_mutex_lock(&handle_lock[dev]);
-    cudnnHandle_t h = NULL;
+    const cudaStream_t cs = (cudaStream_t)stream;
     plan_entry *e = NULL;
-    gpucore_status st = device_handle(dev, &h);
-    if (!st) st = lookup(h, &dd, (cudaStream_t)stream, &e);
-    if (!st) {
-        cudnnBackendDescriptor_t plan = e->plan;
-        int64_t ws_bytes = e->ws_bytes;
-        void *ws = NULL;
-        if (ws_bytes > 0 && dd.ws.alloc(dd.ws.ws_ctx, ws_bytes, &ws)) {
-            cuda_host->log(GPUCORE_LOG_WARN, "conv: the chosen engine's %lld-byte workspace could not be had; running "
-                           "the leanest engine (%lld bytes) instead", (long long)ws_bytes, (long long)e->lean_ws_bytes);
-            pthread_mutex_lock(&cache_lock);
-            dev_stats[dev].workspace_fallbacks++;
-            pthread_mutex_unlock(&cache_lock);
-            plan = e->lean;
-            ws_bytes = e->lean_ws_bytes;
-            ws = NULL;
-            st = ws_bytes > 0 ? (gpucore_status)dd.ws.alloc(dd.ws.ws_ctx, ws_bytes, &ws) : GPUCORE_OK;
-        }
-        if (!st) st = execute(h, plan, &dd, e->fused, ws, (cudaStream_t)stream);
-        if (ws) dd.ws.release(dd.ws.ws_ctx, ws); /* stream-ordered: reused only after this work */
-        if (!st && !e->fused && dd.op == GPUCORE_CONV_OP_FORWARD && (dd.bias || dd.relu))
-            st = unfused_epilogue(bctx, &dd, stream);
+    gpucore_status st = lookup(&dd, cs, &e);
+    if (st) return st;
+    cudnnBackendDescriptor_t plan = e->plan;
+    int64_t ws_bytes = e->ws_bytes;
+    void *ws = NULL;
+    if (ws_bytes > 0 && dd.ws.alloc(dd.ws.ws_ctx, ws_bytes, &ws)) {
+        ws = NULL;
+        lean_plan(&dd, e, cs, &plan, &ws_bytes);
+        cuda_host->log(GPUCORE_LOG_WARN, "conv: the chosen engine's %lld-byte workspace could not be had; running "
+                       "the leanest engine (%lld bytes) instead", (long long)e->ws_bytes, (long long)ws_bytes);
         pthread_mutex_lock(&cache_lock);
-        entry_release_locked(e);
+        dev_stats[dev].workspace_fallbacks++;
         pthread_mutex_unlock(&cache_lock);
+        if (!plan)
+            st = cuda_host->set_error(GPUCORE_ERR_OUT_OF_MEMORY, "conv: the engine's %lld-byte workspace could not "
+                                      "be had and cuDNN offers no leaner one", (long long)e->ws_bytes);
+        else if (ws_bytes > 0)
+            st = (gpucore_status)dd.ws.alloc(dd.ws.ws_ctx, ws_bytes, &ws);
     }
-    pthread_mutex_unlock(&handle_lock[dev]);
+    if (!st) {
+        pthread_mutex_lock(&handle_lock[dev]);
+        cudnnHandle_t h = NULL;
+        st = device_handle(dev, &handles[dev], &h);
+        if (!st) st = execute(h, plan, &dd, e->fused, ws, cs);
+        if (!st) st = mark_use(e, cs);
+        pthread_mutex_unlock(&handle_lock[dev]);
+    }
+    if (ws) dd.ws.release(dd.ws.ws_ctx, ws); /* stream-ordered: reused only after this work */
+    if (!st && !e->fused && dd.op == GPUCORE_CONV_OP_FORWARD && (dd.bias || dd.relu))
+        st = unfused_epilogue(bctx, &dd, stream);
+    pthread_mutex_lock(&cache_lock);
+    entry_release_locked(e);
+    pthread_mutex_unlock(&cache_lock);
     return st;
 }
 
