@@ -155,7 +155,8 @@ typedef struct gpucore_device_properties {
     int32_t multiprocessors;      /* SMs on CUDA; logical cores on CPU */
     int32_t warp_size;
     int64_t total_memory;         /* bytes */
-    int64_t free_memory;          /* bytes, at the time of the call */
+    int64_t free_memory;          /* bytes, at the time of the call (CUDA: from NVML, which creates no
+                                     context on the device; -1 without NVML) */
     int64_t l2_cache_bytes;
     int64_t shared_memory_per_block_optin;
     int32_t clock_khz;            /* SM clock now (NVML) or -1 */

@@ -12,6 +12,21 @@
 
 #define counter standin_counter_
 
+/* Item 6: device properties (gpucore-info lists every GPU) read free memory from NVML instead of making each
+ * device current, which creates its primary context. Runs first: no context on cuda:1 yet. */
+static void test_properties_without_context(void)
+{
+    CHECK(counter("primary_context_1") == 0);
+    gpucore_device_properties p;
+    memset(&p, 0, sizeof p);
+    p.struct_size = sizeof p;
+    CHECK_OK(gpucore_device_get_properties(GPUCORE_DEVICE_CUDA, 1, &p));
+    CHECK(p.free_memory == (4096ll - 64) << 20); /* the NVML stand-in: STANDIN_MEM_MB 4096, 64 MiB used */
+    CHECK(counter("primary_context_1") == 0);
+    if (counter("primary_context_1") != 0) fprintf(stderr, "  device_get_properties made cuda:1 current\n");
+    expect_clean("device properties without a context");
+}
+
 /* Item 12: the allocator's events only order reuse; they are created with cudaEventDisableTiming. */
 static void test_untimed_events(void)
 {
@@ -173,6 +188,7 @@ static void test_conv_evict_in_flight(void)
 int main(void)
 {
     if (!contract_open()) return 1;
+    test_properties_without_context();
     test_untimed_events();
     test_conv_first_plan();
     test_conv_evict_in_flight();
