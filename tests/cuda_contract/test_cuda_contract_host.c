@@ -27,6 +27,77 @@ static void test_properties_without_context(void)
     expect_clean("device properties without a context");
 }
 
+/* Item 4: GEMMs on the fallback kernel are counted, by reason, in gpucore_matmul_stats and in the profiler. */
+static void test_fallback_counts(void)
+{
+    gpucore_context *ctx = NULL;
+    CHECK_OK(gpucore_context_create("cuda:0", &ctx));
+    if (!ctx) return;
+    CHECK_OK(gpucore_profiler_enable(ctx, 1));
+    int64_t s8[2] = {8, 8};
+    gpucore_tensor *a = NULL, *d = NULL;
+    CHECK_OK(gpucore_tensor_create(ctx, GPUCORE_F32, 2, s8, &a));
+    CHECK_OK(gpucore_tensor_create(ctx, GPUCORE_F32, 2, s8, &d));
+    CHECK_OK(gpucore_fill(a, 0.5, NULL));
+    gpucore_log_level saved = gpucore_get_log_level();
+    gpucore_set_log_level(GPUCORE_LOG_ERROR); /* the fallback WARNs are expected here */
+    CHECK_OK(gpucore_matmul(a, a, d, NULL, NULL)); /* cuBLASLt */
+    setenv("STANDIN_LT_NO_ALGO", "1", 1);
+    gpucore_matmul_options mo;
+    gpucore_matmul_options_init(&mo);
+    mo.trans_a = 1; /* a new plan key: the heuristic finds nothing */
+    for (int i = 0; i < 3; i++) CHECK_OK(gpucore_matmul(a, a, d, &mo, NULL));
+    unsetenv("STANDIN_LT_NO_ALGO");
+    setenv("STANDIN_LT_REFUSE", "012", 1);
+    mo.trans_b = 1; /* another: every algorithm refused */
+    for (int i = 0; i < 2; i++) CHECK_OK(gpucore_matmul(a, a, d, &mo, NULL));
+    unsetenv("STANDIN_LT_REFUSE");
+    gpucore_set_log_level(saved);
+    float h[64];
+    CHECK_OK(gpucore_copy_to_host(h, sizeof h, d));
+    CHECK(h[0] == 2.0f && h[63] == 2.0f);
+
+    gpucore_matmul_stats ms;
+    memset(&ms, 0, sizeof ms);
+    ms.struct_size = sizeof ms;
+    CHECK_OK(gpucore_matmul_get_stats(ctx, &ms));
+    CHECK(ms.gemms == 6 && ms.fallback_gemms == 5);
+    CHECK(ms.fallback_by_reason[GPUCORE_MATMUL_FALLBACK_NO_ALGORITHM] == 3);
+    CHECK(ms.fallback_by_reason[GPUCORE_MATMUL_FALLBACK_REFUSED] == 2);
+    if (ms.fallback_gemms != 5)
+        fprintf(stderr, "  %lld GEMMs, %lld on the fallback kernel\n", (long long)ms.gemms, (long long)ms.fallback_gemms);
+    CHECK(strstr(gpucore_matmul_fallback_reason_text(GPUCORE_MATMUL_FALLBACK_REFUSED), "refused") != NULL);
+    CHECK(strcmp(gpucore_matmul_fallback_reason_text(99), "unknown reason") == 0);
+
+    gpucore_profile_entry e[16];
+    int n = 0;
+    for (int i = 0; i < 16; i++) e[i].struct_size = sizeof e[i];
+    CHECK_OK(gpucore_profiler_entries(ctx, e, 16, &n));
+    int64_t fb = -1, mm = -1;
+    for (int i = 0; i < n && i < 16; i++) {
+        if (!strcmp(e[i].name, "matmul_fallback")) fb = e[i].calls;
+        if (!strcmp(e[i].name, "matmul")) mm = e[i].calls;
+    }
+    CHECK(fb == 5 && mm == 6);
+    if (fb != 5) fprintf(stderr, "  profiler: matmul_fallback %lld calls, matmul %lld\n", (long long)fb, (long long)mm);
+
+    CHECK_OK(gpucore_matmul_reset_stats(ctx));
+    CHECK_OK(gpucore_matmul_get_stats(ctx, &ms));
+    CHECK(ms.gemms == 0 && ms.fallback_gemms == 0);
+    /* bad input */
+    CHECK_STATUS(gpucore_matmul_get_stats(ctx, NULL), GPUCORE_ERR_NULL_POINTER);
+    ms.struct_size = 8;
+    CHECK_STATUS(gpucore_matmul_get_stats(ctx, &ms), GPUCORE_ERR_INVALID_ARGUMENT);
+    ms.struct_size = sizeof ms;
+    CHECK(gpucore_matmul_get_stats(NULL, &ms) != GPUCORE_OK);
+    CHECK(gpucore_matmul_reset_stats(NULL) != GPUCORE_OK);
+    gpucore_clear_error();
+    gpucore_tensor_destroy(a);
+    gpucore_tensor_destroy(d);
+    gpucore_context_destroy(ctx);
+    expect_clean("fallback counts");
+}
+
 /* Item 12: the allocator's events only order reuse; they are created with cudaEventDisableTiming. */
 static void test_untimed_events(void)
 {
@@ -190,6 +261,7 @@ int main(void)
     if (!contract_open()) return 1;
     test_properties_without_context();
     test_untimed_events();
+    test_fallback_counts();
     test_conv_first_plan();
     test_conv_evict_in_flight();
     return check_finish("test_cuda_contract_host");
