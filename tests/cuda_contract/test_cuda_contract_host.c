@@ -5,6 +5,8 @@
  * (tests/cuda_contract/meson.build); the stand-ins' counters are taken from
  * that module with dlsym.
  */
+#include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -96,6 +98,96 @@ static void test_fallback_counts(void)
     gpucore_tensor_destroy(d);
     gpucore_context_destroy(ctx);
     expect_clean("fallback counts");
+}
+
+/* Item 9: the unfused bias/ReLU epilogue (no cuDNN engine for the fused graph) on packed NCHW and NHWC outputs
+ * runs kernels/conv_epilogue.cu on the SIMT layer; f32/f16/bf16 against a float64 reference of conv + bias + ReLU,
+ * fresh random data, the output poisoned first. */
+static double lcg_uniform(uint64_t *state)
+{
+    *state = *state * 6364136223846793005ull + 1442695040888963407ull;
+    return (double)(*state >> 11) / 9007199254740992.0 * 2.0 - 1.0;
+}
+
+static void test_conv_unfused_epilogue(void)
+{
+    gpucore_context *ctx = NULL;
+    CHECK_OK(gpucore_context_create("cuda:0", &ctx));
+    if (!ctx) return;
+    const int64_t N = 2, C = 3, H = 5, W = 6, K = 4, R = 3, S = 3, P = 5, Q = 6; /* pad 1, stride 1 */
+    uint64_t seed = 0x9e3779b97f4a7c15ull;
+    setenv("STANDIN_DNN_NO_FUSION", "1", 1);
+    const gpucore_dtype dts[3] = {GPUCORE_F32, GPUCORE_F16, GPUCORE_BF16};
+    for (int di = 0; di < 3; di++)
+        for (int layout = 0; layout < 2; layout++)
+            for (int variant = 0; variant < 3; variant++) { /* bias+relu, bias, relu */
+                const gpucore_dtype dt = dts[di];
+                const int has_bias = variant != 2, relu = variant != 1;
+                /* the inputs, rounded to the dtype (f32 holds f16/bf16 values exactly), read back for the
+                 * reference; in the tensors' memory order (NHWC tensors are [N, H, W, C] in memory) */
+                float xs[2 * 3 * 5 * 6], ws[4 * 3 * 3 * 3], b[4], y[2 * 4 * 5 * 6];
+                for (size_t i = 0; i < sizeof xs / sizeof xs[0]; i++) xs[i] = (float)lcg_uniform(&seed);
+                for (size_t i = 0; i < sizeof ws / sizeof ws[0]; i++) ws[i] = (float)(lcg_uniform(&seed) * 0.5);
+                for (int i = 0; i < 4; i++) b[i] = (float)lcg_uniform(&seed);
+                int64_t sx[4] = {N, C, H, W}, sw[4] = {K, C, R, S}, sy[4] = {N, K, P, Q}, sb[1] = {K};
+                int64_t sx_l[4] = {N, H, W, C}, sw_l[4] = {K, R, S, C}, sy_l[4] = {N, P, Q, K};
+                gpucore_tensor *t[4] = {NULL}, *f[4] = {NULL}; /* x, w, y, b in dt; their f32 twins */
+                const int64_t *shapes[4] = {layout ? sx_l : sx, layout ? sw_l : sw, layout ? sy_l : sy, sb};
+                const int ndims[4] = {4, 4, 4, 1};
+                float *host[4] = {xs, ws, y, b};
+                const int64_t bytes[4] = {sizeof xs, sizeof ws, sizeof y, sizeof b};
+                for (int i = 0; i < 4; i++) {
+                    CHECK_OK(gpucore_tensor_create(ctx, dt, ndims[i], shapes[i], &t[i]));
+                    CHECK_OK(gpucore_tensor_create(ctx, GPUCORE_F32, ndims[i], shapes[i], &f[i]));
+                    if (!t[i] || !f[i]) return;
+                    if (i == 2) continue;
+                    CHECK_OK(gpucore_copy_from_host(f[i], host[i], bytes[i]));
+                    CHECK_OK(gpucore_cast(t[i], f[i], NULL));
+                    CHECK_OK(gpucore_cast(f[i], t[i], NULL));
+                    CHECK_OK(gpucore_copy_to_host(host[i], bytes[i], f[i]));
+                }
+                CHECK_OK(gpucore_fill(t[2], NAN, NULL)); /* poison */
+                gpucore_conv_options o;
+                gpucore_conv_options_init(&o);
+                o.pad_h = o.pad_w = 1;
+                o.layout = layout ? GPUCORE_CONV_NHWC : GPUCORE_CONV_NCHW;
+                o.activation = relu ? GPUCORE_ACT_RELU : GPUCORE_ACT_NONE;
+                o.allow_tf32 = 0;
+                CHECK_OK(gpucore_conv_forward(t[0], t[1], has_bias ? t[3] : NULL, t[2], &o, NULL));
+                CHECK_OK(gpucore_cast(f[2], t[2], NULL));
+                CHECK_OK(gpucore_copy_to_host(y, sizeof y, f[2]));
+                double err = 0, scale = 0;
+                int nan = 0;
+                for (int64_t n = 0; n < N; n++) for (int64_t k = 0; k < K; k++) for (int64_t p = 0; p < P; p++)
+                    for (int64_t q = 0; q < Q; q++) {
+                        double ref = 0;
+                        for (int64_t c = 0; c < C; c++) for (int64_t r = 0; r < R; r++) for (int64_t t = 0; t < S; t++) {
+                            int64_t h = p - 1 + r, ww = q - 1 + t;
+                            if (h < 0 || h >= H || ww < 0 || ww >= W) continue;
+                            int64_t xi = layout ? ((n * H + h) * W + ww) * C + c : ((n * C + c) * H + h) * W + ww;
+                            int64_t wi = layout ? ((k * R + r) * S + t) * C + c : ((k * C + c) * R + r) * S + t;
+                            ref += (double)xs[xi] * ws[wi];
+                        }
+                        if (has_bias) ref += b[k];
+                        if (relu && ref < 0) ref = 0;
+                        int64_t yi = layout ? ((n * P + p) * Q + q) * K + k : ((n * K + k) * P + p) * Q + q;
+                        nan |= isnan(y[yi]) != 0;
+                        err = fmax(err, fabs(y[yi] - ref));
+                        scale = fmax(scale, fabs(ref));
+                    }
+                const double tol = dt == GPUCORE_F32 ? 1e-6 : 1e-2, rel = err / (scale > 0 ? scale : 1);
+                CHECK(!nan && rel <= tol);
+                if (nan || rel > tol)
+                    fprintf(stderr, "  unfused epilogue dtype %d layout %d variant %d: error %.3g (tolerance %g)%s\n",
+                            (int)dt, layout, variant, rel, tol, nan ? ", NaN" : "");
+                for (int i = 0; i < 4; i++) {
+                    gpucore_tensor_destroy(t[i]);
+                    gpucore_tensor_destroy(f[i]);
+                }
+            }
+    unsetenv("STANDIN_DNN_NO_FUSION");
+    gpucore_context_destroy(ctx);
+    expect_clean("unfused conv epilogue");
 }
 
 /* Item 12: the allocator's events only order reuse; they are created with cudaEventDisableTiming. */
@@ -263,6 +355,7 @@ int main(void)
     test_untimed_events();
     test_fallback_counts();
     test_conv_first_plan();
+    test_conv_unfused_epilogue();
     test_conv_evict_in_flight();
     return check_finish("test_cuda_contract_host");
 }

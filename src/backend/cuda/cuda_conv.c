@@ -698,9 +698,40 @@ static gpucore_status lookup(const gpucore_conv_desc *d, cudaStream_t stream, pl
     return GPUCORE_OK;
 }
 
-/* Bias and ReLU with the elementwise kernel, when no engine fused them. */
+/* Whether strides (of dims [n, k, p, q] with extents e) are exactly those of the packed layout whose dims, from
+ * outermost to innermost, are order[0..3]; extents of 1 take any stride. */
+static int packed_as(const int64_t e[4], const int64_t strides[4], const int order[4])
+{
+    int64_t want = 1;
+    for (int i = 3; i >= 0; i--) {
+        const int dim = order[i];
+        if (e[dim] != 1 && strides[dim] != want) return 0;
+        want *= e[dim];
+    }
+    return 1;
+}
+
+/* Bias and ReLU when no engine fused them: on a packed output (NCHW or NHWC, what the front-end allocates) the
+ * row kernel of kernels/conv_epilogue.cu, with no per-element index unravel (issue 18 item 9); any other
+ * strides, the elementwise kernel's strided path. */
 static gpucore_status unfused_epilogue(void *bctx, const gpucore_conv_desc *d, void *stream)
 {
+    const int64_t e[4] = {d->n, d->k, d->p, d->q};
+    static const int nchw[4] = {0, 1, 2, 3}, nhwc[4] = {0, 2, 3, 1};
+    const int is_nchw = packed_as(e, d->y_strides, nchw), is_nhwc = !is_nchw && packed_as(e, d->y_strides, nhwc);
+    if (is_nchw || is_nhwc) {
+        gpucore_conv_bias_args a;
+        memset(&a, 0, sizeof a);
+        a.y = d->y;
+        a.bias = d->bias;
+        a.dtype = d->dtype;
+        a.relu = d->relu;
+        a.channel_is_row = is_nchw;
+        a.k = d->k;
+        a.rows = is_nchw ? d->n * d->k : d->n * d->p * d->q;
+        a.cols = is_nchw ? d->p * d->q : d->k;
+        return kops_conv_bias_act(bctx, &a, stream);
+    }
     gpucore_ew_args a;
     memset(&a, 0, sizeof a);
     gpucore_view y = {0};
@@ -708,9 +739,9 @@ static gpucore_status unfused_epilogue(void *bctx, const gpucore_conv_desc *d, v
     y.dtype = d->dtype;
     y.ndim = 4;
     y.numel = d->n * d->k * d->p * d->q;
-    const int64_t shape[4] = {d->n, d->k, d->p, d->q};
-    for (int i = 0; i < 4; i++) { y.shape[i] = shape[i]; y.strides[i] = d->y_strides[i]; }
+    for (int i = 0; i < 4; i++) { y.shape[i] = e[i]; y.strides[i] = d->y_strides[i]; }
     y.elem_size = d->dtype == GPUCORE_F32 ? 4 : 2;
+    y.contiguous = 0; /* not packed (packed outputs took the row kernel above) */
     a.out = y;
     a.in[0] = y;
     a.act = d->relu ? GPUCORE_ACT_RELU : GPUCORE_ACT_NONE;
