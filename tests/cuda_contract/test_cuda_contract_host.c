@@ -348,9 +348,54 @@ static void test_conv_evict_in_flight(void)
     expect_clean("a plan evicted while it runs");
 }
 
-int main(void)
+/* Item 7, run with GPUCORE_CUDNN_LIBRARY / GPUCORE_NCCL_LIBRARY pointing nowhere (a machine without them): the
+ * backend loads, GEMM and kernels work, conv and comm are NOT_SUPPORTED naming the library, and the component
+ * versions gpucore-info shows say the same. */
+static void test_missing_libraries(void)
+{
+    gpucore_context *ctx = NULL;
+    CHECK_OK(gpucore_context_create("cuda:0", &ctx));
+    if (!ctx) return;
+    int64_t s8[2] = {8, 8};
+    gpucore_tensor *a = NULL, *d = NULL;
+    CHECK_OK(gpucore_tensor_create(ctx, GPUCORE_F32, 2, s8, &a));
+    CHECK_OK(gpucore_tensor_create(ctx, GPUCORE_F32, 2, s8, &d));
+    CHECK_OK(gpucore_fill(a, 0.5, NULL));
+    CHECK_OK(gpucore_matmul(a, a, d, NULL, NULL));
+    float h[64];
+    CHECK_OK(gpucore_copy_to_host(h, sizeof h, d));
+    CHECK(h[0] == 2.0f && h[63] == 2.0f);
+    conv_case c;
+    conv_case_make(ctx, &c);
+    gpucore_conv_options o;
+    conv_case_options(&o);
+    CHECK_STATUS(gpucore_conv_forward(c.x, c.w, c.b, c.y, &o, NULL), GPUCORE_ERR_NOT_SUPPORTED);
+    CHECK(strstr(gpucore_last_error(), "cuDNN") && strstr(gpucore_last_error(), "libcudnn.so.9"));
+    fprintf(stderr, "  conv without cuDNN: %s\n", gpucore_last_error());
+    char buf[256];
+    CHECK_STATUS(gpucore_component_version("cudnn", buf, sizeof buf), GPUCORE_ERR_NOT_SUPPORTED);
+    CHECK(strstr(gpucore_last_error(), "libcudnn.so.9") != NULL);
+    CHECK_STATUS(gpucore_component_version("nccl", buf, sizeof buf), GPUCORE_ERR_NOT_SUPPORTED);
+    CHECK(strstr(gpucore_last_error(), "NCCL") && strstr(gpucore_last_error(), "libnccl.so.2"));
+    unsigned char id[GPUCORE_COMM_ID_BYTES];
+    CHECK_STATUS(gpucore_comm_unique_id(ctx, id, sizeof id), GPUCORE_ERR_NOT_SUPPORTED);
+    CHECK(strstr(gpucore_last_error(), "libnccl.so.2") != NULL);
+    fprintf(stderr, "  comm without NCCL: %s\n", gpucore_last_error());
+    CHECK_OK(gpucore_component_version("cublas", buf, sizeof buf));
+    conv_case_free(&c);
+    gpucore_tensor_destroy(a);
+    gpucore_tensor_destroy(d);
+    gpucore_context_destroy(ctx);
+    expect_clean("without cuDNN and NCCL");
+}
+
+int main(int argc, char **argv)
 {
     if (!contract_open()) return 1;
+    if (argc > 1 && !strcmp(argv[1], "missing-libraries")) {
+        test_missing_libraries();
+        return check_finish("test_cuda_contract_host missing-libraries");
+    }
     test_properties_without_context();
     test_untimed_events();
     test_fallback_counts();

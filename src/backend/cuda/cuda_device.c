@@ -11,12 +11,7 @@
 #include <cublasLt.h>
 #include "cuda_internal.h"
 #include "gpucore_config.h"
-#if GPUCORE_HAVE_CUDNN
-#include <cudnn.h>
-#endif
-#if GPUCORE_HAVE_NCCL
-#include <nccl.h>
-#endif
+#include "cuda_dynlib.h"
 
 /* ---- availability ---- */
 
@@ -233,7 +228,9 @@ gpucore_status cuda_component_version(const char *component, char *buf, size_t l
     }
     if (!strcmp(component, "cudnn")) {
 #if GPUCORE_HAVE_CUDNN
-        size_t v = cudnnGetVersion();
+        gpucore_status ld = cuda_cudnn_load("component_version");
+        if (ld) return ld;
+        size_t v = DNN.cudnnGetVersion();
         snprintf(buf, len, "%zu.%zu.%zu", v / 10000, (v / 100) % 100, v % 100);
         return GPUCORE_OK;
 #else
@@ -242,8 +239,10 @@ gpucore_status cuda_component_version(const char *component, char *buf, size_t l
     }
     if (!strcmp(component, "nccl")) {
 #if GPUCORE_HAVE_NCCL
+        gpucore_status ld = cuda_nccl_load("component_version");
+        if (ld) return ld;
         int v = 0;
-        ncclGetVersion(&v);
+        NCCL.ncclGetVersion(&v);
         snprintf(buf, len, "%d.%d.%d", v / 10000, (v / 100) % 100, v % 100);
         return GPUCORE_OK;
 #else
