@@ -6,6 +6,7 @@
  * that module with dlsym.
  */
 #include <math.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -302,6 +303,51 @@ static void test_conv_first_plan(void)
     expect_clean("first plan per conv shape");
 }
 
+/* Item 8: plans are built outside the execution lock, so two threads can build the same fresh key at once; the
+ * first insert wins, the other's plan is dropped, and both convolutions are right. */
+typedef struct race_arg { conv_case *c; gpucore_stream *s; gpucore_status st; } race_arg;
+static void *race_conv(void *p)
+{
+    race_arg *r = p;
+    gpucore_conv_options o;
+    conv_case_options(&o);
+    o.workspace_limit = 5 << 20; /* a key no other case uses */
+    r->st = gpucore_conv_forward(r->c->x, r->c->w, r->c->b, r->c->y, &o, r->s);
+    if (!r->st) r->st = gpucore_stream_synchronize(r->s);
+    return NULL;
+}
+
+static void test_conv_racing_build(void)
+{
+    gpucore_context *ctx = NULL;
+    CHECK_OK(gpucore_context_create("cuda:0", &ctx));
+    if (!ctx) return;
+    conv_case c[2];
+    race_arg r[2];
+    pthread_t t[2];
+    gpucore_conv_stats s0 = {.struct_size = sizeof s0}, s1 = {.struct_size = sizeof s1};
+    CHECK_OK(gpucore_conv_get_stats(ctx, &s0));
+    for (int i = 0; i < 2; i++) {
+        conv_case_make(ctx, &c[i]);
+        r[i].c = &c[i];
+        r[i].st = GPUCORE_ERR_BACKEND;
+        CHECK_OK(gpucore_stream_create(ctx, 0, &r[i].s));
+    }
+    CHECK_OK(gpucore_context_synchronize(ctx));
+    for (int i = 0; i < 2; i++) pthread_create(&t[i], NULL, race_conv, &r[i]);
+    for (int i = 0; i < 2; i++) pthread_join(t[i], NULL);
+    for (int i = 0; i < 2; i++) {
+        CHECK_OK(r[i].st);
+        CHECK(conv_case_check(&c[i]));
+        conv_case_free(&c[i]);
+        gpucore_stream_destroy(r[i].s);
+    }
+    CHECK_OK(gpucore_conv_get_stats(ctx, &s1));
+    CHECK(s1.plans_cached == s0.plans_cached + 1); /* one entry for the key, however many threads built it */
+    gpucore_context_destroy(ctx);
+    expect_clean("two threads building one plan key");
+}
+
 /* Item 6: an execution plan evicted from the cache while its execution still runs is destroyed only after it
  * (the stand-in's conv kernel runs STANDIN_DNN_EXEC_MS on its stream; destroying the plan before was a
  * violation). */
@@ -401,6 +447,7 @@ int main(int argc, char **argv)
     test_fallback_counts();
     test_conv_first_plan();
     test_conv_unfused_epilogue();
+    test_conv_racing_build();
     test_conv_evict_in_flight();
     return check_finish("test_cuda_contract_host");
 }
