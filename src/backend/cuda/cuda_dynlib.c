@@ -49,34 +49,27 @@ static gpucore_status dyn_status(const dyn_lib *lib, const char *what)
 
 #define CUDA_DYN_NAME(name) #name,
 
+/* The table, its library record and its load function for one library. */
+#define CUDA_DYN_LIBRARY(table_type, table, load_fn, functions, env, soname, label, feature)                  \
+    table_type table;                                                                                         \
+    static dyn_lib table##_lib = {PTHREAD_ONCE_INIT, env, soname, label, feature, 0, ""};                     \
+    static void table##_open(void)                                                                            \
+    {                                                                                                         \
+        static const char *const names[] = {functions(CUDA_DYN_NAME)};                                        \
+        dyn_open(&table##_lib, names, (void **)&table, (int)(sizeof names / sizeof names[0]));               \
+    }                                                                                                         \
+    gpucore_status load_fn(const char *what)                                                                  \
+    {                                                                                                         \
+        pthread_once(&table##_lib.once, table##_open);                                                        \
+        return dyn_status(&table##_lib, what);                                                                \
+    }
+
 #if GPUCORE_HAVE_CUDNN
-cuda_cudnn_api cuda_dnn_api;
-static dyn_lib cudnn_lib = {PTHREAD_ONCE_INIT, "GPUCORE_CUDNN_LIBRARY", CUDA_CUDNN_SONAME, "cuDNN",
-                           "convolutions are not supported on CUDA (GEMM and the other ops are)", 0, ""};
-static void cudnn_open(void)
-{
-    static const char *const names[] = {CUDA_CUDNN_FUNCTIONS(CUDA_DYN_NAME)};
-    dyn_open(&cudnn_lib, names, (void **)&cuda_dnn_api, (int)(sizeof names / sizeof names[0]));
-}
-gpucore_status cuda_cudnn_load(const char *what)
-{
-    pthread_once(&cudnn_lib.once, cudnn_open);
-    return dyn_status(&cudnn_lib, what);
-}
+CUDA_DYN_LIBRARY(cuda_cudnn_api, cuda_dnn_api, cuda_cudnn_load, CUDA_CUDNN_FUNCTIONS, "GPUCORE_CUDNN_LIBRARY",
+                 CUDA_CUDNN_SONAME, "cuDNN", "convolutions are not supported on CUDA (GEMM and the other ops are)")
 #endif
 
 #if GPUCORE_HAVE_NCCL
-cuda_nccl_api cuda_nccl_api_table;
-static dyn_lib nccl_lib = {PTHREAD_ONCE_INIT, "GPUCORE_NCCL_LIBRARY", CUDA_NCCL_SONAME, "NCCL",
-                          "collectives (comm, DDP) are not supported on CUDA (the other ops are)", 0, ""};
-static void nccl_open(void)
-{
-    static const char *const names[] = {CUDA_NCCL_FUNCTIONS(CUDA_DYN_NAME)};
-    dyn_open(&nccl_lib, names, (void **)&cuda_nccl_api_table, (int)(sizeof names / sizeof names[0]));
-}
-gpucore_status cuda_nccl_load(const char *what)
-{
-    pthread_once(&nccl_lib.once, nccl_open);
-    return dyn_status(&nccl_lib, what);
-}
+CUDA_DYN_LIBRARY(cuda_nccl_api, cuda_nccl_api_table, cuda_nccl_load, CUDA_NCCL_FUNCTIONS, "GPUCORE_NCCL_LIBRARY",
+                 CUDA_NCCL_SONAME, "NCCL", "collectives (comm, DDP) are not supported on CUDA (the other ops are)")
 #endif
