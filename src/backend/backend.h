@@ -24,7 +24,8 @@
 #include "attention_math.h"
 #include "transformer_math.h"
 
-#define GPUCORE_BACKEND_ABI 1
+/* 2: event_create_untimed in the vtable, gemm_desc.fallback_out (issue 18 items 12, 4) */
+#define GPUCORE_BACKEND_ABI 2
 
 typedef void (*gpucore_host_fn)(void *arg);
 
