@@ -11,10 +11,14 @@
  * --quick (default): batch 32, a handful of shapes on the CPU (all on a GPU);
  * --full: every shape at batch 256 on a GPU (batch 32 on the CPU).
  * Times are medians of event-timed runs after a warm-up; TFLOP/s counts 2·MACs.
+ * On a GPU each shape also reports fwd_first_call_ms: the host wall time of the
+ * first heuristic-mode forward of the shape (plan search and build, one run,
+ * synchronized), the cost issue 18 item 8 cut to one engine finalize.
  */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include "gpucore.h"
 
 typedef struct shape { const char *name; int64_t c, h, w, k, r, stride, pad, groups; int cpu_quick; } shape;
@@ -79,6 +83,22 @@ static double time_op(gpucore_context *ctx, int op, gpucore_tensor *x, gpucore_t
     gpucore_event_destroy(e0);
     gpucore_event_destroy(e1);
     return median(t, reps);
+}
+
+/* Wall ms of the first heuristic-mode forward of a shape (a fresh plan key: the autotuned runs use another), the
+ * plan search and build included; < 0 on failure. */
+static double first_call_ms(gpucore_context *ctx, gpucore_tensor *x, gpucore_tensor *w, gpucore_tensor *y,
+                            const gpucore_conv_options *autotuned)
+{
+    gpucore_conv_options o = *autotuned;
+    o.algo = GPUCORE_CONV_ALGO_HEURISTIC;
+    TRY(gpucore_context_synchronize(ctx));
+    struct timespec a, b;
+    clock_gettime(CLOCK_MONOTONIC, &a);
+    TRY(gpucore_conv_forward(x, w, NULL, y, &o, NULL));
+    TRY(gpucore_context_synchronize(ctx));
+    clock_gettime(CLOCK_MONOTONIC, &b);
+    return (b.tv_sec - a.tv_sec) * 1e3 + (b.tv_nsec - a.tv_nsec) / 1e6;
 }
 
 /* The CPU ceiling: f32 GEMM rate of this backend, TFLOP/s. */
@@ -179,6 +199,13 @@ int main(int argc, char **argv)
             snprintf(cse, sizeof cse, "%s b%lld %s %s", sp->name, (long long)batch, gpucore_dtype_name(dt),
                      layout == GPUCORE_CONV_NCHW ? "NCHW" : "NHWC");
             const double flops = 2.0 * batch * sp->k * p * q * cg * sp->r * sp->r;
+            if (!cpu) { /* the CPU plans nothing: its first call is any call */
+                double first = first_call_ms(ctx, x, w, y, &o);
+                if (first >= 0) {
+                    emit(cse, "fwd_first_call_ms", first, "ms");
+                    if (!as_json) printf("%-34s %-11s %10.3f   (first call, heuristic mode: plan built)\n", cse, "fwd", first);
+                }
+            }
             for (int op = 0; op < 3; op++) {
                 gpucore_conv_stats before = {.struct_size = sizeof before}, after = {.struct_size = sizeof after};
                 gpucore_conv_get_stats(ctx, &before);

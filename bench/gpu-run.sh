@@ -148,6 +148,8 @@ FIRST=${RANGE%-*}
 LAST=${RANGE#*-}
 if [ "$DRY" = 1 ]; then
   export GPUCORE_CUDA_PLUGIN=$PWD/$BUILD/tests/cuda_contract/libgpucore_cuda_contract.so
+  # the module opens cuDNN and NCCL with dlopen; their stand-ins are inside it
+  export GPUCORE_CUDNN_LIBRARY=$GPUCORE_CUDA_PLUGIN GPUCORE_NCCL_LIBRARY=$GPUCORE_CUDA_PLUGIN
   [ -f "$GPUCORE_CUDA_PLUGIN" ] || { echo "dry run: build $BUILD's contract module first (ninja -C $BUILD)"; exit 1; }
 else
   [ -f "$BUILD/src/backend/cuda/libgpucore_cuda.so" ] || { echo "no $BUILD: run --build-here first, carry it"; exit 1; }

@@ -155,7 +155,8 @@ typedef struct gpucore_device_properties {
     int32_t multiprocessors;      /* SMs on CUDA; logical cores on CPU */
     int32_t warp_size;
     int64_t total_memory;         /* bytes */
-    int64_t free_memory;          /* bytes, at the time of the call */
+    int64_t free_memory;          /* bytes, at the time of the call (CUDA: from NVML, which creates no
+                                     context on the device; -1 without NVML) */
     int64_t l2_cache_bytes;
     int64_t shared_memory_per_block_optin;
     int32_t clock_khz;            /* SM clock now (NVML) or -1 */
@@ -893,6 +894,39 @@ GPUCORE_API gpucore_status gpucore_context_get_allow_tf32(gpucore_context *ctx, 
 /* Scratch memory a CUDA matmul may use (taken from the caching allocator per call).
  * bytes 0 restores the default (32 MiB, what cuBLASLt wants on sm_90). */
 GPUCORE_API gpucore_status gpucore_matmul_set_workspace_size(gpucore_context *ctx, int64_t bytes);
+
+/* ---- matmul statistics: GEMMs on the fallback kernel (issue 18 item 4) ----
+ * Where cuBLASLt cannot serve a GEMM the CUDA backend runs a tiled fallback kernel
+ * instead (same results, about 100x slower), with one WARN log per shape naming the
+ * reason. These counters say how many of a context's GEMMs (matmul, linear and
+ * linear_backward each issue one or two) ran there and why; the profiler also
+ * counts them under the name "matmul_fallback" (calls only, their time stays in
+ * the op's own entry). The CPU backend never falls back. */
+typedef enum gpucore_matmul_fallback_reason {
+    GPUCORE_MATMUL_FALLBACK_NO_ALGORITHM = 0, /* cuBLASLt's heuristic offered no algorithm (shape, epilogue,
+                                                 dtypes, alignment) */
+    GPUCORE_MATMUL_FALLBACK_AUX_LD = 1,       /* an aux leading dimension cuBLASLt does not take (a multiple of
+                                                 8, >= rows: cublasLt.h:1382) */
+    GPUCORE_MATMUL_FALLBACK_WORKSPACE = 2,    /* every algorithm wants more workspace than set
+                                                 (gpucore_matmul_set_workspace_size) */
+    GPUCORE_MATMUL_FALLBACK_REFUSED = 3,      /* cublasLtMatmul refused every algorithm the heuristic offered */
+    GPUCORE_MATMUL_FALLBACK_BATCH = 4,        /* more than INT32_MAX batches */
+    GPUCORE_MATMUL_FALLBACK_REASONS = 5
+} gpucore_matmul_fallback_reason;
+
+/* Set struct_size to sizeof(gpucore_matmul_stats). Counted since the context was
+ * created (or the last reset). */
+typedef struct gpucore_matmul_stats {
+    int64_t struct_size;
+    int64_t gemms;                  /* GEMMs dispatched to the backend */
+    int64_t fallback_gemms;         /* of them, run on the fallback kernel */
+    int64_t fallback_by_reason[GPUCORE_MATMUL_FALLBACK_REASONS]; /* fallback_gemms by reason */
+} gpucore_matmul_stats;
+
+GPUCORE_API gpucore_status gpucore_matmul_get_stats(gpucore_context *ctx, gpucore_matmul_stats *stats);
+GPUCORE_API gpucore_status gpucore_matmul_reset_stats(gpucore_context *ctx);
+/* A reason's description ("cuBLASLt has no algorithm"); "unknown reason" for others. */
+GPUCORE_API const char *gpucore_matmul_fallback_reason_text(int reason);
 
 /* ------------------------------------------------------------------ linear
  *

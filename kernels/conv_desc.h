@@ -52,4 +52,18 @@ typedef struct gpucore_conv_desc {
     gpucore_conv_workspace_fns ws;
 } gpucore_conv_desc;
 
+/* The bias-add (+ReLU) of a forward convolution no cuDNN engine fused, over its packed
+ * output as a rows x cols matrix (kernels/conv_epilogue.cu): NCHW rows n*k, cols p*q,
+ * the channel of a row = row % k; NHWC rows n*p*q, cols k, the channel = the column.
+ * y := relu?(y + bias[channel]) in f32, rounded once to dtype. */
+typedef struct gpucore_conv_bias_args {
+    void *y;
+    const void *bias;      /* [k] contiguous, dtype of y; NULL: ReLU only */
+    int32_t dtype;         /* f32, f16, bf16 */
+    int32_t relu;
+    int32_t channel_is_row;/* 1 NCHW, 0 NHWC */
+    int32_t reserved;
+    int64_t rows, cols, k;
+} gpucore_conv_bias_args;
+
 #endif

@@ -70,6 +70,8 @@ typedef struct gpucore_gemm_desc {
     float *amax_d;            /* fp8: device scalar receiving max |D| (NULL: not computed) */
     void *workspace;          /* device scratch for the library GEMM (CUDA), may be NULL */
     int64_t workspace_bytes;
+    int32_t *fallback_out;    /* host, may be NULL: the backend sets it to a gpucore_matmul_fallback_reason + 1
+                                 when the fallback kernel ran instead of the vendor GEMM (CUDA), else leaves it */
 } gpucore_gemm_desc;
 
 GPUCORE_HD int gpucore_gemm_dtype_size(int dt)

@@ -16,6 +16,7 @@
 #include "optim_math.h"
 #include "attention_math.h"
 #include "transformer_math.h"
+#include "conv_desc.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -34,6 +35,9 @@ int gpucore_kernel_random(const gpucore_launch *launch, const gpucore_view *dst,
 
 /* copy.cu: dst[i] := src[i] for same-shape, same-dtype strided views. */
 int gpucore_kernel_copy_strided(const gpucore_launch *launch, const gpucore_view *dst, const gpucore_view *src);
+
+/* conv_epilogue.cu: a convolution's unfused bias-add (+ReLU) on its packed output (conv_desc.h). */
+int gpucore_kernel_conv_bias_act(const gpucore_launch *launch, const gpucore_conv_bias_args *args);
 
 /* gemm_fallback.cu: the tiled GEMM with epilogues (gemm_desc.h), for shapes cuBLASLt refuses and for the
  * cuda-emulated backend. f32/f16/bf16 operands only (never fp8). */

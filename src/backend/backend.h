@@ -24,7 +24,8 @@
 #include "attention_math.h"
 #include "transformer_math.h"
 
-#define GPUCORE_BACKEND_ABI 1
+/* 2: event_create_untimed in the vtable, gemm_desc.fallback_out (issue 18 items 12, 4) */
+#define GPUCORE_BACKEND_ABI 2
 
 typedef void (*gpucore_host_fn)(void *arg);
 
@@ -80,6 +81,9 @@ typedef struct gpucore_backend {
     /* Run fn(arg) on the host once all work queued before it on `stream` is done. */
     gpucore_status (*host_callback)(void *bctx, void *stream, gpucore_host_fn fn, void *arg);
     gpucore_status (*event_create)(void *bctx, void **event);
+    /* An event only for ordering and completion, never timed (CUDA: cudaEventDisableTiming,
+     * cheaper to record and wait on). NULL: event_create serves. */
+    gpucore_status (*event_create_untimed)(void *bctx, void **event);
     void (*event_destroy)(void *bctx, void *event);
     gpucore_status (*event_record)(void *bctx, void *event, void *stream);
     gpucore_status (*stream_wait_event)(void *bctx, void *stream, void *event);

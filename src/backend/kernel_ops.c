@@ -52,6 +52,12 @@ gpucore_status kops_rows(void *bctx, const gpucore_rows_args *args, void *s)
     return launched(gpucore_kernel_rows(&l, args), "row-op (softmax/norm/cross-entropy/embedding) kernel launch");
 }
 
+gpucore_status kops_conv_bias_act(void *bctx, const gpucore_conv_bias_args *args, void *s)
+{
+    LAUNCH_OR_RETURN(bctx, s, l);
+    return launched(gpucore_kernel_conv_bias_act(&l, args), "conv bias/ReLU kernel launch");
+}
+
 gpucore_status kops_matmul(void *bctx, const gpucore_gemm_desc *desc, void *s)
 {
     /* never fp8: src/matmul.c sends fp8 only to the CUDA module, which uses cuBLASLt for it */

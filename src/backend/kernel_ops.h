@@ -27,6 +27,8 @@ KOPS_HIDDEN gpucore_status kops_random(void *bctx, const gpucore_view *dst, int 
 /* matmul through the tiled fallback kernel (the cuda-emulated backend's matmul;
  * the CUDA module's when cuBLASLt has no algorithm). */
 KOPS_HIDDEN gpucore_status kops_matmul(void *bctx, const gpucore_gemm_desc *desc, void *s);
+/* A convolution's unfused bias/ReLU (the CUDA module's conv, not a vtable op). */
+KOPS_HIDDEN gpucore_status kops_conv_bias_act(void *bctx, const gpucore_conv_bias_args *args, void *s);
 KOPS_HIDDEN gpucore_status kops_elementwise(void *bctx, const gpucore_ew_args *args, void *s);
 KOPS_HIDDEN gpucore_status kops_reduce(void *bctx, const gpucore_reduce_args *args, void *s);
 KOPS_HIDDEN gpucore_status kops_rows(void *bctx, const gpucore_rows_args *args, void *s);

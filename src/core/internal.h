@@ -85,6 +85,8 @@ struct gpucore_context {
     atomic_uint pool_next[2];
     atomic_int matmul_allow_tf32;        /* matmul.c: context default for f32 operands (0 off) */
     atomic_llong matmul_workspace_bytes; /* matmul.c: cuBLASLt workspace; 0 = default (32 MiB) */
+    atomic_llong matmul_gemms;           /* matmul.c: gpucore_matmul_stats */
+    atomic_llong matmul_fallbacks[GPUCORE_MATMUL_FALLBACK_REASONS];
     atomic_int profile_flags;            /* profile.c: GPUCORE_PROFILE_* bits; 0 = profiling off */
     struct gpucore_profiler *profiler;   /* profile.c: per-op records, created on first enable */
 };
@@ -171,6 +173,8 @@ GPUCORE_HIDDEN void gpucore_tensors_destroy_all(gpucore_context *ctx);
 GPUCORE_HIDDEN void *gpucore_profile_begin(gpucore_context *ctx, gpucore_stream *stream, const char *name, int64_t bytes);
 GPUCORE_HIDDEN void gpucore_profile_end(gpucore_context *ctx, void *token);
 GPUCORE_HIDDEN void gpucore_profile_init(gpucore_context *ctx); /* reads GPUCORE_PROFILE, GPUCORE_NVTX */
+/* Count one call under name (a literal) without timing it: a detail of the op being profiled (matmul_fallback). */
+GPUCORE_HIDDEN void gpucore_profile_count(gpucore_context *ctx, const char *name);
 GPUCORE_HIDDEN void gpucore_profile_fini(gpucore_context *ctx); /* streams already synchronized */
 static inline void *gpucore_prof_begin(gpucore_context *ctx, gpucore_stream *stream, const char *name, int64_t bytes)
 {
@@ -191,5 +195,8 @@ static inline int64_t gpucore_prof_bytes(const gpucore_tensor *t)
 GPUCORE_HIDDEN void gpucore_streams_destroy_all(gpucore_context *ctx);
 /* Release every event handle still alive in ctx (context destroy). */
 GPUCORE_HIDDEN void gpucore_events_destroy_all(gpucore_context *ctx);
+/* gpucore_event_create for an event the library only orders work with and never times (DDP, comm):
+ * cudaEventDisableTiming on CUDA, cheaper to record and wait on (issue 18 item 12). */
+GPUCORE_HIDDEN gpucore_status gpucore_event_create_untimed(gpucore_context *ctx, gpucore_event **out);
 
 #endif

@@ -189,6 +189,16 @@ void *gpucore_profile_begin(gpucore_context *ctx, gpucore_stream *stream, const 
     return token;
 }
 
+void gpucore_profile_count(gpucore_context *ctx, const char *name)
+{
+    gpucore_profiler *p = ctx->profiler;
+    if (!(atomic_load(&ctx->profile_flags) & GPUCORE_PROFILE_SUMMARY) || !p) return;
+    pthread_mutex_lock(&p->mu);
+    int si = stat_index(p, name);
+    if (si >= 0) p->stats[si].calls++;
+    pthread_mutex_unlock(&p->mu);
+}
+
 void gpucore_profile_end(gpucore_context *ctx, void *token)
 {
     profile_depth--;

@@ -195,7 +195,7 @@ gpucore_status gpucore_stream_native_handle(gpucore_stream *stream, void **handl
     return GPUCORE_OK;
 }
 
-gpucore_status gpucore_event_create(gpucore_context *ctx, gpucore_event **out)
+static gpucore_status event_create_as(gpucore_context *ctx, gpucore_event **out, int timed)
 {
     gpucore_status st = gpucore_check_context(ctx, "event_create");
     if (st) return st;
@@ -203,7 +203,9 @@ gpucore_status gpucore_event_create(gpucore_context *ctx, gpucore_event **out)
     *out = NULL;
     gpucore_event *e = gpucore_handle_alloc(&gpucore_event_pool);
     if (!e) return gpucore_set_error(GPUCORE_ERR_OUT_OF_MEMORY, "event_create: out of host memory");
-    if ((st = ctx->be->event_create(ctx->bctx, &e->bevent)) != GPUCORE_OK) {
+    gpucore_status (*create)(void *, void **) =
+        timed || !ctx->be->event_create_untimed ? ctx->be->event_create : ctx->be->event_create_untimed;
+    if ((st = create(ctx->bctx, &e->bevent)) != GPUCORE_OK) {
         gpucore_handle_release(&gpucore_event_pool, e);
         return st;
     }
@@ -217,6 +219,16 @@ gpucore_status gpucore_event_create(gpucore_context *ctx, gpucore_event **out)
     pthread_mutex_unlock(&ctx->lock);
     *out = e;
     return GPUCORE_OK;
+}
+
+gpucore_status gpucore_event_create(gpucore_context *ctx, gpucore_event **out)
+{
+    return event_create_as(ctx, out, 1);
+}
+
+gpucore_status gpucore_event_create_untimed(gpucore_context *ctx, gpucore_event **out)
+{
+    return event_create_as(ctx, out, 0);
 }
 
 static void event_free(gpucore_event *e)

@@ -512,8 +512,15 @@ static gpucore_status matmul_impl(const char *op, const gpucore_tensor *a, const
         g.workspace = ws;
         g.workspace_bytes = wsb;
     }
+    int32_t fallback = 0;
+    g.fallback_out = &fallback;
     void *prof = gpucore_prof_begin(ctx, s, op, gpucore_prof_bytes(a) + gpucore_prof_bytes(b) + gpucore_prof_bytes(d));
     st = ctx->be->matmul(ctx->bctx, &g, s->bstream);
+    atomic_fetch_add(&ctx->matmul_gemms, 1);
+    if (fallback > 0 && fallback <= GPUCORE_MATMUL_FALLBACK_REASONS) {
+        atomic_fetch_add(&ctx->matmul_fallbacks[fallback - 1], 1);
+        if (atomic_load_explicit(&ctx->profile_flags, memory_order_relaxed)) gpucore_profile_count(ctx, "matmul_fallback");
+    }
     gpucore_prof_end(ctx, prof);
     if (ws) gpucore_memory_free(ctx, ws, s->bstream);
     return st;
@@ -663,4 +670,46 @@ out:
     if (dx2) gpucore_tensor_destroy(dx2);
     if (aux2) gpucore_tensor_destroy(aux2);
     return st;
+}
+
+/* ---- fallback-kernel statistics ---- */
+
+gpucore_status gpucore_matmul_get_stats(gpucore_context *ctx, gpucore_matmul_stats *stats)
+{
+    gpucore_status st = gpucore_check_context(ctx, "matmul_get_stats");
+    if (st) return st;
+    if (!stats) return gpucore_set_error(GPUCORE_ERR_NULL_POINTER, "matmul_get_stats: stats is NULL");
+    if (stats->struct_size != (int64_t)sizeof *stats)
+        return gpucore_set_error(GPUCORE_ERR_INVALID_ARGUMENT, "matmul_get_stats: struct_size is %lld, expected "
+                                 "sizeof(gpucore_matmul_stats) (%zu)", (long long)stats->struct_size, sizeof *stats);
+    stats->gemms = atomic_load(&ctx->matmul_gemms);
+    stats->fallback_gemms = 0;
+    for (int i = 0; i < GPUCORE_MATMUL_FALLBACK_REASONS; i++) {
+        stats->fallback_by_reason[i] = atomic_load(&ctx->matmul_fallbacks[i]);
+        stats->fallback_gemms += stats->fallback_by_reason[i];
+    }
+    return GPUCORE_OK;
+}
+
+gpucore_status gpucore_matmul_reset_stats(gpucore_context *ctx)
+{
+    gpucore_status st = gpucore_check_context(ctx, "matmul_reset_stats");
+    if (st) return st;
+    atomic_store(&ctx->matmul_gemms, 0);
+    for (int i = 0; i < GPUCORE_MATMUL_FALLBACK_REASONS; i++) atomic_store(&ctx->matmul_fallbacks[i], 0);
+    return GPUCORE_OK;
+}
+
+const char *gpucore_matmul_fallback_reason_text(int reason)
+{
+    switch (reason) {
+    case GPUCORE_MATMUL_FALLBACK_NO_ALGORITHM: return "cuBLASLt has no algorithm for the shape, epilogue, dtypes "
+                                                      "or alignment";
+    case GPUCORE_MATMUL_FALLBACK_AUX_LD: return "cuBLASLt takes an aux leading dimension only when it is a multiple "
+                                                "of 8 and at least the rows";
+    case GPUCORE_MATMUL_FALLBACK_WORKSPACE: return "every cuBLASLt algorithm wants more workspace than is set";
+    case GPUCORE_MATMUL_FALLBACK_REFUSED: return "cublasLtMatmul refused every algorithm the heuristic offered";
+    case GPUCORE_MATMUL_FALLBACK_BATCH: return "more than INT32_MAX batches";
+    default: return "unknown reason";
+    }
 }

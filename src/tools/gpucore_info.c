@@ -181,9 +181,10 @@ int main(int argc, char **argv)
             put("devices", key, "properties failed: %s", gpucore_last_error());
             continue;
         }
-        put("devices", key, "%s, sm_%d%d, %d SMs, %.1f GiB total, %.1f GiB free, bus %s", p.name, p.compute_major,
-            p.compute_minor, p.multiprocessors, p.total_memory / 1073741824.0, p.free_memory / 1073741824.0,
-            p.pci_bus_id);
+        char free_text[48] = "free unknown (no NVML)";
+        if (p.free_memory >= 0) snprintf(free_text, sizeof free_text, "%.1f GiB free", p.free_memory / 1073741824.0);
+        put("devices", key, "%s, sm_%d%d, %d SMs, %.1f GiB total, %s, bus %s", p.name, p.compute_major,
+            p.compute_minor, p.multiprocessors, p.total_memory / 1073741824.0, free_text, p.pci_bus_id);
         snprintf(key, sizeof key, "cuda:%d code", d);
         if (p.has_native_code) put("devices", key, "machine code (SASS) for sm_%d%d is in this build", p.compute_major, p.compute_minor);
         else if (p.has_ptx) put("devices", key, "no SASS for sm_%d%d: the driver JIT-compiles PTX at first use (slow start); rebuild with -Dgpu_archs=...,%d%d", p.compute_major, p.compute_minor, p.compute_major, p.compute_minor);

@@ -8,6 +8,7 @@
  * Violations cite cuda_runtime_api.h (CUDA 13.0) or the CUDA Programming Guide
  * section "Stream and Event Behavior" (cited as PG:stream-event).
  */
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -147,6 +148,16 @@ cudaError_t cudaSetDevice(int d)
     standin_api_enter("cudaSetDevice");
     cudaError_t e = check_device("cudaSetDevice", d);
     if (e) return e;
+    /* cuda_runtime_api.h:1637: cudaSetDevice "will also immediately initialize the runtime state on the primary
+     * context" (hundreds of MiB of device memory per GPU): counted, so code that only asks about a device can be
+     * checked not to set it. */
+    static const char *const contexts[16] = {
+        "primary_context_0", "primary_context_1", "primary_context_2", "primary_context_3", "primary_context_4",
+        "primary_context_5", "primary_context_6", "primary_context_7", "primary_context_8", "primary_context_9",
+        "primary_context_10", "primary_context_11", "primary_context_12", "primary_context_13",
+        "primary_context_14", "primary_context_15"};
+    static atomic_int made[16];
+    if (d < 16 && atomic_exchange(&made[d], 1) == 0) standin_count(contexts[d]);
     current_device = d;
     return cudaSuccess;
 }
@@ -512,6 +523,7 @@ cudaError_t cudaEventCreateWithFlags(cudaEvent_t *out, unsigned int flags)
     e->magic = EVENT_MAGIC;
     e->device = current_device;
     e->flags = flags;
+    standin_count(flags & cudaEventDisableTiming ? "event_created_untimed" : "event_created_timed");
     standin_set_add(&live_events, e);
     *out = e;
     return cudaSuccess;

@@ -17,10 +17,12 @@
  * note, 1 needs none. Not known: the real engines, their numerics and speed.
  */
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <cudnn.h>
 #include "numeric.h"
 #include "standin.h"
@@ -43,6 +45,7 @@ typedef struct desc {
     int nattrs;
     int engine;                  /* ENGINECFG / ENGINE / EXECUTION_PLAN */
     struct desc *graph;          /* ENGINEHEUR (set), ENGINECFG, ENGINE, EXECUTION_PLAN: the operation graph */
+    atomic_int inflight;         /* EXECUTION_PLAN: executions queued or running on a stream */
 } desc;
 
 static standin_set live = STANDIN_SET_INIT;
@@ -215,6 +218,15 @@ cudnnStatus_t cudnnBackendDestroyDescriptor(cudnnBackendDescriptor_t p)
     if (!d) return CUDNN_STATUS_BAD_PARAM;
     standin_set_remove(&live, d); /* descriptors that reference it keep their copy alive */
     d->destroyed = 1;
+    if (atomic_load(&d->inflight) > 0) {
+        /* The plan owns the engine's kernels (runtime-compiled ones included); the header promises no wait for
+         * executions still queued, so the caller must order destruction after them. The memory is kept for
+         * the executions in flight (a test that provoked this fails anyway). */
+        standin_violation("cudnnBackendDestroyDescriptor", G ":1010", "execution plan %p destroyed while %d "
+                          "execution(s) of it are still queued or running on a stream (cudnnBackendExecute, "
+                          G ":1034, only enqueues)", p, atomic_load(&d->inflight));
+        return CUDNN_STATUS_SUCCESS;
+    }
     desc_unref(d);
     return CUDNN_STATUS_SUCCESS;
 }
@@ -295,6 +307,7 @@ cudnnStatus_t cudnnBackendFinalize(cudnnBackendDescriptor_t p)
                               (long long)j);
     }
     if (d->type == CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR) {
+        standin_count("cudnn_plan_finalized"); /* the costly step on a real GPU (runtime-compiled engines) */
         desc *cfg = ref(d, CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, 0);
         d->engine = cfg->engine;
         d->graph = cfg->graph;
@@ -379,6 +392,8 @@ typedef struct conv_job {
     int has_bias, relu;
     tinfo b;
     tinfo out;                         /* the graph's non-virtual output */
+    desc *plan;                        /* its inflight count drops when the job has run */
+    long delay_ms;                     /* STANDIN_DNN_EXEC_MS: a long-running kernel, to widen races */
 } conv_job;
 
 static void tensor_info(const desc *t, tinfo *o)
@@ -421,6 +436,10 @@ static int64_t at(const tinfo *t, int64_t a, int64_t b, int64_t c, int64_t d)
 static int conv_task(void *arg)
 {
     conv_job *j = *(conv_job **)arg;
+    if (j->delay_ms > 0) {
+        struct timespec d = {j->delay_ms / 1000, (j->delay_ms % 1000) * 1000000L};
+        nanosleep(&d, NULL);
+    }
     const tinfo *x = &j->x, *w = &j->w, *y = &j->y;
     const int64_t N = x->dims[0], C = x->dims[1], H = x->dims[2], W = x->dims[3];
     const int64_t K = w->dims[0], CG = w->dims[1], R = w->dims[2], S = w->dims[3], P = y->dims[2], Q = y->dims[3];
@@ -463,6 +482,7 @@ static int conv_task(void *arg)
                 }
 #undef IDX
     free(acc);
+    atomic_fetch_sub(&j->plan->inflight, 1);
     free(j);
     standin_count("cudnn_conv_executed");
     return 0;
@@ -581,7 +601,14 @@ cudnnStatus_t cudnnBackendExecute(cudnnHandle_t h, cudnnBackendDescriptor_t pp, 
         return refuse(CUDNN_STATUS_BAD_PARAM, api, G ":1034", "the plan needs %lld bytes of workspace", (long long)need);
     conv_job *j = malloc(sizeof *j);
     *j = job;
+    j->plan = plan;
+    j->delay_ms = standin_env_long("STANDIN_DNN_EXEC_MS", 0);
     standin_count("cudnn_execute");
-    if (standin_stream_enqueue(s, conv_task, &j, sizeof j)) { free(j); return CUDNN_STATUS_INTERNAL_ERROR; }
+    atomic_fetch_add(&plan->inflight, 1);
+    if (standin_stream_enqueue(s, conv_task, &j, sizeof j)) {
+        atomic_fetch_sub(&plan->inflight, 1);
+        free(j);
+        return CUDNN_STATUS_INTERNAL_ERROR;
+    }
     return CUDNN_STATUS_SUCCESS;
 }

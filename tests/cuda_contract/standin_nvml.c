@@ -5,6 +5,7 @@
  * nothing beyond the handle (NVML is minimal here, as the brief allows).
  */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -35,6 +36,19 @@ EXPORT int nvmlDeviceGetComputeRunningProcesses_v3(void *dev, unsigned *n, proc_
     if (*n < 1) { *n = 1; return 7; } /* INSUFFICIENT_SIZE */
     out[0] = (proc_info){(unsigned)getpid(), 64ull << 20, 0, 0};
     *n = 1;
+    return 0;
+}
+
+/* nvmlMemory_t (v1): total, free, used bytes. The device's memory is STANDIN_MEM_MB (as the runtime's), the one
+ * listed process uses 64 MiB. */
+typedef struct { unsigned long long total, free, used; } memory_info;
+EXPORT int nvmlDeviceGetMemoryInfo(void *dev, memory_info *m)
+{
+    if (!dev || !m) return 2; /* INVALID_ARGUMENT */
+    const char *mb = getenv("STANDIN_MEM_MB");
+    m->total = (unsigned long long)(mb ? atol(mb) : 4096) << 20;
+    m->used = 64ull << 20;
+    m->free = m->total - m->used;
     return 0;
 }
 

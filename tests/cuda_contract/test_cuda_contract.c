@@ -16,25 +16,9 @@
 #include <cuda_runtime_api.h>
 #include <cudnn.h>
 #include <nccl.h>
-#include "gpucore.h"
-#include "../check.h"
-
-static void *mod;
-static int (*v_count)(void);
-static const char *(*v_text)(int);
-static void (*v_clear)(void);
-static long (*standin_counter_)(const char *);
+#include "contract_test.h"
 
 #define SYM(name) ((name##_t *)sym(#name))
-static void *sym(const char *name)
-{
-    void *p = dlsym(mod, name);
-    if (!p) {
-        fprintf(stderr, "FAIL: the contract module has no %s\n", name);
-        exit(1);
-    }
-    return p;
-}
 
 /* A vendor entry point of the module, typed by the real header's declaration. */
 #define FN(name) __typeof__(name) *name##_ = (__typeof__(name) *)sym(#name)
@@ -48,14 +32,6 @@ static void expect_violation(const char *what, const char *cite)
     CHECK(n > 0 && found);
     if (!(n > 0 && found)) fprintf(stderr, "  %s: expected a violation citing %s, got %d\n", what, cite, n);
     for (int i = 0; i < n; i++) printf("  recorded (%s): %s\n", what, v_text(i));
-    v_clear();
-}
-
-static void expect_clean(const char *what)
-{
-    int n = v_count();
-    CHECK(n == 0);
-    for (int i = 0; i < n; i++) fprintf(stderr, "  unexpected violation (%s): %s\n", what, v_text(i));
     v_clear();
 }
 
@@ -660,22 +636,7 @@ static void test_handle_device(void)
 
 int main(void)
 {
-    const char *path = getenv("GPUCORE_CUDA_PLUGIN");
-    char why[768];
-    if (!path || gpucore_backend_available(GPUCORE_DEVICE_CUDA, why, sizeof why) != GPUCORE_OK) {
-        fprintf(stderr, "FAIL: the contract module is not loadable as the CUDA backend: %s\n", path ? why : "GPUCORE_CUDA_PLUGIN unset");
-        return 1;
-    }
-    mod = dlopen(path, RTLD_NOW | RTLD_NOLOAD);
-    if (!mod) {
-        fprintf(stderr, "FAIL: %s is not loaded: %s\n", path, dlerror());
-        return 1;
-    }
-    v_count = (int (*)(void))sym("standin_violation_count");
-    v_text = (const char *(*)(int))sym("standin_violation_text");
-    v_clear = (void (*)(void))sym("standin_violations_clear");
-    standin_counter_ = (long (*)(const char *))sym("standin_counter");
-    expect_clean("loading the module");
+    if (!contract_open()) return 1;
     test_handle_device();
     test_runtime();
     test_host_fn();

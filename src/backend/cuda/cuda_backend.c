@@ -169,6 +169,14 @@ static gpucore_status cuda_event_create(void *bctx, void **e)
     return GPUCORE_OK;
 }
 
+/* Allocator, DDP and comm events order work and are never timed (issue 18 item 12). */
+static gpucore_status cuda_event_create_untimed(void *bctx, void **e)
+{
+    USE_DEVICE(bctx);
+    CUDA_TRY(cudaEventCreateWithFlags((cudaEvent_t *)e, cudaEventDisableTiming), "cudaEventCreateWithFlags");
+    return GPUCORE_OK;
+}
+
 static void cuda_event_destroy(void *bctx, void *e)
 {
     (void)bctx;
@@ -255,6 +263,7 @@ static const gpucore_backend cuda_backend_table = {
     .stream_query = cuda_stream_query,
     .host_callback = cuda_host_callback,
     .event_create = cuda_event_create,
+    .event_create_untimed = cuda_event_create_untimed,
     .event_destroy = cuda_event_destroy,
     .event_record = cuda_event_record,
     .stream_wait_event = cuda_stream_wait_event,

@@ -28,9 +28,7 @@
 #include "cuda_internal.h"
 #include "dist/comm_names.h"
 #include "gpucore_config.h"
-#if GPUCORE_HAVE_NCCL
-#include <nccl.h>
-#endif
+#include "cuda_dynlib.h" /* NCCL through the loader's table (NCCL.nccl...), opened on first use (issue 18 item 7) */
 
 #if GPUCORE_HAVE_NCCL
 typedef struct pending_call {
@@ -56,8 +54,8 @@ typedef struct cuda_comm {
 
 static gpucore_status nccl_fail(const char *what, ncclResult_t r)
 {
-    return cuda_host->set_error(GPUCORE_ERR_COMM, "%s failed: %s (%s)%s", what, ncclGetErrorString(r),
-                                ncclGetLastError(NULL) ? ncclGetLastError(NULL) : "",
+    return cuda_host->set_error(GPUCORE_ERR_COMM, "%s failed: %s (%s)%s", what, NCCL.ncclGetErrorString(r),
+                                NCCL.ncclGetLastError(NULL) ? NCCL.ncclGetLastError(NULL) : "",
                                 r == ncclInvalidUsage ? "; check that every rank has its own GPU" : "");
 }
 
@@ -66,7 +64,7 @@ static ncclResult_t nccl_settle(ncclComm_t nc, ncclResult_t r, double timeout_s)
 {
     double deadline = comm_now_s() + (timeout_s > 0 ? timeout_s : 1e9);
     while (r == ncclInProgress) {
-        if (ncclCommGetAsyncError(nc, &r) != ncclSuccess) return ncclInternalError;
+        if (NCCL.ncclCommGetAsyncError(nc, &r) != ncclSuccess) return ncclInternalError;
         if (r != ncclInProgress) break;
         if (comm_now_s() > deadline) return ncclRemoteError; /* peers never arrived */
         struct timespec nap = {0, 100000};
@@ -87,7 +85,7 @@ static void comm_fail_locked(cuda_comm *c, const char *fmt, ...)
     cuda_host->log(GPUCORE_LOG_ERROR, "comm: %s", c->msg);
     if (!c->aborted) {
         c->aborted = 1;
-        ncclCommAbort(c->nc); /* abort, not destroy: the stuck kernels return */
+        NCCL.ncclCommAbort(c->nc); /* abort, not destroy: the stuck kernels return */
     }
 }
 
@@ -115,13 +113,13 @@ static void *watchdog_main(void *arg)
         cudaGetLastError();
         ncclResult_t async = ncclSuccess;
         if (!atomic_load(&c->failed)) {
-            ncclCommGetAsyncError(c->nc, &async);
+            NCCL.ncclCommGetAsyncError(c->nc, &async);
             const gpucore_comm_call *k = &p->call;
             if (async != ncclSuccess && async != ncclInProgress)
                 comm_fail_locked(c, "rank %d of %d: %s #%llu (count %lld %s) failed in NCCL: %s; the communicator "
                                  "was aborted: end the process and relaunch from a checkpoint", c->rank, c->size,
                                  comm_kind_name(k->kind), (unsigned long long)k->seq, (long long)k->count,
-                                 comm_dtype_name(k->dtype), ncclGetErrorString(async));
+                                 comm_dtype_name(k->dtype), NCCL.ncclGetErrorString(async));
             else if (k->timeout_s > 0 && t - p->started > k->timeout_s)
                 comm_fail_locked(c, "rank %d of %d: %s #%llu (count %lld %s) did not complete within the timeout of "
                                  "%.1f s (a peer may have died or stalled); the NCCL communicator was aborted: end "
@@ -170,8 +168,10 @@ static ncclRedOp_t nccl_op(int op)
 
 gpucore_status cuda_comm_unique_id(void *id)
 {
+    gpucore_status ld = cuda_nccl_load("comm_unique_id");
+    if (ld) return ld;
     ncclUniqueId uid;
-    ncclResult_t r = ncclGetUniqueId(&uid);
+    ncclResult_t r = NCCL.ncclGetUniqueId(&uid);
     if (r != ncclSuccess) return nccl_fail("ncclGetUniqueId", r);
     memcpy(id, &uid, sizeof uid < GPUCORE_COMM_ID_BYTES ? sizeof uid : GPUCORE_COMM_ID_BYTES);
     return GPUCORE_OK;
@@ -179,6 +179,8 @@ gpucore_status cuda_comm_unique_id(void *id)
 
 gpucore_status cuda_comm_init(void *bctx, const void *id, int rank, int size, double timeout_s, void **bcomm)
 {
+    gpucore_status ld = cuda_nccl_load("comm_create");
+    if (ld) return ld;
     if (!id)
         return cuda_host->set_error(GPUCORE_ERR_INVALID_ARGUMENT, "comm_create: NCCL needs a unique id");
     cuda_context *ctx = bctx;
@@ -192,10 +194,10 @@ gpucore_status cuda_comm_init(void *bctx, const void *id, int rank, int size, do
     memcpy(&uid, id, sizeof uid);
     ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
     cfg.blocking = 0;
-    ncclResult_t r = ncclCommInitRankConfig(&c->nc, size, uid, rank, &cfg);
+    ncclResult_t r = NCCL.ncclCommInitRankConfig(&c->nc, size, uid, rank, &cfg);
     if (r == ncclInProgress || r == ncclSuccess) r = nccl_settle(c->nc, r == ncclSuccess ? ncclInProgress : r, timeout_s);
     if (r != ncclSuccess) {
-        if (c->nc) ncclCommAbort(c->nc);
+        if (c->nc) NCCL.ncclCommAbort(c->nc);
         free(c);
         if (r == ncclRemoteError)
             return cuda_host->set_error(GPUCORE_ERR_TIMEOUT, "comm_create: rank %d of %d: not every rank joined within "
@@ -204,22 +206,24 @@ gpucore_status cuda_comm_init(void *bctx, const void *id, int rank, int size, do
         return nccl_fail("ncclCommInitRankConfig", r);
     }
     gpucore_status st = comm_start(c);
-    if (st) { ncclCommAbort(c->nc); free(c); return st; }
+    if (st) { NCCL.ncclCommAbort(c->nc); free(c); return st; }
     *bcomm = c;
     return GPUCORE_OK;
 }
 
 gpucore_status cuda_comm_init_local(void *const *bctxs, int n, double timeout_s, void **bcomms)
 {
+    gpucore_status ld = cuda_nccl_load("comm_create_local");
+    if (ld) return ld;
     ncclUniqueId uid;
-    ncclResult_t r = ncclGetUniqueId(&uid);
+    ncclResult_t r = NCCL.ncclGetUniqueId(&uid);
     if (r != ncclSuccess) return nccl_fail("ncclGetUniqueId", r);
     cuda_comm **cs = calloc((size_t)n, sizeof *cs);
     if (!cs) return cuda_host->set_error(GPUCORE_ERR_OUT_OF_MEMORY, "comm_create_local: out of host memory");
     gpucore_status st = GPUCORE_OK;
     ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
     cfg.blocking = 0;
-    ncclGroupStart();
+    NCCL.ncclGroupStart();
     for (int i = 0; i < n && !st; i++) {
         cs[i] = calloc(1, sizeof **cs);
         if (!cs[i]) { st = GPUCORE_ERR_OUT_OF_MEMORY; break; }
@@ -227,10 +231,10 @@ gpucore_status cuda_comm_init_local(void *const *bctxs, int n, double timeout_s,
         cs[i]->rank = i;
         cs[i]->size = n;
         cudaSetDevice(cs[i]->device);
-        r = ncclCommInitRankConfig(&cs[i]->nc, n, uid, i, &cfg);
+        r = NCCL.ncclCommInitRankConfig(&cs[i]->nc, n, uid, i, &cfg);
         if (r != ncclSuccess && r != ncclInProgress) st = nccl_fail("ncclCommInitRankConfig", r);
     }
-    r = ncclGroupEnd();
+    r = NCCL.ncclGroupEnd();
     if (!st && r != ncclSuccess && r != ncclInProgress) st = nccl_fail("ncclGroupEnd (communicator init)", r);
     for (int i = 0; i < n && !st; i++) {
         r = nccl_settle(cs[i]->nc, ncclInProgress, timeout_s);
@@ -248,7 +252,7 @@ gpucore_status cuda_comm_init_local(void *const *bctxs, int n, double timeout_s,
                     pthread_mutex_unlock(&cs[i]->mu);
                     pthread_join(cs[i]->watchdog, NULL);
                 }
-                if (cs[i]->nc) ncclCommAbort(cs[i]->nc);
+                if (cs[i]->nc) NCCL.ncclCommAbort(cs[i]->nc);
                 free(cs[i]);
             }
         free(cs);
@@ -352,14 +356,14 @@ gpucore_status cuda_comm_enqueue(void *bcomm, const gpucore_comm_call *k, void *
         return cuda_host->set_error(GPUCORE_ERR_COMM, "%s", c->msg);
     }
     switch (k->kind) {
-    case GPUCORE_COMM_ALLREDUCE: r = ncclAllReduce(k->send, k->recv, n, dt, nccl_op(k->op), c->nc, s); break;
-    case GPUCORE_COMM_REDUCE_SCATTER: r = ncclReduceScatter(k->send, k->recv, n, dt, nccl_op(k->op), c->nc, s); break;
-    case GPUCORE_COMM_ALL_GATHER: r = ncclAllGather(k->send, k->recv, n, dt, c->nc, s); break;
+    case GPUCORE_COMM_ALLREDUCE: r = NCCL.ncclAllReduce(k->send, k->recv, n, dt, nccl_op(k->op), c->nc, s); break;
+    case GPUCORE_COMM_REDUCE_SCATTER: r = NCCL.ncclReduceScatter(k->send, k->recv, n, dt, nccl_op(k->op), c->nc, s); break;
+    case GPUCORE_COMM_ALL_GATHER: r = NCCL.ncclAllGather(k->send, k->recv, n, dt, c->nc, s); break;
     case GPUCORE_COMM_BROADCAST:
-        r = ncclBroadcast(c->rank == k->root ? k->send : k->recv, k->recv, n, dt, k->root, c->nc, s);
+        r = NCCL.ncclBroadcast(c->rank == k->root ? k->send : k->recv, k->recv, n, dt, k->root, c->nc, s);
         break;
     default: /* barrier: a 1-element allreduce on the scratch buffer */
-        r = ncclAllReduce(k->recv, k->recv, 1, ncclInt32, ncclSum, c->nc, s);
+        r = NCCL.ncclAllReduce(k->recv, k->recv, 1, ncclInt32, ncclSum, c->nc, s);
         break;
     }
     if (group_depth > 0) {
@@ -373,7 +377,7 @@ gpucore_status cuda_comm_enqueue(void *bcomm, const gpucore_comm_call *k, void *
         free(p);
         comm_fail_locked(c, "rank %d of %d: %s #%llu (count %lld %s) could not be queued: %s", c->rank, c->size,
                          comm_kind_name(k->kind), (unsigned long long)k->seq, (long long)k->count, comm_dtype_name(k->dtype),
-                         ncclGetErrorString(r));
+                         NCCL.ncclGetErrorString(r));
         pthread_mutex_unlock(&c->mu);
         return cuda_host->set_error(GPUCORE_ERR_COMM, "%s", c->msg);
     }
@@ -425,10 +429,10 @@ void cuda_comm_destroy(void *bcomm)
         free(p);
     }
     if (!c->aborted) {
-        ncclResult_t r = ncclCommFinalize(c->nc);
+        ncclResult_t r = NCCL.ncclCommFinalize(c->nc);
         if (r == ncclInProgress) r = nccl_settle(c->nc, r, 10.0);
-        if (r == ncclSuccess) ncclCommDestroy(c->nc);
-        else ncclCommAbort(c->nc);
+        if (r == ncclSuccess) NCCL.ncclCommDestroy(c->nc);
+        else NCCL.ncclCommAbort(c->nc);
     }
     pthread_mutex_destroy(&c->mu);
     pthread_cond_destroy(&c->cv);
@@ -443,7 +447,7 @@ static gpucore_status group_finish(void)
     for (int i = 0; i < group_count; i++) pthread_mutex_lock(&group_comms[i]->mu);
     int aborted = 0;
     for (int i = 0; i < group_count; i++) aborted |= group_comms[i]->aborted;
-    ncclResult_t r = ncclGroupEnd();
+    ncclResult_t r = NCCL.ncclGroupEnd();
     gpucore_status st = GPUCORE_OK;
     if (aborted) st = cuda_host->set_error(GPUCORE_ERR_COMM, "comm_group_end: a communicator of the group was aborted");
     else if (r != ncclSuccess && r != ncclInProgress) st = nccl_fail("ncclGroupEnd", r);
@@ -486,7 +490,9 @@ static gpucore_status group_finish(void)
 gpucore_status cuda_comm_group(int begin)
 {
     if (begin) {
-        ncclResult_t r = ncclGroupStart();
+        gpucore_status ld = cuda_nccl_load("comm_group_start");
+        if (ld) return ld;
+        ncclResult_t r = NCCL.ncclGroupStart();
         if (r != ncclSuccess) return nccl_fail("ncclGroupStart", r);
         group_depth++;
         return GPUCORE_OK;
@@ -494,7 +500,7 @@ gpucore_status cuda_comm_group(int begin)
     if (group_depth == 0)
         return cuda_host->set_error(GPUCORE_ERR_INVALID_ARGUMENT, "comm_group_end without comm_group_start");
     if (--group_depth > 0) {
-        ncclResult_t r = ncclGroupEnd(); /* nested: NCCL starts nothing before the outermost end */
+        ncclResult_t r = NCCL.ncclGroupEnd(); /* nested: NCCL starts nothing before the outermost end */
         if (r != ncclSuccess && r != ncclInProgress) return nccl_fail("ncclGroupEnd", r);
         return GPUCORE_OK;
     }

@@ -12,14 +12,18 @@
  * or the free memory, then keep the first that finalizes (HEURISTIC,
  * DETERMINISTIC) or the fastest of up to AUTOTUNE_MAX timed on the call's own
  * buffers (AUTOTUNE: cudnn.benchmark, paid once per key). The cached entry also
- * keeps the leanest plan, run instead (and logged) when the chosen plan's
- * workspace cannot be had from the caching allocator at run time. A fused graph
+ * gets the leanest plan, searched and run instead (and logged) the first time
+ * the chosen plan's workspace cannot be had from the caching allocator. A fused graph
  * no engine takes falls back to convolution + the elementwise kernel.
  *
  * Only backend-API calls are used (cudnn_graph.h), so a build with
- * -DCUDNN_WARN_DEPRECATED stays warning-free. The cuDNN handle of a device is
- * shared by its contexts under a mutex held while binding it to a stream and
- * enqueueing (cudnnBackendExecute does not wait for the GPU).
+ * -DCUDNN_WARN_DEPRECATED stays warning-free. Each device has two cuDNN
+ * handles: one executions are enqueued with, under a mutex held while binding
+ * it to a stream and enqueueing (cudnnBackendExecute does not wait for the
+ * GPU), and one plans are built with under a second mutex, so a slow first
+ * plan does not hold up convolutions already planned. An entry evicted from the
+ * cache keeps its plans until the events recorded after their last executions
+ * have passed.
  */
 #include "gpucore_config.h"
 #include "cuda_internal.h"
@@ -30,12 +34,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-/* The header itself declares a deprecated type (cudnnQueryRuntimeError's tag); only our
- * own uses should trip -DCUDNN_WARN_DEPRECATED. */
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
-#include <cudnn_graph.h>
-#pragma GCC diagnostic pop
+/* cuDNN through the loader's table (DNN.cudnn...): cuDNN is opened on the first convolution (issue 18 item 7).
+ * The header itself declares a deprecated type (cudnnQueryRuntimeError's tag); cuda_dynlib.h includes it with
+ * that warning silenced, so only our own uses trip -DCUDNN_WARN_DEPRECATED. */
+#include "cuda_conv_graph.h"
 #include "backend/kernel_ops.h"
 #include "elementwise_math.h"
 
@@ -43,19 +45,6 @@
 #define PLAN_CAPACITY 512
 #define AUTOTUNE_MAX 8
 #define AUTOTUNE_REPS 3
-
-/* Graph and plan handles. cuDNN 9.x releases from late 2025 mark these two attributes
- * deprecated in favour of a device-properties descriptor that older 9.x wheels (the
- * GPU machine's) do not have; they are graph-API attributes, not the legacy
- * convolution calls CUDNN_WARN_DEPRECATED is there to catch, so they are named once
- * here with that one warning silenced. */
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
-static const cudnnBackendAttributeName_t ATTR_GRAPH_HANDLE = CUDNN_ATTR_OPERATIONGRAPH_HANDLE;
-static const cudnnBackendAttributeName_t ATTR_PLAN_HANDLE = CUDNN_ATTR_EXECUTION_PLAN_HANDLE;
-#pragma GCC diagnostic pop
-
-enum { UID_X = 1, UID_W = 2, UID_Y = 3, UID_B = 4, UID_CONV_OUT = 5, UID_BIAS_OUT = 6 };
 
 typedef struct plan_key {
     int32_t op, dtype, layout, algo, tf32, relu, has_bias, device;
@@ -65,312 +54,56 @@ typedef struct plan_key {
     int64_t strides[12];
 } plan_key;
 
+/* A stream the entry's plans were executed on, and an event recorded there after the last of them. */
+typedef struct use_mark { cudaStream_t stream; cudaEvent_t done; } use_mark;
+#define MAX_USE_MARKS 8
+
 typedef struct plan_entry {
     plan_key key;
-    cudnnBackendDescriptor_t plan, lean; /* lean: the smallest-workspace plan (may equal plan) */
+    cudnnBackendDescriptor_t plan, lean; /* lean: the smallest-workspace plan, built only when needed */
     int64_t ws_bytes, lean_ws_bytes;
     int fused;                           /* bias/ReLU are inside the plan */
+    int lean_tried;                      /* the lean search ran (under build_lock) */
     int refs;                            /* the table's reference + callers holding it */
     uint64_t last_use;
+    /* where its plans may still run (under the device's handle_lock; read alone once refs is 0):
+     * destruction waits for these events (issue 18 item 6) */
+    use_mark uses[MAX_USE_MARKS];
+    int nuses;
+    struct plan_entry *next_dead;        /* on the graveyard: released, plans still in flight */
 } plan_entry;
 
 static pthread_mutex_t cache_lock = PTHREAD_MUTEX_INITIALIZER;
 static plan_entry *cache[PLAN_CAPACITY];
+static plan_entry *graveyard;            /* under cache_lock */
 static uint64_t cache_tick;
 static gpucore_conv_stats dev_stats[MAX_DEVICES];
 
-static pthread_mutex_t handle_lock[MAX_DEVICES];
-static cudnnHandle_t handles[MAX_DEVICES];
+/* Per device: the handle executions are enqueued with (handle_lock: binding it to a stream and enqueueing),
+ * and a second handle plans are searched and built with (build_lock), so a first call that finalizes
+ * engines (0.1-1 s each when runtime-compiled) does not hold up other threads' convolutions (issue 18
+ * item 8). cuDNN handles may not be used by two threads at once; a plan runs on any handle of its device. */
+static pthread_mutex_t handle_lock[MAX_DEVICES], build_lock[MAX_DEVICES];
+static cudnnHandle_t handles[MAX_DEVICES], build_handles[MAX_DEVICES];
 static pthread_once_t handle_once = PTHREAD_ONCE_INIT;
 static void init_locks(void)
 {
-    for (int i = 0; i < MAX_DEVICES; i++) pthread_mutex_init(&handle_lock[i], NULL);
+    for (int i = 0; i < MAX_DEVICES; i++) {
+        pthread_mutex_init(&handle_lock[i], NULL);
+        pthread_mutex_init(&build_lock[i], NULL);
+    }
 }
 
-static gpucore_status dnn_error(cudnnStatus_t s, const char *what)
+/* A handle of the device in *slot, created on first use. Caller holds the lock that guards the slot. */
+static gpucore_status device_handle(int dev, cudnnHandle_t *slot, cudnnHandle_t *out)
 {
-    char detail[512] = "";
-    cudnnGetLastErrorString(detail, sizeof detail);
-    gpucore_status st = s == CUDNN_STATUS_INTERNAL_ERROR_HOST_ALLOCATION_FAILED ? GPUCORE_ERR_OUT_OF_MEMORY
-                        : s == CUDNN_STATUS_NOT_SUPPORTED ? GPUCORE_ERR_NOT_SUPPORTED
-                                                          : GPUCORE_ERR_BACKEND;
-    return cuda_host->set_error(st, "conv: %s failed: %s%s%s", what, cudnnGetErrorString(s), detail[0] ? " — " : "",
-                                detail);
-}
-#define DNN_TRY(call, what)                                            \
-    do {                                                               \
-        cudnnStatus_t dnn_s_ = (call);                                 \
-        if (dnn_s_ != CUDNN_STATUS_SUCCESS) { st = dnn_error(dnn_s_, what); goto done; } \
-    } while (0)
-
-/* The device's handle, created on first use. Caller holds handle_lock[dev]. */
-static gpucore_status device_handle(int dev, cudnnHandle_t *out)
-{
-    if (!handles[dev]) {
+    if (!*slot) {
         CUDA_TRY(cudaSetDevice(dev), "cudaSetDevice");
-        cudnnStatus_t s = cudnnCreate(&handles[dev]);
-        if (s != CUDNN_STATUS_SUCCESS) { handles[dev] = NULL; return dnn_error(s, "cudnnCreate"); }
+        cudnnStatus_t s = DNN.cudnnCreate(slot);
+        if (s != CUDNN_STATUS_SUCCESS) { *slot = NULL; return conv_dnn_error(s, "cudnnCreate"); }
     }
-    *out = handles[dev];
+    *out = *slot;
     return GPUCORE_OK;
-}
-
-static int align_of(const void *p)
-{
-    uintptr_t a = (uintptr_t)p;
-    int al = 16;
-    while (al > 1 && a % (uintptr_t)al) al /= 2;
-    return al;
-}
-
-static cudnnDataType_t dnn_type(int dt)
-{
-    return dt == GPUCORE_F16 ? CUDNN_DATA_HALF : dt == GPUCORE_BF16 ? CUDNN_DATA_BFLOAT16 : CUDNN_DATA_FLOAT;
-}
-
-/* Strides cuDNN accepts: a 1-D convolution's absent h (stride 0) sits outside w. */
-static void fix_strides(const int64_t dims[4], const int64_t in[4], int64_t out[4])
-{
-    for (int i = 0; i < 4; i++) out[i] = in[i];
-    if (out[2] == 0) out[2] = out[3] * dims[3];
-    for (int i = 0; i < 4; i++) if (out[i] == 0) out[i] = 1;
-}
-
-static gpucore_status make_tensor(int64_t uid, cudnnDataType_t dt, const int64_t dims[4], const int64_t strides[4],
-                                  int64_t align, int is_virtual, cudnnBackendDescriptor_t *out)
-{
-    gpucore_status st = GPUCORE_OK;
-    cudnnBackendDescriptor_t t = NULL;
-    bool virt = is_virtual != 0;
-    DNN_TRY(cudnnBackendCreateDescriptor(CUDNN_BACKEND_TENSOR_DESCRIPTOR, &t), "create tensor descriptor");
-    DNN_TRY(cudnnBackendSetAttribute(t, CUDNN_ATTR_TENSOR_DATA_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &dt), "tensor dtype");
-    DNN_TRY(cudnnBackendSetAttribute(t, CUDNN_ATTR_TENSOR_DIMENSIONS, CUDNN_TYPE_INT64, 4, dims), "tensor dims");
-    DNN_TRY(cudnnBackendSetAttribute(t, CUDNN_ATTR_TENSOR_STRIDES, CUDNN_TYPE_INT64, 4, strides), "tensor strides");
-    DNN_TRY(cudnnBackendSetAttribute(t, CUDNN_ATTR_TENSOR_UNIQUE_ID, CUDNN_TYPE_INT64, 1, &uid), "tensor uid");
-    DNN_TRY(cudnnBackendSetAttribute(t, CUDNN_ATTR_TENSOR_BYTE_ALIGNMENT, CUDNN_TYPE_INT64, 1, &align), "tensor alignment");
-    DNN_TRY(cudnnBackendSetAttribute(t, CUDNN_ATTR_TENSOR_IS_VIRTUAL, CUDNN_TYPE_BOOLEAN, 1, &virt), "tensor virtual");
-    DNN_TRY(cudnnBackendFinalize(t), "finalize tensor descriptor");
-    *out = t;
-    return GPUCORE_OK;
-done:
-    if (t) cudnnBackendDestroyDescriptor(t);
-    return st;
-}
-
-/* A pointwise node y = mode(x[, b]) in fp32 math. */
-static gpucore_status make_pointwise(cudnnPointwiseMode_t mode, cudnnBackendDescriptor_t x, cudnnBackendDescriptor_t b,
-                                     cudnnBackendDescriptor_t y, cudnnBackendDescriptor_t *out)
-{
-    gpucore_status st = GPUCORE_OK;
-    cudnnBackendDescriptor_t pw = NULL, op = NULL;
-    cudnnDataType_t prec = CUDNN_DATA_FLOAT;
-    DNN_TRY(cudnnBackendCreateDescriptor(CUDNN_BACKEND_POINTWISE_DESCRIPTOR, &pw), "create pointwise descriptor");
-    DNN_TRY(cudnnBackendSetAttribute(pw, CUDNN_ATTR_POINTWISE_MODE, CUDNN_TYPE_POINTWISE_MODE, 1, &mode), "pointwise mode");
-    DNN_TRY(cudnnBackendSetAttribute(pw, CUDNN_ATTR_POINTWISE_MATH_PREC, CUDNN_TYPE_DATA_TYPE, 1, &prec), "pointwise precision");
-    DNN_TRY(cudnnBackendFinalize(pw), "finalize pointwise descriptor");
-    DNN_TRY(cudnnBackendCreateDescriptor(CUDNN_BACKEND_OPERATION_POINTWISE_DESCRIPTOR, &op), "create pointwise op");
-    DNN_TRY(cudnnBackendSetAttribute(op, CUDNN_ATTR_OPERATION_POINTWISE_PW_DESCRIPTOR, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &pw),
-            "pointwise op descriptor");
-    DNN_TRY(cudnnBackendSetAttribute(op, CUDNN_ATTR_OPERATION_POINTWISE_XDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &x),
-            "pointwise x");
-    if (b)
-        DNN_TRY(cudnnBackendSetAttribute(op, CUDNN_ATTR_OPERATION_POINTWISE_BDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &b),
-                "pointwise b");
-    DNN_TRY(cudnnBackendSetAttribute(op, CUDNN_ATTR_OPERATION_POINTWISE_YDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &y),
-            "pointwise y");
-    DNN_TRY(cudnnBackendFinalize(op), "finalize pointwise op");
-    cudnnBackendDestroyDescriptor(pw);
-    *out = op;
-    return GPUCORE_OK;
-done:
-    if (pw) cudnnBackendDestroyDescriptor(pw);
-    if (op) cudnnBackendDestroyDescriptor(op);
-    return st;
-}
-
-/* The operation graph of d (fused: with bias-add / ReLU nodes). */
-static gpucore_status build_graph(cudnnHandle_t h, const gpucore_conv_desc *d, int fused, cudnnBackendDescriptor_t *out)
-{
-    gpucore_status st = GPUCORE_OK;
-    enum { MAXD = 12 };
-    cudnnBackendDescriptor_t all[MAXD] = {0}, ops[3] = {0};
-    int na = 0, nops = 0;
-    const cudnnDataType_t dt = dnn_type(d->dtype), f32 = CUDNN_DATA_FLOAT;
-    const int64_t xd[4] = {d->n, d->c, d->h, d->w}, wd[4] = {d->k, d->c / d->groups, d->r, d->s},
-                  yd[4] = {d->n, d->k, d->p, d->q}, bd[4] = {1, d->k, 1, 1}, bs[4] = {d->k, 1, 1, 1};
-    int64_t xs[4], ws[4], ys[4];
-    fix_strides(xd, d->x_strides, xs);
-    fix_strides(wd, d->w_strides, ws);
-    fix_strides(yd, d->y_strides, ys);
-    cudnnBackendDescriptor_t tx, tw, ty, conv = NULL, graph = NULL;
-    if ((st = make_tensor(UID_X, dt, xd, xs, align_of(d->x), 0, &tx))) goto done;
-    all[na++] = tx;
-    if ((st = make_tensor(UID_W, dt, wd, ws, align_of(d->wt), 0, &tw))) goto done;
-    all[na++] = tw;
-    if ((st = make_tensor(UID_Y, dt, yd, ys, align_of(d->y), 0, &ty))) goto done;
-    all[na++] = ty;
-
-    const int64_t sdims = 2, pre[2] = {d->pad_h, d->pad_w}, str[2] = {d->stride_h, d->stride_w},
-                  dil[2] = {d->dil_h, d->dil_w};
-    const cudnnConvolutionMode_t mode = CUDNN_CROSS_CORRELATION;
-    DNN_TRY(cudnnBackendCreateDescriptor(CUDNN_BACKEND_CONVOLUTION_DESCRIPTOR, &conv), "create convolution descriptor");
-    all[na++] = conv;
-    DNN_TRY(cudnnBackendSetAttribute(conv, CUDNN_ATTR_CONVOLUTION_COMP_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &f32), "conv compute type");
-    DNN_TRY(cudnnBackendSetAttribute(conv, CUDNN_ATTR_CONVOLUTION_CONV_MODE, CUDNN_TYPE_CONVOLUTION_MODE, 1, &mode), "conv mode");
-    DNN_TRY(cudnnBackendSetAttribute(conv, CUDNN_ATTR_CONVOLUTION_SPATIAL_DIMS, CUDNN_TYPE_INT64, 1, &sdims), "conv dims");
-    DNN_TRY(cudnnBackendSetAttribute(conv, CUDNN_ATTR_CONVOLUTION_PRE_PADDINGS, CUDNN_TYPE_INT64, 2, pre), "conv padding");
-    DNN_TRY(cudnnBackendSetAttribute(conv, CUDNN_ATTR_CONVOLUTION_POST_PADDINGS, CUDNN_TYPE_INT64, 2, pre), "conv padding");
-    DNN_TRY(cudnnBackendSetAttribute(conv, CUDNN_ATTR_CONVOLUTION_FILTER_STRIDES, CUDNN_TYPE_INT64, 2, str), "conv strides");
-    DNN_TRY(cudnnBackendSetAttribute(conv, CUDNN_ATTR_CONVOLUTION_DILATIONS, CUDNN_TYPE_INT64, 2, dil), "conv dilation");
-    DNN_TRY(cudnnBackendFinalize(conv), "finalize convolution descriptor");
-
-    const double alpha = 1.0, beta = 0.0;
-    cudnnBackendDescriptor_t op = NULL;
-    if (d->op == GPUCORE_CONV_OP_FORWARD) {
-        cudnnBackendDescriptor_t conv_out = ty;
-        if (fused && (d->bias || d->relu)) {
-            if ((st = make_tensor(UID_CONV_OUT, f32, yd, ys, 16, 1, &conv_out))) goto done;
-            all[na++] = conv_out;
-        }
-        DNN_TRY(cudnnBackendCreateDescriptor(CUDNN_BACKEND_OPERATION_CONVOLUTION_FORWARD_DESCRIPTOR, &op), "create conv op");
-        ops[nops++] = op;
-        DNN_TRY(cudnnBackendSetAttribute(op, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_X, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &tx), "fwd x");
-        DNN_TRY(cudnnBackendSetAttribute(op, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_W, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &tw), "fwd w");
-        DNN_TRY(cudnnBackendSetAttribute(op, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_Y, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &conv_out), "fwd y");
-        DNN_TRY(cudnnBackendSetAttribute(op, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_CONV_DESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &conv), "fwd conv");
-        DNN_TRY(cudnnBackendSetAttribute(op, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_ALPHA, CUDNN_TYPE_DOUBLE, 1, &alpha), "fwd alpha");
-        DNN_TRY(cudnnBackendSetAttribute(op, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_BETA, CUDNN_TYPE_DOUBLE, 1, &beta), "fwd beta");
-        DNN_TRY(cudnnBackendFinalize(op), "finalize conv forward op");
-        if (fused && d->bias) {
-            cudnnBackendDescriptor_t tb, bias_out = ty, pw;
-            if ((st = make_tensor(UID_B, dt, bd, bs, align_of(d->bias), 0, &tb))) goto done;
-            all[na++] = tb;
-            if (d->relu) {
-                if ((st = make_tensor(UID_BIAS_OUT, f32, yd, ys, 16, 1, &bias_out))) goto done;
-                all[na++] = bias_out;
-            }
-            if ((st = make_pointwise(CUDNN_POINTWISE_ADD, conv_out, tb, bias_out, &pw))) goto done;
-            ops[nops++] = pw;
-            conv_out = bias_out;
-        }
-        if (fused && d->relu) {
-            cudnnBackendDescriptor_t pw;
-            if ((st = make_pointwise(CUDNN_POINTWISE_RELU_FWD, conv_out, NULL, ty, &pw))) goto done;
-            ops[nops++] = pw;
-        }
-    } else if (d->op == GPUCORE_CONV_OP_BACKWARD_DATA) {
-        DNN_TRY(cudnnBackendCreateDescriptor(CUDNN_BACKEND_OPERATION_CONVOLUTION_BACKWARD_DATA_DESCRIPTOR, &op), "create bwd-data op");
-        ops[nops++] = op;
-        DNN_TRY(cudnnBackendSetAttribute(op, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_DX, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &tx), "bwd dx");
-        DNN_TRY(cudnnBackendSetAttribute(op, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_W, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &tw), "bwd w");
-        DNN_TRY(cudnnBackendSetAttribute(op, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_DY, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &ty), "bwd dy");
-        DNN_TRY(cudnnBackendSetAttribute(op, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_CONV_DESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &conv), "bwd conv");
-        DNN_TRY(cudnnBackendSetAttribute(op, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_ALPHA, CUDNN_TYPE_DOUBLE, 1, &alpha), "bwd alpha");
-        DNN_TRY(cudnnBackendSetAttribute(op, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_BETA, CUDNN_TYPE_DOUBLE, 1, &beta), "bwd beta");
-        DNN_TRY(cudnnBackendFinalize(op), "finalize conv backward-data op");
-    } else {
-        DNN_TRY(cudnnBackendCreateDescriptor(CUDNN_BACKEND_OPERATION_CONVOLUTION_BACKWARD_FILTER_DESCRIPTOR, &op), "create bwd-filter op");
-        ops[nops++] = op;
-        DNN_TRY(cudnnBackendSetAttribute(op, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_X, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &tx), "bwd x");
-        DNN_TRY(cudnnBackendSetAttribute(op, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_DW, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &tw), "bwd dw");
-        DNN_TRY(cudnnBackendSetAttribute(op, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_DY, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &ty), "bwd dy");
-        DNN_TRY(cudnnBackendSetAttribute(op, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_CONV_DESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &conv), "bwd conv");
-        DNN_TRY(cudnnBackendSetAttribute(op, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_ALPHA, CUDNN_TYPE_DOUBLE, 1, &alpha), "bwd alpha");
-        DNN_TRY(cudnnBackendSetAttribute(op, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_BETA, CUDNN_TYPE_DOUBLE, 1, &beta), "bwd beta");
-        DNN_TRY(cudnnBackendFinalize(op), "finalize conv backward-filter op");
-    }
-    DNN_TRY(cudnnBackendCreateDescriptor(CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR, &graph), "create operation graph");
-    DNN_TRY(cudnnBackendSetAttribute(graph, CUDNN_ATTR_OPERATIONGRAPH_OPS, CUDNN_TYPE_BACKEND_DESCRIPTOR, nops, ops), "graph ops");
-    DNN_TRY(cudnnBackendSetAttribute(graph, ATTR_GRAPH_HANDLE, CUDNN_TYPE_HANDLE, 1, &h), "graph handle");
-    DNN_TRY(cudnnBackendFinalize(graph), "finalize operation graph");
-    *out = graph;
-    graph = NULL;
-done:
-    if (graph) cudnnBackendDestroyDescriptor(graph);
-    for (int i = 0; i < nops; i++) cudnnBackendDestroyDescriptor(ops[i]);
-    for (int i = 0; i < na; i++) cudnnBackendDestroyDescriptor(all[i]);
-    return st;
-}
-
-/* Engine configs from one heuristics mode, best first (caller destroys them). */
-static int64_t heuristic_configs(cudnnBackendDescriptor_t graph, cudnnBackendHeurMode_t mode,
-                                 cudnnBackendDescriptor_t *cfgs, int64_t max)
-{
-    cudnnBackendDescriptor_t heur = NULL;
-    int64_t count = 0, got = 0;
-    if (cudnnBackendCreateDescriptor(CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR, &heur)) return 0;
-    if (cudnnBackendSetAttribute(heur, CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &graph) ||
-        cudnnBackendSetAttribute(heur, CUDNN_ATTR_ENGINEHEUR_MODE, CUDNN_TYPE_HEUR_MODE, 1, &mode) ||
-        cudnnBackendFinalize(heur) ||
-        cudnnBackendGetAttribute(heur, CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR, 0, &count, NULL)) {
-        cudnnBackendDestroyDescriptor(heur);
-        return 0;
-    }
-    if (count > max) count = max;
-    int64_t made = 0;
-    for (; made < count; made++)
-        if (cudnnBackendCreateDescriptor(CUDNN_BACKEND_ENGINECFG_DESCRIPTOR, &cfgs[made])) break;
-    if (cudnnBackendGetAttribute(heur, CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR, made, &got, cfgs))
-        got = 0;
-    for (int64_t i = got; i < made; i++) cudnnBackendDestroyDescriptor(cfgs[i]);
-    cudnnBackendDestroyDescriptor(heur);
-    return got;
-}
-
-/* Whether the mode allows an engine config (its numerical notes). */
-static int config_allowed(cudnnBackendDescriptor_t cfg, const gpucore_conv_desc *d)
-{
-    cudnnBackendDescriptor_t eng = NULL;
-    if (cudnnBackendCreateDescriptor(CUDNN_BACKEND_ENGINE_DESCRIPTOR, &eng)) return 0;
-    int64_t n = 0;
-    cudnnBackendNumericalNote_t notes[CUDNN_NUMERICAL_NOTE_TYPE_COUNT];
-    int ok = cudnnBackendGetAttribute(cfg, CUDNN_ATTR_ENGINECFG_ENGINE, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &n, &eng) == 0 &&
-             cudnnBackendGetAttribute(eng, CUDNN_ATTR_ENGINE_NUMERICAL_NOTE, CUDNN_TYPE_NUMERICAL_NOTE,
-                                      CUDNN_NUMERICAL_NOTE_TYPE_COUNT, &n, notes) == 0;
-    for (int64_t i = 0; ok && i < n; i++) {
-        if (notes[i] == CUDNN_NUMERICAL_NOTE_NONDETERMINISTIC && d->algo == GPUCORE_CONV_ALGO_DETERMINISTIC) ok = 0;
-        if (d->dtype == GPUCORE_F32 && !d->allow_tf32 &&
-            (notes[i] == CUDNN_NUMERICAL_NOTE_TENSOR_CORE || notes[i] == CUDNN_NUMERICAL_NOTE_DOWN_CONVERT_INPUTS))
-            ok = 0;
-    }
-    cudnnBackendDestroyDescriptor(eng);
-    return ok;
-}
-
-static cudnnBackendDescriptor_t make_plan(cudnnHandle_t h, cudnnBackendDescriptor_t cfg, int64_t *ws)
-{
-    cudnnBackendDescriptor_t plan = NULL;
-    int64_t n = 0;
-    if (cudnnBackendCreateDescriptor(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR, &plan)) return NULL;
-    if (cudnnBackendSetAttribute(plan, ATTR_PLAN_HANDLE, CUDNN_TYPE_HANDLE, 1, &h) ||
-        cudnnBackendSetAttribute(plan, CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &cfg) ||
-        cudnnBackendFinalize(plan) ||
-        cudnnBackendGetAttribute(plan, CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE, CUDNN_TYPE_INT64, 1, &n, ws)) {
-        cudnnBackendDestroyDescriptor(plan);
-        return NULL;
-    }
-    return plan;
-}
-
-/* Enqueue one plan on the stream (caller holds the device's handle lock). */
-static gpucore_status execute(cudnnHandle_t h, cudnnBackendDescriptor_t plan, const gpucore_conv_desc *d, int fused,
-                              void *workspace, cudaStream_t stream)
-{
-    gpucore_status st = GPUCORE_OK;
-    cudnnBackendDescriptor_t vp = NULL;
-    int64_t uids[4] = {UID_X, UID_W, UID_Y, UID_B};
-    void *ptrs[4] = {d->x, d->wt, d->y, (void *)d->bias};
-    const int64_t n = (fused && d->op == GPUCORE_CONV_OP_FORWARD && d->bias) ? 4 : 3;
-    DNN_TRY(cudnnSetStream(h, stream), "cudnnSetStream");
-    DNN_TRY(cudnnBackendCreateDescriptor(CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR, &vp), "create variant pack");
-    DNN_TRY(cudnnBackendSetAttribute(vp, CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, CUDNN_TYPE_INT64, n, uids), "variant uids");
-    DNN_TRY(cudnnBackendSetAttribute(vp, CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS, CUDNN_TYPE_VOID_PTR, n, ptrs), "variant pointers");
-    DNN_TRY(cudnnBackendSetAttribute(vp, CUDNN_ATTR_VARIANT_PACK_WORKSPACE, CUDNN_TYPE_VOID_PTR, 1, &workspace), "variant workspace");
-    DNN_TRY(cudnnBackendFinalize(vp), "finalize variant pack");
-    DNN_TRY(cudnnBackendExecute(h, plan, vp), "cudnnBackendExecute");
-done:
-    if (vp) cudnnBackendDestroyDescriptor(vp);
-    return st;
 }
 
 static double now_ms(void)
@@ -389,11 +122,11 @@ static float time_plan(cudnnHandle_t h, cudnnBackendDescriptor_t plan, const gpu
     cudaEvent_t a = NULL, b = NULL;
     float best = -1.0f;
     if (cudaEventCreate(&a) == cudaSuccess && cudaEventCreate(&b) == cudaSuccess &&
-        execute(h, plan, d, fused, ws, stream) == GPUCORE_OK) {
+        conv_execute(h, plan, d, fused, ws, stream) == GPUCORE_OK) {
         for (int i = 0; i < AUTOTUNE_REPS; i++) {
             float ms = 0;
             cudaEventRecord(a, stream);
-            if (execute(h, plan, d, fused, ws, stream)) { best = -1.0f; break; }
+            if (conv_execute(h, plan, d, fused, ws, stream)) { best = -1.0f; break; }
             cudaEventRecord(b, stream);
             if (cudaEventSynchronize(b) != cudaSuccess || cudaEventElapsedTime(&ms, a, b) != cudaSuccess) {
                 best = -1.0f;
@@ -409,83 +142,89 @@ static float time_plan(cudnnHandle_t h, cudnnBackendDescriptor_t plan, const gpu
     return best;
 }
 
-/* Build the entry for d's key (caller holds the device's handle lock). */
+enum { SEARCH_FIRST, SEARCH_FASTEST, SEARCH_LEANEST };
+typedef struct search_result {
+    cudnnBackendDescriptor_t plan;
+    int64_t ws;
+    int timed, skipped_ws;
+    float best_ms;
+} search_result;
+
+/* One plan for graph's configs: the first usable one (heuristic/deterministic: one finalize when the best
+ * config fits), the fastest of up to AUTOTUNE_MAX usable ones, or the one needing the least workspace.
+ * h: the build handle (caller holds build_lock). */
+static void search(cudnnHandle_t h, cudnnBackendDescriptor_t graph, const gpucore_conv_desc *d, int fused, int want,
+                   int64_t limit, cudaStream_t stream, search_result *r)
+{
+    memset(r, 0, sizeof *r);
+    r->best_ms = -1.0f;
+    cudnnBackendDescriptor_t cfgs[64];
+    int64_t n = conv_heuristic_configs(graph, CUDNN_HEUR_MODE_A, cfgs, 32);
+    n += conv_heuristic_configs(graph, CUDNN_HEUR_MODE_FALLBACK, cfgs + n, 64 - n);
+    for (int64_t i = 0; i < n; i++) {
+        if (!conv_config_allowed(cfgs[i], d)) continue;
+        int64_t ws = 0;
+        cudnnBackendDescriptor_t plan = conv_make_plan(h, cfgs[i], &ws);
+        if (!plan) continue;
+        int keep = 0;
+        if (ws > limit) {
+            r->skipped_ws++;
+        } else if (want == SEARCH_FASTEST) {
+            float ms = time_plan(h, plan, d, fused, ws, stream);
+            r->timed++;
+            keep = ms >= 0 && (r->best_ms < 0 || ms < r->best_ms);
+            if (keep) r->best_ms = ms;
+        } else {
+            keep = !r->plan || ws < r->ws; /* SEARCH_FIRST stops below at the first */
+        }
+        if (keep) {
+            if (r->plan) DNN.cudnnBackendDestroyDescriptor(r->plan);
+            r->plan = plan;
+            r->ws = ws;
+        } else {
+            DNN.cudnnBackendDestroyDescriptor(plan);
+        }
+        if (r->plan && (want == SEARCH_FIRST || (want == SEARCH_LEANEST && r->ws == 0))) break;
+        if (want == SEARCH_FASTEST && r->timed >= AUTOTUNE_MAX) break;
+    }
+    for (int64_t i = 0; i < n; i++) DNN.cudnnBackendDestroyDescriptor(cfgs[i]);
+}
+
+/* Build the entry for d's key with the build handle (caller holds build_lock). */
 static gpucore_status build_entry(cudnnHandle_t h, const gpucore_conv_desc *d, cudaStream_t stream, plan_entry *e)
 {
     gpucore_status st = GPUCORE_OK;
     size_t free_b = 0, total_b = 0;
     cudaMemGetInfo(&free_b, &total_b);
     int64_t limit = d->workspace_limit > 0 ? d->workspace_limit : (int64_t)free_b;
+    const int autotune = d->algo == GPUCORE_CONV_ALGO_AUTOTUNE;
     for (int fused = (d->op == GPUCORE_CONV_OP_FORWARD && (d->bias || d->relu)); fused >= 0; fused--) {
         cudnnBackendDescriptor_t graph = NULL;
-        if ((st = build_graph(h, d, fused, &graph))) {
+        if ((st = conv_build_graph(h, d, fused, &graph))) {
             if (fused) continue; /* the fused graph is optional */
             return st;
         }
-        cudnnBackendDescriptor_t cfgs[64];
-        int64_t n = heuristic_configs(graph, CUDNN_HEUR_MODE_A, cfgs, 32);
-        n += heuristic_configs(graph, CUDNN_HEUR_MODE_FALLBACK, cfgs + n, 64 - n);
-        int timed = 0, skipped_ws = 0;
-        float best_ms = -1.0f;
+        search_result r;
         double t0 = now_ms();
-        for (int64_t i = 0; i < n; i++) {
-            if (!config_allowed(cfgs[i], d)) continue;
-            int64_t ws = 0;
-            cudnnBackendDescriptor_t plan = make_plan(h, cfgs[i], &ws);
-            if (!plan) continue;
-            if (ws > limit) {
-                skipped_ws++;
-                cudnnBackendDestroyDescriptor(plan);
-                continue;
-            }
-            int keep_as_lean = !e->lean || ws < e->lean_ws_bytes;
-            int keep_as_best = 0;
-            if (d->algo == GPUCORE_CONV_ALGO_AUTOTUNE && timed < AUTOTUNE_MAX) {
-                float ms = time_plan(h, plan, d, fused, ws, stream);
-                timed++;
-                keep_as_best = ms >= 0 && (best_ms < 0 || ms < best_ms);
-                if (keep_as_best) best_ms = ms;
-            } else {
-                keep_as_best = !e->plan;
-            }
-            if (keep_as_best) {
-                if (e->plan && e->plan != e->lean) cudnnBackendDestroyDescriptor(e->plan);
-                e->plan = plan;
-                e->ws_bytes = ws;
-            }
-            if (keep_as_lean) {
-                if (e->lean && e->lean != e->plan) cudnnBackendDestroyDescriptor(e->lean);
-                e->lean = plan;
-                e->lean_ws_bytes = ws;
-            }
-            if (!keep_as_best && !keep_as_lean) cudnnBackendDestroyDescriptor(plan);
-            /* heuristic/deterministic: the first usable config wins; keep looking only for a
-             * zero-workspace fallback */
-            if (d->algo != GPUCORE_CONV_ALGO_AUTOTUNE && e->plan && e->lean_ws_bytes == 0) break;
-            if (d->algo == GPUCORE_CONV_ALGO_AUTOTUNE && timed >= AUTOTUNE_MAX && e->lean_ws_bytes == 0) break;
-        }
-        for (int64_t i = 0; i < n; i++) cudnnBackendDestroyDescriptor(cfgs[i]);
-        cudnnBackendDestroyDescriptor(graph);
-        if (d->algo == GPUCORE_CONV_ALGO_AUTOTUNE && timed) {
+        search(h, graph, d, fused, autotune ? SEARCH_FASTEST : SEARCH_FIRST, limit, stream, &r);
+        DNN.cudnnBackendDestroyDescriptor(graph);
+        if (autotune && r.timed) {
             pthread_mutex_lock(&cache_lock);
             dev_stats[d->device].autotune_runs++;
-            dev_stats[d->device].autotune_candidates += timed;
+            dev_stats[d->device].autotune_candidates += r.timed;
             dev_stats[d->device].autotune_ms += now_ms() - t0;
             pthread_mutex_unlock(&cache_lock);
-            cuda_host->log(GPUCORE_LOG_INFO, "conv: autotuned %d engines in %.1f ms; fastest %.3f ms", timed,
-                           now_ms() - t0, best_ms);
+            cuda_host->log(GPUCORE_LOG_INFO, "conv: autotuned %d engines in %.1f ms; fastest %.3f ms", r.timed,
+                           now_ms() - t0, r.best_ms);
         }
-        if (skipped_ws)
+        if (r.skipped_ws)
             cuda_host->log(GPUCORE_LOG_INFO, "conv: passed over %d engines needing more than %lld workspace bytes",
-                           skipped_ws, (long long)limit);
-        if (e->plan) {
+                           r.skipped_ws, (long long)limit);
+        if (r.plan) {
+            e->plan = r.plan;
+            e->ws_bytes = r.ws;
             e->fused = fused;
             return GPUCORE_OK;
-        }
-        if (e->lean) { /* belongs to this graph: not usable for the next one */
-            cudnnBackendDestroyDescriptor(e->lean);
-            e->lean = NULL;
-            e->lean_ws_bytes = 0;
         }
     }
     return cuda_host->set_error(GPUCORE_ERR_NOT_SUPPORTED,
@@ -498,14 +237,38 @@ static gpucore_status build_entry(cudnnHandle_t h, const gpucore_conv_desc *d, c
                                 d->workspace_limit > 0 ? "; a larger workspace_limit may help" : "");
 }
 
+/* The entry's leanest plan (workspace the least, zero when an engine needs none), searched the first time the
+ * chosen plan's workspace cannot be had. NULL plan if there is none. */
+static void lean_plan(const gpucore_conv_desc *d, plan_entry *e, cudaStream_t stream, cudnnBackendDescriptor_t *plan,
+                      int64_t *ws)
+{
+    const int dev = d->device;
+    pthread_mutex_lock(&build_lock[dev]);
+    cudnnHandle_t h = NULL;
+    if (!e->lean_tried && device_handle(dev, &build_handles[dev], &h) == GPUCORE_OK) {
+        e->lean_tried = 1;
+        cudnnBackendDescriptor_t graph = NULL;
+        if (conv_build_graph(h, d, e->fused, &graph) == GPUCORE_OK) {
+            search_result r;
+            search(h, graph, d, e->fused, SEARCH_LEANEST, INT64_MAX, stream, &r);
+            DNN.cudnnBackendDestroyDescriptor(graph);
+            e->lean = r.plan;
+            e->lean_ws_bytes = r.ws;
+        }
+    }
+    *plan = e->lean;
+    *ws = e->lean_ws_bytes;
+    pthread_mutex_unlock(&build_lock[dev]);
+}
+
 static void key_of(const gpucore_conv_desc *d, plan_key *k)
 {
     memset(k, 0, sizeof *k);
     k->op = d->op; k->dtype = d->dtype; k->layout = d->layout; k->algo = d->algo;
     k->tf32 = d->dtype == GPUCORE_F32 ? d->allow_tf32 : 0;
     k->relu = d->relu; k->has_bias = d->bias != NULL; k->device = d->device;
-    k->align_x = align_of(d->x); k->align_w = align_of(d->wt); k->align_y = align_of(d->y);
-    k->align_b = d->bias ? align_of(d->bias) : 0;
+    k->align_x = conv_align_of(d->x); k->align_w = conv_align_of(d->wt); k->align_y = conv_align_of(d->y);
+    k->align_b = d->bias ? conv_align_of(d->bias) : 0;
     const int64_t dims[16] = {d->n, d->c, d->h, d->w, d->k, d->r, d->s, d->p, d->q, d->groups, d->pad_h, d->pad_w,
                               d->stride_h, d->stride_w, d->dil_h, d->dil_w};
     memcpy(k->dims, dims, sizeof dims);
@@ -515,42 +278,121 @@ static void key_of(const gpucore_conv_desc *d, plan_key *k)
     k->workspace_limit = d->workspace_limit; /* it filters engines, so plans differ by it */
 }
 
-static void entry_release_locked(plan_entry *e)
+/* Whether every execution of e's plans has finished (its events). */
+static int entry_idle(plan_entry *e)
 {
-    if (--e->refs > 0) return;
-    if (e->lean && e->lean != e->plan) cudnnBackendDestroyDescriptor(e->lean);
-    if (e->plan) cudnnBackendDestroyDescriptor(e->plan);
+    for (int i = 0; i < e->nuses; i++) {
+        cudaError_t q = cudaEventQuery(e->uses[i].done);
+        if (q == cudaErrorNotReady) { cudaGetLastError(); return 0; }
+        cudaGetLastError();
+    }
+    return 1;
+}
+
+static void entry_free(plan_entry *e)
+{
+    if (e->lean && e->lean != e->plan) DNN.cudnnBackendDestroyDescriptor(e->lean);
+    if (e->plan) DNN.cudnnBackendDestroyDescriptor(e->plan);
+    for (int i = 0; i < e->nuses; i++) cudaEventDestroy(e->uses[i].done);
+    cudaGetLastError();
     free(e);
 }
 
-/* The cached entry for d (a reference the caller releases), building it on a miss. */
-static gpucore_status lookup(cudnnHandle_t h, const gpucore_conv_desc *d, cudaStream_t stream, plan_entry **out)
+/* Free the released entries whose plans no longer run (caller holds cache_lock). */
+static void graveyard_reap_locked(void)
+{
+    for (plan_entry **pp = &graveyard; *pp;) {
+        plan_entry *e = *pp;
+        if (entry_idle(e)) { *pp = e->next_dead; entry_free(e); }
+        else pp = &e->next_dead;
+    }
+}
+
+/* Drop a reference (caller holds cache_lock). The last one frees the entry once its plans' executions are done:
+ * an evicted plan may still be running on a stream (issue 18 item 6), so until then it waits in the graveyard,
+ * checked on every lookup. */
+static void entry_release_locked(plan_entry *e)
+{
+    if (--e->refs > 0) return;
+    if (entry_idle(e)) { entry_free(e); return; }
+    e->next_dead = graveyard;
+    graveyard = e;
+}
+
+/* After enqueueing one of e's plans on stream: mark the stream (caller holds the device's handle_lock). A stream
+ * seen before re-records its event (stream order covers the earlier runs); a new one takes a slot whose event
+ * has passed, or a new slot; with every slot busy the oldest is waited for (more than MAX_USE_MARKS streams
+ * running one plan at once). */
+static gpucore_status mark_use(plan_entry *e, cudaStream_t stream)
+{
+    int slot = -1;
+    for (int i = 0; i < e->nuses && slot < 0; i++) if (e->uses[i].stream == stream) slot = i;
+    for (int i = 0; i < e->nuses && slot < 0; i++) {
+        cudaError_t q = cudaEventQuery(e->uses[i].done);
+        cudaGetLastError();
+        if (q != cudaErrorNotReady) slot = i;
+    }
+    if (slot < 0 && e->nuses < MAX_USE_MARKS) {
+        CUDA_TRY(cudaEventCreateWithFlags(&e->uses[e->nuses].done, cudaEventDisableTiming), "cudaEventCreateWithFlags");
+        slot = e->nuses++;
+    }
+    if (slot < 0) {
+        slot = 0;
+        CUDA_TRY(cudaEventSynchronize(e->uses[0].done), "cudaEventSynchronize");
+    }
+    e->uses[slot].stream = stream;
+    CUDA_TRY(cudaEventRecord(e->uses[slot].done, stream), "cudaEventRecord");
+    return GPUCORE_OK;
+}
+
+/* The cached entry for key (a reference the caller releases; cache_lock held), or NULL. */
+static plan_entry *find_locked(const plan_key *key)
+{
+    for (int i = 0; i < PLAN_CAPACITY; i++)
+        if (cache[i] && memcmp(&cache[i]->key, key, sizeof *key) == 0) {
+            cache[i]->refs++;
+            cache[i]->last_use = ++cache_tick;
+            return cache[i];
+        }
+    return NULL;
+}
+
+/* The cached entry for d (a reference the caller releases), building it on a miss with the build handle,
+ * outside the execution lock; a racing build of the same key keeps the entry inserted first. */
+static gpucore_status lookup(const gpucore_conv_desc *d, cudaStream_t stream, plan_entry **out)
 {
     plan_key key;
     key_of(d, &key);
     pthread_mutex_lock(&cache_lock);
-    for (int i = 0; i < PLAN_CAPACITY; i++)
-        if (cache[i] && memcmp(&cache[i]->key, &key, sizeof key) == 0) {
-            cache[i]->refs++;
-            cache[i]->last_use = ++cache_tick;
-            dev_stats[d->device].cache_hits++;
-            *out = cache[i];
-            pthread_mutex_unlock(&cache_lock);
-            return GPUCORE_OK;
-        }
-    dev_stats[d->device].cache_misses++;
+    graveyard_reap_locked();
+    plan_entry *hit = find_locked(&key);
+    if (hit) dev_stats[d->device].cache_hits++;
+    else dev_stats[d->device].cache_misses++;
     pthread_mutex_unlock(&cache_lock);
+    if (hit) { *out = hit; return GPUCORE_OK; }
 
     plan_entry *e = calloc(1, sizeof *e);
     if (!e) return cuda_host->set_error(GPUCORE_ERR_OUT_OF_MEMORY, "conv: out of host memory for a plan");
     e->key = key;
-    gpucore_status st = build_entry(h, d, stream, e);
+    pthread_mutex_lock(&build_lock[d->device]);
+    cudnnHandle_t h = NULL;
+    gpucore_status st = device_handle(d->device, &build_handles[d->device], &h);
+    if (!st) st = build_entry(h, d, stream, e);
+    pthread_mutex_unlock(&build_lock[d->device]);
+    pthread_mutex_lock(&cache_lock);
     if (st) {
         e->refs = 1;
         entry_release_locked(e);
+        pthread_mutex_unlock(&cache_lock);
         return st;
     }
-    pthread_mutex_lock(&cache_lock);
+    if ((hit = find_locked(&key))) { /* another thread built and inserted it meanwhile */
+        e->refs = 1;
+        entry_release_locked(e); /* autotune timing synchronized its runs: nothing in flight */
+        pthread_mutex_unlock(&cache_lock);
+        *out = hit;
+        return GPUCORE_OK;
+    }
     int slot = -1;
     for (int i = 0; i < PLAN_CAPACITY && slot < 0; i++) if (!cache[i]) slot = i;
     if (slot < 0) { /* evict the least recently used */
@@ -567,9 +409,40 @@ static gpucore_status lookup(cudnnHandle_t h, const gpucore_conv_desc *d, cudaSt
     return GPUCORE_OK;
 }
 
-/* Bias and ReLU with the elementwise kernel, when no engine fused them. */
+/* Whether strides (of dims [n, k, p, q] with extents e) are exactly those of the packed layout whose dims, from
+ * outermost to innermost, are order[0..3]; extents of 1 take any stride. */
+static int packed_as(const int64_t e[4], const int64_t strides[4], const int order[4])
+{
+    int64_t want = 1;
+    for (int i = 3; i >= 0; i--) {
+        const int dim = order[i];
+        if (e[dim] != 1 && strides[dim] != want) return 0;
+        want *= e[dim];
+    }
+    return 1;
+}
+
+/* Bias and ReLU when no engine fused them: on a packed output (NCHW or NHWC, what the front-end allocates) the
+ * row kernel of kernels/conv_epilogue.cu, with no per-element index unravel (issue 18 item 9); any other
+ * strides, the elementwise kernel's strided path. */
 static gpucore_status unfused_epilogue(void *bctx, const gpucore_conv_desc *d, void *stream)
 {
+    const int64_t e[4] = {d->n, d->k, d->p, d->q};
+    static const int nchw[4] = {0, 1, 2, 3}, nhwc[4] = {0, 2, 3, 1};
+    const int is_nchw = packed_as(e, d->y_strides, nchw), is_nhwc = !is_nchw && packed_as(e, d->y_strides, nhwc);
+    if (is_nchw || is_nhwc) {
+        gpucore_conv_bias_args a;
+        memset(&a, 0, sizeof a);
+        a.y = d->y;
+        a.bias = d->bias;
+        a.dtype = d->dtype;
+        a.relu = d->relu;
+        a.channel_is_row = is_nchw;
+        a.k = d->k;
+        a.rows = is_nchw ? d->n * d->k : d->n * d->p * d->q;
+        a.cols = is_nchw ? d->p * d->q : d->k;
+        return kops_conv_bias_act(bctx, &a, stream);
+    }
     gpucore_ew_args a;
     memset(&a, 0, sizeof a);
     gpucore_view y = {0};
@@ -577,9 +450,9 @@ static gpucore_status unfused_epilogue(void *bctx, const gpucore_conv_desc *d, v
     y.dtype = d->dtype;
     y.ndim = 4;
     y.numel = d->n * d->k * d->p * d->q;
-    const int64_t shape[4] = {d->n, d->k, d->p, d->q};
-    for (int i = 0; i < 4; i++) { y.shape[i] = shape[i]; y.strides[i] = d->y_strides[i]; }
+    for (int i = 0; i < 4; i++) { y.shape[i] = e[i]; y.strides[i] = d->y_strides[i]; }
     y.elem_size = d->dtype == GPUCORE_F32 ? 4 : 2;
+    y.contiguous = 0; /* not packed (packed outputs took the row kernel above) */
     a.out = y;
     a.in[0] = y;
     a.act = d->relu ? GPUCORE_ACT_RELU : GPUCORE_ACT_NONE;
@@ -603,39 +476,46 @@ gpucore_status cuda_conv(void *bctx, const gpucore_conv_desc *d, void *stream)
     if (dev < 0 || dev >= MAX_DEVICES)
         return cuda_host->set_error(GPUCORE_ERR_NOT_SUPPORTED, "conv: device %d is past the %d this build tracks", dev,
                                     MAX_DEVICES);
+    gpucore_status st = cuda_cudnn_load("conv");
+    if (st) return st;
     pthread_once(&handle_once, init_locks);
     CUDA_TRY(cudaSetDevice(dev), "cudaSetDevice");
     gpucore_conv_desc dd = *d;
     dd.device = dev;
-    pthread_mutex_lock(&handle_lock[dev]);
-    cudnnHandle_t h = NULL;
+    const cudaStream_t cs = (cudaStream_t)stream;
     plan_entry *e = NULL;
-    gpucore_status st = device_handle(dev, &h);
-    if (!st) st = lookup(h, &dd, (cudaStream_t)stream, &e);
-    if (!st) {
-        cudnnBackendDescriptor_t plan = e->plan;
-        int64_t ws_bytes = e->ws_bytes;
-        void *ws = NULL;
-        if (ws_bytes > 0 && dd.ws.alloc(dd.ws.ws_ctx, ws_bytes, &ws)) {
-            cuda_host->log(GPUCORE_LOG_WARN, "conv: the chosen engine's %lld-byte workspace could not be had; running "
-                           "the leanest engine (%lld bytes) instead", (long long)ws_bytes, (long long)e->lean_ws_bytes);
-            pthread_mutex_lock(&cache_lock);
-            dev_stats[dev].workspace_fallbacks++;
-            pthread_mutex_unlock(&cache_lock);
-            plan = e->lean;
-            ws_bytes = e->lean_ws_bytes;
-            ws = NULL;
-            st = ws_bytes > 0 ? (gpucore_status)dd.ws.alloc(dd.ws.ws_ctx, ws_bytes, &ws) : GPUCORE_OK;
-        }
-        if (!st) st = execute(h, plan, &dd, e->fused, ws, (cudaStream_t)stream);
-        if (ws) dd.ws.release(dd.ws.ws_ctx, ws); /* stream-ordered: reused only after this work */
-        if (!st && !e->fused && dd.op == GPUCORE_CONV_OP_FORWARD && (dd.bias || dd.relu))
-            st = unfused_epilogue(bctx, &dd, stream);
+    if ((st = lookup(&dd, cs, &e))) return st;
+    cudnnBackendDescriptor_t plan = e->plan;
+    int64_t ws_bytes = e->ws_bytes;
+    void *ws = NULL;
+    if (ws_bytes > 0 && dd.ws.alloc(dd.ws.ws_ctx, ws_bytes, &ws)) {
+        ws = NULL;
+        lean_plan(&dd, e, cs, &plan, &ws_bytes);
+        cuda_host->log(GPUCORE_LOG_WARN, "conv: the chosen engine's %lld-byte workspace could not be had; running "
+                       "the leanest engine (%lld bytes) instead", (long long)e->ws_bytes, (long long)ws_bytes);
         pthread_mutex_lock(&cache_lock);
-        entry_release_locked(e);
+        dev_stats[dev].workspace_fallbacks++;
         pthread_mutex_unlock(&cache_lock);
+        if (!plan)
+            st = cuda_host->set_error(GPUCORE_ERR_OUT_OF_MEMORY, "conv: the engine's %lld-byte workspace could not "
+                                      "be had and cuDNN offers no leaner one", (long long)e->ws_bytes);
+        else if (ws_bytes > 0)
+            st = (gpucore_status)dd.ws.alloc(dd.ws.ws_ctx, ws_bytes, &ws);
     }
-    pthread_mutex_unlock(&handle_lock[dev]);
+    if (!st) {
+        pthread_mutex_lock(&handle_lock[dev]);
+        cudnnHandle_t h = NULL;
+        st = device_handle(dev, &handles[dev], &h);
+        if (!st) st = conv_execute(h, plan, &dd, e->fused, ws, cs);
+        if (!st) st = mark_use(e, cs);
+        pthread_mutex_unlock(&handle_lock[dev]);
+    }
+    if (ws) dd.ws.release(dd.ws.ws_ctx, ws); /* stream-ordered: reused only after this work */
+    if (!st && !e->fused && dd.op == GPUCORE_CONV_OP_FORWARD && (dd.bias || dd.relu))
+        st = unfused_epilogue(bctx, &dd, stream);
+    pthread_mutex_lock(&cache_lock);
+    entry_release_locked(e);
+    pthread_mutex_unlock(&cache_lock);
     return st;
 }
 

@@ -11,12 +11,7 @@
 #include <cublasLt.h>
 #include "cuda_internal.h"
 #include "gpucore_config.h"
-#if GPUCORE_HAVE_CUDNN
-#include <cudnn.h>
-#endif
-#if GPUCORE_HAVE_NCCL
-#include <nccl.h>
-#endif
+#include "cuda_dynlib.h"
 
 /* ---- availability ---- */
 
@@ -81,6 +76,7 @@ typedef struct nvml_api {
     int (*get_temperature)(void *, int, unsigned *);
     int (*get_clock)(void *, int, unsigned *);
     int (*get_processes)(void *, unsigned *, void *);
+    int (*get_memory)(void *, void *);
     int (*driver_version)(char *, unsigned);
 } nvml_api;
 
@@ -99,6 +95,7 @@ static int nvml_load(void)
     nvml.get_clock = (int (*)(void *, int, unsigned *))dlsym(nvml.lib, "nvmlDeviceGetClockInfo");
     nvml.get_processes = (int (*)(void *, unsigned *, void *))dlsym(nvml.lib, "nvmlDeviceGetComputeRunningProcesses_v3");
     nvml.driver_version = (int (*)(char *, unsigned))dlsym(nvml.lib, "nvmlSystemGetDriverVersion");
+    nvml.get_memory = (int (*)(void *, void *))dlsym(nvml.lib, "nvmlDeviceGetMemoryInfo");
     if (!nvml.init || !nvml.get_handle_by_pci || nvml.init() != 0) {
         dlclose(nvml.lib);
         nvml.lib = NULL;
@@ -113,6 +110,9 @@ static void *nvml_device(const char *pci_bus_id)
     if (!nvml_load() || nvml.get_handle_by_pci(pci_bus_id, &dev) != 0) return NULL;
     return dev;
 }
+
+/* nvmlMemory_t (v1): total, free, used bytes. */
+typedef struct nvml_memory { unsigned long long total, free, used; } nvml_memory;
 
 /* nvmlProcessInfo_t (v2/v3 layout): pid, usedGpuMemory, gpuInstanceId, computeInstanceId. */
 typedef struct nvml_process_info { unsigned pid; unsigned long long used; unsigned gi, ci; } nvml_process_info;
@@ -176,20 +176,16 @@ gpucore_status cuda_device_properties(int index, gpucore_device_properties *p)
     int cc = prop.major * 10 + prop.minor;
     p->has_native_code = arch_in_list(GPUCORE_CUDA_SASS_ARCHS, cc, 1);
     p->has_ptx = arch_in_list(GPUCORE_CUDA_PTX_ARCHS, cc, 0);
-    int cur = 0;
-    size_t free_b = 0, total_b = 0;
-    cudaGetDevice(&cur);
-    if (cudaSetDevice(index) == cudaSuccess && cudaMemGetInfo(&free_b, &total_b) == cudaSuccess)
-        p->free_memory = (int64_t)free_b;
-    else
-        p->free_memory = -1;
-    cudaGetLastError();
-    cudaSetDevice(cur);
     snprintf(p->pci_bus_id, sizeof p->pci_bus_id, "%04x:%02x:%02x.0", prop.pciDomainID, prop.pciBusID,
              prop.pciDeviceID);
     p->clock_khz = p->memory_clock_khz = p->utilization_percent = p->temperature_c = -1;
+    /* Free memory from NVML: asking the runtime (cudaMemGetInfo) needs the device current, which creates its
+     * primary context, hundreds of MiB on every GPU a listing touches (issue 18 item 6). -1 without NVML. */
+    p->free_memory = -1;
     void *dev = nvml_device(p->pci_bus_id);
     if (dev) {
+        nvml_memory m;
+        if (nvml.get_memory && nvml.get_memory(dev, &m) == 0) p->free_memory = (int64_t)m.free;
         unsigned v[2];
         if (nvml.get_utilization && nvml.get_utilization(dev, v) == 0) p->utilization_percent = (int32_t)v[0];
         if (nvml.get_temperature && nvml.get_temperature(dev, 0 /* GPU sensor */, v) == 0) p->temperature_c = (int32_t)v[0];
@@ -232,7 +228,9 @@ gpucore_status cuda_component_version(const char *component, char *buf, size_t l
     }
     if (!strcmp(component, "cudnn")) {
 #if GPUCORE_HAVE_CUDNN
-        size_t v = cudnnGetVersion();
+        gpucore_status ld = cuda_cudnn_load("component_version");
+        if (ld) return ld;
+        size_t v = DNN.cudnnGetVersion();
         snprintf(buf, len, "%zu.%zu.%zu", v / 10000, (v / 100) % 100, v % 100);
         return GPUCORE_OK;
 #else
@@ -241,8 +239,10 @@ gpucore_status cuda_component_version(const char *component, char *buf, size_t l
     }
     if (!strcmp(component, "nccl")) {
 #if GPUCORE_HAVE_NCCL
+        gpucore_status ld = cuda_nccl_load("component_version");
+        if (ld) return ld;
         int v = 0;
-        ncclGetVersion(&v);
+        NCCL.ncclGetVersion(&v);
         snprintf(buf, len, "%d.%d.%d", v / 10000, (v / 100) % 100, v % 100);
         return GPUCORE_OK;
 #else

@@ -15,7 +15,8 @@
  * algorithms; when cublasLtMatmul refuses one the next is tried. When none is
  * usable (no algorithm, an aux leading dimension cuBLASLt does not take, every
  * algorithm refused) the tiled fallback kernel (kernels/gemm_fallback.cu) runs
- * instead, with a WARN naming the reason once per plan.
+ * instead, with a WARN naming the reason once per plan, and every such call
+ * reports its reason to the front-end (gpucore_matmul_stats, the profiler).
  */
 #include <pthread.h>
 #include <stdint.h>
@@ -84,6 +85,7 @@ typedef struct plan {
     struct plan *next;
     pthread_mutex_t lock; /* guards the pointer attributes of desc between set and enqueue */
     int use_fallback;
+    int fallback_reason; /* gpucore_matmul_fallback_reason, when use_fallback */
     cublasLtMatmulDesc_t desc;
     cublasLtMatrixLayout_t la, lb, lc, ld;
     cublasLtMatmulAlgo_t algos[MAX_ALGOS]; /* best first; a refused one is dropped (under lock) */
@@ -252,22 +254,27 @@ static gpucore_status plan_build(cublasLtHandle_t h, const plan_key *k, const gp
     LT_TRY(set_pointers(p, g), "setting the bias/aux/scale pointers");
 
     char why[160] = "";
+    int reason = GPUCORE_MATMUL_FALLBACK_NO_ALGORITHM;
     cublasLtMatmulHeuristicResult_t results[MAX_ALGOS];
     int found = 0;
     cublasStatus_t hs = CUBLAS_STATUS_SUCCESS;
     memset(results, 0, sizeof results);
-    if ((k->epilogue & (GPUCORE_GEMM_EPI_AUX_OUT | GPUCORE_GEMM_EPI_DGELU)) && (k->ldaux % 8 || k->ldaux < k->m))
+    if ((k->epilogue & (GPUCORE_GEMM_EPI_AUX_OUT | GPUCORE_GEMM_EPI_DGELU)) && (k->ldaux % 8 || k->ldaux < k->m)) {
         /* cublasLt.h:1382: "Must be divisible by 8 and be no less than the number of rows in the output matrix" */
+        reason = GPUCORE_MATMUL_FALLBACK_AUX_LD;
         snprintf(why, sizeof why, "cuBLASLt takes an aux leading dimension only when it is a multiple of 8 (%lld)",
                  (long long)k->ldaux);
-    else
+    } else
         hs = cublasLtMatmulAlgoGetHeuristic(h, p->desc, p->la, p->lb, p->lc, p->ld, pref, MAX_ALGOS, results, &found);
     if (!why[0] && (hs != CUBLAS_STATUS_SUCCESS || found == 0))
         snprintf(why, sizeof why, "cuBLASLt has no algorithm for it (heuristic status %d)", (int)hs);
     for (int i = 0; i < found && i < MAX_ALGOS; i++)
         if (results[i].state == CUBLAS_STATUS_SUCCESS && results[i].workspaceSize <= (size_t)k->workspace_bytes)
             p->algos[p->nalgos++] = results[i].algo;
-    if (!why[0] && p->nalgos == 0) snprintf(why, sizeof why, "no algorithm fits the workspace");
+    if (!why[0] && p->nalgos == 0) {
+        reason = GPUCORE_MATMUL_FALLBACK_WORKSPACE;
+        snprintf(why, sizeof why, "no algorithm fits the workspace");
+    }
     if (why[0]) {
         if (fp8) {
             st = cuda_host->set_error(GPUCORE_ERR_NOT_SUPPORTED, "matmul: fp8 m=%lld n=%lld k=%lld: %s; fp8 has no "
@@ -275,6 +282,7 @@ static gpucore_status plan_build(cublasLtHandle_t h, const plan_key *k, const gp
             goto fail;
         }
         p->use_fallback = 1;
+        p->fallback_reason = reason;
         warn_fallback(k, why);
     }
     cublasLtMatmulPreferenceDestroy(pref);
@@ -344,6 +352,7 @@ gpucore_status cuda_matmul(void *bctx, const gpucore_gemm_desc *g, void *stream)
     /* shapes cuBLASLt does not take at all go to the fallback kernel directly */
     if (g->m == 0 || g->n == 0 || g->k == 0 || g->batch > INT32_MAX) {
         if (fp8) return GPUCORE_OK; /* nothing to compute: fp8 has no bias-gradient epilogues here */
+        if (g->batch > INT32_MAX && g->fallback_out) *g->fallback_out = GPUCORE_MATMUL_FALLBACK_BATCH + 1;
         return kops_matmul(bctx, g, stream);
     }
     /* the device first: a cuBLASLt handle belongs to the device current when it is created */
@@ -400,13 +409,17 @@ gpucore_status cuda_matmul(void *bctx, const gpucore_gemm_desc *g, void *stream)
             if (fp8) cs = CUBLAS_STATUS_NOT_SUPPORTED;
             else {
                 p->use_fallback = 1;
+                p->fallback_reason = GPUCORE_MATMUL_FALLBACK_REFUSED;
                 warn_fallback(&k, "cublasLtMatmul refused every algorithm the heuristic offered");
             }
         }
     }
-    const int fallback = p->use_fallback;
+    const int fallback = p->use_fallback, reason = p->fallback_reason;
     pthread_mutex_unlock(&p->lock);
     if (cs != CUBLAS_STATUS_SUCCESS) return lt_status(cs, "cublasLtMatmul");
-    if (fallback) return kops_matmul(bctx, g, stream);
+    if (fallback) {
+        if (g->fallback_out) *g->fallback_out = reason + 1; /* counted in gpucore_matmul_stats and the profiler */
+        return kops_matmul(bctx, g, stream);
+    }
     return GPUCORE_OK;
 }
