@@ -228,7 +228,7 @@ __global__ void __launch_bounds__(ROWS_THREADS, WARP ? 1 : 4) softmax_like_kerne
     pair_stat *part = (pair_stat *)p.workspace;
     const row_group<WARP> g;
     for (int64_t w = g.first; w < p.rows * chunks; w += g.step) {
-        const int64_t row = w / chunks, c = w % chunks, off = row * p.cols;
+        const int64_t row = WARP ? w : w / chunks, c = WARP ? 0 : w % chunks, off = row * p.cols;
         const int64_t l0 = c * GPUCORE_ROWS_CHUNK;
         const int64_t l1 = l0 + GPUCORE_ROWS_CHUNK < p.cols ? l0 + GPUCORE_ROWS_CHUNK : p.cols;
         pair_stat st;
