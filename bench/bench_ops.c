@@ -183,6 +183,51 @@ int main(int argc, char **argv)
             report(rcases[i].name, rcases[i].bytes, ms, peer);
         }
     }
+    /* Issue 18 items 10 and 12: strided views (dims merged on the host, multiply-high index math),
+     * f16 data (hardware conversions in the CUDA kernels) and rows of 768 / 1024 columns (a warp
+     * per row). Same byte counting as above. */
+    {
+        const int64_t T = n / (8 * 16 * 64), s4[4] = {8, 16, T, 64}, p4[4] = {8, T, 16, 64};
+        const int64_t tshape[2] = {cols, rows}, r768 = n / 768, s768[2] = {r768, 768}, s1024[2] = {n / 1024, 1024};
+        const int64_t c768 = 768;
+        const int perm[4] = {0, 2, 1, 3};
+        gpucore_tensor *x4 = NULL, *xp = NULL, *o4 = NULL, *xt = NULL, *yt = NULL, *ot = NULL, *x768 = NULL;
+        gpucore_tensor *o768 = NULL, *x1024 = NULL, *o1024 = NULL;
+        if (gpucore_tensor_reshape(x, 4, s4, &x4) || gpucore_tensor_permute(x4, perm, &xp) ||
+            gpucore_tensor_reshape(out, 4, p4, &o4) || gpucore_tensor_transpose(x, 0, 1, &xt) ||
+            gpucore_tensor_transpose(y, 0, 1, &yt) || gpucore_tensor_reshape(out, 2, tshape, &ot) ||
+            gpucore_tensor_reshape(x, 2, s1024, &x1024) || gpucore_tensor_reshape(out, 2, s1024, &o1024)) {
+            fprintf(stderr, "bench_ops: %s\n", gpucore_last_error());
+            return 1;
+        }
+        gpucore_tensor *f16a = make(ctx, GPUCORE_F16, 2, shape), *f16b = make(ctx, GPUCORE_F16, 2, shape);
+        gpucore_tensor *f16o = make(ctx, GPUCORE_F16, 2, shape), *g768 = make(ctx, GPUCORE_F32, 1, &c768);
+        gpucore_tensor *m768 = make(ctx, GPUCORE_F32, 1, &r768), *rs768 = make(ctx, GPUCORE_F32, 1, &r768);
+        x768 = make(ctx, GPUCORE_F32, 2, s768); /* 768 does not divide n: tensors of their own */
+        o768 = make(ctx, GPUCORE_F32, 2, s768);
+        const double B768 = 4.0 * (double)(r768 * 768);
+        struct { const char *name; st s; double bytes; } icases[] = {
+            {"permute 0213 copy f32", {0, o4, xp, NULL}, 2 * B},
+            {"transpose copy f32", {0, ot, xt, NULL}, 2 * B},
+            {"add transposed f32", {1, ot, xt, yt}, 3 * B},
+            {"add f16", {1, f16o, f16a, f16b}, 3 * H},
+            {"cast f32->f16", {5, f16o, x, NULL}, B + H},
+            {"cast f16->f32", {5, out, f16a, NULL}, B + H},
+            {"softmax f16 cols=4096", {10, f16o, f16a, NULL}, 2 * H},
+            {"softmax f32 cols=768", {10, o768, x768, NULL}, 2 * B768},
+            {"softmax f32 cols=1024", {10, o1024, x1024, NULL}, 2 * B},
+            {"layer_norm f32 cols=768", {12, o768, x768, g768}, 2 * B768},
+        };
+        row_c = m768;
+        row_d = rs768;
+        for (size_t i = 0; i < sizeof icases / sizeof icases[0]; i++) {
+            float ms = time_op(ctx, run, &icases[i].s);
+            if (ms < 0) return 1;
+            report(icases[i].name, icases[i].bytes, ms, peer);
+        }
+        gpucore_tensor *ts[] = {x4, xp, o4, xt, yt, ot, x768, o768, x1024, o1024, f16a, f16b, f16o, g768, m768, rs768};
+        for (size_t i = 0; i < sizeof ts / sizeof ts[0]; i++) gpucore_tensor_destroy(ts[i]);
+    }
     gpucore_context_destroy(ctx);
     return 0;
 }

@@ -2,9 +2,14 @@
  * numeric.h — bit-exact conversions between f32 and the 16-bit float formats.
  *
  * Round to nearest even, NaN kept a (quiet) NaN, Inf kept Inf, overflow to Inf,
- * subnormals handled. Written in integer arithmetic so the CPU backend, the SIMT
- * emulation and the CUDA kernels produce identical bits (the hardware cvt.rn
- * instructions give the same results; this is the reference they must match).
+ * subnormals handled. The *_portable functions are integer arithmetic: the CPU
+ * backend and the SIMT emulation use them, and tests/test_numeric.c checks them
+ * bit for bit against IEEE round-to-nearest-even (every half, every rounding
+ * boundary). CUDA device code (__CUDA_ARCH__) uses the hardware conversions
+ * instead (cvt.rn.f16.f32 / cvt.f32.f16, and cvt.rn.bf16.f32 on sm_80+), which
+ * are the same IEEE RNE; only NaN payloads could differ (the hardware returns a
+ * canonical NaN), so NaNs take the portable path there too and every backend
+ * gives identical bits.
  */
 #ifndef GPUCORE_KERNELS_NUMERIC_H
 #define GPUCORE_KERNELS_NUMERIC_H
@@ -17,7 +22,7 @@ GPUCORE_HD uint32_t gpucore_f32_bits(float f) { uint32_t u; memcpy(&u, &f, 4); r
 GPUCORE_HD float gpucore_bits_f32(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }
 
 /* f32 -> bf16, round to nearest even; NaN stays NaN (quiet bit set). */
-GPUCORE_HD uint16_t gpucore_f32_to_bf16(float f)
+GPUCORE_HD uint16_t gpucore_f32_to_bf16_portable(float f)
 {
     uint32_t u = gpucore_f32_bits(f);
     if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x0040u);
@@ -28,7 +33,7 @@ GPUCORE_HD uint16_t gpucore_f32_to_bf16(float f)
 GPUCORE_HD float gpucore_bf16_to_f32(uint16_t h) { return gpucore_bits_f32((uint32_t)h << 16); }
 
 /* f32 -> IEEE half, round to nearest even, with subnormals, overflow to Inf. */
-GPUCORE_HD uint16_t gpucore_f32_to_f16(float f)
+GPUCORE_HD uint16_t gpucore_f32_to_f16_portable(float f)
 {
     uint32_t u = gpucore_f32_bits(f);
     uint32_t sign = (u >> 16) & 0x8000u;
@@ -55,7 +60,7 @@ GPUCORE_HD uint16_t gpucore_f32_to_f16(float f)
     return (uint16_t)(sign | result);
 }
 
-GPUCORE_HD float gpucore_f16_to_f32(uint16_t h)
+GPUCORE_HD float gpucore_f16_to_f32_portable(uint16_t h)
 {
     uint32_t sign = ((uint32_t)h & 0x8000u) << 16;
     uint32_t exp = ((uint32_t)h >> 10) & 0x1fu;
@@ -68,6 +73,43 @@ GPUCORE_HD float gpucore_f16_to_f32(uint16_t h)
         return sign ? -v : v;
     }
     return gpucore_bits_f32(sign | ((exp + 112u) << 23) | (mant << 13));
+}
+
+/* The conversions every kernel and backend uses (see the top of the file). */
+GPUCORE_HD uint16_t gpucore_f32_to_f16(float f)
+{
+#if defined(__CUDA_ARCH__)
+    if ((gpucore_f32_bits(f) & 0x7fffffffu) > 0x7f800000u) return gpucore_f32_to_f16_portable(f);
+    unsigned short h;
+    asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f));
+    return (uint16_t)h;
+#else
+    return gpucore_f32_to_f16_portable(f);
+#endif
+}
+
+GPUCORE_HD float gpucore_f16_to_f32(uint16_t h)
+{
+#if defined(__CUDA_ARCH__)
+    if ((h & 0x7c00u) == 0x7c00u && (h & 0x3ffu)) return gpucore_f16_to_f32_portable(h);
+    float f;
+    asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"((unsigned short)h));
+    return f;
+#else
+    return gpucore_f16_to_f32_portable(h);
+#endif
+}
+
+GPUCORE_HD uint16_t gpucore_f32_to_bf16(float f)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    if ((gpucore_f32_bits(f) & 0x7fffffffu) > 0x7f800000u) return gpucore_f32_to_bf16_portable(f);
+    unsigned short h;
+    asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(h) : "f"(f));
+    return (uint16_t)h;
+#else
+    return gpucore_f32_to_bf16_portable(f);
+#endif
 }
 
 #endif

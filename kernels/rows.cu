@@ -3,17 +3,20 @@
  * (forward, backward), LayerNorm / RMSNorm (forward, backward) along the last
  * dim of contiguous [rows, cols] tensors, f32 math for f32/f16/bf16 data.
  *
- * Why it is fast: each row is one block's work (a row longer than
- * GPUCORE_ROWS_CHUNK is split over several blocks), read with 16-byte vector
+ * Why it is fast: a row of up to ROWS_WARP_MAX_COLS columns is one warp's work
+ * (several rows per block, no idle threads, no block barriers); a longer row is
+ * one block's work (a row longer than GPUCORE_ROWS_CHUNK is split over several
+ * blocks). Rows are read with 16-byte vector
  * loads when the row length and pointers allow, reduced with a warp-shuffle
- * tree then one shared-memory step. Softmax and cross-entropy keep the online
+ * tree (then one shared-memory step for a block). Softmax and cross-entropy keep the online
  * (max, sum) pair so the statistics take one pass over the row; the write pass
  * re-reads the row from L2 (a row in flight is far smaller than L2). The
  * cross-entropy never materialises the softmax: forward writes one loss per
  * row, backward writes dlogits directly. Norm backward computes dx and folds
  * dgamma/dbeta partials in the same pass (each thread owns fixed columns of
  * its block's row chunk), then a tiny second kernel sums the chunk partials.
- * Deterministic: fixed chunking (rows_math.h), fixed trees, no atomics.
+ * Deterministic: the path, chunking (rows_math.h) and trees are fixed by the
+ * shape, no atomics.
  * 64-bit indices; grids from the SM count.
  */
 #include "kernels.h"
@@ -25,6 +28,27 @@
 #define ROWS_THREADS 512
 #define ROWS_WARPS (ROWS_THREADS / 32)
 #define NORM_THREADS 256 /* norms: more registers per thread for the f16 conversions (no spills) */
+/* Rows of at most this many columns take the warp-per-row path (softmax family, cross-entropy,
+ * norm forward), WARP_ROWS_THREADS / 32 rows per block. */
+#define ROWS_WARP_MAX_COLS 4096
+#define WARP_ROWS_THREADS 256
+/* Register budgets (__launch_bounds__ minimum blocks): the block-per-row kernels keep 32 registers
+ * (4 x 512 or 8 x 256 threads per SM); the warp-per-row kernels, whose loops unroll over a fixed
+ * 32-lane stride, get up to 128, which they need to run without spills (scripts/ptxas_spills.sh). */
+
+/* The threads that share one row: a warp (WARP) or the whole block; lane is this
+ * thread's index among them, size their count; rows (work items) first, first+step, ... */
+template <int WARP> struct row_group {
+    int lane, size;
+    int64_t first, step;
+    __device__ __forceinline__ row_group()
+    {
+        lane = WARP ? (int)(threadIdx.x % 32) : (int)threadIdx.x;
+        size = WARP ? 32 : (int)blockDim.x;
+        first = WARP ? (int64_t)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32 : (int64_t)blockIdx.x;
+        step = WARP ? (int64_t)gridDim.x * (blockDim.x / 32) : (int64_t)gridDim.x;
+    }
+};
 
 /* Parameters (gamma, beta) of a run-time dtype; NULL means the identity value. */
 __device__ __forceinline__ float ldp(const void *p, int dt, int64_t i, float dflt)
@@ -74,19 +98,36 @@ template <int KIND> __device__ pair_stat block_fold(pair_stat v)
     return v;
 }
 
+/* The warp's fold: the same shuffle tree as a block's first step, then lane 0's result to every lane. */
+template <int KIND> __device__ __forceinline__ pair_stat warp_fold(pair_stat v)
+{
+    for (int d = 16; d > 0; d /= 2) {
+        pair_stat o = {__shfl_down_sync(0xffffffffu, v.a, d), __shfl_down_sync(0xffffffffu, v.b, d)};
+        v = pair_combine<KIND>(v, o);
+    }
+    pair_stat r = {__shfl_sync(0xffffffffu, v.a, 0), __shfl_sync(0xffffffffu, v.b, 0)};
+    return r;
+}
+
+template <int KIND, int WARP> __device__ __forceinline__ pair_stat group_fold(pair_stat v)
+{
+    return WARP ? warp_fold<KIND>(v) : block_fold<KIND>(v);
+}
+
 /* ------------------------------------------------ softmax, log-softmax, cross-entropy */
 
 template <int OP> struct sm_kind { static const int kind = (OP == GPUCORE_ROWS_SOFTMAX_BWD || OP == GPUCORE_ROWS_LOG_SOFTMAX_BWD) ? 1 : 0; };
 
 /* This thread's statistics over [l0, l1) of a row at element offset off. */
 template <int DT, int OP> __device__ __forceinline__ pair_stat sm_partial(const gpucore_rows_args &p, int64_t off,
-                                                                          int64_t l0, int64_t l1, int vec)
+                                                                          int64_t l0, int64_t l1, int vec, int lane,
+                                                                          int size)
 {
     const int V = gpucore_dt_size<DT>::vec;
     gpucore_softmax_stat s = gpucore_softmax_stat_empty();
     float dot = 0.0f;
     if (vec) {
-        for (int64_t i = l0 + (int64_t)threadIdx.x * V; i < l1; i += (int64_t)blockDim.x * V) {
+        for (int64_t i = l0 + (int64_t)lane * V; i < l1; i += (int64_t)size * V) {
             float a[gpucore_dt_size<DT>::vec], b[gpucore_dt_size<DT>::vec];
             if (sm_kind<OP>::kind == 0) {
                 gpucore_ldv<DT>(p.x, off + i, a);
@@ -100,7 +141,7 @@ template <int DT, int OP> __device__ __forceinline__ pair_stat sm_partial(const 
             }
         }
     } else {
-        for (int64_t i = l0 + threadIdx.x; i < l1; i += blockDim.x) {
+        for (int64_t i = l0 + lane; i < l1; i += size) {
             if (sm_kind<OP>::kind == 0) s = gpucore_softmax_stat_add(s, gpucore_ld<DT>(p.x, off + i));
             else dot += OP == GPUCORE_ROWS_SOFTMAX_BWD ? gpucore_ld<DT>(p.dy, off + i) * gpucore_ld<DT>(p.y, off + i)
                                                        : gpucore_ld<DT>(p.dy, off + i);
@@ -128,7 +169,8 @@ template <int OP> __device__ __forceinline__ float sm_out(float x, float dy, flo
 }
 
 template <int DT, int OP> __device__ __forceinline__ void sm_write(const gpucore_rows_args &p, int64_t row, int64_t off,
-                                                                   int64_t l0, int64_t l1, int vec, pair_stat st)
+                                                                   int64_t l0, int64_t l1, int vec, pair_stat st,
+                                                                   int lane, int size)
 {
     const int V = gpucore_dt_size<DT>::vec;
     const float lse = logf(st.b); /* log-sum-exp minus the row max */
@@ -147,7 +189,7 @@ template <int DT, int OP> __device__ __forceinline__ void sm_write(const gpucore
     void *out = OP == GPUCORE_ROWS_SOFTMAX || OP == GPUCORE_ROWS_LOG_SOFTMAX ? p.y : p.dx;
     const int needs_x = sm_kind<OP>::kind == 0, needs_dy = sm_kind<OP>::kind == 1;
     if (vec) {
-        for (int64_t i = l0 + (int64_t)threadIdx.x * V; i < l1; i += (int64_t)blockDim.x * V) {
+        for (int64_t i = l0 + (int64_t)lane * V; i < l1; i += (int64_t)size * V) {
             float a[gpucore_dt_size<DT>::vec], b[gpucore_dt_size<DT>::vec], o[gpucore_dt_size<DT>::vec];
             if (needs_x) gpucore_ldv<DT>(p.x, off + i, a);
             if (needs_dy) { gpucore_ldv<DT>(p.dy, off + i, a); gpucore_ldv<DT>(p.y, off + i, b); }
@@ -156,7 +198,7 @@ template <int DT, int OP> __device__ __forceinline__ void sm_write(const gpucore
             gpucore_stv<DT>(out, off + i, o);
         }
     } else {
-        for (int64_t i = l0 + threadIdx.x; i < l1; i += blockDim.x) {
+        for (int64_t i = l0 + lane; i < l1; i += size) {
             float a = needs_x ? gpucore_ld<DT>(p.x, off + i) : gpucore_ld<DT>(p.dy, off + i);
             float b = needs_dy ? gpucore_ld<DT>(p.y, off + i) : 0.0f;
             gpucore_st<DT>(out, off + i, sm_out<OP>(a, a, b, st, lse, g, i, t));
@@ -166,9 +208,9 @@ template <int DT, int OP> __device__ __forceinline__ void sm_write(const gpucore
 
 /* CE forward: one loss per row (f32 to the workspace for MEAN/SUM, loss_dtype for NONE). */
 template <int DT> __device__ __forceinline__ void ce_row_loss(const gpucore_rows_args &p, int64_t row, int64_t off,
-                                                             pair_stat st)
+                                                             pair_stat st, int lane)
 {
-    if (threadIdx.x != 0) return;
+    if (lane != 0) return;
     int64_t t = gpucore_rows_target(p.targets, p.target_dtype, row);
     float loss = t == p.ignore_index ? 0.0f
                : (t < 0 || t >= p.cols) ? NAN : (st.a - gpucore_ld<DT>(p.x, off + t)) + logf(st.b);
@@ -178,20 +220,22 @@ template <int DT> __device__ __forceinline__ void ce_row_loss(const gpucore_rows
 }
 
 /* phase 0: statistics of each (row, chunk); with one chunk per row also the write pass.
- * phase 1 (chunks > 1): fold the row's chunk partials in order, then write the chunk. */
-template <int DT, int OP>
-__global__ void __launch_bounds__(ROWS_THREADS) softmax_like_kernel(gpucore_rows_args p, int64_t chunks, int vec, int phase)
+ * phase 1 (chunks > 1): fold the row's chunk partials in order, then write the chunk.
+ * WARP: a warp per row (chunks == 1); else a block per (row, chunk). */
+template <int DT, int OP, int WARP>
+__global__ void __launch_bounds__(ROWS_THREADS, WARP ? 1 : 4) softmax_like_kernel(gpucore_rows_args p, int64_t chunks, int vec, int phase)
 {
     pair_stat *part = (pair_stat *)p.workspace;
-    for (int64_t w = blockIdx.x; w < p.rows * chunks; w += gridDim.x) {
-        const int64_t row = w / chunks, c = w % chunks, off = row * p.cols;
+    const row_group<WARP> g;
+    for (int64_t w = g.first; w < p.rows * chunks; w += g.step) {
+        const int64_t row = WARP ? w : w / chunks, c = WARP ? 0 : w % chunks, off = row * p.cols;
         const int64_t l0 = c * GPUCORE_ROWS_CHUNK;
         const int64_t l1 = l0 + GPUCORE_ROWS_CHUNK < p.cols ? l0 + GPUCORE_ROWS_CHUNK : p.cols;
         pair_stat st;
         if (phase == 0) {
-            st = block_fold<sm_kind<OP>::kind>(sm_partial<DT, OP>(p, off, l0, l1, vec));
+            st = group_fold<sm_kind<OP>::kind, WARP>(sm_partial<DT, OP>(p, off, l0, l1, vec, g.lane, g.size));
             if (chunks > 1) {
-                if (threadIdx.x == 0) part[w] = st;
+                if (g.lane == 0) part[w] = st;
                 continue;
             }
         } else {
@@ -199,8 +243,8 @@ __global__ void __launch_bounds__(ROWS_THREADS) softmax_like_kernel(gpucore_rows
             for (int64_t k = 1; k < chunks; k++) st = pair_combine<sm_kind<OP>::kind>(st, part[row * chunks + k]);
         }
         if (OP == GPUCORE_ROWS_CE_FWD) {
-            if (c == 0) ce_row_loss<DT>(p, row, off, st);
-        } else sm_write<DT, OP>(p, row, off, l0, l1, vec, st);
+            if (c == 0) ce_row_loss<DT>(p, row, off, st, g.lane);
+        } else sm_write<DT, OP>(p, row, off, l0, l1, vec, st, g.lane, g.size);
     }
 }
 
@@ -231,18 +275,23 @@ __global__ void __launch_bounds__(ROWS_THREADS) ce_reduce_kernel(gpucore_rows_ar
 template <int DT, int OP> static int softmax_like_launch(const gpucore_launch *l, const gpucore_rows_args *p, int vec)
 {
     const int64_t chunks = gpucore_rows_chunks(p->cols);
-    unsigned grid = gpucore_grid_for(p->rows * chunks * ROWS_THREADS, ROWS_THREADS, l->sm_count);
     int err;
     if (OP == GPUCORE_ROWS_CE_BWD && p->reduction != GPUCORE_ROWS_RED_NONE) {
         GPUCORE_LAUNCH(ce_reduce_kernel, 1, ROWS_THREADS, 0, l->stream, *p);
         if ((err = GPUCORE_LAUNCH_STATUS())) return err;
     }
-    GPUCORE_LAUNCH((softmax_like_kernel<DT, OP>), grid, ROWS_THREADS, 0, l->stream, *p, chunks, vec, 0);
-    if ((err = GPUCORE_LAUNCH_STATUS())) return err;
-    if (chunks > 1) {
-        GPUCORE_LAUNCH((softmax_like_kernel<DT, OP>), grid, ROWS_THREADS, 0, l->stream, *p, chunks, vec, 1);
-        if ((err = GPUCORE_LAUNCH_STATUS())) return err;
+    if (p->cols <= ROWS_WARP_MAX_COLS) { /* chunks == 1 */
+        unsigned grid = gpucore_grid_for(p->rows * 32, WARP_ROWS_THREADS, l->sm_count);
+        GPUCORE_LAUNCH((softmax_like_kernel<DT, OP, 1>), grid, WARP_ROWS_THREADS, 0, l->stream, *p, chunks, vec, 0);
+    } else {
+        unsigned grid = gpucore_grid_for(p->rows * chunks * ROWS_THREADS, ROWS_THREADS, l->sm_count);
+        GPUCORE_LAUNCH((softmax_like_kernel<DT, OP, 0>), grid, ROWS_THREADS, 0, l->stream, *p, chunks, vec, 0);
+        if (chunks > 1) {
+            if ((err = GPUCORE_LAUNCH_STATUS())) return err;
+            GPUCORE_LAUNCH((softmax_like_kernel<DT, OP, 0>), grid, ROWS_THREADS, 0, l->stream, *p, chunks, vec, 1);
+        }
     }
+    if ((err = GPUCORE_LAUNCH_STATUS())) return err;
     if (OP == GPUCORE_ROWS_CE_FWD && p->reduction != GPUCORE_ROWS_RED_NONE) {
         GPUCORE_LAUNCH(ce_reduce_kernel, 1, ROWS_THREADS, 0, l->stream, *p);
         return GPUCORE_LAUNCH_STATUS();
@@ -252,44 +301,45 @@ template <int DT, int OP> static int softmax_like_launch(const gpucore_launch *l
 
 /* ------------------------------------------------------------------ norms */
 
-/* One block per row: mean, centred variance, then the write (the re-reads hit L1/L2). */
-template <int DT, int LAYER>
-__global__ void __launch_bounds__(NORM_THREADS) norm_fwd_kernel(gpucore_rows_args p, int vec)
+/* One warp (WARP) or block per row: mean, centred variance, then the write (the re-reads hit L1/L2). */
+template <int DT, int LAYER, int WARP>
+__global__ void __launch_bounds__(NORM_THREADS, WARP ? 2 : 8) norm_fwd_kernel(gpucore_rows_args p, int vec)
 {
     const int V = gpucore_dt_size<DT>::vec;
     const int64_t cols = p.cols;
-    for (int64_t row = blockIdx.x; row < p.rows; row += gridDim.x) {
+    const row_group<WARP> g;
+    for (int64_t row = g.first; row < p.rows; row += g.step) {
         const int64_t off = row * cols;
         float mean = 0.0f;
         if (LAYER) {
             pair_stat s = {0.0f, 0.0f};
             if (vec)
-                for (int64_t i = (int64_t)threadIdx.x * V; i < cols; i += (int64_t)blockDim.x * V) {
+                for (int64_t i = (int64_t)g.lane * V; i < cols; i += (int64_t)g.size * V) {
                     float a[gpucore_dt_size<DT>::vec];
                     gpucore_ldv<DT>(p.x, off + i, a);
 #pragma unroll
                     for (int k = 0; k < V; k++) s.a += a[k];
                 }
             else
-                for (int64_t i = threadIdx.x; i < cols; i += blockDim.x) s.a += gpucore_ld<DT>(p.x, off + i);
-            mean = block_fold<1>(s).a / (float)cols;
+                for (int64_t i = g.lane; i < cols; i += g.size) s.a += gpucore_ld<DT>(p.x, off + i);
+            mean = group_fold<1, WARP>(s).a / (float)cols;
         }
         pair_stat q = {0.0f, 0.0f};
         if (vec)
-            for (int64_t i = (int64_t)threadIdx.x * V; i < cols; i += (int64_t)blockDim.x * V) {
+            for (int64_t i = (int64_t)g.lane * V; i < cols; i += (int64_t)g.size * V) {
                 float a[gpucore_dt_size<DT>::vec];
                 gpucore_ldv<DT>(p.x, off + i, a);
 #pragma unroll
                 for (int k = 0; k < V; k++) q.a += (a[k] - mean) * (a[k] - mean);
             }
         else
-            for (int64_t i = threadIdx.x; i < cols; i += blockDim.x) {
+            for (int64_t i = g.lane; i < cols; i += g.size) {
                 float d = gpucore_ld<DT>(p.x, off + i) - mean;
                 q.a += d * d;
             }
-        const float rstd = rsqrtf(block_fold<1>(q).a / (float)cols + p.eps);
+        const float rstd = rsqrtf(group_fold<1, WARP>(q).a / (float)cols + p.eps);
         if (vec)
-            for (int64_t i = (int64_t)threadIdx.x * V; i < cols; i += (int64_t)blockDim.x * V) {
+            for (int64_t i = (int64_t)g.lane * V; i < cols; i += (int64_t)g.size * V) {
                 float a[gpucore_dt_size<DT>::vec];
                 gpucore_ldv<DT>(p.x, off + i, a);
 #pragma unroll
@@ -299,10 +349,10 @@ __global__ void __launch_bounds__(NORM_THREADS) norm_fwd_kernel(gpucore_rows_arg
                 gpucore_stv<DT>(p.y, off + i, a);
             }
         else
-            for (int64_t i = threadIdx.x; i < cols; i += blockDim.x)
+            for (int64_t i = g.lane; i < cols; i += g.size)
                 gpucore_st<DT>(p.y, off + i, (gpucore_ld<DT>(p.x, off + i) - mean) * rstd * ldp(p.gamma, p.param_dtype, i, 1.0f) +
                                           (LAYER ? ldp(p.beta, p.param_dtype, i, 0.0f) : 0.0f));
-        if (threadIdx.x == 0) {
+        if (g.lane == 0) {
             if (LAYER && p.mean) p.mean[row] = mean;
             if (p.rstd) p.rstd[row] = rstd;
         }
@@ -372,8 +422,13 @@ template <int DT, int LAYER> static int norm_launch(const gpucore_launch *l, con
 {
     int err;
     if (!bwd) {
-        unsigned grid = gpucore_grid_for(p->rows * NORM_THREADS, NORM_THREADS, l->sm_count);
-        GPUCORE_LAUNCH((norm_fwd_kernel<DT, LAYER>), grid, NORM_THREADS, 0, l->stream, *p, vec);
+        if (p->cols <= ROWS_WARP_MAX_COLS) {
+            unsigned grid = gpucore_grid_for(p->rows * 32, WARP_ROWS_THREADS, l->sm_count);
+            GPUCORE_LAUNCH((norm_fwd_kernel<DT, LAYER, 1>), grid, WARP_ROWS_THREADS, 0, l->stream, *p, vec);
+        } else {
+            unsigned grid = gpucore_grid_for(p->rows * NORM_THREADS, NORM_THREADS, l->sm_count);
+            GPUCORE_LAUNCH((norm_fwd_kernel<DT, LAYER, 0>), grid, NORM_THREADS, 0, l->stream, *p, vec);
+        }
         return GPUCORE_LAUNCH_STATUS();
     }
     const int64_t rpc = gpucore_rows_norm_rows_per_chunk(p->rows), nchunks = (p->rows + rpc - 1) / rpc;

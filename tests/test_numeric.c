@@ -1,7 +1,8 @@
 /*
  * test_numeric.c — the shared per-element math (kernels/numeric.h, philox.h):
  * f16 and bf16 conversions exhaustively and against a float64 rounding
- * reference, Philox-4x32-10 against Random123's known-answer vectors, and the
+ * reference (the portable integer conversions bit for bit: every half decoded
+ * exactly, every rounding boundary between neighbouring halves, NaN payloads), Philox-4x32-10 against Random123's known-answer vectors, and the
  * portable log/sincos used by the normal transform against libm.
  */
 #include <stdint.h>
@@ -75,6 +76,45 @@ int main(void)
     CHECK(isinf(gpucore_f16_to_f32(gpucore_f32_to_f16(INFINITY))));
     CHECK(isnan(gpucore_bf16_to_f32(gpucore_f32_to_bf16(NAN))));
     CHECK(gpucore_f32_to_bf16(-INFINITY) == 0xff80u);
+
+    /* The portable f16 conversions are what the CPU backend and the SIMT emulation use, and what
+     * the CUDA kernels' hardware cvt must equal (numeric.h): check them bit for bit. */
+    int decode_bad = 0, boundary_bad = 0, nan_bad = 0;
+    for (uint32_t h = 0; h < 65536; h++) {
+        uint32_t e = (h >> 10) & 0x1f, m = h & 0x3ff;
+        double v = e == 0 ? ldexp((double)m, -24) : e == 31 ? (m ? NAN : INFINITY) : ldexp((double)(m | 0x400), (int)e - 25);
+        if (h & 0x8000) v = -v;
+        float f = gpucore_f16_to_f32_portable((uint16_t)h);
+        uint32_t fb = gpucore_f32_bits(f);
+        if (e == 31 && m) { /* NaN: sign and payload kept in the top mantissa bits */
+            if (fb != (((h & 0x8000u) << 16) | 0x7f800000u | (m << 13))) decode_bad++;
+        } else if ((double)f != v || !signbit(f) != !(h & 0x8000)) decode_bad++;
+    }
+    for (uint32_t h = 0; h < 0x7c00; h++) /* each pair of neighbouring finite halves (h, h + 1) */
+        for (uint32_t sign = 0; sign <= 0x8000u; sign += 0x8000u) {
+            double lo = gpucore_f16_to_f32_portable((uint16_t)h);
+            double hi = h + 1 == 0x7c00 ? 65536.0 : gpucore_f16_to_f32_portable((uint16_t)(h + 1));
+            float mid = (float)((lo + hi) / 2); /* 12 significant bits: exact in f32 */
+            float below = nextafterf(mid, 0.0f), above = nextafterf(mid, INFINITY);
+            uint16_t even = (uint16_t)((h & 1) ? h + 1 : h);
+            float sg = sign ? -1.0f : 1.0f;
+            if (gpucore_f32_to_f16_portable(sg * mid) != (sign | even)) boundary_bad++;
+            if (gpucore_f32_to_f16_portable(sg * below) != (sign | h)) boundary_bad++;
+            if (gpucore_f32_to_f16_portable(sg * above) != (sign | (h + 1))) boundary_bad++;
+            if (gpucore_f32_to_f16_portable(sg * (float)lo) != (sign | h)) boundary_bad++;
+        }
+    /* beyond the largest finite half, and the tiniest values */
+    CHECK(gpucore_f32_to_f16_portable(3.0e38f) == 0x7c00u && gpucore_f32_to_f16_portable(-INFINITY) == 0xfc00u);
+    CHECK(gpucore_f32_to_f16_portable(1e-30f) == 0 && gpucore_f32_to_f16_portable(-1e-30f) == 0x8000u);
+    CHECK(gpucore_f32_to_f16_portable(gpucore_bits_f32(1)) == 0); /* f32 subnormal */
+    for (uint32_t k = 0; k < 4096; k++) { /* f32 NaNs: quiet half NaN, sign and top payload bits kept */
+        uint32_t bits = 0x7f800001u + k * 2047u + ((k & 1) << 31);
+        uint16_t r = gpucore_f32_to_f16_portable(gpucore_bits_f32(bits));
+        if (r != (uint16_t)(((bits >> 16) & 0x8000u) | 0x7e00u | ((bits >> 13) & 0x3ffu))) nan_bad++;
+    }
+    CHECK(decode_bad == 0);
+    CHECK(boundary_bad == 0);
+    CHECK(nan_bad == 0);
 
     /* Philox-4x32-10 known-answer tests (Random123 kat_vectors) */
     {

@@ -2,7 +2,8 @@
  * test_ops_rows.c — softmax / log-softmax, LayerNorm / RMSNorm, fused
  * cross-entropy and embedding, forward and backward, on every backend present,
  * against float64 references computed here: rows of 1, odd lengths, strided
- * inputs, rows long enough for the multi-block path (70000 and 262147), large
+ * inputs, rows long enough for the multi-block path (70000 and 262147), the
+ * lengths where the kernels switch between a warp and a block per row, large
  * logits (+-1e4), empty tensors; the backward formulas checked by finite
  * differences in f64; determinism (norm and embedding backward twice: same
  * bits); bad input (shapes, dtypes, aliasing, out-of-range targets).
@@ -199,6 +200,10 @@ typedef struct scase { int64_t rows, cols; int layout; double range; } scase;
 static const scase sm_cases[] = {
     {1, 1, 0, 3}, {3, 33, 0, 3}, {5, 1000, 1, 3}, {4, 257, 2, 3}, {6, 77, 0, 1e4},
     {2, 70000, 0, 5}, {1, 262147, 0, 5},
+    /* around the kernels' path switches (rows.cu: a warp per row up to 4096 columns, more rows than
+     * one block's warps): 31/32/33 (a warp's width), 767/768/1024, 4096/4097 */
+    {37, 31, 0, 3}, {9, 32, 1, 3}, {5, 33, 2, 3}, {3, 767, 0, 3}, {3, 768, 1, 3}, {2, 1024, 0, 3},
+    {2, 4096, 0, 3}, {2, 4097, 2, 3},
 };
 
 static void test_softmax(gpucore_context *ctx)
@@ -254,6 +259,9 @@ typedef struct ncase { int64_t rows, cols; int layout, affine; gpucore_dtype pdt
 static const ncase norm_cases[] = {
     {1, 3, 0, 1, GPUCORE_F32}, {7, 33, 0, 1, -1}, {4, 1000, 1, 1, -1}, {5, 64, 2, 0, -1},
     {3, 5000, 0, 1, GPUCORE_F32}, {1100, 24, 0, 1, -1},
+    /* the warp-per-row / block-per-row switch of norm forward (rows.cu) */
+    {19, 31, 0, 1, -1}, {3, 32, 2, 1, -1}, {3, 767, 1, 1, -1}, {2, 768, 0, 0, -1}, {2, 4096, 0, 1, -1},
+    {2, 4097, 0, 1, GPUCORE_F32},
 };
 
 static gpucore_tensor *stat_tensor(gpucore_context *ctx, int64_t rows)
@@ -344,7 +352,9 @@ static gpucore_tensor *make_targets(gpucore_context *ctx, gpucore_dtype dt, int6
     return t;
 }
 
-static const scase ce_cases[] = {{1, 1, 0, 3}, {9, 17, 0, 3}, {6, 300, 1, 1e4}, {40, 1001, 0, 5}, {3, 70000, 0, 5}};
+static const scase ce_cases[] = {{1, 1, 0, 3}, {9, 17, 0, 3}, {6, 300, 1, 1e4}, {40, 1001, 0, 5}, {3, 70000, 0, 5},
+                                 /* the kernels' path switches (rows.cu) */
+                                 {20, 33, 0, 3}, {3, 768, 1, 3}, {2, 4096, 0, 3}, {3, 4097, 0, 3}};
 
 static void test_cross_entropy(gpucore_context *ctx)
 {

@@ -14,16 +14,25 @@
 
 static gpucore_status launched(int err, const char *what) { return err ? kops_error(err, what) : GPUCORE_OK; }
 
+/* Launch-argument preparation for ops on strided views: each launch gets copies of its views
+ * with their dims merged (view.h: gpucore_views_coalesce), so the kernels unravel fewer dims
+ * and a permuted-but-dense view takes the contiguous path. */
 gpucore_status kops_copy_strided(void *bctx, const gpucore_view *dst, const gpucore_view *src, void *s)
 {
     LAUNCH_OR_RETURN(bctx, s, l);
-    return launched(gpucore_kernel_copy_strided(&l, dst, src), "copy_strided kernel launch");
+    gpucore_view d = *dst, v = *src;
+    gpucore_view *views[2] = {&d, &v};
+    gpucore_views_coalesce(views, 2);
+    return launched(gpucore_kernel_copy_strided(&l, &d, &v), "copy_strided kernel launch");
 }
+
 
 gpucore_status kops_fill(void *bctx, const gpucore_view *dst, uint64_t bits, void *s)
 {
     LAUNCH_OR_RETURN(bctx, s, l);
-    return launched(gpucore_kernel_fill(&l, dst, bits), "fill kernel launch");
+    gpucore_view d = *dst, *views[1] = {&d};
+    gpucore_views_coalesce(views, 1);
+    return launched(gpucore_kernel_fill(&l, &d, bits), "fill kernel launch");
 }
 
 gpucore_status kops_random(void *bctx, const gpucore_view *dst, int dist, double a, double b, uint64_t seed,
@@ -31,13 +40,18 @@ gpucore_status kops_random(void *bctx, const gpucore_view *dst, int dist, double
 {
     LAUNCH_OR_RETURN(bctx, s, l);
     gpucore_random_params rp = gpucore_random_params_make(dist, dst->dtype, a, b, seed, offset);
-    return launched(gpucore_kernel_random(&l, dst, &rp), "random kernel launch");
+    gpucore_view d = *dst, *views[1] = {&d};
+    gpucore_views_coalesce(views, 1);
+    return launched(gpucore_kernel_random(&l, &d, &rp), "random kernel launch");
 }
 
 gpucore_status kops_elementwise(void *bctx, const gpucore_ew_args *args, void *s)
 {
     LAUNCH_OR_RETURN(bctx, s, l);
-    return launched(gpucore_kernel_elementwise(&l, args), "elementwise kernel launch");
+    gpucore_ew_args a = *args;
+    gpucore_view *views[3] = {&a.out, &a.in[0], &a.in[1]};
+    gpucore_views_coalesce(views, a.nin >= 2 ? 3 : 2);
+    return launched(gpucore_kernel_elementwise(&l, &a), "elementwise kernel launch");
 }
 
 gpucore_status kops_reduce(void *bctx, const gpucore_reduce_args *args, void *s)
