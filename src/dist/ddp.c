@@ -420,8 +420,10 @@ gpucore_status gpucore_ddp_finish(gpucore_ddp *ddp, gpucore_stream *stream)
                                    s->bucket_of[g]);
             goto out;
         }
-    /* Bounded by the communicator's timeout: a failed collective turns into GPUCORE_ERR_COMM. */
-    if ((st = gpucore_comm_wait(s->comm, s->last_seq, -1))) goto out;
+    /* No host wait (issue 18 item 11): the copy back is ordered after the last bucket's
+     * reduction by an event. A failure already known is reported now; one still to come
+     * is reported by the next reducer or communicator call (and gpucore_comm_wait). */
+    if ((st = s->ctx->be->comm_check(s->comm->s->bcomm))) goto out;
     gpucore_stream *cs = s->comm->s->stream;
     if ((st = gpucore_event_record(s->reduced, cs)) || (st = gpucore_stream_wait_event(ps, s->reduced))) goto out;
     for (int g = 0; g < s->ngrads && !st; g++) st = gpucore_copy(s->grads[g], s->slots[g], ps);
