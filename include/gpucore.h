@@ -1163,8 +1163,9 @@ GPUCORE_API gpucore_status gpucore_checkpoint_load(const char *path, const char 
  *   - Tensors are contiguous, on the communicator's context, of dtype f32, f64,
  *     f16, bf16 or i32, and every rank passes the same dtype and counts. Counts
  *     are element counts (numel), never bytes.
- *   - Each call runs on the communicator's own stream (gpucore_comm_stream). It
- *     starts after the work already queued on `stream` (NULL: the current stream)
+ *   - Each call runs on the communicator's own stream (gpucore_comm_stream; on the
+ *     CPU backend on `stream` itself, see there). It starts after the work already
+ *     queued on `stream` (NULL: the current stream) and after earlier collectives,
  *     and work queued on `stream` afterwards waits for it (events, no host wait).
  *   - In place: allreduce with out == in; reduce-scatter with out the rank-th
  *     slice of in; all-gather with in the rank-th slice of out (NCCL's convention).
@@ -1229,7 +1230,10 @@ GPUCORE_API gpucore_status gpucore_comm_destroy(gpucore_comm *comm);
 GPUCORE_API int gpucore_comm_rank(const gpucore_comm *comm);   /* -1 for an invalid handle */
 GPUCORE_API int gpucore_comm_size(const gpucore_comm *comm);   /* -1 for an invalid handle */
 GPUCORE_API gpucore_status gpucore_comm_context(const gpucore_comm *comm, gpucore_context **ctx);
-/* The communicator's own stream (owned by it; do not destroy). */
+/* The communicator's own stream (owned by it; do not destroy). CPU backend: a
+ * collective given a caller's stream runs on that stream (a synchronizing caller
+ * runs it on its own thread); the stream returned here is ordered after every
+ * collective issued before this call, so ask for it again after issuing more. */
 GPUCORE_API gpucore_status gpucore_comm_stream(gpucore_comm *comm, gpucore_stream **out);
 /* Seconds a collective may run before the communicator is failed; > 0. */
 GPUCORE_API gpucore_status gpucore_comm_set_timeout(gpucore_comm *comm, double seconds);

@@ -429,6 +429,7 @@ gpucore_status gpucore_comm_stream(gpucore_comm *comm, gpucore_stream **out)
     gpucore_status st = gpucore_check_comm(comm, "comm_stream");
     if (st) return st;
     if (!out) return gpucore_set_error(GPUCORE_ERR_NULL_POINTER, "comm_stream: out is NULL");
+    if ((st = gpucore_comm_order_stream(comm))) return st;
     *out = comm->s->stream;
     return GPUCORE_OK;
 }
@@ -456,6 +457,39 @@ uint64_t gpucore_comm_last_sequence(const gpucore_comm *comm)
 
 /* ------------------------------------------------------------ submission */
 
+/* CPU streams: a collective whose caller's stream waits for it anyway (wait_back)
+ * runs on that stream itself, so a caller that synchronizes runs it on its own
+ * thread (the CPU stream runs a synchronizing caller's pending tasks inline)
+ * instead of handing it to the comm stream's worker and waiting to be woken back:
+ * two thread hand-offs less per collective. The order is unchanged: it follows the
+ * caller's queued work and whatever the comm stream still has queued (ev_in), and
+ * the comm stream follows it (ev_out), so collectives still start in issue order.
+ * MPI may be called from any thread at the levels libgpucore accepts (SERIALIZED
+ * through gpucore_mpi_lock, MULTIPLE). CUDA keeps NCCL on the comm stream. */
+static int runs_on_producer(const comm_state *s, const gpucore_stream *producer, int wait_back)
+{
+    return wait_back && producer && producer != s->stream && s->ctx->type == GPUCORE_DEVICE_CPU;
+}
+
+/* Stream x is about to get collective work: order it after the last collective if
+ * that one ran on another stream (s->mu held). */
+static gpucore_status order_on(comm_state *s, gpucore_stream *x)
+{
+    if (!s->behind_on || s->behind_on == x) return GPUCORE_OK;
+    gpucore_status st = gpucore_stream_wait_event(x, s->ev_out);
+    if (!st && x == s->stream) s->behind_on = NULL;
+    return st;
+}
+
+gpucore_status gpucore_comm_order_stream(gpucore_comm *comm)
+{
+    comm_state *s = comm->s;
+    pthread_mutex_lock(&s->mu);
+    gpucore_status st = order_on(s, s->stream);
+    pthread_mutex_unlock(&s->mu);
+    return st;
+}
+
 gpucore_status gpucore_comm_submit(gpucore_comm *comm, gpucore_comm_call *call, gpucore_stream *producer,
                                    int wait_back, uint64_t *seq)
 {
@@ -464,7 +498,15 @@ gpucore_status gpucore_comm_submit(gpucore_comm *comm, gpucore_comm_call *call, 
     gpucore_status st;
     pthread_mutex_lock(&s->mu);
     if ((st = be->comm_check(s->bcomm))) goto out;
-    if (producer && producer != s->stream) {
+    int on_producer = runs_on_producer(s, producer, wait_back);
+    gpucore_stream *run = on_producer ? producer : s->stream;
+    if ((st = order_on(s, run))) goto out;
+    if (on_producer) {
+        if (gpucore_stream_query(s->stream) == GPUCORE_ERR_NOT_READY &&
+            ((st = gpucore_event_record(s->ev_in, s->stream)) || (st = gpucore_stream_wait_event(producer, s->ev_in))))
+            goto out;
+        gpucore_clear_error();
+    } else if (producer && producer != s->stream) {
         if ((st = gpucore_event_record(s->ev_in, producer)) || (st = gpucore_stream_wait_event(s->stream, s->ev_in)))
             goto out;
     }
@@ -473,21 +515,24 @@ gpucore_status gpucore_comm_submit(gpucore_comm *comm, gpucore_comm_call *call, 
     gpucore_log(GPUCORE_LOG_DEBUG, "comm: rank %d/%d #%llu %s %s count %lld %s root %d", s->rank, s->size,
                 (unsigned long long)call->seq, comm_kind_name(call->kind), comm_op_name(call->op), (long long)call->count,
                 gpucore_dtype_name((gpucore_dtype)call->dtype), call->root);
-    void *prof = gpucore_prof_begin(s->ctx, s->stream, comm_kind_name(call->kind),
+    void *prof = gpucore_prof_begin(s->ctx, run, comm_kind_name(call->kind),
                                     call->count * gpucore_dtype_size((gpucore_dtype)call->dtype));
-    st = be->comm_enqueue(s->bcomm, call, s->stream->bstream);
+    st = be->comm_enqueue(s->bcomm, call, run->bstream);
     gpucore_prof_end(s->ctx, prof);
     if (st) goto out;
     s->issued = call->seq;
     if (seq) *seq = call->seq;
-    /* completion is an event on the comm stream, not a host callback (issue 18 item 11) */
+    /* completion is an event after the collective, not a host callback (issue 18 item 11) */
     int slot = (int)(call->seq % COMM_DONE_RING);
     s->done_seq[slot] = call->seq;
-    if ((st = gpucore_event_record(s->done_ev[slot], s->stream))) {
+    if ((st = gpucore_event_record(s->done_ev[slot], run))) {
         be->comm_abort(s->bcomm, "could not record the completion event");
         goto out;
     }
-    if (wait_back && producer && producer != s->stream) {
+    if (on_producer) { /* whatever queues collective work next waits for this one (order_on) */
+        if ((st = gpucore_event_record(s->ev_out, producer))) goto out;
+        s->behind_on = producer;
+    } else if (wait_back && producer && producer != s->stream) {
         if ((st = gpucore_event_record(s->ev_out, s->stream)) || (st = gpucore_stream_wait_event(producer, s->ev_out)))
             goto out;
     }

@@ -38,6 +38,11 @@ struct comm_state {
     gpucore_event *done_ev[COMM_DONE_RING];
     uint64_t done_seq[COMM_DONE_RING]; /* the seq each slot was last recorded for */
     _Atomic uint64_t completed;    /* highest seq a wait saw complete (a shortcut, never ahead) */
+    /* CPU: the caller's stream the last collective ran on (see comm.c, runs_on_producer),
+     * with ev_out recorded after it there; NULL when the comm stream already follows it.
+     * Whatever queues collective work next (another stream, the comm stream) waits on
+     * ev_out first: collectives start in issue order without a wait per call. */
+    gpucore_stream *behind_on;
     char mode[16];                 /* "mpi", "id", "local" for messages */
 };
 
@@ -49,6 +54,10 @@ GPUCORE_HIDDEN gpucore_status gpucore_check_comm(const gpucore_comm *c, const ch
  * tensors were validated by the caller. */
 GPUCORE_HIDDEN gpucore_status gpucore_comm_submit(gpucore_comm *comm, gpucore_comm_call *call,
                                                   gpucore_stream *producer, int wait_back, uint64_t *seq);
+
+/* Order the communicator's stream after every collective issued so far (some may
+ * have run on a caller's stream); call before queueing work on it directly. */
+GPUCORE_HIDDEN gpucore_status gpucore_comm_order_stream(gpucore_comm *comm);
 
 /* MPI (comm.c): start it if the program has not (MPI_Init_thread, finalized at
  * exit), and report this process's world rank and size. NOT_SUPPORTED without MPI. */

@@ -345,7 +345,7 @@ static gpucore_status launch_bucket(ddp_state *s, int b)
 {
     ddp_bucket *k = &s->buckets[b];
     gpucore_stream *cs = s->comm->s->stream;
-    gpucore_status st = GPUCORE_OK;
+    gpucore_status st = gpucore_comm_order_stream(s->comm); /* after collectives run on callers' streams */
     for (int g = k->grad_begin; g < k->grad_end && !st; g++) st = gpucore_stream_wait_event(cs, s->ready[g]);
     if (st) return st;
     trace_add(s, GPUCORE_DDP_TRACE_LAUNCH, b);

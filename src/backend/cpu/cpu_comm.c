@@ -1,10 +1,14 @@
 /*
  * cpu_comm.c — the CPU backend's collectives. MPI carries the data: each
- * collective is a task on the communication stream's worker thread that starts
- * the non-blocking MPI call (MPI_Iallreduce, ...) and polls MPI_Test until it
- * completes or its deadline passes, so collectives are asynchronous and ordered
- * with events exactly like NCCL on a CUDA stream, and a dead or stalled peer
- * turns into GPUCORE_ERR_COMM instead of a hang. f16 and bf16 reduce through
+ * collective is a stream task (on the communication stream, or on the caller's
+ * stream when the caller waits for it: see comm.c) that starts the non-blocking
+ * MPI call (MPI_Iallreduce, ...) on the tensors themselves (MPI_IN_PLACE for in
+ * place, no staging copy) and polls MPI_Test until it completes or its deadline
+ * passes, so collectives are asynchronous and ordered with events exactly like
+ * NCCL on a CUDA stream, and a dead or stalled peer turns into GPUCORE_ERR_COMM
+ * instead of a hang. The task is not pinned to the worker thread: a caller that
+ * synchronizes its stream runs it on its own thread (MPI is called under
+ * gpucore_mpi_lock, so MPI_THREAD_SERIALIZED holds too). f16 and bf16 reduce through
  * user-defined MPI ops (computed in f32, rounded to nearest even per combine).
  * A 1-rank communicator (gpucore_comm_create_local with one context) needs no
  * MPI at all: every collective is a copy.
@@ -158,10 +162,12 @@ static gpucore_status mpi_wait(cpu_comm *c, MPI_Request *req, const gpucore_comm
             call_fail(c, k, what);
             return GPUCORE_ERR_COMM;
         }
-        /* Spin briefly (latency), then yield (oversubscribed ranks), then nap (a long wait for a peer). */
+        /* Spin (latency), then yield (oversubscribed ranks) but never sleep while the data
+         * moves: Open MPI progresses only inside MPI calls, so a nap stalls both ranks'
+         * pipelines. Only a peer late by more than a second gets naps. */
         if (++polls > 64) {
-            if (t - start > 0.05) {
-                struct timespec nap = {0, 200000};
+            if (t - start > 1.0) {
+                struct timespec nap = {0, 50000};
                 nanosleep(&nap, NULL);
             } else {
                 sched_yield();
@@ -280,7 +286,7 @@ gpucore_status cpu_comm_enqueue(void *bcomm, const gpucore_comm_call *call, void
                                  "count allows (2^31-1); split the call", comm_kind_name(call->kind),
                                  (long long)call->count);
     comm_task_args a = {c, *call};
-    return cpu_stream_enqueue_pinned(stream, comm_task, &a, sizeof a); /* MPI from the worker thread only */
+    return cpu_stream_enqueue(stream, comm_task, &a, sizeof a); /* a synchronizing caller may run it */
 }
 
 gpucore_status cpu_comm_check(void *bcomm)
