@@ -1310,6 +1310,16 @@ GPUCORE_API gpucore_status gpucore_ddp_bucket_info(const gpucore_ddp *ddp, int b
  * 0: synchronise again. Gradient accumulation: let backward add into the gradients
  * under no_sync, and turn it off for the last micro-batch. */
 GPUCORE_API gpucore_status gpucore_ddp_set_no_sync(gpucore_ddp *ddp, int no_sync);
+/* ---- gradients as views into their buckets (no copy in, no copy back) ----
+ * A new view (the caller destroys it) of gradient `grad`'s place in its bucket,
+ * with the gradient's shape, holding its current value (copied on the current
+ * stream, which this set-up call then synchronizes: a host wait). From then on that view IS gradient `grad` for the reducer: produce (or
+ * accumulate) the gradient into the view, mark_ready reduces it in place (dividing
+ * it in place first when averaging: the same bits as the copying path) and finish
+ * leaves the result there; the tensor registered at create is no longer read or
+ * written. Like PyTorch DDP's gradient_as_bucket_view. Not between mark_ready and
+ * finish (GPUCORE_ERR_INVALID_ARGUMENT). */
+GPUCORE_API gpucore_status gpucore_ddp_grad_view(gpucore_ddp *ddp, int grad, gpucore_tensor **out);
 /* Gradient `grad` is complete on `stream` (NULL: current stream). */
 GPUCORE_API gpucore_status gpucore_ddp_mark_ready(gpucore_ddp *ddp, int grad, gpucore_stream *stream);
 /* Queues, on `stream` (NULL: current), the copy of the reduced values back into

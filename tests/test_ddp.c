@@ -27,6 +27,7 @@ static int64_t poff[NP + 1];
 #define NSAMPLES 32
 #define STEPS 4
 static int g_rank, g_size;
+static int g_use_views; /* train() through gpucore_ddp_grad_view (gradients live in the buckets) */
 
 static double feature(int i, int64_t j) { return (double)((i * 31 + j * 17) % 23 - 11) / 8.0; }
 static double target(int i) { return (double)(i % 5) - 2.0; }
@@ -89,6 +90,11 @@ static void train(gpucore_comm *comm, gpucore_context *ctx, int lo, int hi, floa
     for (int p = 0; p < NP; p++) CHECK_OK(gpucore_tensor_create(ctx, GPUCORE_F32, 1, &psize[p], &grads[p]));
     gpucore_ddp *ddp = NULL;
     CHECK_OK(gpucore_ddp_create(comm, grads, NP, opt, &ddp));
+    gpucore_tensor *views[NP] = {NULL}, **use = grads;
+    if (g_use_views) {
+        for (int p = 0; p < NP; p++) CHECK_OK(gpucore_ddp_grad_view(ddp, p, &views[p]));
+        use = views;
+    }
     gpucore_stream *compute = NULL;
     CHECK_OK(gpucore_stream_create(ctx, 0, &compute));
     int64_t busy_n = 1 << 16;
@@ -98,19 +104,20 @@ static void train(gpucore_comm *comm, gpucore_context *ctx, int lo, int hi, floa
     for (int step = 0; step < STEPS; step++) {
         host_grad(w, lo, hi, g);
         for (int p = NP - 1; p >= 0; p--) { /* backward: last parameter first */
-            CHECK_OK(gpucore_copy_from_host_async(grads[p], g + poff[p], psize[p] * 4, compute));
+            CHECK_OK(gpucore_copy_from_host_async(use[p], g + poff[p], psize[p] * 4, compute));
             for (int k = 0; k < 2; k++) CHECK_OK(gpucore_random(busy, GPUCORE_NORMAL, 0, 1, 7, (uint64_t)k, compute));
             CHECK_OK(gpucore_stream_synchronize(compute)); /* the host waits, as a real backward's ops take time */
             CHECK_OK(gpucore_ddp_mark_ready(ddp, p, compute));
         }
         CHECK_OK(gpucore_ddp_finish(ddp, compute));
         for (int p = 0; p < NP; p++)
-            CHECK_OK(gpucore_copy_to_host_async(g + poff[p], psize[p] * 4, grads[p], compute));
+            CHECK_OK(gpucore_copy_to_host_async(g + poff[p], psize[p] * 4, use[p], compute));
         CHECK_OK(gpucore_stream_synchronize(compute));
         for (int64_t j = 0; j < D; j++) w[j] -= 0.002f * g[j];
         if (res && opt && opt->trace) check_trace(ddp, res);
     }
     free(g);
+    for (int p = 0; p < NP; p++) gpucore_tensor_destroy(views[p]);
     CHECK_OK(gpucore_ddp_destroy(ddp));
     gpucore_tensor_destroy(busy);
     CHECK_OK(gpucore_stream_destroy(compute));
@@ -168,6 +175,9 @@ static void test_buckets(gpucore_comm *comm, gpucore_context *ctx)
     CHECK_STATUS(gpucore_ddp_mark_ready(ddp, 7, NULL), GPUCORE_ERR_INVALID_ARGUMENT);
     CHECK_STATUS(gpucore_ddp_finish(ddp, NULL), GPUCORE_ERR_INVALID_ARGUMENT);
     CHECK_STATUS(gpucore_ddp_set_no_sync(ddp, 1), GPUCORE_ERR_INVALID_ARGUMENT);
+    gpucore_tensor *view = NULL;
+    CHECK_STATUS(gpucore_ddp_grad_view(ddp, 0, &view), GPUCORE_ERR_INVALID_ARGUMENT); /* mid-step */
+    CHECK(view == NULL);
     for (int p = 6; p >= 0; p--) CHECK_OK(gpucore_ddp_mark_ready(ddp, p, NULL));
     CHECK_OK(gpucore_ddp_finish(ddp, NULL));
     /* all ranks filled 1, averaged: 1 */
@@ -191,7 +201,24 @@ static void test_buckets(gpucore_comm *comm, gpucore_context *ctx)
     want_avg /= (float)g_size;
     CHECK(fabsf(h[17] - want_avg) <= 1e-6f * want_avg);
     free(h);
+    CHECK_STATUS(gpucore_ddp_grad_view(ddp, NP, &view), GPUCORE_ERR_INVALID_ARGUMENT);
+    CHECK_STATUS(gpucore_ddp_grad_view(ddp, -1, &view), GPUCORE_ERR_INVALID_ARGUMENT);
+    CHECK_STATUS(gpucore_ddp_grad_view(ddp, 0, NULL), GPUCORE_ERR_NULL_POINTER);
+    CHECK_STATUS(gpucore_ddp_grad_view(NULL, 0, &view), GPUCORE_ERR_NULL_POINTER);
+    /* a view starts with the gradient's current value */
+    CHECK_OK(gpucore_fill(grads[4], 5.0, NULL));
+    CHECK_OK(gpucore_ddp_grad_view(ddp, 4, &view));
+    float v17 = 0;
+    if (view) {
+        float *hv = malloc(sizeof(float) * 4000);
+        CHECK_OK(gpucore_copy_to_host(hv, psize[4] * 4, view));
+        v17 = hv[17];
+        free(hv);
+        gpucore_tensor_destroy(view);
+    }
+    CHECK(v17 == 5.0f);
     CHECK_OK(gpucore_ddp_destroy(ddp));
+    CHECK_STATUS(gpucore_ddp_grad_view(ddp, 0, &view), GPUCORE_ERR_INVALID_HANDLE);
     CHECK_STATUS(gpucore_ddp_mark_ready(ddp, 0, NULL), GPUCORE_ERR_INVALID_HANDLE);
     gpucore_tensor *bad[2] = {grads[0], grads[0]};
     CHECK_STATUS(gpucore_ddp_create(comm, bad, 2, NULL, &ddp), GPUCORE_ERR_INVALID_ARGUMENT);
@@ -355,6 +382,16 @@ static int run(gpucore_comm *comm, gpucore_context *ctx, const char *name)
     CHECK(res.overlap_ok);
     if (!res.overlap_ok) fprintf(stderr, "rank %d: bucket 0 did not start before the last gradient was ready\n", g_rank);
 
+    /* gradients as views into the buckets: no copy in or back, the same bits */
+    float *w_view = malloc(sizeof(float) * D);
+    init_w(w_view);
+    g_use_views = 1;
+    o.trace = 0;
+    train(comm, ctx, g_rank * shard, (g_rank + 1) * shard, w_view, &o, NULL);
+    g_use_views = 0;
+    o.trace = 1;
+    CHECK(!memcmp(w_view, w, sizeof(float) * D));
+    free(w_view);
     /* the single-process run on the whole batch */
     gpucore_comm *solo = NULL;
     CHECK_OK(gpucore_comm_create_local(&ctx, 1, &solo));
