@@ -9,7 +9,12 @@
  * ranks aligned by a barrier before each batch. CPU backend (MPI transport); the
  * ncclAllReduce peer for CUDA is not written yet (the GPU machine has no MPI).
  * The reducer case registers 4 gradients that split the buffer, marks them ready and
- * finishes each iteration: copy in + pre-division + allreduce + copy back.
+ * finishes each iteration: copy in + pre-division + allreduce + copy back (finish
+ * does not wait on the host: the synchronize of the caller's stream does). The
+ * "ddp_view" case is the same reducer with the gradients as views into the buckets
+ * (gpucore_ddp_grad_view): pre-division in place + allreduce, no copies.
+ * The peer ("mpi" in the JSON rows) is a raw blocking MPI_Allreduce, in place, on
+ * MPI_COMM_WORLD: the same ranks, measured in the same run.
  */
 #include <mpi.h>
 #include <stdio.h>
@@ -58,7 +63,7 @@ typedef struct state {
     gpucore_comm *comm;
     gpucore_tensor *t;
     gpucore_stream *stream;
-    gpucore_ddp *ddp;
+    gpucore_ddp *ddp, *ddp_view;
     float *host;
     int64_t n;
 } state;
@@ -78,6 +83,14 @@ static void run_ddp(void *p)
     gpucore_stream_synchronize(s->stream);
 }
 
+static void run_ddp_view(void *p)
+{
+    state *s = p;
+    for (int g = 3; g >= 0; g--) gpucore_ddp_mark_ready(s->ddp_view, g, s->stream);
+    gpucore_ddp_finish(s->ddp_view, s->stream);
+    gpucore_stream_synchronize(s->stream);
+}
+
 static void run_mpi(void *p)
 {
     state *s = p;
@@ -89,7 +102,7 @@ static void emit(const char *cs, int64_t bytes, const char *metric, double v, co
     if (rank || !json) return;
     double speedup = !strcmp(metric, "time_us") ? peer_v / v : v / peer_v;
     printf("{\"bench\":\"comm\",\"case\":\"%s_%lldB_np%d\",\"device\":\"cpu\",\"metric\":\"%s\",\"value\":%.6g,"
-           "\"unit\":\"%s\",\"peer\":\"MPI_Allreduce\",\"peer_value\":%.6g,\"speedup\":%.4f}\n",
+           "\"unit\":\"%s\",\"peer\":\"mpi\",\"peer_value\":%.6g,\"speedup\":%.4f}\n",
            cs, (long long)bytes, size, metric, v, unit, peer_v, speedup);
 }
 
@@ -116,38 +129,53 @@ int main(int argc, char **argv)
     double bus = size > 1 ? 2.0 * (size - 1) / size : 1.0;
     if (!rank && !json)
         printf("allreduce f32 sum, %d ranks (busbw = algbw x %.2f), median of batches, GB/s\n"
-               "%10s | %9s %9s %9s | %9s %9s | %9s %9s | %7s %7s\n", size, bus, "bytes", "lib us", "ddp us",
-               "mpi us", "lib algbw", "lib busbw", "ddp busbw", "mpi busbw", "lib/mpi", "ddp/mpi");
+               "%10s | %9s %9s %9s %9s | %9s %9s | %9s %9s | %7s %7s %7s\n", size, bus, "bytes", "lib us", "ddp us",
+               "view us", "mpi us", "lib algbw", "lib busbw", "ddp busbw", "mpi busbw", "lib/mpi", "ddp/mpi",
+               "view/mpi");
     for (int64_t bytes = 8; bytes <= max_bytes; bytes *= (bytes < 4096 ? 8 : 4)) {
         state s = {.comm = comm, .stream = stream, .n = bytes / 4};
         gpucore_tensor_create(ctx, GPUCORE_F32, 1, &s.n, &s.t);
         gpucore_fill(s.t, 1, stream);
         s.host = calloc((size_t)s.n, sizeof(float));
         /* the reducer over 4 gradients that split the buffer (sizes differ by at most one element) */
-        gpucore_tensor *grads[4];
+        gpucore_tensor *grads[4], *vgrads[4], *views[4];
         for (int g = 0; g < 4; g++) {
             int64_t gn = s.n / 4 + (g < s.n % 4);
             if (gn == 0) gn = 1;
             gpucore_tensor_create(ctx, GPUCORE_F32, 1, &gn, &grads[g]);
+            gpucore_tensor_create(ctx, GPUCORE_F32, 1, &gn, &vgrads[g]);
             gpucore_fill(grads[g], 1, stream);
+            gpucore_fill(vgrads[g], 1, stream);
         }
+        gpucore_stream_synchronize(stream);
         gpucore_ddp_create(comm, grads, 4, NULL, &s.ddp);
+        gpucore_ddp_create(comm, vgrads, 4, NULL, &s.ddp_view);
+        for (int g = 0; g < 4; g++) gpucore_ddp_grad_view(s.ddp_view, g, &views[g]);
         int iters = bytes <= (1 << 16) ? 200 : bytes <= (4 << 20) ? 20 : 3;
         int batches = bytes <= (4 << 20) ? 7 : 5;
         double t_lib = time_it(run_lib, &s, iters, batches);
         double t_ddp = time_it(run_ddp, &s, iters, batches);
+        double t_view = time_it(run_ddp_view, &s, iters, batches);
         double t_mpi = time_it(run_mpi, &s, iters, batches);
         double alg_lib = bytes / t_lib * 1e-9, alg_ddp = bytes / t_ddp * 1e-9, alg_mpi = bytes / t_mpi * 1e-9;
+        double alg_view = bytes / t_view * 1e-9;
         if (!rank && !json)
-            printf("%10lld | %9.1f %9.1f %9.1f | %9.3f %9.3f | %9.3f %9.3f | %7.2f %7.2f\n", (long long)bytes,
-                   t_lib * 1e6, t_ddp * 1e6, t_mpi * 1e6, alg_lib, alg_lib * bus, alg_ddp * bus, alg_mpi * bus,
-                   t_mpi / t_lib, t_mpi / t_ddp);
+            printf("%10lld | %9.1f %9.1f %9.1f %9.1f | %9.3f %9.3f | %9.3f %9.3f | %7.2f %7.2f %7.2f\n",
+                   (long long)bytes, t_lib * 1e6, t_ddp * 1e6, t_view * 1e6, t_mpi * 1e6, alg_lib, alg_lib * bus,
+                   alg_ddp * bus, alg_mpi * bus, t_mpi / t_lib, t_mpi / t_ddp, t_mpi / t_view);
         emit("allreduce", bytes, "busbw", alg_lib * bus, "GB/s", alg_mpi * bus);
         emit("allreduce", bytes, "time_us", t_lib * 1e6, "us", t_mpi * 1e6);
         emit("ddp_reducer", bytes, "busbw", alg_ddp * bus, "GB/s", alg_mpi * bus);
         emit("ddp_reducer", bytes, "time_us", t_ddp * 1e6, "us", t_mpi * 1e6);
+        emit("ddp_view", bytes, "busbw", alg_view * bus, "GB/s", alg_mpi * bus);
+        emit("ddp_view", bytes, "time_us", t_view * 1e6, "us", t_mpi * 1e6);
         gpucore_ddp_destroy(s.ddp);
-        for (int g = 0; g < 4; g++) gpucore_tensor_destroy(grads[g]);
+        for (int g = 0; g < 4; g++) gpucore_tensor_destroy(views[g]);
+        gpucore_ddp_destroy(s.ddp_view);
+        for (int g = 0; g < 4; g++) {
+            gpucore_tensor_destroy(grads[g]);
+            gpucore_tensor_destroy(vgrads[g]);
+        }
         gpucore_tensor_destroy(s.t);
         free(s.host);
     }

@@ -1285,13 +1285,18 @@ GPUCORE_API gpucore_status gpucore_checkpoint_load(const char *path, const char 
  *   - Tensors are contiguous, on the communicator's context, of dtype f32, f64,
  *     f16, bf16 or i32, and every rank passes the same dtype and counts. Counts
  *     are element counts (numel), never bytes.
- *   - Each call runs on the communicator's own stream (gpucore_comm_stream). It
- *     starts after the work already queued on `stream` (NULL: the current stream)
+ *   - Each call runs on the communicator's own stream (gpucore_comm_stream; on the
+ *     CPU backend on `stream` itself, see there). It starts after the work already
+ *     queued on `stream` (NULL: the current stream) and after earlier collectives,
  *     and work queued on `stream` afterwards waits for it (events, no host wait).
  *   - In place: allreduce with out == in; reduce-scatter with out the rank-th
  *     slice of in; all-gather with in the rank-th slice of out (NCCL's convention).
  *   - Each call gets the next sequence number (1, 2, ...), readable with
  *     gpucore_comm_last_sequence, and can be waited on with gpucore_comm_wait.
+ *   - Host waits: no collective and no reducer call blocks the host until data has
+ *     moved, except gpucore_comm_wait, gpucore_comm_destroy and gpucore_ddp_destroy
+ *     (each says so below). Completion is tracked with events on the communicator's
+ *     stream, never a host callback per collective.
  *   - Failure: a call that has not completed `timeout` seconds after it started
  *     (gpucore_comm_set_timeout, env GPUCORE_COMM_TIMEOUT, default 600) fails the
  *     communicator: on CUDA a watchdog polls NCCL's asynchronous error and aborts
@@ -1347,7 +1352,10 @@ GPUCORE_API gpucore_status gpucore_comm_destroy(gpucore_comm *comm);
 GPUCORE_API int gpucore_comm_rank(const gpucore_comm *comm);   /* -1 for an invalid handle */
 GPUCORE_API int gpucore_comm_size(const gpucore_comm *comm);   /* -1 for an invalid handle */
 GPUCORE_API gpucore_status gpucore_comm_context(const gpucore_comm *comm, gpucore_context **ctx);
-/* The communicator's own stream (owned by it; do not destroy). */
+/* The communicator's own stream (owned by it; do not destroy). CPU backend: a
+ * collective given a caller's stream runs on that stream (a synchronizing caller
+ * runs it on its own thread); the stream returned here is ordered after every
+ * collective issued before this call, so ask for it again after issuing more. */
 GPUCORE_API gpucore_status gpucore_comm_stream(gpucore_comm *comm, gpucore_stream **out);
 /* Seconds a collective may run before the communicator is failed; > 0. */
 GPUCORE_API gpucore_status gpucore_comm_set_timeout(gpucore_comm *comm, double seconds);
@@ -1370,7 +1378,8 @@ GPUCORE_API gpucore_status gpucore_comm_broadcast(gpucore_comm *comm, gpucore_te
 GPUCORE_API gpucore_status gpucore_comm_barrier(gpucore_comm *comm, gpucore_stream *stream);
 /* Sequence number of the last collective issued on comm (0: none yet). */
 GPUCORE_API uint64_t gpucore_comm_last_sequence(const gpucore_comm *comm);
-/* Block the host until collective `seq` (0: every one issued so far) completed.
+/* Block the host until collective `seq` (0: every one issued so far) completed
+ * (the one host wait of the collectives API besides destroy).
  * GPUCORE_OK; GPUCORE_ERR_COMM if the communicator failed (message says how);
  * GPUCORE_ERR_TIMEOUT if timeout_s (< 0: no limit) passed first — the collective
  * is still in flight and may be waited on again. */
@@ -1387,7 +1396,8 @@ GPUCORE_API gpucore_status gpucore_comm_wait(gpucore_comm *comm, uint64_t seq, d
  * bucket on that stream; when every gradient of a bucket is in, the bucket's
  * allreduce is queued on the communicator's stream at once, overlapping the rest of
  * backward. Buckets always launch in index order, on every rank. gpucore_ddp_finish
- * waits for all of them and copies the results back into the gradients.
+ * orders the copy of the results back into the gradients after all of them, on the
+ * stream (events only; the host does not wait).
  * Gradients: contiguous, one dtype (f32, f16 or bf16), on the communicator's
  * context, distinct. Every rank registers the same shapes in the same order and
  * marks every gradient once per synchronised step.
@@ -1411,7 +1421,8 @@ GPUCORE_API void gpucore_ddp_options_default(gpucore_ddp_options *opts);
 /* opts NULL: defaults. The reducer keeps pointers to the gradient handles: keep them alive. */
 GPUCORE_API gpucore_status gpucore_ddp_create(gpucore_comm *comm, gpucore_tensor *const *grads, int count,
                                               const gpucore_ddp_options *opts, gpucore_ddp **out);
-/* Waits for outstanding reductions, then frees the buckets. */
+/* Waits on the host for outstanding reductions (a host wait: bounded by the
+ * communicator's timeout), then frees the buckets. */
 GPUCORE_API gpucore_status gpucore_ddp_destroy(gpucore_ddp *ddp);
 GPUCORE_API gpucore_status gpucore_ddp_bucket_count(const gpucore_ddp *ddp, int *count);
 /* Bucket b holds gradients grad_begin .. grad_end-1 (bytes: their total size). */
@@ -1421,13 +1432,26 @@ GPUCORE_API gpucore_status gpucore_ddp_bucket_info(const gpucore_ddp *ddp, int b
  * 0: synchronise again. Gradient accumulation: let backward add into the gradients
  * under no_sync, and turn it off for the last micro-batch. */
 GPUCORE_API gpucore_status gpucore_ddp_set_no_sync(gpucore_ddp *ddp, int no_sync);
+/* ---- gradients as views into their buckets (no copy in, no copy back) ----
+ * A new view (the caller destroys it) of gradient `grad`'s place in its bucket,
+ * with the gradient's shape, holding its current value (copied on the current
+ * stream, which this set-up call then synchronizes: a host wait). From then on that view IS gradient `grad` for the reducer: produce (or
+ * accumulate) the gradient into the view, mark_ready reduces it in place (dividing
+ * it in place first when averaging: the same bits as the copying path) and finish
+ * leaves the result there; the tensor registered at create is no longer read or
+ * written. Like PyTorch DDP's gradient_as_bucket_view. Not between mark_ready and
+ * finish (GPUCORE_ERR_INVALID_ARGUMENT). */
+GPUCORE_API gpucore_status gpucore_ddp_grad_view(gpucore_ddp *ddp, int grad, gpucore_tensor **out);
 /* Gradient `grad` is complete on `stream` (NULL: current stream). */
 GPUCORE_API gpucore_status gpucore_ddp_mark_ready(gpucore_ddp *ddp, int grad, gpucore_stream *stream);
-/* Waits on the host until every bucket's allreduce completed (bounded by the
- * communicator's timeout; GPUCORE_ERR_COMM on failure), then copies the reduced
- * values back into the gradients on `stream` (NULL: current). Every gradient must
- * have been marked ready (else GPUCORE_ERR_INVALID_ARGUMENT names the first that
- * was not). Next step's mark_ready calls are ordered after this copy. */
+/* Queues, on `stream` (NULL: current), the copy of the reduced values back into
+ * the gradients, ordered after every bucket's allreduce by an event: it returns
+ * without waiting for the collectives (synchronize `stream`, or read the gradients
+ * on it, to see the results). GPUCORE_ERR_COMM if the communicator already failed;
+ * a failure still in flight is reported by the next reducer or communicator call,
+ * gpucore_comm_wait, or gpucore_ddp_destroy's wait. Every gradient must have been
+ * marked ready (else GPUCORE_ERR_INVALID_ARGUMENT names the first that was not).
+ * Next step's mark_ready calls are ordered after this copy. */
 GPUCORE_API gpucore_status gpucore_ddp_finish(gpucore_ddp *ddp, gpucore_stream *stream);
 
 typedef enum gpucore_ddp_trace_kind {

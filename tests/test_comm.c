@@ -228,6 +228,56 @@ static void run_matrix(gpucore_comm *comm, gpucore_context *ctx, int with_big)
 }
 
 /* Bad input: each returns a documented status with a message. */
+/* Collectives issued from two streams must start in issue order on every rank, also
+ * where they run on the caller's stream (the CPU backend): rank 0's first collective
+ * waits behind slow work on stream a while its second, on stream b, is ready at once;
+ * the other ranks have no slow work. Started out of order, rank 0 would pair its
+ * second collective with the others' first (different counts: wrong sums, or MPI's
+ * truncation error). Also the comm stream, asked for afterwards, follows both. */
+static void order_across_streams(gpucore_comm *comm, gpucore_context *ctx)
+{
+    const int64_t nx = 1000, ny = 5003, gate_n = (int64_t)1 << 22;
+    gpucore_stream *a = NULL, *b = NULL, *cs = NULL;
+    gpucore_tensor *x = NULL, *y = NULL, *z = NULL, *gate = NULL;
+    CHECK_OK(gpucore_stream_create(ctx, 0, &a));
+    CHECK_OK(gpucore_stream_create(ctx, 0, &b));
+    CHECK_OK(gpucore_tensor_create(ctx, GPUCORE_F32, 1, &nx, &x));
+    CHECK_OK(gpucore_tensor_create(ctx, GPUCORE_F32, 1, &ny, &y));
+    CHECK_OK(gpucore_tensor_create(ctx, GPUCORE_F32, 1, &ny, &z));
+    CHECK_OK(gpucore_tensor_create(ctx, GPUCORE_F32, 1, &gate_n, &gate));
+    if (!a || !b || !x || !y || !z || !gate) return;
+    float *h = malloc(sizeof(float) * (size_t)ny);
+    for (int round = 0; round < 3; round++) {
+        for (int64_t i = 0; i < ny; i++) h[i] = (float)value(g_rank, i, round);
+        CHECK_OK(gpucore_copy_from_host(x, h, nx * 4));
+        CHECK_OK(gpucore_copy_from_host(y, h, ny * 4));
+        if (g_rank == 0 && g_size > 1)
+            for (int k = 0; k < 3; k++) CHECK_OK(gpucore_random(gate, GPUCORE_NORMAL, 0, 1, 5, (uint64_t)k, a));
+        CHECK_OK(gpucore_comm_allreduce(comm, x, x, GPUCORE_REDUCE_SUM, a));
+        CHECK_OK(gpucore_comm_allreduce(comm, y, y, GPUCORE_REDUCE_SUM, b));
+        CHECK_OK(gpucore_comm_stream(comm, &cs));
+        CHECK_OK(gpucore_copy(z, y, cs)); /* ordered after both collectives */
+        CHECK_OK(gpucore_stream_synchronize(cs));
+        CHECK_OK(gpucore_stream_synchronize(a));
+        CHECK_OK(gpucore_stream_synchronize(b));
+        int ok = 1;
+        CHECK_OK(gpucore_copy_to_host(h, nx * 4, x));
+        for (int64_t i = 0; i < nx && ok; i++) ok = h[i] == (float)reduce_ref(GPUCORE_F32, 0, i, round, g_size);
+        CHECK_OK(gpucore_copy_to_host(h, ny * 4, y));
+        for (int64_t i = 0; i < ny && ok; i++) ok = h[i] == (float)reduce_ref(GPUCORE_F32, 0, i, round, g_size);
+        CHECK_OK(gpucore_copy_to_host(h, ny * 4, z));
+        for (int64_t i = 0; i < ny && ok; i++) ok = h[i] == (float)reduce_ref(GPUCORE_F32, 0, i, round, g_size);
+        CHECK(ok);
+    }
+    free(h);
+    gpucore_tensor_destroy(x);
+    gpucore_tensor_destroy(y);
+    gpucore_tensor_destroy(z);
+    gpucore_tensor_destroy(gate);
+    CHECK_OK(gpucore_stream_destroy(a));
+    CHECK_OK(gpucore_stream_destroy(b));
+}
+
 static void bad_input(gpucore_comm *comm, gpucore_context *ctx)
 {
     gpucore_tensor *a = make(ctx, GPUCORE_F32, 8), *b = make(ctx, GPUCORE_F32, 9), *c = make(ctx, GPUCORE_I64, 8);
@@ -298,6 +348,7 @@ static int run_local(void)
         g_rank = 0;
         g_size = 1;
         run_matrix(comm, ctx, 1);
+        order_across_streams(comm, ctx);
         bad_input(comm, ctx);
         CHECK(gpucore_comm_last_sequence(comm) > 0);
         CHECK_OK(gpucore_comm_wait(comm, 0, 30));
@@ -333,6 +384,7 @@ static int run_mpi(void)
     if (g_rank == 0) printf("cpu over MPI: %d ranks\n", g_size);
     double t0 = now_s();
     run_matrix(comm, ctx, 1);
+    order_across_streams(comm, ctx);
     bad_input(comm, ctx);
     CHECK_OK(gpucore_comm_wait(comm, 0, 60));
     CHECK_OK(gpucore_comm_destroy(comm));

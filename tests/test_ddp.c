@@ -27,6 +27,7 @@ static int64_t poff[NP + 1];
 #define NSAMPLES 32
 #define STEPS 4
 static int g_rank, g_size;
+static int g_use_views; /* train() through gpucore_ddp_grad_view (gradients live in the buckets) */
 
 static double feature(int i, int64_t j) { return (double)((i * 31 + j * 17) % 23 - 11) / 8.0; }
 static double target(int i) { return (double)(i % 5) - 2.0; }
@@ -89,6 +90,11 @@ static void train(gpucore_comm *comm, gpucore_context *ctx, int lo, int hi, floa
     for (int p = 0; p < NP; p++) CHECK_OK(gpucore_tensor_create(ctx, GPUCORE_F32, 1, &psize[p], &grads[p]));
     gpucore_ddp *ddp = NULL;
     CHECK_OK(gpucore_ddp_create(comm, grads, NP, opt, &ddp));
+    gpucore_tensor *views[NP] = {NULL}, **use = grads;
+    if (g_use_views) {
+        for (int p = 0; p < NP; p++) CHECK_OK(gpucore_ddp_grad_view(ddp, p, &views[p]));
+        use = views;
+    }
     gpucore_stream *compute = NULL;
     CHECK_OK(gpucore_stream_create(ctx, 0, &compute));
     int64_t busy_n = 1 << 16;
@@ -98,19 +104,20 @@ static void train(gpucore_comm *comm, gpucore_context *ctx, int lo, int hi, floa
     for (int step = 0; step < STEPS; step++) {
         host_grad(w, lo, hi, g);
         for (int p = NP - 1; p >= 0; p--) { /* backward: last parameter first */
-            CHECK_OK(gpucore_copy_from_host_async(grads[p], g + poff[p], psize[p] * 4, compute));
+            CHECK_OK(gpucore_copy_from_host_async(use[p], g + poff[p], psize[p] * 4, compute));
             for (int k = 0; k < 2; k++) CHECK_OK(gpucore_random(busy, GPUCORE_NORMAL, 0, 1, 7, (uint64_t)k, compute));
             CHECK_OK(gpucore_stream_synchronize(compute)); /* the host waits, as a real backward's ops take time */
             CHECK_OK(gpucore_ddp_mark_ready(ddp, p, compute));
         }
         CHECK_OK(gpucore_ddp_finish(ddp, compute));
         for (int p = 0; p < NP; p++)
-            CHECK_OK(gpucore_copy_to_host_async(g + poff[p], psize[p] * 4, grads[p], compute));
+            CHECK_OK(gpucore_copy_to_host_async(g + poff[p], psize[p] * 4, use[p], compute));
         CHECK_OK(gpucore_stream_synchronize(compute));
         for (int64_t j = 0; j < D; j++) w[j] -= 0.002f * g[j];
         if (res && opt && opt->trace) check_trace(ddp, res);
     }
     free(g);
+    for (int p = 0; p < NP; p++) gpucore_tensor_destroy(views[p]);
     CHECK_OK(gpucore_ddp_destroy(ddp));
     gpucore_tensor_destroy(busy);
     CHECK_OK(gpucore_stream_destroy(compute));
@@ -168,6 +175,9 @@ static void test_buckets(gpucore_comm *comm, gpucore_context *ctx)
     CHECK_STATUS(gpucore_ddp_mark_ready(ddp, 7, NULL), GPUCORE_ERR_INVALID_ARGUMENT);
     CHECK_STATUS(gpucore_ddp_finish(ddp, NULL), GPUCORE_ERR_INVALID_ARGUMENT);
     CHECK_STATUS(gpucore_ddp_set_no_sync(ddp, 1), GPUCORE_ERR_INVALID_ARGUMENT);
+    gpucore_tensor *view = NULL;
+    CHECK_STATUS(gpucore_ddp_grad_view(ddp, 0, &view), GPUCORE_ERR_INVALID_ARGUMENT); /* mid-step */
+    CHECK(view == NULL);
     for (int p = 6; p >= 0; p--) CHECK_OK(gpucore_ddp_mark_ready(ddp, p, NULL));
     CHECK_OK(gpucore_ddp_finish(ddp, NULL));
     /* all ranks filled 1, averaged: 1 */
@@ -191,7 +201,24 @@ static void test_buckets(gpucore_comm *comm, gpucore_context *ctx)
     want_avg /= (float)g_size;
     CHECK(fabsf(h[17] - want_avg) <= 1e-6f * want_avg);
     free(h);
+    CHECK_STATUS(gpucore_ddp_grad_view(ddp, NP, &view), GPUCORE_ERR_INVALID_ARGUMENT);
+    CHECK_STATUS(gpucore_ddp_grad_view(ddp, -1, &view), GPUCORE_ERR_INVALID_ARGUMENT);
+    CHECK_STATUS(gpucore_ddp_grad_view(ddp, 0, NULL), GPUCORE_ERR_NULL_POINTER);
+    CHECK_STATUS(gpucore_ddp_grad_view(NULL, 0, &view), GPUCORE_ERR_NULL_POINTER);
+    /* a view starts with the gradient's current value */
+    CHECK_OK(gpucore_fill(grads[4], 5.0, NULL));
+    CHECK_OK(gpucore_ddp_grad_view(ddp, 4, &view));
+    float v17 = 0;
+    if (view) {
+        float *hv = malloc(sizeof(float) * 4000);
+        CHECK_OK(gpucore_copy_to_host(hv, psize[4] * 4, view));
+        v17 = hv[17];
+        free(hv);
+        gpucore_tensor_destroy(view);
+    }
+    CHECK(v17 == 5.0f);
     CHECK_OK(gpucore_ddp_destroy(ddp));
+    CHECK_STATUS(gpucore_ddp_grad_view(ddp, 0, &view), GPUCORE_ERR_INVALID_HANDLE);
     CHECK_STATUS(gpucore_ddp_mark_ready(ddp, 0, NULL), GPUCORE_ERR_INVALID_HANDLE);
     gpucore_tensor *bad[2] = {grads[0], grads[0]};
     CHECK_STATUS(gpucore_ddp_create(comm, bad, 2, NULL, &ddp), GPUCORE_ERR_INVALID_ARGUMENT);
@@ -200,12 +227,142 @@ static void test_buckets(gpucore_comm *comm, gpucore_context *ctx)
     for (int p = 0; p < NP; p++) gpucore_tensor_destroy(grads[p]);
 }
 
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* Integer-valued gradient data: exact in f32 through the pre-division and the sum. */
+static float grad_value(int rank, int64_t i) { return (float)((i * 7 + rank * 13) % 17 - 8); }
+
+/* One gradient of n floats on `ctx`, filled with grad_value(rank, .). */
+static gpucore_tensor *make_grad(gpucore_context *ctx, int rank, int64_t n)
+{
+    gpucore_tensor *t = NULL;
+    float *h = malloc(sizeof(float) * (size_t)n);
+    for (int64_t i = 0; i < n; i++) h[i] = grad_value(rank, i);
+    CHECK_OK(gpucore_tensor_create(ctx, GPUCORE_F32, 1, &n, &t));
+    if (t) CHECK_OK(gpucore_copy_from_host(t, h, n * 4));
+    free(h);
+    return t;
+}
+
+/* The gradient holds the mean over `size` ranks of grad_value(r, .), exactly. */
+static int grad_is_mean(gpucore_tensor *t, int64_t n, int size)
+{
+    float *h = malloc(sizeof(float) * (size_t)n);
+    int ok = gpucore_copy_to_host(h, n * 4, t) == GPUCORE_OK;
+    for (int64_t i = 0; ok && i < n; i++) {
+        float want = 0;
+        for (int r = 0; r < size; r++) want += grad_value(r, i) / (float)size;
+        ok = h[i] == want;
+    }
+    free(h);
+    return ok;
+}
+
+/* Issue 18 item 11: gpucore_ddp_finish orders the copy back by events and does not
+ * wait on the host. Rank 0's finish runs while its reduction cannot complete (the
+ * other ranks join `late_s` seconds later under MPI; on one rank the reduction waits
+ * on a long op on the producing stream): finish must return at once, the collective
+ * still in flight, and the gradients hold the mean after a stream synchronize. The
+ * old host wait in finish made it return only after the reduction. */
+static void test_finish_no_host_wait(gpucore_comm *comm, gpucore_context *ctx, double late_s)
+{
+    const int64_t n = 3001, gate_n = (int64_t)1 << 23;
+    gpucore_tensor *g = make_grad(ctx, g_rank, n), *gate = NULL;
+    gpucore_ddp *ddp = NULL;
+    gpucore_stream *stream = NULL;
+    CHECK_OK(gpucore_ddp_create(comm, &g, 1, NULL, &ddp));
+    CHECK_OK(gpucore_stream_create(ctx, 0, &stream));
+    CHECK_OK(gpucore_tensor_create(ctx, GPUCORE_F32, 1, &gate_n, &gate));
+    if (!ddp || !stream || !gate) return;
+    CHECK_OK(gpucore_context_synchronize(ctx));
+    if (g_size == 1) /* slow work on the producing stream: the reduction waits for it */
+        for (int k = 0; k < 4; k++) CHECK_OK(gpucore_random(gate, GPUCORE_NORMAL, 0, 1, 3, (uint64_t)k, stream));
+    if (g_rank > 0) {
+        struct timespec d = {(time_t)late_s, (long)((late_s - (double)(time_t)late_s) * 1e9)};
+        nanosleep(&d, NULL);
+    }
+    CHECK_OK(gpucore_ddp_mark_ready(ddp, 0, stream));
+    double t0 = now_s();
+    CHECK_OK(gpucore_ddp_finish(ddp, stream));
+    double dt = now_s() - t0;
+    if (g_rank == 0) {
+        int in_flight = gpucore_comm_wait(comm, 0, 0.0) == GPUCORE_ERR_TIMEOUT; /* the reduction is not done */
+        gpucore_clear_error();
+        CHECK(in_flight);
+        if (g_size > 1) CHECK(dt < 0.5 * late_s);
+        if (!in_flight) fprintf(stderr, "ddp_finish returned after its reduction (%.3f s): it waited on the host\n", dt);
+    }
+    CHECK_OK(gpucore_stream_synchronize(stream));
+    CHECK(grad_is_mean(g, n, g_size));
+    CHECK_OK(gpucore_comm_wait(comm, 0, 60));
+    CHECK_OK(gpucore_ddp_destroy(ddp));
+    CHECK_OK(gpucore_stream_destroy(stream));
+    gpucore_tensor_destroy(gate);
+    gpucore_tensor_destroy(g);
+}
+
+/* The same on the CUDA backend with two local ranks (cuda:0, cuda:1; on the NCCL
+ * stand-in in the cuda-contract suite): rank 0 finishes before rank 1 has issued
+ * its reduction at all, so rank 0's allreduce cannot complete until rank 1 joins;
+ * a host wait in finish would block until the communicator's timeout and fail. */
+static void test_finish_two_local_ranks(void)
+{
+    gpucore_context *ctx[2] = {NULL, NULL};
+    if (gpucore_context_create("cuda:0", &ctx[0]) || gpucore_context_create("cuda:1", &ctx[1])) {
+        printf("SKIP ddp on two local CUDA ranks: %s\n", gpucore_last_error());
+        check_skipped++;
+        gpucore_clear_error();
+        gpucore_context_destroy(ctx[0]);
+        return;
+    }
+    gpucore_comm *comm[2] = {NULL, NULL};
+    CHECK_OK(gpucore_comm_create_local(ctx, 2, comm));
+    if (!comm[0]) { gpucore_context_destroy(ctx[0]); gpucore_context_destroy(ctx[1]); return; }
+    const int64_t n = 3001;
+    gpucore_tensor *g[2];
+    gpucore_ddp *ddp[2] = {NULL, NULL};
+    gpucore_stream *stream[2] = {NULL, NULL};
+    for (int r = 0; r < 2; r++) {
+        CHECK_OK(gpucore_comm_set_timeout(comm[r], 5.0));
+        g[r] = make_grad(ctx[r], r, n);
+        CHECK_OK(gpucore_ddp_create(comm[r], &g[r], 1, NULL, &ddp[r]));
+        CHECK_OK(gpucore_stream_create(ctx[r], 0, &stream[r]));
+    }
+    CHECK_OK(gpucore_ddp_mark_ready(ddp[0], 0, stream[0]));
+    double t0 = now_s();
+    CHECK_OK(gpucore_ddp_finish(ddp[0], stream[0]));
+    double dt = now_s() - t0;
+    CHECK(dt < 1.0);
+    CHECK_STATUS(gpucore_comm_wait(comm[0], 0, 0.05), GPUCORE_ERR_TIMEOUT); /* still in flight: rank 1 is missing */
+    CHECK_OK(gpucore_ddp_mark_ready(ddp[1], 0, stream[1]));
+    CHECK_OK(gpucore_ddp_finish(ddp[1], stream[1]));
+    for (int r = 0; r < 2; r++) {
+        CHECK_OK(gpucore_stream_synchronize(stream[r]));
+        CHECK(grad_is_mean(g[r], n, 2));
+        CHECK_OK(gpucore_comm_wait(comm[r], 0, 30));
+    }
+    printf("cuda: 2 local ranks: ddp_finish returned in %.4f s with rank 1's reduction not yet issued\n", dt);
+    for (int r = 0; r < 2; r++) {
+        CHECK_OK(gpucore_ddp_destroy(ddp[r]));
+        CHECK_OK(gpucore_stream_destroy(stream[r]));
+        gpucore_tensor_destroy(g[r]);
+        CHECK_OK(gpucore_comm_destroy(comm[r]));
+        CHECK_OK(gpucore_context_destroy(ctx[r]));
+    }
+}
+
 static int run(gpucore_comm *comm, gpucore_context *ctx, const char *name)
 {
     g_rank = gpucore_comm_rank(comm);
     g_size = gpucore_comm_size(comm);
     for (int p = 0; p < NP; p++) poff[p + 1] = poff[p] + psize[p];
     test_buckets(comm, ctx);
+    test_finish_no_host_wait(comm, ctx, 1.0);
 
     gpucore_ddp_options o;
     gpucore_ddp_options_default(&o);
@@ -225,6 +382,16 @@ static int run(gpucore_comm *comm, gpucore_context *ctx, const char *name)
     CHECK(res.overlap_ok);
     if (!res.overlap_ok) fprintf(stderr, "rank %d: bucket 0 did not start before the last gradient was ready\n", g_rank);
 
+    /* gradients as views into the buckets: no copy in or back, the same bits */
+    float *w_view = malloc(sizeof(float) * D);
+    init_w(w_view);
+    g_use_views = 1;
+    o.trace = 0;
+    train(comm, ctx, g_rank * shard, (g_rank + 1) * shard, w_view, &o, NULL);
+    g_use_views = 0;
+    o.trace = 1;
+    CHECK(!memcmp(w_view, w, sizeof(float) * D));
+    free(w_view);
     /* the single-process run on the whole batch */
     gpucore_comm *solo = NULL;
     CHECK_OK(gpucore_comm_create_local(&ctx, 1, &solo));
@@ -266,6 +433,10 @@ int main(int argc, char **argv)
     int rc = 1;
     CHECK_OK(gpucore_context_create("cpu", &ctx));
     if (!strcmp(mode, "local")) {
+        const char *devs[4];
+        int nd = test_devices(devs, 4);
+        for (int d = 0; d < nd; d++)
+            if (!strcmp(devs[d], "cuda")) test_finish_two_local_ranks();
         CHECK_OK(gpucore_comm_create_local(&ctx, 1, &comm));
         if (comm) rc = run(comm, ctx, "test_ddp local");
     } else {

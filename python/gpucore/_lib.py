@@ -391,6 +391,8 @@ DECLARATIONS: Dict[str, Tuple[Any, List[Any]]] = {
     "gpucore_ddp_bucket_info": (STATUS, [H, c_int, P_INT, P_INT, P_I64]),
     "gpucore_ddp_set_no_sync": (STATUS, [H, c_int]),
     "gpucore_ddp_mark_ready": (STATUS, [H, c_int, H]),
+    # gradients as views into their buckets (no copy in, no copy back)
+    "gpucore_ddp_grad_view": (STATUS, [H, c_int, P_H]),
     "gpucore_ddp_finish": (STATUS, [H, H]),
     "gpucore_ddp_trace": (STATUS, [H, POINTER(DdpTraceEvent), c_int, P_INT]),
     # ZeRO trainer

@@ -190,7 +190,8 @@ class DDPReducer(_Owned):
     """DDP-style bucketed allreduce of gradients (registered in parameter order; bucket 0 holds
     the last ones, which backward makes first). During backward call :meth:`mark_ready(i)`
     as gradient i is done; full buckets are reduced at once, overlapping the rest of backward;
-    :meth:`finish` waits and writes the averaged (or summed) values back into the gradients.
+    :meth:`finish` writes the averaged (or summed) values back into the gradients, ordered by
+    events (no host wait); :meth:`grad_view` lets a gradient live in its bucket instead.
     ``with reducer.no_sync():`` accumulates locally (gradient accumulation)."""
 
     _destroy_fn = "gpucore_ddp_destroy"
@@ -255,8 +256,18 @@ class DDPReducer(_Owned):
                                  self._ctx._stream_arg(stream))
 
     def finish(self, stream: Optional[Stream] = None) -> None:
-        """Wait for every bucket's reduction and copy the results back into the gradients."""
+        """Queue the copy of every bucket's result back into the gradients on ``stream``, ordered
+        after the reductions by events (the host does not wait: reading the gradients on that
+        stream, or synchronizing it, does)."""
         C.gpucore_ddp_finish(self.handle, self._ctx._stream_arg(stream))
+
+    def grad_view(self, grad: int) -> Tensor:
+        """A view of gradient ``grad``'s place in its bucket, holding its current value (like
+        DDP's gradient_as_bucket_view). From then on the view is that gradient: write it there;
+        mark_ready reduces it in place and finish leaves the result in it (no copies)."""
+        h = c_void_p()
+        C.gpucore_ddp_grad_view(self.handle, to_int(grad, "grad", -(1 << 31), (1 << 31) - 1), byref(h))
+        return Tensor._adopt(self._ctx, h.value)
 
     def trace(self, max_events: int = 4096) -> List[Dict[str, Any]]:
         """Events recorded since the last call (trace=True): dicts with kind ("ready", "launch",

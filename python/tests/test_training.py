@@ -176,6 +176,17 @@ def test_comm_local_one_rank_and_ddp(ctx):
     for gr, r in zip(grads, ref):
         assert rel(gr.numpy(), r) < 1e-6
     kinds = {e["kind"] for e in ddp.trace()}
+    # gradient 1 as a view into its bucket: starts with its value, is reduced in place
+    grads[1].fill_(2.0)
+    v = ddp.grad_view(1)
+    assert np.all(v.numpy() == 2.0)
+    v.fill_(3.0)
+    for i in reversed(range(4)):
+        ddp.mark_ready(i)
+    ddp.finish()
+    assert np.all(v.numpy() == 3.0)  # one rank: the mean is the value, left in the view
+    with pytest.raises(g.InvalidArgumentError):
+        ddp.grad_view(7)
     assert {"ready", "launch", "finish"} <= kinds
     with ddp.no_sync():
         ddp.mark_ready(0)

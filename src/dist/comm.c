@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <sched.h>
 #include <unistd.h>
 #include "comm_internal.h"
 #include "comm_names.h"
@@ -127,15 +128,6 @@ gpucore_status gpucore_check_comm(const gpucore_comm *c, const char *op)
     return GPUCORE_OK;
 }
 
-static void comm_completed_cb(void *arg)
-{
-    comm_state *s = arg;
-    pthread_mutex_lock(&s->done_mu);
-    s->completed++;
-    pthread_cond_broadcast(&s->cv);
-    pthread_mutex_unlock(&s->done_mu);
-}
-
 /* The handle and the library-side state around a backend communicator. */
 /* Communicator handles come from a handle pool, so a destroyed one is detected on use. */
 static gpucore_handle_pool comm_handle_pool = GPUCORE_HANDLE_POOL_INIT(sizeof(struct gpucore_comm));
@@ -157,14 +149,14 @@ static gpucore_status comm_wrap(gpucore_context *ctx, void *bcomm, int rank, int
     s->timeout_s = timeout_s;
     snprintf(s->mode, sizeof s->mode, "%s", mode);
     pthread_mutex_init(&s->mu, NULL);
-    pthread_mutex_init(&s->done_mu, NULL);
-    pthread_cond_init(&s->cv, NULL);
     int64_t one = 1;
     if ((st = gpucore_stream_create(ctx, -1, &s->stream)) || (st = gpucore_event_create(ctx, &s->ev_in)) ||
         (st = gpucore_event_create(ctx, &s->ev_out)) ||
         (st = gpucore_tensor_create(ctx, GPUCORE_I32, 1, &one, &s->scratch)) ||
         (st = gpucore_fill(s->scratch, 0, s->stream)))
         goto fail;
+    for (int i = 0; i < COMM_DONE_RING; i++)
+        if ((st = gpucore_event_create(ctx, &s->done_ev[i]))) goto fail;
     c->s = s;
     c->magic = GPUCORE_MAGIC_COMM;
     *out = c;
@@ -174,10 +166,9 @@ fail:
         gpucore_tensor_destroy(s->scratch);
         gpucore_event_destroy(s->ev_in);
         gpucore_event_destroy(s->ev_out);
+        for (int i = 0; i < COMM_DONE_RING; i++) gpucore_event_destroy(s->done_ev[i]);
         gpucore_stream_destroy(s->stream);
         pthread_mutex_destroy(&s->mu);
-        pthread_mutex_destroy(&s->done_mu);
-        pthread_cond_destroy(&s->cv);
     }
     free(s);
     gpucore_handle_release(&comm_handle_pool, c);
@@ -405,10 +396,9 @@ gpucore_status gpucore_comm_destroy(gpucore_comm *comm)
     gpucore_event_destroy(s->ev_in);
     gpucore_event_destroy(s->ev_out);
     gpucore_tensor_destroy(s->scratch);
+    for (int i = 0; i < COMM_DONE_RING; i++) gpucore_event_destroy(s->done_ev[i]);
     s->ctx->be->comm_destroy(s->bcomm);
     pthread_mutex_destroy(&s->mu);
-    pthread_mutex_destroy(&s->done_mu);
-    pthread_cond_destroy(&s->cv);
     free(s);
     gpucore_handle_release(&comm_handle_pool, comm); /* recycled only after a quarantine */
     gpucore_clear_error(); /* a failure was already reported by the call that met it */
@@ -439,6 +429,7 @@ gpucore_status gpucore_comm_stream(gpucore_comm *comm, gpucore_stream **out)
     gpucore_status st = gpucore_check_comm(comm, "comm_stream");
     if (st) return st;
     if (!out) return gpucore_set_error(GPUCORE_ERR_NULL_POINTER, "comm_stream: out is NULL");
+    if ((st = gpucore_comm_order_stream(comm))) return st;
     *out = comm->s->stream;
     return GPUCORE_OK;
 }
@@ -466,6 +457,39 @@ uint64_t gpucore_comm_last_sequence(const gpucore_comm *comm)
 
 /* ------------------------------------------------------------ submission */
 
+/* CPU streams: a collective whose caller's stream waits for it anyway (wait_back)
+ * runs on that stream itself, so a caller that synchronizes runs it on its own
+ * thread (the CPU stream runs a synchronizing caller's pending tasks inline)
+ * instead of handing it to the comm stream's worker and waiting to be woken back:
+ * two thread hand-offs less per collective. The order is unchanged: it follows the
+ * caller's queued work and whatever the comm stream still has queued (ev_in), and
+ * the comm stream follows it (ev_out), so collectives still start in issue order.
+ * MPI may be called from any thread at the levels libgpucore accepts (SERIALIZED
+ * through gpucore_mpi_lock, MULTIPLE). CUDA keeps NCCL on the comm stream. */
+static int runs_on_producer(const comm_state *s, const gpucore_stream *producer, int wait_back)
+{
+    return wait_back && producer && producer != s->stream && s->ctx->type == GPUCORE_DEVICE_CPU;
+}
+
+/* Stream x is about to get collective work: order it after the last collective if
+ * that one ran on another stream (s->mu held). */
+static gpucore_status order_on(comm_state *s, gpucore_stream *x)
+{
+    if (!s->behind_on || s->behind_on == x) return GPUCORE_OK;
+    gpucore_status st = gpucore_stream_wait_event(x, s->ev_out);
+    if (!st && x == s->stream) s->behind_on = NULL;
+    return st;
+}
+
+gpucore_status gpucore_comm_order_stream(gpucore_comm *comm)
+{
+    comm_state *s = comm->s;
+    pthread_mutex_lock(&s->mu);
+    gpucore_status st = order_on(s, s->stream);
+    pthread_mutex_unlock(&s->mu);
+    return st;
+}
+
 gpucore_status gpucore_comm_submit(gpucore_comm *comm, gpucore_comm_call *call, gpucore_stream *producer,
                                    int wait_back, uint64_t *seq)
 {
@@ -474,7 +498,15 @@ gpucore_status gpucore_comm_submit(gpucore_comm *comm, gpucore_comm_call *call, 
     gpucore_status st;
     pthread_mutex_lock(&s->mu);
     if ((st = be->comm_check(s->bcomm))) goto out;
-    if (producer && producer != s->stream) {
+    int on_producer = runs_on_producer(s, producer, wait_back);
+    gpucore_stream *run = on_producer ? producer : s->stream;
+    if ((st = order_on(s, run))) goto out;
+    if (on_producer) {
+        if (gpucore_stream_query(s->stream) == GPUCORE_ERR_NOT_READY &&
+            ((st = gpucore_event_record(s->ev_in, s->stream)) || (st = gpucore_stream_wait_event(producer, s->ev_in))))
+            goto out;
+        gpucore_clear_error();
+    } else if (producer && producer != s->stream) {
         if ((st = gpucore_event_record(s->ev_in, producer)) || (st = gpucore_stream_wait_event(s->stream, s->ev_in)))
             goto out;
     }
@@ -483,24 +515,52 @@ gpucore_status gpucore_comm_submit(gpucore_comm *comm, gpucore_comm_call *call, 
     gpucore_log(GPUCORE_LOG_DEBUG, "comm: rank %d/%d #%llu %s %s count %lld %s root %d", s->rank, s->size,
                 (unsigned long long)call->seq, comm_kind_name(call->kind), comm_op_name(call->op), (long long)call->count,
                 gpucore_dtype_name((gpucore_dtype)call->dtype), call->root);
-    void *prof = gpucore_prof_begin(s->ctx, s->stream, comm_kind_name(call->kind),
+    void *prof = gpucore_prof_begin(s->ctx, run, comm_kind_name(call->kind),
                                     call->count * gpucore_dtype_size((gpucore_dtype)call->dtype));
-    st = be->comm_enqueue(s->bcomm, call, s->stream->bstream);
+    st = be->comm_enqueue(s->bcomm, call, run->bstream);
     gpucore_prof_end(s->ctx, prof);
     if (st) goto out;
     s->issued = call->seq;
     if (seq) *seq = call->seq;
-    if ((st = be->host_callback(s->ctx->bctx, s->stream->bstream, comm_completed_cb, s))) {
-        be->comm_abort(s->bcomm, "could not queue the completion callback");
+    /* completion is an event after the collective, not a host callback (issue 18 item 11) */
+    int slot = (int)(call->seq % COMM_DONE_RING);
+    s->done_seq[slot] = call->seq;
+    if ((st = gpucore_event_record(s->done_ev[slot], run))) {
+        be->comm_abort(s->bcomm, "could not record the completion event");
         goto out;
     }
-    if (wait_back && producer && producer != s->stream) {
+    if (on_producer) { /* whatever queues collective work next waits for this one (order_on) */
+        if ((st = gpucore_event_record(s->ev_out, producer))) goto out;
+        s->behind_on = producer;
+    } else if (wait_back && producer && producer != s->stream) {
         if ((st = gpucore_event_record(s->ev_out, s->stream)) || (st = gpucore_stream_wait_event(producer, s->ev_out)))
             goto out;
     }
 out:
     pthread_mutex_unlock(&s->mu);
     return st;
+}
+
+/* Poll one completion event to done or the deadline (deadline < 0: none). Spins
+ * briefly, then yields, then naps up to 1 ms, so a short wait costs microseconds
+ * and a long one no core. */
+static gpucore_status wait_event_until(comm_state *s, gpucore_event *e, double deadline)
+{
+    if (deadline < 0) return gpucore_event_synchronize(e); /* bounded: the collective fails after its timeout */
+    double t0 = comm_now_s();
+    for (long polls = 0;; polls++) {
+        gpucore_status q = gpucore_event_query(e);
+        if (q != GPUCORE_ERR_NOT_READY) return q;
+        gpucore_clear_error();
+        if (s->ctx->be->comm_check(s->bcomm)) return GPUCORE_ERR_COMM; /* the message is set */
+        double t = comm_now_s();
+        if (t >= deadline) return GPUCORE_ERR_TIMEOUT;
+        if (polls < 256) continue;
+        if (t - t0 < 0.002) { sched_yield(); continue; }
+        double left = deadline - t, nap = left < 0.001 ? left : 0.001;
+        struct timespec ts = {0, (long)(nap * 1e9)};
+        nanosleep(&ts, NULL);
+    }
 }
 
 gpucore_status gpucore_comm_wait(gpucore_comm *comm, uint64_t seq, double timeout_s)
@@ -511,34 +571,32 @@ gpucore_status gpucore_comm_wait(gpucore_comm *comm, uint64_t seq, double timeou
     comm_state *s = comm->s;
     pthread_mutex_lock(&s->mu);
     uint64_t issued = s->issued;
+    uint64_t target = seq ? seq : issued;
+    gpucore_event *e = NULL;
+    if (target > atomic_load(&s->completed) && target <= issued) {
+        /* the slot of target, or (recorded again since) a later collective's: never too early */
+        e = s->done_ev[target % COMM_DONE_RING];
+        target = s->done_seq[target % COMM_DONE_RING];
+    }
     pthread_mutex_unlock(&s->mu);
     if (seq > issued)
         return gpucore_set_error(GPUCORE_ERR_INVALID_ARGUMENT, "%s: collective #%llu was never issued (the last is "
                                  "#%llu)", op, (unsigned long long)seq, (unsigned long long)issued);
-    uint64_t target = seq ? seq : issued;
-    double deadline = timeout_s < 0 ? -1 : comm_now_s() + timeout_s;
-    pthread_mutex_lock(&s->done_mu);
-    while (s->completed < target) {
-        pthread_mutex_unlock(&s->done_mu);
-        if ((st = s->ctx->be->comm_check(s->bcomm))) return st;
-        double t = comm_now_s();
-        if (deadline >= 0 && t >= deadline)
+    if (e) {
+        double deadline = timeout_s < 0 ? -1 : comm_now_s() + timeout_s;
+        st = wait_event_until(s, e, deadline);
+        if (st == GPUCORE_ERR_TIMEOUT)
             return gpucore_set_error(GPUCORE_ERR_TIMEOUT,
                                      "%s: collective #%llu on rank %d of %d not complete after %.3f s (completed up "
                                      "to #%llu); it is still in flight (the communicator fails on its own after "
-                                     "its timeout of %.1f s)", op, (unsigned long long)target, s->rank, s->size,
-                                     timeout_s, (unsigned long long)s->completed, s->timeout_s);
-        double slice = 0.02;
-        if (deadline >= 0 && deadline - t < slice) slice = deadline - t;
-        struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        long ns = ts.tv_nsec + (long)(slice * 1e9);
-        ts.tv_sec += ns / 1000000000L;
-        ts.tv_nsec = ns % 1000000000L;
-        pthread_mutex_lock(&s->done_mu);
-        if (s->completed < target) pthread_cond_timedwait(&s->cv, &s->done_mu, &ts);
+                                     "its timeout of %.1f s)", op, (unsigned long long)(seq ? seq : issued), s->rank,
+                                     s->size, timeout_s, (unsigned long long)atomic_load(&s->completed), s->timeout_s);
+        if (st && st != GPUCORE_ERR_COMM) return st;
+        if (!st) {
+            uint64_t seen = atomic_load(&s->completed);
+            while (seen < target && !atomic_compare_exchange_weak(&s->completed, &seen, target)) {}
+        }
     }
-    pthread_mutex_unlock(&s->done_mu);
     return s->ctx->be->comm_check(s->bcomm);
 }
 

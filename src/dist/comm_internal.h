@@ -11,6 +11,7 @@
 
 #define GPUCORE_MAGIC_COMM 0xC0AA1C0Au
 #define GPUCORE_MAGIC_DDP 0xDD9DD9D1u
+#define COMM_DONE_RING 32
 
 /* The communicator handle. Handles are never freed (a destroyed one keeps magic
  * DEAD so use after destroy is detected); the state they point to is. */
@@ -28,11 +29,20 @@ struct comm_state {
     gpucore_stream *stream;        /* the communication stream (owned) */
     gpucore_event *ev_in, *ev_out; /* reused: producer -> comm stream -> producer ordering */
     gpucore_tensor *scratch;       /* 1 x i32 for barriers */
-    pthread_mutex_t mu;            /* guards issue order and the counters */
-    pthread_mutex_t done_mu;       /* guards completed (taken by the host callback) */
-    pthread_cond_t cv;
+    pthread_mutex_t mu;            /* guards issue order, issued and done_seq */
     uint64_t issued;               /* last sequence number handed out */
-    uint64_t completed;            /* advanced by a host callback on the comm stream */
+    /* Completion is tracked by events only (no host callback per collective): after
+     * collective seq the comm stream records done_ev[seq % COMM_DONE_RING]. A wait for
+     * an older seq whose slot was recorded again waits for the newer one (later on the
+     * same stream, so never too early). */
+    gpucore_event *done_ev[COMM_DONE_RING];
+    uint64_t done_seq[COMM_DONE_RING]; /* the seq each slot was last recorded for */
+    _Atomic uint64_t completed;    /* highest seq a wait saw complete (a shortcut, never ahead) */
+    /* CPU: the caller's stream the last collective ran on (see comm.c, runs_on_producer),
+     * with ev_out recorded after it there; NULL when the comm stream already follows it.
+     * Whatever queues collective work next (another stream, the comm stream) waits on
+     * ev_out first: collectives start in issue order without a wait per call. */
+    gpucore_stream *behind_on;
     char mode[16];                 /* "mpi", "id", "local" for messages */
 };
 
@@ -44,6 +54,10 @@ GPUCORE_HIDDEN gpucore_status gpucore_check_comm(const gpucore_comm *c, const ch
  * tensors were validated by the caller. */
 GPUCORE_HIDDEN gpucore_status gpucore_comm_submit(gpucore_comm *comm, gpucore_comm_call *call,
                                                   gpucore_stream *producer, int wait_back, uint64_t *seq);
+
+/* Order the communicator's stream after every collective issued so far (some may
+ * have run on a caller's stream); call before queueing work on it directly. */
+GPUCORE_HIDDEN gpucore_status gpucore_comm_order_stream(gpucore_comm *comm);
 
 /* MPI (comm.c): start it if the program has not (MPI_Init_thread, finalized at
  * exit), and report this process's world rank and size. NOT_SUPPORTED without MPI. */

@@ -45,6 +45,7 @@ struct ddp_state {
     gpucore_event **ready;    /* per gradient: recorded after its copy into the bucket */
     int *bucket_of;
     char *marked;
+    char *viewed;             /* per gradient: it lives in its bucket (gpucore_ddp_grad_view) */
     int nbuckets;
     ddp_bucket *buckets;
     trace_point *start_points, *done_points; /* per bucket, for the stream callbacks */
@@ -138,6 +139,7 @@ static void state_free(ddp_state *s)
     free(s->ready);
     free(s->bucket_of);
     free(s->marked);
+    free(s->viewed);
     free(s->buckets);
     free(s->start_points);
     free(s->done_points);
@@ -219,8 +221,9 @@ gpucore_status gpucore_ddp_create(gpucore_comm *comm, gpucore_tensor *const *gra
     s->ready = calloc((size_t)count, sizeof *s->ready);
     s->bucket_of = calloc((size_t)count, sizeof *s->bucket_of);
     s->marked = calloc((size_t)count, 1);
+    s->viewed = calloc((size_t)count, 1);
     s->buckets = calloc((size_t)count, sizeof *s->buckets); /* at most one bucket per gradient */
-    if (!s->grads || !s->slots || !s->ready || !s->bucket_of || !s->marked || !s->buckets) {
+    if (!s->grads || !s->slots || !s->ready || !s->bucket_of || !s->marked || !s->viewed || !s->buckets) {
         state_free(s);
         return gpucore_set_error(GPUCORE_ERR_OUT_OF_MEMORY, "%s: out of host memory", op);
     }
@@ -340,12 +343,47 @@ gpucore_status gpucore_ddp_set_no_sync(gpucore_ddp *ddp, int no_sync)
     return GPUCORE_OK;
 }
 
+gpucore_status gpucore_ddp_grad_view(gpucore_ddp *ddp, int grad, gpucore_tensor **out)
+{
+    const char *op = "ddp_grad_view";
+    gpucore_status st = check_ddp(ddp, op);
+    if (st) return st;
+    if (!out) return gpucore_set_error(GPUCORE_ERR_NULL_POINTER, "%s: out is NULL", op);
+    *out = NULL;
+    ddp_state *s = ddp->s;
+    if (grad < 0 || grad >= s->ngrads)
+        return gpucore_set_error(GPUCORE_ERR_INVALID_ARGUMENT, "%s: gradient %d of %d", op, grad, s->ngrads);
+    pthread_mutex_lock(&s->mu);
+    int mid_step = 0;
+    for (int g = 0; g < s->ngrads; g++) mid_step |= s->marked[g];
+    if (mid_step) {
+        st = gpucore_set_error(GPUCORE_ERR_INVALID_ARGUMENT, "%s: gradients were already marked ready in this step; "
+                               "take views before backward starts (or after finish)", op);
+    } else {
+        const gpucore_tensor *slot = s->slots[grad];
+        st = gpucore_tensor_reshape(s->slots[grad], slot->ndim, slot->shape, out);
+        /* the view starts with the gradient's current value, after the last step's copy back
+         * (a host wait: a set-up call) */
+        if (!st && !s->viewed[grad]) {
+            gpucore_stream *cur = NULL;
+            if (!(st = gpucore_resolve_stream(s->ctx, NULL, op, &cur)) &&
+                (!s->finished_recorded || !(st = gpucore_stream_wait_event(cur, s->finished))))
+                st = gpucore_copy(s->slots[grad], s->grads[grad], cur);
+            if (!st) st = gpucore_stream_synchronize(cur); /* the view is ready for any stream */
+        }
+        if (!st) s->viewed[grad] = 1;
+        else { gpucore_tensor_destroy(*out); *out = NULL; }
+    }
+    pthread_mutex_unlock(&s->mu);
+    return st;
+}
+
 /* Queue bucket b's reduction on the communication stream (s->mu held). */
 static gpucore_status launch_bucket(ddp_state *s, int b)
 {
     ddp_bucket *k = &s->buckets[b];
     gpucore_stream *cs = s->comm->s->stream;
-    gpucore_status st = GPUCORE_OK;
+    gpucore_status st = gpucore_comm_order_stream(s->comm); /* after collectives run on callers' streams */
     for (int g = k->grad_begin; g < k->grad_end && !st; g++) st = gpucore_stream_wait_event(cs, s->ready[g]);
     if (st) return st;
     trace_add(s, GPUCORE_DDP_TRACE_LAUNCH, b);
@@ -386,9 +424,12 @@ gpucore_status gpucore_ddp_mark_ready(gpucore_ddp *ddp, int grad, gpucore_stream
     }
     if (s->finished_recorded && (st = gpucore_stream_wait_event(ps, s->finished))) goto out;
     int size = s->comm->s->size;
+    /* the pre-division is the copy in (one pass); a gradient already in its bucket is
+     * divided in place by the same op, so both give the same bits */
+    const gpucore_tensor *src = s->viewed[grad] ? s->slots[grad] : s->grads[grad];
     if (s->opt.average && size > 1)
-        st = gpucore_scale(s->slots[grad], s->grads[grad], 1.0 / size, 0.0, ps);
-    else
+        st = gpucore_scale(s->slots[grad], src, 1.0 / size, 0.0, ps);
+    else if (!s->viewed[grad])
         st = gpucore_copy(s->slots[grad], s->grads[grad], ps);
     if (st || (st = gpucore_event_record(s->ready[grad], ps))) goto out;
     s->marked[grad] = 1;
@@ -420,11 +461,14 @@ gpucore_status gpucore_ddp_finish(gpucore_ddp *ddp, gpucore_stream *stream)
                                    s->bucket_of[g]);
             goto out;
         }
-    /* Bounded by the communicator's timeout: a failed collective turns into GPUCORE_ERR_COMM. */
-    if ((st = gpucore_comm_wait(s->comm, s->last_seq, -1))) goto out;
+    /* No host wait (issue 18 item 11): the copy back is ordered after the last bucket's
+     * reduction by an event. A failure already known is reported now; one still to come
+     * is reported by the next reducer or communicator call (and gpucore_comm_wait). */
+    if ((st = s->ctx->be->comm_check(s->comm->s->bcomm))) goto out;
     gpucore_stream *cs = s->comm->s->stream;
     if ((st = gpucore_event_record(s->reduced, cs)) || (st = gpucore_stream_wait_event(ps, s->reduced))) goto out;
-    for (int g = 0; g < s->ngrads && !st; g++) st = gpucore_copy(s->grads[g], s->slots[g], ps);
+    for (int g = 0; g < s->ngrads && !st; g++)
+        if (!s->viewed[g]) st = gpucore_copy(s->grads[g], s->slots[g], ps); /* a view already holds it */
     if (st || (st = gpucore_event_record(s->finished, ps))) goto out;
     s->finished_recorded = 1;
     memset(s->marked, 0, (size_t)s->ngrads);

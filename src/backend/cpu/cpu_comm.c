@@ -1,10 +1,14 @@
 /*
  * cpu_comm.c — the CPU backend's collectives. MPI carries the data: each
- * collective is a task on the communication stream's worker thread that starts
- * the non-blocking MPI call (MPI_Iallreduce, ...) and polls MPI_Test until it
- * completes or its deadline passes, so collectives are asynchronous and ordered
- * with events exactly like NCCL on a CUDA stream, and a dead or stalled peer
- * turns into GPUCORE_ERR_COMM instead of a hang. f16 and bf16 reduce through
+ * collective is a stream task (on the communication stream, or on the caller's
+ * stream when the caller waits for it: see comm.c) that starts the non-blocking
+ * MPI call (MPI_Iallreduce, ...) on the tensors themselves (MPI_IN_PLACE for in
+ * place, no staging copy) and polls MPI_Test until it completes or its deadline
+ * passes, so collectives are asynchronous and ordered with events exactly like
+ * NCCL on a CUDA stream, and a dead or stalled peer turns into GPUCORE_ERR_COMM
+ * instead of a hang. The task is not pinned to the worker thread: a caller that
+ * synchronizes its stream runs it on its own thread (MPI is called under
+ * gpucore_mpi_lock, so MPI_THREAD_SERIALIZED holds too). f16 and bf16 reduce through
  * user-defined MPI ops (computed in f32, rounded to nearest even per combine).
  * A 1-rank communicator (gpucore_comm_create_local with one context) needs no
  * MPI at all: every collective is a copy.
@@ -130,15 +134,15 @@ static MPI_Op mpi_op(cpu_comm *c, int32_t dtype, int32_t op)
     return which == 1 ? MPI_MAX : which == 2 ? MPI_MIN : MPI_SUM;
 }
 
-/* Poll a non-blocking MPI call to completion or its deadline. */
-static gpucore_status mpi_wait(cpu_comm *c, MPI_Request *req, const gpucore_comm_call *k, double start)
+/* Poll n non-blocking MPI requests to completion or the call's deadline. */
+static gpucore_status mpi_wait_all(cpu_comm *c, int n, MPI_Request *req, const gpucore_comm_call *k, double start)
 {
     double deadline = k->timeout_s > 0 ? start + k->timeout_s : -1;
     long polls = 0;
     for (;;) {
         int flag = 0;
         gpucore_mpi_lock();
-        int rc = MPI_Test(req, &flag, MPI_STATUS_IGNORE);
+        int rc = MPI_Testall(n, req, &flag, MPI_STATUSES_IGNORE);
         gpucore_mpi_unlock();
         if (rc != MPI_SUCCESS) {
             char es[MPI_MAX_ERROR_STRING] = "", what[MPI_MAX_ERROR_STRING + 32];
@@ -158,16 +162,23 @@ static gpucore_status mpi_wait(cpu_comm *c, MPI_Request *req, const gpucore_comm
             call_fail(c, k, what);
             return GPUCORE_ERR_COMM;
         }
-        /* Spin briefly (latency), then yield (oversubscribed ranks), then nap (a long wait for a peer). */
+        /* Spin (latency), then yield (oversubscribed ranks) but never sleep while the data
+         * moves: Open MPI progresses only inside MPI calls, so a nap stalls both ranks'
+         * pipelines. Only a peer late by more than a second gets naps. */
         if (++polls > 64) {
-            if (t - start > 0.05) {
-                struct timespec nap = {0, 200000};
+            if (t - start > 1.0) {
+                struct timespec nap = {0, 50000};
                 nanosleep(&nap, NULL);
             } else {
                 sched_yield();
             }
         }
     }
+}
+
+static gpucore_status mpi_wait(cpu_comm *c, MPI_Request *req, const gpucore_comm_call *k, double start)
+{
+    return mpi_wait_all(c, 1, req, k, start);
 }
 
 static gpucore_status mpi_check_rc(cpu_comm *c, const gpucore_comm_call *k, int rc, const char *fn)
@@ -183,6 +194,82 @@ static gpucore_status mpi_check_rc(cpu_comm *c, const gpucore_comm_call *k, int 
 
 #define MPI_CHUNK ((int64_t)1 << 30) /* elements per call: MPI counts are int */
 
+/* ---- large allreduce: a ring over non-blocking point-to-point ----
+ * Open MPI's non-blocking MPI_Iallreduce (libnbc) reaches about half the speed of its
+ * blocking MPI_Allreduce on large buffers, and a blocking call cannot honour the
+ * timeout. So from RING_MIN_BYTES (4 KiB: two ranks gain from there, measured with
+ * bench_comm) the allreduce is a ring of Isend/Irecv polled
+ * like every collective: reduce-scatter (size-1 steps, each rank adds the chunk its
+ * left neighbour sends into its own copy) then all-gather (size-1 steps), moving
+ * 2(n-1)/n of the buffer per rank as the blocking algorithms do. Each chunk is
+ * reduced in one fixed rank order and then copied, so every rank holds the same
+ * bits and a run is reproducible; with 2 ranks the sum is exactly MPI's (a + b). */
+#define RING_MIN_BYTES ((int64_t)4 << 10)
+#define RING_TAG 0x6C71
+
+static int ring_applies(const cpu_comm *c, const gpucore_comm_call *k)
+{
+    int64_t es = gpucore_dtype_size((gpucore_dtype)k->dtype);
+    return k->kind == GPUCORE_COMM_ALLREDUCE && c->size > 1 && k->count * es >= RING_MIN_BYTES &&
+           k->count / c->size < (int64_t)INT_MAX / 2 &&
+           (k->dtype == GPUCORE_F32 || k->dtype == GPUCORE_F64 || k->dtype == GPUCORE_I32);
+}
+
+#define RING_COMBINE(T, dst, src, n, op)                                                            \
+    do {                                                                                            \
+        T *d_ = (T *)(dst);                                                                         \
+        const T *s_ = (const T *)(src);                                                             \
+        if ((op) == GPUCORE_REDUCE_MAX)                                                             \
+            for (int64_t i_ = 0; i_ < (n); i_++) d_[i_] = s_[i_] > d_[i_] ? s_[i_] : d_[i_];        \
+        else if ((op) == GPUCORE_REDUCE_MIN)                                                        \
+            for (int64_t i_ = 0; i_ < (n); i_++) d_[i_] = s_[i_] < d_[i_] ? s_[i_] : d_[i_];        \
+        else                                                                                        \
+            for (int64_t i_ = 0; i_ < (n); i_++) d_[i_] = s_[i_] + d_[i_];                          \
+    } while (0)
+
+/* dst = src op dst, elementwise (sum and avg add: avg divides at the end). */
+static void ring_combine(int32_t dtype, int32_t op, void *dst, const void *src, int64_t n)
+{
+    if (dtype == GPUCORE_F32) RING_COMBINE(float, dst, src, n, op);
+    else if (dtype == GPUCORE_F64) RING_COMBINE(double, dst, src, n, op);
+    else RING_COMBINE(int32_t, dst, src, n, op);
+}
+
+static gpucore_status ring_allreduce(cpu_comm *c, const gpucore_comm_call *k, double start)
+{
+    const int p = c->size, r = c->rank, right = (r + 1) % p, left = (r + p - 1) % p;
+    const int64_t es = gpucore_dtype_size((gpucore_dtype)k->dtype), n = k->count;
+    char *buf = k->recv;
+    if (k->send != k->recv) memcpy(buf, k->send, (size_t)(n * es)); /* out of place: reduce in out */
+    int64_t most = n / p + 1;
+    char *tmp = malloc((size_t)(most * es));
+    if (!tmp) {
+        call_fail(c, k, "ran out of host memory for its receive buffer");
+        return GPUCORE_ERR_COMM;
+    }
+    MPI_Datatype dt = mpi_type(k->dtype);
+    gpucore_status st = GPUCORE_OK;
+    for (int step = 0; step < 2 * (p - 1) && !st; step++) {
+        const int gather = step >= p - 1, s = gather ? step - (p - 1) : step;
+        /* reduce-scatter step s: send chunk r-s, receive chunk r-s-1 (and add it in);
+         * all-gather step s: send chunk r+1-s (complete), receive chunk r-s (complete) */
+        const int send_chunk = ((gather ? r + 1 - s : r - s) % p + p) % p;
+        const int recv_chunk = ((gather ? r - s : r - s - 1) % p + p) % p;
+        const int64_t s0 = send_chunk * n / p, s1 = (send_chunk + 1) * n / p;
+        const int64_t r0 = recv_chunk * n / p, r1 = (recv_chunk + 1) * n / p;
+        char *dst = gather ? buf + r0 * es : tmp;
+        MPI_Request req[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL};
+        gpucore_mpi_lock();
+        int rc = MPI_Irecv(dst, (int)(r1 - r0), dt, left, RING_TAG, c->mc, &req[0]);
+        if (rc == MPI_SUCCESS) rc = MPI_Isend(buf + s0 * es, (int)(s1 - s0), dt, right, RING_TAG, c->mc, &req[1]);
+        gpucore_mpi_unlock();
+        if (!(st = mpi_check_rc(c, k, rc, "MPI_Isend/MPI_Irecv"))) st = mpi_wait_all(c, 2, req, k, start);
+        if (!st && !gather) ring_combine(k->dtype, k->op, buf + r0 * es, tmp, r1 - r0);
+    }
+    free(tmp);
+    return st;
+}
+
 static gpucore_status mpi_run(cpu_comm *c, const gpucore_comm_call *k)
 {
     double start = comm_now_s();
@@ -195,6 +282,10 @@ static gpucore_status mpi_run(cpu_comm *c, const gpucore_comm_call *k)
     int rc;
     switch (k->kind) {
     case GPUCORE_COMM_ALLREDUCE:
+        if (ring_applies(c, k)) {
+            st = ring_allreduce(c, k, start);
+            break;
+        }
         for (int64_t off = 0; off < k->count && !st; off += MPI_CHUNK) {
             int n = (int)(k->count - off < MPI_CHUNK ? k->count - off : MPI_CHUNK);
             const void *sp = send == recv ? MPI_IN_PLACE : send + off * es;
@@ -280,7 +371,7 @@ gpucore_status cpu_comm_enqueue(void *bcomm, const gpucore_comm_call *call, void
                                  "count allows (2^31-1); split the call", comm_kind_name(call->kind),
                                  (long long)call->count);
     comm_task_args a = {c, *call};
-    return cpu_stream_enqueue_pinned(stream, comm_task, &a, sizeof a); /* MPI from the worker thread only */
+    return cpu_stream_enqueue(stream, comm_task, &a, sizeof a); /* a synchronizing caller may run it */
 }
 
 gpucore_status cpu_comm_check(void *bcomm)
