@@ -150,13 +150,13 @@ static gpucore_status comm_wrap(gpucore_context *ctx, void *bcomm, int rank, int
     snprintf(s->mode, sizeof s->mode, "%s", mode);
     pthread_mutex_init(&s->mu, NULL);
     int64_t one = 1;
-    if ((st = gpucore_stream_create(ctx, -1, &s->stream)) || (st = gpucore_event_create(ctx, &s->ev_in)) ||
-        (st = gpucore_event_create(ctx, &s->ev_out)) ||
+    if ((st = gpucore_stream_create(ctx, -1, &s->stream)) || (st = gpucore_event_create_untimed(ctx, &s->ev_in)) ||
+        (st = gpucore_event_create_untimed(ctx, &s->ev_out)) ||
         (st = gpucore_tensor_create(ctx, GPUCORE_I32, 1, &one, &s->scratch)) ||
         (st = gpucore_fill(s->scratch, 0, s->stream)))
         goto fail;
     for (int i = 0; i < COMM_DONE_RING; i++)
-        if ((st = gpucore_event_create(ctx, &s->done_ev[i]))) goto fail;
+        if ((st = gpucore_event_create_untimed(ctx, &s->done_ev[i]))) goto fail;
     c->s = s;
     c->magic = GPUCORE_MAGIC_COMM;
     *out = c;

@@ -268,11 +268,11 @@ gpucore_status gpucore_ddp_create(gpucore_comm *comm, gpucore_tensor *const *gra
             st = gpucore_tensor_reshape(flat, t->ndim, t->shape, &s->slots[g]);
             gpucore_tensor_destroy(flat);
         }
-        if (!st) st = gpucore_event_create(ctx, &s->ready[g]);
+        if (!st) st = gpucore_event_create_untimed(ctx, &s->ready[g]);
     }
     free(offset);
-    if (!st) st = gpucore_event_create(ctx, &s->reduced);
-    if (!st) st = gpucore_event_create(ctx, &s->finished);
+    if (!st) st = gpucore_event_create_untimed(ctx, &s->reduced);
+    if (!st) st = gpucore_event_create_untimed(ctx, &s->finished);
     gpucore_ddp *d = st ? NULL : gpucore_handle_alloc(&ddp_handle_pool);
     if (!st && !d) st = gpucore_set_error(GPUCORE_ERR_OUT_OF_MEMORY, "%s: out of host memory", op);
     if (st) { state_free(s); return st; }

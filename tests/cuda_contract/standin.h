@@ -33,6 +33,10 @@ STANDIN_EXPORT const char *standin_violation_text(int i);
 STANDIN_EXPORT void standin_violations_clear(void);
 /* Counters of what the stand-ins executed: "matmul", "fallback_launch", "nccl_coll", "conv", ... */
 STANDIN_EXPORT long standin_counter(const char *name);
+/* Test control of the cuDNN stand-in's slow kernel: while held (1), a conv execution started with
+ * STANDIN_DNN_EXEC_MS waits until released (0) or until that many ms have passed, so a test that needs an
+ * execution still running does not depend on how fast the machine is. */
+STANDIN_EXPORT void standin_dnn_hold(int held);
 STANDIN_HIDDEN void standin_count(const char *name);
 
 /* ---- a set of live handles (streams, events, descriptors, communicators) ---- */

@@ -353,6 +353,7 @@ static void test_conv_racing_build(void)
  * violation). */
 static void test_conv_evict_in_flight(void)
 {
+    void (*hold)(int) = (void (*)(int))sym("standin_dnn_hold");
     gpucore_context *ctx = NULL;
     CHECK_OK(gpucore_context_create("cuda:0", &ctx));
     if (!ctx) return;
@@ -366,7 +367,9 @@ static void test_conv_evict_in_flight(void)
     gpucore_conv_options o;
     conv_case_options(&o);
     o.workspace_limit = 3 << 20; /* keys no other case uses */
-    setenv("STANDIN_DNN_EXEC_MS", "4000", 1);
+    /* held until released below (at most 60 s), however slow this machine is */
+    hold(1);
+    setenv("STANDIN_DNN_EXEC_MS", "60000", 1);
     CHECK_OK(gpucore_conv_forward(c.x, c.w, c.b, c.y, &o, slow)); /* the least recently used plan from here on */
     unsetenv("STANDIN_DNN_EXEC_MS");
     gpucore_conv_stats st0 = {.struct_size = sizeof st0}, st1 = {.struct_size = sizeof st1};
@@ -383,6 +386,7 @@ static void test_conv_evict_in_flight(void)
     if (gpucore_stream_query(slow) != GPUCORE_ERR_NOT_READY)
         fprintf(stderr, "  the slow execution had finished before the eviction (a loaded machine?)\n");
     CHECK(v_count() == 0); /* before the fix: the plan was destroyed here, its execution still sleeping */
+    hold(0);
     CHECK_OK(gpucore_context_synchronize(ctx));
     CHECK(conv_case_check(&c));
     CHECK_OK(gpucore_conv_forward(c.x, c.w, c.b, y2, &o, NULL)); /* reaps the released entry */
