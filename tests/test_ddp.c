@@ -13,6 +13,7 @@
  * the gradient tensors during a simulated backward (last parameter first, with real
  * work on the compute stream between gradients), and reduced by the reducer.
  */
+#include <dlfcn.h>
 #include <stdint.h>
 #include <time.h>
 #include "check.h"
@@ -310,6 +311,18 @@ static void test_finish_no_host_wait(gpucore_comm *comm, gpucore_context *ctx, d
  * stand-in in the cuda-contract suite): rank 0 finishes before rank 1 has issued
  * its reduction at all, so rank 0's allreduce cannot complete until rank 1 joins;
  * a host wait in finish would block until the communicator's timeout and fail. */
+/* cudaLaunchHostFunc calls so far, read from the cudart stand-in inside the contract module that
+ * GPUCORE_CUDA_PLUGIN names (already loaded by the library); -1 on a real CUDA module (no stand-in). */
+static long standin_host_fn_count(void)
+{
+    const char *path = getenv("GPUCORE_CUDA_PLUGIN");
+    void *mod = path ? dlopen(path, RTLD_LAZY | RTLD_NOLOAD) : NULL;
+    long (*counter)(const char *) = mod ? (long (*)(const char *))dlsym(mod, "standin_counter") : NULL;
+    long n = counter ? counter("cudaLaunchHostFunc") : -1;
+    if (mod) dlclose(mod);
+    return n;
+}
+
 static void test_finish_two_local_ranks(void)
 {
     gpucore_context *ctx[2] = {NULL, NULL};
@@ -333,6 +346,7 @@ static void test_finish_two_local_ranks(void)
         CHECK_OK(gpucore_ddp_create(comm[r], &g[r], 1, NULL, &ddp[r]));
         CHECK_OK(gpucore_stream_create(ctx[r], 0, &stream[r]));
     }
+    const long host_fns_before = standin_host_fn_count();
     CHECK_OK(gpucore_ddp_mark_ready(ddp[0], 0, stream[0]));
     double t0 = now_s();
     CHECK_OK(gpucore_ddp_finish(ddp[0], stream[0]));
@@ -345,6 +359,14 @@ static void test_finish_two_local_ranks(void)
         CHECK_OK(gpucore_stream_synchronize(stream[r]));
         CHECK(grad_is_mean(g[r], n, 2));
         CHECK_OK(gpucore_comm_wait(comm[r], 0, 30));
+    }
+    /* item 11: completion is ordered by events; no host function is queued per collective */
+    const long host_fns = standin_host_fn_count() - host_fns_before;
+    if (host_fns_before < 0) {
+        printf("cuda: host functions per collective not counted (a real CUDA module, not the stand-in)\n");
+    } else {
+        CHECK(host_fns == 0);
+        if (host_fns) printf("  %ld host functions were queued on streams during one DDP reduction\n", host_fns);
     }
     printf("cuda: 2 local ranks: ddp_finish returned in %.4f s with rank 1's reduction not yet issued\n", dt);
     for (int r = 0; r < 2; r++) {

@@ -499,6 +499,7 @@ static int host_fn_task(void *p)
 cudaError_t cudaLaunchHostFunc(cudaStream_t h, cudaHostFn_t fn, void *arg)
 {
     standin_api_enter("cudaLaunchHostFunc");
+    standin_count("cudaLaunchHostFunc");
     struct CUstream_st *s = standin_stream("cudaLaunchHostFunc", h);
     if (!s) return fail(cudaErrorInvalidResourceHandle);
     if (!fn) return fail(cudaErrorInvalidValue);
