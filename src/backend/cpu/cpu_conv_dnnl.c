@@ -30,6 +30,13 @@ static void dnnl_engine_init(void)
     if (dnnl_engine_create(&dnnl_cpu_engine, dnnl_cpu, 0) != dnnl_success) dnnl_cpu_engine = NULL;
 }
 
+/* The one oneDNN CPU engine of the process (also used by cpu_matmul_dnnl.c); NULL when oneDNN has none. */
+void *cpu_dnnl_engine(void)
+{
+    pthread_once(&dnnl_engine_once, dnnl_engine_init);
+    return dnnl_cpu_engine;
+}
+
 /* One operand: the user's memory and, when the primitive wants another layout, a
  * memory in that layout plus the reorder between the two. */
 typedef struct dnnl_operand {
@@ -153,6 +160,11 @@ int cpu_conv_dnnl_forward(const gpucore_conv_desc *d)
 {
     (void)d;
     return 0;
+}
+
+void *cpu_dnnl_engine(void)
+{
+    return NULL;
 }
 
 #endif

@@ -50,5 +50,12 @@ GPUCORE_HIDDEN gpucore_status cpu_conv(void *bctx, const gpucore_conv_desc *desc
 /* cpu_conv_dnnl.c: the forward through oneDNN; 1 when it computed y, 0 when the caller must
  * run the im2col + GEMM path (no oneDNN in the build, unsupported dtype or shape). */
 GPUCORE_HIDDEN int cpu_conv_dnnl_forward(const gpucore_conv_desc *d);
+/* cpu_conv_dnnl.c: the process's oneDNN CPU engine (a dnnl_engine_t), NULL without oneDNN. */
+GPUCORE_HIDDEN void *cpu_dnnl_engine(void);
+/* cpu_matmul_dnnl.c: T (m x n, column-major, ld m, f32) = op(A)·op(B) for bf16 column-major A and B
+ * through oneDNN's matmul (AMX/AVX512-BF16 kernels where the CPU has them); 1 when it computed T, 0
+ * when oneDNN declined or is absent (the caller then uses sbgemm or widens to f32). */
+GPUCORE_HIDDEN int cpu_matmul_dnnl_bf16(int64_t m, int64_t n, int64_t k, const void *A, int64_t lda, int ta,
+                                        const void *B, int64_t ldb, int tb, float *T);
 
 #endif

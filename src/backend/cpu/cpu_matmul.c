@@ -8,6 +8,7 @@
  */
 #include <dlfcn.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include "cpu_internal.h"
@@ -91,6 +92,20 @@ static void blocked_gemm(int ta, int tb, int64_t m, int64_t n, int64_t k, float 
     }
 }
 
+/* GPUCORE_CPU_PORTABLE=1 (the switch cpu_vec reads for its own paths) also keeps bf16 GEMMs off
+ * oneDNN, so the sbgemm/widening paths stay testable on a machine that has oneDNN. */
+static int cpu_matmul_bf16_portable(void)
+{
+    static atomic_int cached = -1; /* read from several stream threads */
+    int v = atomic_load_explicit(&cached, memory_order_relaxed);
+    if (v < 0) {
+        const char *e = getenv("GPUCORE_CPU_PORTABLE");
+        v = e && e[0] == '1';
+        atomic_store_explicit(&cached, v, memory_order_relaxed);
+    }
+    return v;
+}
+
 #if GPUCORE_HAVE_OPENBLAS
 /* cblas_sbgemm exists only in OpenBLAS builds with BUILD_BFLOAT16 (Debian's 0.3.21
  * lacks it although cblas.h declares it), so it is looked up at run time. */
@@ -138,6 +153,14 @@ static gpucore_status product(const gpucore_gemm_desc *g, int64_t bi, float *T, 
         memset(T, 0, (size_t)(m * n) * sizeof(float));
         *ti = 1; *tj = m;
         return GPUCORE_OK;
+    }
+    if (g->a.dtype == GPUCORE_KDT_BF16 && !cpu_matmul_bf16_portable()) {
+        const char *A = (const char *)g->a.data + bi * g->a.batch_stride * 2;
+        const char *B = (const char *)g->b.data + bi * g->b.batch_stride * 2;
+        if (cpu_matmul_dnnl_bf16(m, n, k, A, g->a.ld, g->a.trans, B, g->b.ld, g->b.trans, T)) {
+            *ti = 1; *tj = m;
+            return GPUCORE_OK;
+        }
     }
 #if GPUCORE_HAVE_OPENBLAS
     if (blas_ok(g) && (g->a.dtype == GPUCORE_KDT_F32 || (g->a.dtype == GPUCORE_KDT_BF16 && get_sbgemm()))) {
