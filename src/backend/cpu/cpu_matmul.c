@@ -8,7 +8,6 @@
  */
 #include <dlfcn.h>
 #include <pthread.h>
-#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include "cpu_internal.h"
@@ -92,20 +91,6 @@ static void blocked_gemm(int ta, int tb, int64_t m, int64_t n, int64_t k, float 
     }
 }
 
-/* GPUCORE_CPU_PORTABLE=1 (the switch cpu_vec reads for its own paths) also keeps bf16 GEMMs off
- * oneDNN, so the sbgemm/widening paths stay testable on a machine that has oneDNN. */
-static int cpu_matmul_bf16_portable(void)
-{
-    static atomic_int cached = -1; /* read from several stream threads */
-    int v = atomic_load_explicit(&cached, memory_order_relaxed);
-    if (v < 0) {
-        const char *e = getenv("GPUCORE_CPU_PORTABLE");
-        v = e && e[0] == '1';
-        atomic_store_explicit(&cached, v, memory_order_relaxed);
-    }
-    return v;
-}
-
 #if GPUCORE_HAVE_OPENBLAS
 /* cblas_sbgemm exists only in OpenBLAS builds with BUILD_BFLOAT16 (Debian's 0.3.21
  * lacks it although cblas.h declares it), so it is looked up at run time. */
@@ -154,7 +139,9 @@ static gpucore_status product(const gpucore_gemm_desc *g, int64_t bi, float *T, 
         *ti = 1; *tj = m;
         return GPUCORE_OK;
     }
-    if (g->a.dtype == GPUCORE_KDT_BF16 && !cpu_matmul_bf16_portable()) {
+    /* oneDNN's bf16 kernels need AVX512-BF16/AMX, which implies AVX2; cpu_vec_have_avx2() is also 0 under
+     * GPUCORE_CPU_PORTABLE, which so keeps the sbgemm/widening paths testable on any machine */
+    if (g->a.dtype == GPUCORE_KDT_BF16 && cpu_vec_have_avx2()) {
         const char *A = (const char *)g->a.data + bi * g->a.batch_stride * 2;
         const char *B = (const char *)g->b.data + bi * g->b.batch_stride * 2;
         if (cpu_matmul_dnnl_bf16(m, n, k, A, g->a.ld, g->a.trans, B, g->b.ld, g->b.trans, T)) {
