@@ -26,6 +26,7 @@
 #include <string.h>
 #include <time.h>
 #include "gpucore.h"
+#include "bench_time.h"
 
 static int rank, size, json, use_bf16;
 static int64_t hidden = 256, ffn = 1024;
@@ -39,19 +40,6 @@ static int layers = 4, iters = 10;
             MPI_Abort(MPI_COMM_WORLD, 1);                                                          \
         }                                                                                          \
     } while (0)
-
-static double now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
 
 typedef struct result {
     double step_ms;

@@ -1938,6 +1938,52 @@ typedef struct gpucore_ckpt_stats {
 } gpucore_ckpt_stats;
 GPUCORE_API gpucore_status gpucore_ckpt_get_stats(gpucore_ckpt *ckpt, gpucore_ckpt_stats *stats);
 
+/* ---- layers on several devices: a GPipe pipeline over checkpoint executors ----
+ *
+ * Consecutive layers placed on different contexts (cuda:0, cuda:1, ...; several CPU
+ * contexts on the CPU backend): each stage is a checkpoint executor created on its
+ * own context with its segments (and their weights) there; stage s's output is
+ * stage s+1's input. One step splits x [B, ...] along dim 0 into micro-batches
+ * (sizes differ by at most one, the first B mod M one larger) and runs them
+ * GPipe-style: all forwards (fill), then all backwards (drain), every call queued
+ * without host waits, so stage s works on micro-batch m+1 while stage s+1 works on
+ * m. Activations and gradients move between contexts on a transfer stream of the
+ * receiving context, ordered by events (the sender's stream waits only for the
+ * copy before its memory is reused). Memory follows GPipe's re-materialisation:
+ * between its forward and its backward a stage holds only each micro-batch's
+ * input; the backward of a micro-batch runs the stage's forward again (the
+ * executor's own policy applies inside, dropout replays the same mask) and then
+ * its backward, so each stage costs two forwards and one backward per micro-batch.
+ * Gradients: every parameter gradient announced with gpucore_ckpt_grad_ready (the
+ * built-in segments announce theirs) is summed over micro-batches in micro-batch
+ * order (one fixed order, so placements over 1, 2 or 4 contexts give bitwise equal
+ * gradients) and left in the segment's gradient tensor; the executor's own
+ * grad-ready callback, if set, is called once per gradient after the last
+ * micro-batch (with M = 1: as without the pipeline). A custom segment that does not
+ * announce a gradient gets only the last micro-batch's in it. Stages must all be on
+ * one backend (CPU or CUDA); two stages may share a context. */
+typedef struct gpucore_pipeline gpucore_pipeline;
+/* Called once per micro-batch, right after its last-stage forward, on the host
+ * thread: y is the micro-batch's output (borrowed) on the last stage's context;
+ * write dL/dy (y's shape and dtype) into dy on `stream`. Scale as the loss needs
+ * (e.g. a mean over the whole batch divides by B, not by the micro-batch size). */
+typedef gpucore_status (*gpucore_pipeline_loss_fn)(void *user, int64_t micro_batch, const gpucore_tensor *y,
+                                                   gpucore_tensor *dy, gpucore_stream *stream);
+/* stages: `count` distinct executors in order (borrowed; they must outlive the
+ * pipeline). Installs its own grad-ready callback on each (keeping the one set
+ * before as the one it calls) and restores them at destroy. */
+GPUCORE_API gpucore_status gpucore_pipeline_create(gpucore_ckpt *const *stages, int count, gpucore_pipeline **out);
+GPUCORE_API gpucore_status gpucore_pipeline_destroy(gpucore_pipeline *pipe);
+/* One training step: forward and backward of every micro-batch as described above.
+ * x: on stage 0's context, dim 0 >= micro_batches >= 1. dx: NULL or x's shape and
+ * dtype on stage 0's context, receiving the input gradient. Work is queued on each
+ * context's current stream of the calling thread; returns without waiting for it.
+ * Errors name the stage and micro-batch; the step is then dropped (every executor
+ * reset) and the pipeline is ready for the next one. */
+GPUCORE_API gpucore_status gpucore_pipeline_step(gpucore_pipeline *pipe, const gpucore_tensor *x,
+                                                 int64_t micro_batches, gpucore_pipeline_loss_fn loss, void *user,
+                                                 gpucore_tensor *dx);
+
 /* ---------------------------------------------------- attention and transformer ops
  *
  * Scaled dot-product attention over [batch, heads, seq, head_dim] tensors given

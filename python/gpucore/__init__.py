@@ -44,7 +44,7 @@ from .context import Context, Stream, Event, Timer, get_context, default_context
 from .tensor import (Tensor, empty, zeros, ones, full, tensor, from_numpy, rand, randn, empty_like,
                      zeros_like, manual_seed, IndexOutOfRangeError)
 from .interop import from_dlpack, to_dlpack, cuda_array_interface
-from . import ops, nn, memory, optim, serialization, distributed, checkpoint, zero
+from . import ops, nn, memory, optim, serialization, distributed, checkpoint, zero, pipeline
 from .ops import *  # noqa: F401,F403  (elementwise, activations, reductions, row ops)
 from .ops import __all__ as _ops_all
 from .nn import *  # noqa: F401,F403  (matmul, linear, conv)
@@ -56,6 +56,7 @@ from .serialization import (save_file, load_file, SafetensorsFile, safe_open, sa
                             load_checkpoint)
 from .distributed import Communicator, DDPReducer, unique_id, comm_group
 from .zero import ZeroTrainer
+from .pipeline import Pipeline
 from .checkpoint import CheckpointExecutor, CheckpointCall
 from . import transformer
 from .transformer import (AttentionOptions, scaled_dot_product_attention,
@@ -77,7 +78,7 @@ __all__ = list(_errors_all) + [
     "ops", "nn", "memory", "optim", "serialization", "distributed", "checkpoint",
     "SGD", "AdamW", "Optimizer", "LossScaler", "clip_grad_norm_", "save_file", "load_file", "SafetensorsFile",
     "safe_open", "save_checkpoint", "load_checkpoint", "Communicator", "DDPReducer", "unique_id", "comm_group",
-    "zero", "ZeroTrainer",
+    "zero", "ZeroTrainer", "pipeline", "Pipeline",
     "CheckpointExecutor", "CheckpointCall",
     "transformer", "AttentionOptions", "scaled_dot_product_attention", "scaled_dot_product_attention_backward",
     "rotary_embedding", "rotary_embedding_backward", "glu", "glu_backward", "swiglu", "swiglu_backward",

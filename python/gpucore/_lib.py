@@ -27,7 +27,8 @@ __all__ = ["C", "lib", "library_path", "DECLARATIONS", "DeviceProperties", "STAT
            "LOG_FN", "DELETER_FN", "last_error", "status_string", "MemoryStats", "ProfileEntry",
            "MatmulOptions", "ConvOptions", "ConvStats", "OptimizerConfig", "LossScalerConfig", "DdpOptions",
            "DdpTraceEvent", "CkptStats", "CKPT_FORWARD_FN", "CKPT_BACKWARD_FN", "CKPT_PACK_FN",
-           "CKPT_UNPACK_FN", "CKPT_DISCARD_FN", "CKPT_SEGMENT_HOOK_FN", "CKPT_GRAD_READY_FN"]
+           "CKPT_UNPACK_FN", "CKPT_DISCARD_FN", "CKPT_SEGMENT_HOOK_FN", "CKPT_GRAD_READY_FN",
+           "PIPELINE_LOSS_FN"]
 
 
 class _StatusKind:
@@ -177,6 +178,8 @@ CKPT_UNPACK_FN = ctypes.CFUNCTYPE(c_int, c_void_p, c_void_p, c_void_p, P_H)
 CKPT_DISCARD_FN = ctypes.CFUNCTYPE(None, c_void_p, c_void_p)
 CKPT_SEGMENT_HOOK_FN = ctypes.CFUNCTYPE(c_int, c_void_p, c_int64, c_char_p, ctypes.c_int32, ctypes.c_int32)
 CKPT_GRAD_READY_FN = ctypes.CFUNCTYPE(c_int, c_void_p, c_int64, c_char_p, ctypes.c_int32, c_void_p, c_void_p)
+# gpucore_pipeline_loss_fn(user, micro_batch, y, dy, stream)
+PIPELINE_LOSS_FN = ctypes.CFUNCTYPE(c_int, c_void_p, c_int64, c_void_p, c_void_p, c_void_p)
 P_CHARP = POINTER(c_char_p)
 P_U64 = POINTER(c_uint64)
 I32 = ctypes.c_int32
@@ -447,6 +450,9 @@ DECLARATIONS: Dict[str, Tuple[Any, List[Any]]] = {
     "gpucore_ckpt_set_segment_hook": (STATUS, [H, CKPT_SEGMENT_HOOK_FN, c_void_p]),
     "gpucore_ckpt_set_grad_ready_callback": (STATUS, [H, CKPT_GRAD_READY_FN, c_void_p]),
     "gpucore_ckpt_get_stats": (STATUS, [H, POINTER(CkptStats)]),
+    "gpucore_pipeline_create": (STATUS, [P_H, c_int, P_H]),
+    "gpucore_pipeline_destroy": (STATUS, [H]),
+    "gpucore_pipeline_step": (STATUS, [H, H, c_int64, PIPELINE_LOSS_FN, c_void_p, H]),
     # attention and transformer ops (options: a gpucore.transformer.AttentionOptions by reference)
     "gpucore_attention_options_init": (None, [c_void_p]),
     "gpucore_attention_forward": (STATUS, [H, H, H, H, H, H, H, c_void_p, H]),

@@ -45,4 +45,11 @@ GPUCORE_HIDDEN gpucore_status gpucore_check_scalar_tensor(const gpucore_tensor *
 GPUCORE_HIDDEN gpucore_status gpucore_scalar_tensor_new(gpucore_context *ctx, gpucore_dtype dtype, double value,
                                                         gpucore_tensor **out);
 
+/* A new tensor whose memory is allocated on `stream` (stream-ordered there) instead
+ * of the calling thread's current stream (zero.c; used by ZeRO's gathers and the
+ * pipeline's inbound copies, which write on a side stream). */
+GPUCORE_HIDDEN gpucore_status gpucore_train_tensor_on(gpucore_context *ctx, gpucore_dtype dtype, int ndim,
+                                                      const int64_t *shape, gpucore_stream *stream,
+                                                      gpucore_tensor **out);
+
 #endif

@@ -55,16 +55,22 @@ gpucore_status zero_vector(gpucore_context *ctx, gpucore_dtype dtype, int64_t n,
     return gpucore_tensor_create(ctx, dtype, 1, &n, out);
 }
 
-gpucore_status zero_vector_on(gpucore_context *ctx, gpucore_dtype dtype, int64_t n, gpucore_stream *stream,
-                              gpucore_tensor **out)
+gpucore_status gpucore_train_tensor_on(gpucore_context *ctx, gpucore_dtype dtype, int ndim, const int64_t *shape,
+                                      gpucore_stream *stream, gpucore_tensor **out)
 {
     /* the current stream is per thread: switch it for this one allocation */
     gpucore_stream *cur = NULL;
     gpucore_status st = gpucore_context_current_stream(ctx, &cur);
     if (st || (st = gpucore_context_set_current_stream(ctx, stream))) return st;
-    st = zero_vector(ctx, dtype, n, out);
+    st = gpucore_tensor_create(ctx, dtype, ndim, shape, out);
     gpucore_status st2 = gpucore_context_set_current_stream(ctx, cur);
     return st ? st : st2;
+}
+
+gpucore_status zero_vector_on(gpucore_context *ctx, gpucore_dtype dtype, int64_t n, gpucore_stream *stream,
+                              gpucore_tensor **out)
+{
+    return gpucore_train_tensor_on(ctx, dtype, 1, &n, stream, out);
 }
 
 gpucore_status zero_convert(gpucore_tensor *dst, const gpucore_tensor *src, gpucore_stream *s)
