@@ -1589,12 +1589,26 @@ GPUCORE_API gpucore_status gpucore_zero_param(gpucore_zero *zero, int param, gpu
  * segment that runs next (s+1 forward, s-1 backward) is prefetched, and after it the
  * bucket is released. -1: the segment has no parameters. Its segments read their parameters with
  * gpucore_zero_param and write gradients into gpucore_zero_grad (then mark_ready, e.g.
- * from the executor's grad-ready callback) — built-in segments bind their tensors at
- * add time and cannot be sharded. nsegments must equal gpucore_ckpt_segment_count. The
+ * from the executor's grad-ready callback) — or are built-in segments bound with
+ * gpucore_zero_bind_ckpt. nsegments must equal gpucore_ckpt_segment_count. The
  * trainer must outlive the executor's use (or call with ckpt's hook set to NULL to detach). */
 typedef struct gpucore_ckpt gpucore_ckpt;
 GPUCORE_API gpucore_status gpucore_zero_attach_ckpt(gpucore_zero *zero, gpucore_ckpt *ckpt,
                                                     const int32_t *bucket_of_segment, int64_t nsegments);
+/* Built-in segments (linear, layer norm, attention and MLP blocks; not conv2d) under the
+ * trainer, at any stage: params[i] / grads[i] (count entries each, as given to
+ * gpucore_zero_create; a grads entry may be NULL) are the tensors bound to the
+ * executor's segments as parameter i and its gradient when they were added. From now
+ * on, in each segment call, a bound parameter is read through gpucore_zero_param
+ * (stage 3: the gathered bucket, so combine with gpucore_zero_attach_ckpt) and, in
+ * backward, a bound gradient is written into gpucore_zero_grad and marked ready when
+ * the segment announces it (gpucore_ckpt_grad_ready; the executor's own grad-ready
+ * callback is still called after). The bound tensors serve as keys only and are never
+ * read again: at stage 3 destroy them after gpucore_zero_create, but add no segment
+ * after that (a new tensor may reuse a destroyed handle). One executor per trainer;
+ * destroying the trainer unbinds it. */
+GPUCORE_API gpucore_status gpucore_zero_bind_ckpt(gpucore_zero *zero, gpucore_ckpt *ckpt, gpucore_tensor *const *params,
+                                                  gpucore_tensor *const *grads);
 
 /* Checkpoints of a trainer at stages 1-3 (stage 0: use gpucore_checkpoint_save), loadable
  * at any rank count, stage 1-3 and bucket layout with the same bucket sizes (the

@@ -109,6 +109,36 @@ static gpucore_status norm_backward(gpucore_ckpt_call *call, const block_norm *N
     return st;
 }
 
+/* The tensors to use in this call (ZeRO stage 3: gathered parameters, the trainer's
+ * gradient buffers); gradients only in backward, so a forward allocates none. */
+static gpucore_status bind_norm(gpucore_ckpt_call *call, block_norm *N, int grads)
+{
+    gpucore_status st = GPUCORE_OK;
+    CKPT_BIND(call, N->w, 0);
+    CKPT_BIND(call, N->b, 0);
+    if (grads) {
+        CKPT_BIND(call, N->dw, 1);
+        CKPT_BIND(call, N->db, 1);
+    }
+    return st;
+}
+
+static gpucore_status bind_proj(gpucore_ckpt_call *call, block_proj *P, int grads)
+{
+    gpucore_status st = GPUCORE_OK;
+    CKPT_BIND(call, P->w, 0);
+    CKPT_BIND(call, P->b, 0);
+    CKPT_BIND(call, P->la, 0);
+    CKPT_BIND(call, P->lb, 0);
+    if (grads) {
+        CKPT_BIND(call, P->dw, 1);
+        CKPT_BIND(call, P->db, 1);
+        CKPT_BIND(call, P->dla, 1);
+        CKPT_BIND(call, P->dlb, 1);
+    }
+    return st;
+}
+
 static void proj_options(const block_proj *P, uint64_t seed, uint64_t offset, gpucore_lora_options *o)
 {
     gpucore_lora_options_init(o);
@@ -239,11 +269,23 @@ static void attn_options(const attn_seg *A, gpucore_attention_options *o)
     o->is_causal = A->is_causal;
 }
 
+static gpucore_status bind_attn(gpucore_ckpt_call *call, attn_seg *A, int grads)
+{
+    gpucore_status st = bind_norm(call, &A->norm, grads);
+    if (!st) st = bind_proj(call, &A->qkv, grads);
+    if (!st) st = bind_proj(call, &A->out, grads);
+    if (st) return st;
+    CKPT_BIND(call, A->cos, 0);
+    CKPT_BIND(call, A->sin, 0);
+    return st;
+}
+
 static gpucore_status attn_fwd(gpucore_ckpt_call *call, const gpucore_tensor *x, gpucore_tensor **y,
                                gpucore_stream *stream, void *user)
 {
-    attn_seg *A = user;
-    gpucore_status st = attn_check_x(A, x);
+    attn_seg Anow = *(const attn_seg *)user, *A = &Anow;
+    gpucore_status st = bind_attn(call, A, 0);
+    if (!st) st = attn_check_x(A, x);
     if (st) return st;
     const int64_t B = x->shape[0], S = x->shape[1];
     gpucore_tensor *xn = NULL, *qkv = NULL, *v[3] = {NULL, NULL, NULL}, *att = NULL, *att4 = NULL, *att3 = NULL,
@@ -285,8 +327,9 @@ out:;
 static gpucore_status attn_bwd(gpucore_ckpt_call *call, const gpucore_tensor *dy, gpucore_tensor *dx,
                                gpucore_stream *stream, void *user)
 {
-    attn_seg *A = user;
-    gpucore_status st = GPUCORE_OK;
+    attn_seg Anow = *(const attn_seg *)user, *A = &Anow;
+    gpucore_status st = bind_attn(call, A, 1);
+    if (st) return st;
     save_cursor c = {call, 0};
     norm_saves ns = {0};
     gpucore_tensor *xa_q = NULL, *qkv = NULL, *att = NULL, *lse = NULL, *xa_o = NULL;
@@ -353,11 +396,20 @@ static gpucore_status glu_halves(const mlp_seg *M, gpucore_tensor *u, gpucore_te
     return st;
 }
 
+static gpucore_status bind_mlp(gpucore_ckpt_call *call, mlp_seg *M, int grads)
+{
+    gpucore_status st = bind_norm(call, &M->norm, grads);
+    if (!st) st = bind_proj(call, &M->fc1, grads);
+    if (!st) st = bind_proj(call, &M->fc2, grads);
+    return st;
+}
+
 static gpucore_status mlp_fwd(gpucore_ckpt_call *call, const gpucore_tensor *x, gpucore_tensor **y,
                               gpucore_stream *stream, void *user)
 {
-    mlp_seg *M = user;
-    gpucore_status st = GPUCORE_OK;
+    mlp_seg Mnow = *(const mlp_seg *)user, *M = &Mnow;
+    gpucore_status st = bind_mlp(call, M, 0);
+    if (st) return st;
     if (x->ndim < 1 || x->shape[x->ndim - 1] != M->d_model)
         return gpucore_set_error(GPUCORE_ERR_SHAPE_MISMATCH, "mlp block: x's last dim is %lld; it must be %lld",
                                  (long long)(x->ndim ? x->shape[x->ndim - 1] : 0), (long long)M->d_model);
@@ -386,8 +438,9 @@ out:;
 static gpucore_status mlp_bwd(gpucore_ckpt_call *call, const gpucore_tensor *dy, gpucore_tensor *dx,
                               gpucore_stream *stream, void *user)
 {
-    mlp_seg *M = user;
-    gpucore_status st = GPUCORE_OK;
+    mlp_seg Mnow = *(const mlp_seg *)user, *M = &Mnow;
+    gpucore_status st = bind_mlp(call, M, 1);
+    if (st) return st;
     save_cursor c = {call, 0};
     norm_saves ns = {0};
     gpucore_tensor *u = NULL, *h = NULL, *du = NULL, *dh = NULL, *gate = NULL, *up = NULL, *dgate = NULL, *dup = NULL,

@@ -120,12 +120,31 @@ gpucore_status gpucore_ckpt_grad_ready(gpucore_ckpt_call *call, int32_t param, g
     if (call->phase != PH_BACKWARD)
         return gpucore_set_error(GPUCORE_ERR_INVALID_ARGUMENT, "checkpoint '%s': segment '%s' announced a gradient "
                                  "outside its backward", s->name, call->seg->name);
+    if (s->resolver && (st = s->resolver->ready(s->resolver_user, grad, call->stream))) return st;
     if (!s->grad_ready) return GPUCORE_OK;
     gpucore_clear_error();
     st = s->grad_ready(s->grad_ready_user, call->index, call->seg->name, param, grad, call->stream);
     if (st && !gpucore_last_error()[0])
         gpucore_set_error(st, "the grad-ready callback returned %s for param %d", gpucore_status_string(st), param);
     return st;
+}
+
+gpucore_status gpucore_ckpt_bound_now(gpucore_ckpt_call *call, const gpucore_tensor *bound, int is_grad,
+                                     gpucore_tensor **now)
+{
+    ckpt_state *s = call->s;
+    *now = (gpucore_tensor *)bound;
+    if (!bound || !s->resolver) return GPUCORE_OK;
+    return s->resolver->resolve(s->resolver_user, bound, is_grad, call->stream, now);
+}
+
+gpucore_status gpucore_ckpt_set_resolver(gpucore_ckpt *c, const ckpt_resolver *r, void *user)
+{
+    gpucore_status st = gpucore_ckpt_check(c, "ckpt_set_resolver");
+    if (st) return st;
+    c->s->resolver = r;
+    c->s->resolver_user = user;
+    return GPUCORE_OK;
 }
 
 gpucore_status gpucore_ckpt_call_segment(const gpucore_ckpt_call *call, int64_t *index, const char **name)

@@ -89,6 +89,8 @@ typedef struct ckpt_state {
     void *seg_hook_user;
     gpucore_ckpt_grad_ready_fn grad_ready;
     void *grad_ready_user;
+    const struct ckpt_resolver *resolver; /* NULL: built-in segments use the tensors they bound */
+    void *resolver_user;
     int in_step;
     gpucore_tensor *y;
     int measured;          /* tops[].out_bytes ... hold measurements for this input */
@@ -165,6 +167,29 @@ GPUCORE_HIDDEN gpucore_status gpucore_ckpt_check_param(const gpucore_ckpt *c, co
                                                        const char *seg, const char *arg, int required);
 GPUCORE_HIDDEN gpucore_status gpucore_ckpt_check_grad(const gpucore_tensor *p, const gpucore_tensor *g, const char *op,
                                                       const char *seg, const char *pn, const char *gn);
+
+/* Where the built-in segments' bound tensors live now (ZeRO: gathered parameters and
+ * the trainer's gradient buffers). resolve maps a tensor bound at add time to the one
+ * to use in this call (*now = bound when it is not one of the resolver's); ready is
+ * told first when a segment announces a resolved gradient as complete. */
+typedef struct ckpt_resolver {
+    gpucore_status (*resolve)(void *user, const gpucore_tensor *bound, int is_grad, gpucore_stream *stream,
+                              gpucore_tensor **now);
+    gpucore_status (*ready)(void *user, gpucore_tensor *grad, gpucore_stream *stream);
+} ckpt_resolver;
+GPUCORE_HIDDEN gpucore_status gpucore_ckpt_set_resolver(gpucore_ckpt *c, const ckpt_resolver *r, void *user);
+/* checkpoint_call.c: the tensor a built-in segment uses now for `bound` (NULL stays NULL). */
+GPUCORE_HIDDEN gpucore_status gpucore_ckpt_bound_now(gpucore_ckpt_call *call, const gpucore_tensor *bound, int is_grad,
+                                                     gpucore_tensor **now);
+
+/* In a built-in segment's callback (with `gpucore_status st` in scope): replace the
+ * field f (a bound tensor) by the one to use now; returns from the callback on error. */
+#define CKPT_BIND(call, f, is_grad)                                                     \
+    do {                                                                                \
+        gpucore_tensor *now_ = NULL;                                                    \
+        if ((st = gpucore_ckpt_bound_now((call), (f), (is_grad), &now_))) return st;    \
+        (f) = now_;                                                                     \
+    } while (0)
 
 /* A new handle on t's memory (same view), owned by the caller. */
 GPUCORE_HIDDEN gpucore_status gpucore_ckpt_alias(const gpucore_tensor *t, gpucore_tensor **out);

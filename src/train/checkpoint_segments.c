@@ -55,9 +55,11 @@ typedef struct linear_seg {
 static gpucore_status linear_fwd(gpucore_ckpt_call *call, const gpucore_tensor *x, gpucore_tensor **y,
                                  gpucore_stream *stream, void *user)
 {
-    linear_seg *L = user;
+    linear_seg Lnow = *(const linear_seg *)user, *L = &Lnow;
     gpucore_status st = GPUCORE_OK;
     gpucore_tensor *out = NULL, *aux = NULL;
+    CKPT_BIND(call, L->w, 0);
+    CKPT_BIND(call, L->bias, 0);
     if (x->ndim < 1) return gpucore_set_error(GPUCORE_ERR_SHAPE_MISMATCH, "linear: x is 0-d");
     int64_t shape[GPUCORE_MAX_DIMS];
     memcpy(shape, x->shape, sizeof shape);
@@ -78,9 +80,12 @@ out:
 static gpucore_status linear_bwd(gpucore_ckpt_call *call, const gpucore_tensor *dy, gpucore_tensor *dx,
                                  gpucore_stream *stream, void *user)
 {
-    linear_seg *L = user;
+    linear_seg Lnow = *(const linear_seg *)user, *L = &Lnow;
     gpucore_status st = GPUCORE_OK;
     gpucore_tensor *x = NULL, *act_in = NULL, *g = NULL;
+    CKPT_BIND(call, L->w, 0);
+    CKPT_BIND(call, L->dw, 1);
+    CKPT_BIND(call, L->db, 1);
     TRY(gpucore_ckpt_saved(call, 0, &x));
     if (L->act != GPUCORE_ACT_NONE) {
         TRY(gpucore_ckpt_saved(call, 1, &act_in));
@@ -223,9 +228,11 @@ typedef struct norm_seg {
 static gpucore_status norm_fwd(gpucore_ckpt_call *call, const gpucore_tensor *x, gpucore_tensor **y,
                                gpucore_stream *stream, void *user)
 {
-    norm_seg *N = user;
+    norm_seg Nnow = *(const norm_seg *)user, *N = &Nnow;
     gpucore_status st = GPUCORE_OK;
     gpucore_tensor *out = NULL, *mean = NULL, *rstd = NULL;
+    CKPT_BIND(call, N->gamma, 0);
+    CKPT_BIND(call, N->beta, 0);
     if (x->ndim < 1) return gpucore_set_error(GPUCORE_ERR_SHAPE_MISMATCH, "layer_norm: x is 0-d");
     int64_t cols = x->shape[x->ndim - 1], rows = cols ? gpucore_tensor_numel(x) / cols : 0;
     TRY(gpucore_tensor_create(ctx_of(x), (gpucore_dtype)x->dtype, x->ndim, x->shape, &out));
@@ -246,9 +253,12 @@ out:
 static gpucore_status norm_bwd(gpucore_ckpt_call *call, const gpucore_tensor *dy, gpucore_tensor *dx,
                                gpucore_stream *stream, void *user)
 {
-    norm_seg *N = user;
+    norm_seg Nnow = *(const norm_seg *)user, *N = &Nnow;
     gpucore_status st = GPUCORE_OK;
     gpucore_tensor *x = NULL, *mean = NULL, *rstd = NULL;
+    CKPT_BIND(call, N->gamma, 0);
+    CKPT_BIND(call, N->dgamma, 1);
+    CKPT_BIND(call, N->dbeta, 1);
     TRY(gpucore_ckpt_saved(call, 0, &x));
     TRY(gpucore_ckpt_saved(call, 1, &mean));
     TRY(gpucore_ckpt_saved(call, 2, &rstd));

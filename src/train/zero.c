@@ -137,6 +137,7 @@ static void zero_free(gpucore_zero *z)
     free(z->ready);
     free(z->b);
     free(z->seg_bucket);
+    zero_unbind_ckpt(z);
     pthread_mutex_destroy(&z->mu);
 }
 

@@ -1,11 +1,14 @@
 /*
  * zero_gather.c — the ZeRO trainer's stage-3 parameter gathers (all-gather a
  * bucket's shards on the communicator's stream, views per parameter, stream-ordered
- * release) and its memory statistics.
+ * release), its memory statistics, and the executor bindings: the segment hook that
+ * gathers around each segment (attach) and the resolver through which built-in
+ * segments read gathered parameters and write the trainer's gradients (bind).
  */
 #include <stdlib.h>
 #include <string.h>
 #include "zero_internal.h"
+#include "checkpoint_internal.h"
 
 static gpucore_status check_bucket(const gpucore_zero *z, int bucket, const char *op)
 {
@@ -199,6 +202,84 @@ gpucore_status gpucore_zero_attach_ckpt(gpucore_zero *z, gpucore_ckpt *ckpt, con
     free(z->seg_bucket);
     z->seg_bucket = copy;
     z->nseg = n;
+    pthread_mutex_unlock(&z->mu);
+    return GPUCORE_OK;
+}
+
+/* ------------------------------------------- built-in segments (bind_ckpt) */
+
+static int key_of(gpucore_tensor *const *keys, int n, const gpucore_tensor *t)
+{
+    for (int i = 0; keys && i < n; i++)
+        if (keys[i] == t) return i;
+    return -1;
+}
+
+static gpucore_status zero_resolve(void *user, const gpucore_tensor *bound, int is_grad, gpucore_stream *stream,
+                                   gpucore_tensor **now)
+{
+    gpucore_zero *z = user;
+    gpucore_status st = zero_check(z, "zero_bind_ckpt resolver");
+    if (st) return st;
+    int i = key_of(is_grad ? z->bound_grads : z->bound_params, z->count, bound);
+    if (i < 0) return GPUCORE_OK; /* not one of the trainer's: the bound tensor itself */
+    return is_grad ? gpucore_zero_grad(z, i, stream, now) : gpucore_zero_param(z, i, stream, now);
+}
+
+static gpucore_status zero_resolved_ready(void *user, gpucore_tensor *grad, gpucore_stream *stream)
+{
+    gpucore_zero *z = user;
+    gpucore_status st = zero_check(z, "zero_bind_ckpt resolver");
+    if (st) return st;
+    int i = key_of(z->grad_views, z->count, grad);
+    return i < 0 ? GPUCORE_OK : gpucore_zero_mark_ready(z, i, stream);
+}
+
+static const ckpt_resolver zero_resolver = {zero_resolve, zero_resolved_ready};
+
+void zero_unbind_ckpt(gpucore_zero *z)
+{
+    gpucore_ckpt *c = z->bound_ckpt;
+    if (c && c->magic == GPUCORE_MAGIC_CKPT && c->s && c->s->resolver_user == z) {
+        c->s->resolver = NULL;
+        c->s->resolver_user = NULL;
+    }
+    free(z->bound_params);
+    free(z->bound_grads);
+    z->bound_params = z->bound_grads = NULL;
+    z->bound_ckpt = NULL;
+}
+
+gpucore_status gpucore_zero_bind_ckpt(gpucore_zero *z, gpucore_ckpt *ckpt, gpucore_tensor *const *params,
+                                      gpucore_tensor *const *grads)
+{
+    const char *op = "zero_bind_ckpt";
+    gpucore_status st = zero_check(z, op);
+    if (!st) st = gpucore_ckpt_check(ckpt, op);
+    if (st) return st;
+    if (!params) return gpucore_set_error(GPUCORE_ERR_NULL_POINTER, "%s: params is NULL", op);
+    gpucore_tensor **p = calloc((size_t)z->count, sizeof *p), **g = calloc((size_t)z->count, sizeof *g);
+    if (!p || !g) {
+        free(p);
+        free(g);
+        return gpucore_set_error(GPUCORE_ERR_OUT_OF_MEMORY, "%s: out of host memory", op);
+    }
+    memcpy(p, params, sizeof *p * (size_t)z->count);
+    if (grads) memcpy(g, grads, sizeof *g * (size_t)z->count);
+    if (z->bound_ckpt && z->bound_ckpt != ckpt)
+        st = gpucore_set_error(GPUCORE_ERR_INVALID_ARGUMENT, "%s: the trainer is bound to another executor", op);
+    if (!st) st = gpucore_ckpt_set_resolver(ckpt, &zero_resolver, z);
+    if (st) {
+        free(p);
+        free(g);
+        return st;
+    }
+    pthread_mutex_lock(&z->mu);
+    free(z->bound_params);
+    free(z->bound_grads);
+    z->bound_params = p;
+    z->bound_grads = g;
+    z->bound_ckpt = ckpt;
     pthread_mutex_unlock(&z->mu);
     return GPUCORE_OK;
 }

@@ -56,6 +56,8 @@ struct gpucore_zero {
     int next_launch, rounds, no_sync;
     int32_t *seg_bucket;         /* gpucore_zero_attach_ckpt: bucket per executor segment (-1: none) */
     int64_t nseg;
+    gpucore_tensor **bound_params, **bound_grads; /* gpucore_zero_bind_ckpt: the keys (never read) */
+    gpucore_ckpt *bound_ckpt;
     pthread_mutex_t mu;
 };
 
@@ -84,5 +86,7 @@ GPUCORE_HIDDEN gpucore_status zero_convert(gpucore_tensor *dst, const gpucore_te
 GPUCORE_HIDDEN gpucore_status zero_publish_params(gpucore_zero *z, gpucore_stream *ps);
 /* Stage 3: buckets whose parameters are gathered right now. */
 GPUCORE_HIDDEN int zero_gathered_count(const gpucore_zero *z);
+/* zero_gather.c: forget gpucore_zero_bind_ckpt's binding (destroy). */
+GPUCORE_HIDDEN void zero_unbind_ckpt(gpucore_zero *z);
 
 #endif
