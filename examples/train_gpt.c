@@ -20,13 +20,19 @@
  *     loads), --save PATH (base model + optimizer + scaler), --save-adapter PATH;
  *   - --ddp under mpirun: each rank takes its shard of the global batch; the DDP
  *     reducer averages gradients as the executor announces them;
+ *   - --zero N (0-3) under mpirun instead: the ZeRO trainer (gpucore_zero_*) shards the
+ *     optimizer state (1), the gradients (2) and the parameters (3), one bucket per
+ *     executor segment plus the embedding and the tail; the blocks are bound with
+ *     gpucore_zero_bind_ckpt, the embedding and tail gather their buckets around use;
+ *     the base phase only (no LoRA phase, --save or --sample with it);
  *   - at the end: text sampled from the model, tokens/s and peak memory.
  *
  *   train_gpt [--layers 2] [--width 64] [--heads 4] [--seq 64] [--batch 8] [--steps 30]
  *             [--finetune-steps 10] [--data PATH] [--finetune-data PATH] [--f32] [--lr LR]
  *             [--clip C] [--checkpoint-policy P] [--lora-rank R] [--lora-alpha A]
  *             [--lora-dropout P] [--save-init PATH] [--save PATH] [--save-adapter PATH]
- *             [--sample N] [--device D] [--seed S] [--ddp] [--log-json] [--quiet] [--no-profile]
+ *             [--sample N] [--device D] [--seed S] [--ddp | --zero N] [--log-json] [--quiet]
+ *             [--no-profile]
  *
  * Each step prints "step N loss X" (or a JSON line with --log-json; fine-tuning
  * steps carry "phase":"lora"). Exit status 0 on success.
@@ -59,7 +65,7 @@ typedef struct options {
     uint64_t seed;
     double lr, clip, lora_alpha, lora_dropout;
     const char *device, *data, *finetune_data, *policy, *save_init, *save, *save_adapter;
-    int f32, ddp, log_json, quiet, profile;
+    int f32, ddp, zero, log_json, quiet, profile;
 } options;
 
 static int usage(const char *msg)
@@ -70,7 +76,7 @@ static int usage(const char *msg)
                     "                 [--clip C] [--checkpoint-policy none|all|sqrt|every:K|budget:BYTES]\n"
                     "                 [--lora-rank R] [--lora-alpha A] [--lora-dropout P] [--save-init PATH]\n"
                     "                 [--save PATH] [--save-adapter PATH] [--sample N] [--device D] [--seed S]\n"
-                    "                 [--ddp] [--log-json] [--quiet] [--no-profile]\n");
+                    "                 [--ddp | --zero N] [--log-json] [--quiet] [--no-profile]\n");
     return 2;
 }
 
@@ -79,7 +85,7 @@ static int parse_args(int argc, char **argv, options *o)
     *o = (options){.layers = 2, .width = 64, .heads = 4, .seq = 64, .lora_rank = 4, .batch = 8, .steps = 30,
                    .finetune_steps = 10, .sample = 200, .seed = 1234, .lr = 3e-3, .clip = 1.0, .lora_alpha = 8,
                    .device = "auto", .data = "/usr/share/common-licenses/GPL-3",
-                   .finetune_data = "/usr/share/common-licenses/Apache-2.0", .policy = "none", .profile = 1};
+                   .finetune_data = "/usr/share/common-licenses/Apache-2.0", .policy = "none", .profile = 1, .zero = -1};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
 #define VAL() do { if (!v) return usage("an option is missing its value"); i++; } while (0)
@@ -106,6 +112,7 @@ static int parse_args(int argc, char **argv, options *o)
         else if (!strcmp(a, "--seed")) { VAL(); o->seed = strtoull(v, NULL, 0); }
         else if (!strcmp(a, "--f32")) o->f32 = 1;
         else if (!strcmp(a, "--ddp")) o->ddp = 1;
+        else if (!strcmp(a, "--zero")) { VAL(); o->zero = atoi(v); }
         else if (!strcmp(a, "--log-json")) o->log_json = 1;
         else if (!strcmp(a, "--quiet")) o->quiet = 1;
         else if (!strcmp(a, "--no-profile")) o->profile = 0;
@@ -117,6 +124,9 @@ static int parse_args(int argc, char **argv, options *o)
         (o->width / o->heads) % 2 || o->seq < 2 || o->batch < 1 || o->steps < 0 || o->finetune_steps < 0 ||
         o->lr <= 0 || o->clip <= 0 || o->lora_rank < 1 || !(o->lora_dropout >= 0 && o->lora_dropout < 1) || o->sample < 0)
         return usage("a value is out of range (width must split into heads of an even size)");
+    if (o->zero >= 0 && (o->zero > 3 || o->ddp || o->finetune_steps || o->sample || o->save || o->save_adapter))
+        return usage("--zero takes 0-3 and trains the base phase only: not with --ddp, and pass --finetune-steps 0 "
+                     "--sample 0, no --save");
     return 0;
 }
 
@@ -316,6 +326,8 @@ typedef struct phase {
     gpucore_loss_scaler *scaler;
     gpucore_ddp *ddp;
     train_grad_router router;
+    gpucore_zero *zero;
+    int zb_emb, zb_tail; /* the buckets of the embedding and of the final norm + head */
 } phase;
 
 typedef struct trainer {
@@ -354,22 +366,48 @@ static int trainer_buffers(trainer *t, int64_t B, int64_t S)
     return 0;
 }
 
+/* Parameter i as phase p reads it now (ZeRO stage 3: from its gathered bucket). */
+static gpucore_tensor *param_now(trainer *t, phase *p, int i)
+{
+    gpucore_tensor *w = t->m.params[i];
+    if (p && p->zero && gpucore_zero_param(p->zero, i, NULL, &w)) return NULL;
+    return w;
+}
+
 /* logits = head(norm_f(h)) for h [B, S, D] (t's buffers must have h's shape). */
-static int tail_forward(trainer *t, const gpucore_tensor *h)
+static int tail_forward(trainer *t, phase *p, const gpucore_tensor *h)
 {
     model *m = &t->m;
     gpucore_tensor *hn2 = NULL;
     const int64_t rows = gpucore_tensor_numel(h) / m->D, shape[2] = {rows, m->D};
-    TRY(gpucore_rms_norm(t->hn, t->rstd, h, m->params[m->norm_f], 1e-5, NULL));
+    TRY(gpucore_rms_norm(t->hn, t->rstd, h, param_now(t, p, m->norm_f), 1e-5, NULL));
     TRY(gpucore_tensor_reshape(t->hn, 2, shape, &hn2));
-    TRY(gpucore_linear_forward(hn2, m->params[m->head], NULL, GPUCORE_ACT_NONE, t->logits, NULL, NULL));
+    TRY(gpucore_linear_forward(hn2, param_now(t, p, m->head), NULL, GPUCORE_ACT_NONE, t->logits, NULL, NULL));
     gpucore_tensor_destroy(hn2);
     return 0;
 }
 
-static int mark(phase *p, gpucore_tensor *grad)
+/* Gradient i of phase p: the trainer's buffer under ZeRO, else the model's. */
+static gpucore_tensor *grad_now(phase *p, int i)
+{
+    gpucore_tensor *g = p->grads[i];
+    if (p->zero && gpucore_zero_grad(p->zero, i, NULL, &g)) return NULL;
+    return g;
+}
+
+static int mark(phase *p, int i, gpucore_tensor *grad)
 {
     if (p->ddp) TRY(train_on_grad_ready(&p->router, -1, "tail", 0, grad, NULL));
+    if (p->zero) TRY(gpucore_zero_mark_ready(p->zero, i, NULL));
+    return 0;
+}
+
+/* The loss averaged over ranks into *loss_out (the step's one host sync), the peak. */
+static int train_step_end(trainer *t, phase *p, float *loss_out)
+{
+    if (t->comm) TRY(gpucore_comm_allreduce(t->comm, t->loss, t->loss, GPUCORE_REDUCE_AVG, NULL));
+    TRY(gpucore_copy_to_host(loss_out, sizeof(float), t->loss));
+    TRY(train_track_peak(t->ctx, p->ck, &t->peak_allocated, &t->peak_reserved));
     return 0;
 }
 
@@ -383,11 +421,14 @@ static int train_step(trainer *t, phase *p, int64_t step, float *loss_out)
                     t->host_tgt + s * S);
     TRY(gpucore_copy_from_host(t->tok, t->host_tok, gpucore_tensor_nbytes(t->tok)));
     TRY(gpucore_copy_from_host(t->tgt, t->host_tgt, gpucore_tensor_nbytes(t->tgt)));
-    TRY(gpucore_embedding(t->emb, m->params[m->emb], t->tok, NULL));
+    if (p->zero) TRY(gpucore_zero_gather(p->zero, p->zb_emb));
+    TRY(gpucore_embedding(t->emb, param_now(t, p, m->emb), t->tok, NULL));
+    if (p->zero) TRY(gpucore_zero_release(p->zero, p->zb_emb, NULL));
     TRY(train_update_budget(t->ctx, p->ck, &t->pol));
     gpucore_tensor *h = NULL; /* the executor's, valid until its backward */
     TRY(gpucore_ckpt_forward(p->ck, t->emb, &h));
-    if (tail_forward(t, h)) return 1;
+    if (p->zero) TRY(gpucore_zero_gather(p->zero, p->zb_tail));
+    if (tail_forward(t, p, h)) return 1;
     TRY(gpucore_cross_entropy(t->loss, t->logits, t->tgt, -1, GPUCORE_LOSS_MEAN, NULL));
 
     gpucore_tensor *scale = NULL, *hn2 = NULL, *dhn2 = NULL, *found_inf = NULL;
@@ -396,17 +437,25 @@ static int train_step(trainer *t, phase *p, int64_t step, float *loss_out)
     TRY(gpucore_cross_entropy_backward(t->dlogits, scale, t->logits, t->tgt, -1, GPUCORE_LOSS_MEAN, NULL));
     TRY(gpucore_tensor_reshape(t->hn, 2, shape, &hn2));
     TRY(gpucore_tensor_reshape(t->dhn, 2, shape, &dhn2));
-    gpucore_tensor *dhead = p->train_tail ? m->grads[m->head] : NULL, *dnorm = p->train_tail ? m->grads[m->norm_f] : NULL;
-    TRY(gpucore_linear_backward(t->dlogits, hn2, m->params[m->head], NULL, dhn2, dhead, NULL, NULL));
+    gpucore_tensor *dhead = p->train_tail ? grad_now(p, m->head) : NULL;
+    TRY(gpucore_linear_backward(t->dlogits, hn2, param_now(t, p, m->head), NULL, dhn2, dhead, NULL, NULL));
     gpucore_tensor_destroy(hn2);
     gpucore_tensor_destroy(dhn2);
-    if (dhead && mark(p, dhead)) return 1;
-    TRY(gpucore_rms_norm_backward(t->dh, dnorm, t->dhn, h, t->rstd, m->params[m->norm_f], NULL));
-    if (dnorm && mark(p, dnorm)) return 1;
+    if (dhead && mark(p, m->head, dhead)) return 1;
+    gpucore_tensor *dnorm = p->train_tail ? grad_now(p, m->norm_f) : NULL;
+    TRY(gpucore_rms_norm_backward(t->dh, dnorm, t->dhn, h, t->rstd, param_now(t, p, m->norm_f), NULL));
+    if (dnorm && mark(p, m->norm_f, dnorm)) return 1;
+    if (p->zero) TRY(gpucore_zero_release(p->zero, p->zb_tail, NULL));
     TRY(gpucore_ckpt_backward(p->ck, t->dh, p->train_tail ? t->demb : NULL));
     if (p->train_tail) {
-        TRY(gpucore_embedding_backward(m->grads[m->emb], t->demb, t->tok, NULL));
-        if (mark(p, m->grads[m->emb])) return 1;
+        gpucore_tensor *demb = grad_now(p, m->emb);
+        TRY(gpucore_embedding_backward(demb, t->demb, t->tok, NULL));
+        if (mark(p, m->emb, demb)) return 1;
+    }
+    if (p->zero) { /* unscale, found-inf and the global norm across shards, AdamW, all-gather */
+        TRY(gpucore_zero_step(p->zero, p->scaler, NULL));
+        TRY(gpucore_loss_scaler_update(p->scaler, NULL));
+        return train_step_end(t, p, loss_out);
     }
     if (p->ddp) TRY(gpucore_ddp_finish(p->ddp, NULL));
     TRY(gpucore_loss_scaler_unscale(p->scaler, p->grads, p->n, NULL));
@@ -414,10 +463,53 @@ static int train_step(trainer *t, phase *p, int64_t step, float *loss_out)
     TRY(gpucore_clip_grad_norm(p->grads, p->n, t->o.clip, t->norm, NULL, NULL));
     TRY(gpucore_optimizer_step(p->opt, p->grads, p->n, found_inf, NULL));
     TRY(gpucore_loss_scaler_update(p->scaler, NULL));
-    if (t->comm) TRY(gpucore_comm_allreduce(t->comm, t->loss, t->loss, GPUCORE_REDUCE_AVG, NULL));
-    TRY(gpucore_copy_to_host(loss_out, sizeof(float), t->loss)); /* the step's one host sync */
-    TRY(train_track_peak(t->ctx, p->ck, &t->peak_allocated, &t->peak_reserved));
+    return train_step_end(t, p, loss_out);
+}
+
+static int scaler_init(trainer *t, phase *p)
+{
+    gpucore_loss_scaler_config sc;
+    TRY(gpucore_loss_scaler_config_default(&sc));
+    sc.growth_interval = 50;
+    TRY(gpucore_loss_scaler_create(t->ctx, &sc, &p->scaler));
+    if (t->pol.kind != GPUCORE_CKPT_BUDGET) TRY(gpucore_ckpt_set_policy(p->ck, t->pol.kind, t->pol.param));
     return 0;
+}
+
+/* --zero N: the trainer over every parameter, one bucket per segment (the embedding
+ * and the tail their own); the executor's blocks bound to it. Stage 3 frees the
+ * model's full parameters and gradients: from here on only the trainer holds them. */
+static int zero_init(trainer *t, phase *p, const gpucore_optimizer_config *oc)
+{
+    model *m = &t->m;
+    int32_t units[MAX_PARAMS], seg_bucket[2 * MAX_LAYERS];
+    units[m->emb] = 0;
+    for (int l = 0; l < m->L; l++) {
+        units[m->attn_norm[l]] = units[m->w_qkv[l]] = units[m->w_out[l]] = 1 + 2 * l;
+        units[m->mlp_norm[l]] = units[m->w_fc1[l]] = units[m->w_fc2[l]] = 2 + 2 * l;
+    }
+    units[m->norm_f] = units[m->head] = 2 * m->L + 1;
+    gpucore_zero_options zo;
+    gpucore_zero_options_default(&zo);
+    zo.stage = t->o.zero;
+    zo.units = units;
+    zo.max_grad_norm = t->o.clip;
+    TRY(gpucore_zero_create(t->comm, p->params, p->n, oc, &zo, &p->zero));
+    TRY(gpucore_zero_bind_ckpt(p->zero, p->ck, p->params, p->grads));
+    for (int l = 0; l < m->L; l++) {
+        TRY(gpucore_zero_bucket_of(p->zero, m->attn_norm[l], &seg_bucket[2 * l]));
+        TRY(gpucore_zero_bucket_of(p->zero, m->mlp_norm[l], &seg_bucket[2 * l + 1]));
+    }
+    TRY(gpucore_zero_attach_ckpt(p->zero, p->ck, seg_bucket, 2 * m->L));
+    TRY(gpucore_zero_bucket_of(p->zero, m->emb, &p->zb_emb));
+    TRY(gpucore_zero_bucket_of(p->zero, m->head, &p->zb_tail));
+    if (t->o.zero == 3)
+        for (int i = 0; i < p->n; i++) {
+            gpucore_tensor_destroy(p->params[i]);
+            gpucore_tensor_destroy(p->grads[i]);
+            p->params[i] = p->grads[i] = NULL;
+        }
+    return scaler_init(t, p);
 }
 
 static int phase_init(trainer *t, phase *p, double lr)
@@ -426,12 +518,9 @@ static int phase_init(trainer *t, phase *p, double lr)
     TRY(gpucore_optimizer_config_default(GPUCORE_OPTIMIZER_ADAMW, &oc));
     oc.lr = lr;
     oc.weight_decay = 0.0; /* the twin uses the same */
+    if (t->o.zero >= 0) return zero_init(t, p, &oc);
     TRY(gpucore_optimizer_create(t->ctx, &oc, p->params, p->n, &p->opt));
-    gpucore_loss_scaler_config sc;
-    TRY(gpucore_loss_scaler_config_default(&sc));
-    sc.growth_interval = 50;
-    TRY(gpucore_loss_scaler_create(t->ctx, &sc, &p->scaler));
-    if (t->pol.kind != GPUCORE_CKPT_BUDGET) TRY(gpucore_ckpt_set_policy(p->ck, t->pol.kind, t->pol.param));
+    if (scaler_init(t, p)) return 1;
     if (t->comm) {
         gpucore_ddp_options dopt;
         gpucore_ddp_options_default(&dopt);
@@ -444,6 +533,7 @@ static int phase_init(trainer *t, phase *p, double lr)
 
 static int phase_free(phase *p)
 {
+    if (p->zero) TRY(gpucore_zero_destroy(p->zero));
     TRY(gpucore_ckpt_destroy(p->ck));
     if (p->ddp) TRY(gpucore_ddp_destroy(p->ddp));
     TRY(gpucore_loss_scaler_destroy(p->scaler));
@@ -494,7 +584,7 @@ static int sample_text(trainer *t, gpucore_ckpt *ck, int64_t n)
         TRY(gpucore_embedding(t->emb, m->params[m->emb], t->tok, NULL));
         gpucore_tensor *h = NULL;
         TRY(gpucore_ckpt_forward(ck, t->emb, &h));
-        if (tail_forward(t, h)) return 1;
+        if (tail_forward(t, NULL, h)) return 1;
         TRY(gpucore_tensor_slice(t->logits, 0, T - 1, T, 1, &last));
         TRY(gpucore_tensor_create(t->ctx, GPUCORE_F32, 2, (int64_t[2]){1, VOCAB}, &lg32));
         TRY(gpucore_cast(lg32, last, NULL));
@@ -534,7 +624,7 @@ int main(int argc, char **argv)
     if (rc) return rc;
     if (train_parse_policy(t->o.policy, &t->pol)) return usage("bad --checkpoint-policy");
     train_world w;
-    if ((rc = train_open_world("train_gpt", t->o.device, t->o.ddp, t->o.profile, t->o.batch, &w))) return rc;
+    if ((rc = train_open_world("train_gpt", t->o.device, t->o.ddp || t->o.zero >= 0, t->o.profile, t->o.batch, &w))) return rc;
     t->ctx = w.ctx, t->comm = w.comm, t->rank = w.rank, t->size = w.size;
     t->local_batch = t->o.batch / t->size;
     text base = {0}, tune = {0};
