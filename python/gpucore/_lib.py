@@ -414,6 +414,8 @@ DECLARATIONS: Dict[str, Tuple[Any, List[Any]]] = {
     "gpucore_zero_gather": (STATUS, [H, c_int]),
     "gpucore_zero_release": (STATUS, [H, c_int, H]),
     "gpucore_zero_param": (STATUS, [H, c_int, H, P_H]),
+    "gpucore_zero_attach_ckpt": (STATUS, [H, H, P_I32, c_int64]),
+    "gpucore_zero_bind_ckpt": (STATUS, [H, H, P_H, P_H]),
     "gpucore_zero_get_stats": (STATUS, [H, POINTER(ZeroStats)]),
     "gpucore_zero_save_sharded": (STATUS, [H, c_char_p, H]),
     "gpucore_zero_load_sharded": (STATUS, [H, c_char_p, H]),

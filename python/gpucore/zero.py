@@ -174,6 +174,29 @@ class ZeroTrainer(_Owned):
         C.gpucore_zero_param(self.handle, self._i(param), self._s(stream), byref(out))
         return Tensor._borrow(self._ctx, out.value)
 
+    def bind_checkpoint(self, executor: Any, params: Sequence[Tensor], grads: Sequence[Optional[Tensor]],
+                        bucket_of_segment: Optional[Sequence[int]] = None) -> None:
+        """Run ``executor``'s built-in segments (linear, layer norm, attention and MLP blocks)
+        under this trainer: ``params[i]`` / ``grads[i]`` are the tensors bound to the segments
+        as parameter i and its gradient (the list given at creation; None for no gradient).
+        Segments then read parameters through :meth:`param` and write gradients into
+        :meth:`grad`, marked ready as the segments announce them. ``bucket_of_segment`` (one
+        bucket, or -1, per top-level segment) also installs the hook that gathers a segment's
+        bucket around its forward, recompute and backward (needed at stage 3). The bound
+        tensors are keys only afterwards (at stage 3 they may be dropped)."""
+        from .checkpoint import CheckpointExecutor
+        if not isinstance(executor, CheckpointExecutor):
+            raise InvalidArgumentTypeError("executor must be a gpucore.CheckpointExecutor")
+        if len(params) != self.count or len(grads) != self.count:
+            raise InvalidArgumentTypeError("params and grads need %d entries each" % self.count)
+        ps = (c_void_p * self.count)(*[p.handle for p in params])
+        gs = (c_void_p * self.count)(*[None if g is None else g.handle for g in grads])
+        C.gpucore_zero_bind_ckpt(self.handle, executor.handle, ps, gs)
+        self._bound = executor  # the executor must not outlive our use of it
+        if bucket_of_segment is not None:
+            arr = (ctypes.c_int32 * len(bucket_of_segment))(*[to_int(b, "bucket", *_I32) for b in bucket_of_segment])
+            C.gpucore_zero_attach_ckpt(self.handle, executor.handle, arr, len(bucket_of_segment))
+
     def stats(self) -> Dict[str, int]:
         """Bytes this rank holds: param_bytes, grad_bytes, state_bytes, live_grad_bytes,
         gathered_bytes, and numel, shard_numel, stage, rank, size, buckets."""
