@@ -14,7 +14,8 @@
  * mismatched x/dx, the same executor twice — each a status naming the stage, the
  * pipeline usable afterwards, and the allocator back at its baseline.
  * Runs on the CPU backend and on cuda / cuda-emulated when present (several
- * contexts on one device).
+ * contexts on one device; on CUDA with two devices the stages alternate over
+ * cuda:0 and cuda:1, so copies cross devices — the contract lane's stand-ins).
  */
 #include <stdint.h>
 #include "check.h"
@@ -96,8 +97,13 @@ static int place(placed *P, const weights *W, const char *dev, int nstages)
 {
     memset(P, 0, sizeof *P);
     P->nstages = nstages;
+    int ncuda = 0;
+    if (!strcmp(dev, "cuda") && gpucore_device_count(GPUCORE_DEVICE_CUDA, &ncuda) != GPUCORE_OK) ncuda = 0;
     for (int s = 0; s < nstages; s++) {
-        if (gpucore_context_create(dev, &P->ctx[s]) != GPUCORE_OK) return 0;
+        char spec[32];
+        snprintf(spec, sizeof spec, "%s", dev);
+        if (ncuda >= 2) snprintf(spec, sizeof spec, "cuda:%d", s % 2); /* alternate over two devices */
+        if (gpucore_context_create(spec, &P->ctx[s]) != GPUCORE_OK) return 0;
         CHECK_OK(gpucore_ckpt_create(P->ctx[s], "stage", &P->ck[s]));
         CHECK_OK(gpucore_ckpt_set_seed(P->ck[s], 99, 1000u * (uint64_t)s)); /* per-stage stream, same for any placement */
     }
