@@ -17,6 +17,7 @@
 #include <stdint.h>
 #include <time.h>
 #include "check.h"
+#include "lsq_model.h"
 #ifdef TEST_HAVE_MPI
 #include <mpi.h>
 #endif
@@ -30,21 +31,8 @@ static int64_t poff[NP + 1];
 static int g_rank, g_size;
 static int g_use_views; /* train() through gpucore_ddp_grad_view (gradients live in the buckets) */
 
-static double feature(int i, int64_t j) { return (double)((i * 31 + j * 17) % 23 - 11) / 8.0; }
-static double target(int i) { return (double)(i % 5) - 2.0; }
-
 /* Mean gradient over samples [lo, hi) at w, rounded to float. */
-static void host_grad(const float *w, int lo, int hi, float *g)
-{
-    double *acc = calloc(D, sizeof *acc);
-    for (int i = lo; i < hi; i++) {
-        double r = -target(i);
-        for (int64_t j = 0; j < D; j++) r += feature(i, j) * w[j];
-        for (int64_t j = 0; j < D; j++) acc[j] += r * feature(i, j);
-    }
-    for (int64_t j = 0; j < D; j++) g[j] = (float)(acc[j] / (hi - lo));
-    free(acc);
-}
+static void host_grad(const float *w, int lo, int hi, float *g) { lsq_grad(w, D, lo, hi, 1.0, g); }
 
 typedef struct run_result {
     int trace_ok, overlap_ok, order_ok;

@@ -1,6 +1,6 @@
 /*
- * zero_model.h — the model test_zero trains in every mode: test_ddp's least squares
- * over 8 parameter tensors of uneven sizes, its gradient computed on the host in
+ * zero_model.h — the model test_zero trains in every mode: the least squares of
+ * lsq_model.h (shared with test_ddp) over 8 parameter tensors of uneven sizes, its gradient computed on the host in
  * double, the per-rank training loop through the ZeRO trainer (train_steps) and the
  * single-process reference (gpucore_optimizer over the full tensors, train_ref).
  * Included once, by tests/test_zero.c.
@@ -12,6 +12,7 @@
 #include <time.h>
 #include <unistd.h>
 #include "check.h"
+#include "lsq_model.h"
 #ifdef TEST_HAVE_MPI
 #include <mpi.h>
 #endif
@@ -29,21 +30,8 @@ typedef struct run_cfg {
     int stage, mixed, clip, scaler, accum, inf_step; /* inf_step: 1-based step with an Inf on the last rank */
 } run_cfg;
 
-static double feature(int i, int64_t j) { return (double)((i * 31 + j * 17) % 23 - 11) / 8.0; }
-static double target(int i) { return (double)(i % 5) - 2.0; }
-
 /* Mean gradient over samples [lo, hi) at w, times mult, rounded to float. */
-static void host_grad(const float *w, int lo, int hi, double mult, float *g)
-{
-    double *acc = calloc(D, sizeof *acc);
-    for (int i = lo; i < hi; i++) {
-        double r = -target(i);
-        for (int64_t j = 0; j < D; j++) r += feature(i, j) * w[j];
-        for (int64_t j = 0; j < D; j++) acc[j] += r * feature(i, j);
-    }
-    for (int64_t j = 0; j < D; j++) g[j] = (float)(acc[j] / (hi - lo) * mult);
-    free(acc);
-}
+static void host_grad(const float *w, int lo, int hi, double mult, float *g) { lsq_grad(w, D, lo, hi, mult, g); }
 
 static void init_w(float *w)
 {
