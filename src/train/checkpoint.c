@@ -191,6 +191,10 @@ gpucore_status gpucore_ckpt_destroy(gpucore_ckpt *c)
         segments_changed(s);
         gpucore_event_destroy(s->ev);
         gpucore_stream_destroy(s->side);
+    } else { /* the context took the step's tensors with it: free the host arrays only */
+        for (int64_t i = 0; s->tops && i < s->nsegs; i++) free(s->tops[i].saved);
+        free(s->tops);
+        free(s->modes);
     }
     for (int64_t i = 0; i < s->nsegs; i++) segment_free(s->segs[i]);
     free(s->segs);
