@@ -477,8 +477,9 @@ static int scaler_init(trainer *t, phase *p)
 }
 
 /* --zero N: the trainer over every parameter, one bucket per segment (the embedding
- * and the tail their own); the executor's blocks bound to it. Stage 3 frees the
- * model's full parameters and gradients: from here on only the trainer holds them. */
+ * and the tail their own); the executor's blocks bound to it. The model's gradient
+ * tensors (and at stage 3 its full parameters) are freed: from here on only the
+ * trainer holds them. */
 static int zero_init(trainer *t, phase *p, const gpucore_optimizer_config *oc)
 {
     model *m = &t->m;
@@ -503,12 +504,14 @@ static int zero_init(trainer *t, phase *p, const gpucore_optimizer_config *oc)
     TRY(gpucore_zero_attach_ckpt(p->zero, p->ck, seg_bucket, 2 * m->L));
     TRY(gpucore_zero_bucket_of(p->zero, m->emb, &p->zb_emb));
     TRY(gpucore_zero_bucket_of(p->zero, m->head, &p->zb_tail));
-    if (t->o.zero == 3)
-        for (int i = 0; i < p->n; i++) {
+    for (int i = 0; i < p->n; i++) { /* the trainer holds the gradients (and at stage 3 the parameters) */
+        gpucore_tensor_destroy(p->grads[i]);
+        p->grads[i] = NULL;
+        if (t->o.zero == 3) {
             gpucore_tensor_destroy(p->params[i]);
-            gpucore_tensor_destroy(p->grads[i]);
-            p->params[i] = p->grads[i] = NULL;
+            p->params[i] = NULL;
         }
+    }
     return scaler_init(t, p);
 }
 
