@@ -1975,7 +1975,8 @@ GPUCORE_API gpucore_status gpucore_ckpt_get_stats(gpucore_ckpt *ckpt, gpucore_ck
  * grad-ready callback, if set, is called once per gradient after the last
  * micro-batch (with M = 1: as without the pipeline). A custom segment that does not
  * announce a gradient gets only the last micro-batch's in it. Stages must all be on
- * one backend (CPU or CUDA); two stages may share a context. */
+ * one backend (CPU or CUDA); two stages may share a context. An executor bound to a
+ * ZeRO trainer (gpucore_zero_bind_ckpt) cannot be a stage yet (NOT_SUPPORTED). */
 typedef struct gpucore_pipeline gpucore_pipeline;
 /* Called once per micro-batch, right after its last-stage forward, on the host
  * thread: y is the micro-batch's output (borrowed) on the last stage's context;

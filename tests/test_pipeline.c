@@ -412,6 +412,28 @@ static void test_bad_input(const char *dev)
     gpucore_ckpt *with_empty[2] = {P.ck[0], empty};
     CHECK_STATUS(gpucore_pipeline_create(with_empty, 2, &q), GPUCORE_ERR_INVALID_ARGUMENT);
     CHECK_OK(gpucore_ckpt_destroy(empty));
+    /* an executor bound to a ZeRO trainer (a 1-rank communicator: the CPU's) */
+    if (!strcmp(dev, "cpu")) {
+        gpucore_comm *comm = NULL;
+        gpucore_zero *z = NULL;
+        gpucore_ckpt *bound = NULL, *pair[2] = {NULL, P.ck[1]};
+        int64_t ws[2] = {4, DIN};
+        gpucore_tensor *w = poisoned(P.ctx[0], 2, ws), *gw = poisoned(P.ctx[0], 2, ws);
+        gpucore_optimizer_config oc;
+        gpucore_optimizer_config_default(GPUCORE_OPTIMIZER_ADAMW, &oc);
+        CHECK_OK(gpucore_comm_create_local(&P.ctx[0], 1, &comm));
+        CHECK_OK(gpucore_zero_create(comm, &w, 1, &oc, NULL, &z));
+        CHECK_OK(gpucore_ckpt_create(P.ctx[0], "bound", &bound));
+        CHECK_OK(gpucore_ckpt_add_linear(bound, "fc", w, NULL, GPUCORE_ACT_NONE, gw, NULL));
+        CHECK_OK(gpucore_zero_bind_ckpt(z, bound, &w, &gw));
+        pair[0] = bound;
+        CHECK_STATUS(gpucore_pipeline_create(pair, 2, &q), GPUCORE_ERR_NOT_SUPPORTED);
+        CHECK_OK(gpucore_zero_destroy(z));
+        CHECK_OK(gpucore_ckpt_destroy(bound));
+        CHECK_OK(gpucore_comm_destroy(comm));
+        gpucore_tensor_destroy(w);
+        gpucore_tensor_destroy(gw);
+    }
     /* an executor already in a pipeline */
     CHECK_STATUS(gpucore_pipeline_create(P.ck, 2, &q), GPUCORE_ERR_INVALID_ARGUMENT);
     CHECK_OK(gpucore_pipeline_destroy(P.pipe)); /* frees its accumulators */

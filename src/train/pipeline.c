@@ -139,6 +139,11 @@ gpucore_status gpucore_pipeline_create(gpucore_ckpt *const *stages, int count, g
                                      stages[0]->s->ctx->name);
     }
     for (int i = 0; i < count; i++)
+        if (stages[i]->s->resolver)
+            return gpucore_set_error(GPUCORE_ERR_NOT_SUPPORTED, "%s: stage %d ('%s') is bound to a ZeRO trainer "
+                                     "(gpucore_zero_bind_ckpt); pipelines over bound executors are not supported yet",
+                                     op, i, stages[i]->s->name);
+    for (int i = 0; i < count; i++)
         if (stages[i]->s->grad_ready == pipe_grad_ready)
             return gpucore_set_error(GPUCORE_ERR_INVALID_ARGUMENT, "%s: stage %d ('%s') is already a stage of a "
                                      "pipeline; destroy that pipeline first", op, i, stages[i]->s->name);
