@@ -1,0 +1,279 @@
+/*
+ * test_cuda_contract_sdpa.c — the attention forward through cuDNN's SDPA graph
+ * (src/backend/cuda/cuda_attention_cudnn.c) on the contract module, whose cuDNN
+ * stand-in checks every node and executes the graph (standin_cudnn_sdpa.c):
+ * results against a float64 reference (causal, key lengths with an empty batch
+ * entry, an additive mask with a fully masked row, odd lengths, head_dim 64/128,
+ * bf16/f16, a [B, S, H, D] layout, the three engine modes), and the fallback to
+ * the kernel, counted by reason, where cuDNN declines (f32, head_dim, boolean mask,
+ * dropout, GQA, a graph the stand-in's engines refuse). Suite cuda-contract.
+ */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "contract_test.h"
+#include "numeric.h"
+
+#define counter standin_counter_
+
+static uint64_t rng = 0x9e3779b97f4a7c15ull;
+static double urand(void) /* in [-1, 1) */
+{
+    rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+    return (double)(rng >> 11) / (double)(1ull << 52) - 1.0;
+}
+
+typedef struct acase {
+    gpucore_dtype dt;
+    int64_t B, H, Hkv, Sq, Sk, D;
+    int causal, lens, mask, bool_mask, bshd; /* bshd: q/k/v/out are [B, S, H, D] buffers seen as [B, H, S, D] */
+    int algo;
+    double dropout;
+} acase;
+
+static double rounded(gpucore_dtype dt, double v)
+{
+    float f = (float)v;
+    if (dt == GPUCORE_BF16) return gpucore_bf16_to_f32(gpucore_f32_to_bf16(f));
+    if (dt == GPUCORE_F16) return gpucore_f16_to_f32(gpucore_f32_to_f16(f));
+    return f;
+}
+
+/* A [B, Hn, S, D] operand: random values rounded to dt (host copy in double, logical order), on the device as a
+ * packed [B, Hn, S, D] tensor or a [B, S, Hn, D] one permuted. */
+static gpucore_tensor *operand(gpucore_context *ctx, const acase *c, int64_t Hn, int64_t S, double *host, int random,
+                               gpucore_tensor **base)
+{
+    const int64_t B = c->B, D = c->D, n = B * Hn * S * D;
+    const int64_t shape[4] = {B, c->bshd ? S : Hn, c->bshd ? Hn : S, D};
+    CHECK_OK(gpucore_tensor_create(ctx, c->dt, 4, shape, base));
+    size_t es = c->dt == GPUCORE_F32 ? 4 : 2;
+    unsigned char *raw = calloc((size_t)n, es);
+    for (int64_t b = 0; b < B; b++)
+        for (int64_t h = 0; h < Hn; h++)
+            for (int64_t s = 0; s < S; s++)
+                for (int64_t d = 0; d < D; d++) {
+                    double v = random ? rounded(c->dt, urand()) : 0.0;
+                    host[((b * Hn + h) * S + s) * D + d] = v;
+                    int64_t off = c->bshd ? ((b * S + s) * Hn + h) * D + d : ((b * Hn + h) * S + s) * D + d;
+                    float f = (float)v;
+                    if (c->dt == GPUCORE_F32) memcpy(raw + off * 4, &f, 4);
+                    else {
+                        uint16_t u = c->dt == GPUCORE_BF16 ? gpucore_f32_to_bf16(f) : gpucore_f32_to_f16(f);
+                        memcpy(raw + off * 2, &u, 2);
+                    }
+                }
+    CHECK_OK(gpucore_copy_from_host(*base, raw, n * (int64_t)es));
+    free(raw);
+    if (!c->bshd) return *base;
+    gpucore_tensor *view = NULL;
+    const int perm[4] = {0, 2, 1, 3};
+    CHECK_OK(gpucore_tensor_permute(*base, perm, &view));
+    return view;
+}
+
+/* Runs one forward; checks out and lse against f64; returns the engine counts' change through st. */
+static void run_case(gpucore_context *ctx, const acase *c, const char *name)
+{
+    const int64_t B = c->B, H = c->H, Hkv = c->Hkv, Sq = c->Sq, Sk = c->Sk, D = c->D;
+    double *q = malloc(sizeof(double) * B * H * Sq * D), *k = malloc(sizeof(double) * B * Hkv * Sk * D);
+    double *v = malloc(sizeof(double) * B * Hkv * Sk * D), *o0 = malloc(sizeof(double) * B * H * Sq * D);
+    gpucore_tensor *bq, *bk, *bv, *bo, *tq, *tk, *tv, *to, *lse = NULL, *mask = NULL, *lens = NULL;
+    tq = operand(ctx, c, H, Sq, q, 1, &bq);
+    tk = operand(ctx, c, Hkv, Sk, k, 1, &bk);
+    tv = operand(ctx, c, Hkv, Sk, v, 1, &bv);
+    to = operand(ctx, c, H, Sq, o0, 0, &bo);
+    const int64_t ls[1] = {B * H * Sq};
+    CHECK_OK(gpucore_tensor_create(ctx, GPUCORE_F32, 1, ls, &lse));
+    float *mh = NULL;
+    if (c->mask || c->bool_mask) { /* [1, 1, Sq, Sk]: some -inf, and query row 1 fully masked */
+        mh = malloc(sizeof(float) * Sq * Sk);
+        uint8_t *mb = malloc((size_t)(Sq * Sk));
+        for (int64_t i = 0; i < Sq * Sk; i++) {
+            mh[i] = (i / Sk == 1 || i % 7 == 3) ? -INFINITY : (float)urand();
+            if (c->bool_mask) mh[i] = isinf(mh[i]) ? -INFINITY : 0.0f;
+            mb[i] = !isinf(mh[i]);
+        }
+        const int64_t ms[4] = {1, 1, Sq, Sk};
+        CHECK_OK(gpucore_tensor_create(ctx, c->bool_mask ? GPUCORE_U8 : GPUCORE_F32, 4, ms, &mask));
+        if (c->bool_mask) CHECK_OK(gpucore_copy_from_host(mask, mb, Sq * Sk));
+        else CHECK_OK(gpucore_copy_from_host(mask, mh, Sq * Sk * 4));
+        free(mb);
+    }
+    int32_t lh[8];
+    if (c->lens) {
+        for (int64_t b = 0; b < B; b++) lh[b] = b == 1 ? 0 : (int32_t)(Sk - 3 * b);
+        const int64_t n1[1] = {B};
+        CHECK_OK(gpucore_tensor_create(ctx, GPUCORE_I32, 1, n1, &lens));
+        CHECK_OK(gpucore_copy_from_host(lens, lh, B * 4));
+    }
+    gpucore_attention_options o;
+    gpucore_attention_options_init(&o);
+    o.is_causal = c->causal;
+    o.algo = c->algo;
+    o.scale = 0.3;
+    o.dropout_p = c->dropout;
+    o.seed = 7;
+    CHECK_OK(gpucore_attention_forward(to, lse, tq, tk, tv, mask, lens, &o, NULL));
+    float *lg = malloc(sizeof(float) * B * H * Sq);
+    size_t es = c->dt == GPUCORE_F32 ? 4 : 2;
+    unsigned char *og = malloc((size_t)(B * H * Sq * D) * es);
+    CHECK_OK(gpucore_copy_to_host(og, B * H * Sq * D * (int64_t)es, bo));
+    CHECK_OK(gpucore_copy_to_host(lg, B * H * Sq * 4, lse));
+    if (c->dropout > 0) goto out; /* the kernel's own tests check dropout; here only the routing counts */
+    double worst = 0, worst_lse = 0;
+    int bad = 0;
+    double *s = malloc(sizeof(double) * Sk);
+    for (int64_t b = 0; b < B; b++)
+        for (int64_t h = 0; h < H; h++)
+            for (int64_t i = 0; i < Sq; i++) {
+                const int64_t hk = h / (H / Hkv);
+                double m = -INFINITY;
+                for (int64_t j = 0; j < Sk; j++) {
+                    double dot = 0;
+                    for (int64_t d = 0; d < D; d++) dot += q[((b * H + h) * Sq + i) * D + d] * k[((b * Hkv + hk) * Sk + j) * D + d];
+                    double bias = mh ? mh[i * Sk + j] : 0.0;
+                    if ((c->causal && j > i) || (c->lens && j >= lh[b])) bias = -INFINITY;
+                    s[j] = isinf(bias) ? -INFINITY : 0.3 * dot + bias;
+                    if (s[j] > m) m = s[j];
+                }
+                double l = 0;
+                for (int64_t j = 0; j < Sk; j++) l += isinf(m) ? 0 : exp(s[j] - m);
+                double ref_lse = l > 0 ? m + log(l) : -INFINITY, got_lse = lg[(b * H + h) * Sq + i];
+                if (isinf(ref_lse) ? !(isinf(got_lse) && got_lse < 0) : !(fabs(got_lse - ref_lse) <= 1e-4 * (1 + fabs(ref_lse))))
+                    bad++;
+                if (!isinf(ref_lse) && fabs(got_lse - ref_lse) > worst_lse) worst_lse = fabs(got_lse - ref_lse);
+                for (int64_t d = 0; d < D; d++) {
+                    double ref = 0;
+                    for (int64_t j = 0; j < Sk; j++)
+                        if (l > 0) ref += exp(s[j] - m) / l * v[((b * Hkv + hk) * Sk + j) * D + d];
+                    int64_t off = c->bshd ? ((b * Sq + i) * H + h) * D + d : ((b * H + h) * Sq + i) * D + d;
+                    double got;
+                    if (c->dt == GPUCORE_F32) { float f; memcpy(&f, og + off * 4, 4); got = f; }
+                    else {
+                        uint16_t u;
+                        memcpy(&u, og + off * 2, 2);
+                        got = c->dt == GPUCORE_BF16 ? gpucore_bf16_to_f32(u) : gpucore_f16_to_f32(u);
+                    }
+                    double err = fabs(got - ref), tol = c->dt == GPUCORE_BF16 ? 1.6e-2 : c->dt == GPUCORE_F16 ? 2e-3 : 1e-5;
+                    if (!(err <= tol * (1 + fabs(ref)))) bad++;
+                    if (err > worst || isnan(got)) worst = isnan(got) ? INFINITY : err;
+                }
+            }
+    CHECK(bad == 0);
+    if (bad) fprintf(stderr, "  %s: %d elements off (worst out error %.3g, lse %.3g)\n", name, bad, worst, worst_lse);
+    free(s);
+out:
+    free(lg); free(og); free(mh);
+    free(q); free(k); free(v); free(o0);
+    gpucore_tensor *all[] = {tq, tk, tv, to, bq, bk, bv, bo, lse, mask, lens};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) {
+        int dup = 0;
+        for (size_t p = 0; p < i; p++) dup |= all[p] == all[i];
+        if (all[i] && !dup) gpucore_tensor_destroy(all[i]);
+    }
+}
+
+static gpucore_attention_stats stats_of(gpucore_context *ctx)
+{
+    gpucore_attention_stats st;
+    memset(&st, 0, sizeof st);
+    st.struct_size = sizeof st;
+    CHECK_OK(gpucore_attention_get_stats(ctx, &st));
+    return st;
+}
+
+/* Cases cuDNN's SDPA takes: every one runs on the stand-in's graph interpreter and matches f64. */
+static void test_sdpa_engine(gpucore_context *ctx)
+{
+    static const acase cases[] = {
+        {GPUCORE_BF16, 2, 3, 3, 37, 45, 64, 0, 0, 0, 0, 0, 0, 0},
+        {GPUCORE_F16, 1, 2, 2, 33, 33, 128, 1, 0, 0, 0, 0, 0, 0},
+        {GPUCORE_BF16, 3, 2, 2, 19, 29, 64, 1, 1, 0, 0, 1, 0, 0}, /* key lengths {29, 0, 23}, [B, S, H, D] */
+        {GPUCORE_F16, 2, 2, 2, 21, 17, 64, 0, 0, 1, 0, 0, 0, 0},  /* additive mask, query row 1 fully masked */
+        {GPUCORE_F16, 1, 2, 2, 16, 24, 64, 1, 1, 1, 0, 0, 0, 0},  /* all of them at once */
+        {GPUCORE_BF16, 1, 2, 2, 9, 11, 64, 0, 0, 0, 0, 0, GPUCORE_ATTN_ALGO_AUTOTUNE, 0},
+        {GPUCORE_F16, 1, 1, 1, 7, 13, 128, 1, 0, 0, 0, 0, GPUCORE_ATTN_ALGO_DETERMINISTIC, 0},
+    };
+    const int n = (int)(sizeof cases / sizeof cases[0]);
+    CHECK_OK(gpucore_attention_reset_stats(ctx));
+    long before = counter("cudnn_sdpa_executed");
+    for (int i = 0; i < n; i++) {
+        char name[32];
+        snprintf(name, sizeof name, "engine case %d", i);
+        run_case(ctx, &cases[i], name);
+        expect_clean(name);
+    }
+    gpucore_attention_stats st = stats_of(ctx);
+    CHECK(st.cudnn_forwards == n && st.fallback_forwards == 0);
+    /* autotune times its candidates: more executions than forwards */
+    CHECK(counter("cudnn_sdpa_executed") - before > n);
+    if (st.cudnn_forwards != n)
+        fprintf(stderr, "  %lld of %d forwards on cuDNN, %lld fallbacks\n", (long long)st.cudnn_forwards, n,
+                (long long)st.fallback_forwards);
+}
+
+/* Cases cuDNN's SDPA declines: the kernel runs them (still matching f64), each counted under its reason. */
+static void test_sdpa_fallback(gpucore_context *ctx)
+{
+    static const struct { acase c; int reason; } cases[] = {
+        {{GPUCORE_F32, 1, 2, 2, 9, 11, 64, 0, 0, 0, 0, 0, 0, 0}, GPUCORE_ATTN_FALLBACK_DTYPE},
+        {{GPUCORE_F16, 1, 2, 2, 9, 11, 36, 0, 0, 0, 0, 0, 0, 0}, GPUCORE_ATTN_FALLBACK_HEAD_DIM},
+        {{GPUCORE_F16, 1, 2, 2, 9, 11, 64, 0, 0, 0, 1, 0, 0, 0}, GPUCORE_ATTN_FALLBACK_MASK},
+        {{GPUCORE_BF16, 1, 2, 2, 9, 11, 64, 0, 0, 0, 0, 0, 0, 0.25}, GPUCORE_ATTN_FALLBACK_DROPOUT},
+        {{GPUCORE_BF16, 1, 4, 2, 9, 11, 64, 1, 0, 0, 0, 0, 0, 0}, GPUCORE_ATTN_FALLBACK_GQA},
+        {{GPUCORE_F16, 1, 1, 1, 5, 7, 256, 0, 0, 0, 0, 0, 0, 0}, GPUCORE_ATTN_FALLBACK_NO_ENGINE}, /* stand-in: D <= 128 */
+    };
+    const int n = (int)(sizeof cases / sizeof cases[0]);
+    gpucore_log_level saved = gpucore_get_log_level();
+    gpucore_set_log_level(GPUCORE_LOG_ERROR); /* the fallback WARNs are expected */
+    for (int i = 0; i < n; i++) {
+        CHECK_OK(gpucore_attention_reset_stats(ctx));
+        char name[32];
+        snprintf(name, sizeof name, "fallback case %d", i);
+        for (int rep = 0; rep < 2; rep++) run_case(ctx, &cases[i].c, name); /* the second from the cached refusal */
+        gpucore_attention_stats st = stats_of(ctx);
+        CHECK(st.cudnn_forwards == 0 && st.fallback_forwards == 2 && st.fallback_by_reason[cases[i].reason] == 2);
+        if (st.fallback_by_reason[cases[i].reason] != 2)
+            fprintf(stderr, "  %s: reason %d counted %lld times (%lld fallbacks, %lld on cuDNN)\n", name,
+                    cases[i].reason, (long long)st.fallback_by_reason[cases[i].reason], (long long)st.fallback_forwards,
+                    (long long)st.cudnn_forwards);
+        expect_clean(name);
+    }
+    /* the kernel on request: not a fallback */
+    CHECK_OK(gpucore_attention_reset_stats(ctx));
+    acase kc = {GPUCORE_BF16, 1, 2, 2, 9, 11, 64, 0, 0, 0, 0, 0, GPUCORE_ATTN_ALGO_KERNEL, 0};
+    run_case(ctx, &kc, "kernel on request");
+    gpucore_attention_stats st = stats_of(ctx);
+    CHECK(st.cudnn_forwards == 0 && st.fallback_forwards == 0);
+    gpucore_set_log_level(saved);
+    CHECK(gpucore_attention_fallback_reason_text(GPUCORE_ATTN_FALLBACK_GQA) != NULL);
+    CHECK(gpucore_attention_fallback_reason_text(GPUCORE_ATTN_FALLBACK_REASONS) == NULL);
+    gpucore_attention_options o;
+    gpucore_attention_options_init(&o);
+    o.algo = 7;
+    int64_t s4[4] = {1, 1, 2, 8};
+    gpucore_tensor *t = NULL, *out = NULL;
+    CHECK_OK(gpucore_tensor_create(ctx, GPUCORE_F16, 4, s4, &t));
+    CHECK_OK(gpucore_tensor_create(ctx, GPUCORE_F16, 4, s4, &out));
+    CHECK_STATUS(gpucore_attention_forward(out, NULL, t, t, t, NULL, NULL, &o, NULL), GPUCORE_ERR_INVALID_ARGUMENT);
+    CHECK(strstr(gpucore_last_error(), "algo") != NULL);
+    gpucore_tensor_destroy(t);
+    gpucore_tensor_destroy(out);
+}
+
+int main(void)
+{
+    if (!contract_open()) return 1;
+    gpucore_context *ctx = NULL;
+    CHECK_OK(gpucore_context_create("cuda:0", &ctx));
+    if (ctx) {
+        test_sdpa_engine(ctx);
+        test_sdpa_fallback(ctx);
+        gpucore_context_destroy(ctx);
+    }
+    expect_clean("end");
+    return check_finish("test_cuda_contract_sdpa");
+}
