@@ -26,7 +26,7 @@ __all__ = ["AttentionOptions", "scaled_dot_product_attention", "scaled_dot_produ
 
 class AttentionOptions(ctypes.Structure):
     """ctypes mirror of ``gpucore_attention_options``."""
-    _fields_ = [("struct_size", c_int64), ("scale", c_double), ("is_causal", c_int32), ("reserved", c_int32),
+    _fields_ = [("struct_size", c_int64), ("scale", c_double), ("is_causal", c_int32), ("algo", c_int32),
                 ("dropout_p", c_double), ("seed", c_uint64), ("offset", c_uint64)]
 
 

@@ -215,6 +215,13 @@ static void test_sdpa_engine(gpucore_context *ctx)
                 (long long)st.fallback_forwards);
 }
 
+static int sdpa_warnings;
+static void count_warnings(int level, const char *message, void *user)
+{
+    (void)user;
+    if (level == GPUCORE_LOG_WARN && strstr(message, "cuDNN's SDPA does not run")) sdpa_warnings++;
+}
+
 /* Cases cuDNN's SDPA declines: the kernel runs them (still matching f64), each counted under its reason. */
 static void test_sdpa_fallback(gpucore_context *ctx)
 {
@@ -228,7 +235,8 @@ static void test_sdpa_fallback(gpucore_context *ctx)
     };
     const int n = (int)(sizeof cases / sizeof cases[0]);
     gpucore_log_level saved = gpucore_get_log_level();
-    gpucore_set_log_level(GPUCORE_LOG_ERROR); /* the fallback WARNs are expected */
+    gpucore_set_log_level(GPUCORE_LOG_WARN); /* the fallback WARNs are expected: counted, once per key */
+    gpucore_set_log_callback(count_warnings, NULL);
     for (int i = 0; i < n; i++) {
         CHECK_OK(gpucore_attention_reset_stats(ctx));
         char name[32];
@@ -242,12 +250,16 @@ static void test_sdpa_fallback(gpucore_context *ctx)
                     (long long)st.cudnn_forwards);
         expect_clean(name);
     }
+    CHECK(sdpa_warnings == n);
+    if (sdpa_warnings != n) fprintf(stderr, "  %d fallback warnings for %d keys\n", sdpa_warnings, n);
     /* the kernel on request: not a fallback */
     CHECK_OK(gpucore_attention_reset_stats(ctx));
     acase kc = {GPUCORE_BF16, 1, 2, 2, 9, 11, 64, 0, 0, 0, 0, 0, GPUCORE_ATTN_ALGO_KERNEL, 0};
     run_case(ctx, &kc, "kernel on request");
     gpucore_attention_stats st = stats_of(ctx);
     CHECK(st.cudnn_forwards == 0 && st.fallback_forwards == 0);
+    CHECK(sdpa_warnings == n);
+    gpucore_set_log_callback(NULL, NULL);
     gpucore_set_log_level(saved);
     CHECK(gpucore_attention_fallback_reason_text(GPUCORE_ATTN_FALLBACK_GQA) != NULL);
     CHECK(gpucore_attention_fallback_reason_text(GPUCORE_ATTN_FALLBACK_REASONS) == NULL);
@@ -264,16 +276,31 @@ static void test_sdpa_fallback(gpucore_context *ctx)
     gpucore_tensor_destroy(out);
 }
 
-int main(void)
+/* A machine without cuDNN (GPUCORE_CUDNN_LIBRARY points nowhere): the kernel, counted as NO_CUDNN. */
+static void test_sdpa_no_cudnn(gpucore_context *ctx)
+{
+    gpucore_log_level saved = gpucore_get_log_level();
+    gpucore_set_log_level(GPUCORE_LOG_ERROR);
+    acase c = {GPUCORE_BF16, 2, 2, 2, 13, 17, 64, 1, 0, 0, 0, 0, 0, 0};
+    run_case(ctx, &c, "no cuDNN");
+    gpucore_set_log_level(saved);
+    gpucore_attention_stats st = stats_of(ctx);
+    CHECK(st.cudnn_forwards == 0 && st.fallback_by_reason[GPUCORE_ATTN_FALLBACK_NO_CUDNN] == 1);
+    expect_clean("no cuDNN");
+}
+
+int main(int argc, char **argv)
 {
     if (!contract_open()) return 1;
     gpucore_context *ctx = NULL;
     CHECK_OK(gpucore_context_create("cuda:0", &ctx));
-    if (ctx) {
+    if (ctx && argc > 1 && strcmp(argv[1], "no-cudnn") == 0) {
+        test_sdpa_no_cudnn(ctx);
+    } else if (ctx) {
         test_sdpa_engine(ctx);
         test_sdpa_fallback(ctx);
-        gpucore_context_destroy(ctx);
     }
+    if (ctx) gpucore_context_destroy(ctx);
     expect_clean("end");
     return check_finish("test_cuda_contract_sdpa");
 }
