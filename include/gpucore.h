@@ -962,7 +962,9 @@ GPUCORE_API gpucore_status gpucore_linear_backward(const gpucore_tensor *dy, con
  *
  * x [..., in] (contiguous rows, as the linear layer), W [out, in] (frozen: no dW),
  * bias [out] or NULL (frozen), A [r, in], B [out, r], y [..., out]; one dtype for
- * all (f32, f16 or bf16; fp8 base weights are not supported yet). drop is inverted
+ * all (f32, f16 or bf16; an fp8 W is refused with NOT_SUPPORTED on every backend:
+ * the one fp8 GEMM, CUDA sm_89+, needs both operands fp8 in the TN layout, which
+ * neither x·Wᵀ with a float x nor dx = dy·W is). drop is inverted
  * dropout on the adapter input (gpucore_dropout over x's elements under (seed,
  * offset): the backward replays it; advance offset by
  * gpucore_random_offset_advance(numel(x), GPUCORE_UNIFORM) per call). Built on
