@@ -14,7 +14,8 @@
  * listed are refused as not modelled. At execution: every non-virtual tensor bound
  * exactly once in the variant pack, device ranges for the others, every virtual
  * tensor written by a node before it is read (a topological order exists).
- * Executed: the nodes in topological order, in double, on the stream's worker.
+ * Executed: the nodes in topological order, in double with each virtual tensor
+ * rounded to its dtype (f32 intermediates, a half P), on the stream's worker.
  * The stand-in's engines take head dims up to 128 (heuristics offer none above).
  */
 #include <math.h>
@@ -229,6 +230,16 @@ static void mstore(const xt *t, int64_t off, double v)
     }
 }
 
+static double rounded_to(int dt, double v)
+{
+    switch (dt) {
+    case CUDNN_DATA_FLOAT: return (float)v;
+    case CUDNN_DATA_HALF: return gpucore_f16_to_f32(gpucore_f32_to_f16((float)v));
+    case CUDNN_DATA_BFLOAT16: return gpucore_bf16_to_f32(gpucore_f32_to_bf16((float)v));
+    default: return v;
+    }
+}
+
 /* Dense index of y's coordinate c in x (x's dims of 1 broadcast). */
 static int64_t bidx(const xt *x, const int64_t c[4])
 {
@@ -301,6 +312,8 @@ static void run_node(sdpa_job *j, const desc *op)
             y->buf[e] = pw_apply(m, x->buf[bidx(x, c)], b ? b->buf[bidx(b, c)] : 0.0, t ? t->buf[bidx(t, c)] : 0.0);
         }
     }
+    if (y->virt) /* an intermediate holds what its dtype holds */
+        for (int64_t e = 0; e < y->numel; e++) y->buf[e] = rounded_to(y->dtype, y->buf[e]);
     y->produced = 1;
 }
 

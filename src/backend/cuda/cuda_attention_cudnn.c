@@ -279,7 +279,8 @@ static cudnnBackendDescriptor_t build_graph(cudnnHandle_t h, const gpucore_attn_
     }
     if (guard)
         l = pointwise(g, CUDNN_POINTWISE_MAX, l, tensor(g, UID_TINY, f32, one, one, 4, 1), NULL, vtensor(g, f32, rd), 0);
-    cudnnBackendDescriptor_t p = pointwise(g, CUDNN_POINTWISE_DIV, e, l, NULL, vtensor(g, f32, sd), 0);
+    /* P in the I/O dtype: the P·V matmul of cuDNN's fused engines (and of flash attention) takes half inputs */
+    cudnnBackendDescriptor_t p = pointwise(g, CUDNN_POINTWISE_DIV, e, l, NULL, vtensor(g, dt, sd), 0);
     matmul(g, p, tv, to);
 
     cudnnBackendDescriptor_t graph = NULL;
