@@ -1977,15 +1977,15 @@ typedef struct gpucore_attention_options {
     uint64_t seed, offset; /* dropout's Philox stream */
 } gpucore_attention_options;
 
-/* How the CUDA backend picks the forward's engine: cuDNN's SDPA (an operation graph of
- * matmul, pointwise and reduction nodes through the graph API) chosen by cuDNN's
+/* How the CUDA backend picks the engine of a forward or backward: cuDNN's SDPA (operation
+ * graphs of matmul, pointwise, reduction and reshape nodes through the graph API) chosen by cuDNN's
  * heuristics, timed once per shape (AUTOTUNE), or among deterministic engines only,
  * as gpucore_conv_algo does; or only the hand-written kernel. Where cuDNN is absent,
  * declines the graph (f32, head_dim not a multiple of 8, a boolean mask, i64
  * kv_lengths, dropout, GQA, a head_dim with a stride other than 1) or fails, the
  * kernel runs instead: counted by reason (gpucore_attention_get_stats) and logged
- * once per shape at WARN. The backward always runs the kernel; the CPU and
- * cuda-emulated backends have only their kernels (nothing is counted there). */
+ * once per shape at WARN. The CPU and cuda-emulated backends have only their
+ * kernels (nothing is counted there). */
 typedef enum gpucore_attention_algo {
     GPUCORE_ATTN_ALGO_HEURISTIC = 0,
     GPUCORE_ATTN_ALGO_AUTOTUNE = 1,
@@ -2007,8 +2007,8 @@ typedef enum gpucore_attention_fallback_reason {
 } gpucore_attention_fallback_reason;
 typedef struct gpucore_attention_stats {
     int64_t struct_size;        /* sizeof(gpucore_attention_stats), set by the caller */
-    int64_t cudnn_forwards;     /* forwards run by cuDNN's SDPA engine */
-    int64_t fallback_forwards;  /* forwards that wanted cuDNN and ran the kernel */
+    int64_t cudnn_calls;        /* forwards and backwards run by cuDNN's SDPA engines */
+    int64_t fallback_calls;     /* calls that wanted cuDNN and ran the kernel */
     int64_t fallback_by_reason[GPUCORE_ATTN_FALLBACK_REASONS];
 } gpucore_attention_stats;
 /* Counts of ctx since it was created or last reset. */

@@ -202,7 +202,7 @@ static gpucore_status attention_run(gpucore_context *ctx, gpucore_attn_args *a, 
     st = ctx->be->attention(ctx->bctx, a, s->bstream);
     gpucore_prof_end(ctx, prof);
     /* the dispatch's outcome, counted above the vtable (as matmul's fallbacks) */
-    if (!st && engine == 1) atomic_fetch_add(&ctx->attn_cudnn_forwards, 1);
+    if (!st && engine == 1) atomic_fetch_add(&ctx->attn_cudnn_calls, 1);
     if (!st && engine < 0 && -1 - engine < GPUCORE_ATTN_FALLBACK_REASONS) {
         atomic_fetch_add(&ctx->attn_fallbacks[-1 - engine], 1);
         if (atomic_load_explicit(&ctx->profile_flags, memory_order_relaxed)) gpucore_profile_count(ctx, "attention_fallback");
@@ -307,11 +307,11 @@ gpucore_status gpucore_attention_get_stats(gpucore_context *ctx, gpucore_attenti
     if (stats->struct_size != (int64_t)sizeof *stats)
         return gpucore_set_error(GPUCORE_ERR_INVALID_ARGUMENT, "attention_get_stats: stats->struct_size is %lld, "
                                  "expected %zu", (long long)stats->struct_size, sizeof *stats);
-    stats->cudnn_forwards = atomic_load(&ctx->attn_cudnn_forwards);
-    stats->fallback_forwards = 0;
+    stats->cudnn_calls = atomic_load(&ctx->attn_cudnn_calls);
+    stats->fallback_calls = 0;
     for (int i = 0; i < GPUCORE_ATTN_FALLBACK_REASONS; i++) {
         stats->fallback_by_reason[i] = atomic_load(&ctx->attn_fallbacks[i]);
-        stats->fallback_forwards += stats->fallback_by_reason[i];
+        stats->fallback_calls += stats->fallback_by_reason[i];
     }
     return GPUCORE_OK;
 }
@@ -319,7 +319,7 @@ gpucore_status gpucore_attention_get_stats(gpucore_context *ctx, gpucore_attenti
 gpucore_status gpucore_attention_reset_stats(gpucore_context *ctx)
 {
     if (!ctx) return gpucore_set_error(GPUCORE_ERR_INVALID_ARGUMENT, "attention_reset_stats: ctx must not be NULL");
-    atomic_store(&ctx->attn_cudnn_forwards, 0);
+    atomic_store(&ctx->attn_cudnn_calls, 0);
     for (int i = 0; i < GPUCORE_ATTN_FALLBACK_REASONS; i++) atomic_store(&ctx->attn_fallbacks[i], 0);
     return GPUCORE_OK;
 }

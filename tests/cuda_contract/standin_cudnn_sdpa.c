@@ -1,9 +1,9 @@
 /*
  * standin_cudnn_sdpa.c — the cuDNN stand-in's operation-graph interpreter for the
  * SDPA graph the CUDA backend builds (src/backend/cuda/cuda_attention_cudnn.c):
- * matmul, reduction (ADD, MAX) and pointwise nodes (ADD MUL SUB DIV MAX EXP LOG
- * CMP_LT CMP_GE GEN_INDEX BINARY_SELECT, and conv's RELU_FWD), 4-d tensors, by-value
- * scalars.
+ * matmul, reduction (ADD, MAX), reshape (a view: transposes) and pointwise nodes
+ * (ADD MUL SUB DIV MAX EXP LOG IDENTITY CMP_LT CMP_GE GEN_INDEX BINARY_SELECT, and
+ * conv's RELU_FWD), 4-d tensors, by-value scalars.
  *
  * Checked when a node is finalized, citing cudnn_graph_v9.h: the inputs each mode
  * needs (unary modes take no b, BINARY_SELECT needs b and a BOOLEAN t, comparisons
@@ -34,7 +34,51 @@ static int tndims(const desc *t) { const attr *a = get_attr(t, CUDNN_ATTR_TENSOR
 static int tflag(const desc *t, int name) { const attr *a = get_attr(t, name); return a && *(bool *)a->data; }
 static int tdtype(const desc *t) { return i32(t, CUDNN_ATTR_TENSOR_DATA_TYPE); }
 
-static int is_unary(int m) { return m == CUDNN_POINTWISE_EXP || m == CUDNN_POINTWISE_LOG || m == CUDNN_POINTWISE_GEN_INDEX || m == CUDNN_POINTWISE_RELU_FWD; }
+static int is_unary(int m)
+{
+    return m == CUDNN_POINTWISE_EXP || m == CUDNN_POINTWISE_LOG || m == CUDNN_POINTWISE_GEN_INDEX ||
+           m == CUDNN_POINTWISE_RELU_FWD || m == CUDNN_POINTWISE_IDENTITY;
+}
+
+/* Offset of dense element e of a 4-d tensor descriptor under its strides. */
+static int64_t offset_of(const desc *t, int64_t e)
+{
+    int64_t off = 0;
+    for (int k = 3; k >= 0; k--) {
+        int64_t n = i64(t, CUDNN_ATTR_TENSOR_DIMENSIONS, k);
+        off += (e % n) * i64(t, CUDNN_ATTR_TENSOR_STRIDES, k);
+        e /= n;
+    }
+    return off;
+}
+
+static int64_t numel_of(const desc *t)
+{
+    int64_t n = 1;
+    const attr *a = get_attr(t, CUDNN_ATTR_TENSOR_DIMENSIONS);
+    for (int64_t k = 0; a && k < a->count; k++) n *= ((int64_t *)a->data)[k];
+    return n;
+}
+
+/* For a reshape y of x (same elements, other dims/strides: a view), the dense index of x behind each element of y;
+ * NULL when y is not a view of x (an offset of y that x does not have). */
+static int64_t *reshape_map(const desc *x, const desc *y)
+{
+    const int64_t n = numel_of(x);
+    if (n != numel_of(y) || tndims(x) != 4 || tndims(y) != 4) return NULL;
+    int64_t span = 0;
+    for (int64_t e = 0; e < n; e++) { int64_t o = offset_of(x, e); if (o > span) span = o; }
+    int64_t *at = malloc(sizeof(int64_t) * (size_t)(span + 1)), *map = malloc(sizeof(int64_t) * (size_t)n);
+    for (int64_t o = 0; o <= span; o++) at[o] = -1;
+    for (int64_t e = 0; e < n; e++) at[offset_of(x, e)] = e;
+    for (int64_t e = 0; e < n && map; e++) {
+        int64_t o = offset_of(y, e);
+        if (o > span || at[o] < 0) { free(map); map = NULL; }
+        else map[e] = at[o];
+    }
+    free(at);
+    return map;
+}
 static int is_binary(int m)
 {
     return m == CUDNN_POINTWISE_ADD || m == CUDNN_POINTWISE_MUL || m == CUDNN_POINTWISE_SUB || m == CUDNN_POINTWISE_DIV ||
@@ -97,6 +141,14 @@ cudnnStatus_t standin_sdpa_finalize(desc *d)
                               "dim must equal y's or be 1)", i);
         if (m == CUDNN_POINTWISE_GEN_INDEX && tndims(x) != tndims(y))
             return refuse(CUDNN_STATUS_BAD_PARAM, api, G ":543", "GEN_INDEX: x and y ranks differ");
+    }
+    if (d->type == CUDNN_BACKEND_OPERATION_RESHAPE_DESCRIPTOR) {
+        const desc *x = ref(d, CUDNN_ATTR_OPERATION_RESHAPE_XDESC, 0), *y = ref(d, CUDNN_ATTR_OPERATION_RESHAPE_YDESC, 0);
+        int64_t *map = tdtype(x) == tdtype(y) ? reshape_map(x, y) : NULL;
+        if (!map)
+            return refuse(CUDNN_STATUS_BAD_PARAM, api, G ":722", "reshape: y (" G ":723) must hold x's elements, of "
+                          "x's dtype, as a view of x's layout (the stand-in models 4-d views such as transposes)");
+        free(map);
     }
     if (d->type == CUDNN_BACKEND_REDUCTION_DESCRIPTOR) {
         int op = i32(d, CUDNN_ATTR_REDUCTION_OPERATOR);
@@ -188,6 +240,9 @@ static int node_io(const desc *op, const desc *in[3], const desc **out)
     } else if (op->type == CUDNN_BACKEND_OPERATION_REDUCTION_DESCRIPTOR) {
         in[0] = ref(op, CUDNN_ATTR_OPERATION_REDUCTION_XDESC, 0);
         *out = ref(op, CUDNN_ATTR_OPERATION_REDUCTION_YDESC, 0);
+    } else if (op->type == CUDNN_BACKEND_OPERATION_RESHAPE_DESCRIPTOR) {
+        in[0] = ref(op, CUDNN_ATTR_OPERATION_RESHAPE_XDESC, 0);
+        *out = ref(op, CUDNN_ATTR_OPERATION_RESHAPE_YDESC, 0);
     } else if (op->type == CUDNN_BACKEND_OPERATION_POINTWISE_DESCRIPTOR) {
         in[0] = ref(op, CUDNN_ATTR_OPERATION_POINTWISE_XDESC, 0);
         in[1] = ref(op, CUDNN_ATTR_OPERATION_POINTWISE_BDESC, 0);
@@ -264,6 +319,7 @@ static double pw_apply(int m, double x, double b, double t)
     case CUDNN_POINTWISE_EXP: return exp(x);
     case CUDNN_POINTWISE_LOG: return log(x);
     case CUDNN_POINTWISE_RELU_FWD: return x > 0 ? x : 0;
+    case CUDNN_POINTWISE_IDENTITY: return x;
     case CUDNN_POINTWISE_CMP_LT: return x < b;
     case CUDNN_POINTWISE_CMP_GE: return x >= b;
     case CUDNN_POINTWISE_BINARY_SELECT: return t != 0.0 ? x : b;
@@ -293,6 +349,10 @@ static void run_node(sdpa_job *j, const desc *op)
             y->buf[e] = s;
         }
         (void)M; (void)N;
+    } else if (op->type == CUDNN_BACKEND_OPERATION_RESHAPE_DESCRIPTOR) {
+        int64_t *map = reshape_map(x->d, y->d); /* checked at finalize */
+        for (int64_t e = 0; e < y->numel; e++) y->buf[e] = map ? x->buf[map[e]] : NAN;
+        free(map);
     } else if (op->type == CUDNN_BACKEND_OPERATION_REDUCTION_DESCRIPTOR) {
         int how = i32(ref(op, CUDNN_ATTR_OPERATION_REDUCTION_DESC, 0), CUDNN_ATTR_REDUCTION_OPERATOR);
         for (int64_t e = 0; e < y->numel; e++) y->buf[e] = how == CUDNN_REDUCE_TENSOR_MAX ? -INFINITY : 0.0;

@@ -74,7 +74,50 @@ static gpucore_tensor *operand(gpucore_context *ctx, const acase *c, int64_t Hn,
     return view;
 }
 
-/* Runs one forward; checks out and lse against f64; returns the engine counts' change through st. */
+/* A device operand (operand()'s layout) back in logical [B, Hn, S, D] order, in double. */
+static void fetch(const acase *c, gpucore_tensor *base, int64_t Hn, int64_t S, double *out)
+{
+    const int64_t B = c->B, D = c->D, n = B * Hn * S * D;
+    size_t es = c->dt == GPUCORE_F32 ? 4 : 2;
+    unsigned char *raw = malloc((size_t)n * es);
+    CHECK_OK(gpucore_copy_to_host(raw, n * (int64_t)es, base));
+    for (int64_t b = 0; b < B; b++)
+        for (int64_t h = 0; h < Hn; h++)
+            for (int64_t s = 0; s < S; s++)
+                for (int64_t d = 0; d < D; d++) {
+                    int64_t off = c->bshd ? ((b * S + s) * Hn + h) * D + d : ((b * Hn + h) * S + s) * D + d;
+                    double v;
+                    if (c->dt == GPUCORE_F32) { float f; memcpy(&f, raw + off * 4, 4); v = f; }
+                    else {
+                        uint16_t u;
+                        memcpy(&u, raw + off * 2, 2);
+                        v = c->dt == GPUCORE_BF16 ? gpucore_bf16_to_f32(u) : gpucore_f16_to_f32(u);
+                    }
+                    out[((b * Hn + h) * S + s) * D + d] = v;
+                }
+    free(raw);
+}
+
+/* Row (b, h, i) of the f64 probabilities into p[Sk] (all 0 for a row that admits no key); returns its lse. */
+static double probs(const acase *c, const double *q, const double *k, const float *mh, const int32_t *lh, int64_t b,
+                    int64_t h, int64_t i, double *p)
+{
+    const int64_t H = c->H, Hkv = c->Hkv, Sq = c->Sq, Sk = c->Sk, D = c->D, hk = h / (H / Hkv);
+    double m = -INFINITY, l = 0;
+    for (int64_t j = 0; j < Sk; j++) {
+        double dot = 0;
+        for (int64_t d = 0; d < D; d++) dot += q[((b * H + h) * Sq + i) * D + d] * k[((b * Hkv + hk) * Sk + j) * D + d];
+        double bias = mh ? mh[i * Sk + j] : 0.0;
+        if ((c->causal && j > i) || (c->lens && j >= lh[b])) bias = -INFINITY;
+        p[j] = isinf(bias) ? -INFINITY : 0.3 * dot + bias;
+        if (p[j] > m) m = p[j];
+    }
+    for (int64_t j = 0; j < Sk; j++) l += isinf(m) ? 0 : exp(p[j] - m);
+    for (int64_t j = 0; j < Sk; j++) p[j] = l > 0 ? exp(p[j] - m) / l : 0.0;
+    return l > 0 ? m + log(l) : -INFINITY;
+}
+
+/* Runs one forward and one backward; checks out, lse, dq, dk, dv against f64. */
 static void run_case(gpucore_context *ctx, const acase *c, const char *name)
 {
     const int64_t B = c->B, H = c->H, Hkv = c->Hkv, Sq = c->Sq, Sk = c->Sk, D = c->D;
@@ -118,57 +161,86 @@ static void run_case(gpucore_context *ctx, const acase *c, const char *name)
     o.seed = 7;
     CHECK_OK(gpucore_attention_forward(to, lse, tq, tk, tv, mask, lens, &o, NULL));
     float *lg = malloc(sizeof(float) * B * H * Sq);
-    size_t es = c->dt == GPUCORE_F32 ? 4 : 2;
-    unsigned char *og = malloc((size_t)(B * H * Sq * D) * es);
-    CHECK_OK(gpucore_copy_to_host(og, B * H * Sq * D * (int64_t)es, bo));
+    double *og = malloc(sizeof(double) * B * H * Sq * D), *dO = malloc(sizeof(double) * B * H * Sq * D);
+    double *g[3] = {malloc(sizeof(double) * B * H * Sq * D), malloc(sizeof(double) * B * Hkv * Sk * D),
+                    malloc(sizeof(double) * B * Hkv * Sk * D)};
+    double *r[3] = {calloc((size_t)(B * H * Sq * D), sizeof(double)), calloc((size_t)(B * Hkv * Sk * D), sizeof(double)),
+                    calloc((size_t)(B * Hkv * Sk * D), sizeof(double))};
+    fetch(c, bo, H, Sq, og);
     CHECK_OK(gpucore_copy_to_host(lg, B * H * Sq * 4, lse));
+    /* the backward from the forward's out and lse, with a random dout */
+    gpucore_tensor *bdo, *bg[3], *tg[3];
+    gpucore_tensor *tdo = operand(ctx, c, H, Sq, dO, 1, &bdo);
+    tg[0] = operand(ctx, c, H, Sq, g[0], 0, &bg[0]);
+    tg[1] = operand(ctx, c, Hkv, Sk, g[1], 0, &bg[1]);
+    tg[2] = operand(ctx, c, Hkv, Sk, g[2], 0, &bg[2]);
+    CHECK_OK(gpucore_attention_backward(tg[0], tg[1], tg[2], tdo, tq, tk, tv, to, lse, mask, lens, &o, NULL));
+    fetch(c, bg[0], H, Sq, g[0]);
+    fetch(c, bg[1], Hkv, Sk, g[1]);
+    fetch(c, bg[2], Hkv, Sk, g[2]);
     if (c->dropout > 0) goto out; /* the kernel's own tests check dropout; here only the routing counts */
-    double worst = 0, worst_lse = 0;
-    int bad = 0;
-    double *s = malloc(sizeof(double) * Sk);
+    double worst = 0, worst_lse = 0, worst_g = 0;
+    int bad = 0, bad_g = 0;
+    const double tol = c->dt == GPUCORE_BF16 ? 1.6e-2 : c->dt == GPUCORE_F16 ? 2e-3 : 1e-5;
+    double *p = malloc(sizeof(double) * Sk), *dp = malloc(sizeof(double) * Sk);
     for (int64_t b = 0; b < B; b++)
         for (int64_t h = 0; h < H; h++)
             for (int64_t i = 0; i < Sq; i++) {
-                const int64_t hk = h / (H / Hkv);
-                double m = -INFINITY;
-                for (int64_t j = 0; j < Sk; j++) {
-                    double dot = 0;
-                    for (int64_t d = 0; d < D; d++) dot += q[((b * H + h) * Sq + i) * D + d] * k[((b * Hkv + hk) * Sk + j) * D + d];
-                    double bias = mh ? mh[i * Sk + j] : 0.0;
-                    if ((c->causal && j > i) || (c->lens && j >= lh[b])) bias = -INFINITY;
-                    s[j] = isinf(bias) ? -INFINITY : 0.3 * dot + bias;
-                    if (s[j] > m) m = s[j];
-                }
-                double l = 0;
-                for (int64_t j = 0; j < Sk; j++) l += isinf(m) ? 0 : exp(s[j] - m);
-                double ref_lse = l > 0 ? m + log(l) : -INFINITY, got_lse = lg[(b * H + h) * Sq + i];
+                const int64_t hk = h / (H / Hkv), qi = ((b * H + h) * Sq + i) * D;
+                double ref_lse = probs(c, q, k, mh, lh, b, h, i, p), got_lse = lg[(b * H + h) * Sq + i];
                 if (isinf(ref_lse) ? !(isinf(got_lse) && got_lse < 0) : !(fabs(got_lse - ref_lse) <= 2e-5 * (1 + fabs(ref_lse))))
                     bad++;
                 if (!isinf(ref_lse) && fabs(got_lse - ref_lse) > worst_lse) worst_lse = fabs(got_lse - ref_lse);
+                double delta = 0;
+                for (int64_t j = 0; j < Sk; j++) {
+                    const int64_t kj = ((b * Hkv + hk) * Sk + j) * D;
+                    dp[j] = 0;
+                    for (int64_t d = 0; d < D; d++) dp[j] += dO[qi + d] * v[kj + d];
+                    delta += p[j] * dp[j];
+                }
+                for (int64_t j = 0; j < Sk; j++) {
+                    const int64_t kj = ((b * Hkv + hk) * Sk + j) * D;
+                    const double ds = 0.3 * p[j] * (dp[j] - delta);
+                    for (int64_t d = 0; d < D; d++) {
+                        r[0][qi + d] += ds * k[kj + d];
+                        r[1][kj + d] += ds * q[qi + d];
+                        r[2][kj + d] += p[j] * dO[qi + d];
+                    }
+                }
                 for (int64_t d = 0; d < D; d++) {
                     double ref = 0;
-                    for (int64_t j = 0; j < Sk; j++)
-                        if (l > 0) ref += exp(s[j] - m) / l * v[((b * Hkv + hk) * Sk + j) * D + d];
-                    int64_t off = c->bshd ? ((b * Sq + i) * H + h) * D + d : ((b * H + h) * Sq + i) * D + d;
-                    double got;
-                    if (c->dt == GPUCORE_F32) { float f; memcpy(&f, og + off * 4, 4); got = f; }
-                    else {
-                        uint16_t u;
-                        memcpy(&u, og + off * 2, 2);
-                        got = c->dt == GPUCORE_BF16 ? gpucore_bf16_to_f32(u) : gpucore_f16_to_f32(u);
-                    }
-                    double err = fabs(got - ref), tol = c->dt == GPUCORE_BF16 ? 1.6e-2 : c->dt == GPUCORE_F16 ? 2e-3 : 1e-5;
+                    for (int64_t j = 0; j < Sk; j++) ref += p[j] * v[((b * Hkv + hk) * Sk + j) * D + d];
+                    double got = og[qi + d], err = fabs(got - ref);
                     if (!(err <= tol * (1 + fabs(ref)))) bad++;
                     if (err > worst || isnan(got)) worst = isnan(got) ? INFINITY : err;
                 }
             }
+    const int64_t gn[3] = {B * H * Sq * D, B * Hkv * Sk * D, B * Hkv * Sk * D};
+    for (int t = 0; t < 3; t++)
+        for (int64_t e = 0; e < gn[t]; e++) {
+            double err = fabs(g[t][e] - r[t][e]);
+            if (!(err <= 2 * tol * (1 + fabs(r[t][e])))) bad_g++;
+            if (err > worst_g || isnan(g[t][e])) worst_g = isnan(g[t][e]) ? INFINITY : err;
+        }
     CHECK(bad == 0);
-    if (getenv("SDPA_VERBOSE")) printf("  %s: worst out error %.3g, lse %.3g\n", name, worst, worst_lse);
-    if (bad) fprintf(stderr, "  %s: %d elements off (worst out error %.3g, lse %.3g)\n", name, bad, worst, worst_lse);
-    free(s);
+    CHECK(bad_g == 0);
+    if (getenv("SDPA_VERBOSE"))
+        printf("  %s: worst out error %.3g, lse %.3g, gradients %.3g\n", name, worst, worst_lse, worst_g);
+    if (bad || bad_g)
+        fprintf(stderr, "  %s: %d forward, %d gradient elements off (worst out error %.3g, lse %.3g, gradients %.3g)\n",
+                name, bad, bad_g, worst, worst_lse, worst_g);
+    free(p);
+    free(dp);
 out:
-    free(lg); free(og); free(mh);
+    free(lg); free(og); free(mh); free(dO);
+    for (int t = 0; t < 3; t++) { free(g[t]); free(r[t]); }
     free(q); free(k); free(v); free(o0);
+    gpucore_tensor *more[] = {tdo, bdo, tg[0], tg[1], tg[2], bg[0], bg[1], bg[2]};
+    for (size_t i = 0; i < sizeof more / sizeof more[0]; i++) {
+        int dup = 0;
+        for (size_t j = 0; j < i; j++) dup |= more[j] == more[i];
+        if (!dup) gpucore_tensor_destroy(more[i]);
+    }
     gpucore_tensor *all[] = {tq, tk, tv, to, bq, bk, bv, bo, lse, mask, lens};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) {
         int dup = 0;
@@ -208,12 +280,12 @@ static void test_sdpa_engine(gpucore_context *ctx)
         expect_clean(name);
     }
     gpucore_attention_stats st = stats_of(ctx);
-    CHECK(st.cudnn_forwards == n && st.fallback_forwards == 0);
+    CHECK(st.cudnn_calls == 2 * n && st.fallback_calls == 0); /* each case: a forward and a backward */
     /* autotune times its candidates: more executions than forwards */
     CHECK(counter("cudnn_sdpa_executed") - before > n);
-    if (st.cudnn_forwards != n)
-        fprintf(stderr, "  %lld of %d forwards on cuDNN, %lld fallbacks\n", (long long)st.cudnn_forwards, n,
-                (long long)st.fallback_forwards);
+    if (st.cudnn_calls != 2 * n)
+        fprintf(stderr, "  %lld of %d calls on cuDNN, %lld fallbacks\n", (long long)st.cudnn_calls, 2 * n,
+                (long long)st.fallback_calls);
 }
 
 static int sdpa_warnings;
@@ -244,22 +316,22 @@ static void test_sdpa_fallback(gpucore_context *ctx)
         snprintf(name, sizeof name, "fallback case %d", i);
         for (int rep = 0; rep < 2; rep++) run_case(ctx, &cases[i].c, name); /* the second from the cached refusal */
         gpucore_attention_stats st = stats_of(ctx);
-        CHECK(st.cudnn_forwards == 0 && st.fallback_forwards == 2 && st.fallback_by_reason[cases[i].reason] == 2);
-        if (st.fallback_by_reason[cases[i].reason] != 2)
+        CHECK(st.cudnn_calls == 0 && st.fallback_calls == 4 && st.fallback_by_reason[cases[i].reason] == 4);
+        if (st.fallback_by_reason[cases[i].reason] != 4)
             fprintf(stderr, "  %s: reason %d counted %lld times (%lld fallbacks, %lld on cuDNN)\n", name,
-                    cases[i].reason, (long long)st.fallback_by_reason[cases[i].reason], (long long)st.fallback_forwards,
-                    (long long)st.cudnn_forwards);
+                    cases[i].reason, (long long)st.fallback_by_reason[cases[i].reason], (long long)st.fallback_calls,
+                    (long long)st.cudnn_calls);
         expect_clean(name);
     }
-    CHECK(sdpa_warnings == n);
-    if (sdpa_warnings != n) fprintf(stderr, "  %d fallback warnings for %d keys\n", sdpa_warnings, n);
+    CHECK(sdpa_warnings == 2 * n); /* a forward key and a backward key per case */
+    if (sdpa_warnings != 2 * n) fprintf(stderr, "  %d fallback warnings for %d keys\n", sdpa_warnings, 2 * n);
     /* the kernel on request: not a fallback */
     CHECK_OK(gpucore_attention_reset_stats(ctx));
     acase kc = {GPUCORE_BF16, 1, 2, 2, 9, 11, 64, 0, 0, 0, 0, 0, GPUCORE_ATTN_ALGO_KERNEL, 0};
     run_case(ctx, &kc, "kernel on request");
     gpucore_attention_stats st = stats_of(ctx);
-    CHECK(st.cudnn_forwards == 0 && st.fallback_forwards == 0);
-    CHECK(sdpa_warnings == n);
+    CHECK(st.cudnn_calls == 0 && st.fallback_calls == 0);
+    CHECK(sdpa_warnings == 2 * n);
     gpucore_set_log_callback(NULL, NULL);
     gpucore_set_log_level(saved);
     CHECK(gpucore_attention_fallback_reason_text(GPUCORE_ATTN_FALLBACK_GQA) != NULL);
@@ -286,7 +358,7 @@ static void test_sdpa_no_cudnn(gpucore_context *ctx)
     run_case(ctx, &c, "no cuDNN");
     gpucore_set_log_level(saved);
     gpucore_attention_stats st = stats_of(ctx);
-    CHECK(st.cudnn_forwards == 0 && st.fallback_by_reason[GPUCORE_ATTN_FALLBACK_NO_CUDNN] == 1);
+    CHECK(st.cudnn_calls == 0 && st.fallback_by_reason[GPUCORE_ATTN_FALLBACK_NO_CUDNN] == 2);
     expect_clean("no cuDNN");
 }
 

@@ -1,21 +1,23 @@
 /*
- * cuda_attention_cudnn.c — the CUDA backend's attention entry: the forward through
- * cuDNN's SDPA (an operation graph built with the cuDNN 9 graph/backend API), the
- * hand-written kernel (kernels/attention.cu) for the backward and wherever cuDNN is
- * absent, declines the problem, or fails. Each fallback is reported through
- * args->engine_out (src/ops/attention.c counts it by reason) and logged once per
- * plan key at WARN.
+ * cuda_attention_cudnn.c — the CUDA backend's attention entry: forward and
+ * backward through cuDNN's SDPA (operation graphs built with the cuDNN 9
+ * graph/backend API), the hand-written kernel (kernels/attention.cu) wherever
+ * cuDNN is absent, declines the problem, or fails. Each fallback is reported
+ * through args->engine_out (src/ops/attention.c counts it by reason) and logged
+ * once per plan key at WARN.
  *
- * The graph is the one cuDNN's fused SDPA engines match (cudnn-frontend's sdpa node):
+ * The graphs follow cudnn-frontend's sdpa nodes. Forward:
  *   S = matmul(Q, Kᵀ); S *= scale (by value); [S += mask]; [padding: S = select(
  *   gen_index(col) < seq_len_kv, S, -inf)]; [causal: S = select(gen_index(row) >=
  *   gen_index(col), S, -inf)]; M = max_j S; E = exp(S - M); L = Σ_j E;
- *   [stats = M + log L]; O = matmul(E / L, V).
- * With a mask or kv_lengths a row may admit no key; our contract is out = 0 and
- * lse = -inf there, so those graphs clamp M to -FLT_MAX and L to FLT_MIN (two
- * pointwise MAX nodes) instead of giving NaN.
+ *   [stats = M + log L]; P = E / L (in the I/O dtype); O = matmul(P, V).
+ * Backward (transposes as reshape nodes): S as above; P = exp(S - stats);
+ *   dV = Pᵀ·dO; dP = dO·Vᵀ; Δ = Σ_d dO∘O; dS = scale·P∘(dP - Δ); dQ = dS·K; dK = dSᵀ·Q.
+ * With a mask or kv_lengths a row may admit no key; our contract is out = 0,
+ * lse = -inf and zero gradients there, so those graphs clamp M (stats) to
+ * -FLT_MAX and L to FLT_MIN (pointwise MAX nodes) instead of giving NaN.
  *
- * Plans are cached per key (shapes, strides, dtypes, mask kind, causal, algo,
+ * Plans are cached per key (op, shapes, strides, dtypes, mask kind, causal, algo,
  * alignments, device) and never evicted, so no plan is destroyed while it may
  * run; a key that cuDNN refused is cached as refused (logged once). A full cache
  * sends new keys to the kernel. One lock guards the cache, the per-device handle,
@@ -51,13 +53,13 @@ static const cudnnBackendAttributeName_t ATTR_GRAPH_HANDLE = CUDNN_ATTR_OPERATIO
 #define SDPA_AUTOTUNE_MAX 8
 
 enum { UID_Q = 1, UID_K, UID_V, UID_O, UID_STATS, UID_MASK, UID_SEQLEN, UID_SCALE, UID_NEGINF, UID_LOWEST, UID_TINY,
-       UID_VIRTUAL = 100 };
+       UID_DO, UID_DQ, UID_DK, UID_DV, UID_VIRTUAL = 100 };
 
 typedef struct sdpa_key {
-    int32_t dtype, mask_dtype, len_dtype, has_len, causal, algo, device, has_lse;
-    int32_t align[6];
+    int32_t op, dtype, mask_dtype, len_dtype, has_len, causal, algo, device, has_lse;
+    int32_t align[10];
     int64_t dims[7];
-    int64_t strides[5][4];
+    int64_t strides[9][4]; /* q k v out mask dout dq dk dv (0 when absent) */
 } sdpa_key;
 
 typedef struct sdpa_entry {
@@ -211,32 +213,50 @@ static void fix_strides(const int64_t dims[4], const int64_t in[4], int64_t out[
     for (int i = 0; i < 4; i++) out[i] = dims[i] == 1 || in[i] == 0 ? span : in[i];
 }
 
-/* The forward graph of a; NULL if cuDNN refused a node. */
-static cudnnBackendDescriptor_t build_graph(cudnnHandle_t h, const gpucore_attn_args *a)
+/* y: a view of x with other dims/strides (a transpose), as a reshape node. */
+static cudnnBackendDescriptor_t reshape(graph_builder *g, cudnnBackendDescriptor_t x, cudnnBackendDescriptor_t y)
 {
-    graph_builder gb;
-    memset(&gb, 0, sizeof gb);
-    graph_builder *g = &gb;
-    g->next_uid = UID_VIRTUAL;
-    const int64_t B = a->batch, H = a->heads, Sq = a->seq_q, Sk = a->seq_k, D = a->head_dim, Dv = a->head_dim_v;
-    const cudnnDataType_t dt = dnn_type(a->dtype), f32 = CUDNN_DATA_FLOAT;
-    const int64_t qd[4] = {B, H, Sq, D}, ktd[4] = {B, H, D, Sk}, vd[4] = {B, H, Sk, Dv}, od[4] = {B, H, Sq, Dv},
-                  sd[4] = {B, H, Sq, Sk}, rd[4] = {B, H, Sq, 1}, one[4] = {1, 1, 1, 1};
-    /* Kᵀ: k's seq and head_dim strides swapped (a view, no copy) */
-    const int64_t kt_in[4] = {a->k.stride[0], a->k.stride[1], a->k.stride[3], a->k.stride[2]};
-    int64_t qs[4], kts[4], vs[4], os[4];
-    fix_strides(qd, a->q.stride, qs);
-    fix_strides(ktd, kt_in, kts);
-    fix_strides(vd, a->v.stride, vs);
-    fix_strides(od, a->out.stride, os);
-    cudnnBackendDescriptor_t tq = tensor(g, UID_Q, dt, qd, qs, conv_align_of(a->q.data), 0);
-    cudnnBackendDescriptor_t tk = tensor(g, UID_K, dt, ktd, kts, conv_align_of(a->k.data), 0);
-    cudnnBackendDescriptor_t tv = tensor(g, UID_V, dt, vd, vs, conv_align_of(a->v.data), 0);
-    cudnnBackendDescriptor_t to = tensor(g, UID_O, dt, od, os, conv_align_of(a->out.data), 0);
-    cudnnBackendDescriptor_t scale = tensor(g, UID_SCALE, f32, one, one, 4, 1);
-    cudnnBackendDescriptor_t neginf = a->kv_len || a->causal ? tensor(g, UID_NEGINF, f32, one, one, 4, 1) : NULL;
+    if (g->failed) return NULL;
+    cudnnBackendDescriptor_t op = NULL;
+    if (DNN.cudnnBackendCreateDescriptor(CUDNN_BACKEND_OPERATION_RESHAPE_DESCRIPTOR, &op)) { g->failed = 1; return NULL; }
+    keep(g, op, 1);
+    if (DNN.cudnnBackendSetAttribute(op, CUDNN_ATTR_OPERATION_RESHAPE_XDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &x) ||
+        DNN.cudnnBackendSetAttribute(op, CUDNN_ATTR_OPERATION_RESHAPE_YDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &y) ||
+        DNN.cudnnBackendFinalize(op)) { g->failed = 1; return NULL; }
+    return y;
+}
 
-    cudnnBackendDescriptor_t s = matmul(g, tq, tk, vtensor(g, f32, sd));
+/* A non-virtual [d0, d1, d2, d3] operand; swap: its last two dims exchanged (a transposed view, no copy). */
+static cudnnBackendDescriptor_t operand(graph_builder *g, int64_t uid, int dtype, const gpucore_attn_tensor *t,
+                                        int64_t d0, int64_t d1, int64_t d2, int64_t d3, int swap)
+{
+    const int64_t dims[4] = {d0, d1, d2, d3};
+    const int64_t in[4] = {t->stride[0], t->stride[1], t->stride[swap ? 3 : 2], t->stride[swap ? 2 : 3]};
+    int64_t st[4];
+    fix_strides(dims, in, st);
+    return tensor(g, uid, dnn_type(dtype), dims, st, conv_align_of(t->data), 0);
+}
+
+/* A virtual view of x [B, H, r, c] as [B, H, c, r]: t, the operand x describes, or NULL when x is a packed
+ * virtual tensor. */
+static cudnnBackendDescriptor_t transposed(graph_builder *g, cudnnBackendDescriptor_t x, const gpucore_attn_tensor *t,
+                                           cudnnDataType_t dt, int64_t B, int64_t H, int64_t r, int64_t c)
+{
+    const int64_t xd[4] = {B, H, r, c}, packed[4] = {H * r * c, r * c, c, 1};
+    int64_t xs[4];
+    fix_strides(xd, t ? t->stride : packed, xs);
+    const int64_t d[4] = {B, H, c, r}, st[4] = {xs[0], xs[1], xs[3], xs[2]};
+    return reshape(g, x, tensor(g, 0, dt, d, st, 16, 0));
+}
+
+/* S = scale·q·kᵀ [+ mask], with -inf past kv_len and (causal) above the diagonal; kt is [B, H, D, Sk]. */
+static cudnnBackendDescriptor_t scores(graph_builder *g, const gpucore_attn_args *a, cudnnBackendDescriptor_t tq,
+                                       cudnnBackendDescriptor_t kt, cudnnBackendDescriptor_t scale)
+{
+    const int64_t sd[4] = {a->batch, a->heads, a->seq_q, a->seq_k}, one[4] = {1, 1, 1, 1};
+    const cudnnDataType_t f32 = CUDNN_DATA_FLOAT, i32 = CUDNN_DATA_INT32, b8 = CUDNN_DATA_BOOLEAN;
+    cudnnBackendDescriptor_t neginf = a->kv_len || a->causal ? tensor(g, UID_NEGINF, f32, one, one, 4, 1) : NULL;
+    cudnnBackendDescriptor_t s = matmul(g, tq, kt, vtensor(g, f32, sd));
     s = pointwise(g, CUDNN_POINTWISE_MUL, s, scale, NULL, vtensor(g, f32, sd), 0);
     if (a->mask_dtype != GPUCORE_ATTN_NO_MASK) {
         int64_t md[4], ms[4];
@@ -246,27 +266,40 @@ static cudnnBackendDescriptor_t build_graph(cudnnHandle_t h, const gpucore_attn_
         s = pointwise(g, CUDNN_POINTWISE_ADD, s, tm, NULL, vtensor(g, f32, sd), 0);
     }
     if (a->kv_len) {
-        const int64_t ld[4] = {B, 1, 1, 1};
-        cudnnBackendDescriptor_t len = tensor(g, UID_SEQLEN, CUDNN_DATA_INT32, ld, one, conv_align_of(a->kv_len), 0);
-        cudnnBackendDescriptor_t col = pointwise(g, CUDNN_POINTWISE_GEN_INDEX, s, NULL, NULL,
-                                                 vtensor(g, CUDNN_DATA_INT32, sd), 3);
-        cudnnBackendDescriptor_t ok = pointwise(g, CUDNN_POINTWISE_CMP_LT, col, len, NULL,
-                                                vtensor(g, CUDNN_DATA_BOOLEAN, sd), 0);
+        const int64_t ld[4] = {a->batch, 1, 1, 1};
+        cudnnBackendDescriptor_t len = tensor(g, UID_SEQLEN, i32, ld, one, conv_align_of(a->kv_len), 0);
+        cudnnBackendDescriptor_t col = pointwise(g, CUDNN_POINTWISE_GEN_INDEX, s, NULL, NULL, vtensor(g, i32, sd), 3);
+        cudnnBackendDescriptor_t ok = pointwise(g, CUDNN_POINTWISE_CMP_LT, col, len, NULL, vtensor(g, b8, sd), 0);
         s = pointwise(g, CUDNN_POINTWISE_BINARY_SELECT, s, neginf, ok, vtensor(g, f32, sd), 0);
     }
     if (a->causal) {
-        cudnnBackendDescriptor_t row = pointwise(g, CUDNN_POINTWISE_GEN_INDEX, s, NULL, NULL,
-                                                 vtensor(g, CUDNN_DATA_INT32, sd), 2);
-        cudnnBackendDescriptor_t col = pointwise(g, CUDNN_POINTWISE_GEN_INDEX, s, NULL, NULL,
-                                                 vtensor(g, CUDNN_DATA_INT32, sd), 3);
-        cudnnBackendDescriptor_t ok = pointwise(g, CUDNN_POINTWISE_CMP_GE, row, col, NULL,
-                                                vtensor(g, CUDNN_DATA_BOOLEAN, sd), 0);
+        cudnnBackendDescriptor_t row = pointwise(g, CUDNN_POINTWISE_GEN_INDEX, s, NULL, NULL, vtensor(g, i32, sd), 2);
+        cudnnBackendDescriptor_t col = pointwise(g, CUDNN_POINTWISE_GEN_INDEX, s, NULL, NULL, vtensor(g, i32, sd), 3);
+        cudnnBackendDescriptor_t ok = pointwise(g, CUDNN_POINTWISE_CMP_GE, row, col, NULL, vtensor(g, b8, sd), 0);
         s = pointwise(g, CUDNN_POINTWISE_BINARY_SELECT, s, neginf, ok, vtensor(g, f32, sd), 0);
     }
-    /* a row may admit no key only through a mask or kv_lengths */
-    const int guard = a->mask_dtype != GPUCORE_ATTN_NO_MASK || a->kv_len;
+    return s;
+}
+
+/* A row may admit no key only through a mask or kv_lengths: then the graphs clamp what would give NaN. */
+static int needs_guard(const gpucore_attn_args *a)
+{
+    return a->mask_dtype != GPUCORE_ATTN_NO_MASK || a->kv_len != NULL;
+}
+
+/* Forward: out (and stats = lse) from q, k, v. */
+static void forward_nodes(graph_builder *g, const gpucore_attn_args *a)
+{
+    const int64_t B = a->batch, H = a->heads, Sq = a->seq_q, Sk = a->seq_k, D = a->head_dim, Dv = a->head_dim_v;
+    const cudnnDataType_t dt = dnn_type(a->dtype), f32 = CUDNN_DATA_FLOAT;
+    const int64_t sd[4] = {B, H, Sq, Sk}, rd[4] = {B, H, Sq, 1}, one[4] = {1, 1, 1, 1};
+    cudnnBackendDescriptor_t tq = operand(g, UID_Q, a->dtype, &a->q, B, H, Sq, D, 0);
+    cudnnBackendDescriptor_t kt = operand(g, UID_K, a->dtype, &a->k, B, H, D, Sk, 1); /* Kᵀ: a view */
+    cudnnBackendDescriptor_t tv = operand(g, UID_V, a->dtype, &a->v, B, H, Sk, Dv, 0);
+    cudnnBackendDescriptor_t to = operand(g, UID_O, a->dtype, &a->out, B, H, Sq, Dv, 0);
+    cudnnBackendDescriptor_t s = scores(g, a, tq, kt, tensor(g, UID_SCALE, f32, one, one, 4, 1));
     cudnnBackendDescriptor_t m = reduction(g, CUDNN_REDUCE_TENSOR_MAX, s, vtensor(g, f32, rd));
-    if (guard)
+    if (needs_guard(a))
         m = pointwise(g, CUDNN_POINTWISE_MAX, m, tensor(g, UID_LOWEST, f32, one, one, 4, 1), NULL, vtensor(g, f32, rd), 0);
     cudnnBackendDescriptor_t e = pointwise(g, CUDNN_POINTWISE_SUB, s, m, NULL, vtensor(g, f32, sd), 0);
     e = pointwise(g, CUDNN_POINTWISE_EXP, e, NULL, NULL, vtensor(g, f32, sd), 0);
@@ -277,12 +310,60 @@ static cudnnBackendDescriptor_t build_graph(cudnnHandle_t h, const gpucore_attn_
         cudnnBackendDescriptor_t logl = pointwise(g, CUDNN_POINTWISE_LOG, l, NULL, NULL, vtensor(g, f32, rd), 0);
         pointwise(g, CUDNN_POINTWISE_ADD, m, logl, NULL, stats, 0);
     }
-    if (guard)
+    if (needs_guard(a))
         l = pointwise(g, CUDNN_POINTWISE_MAX, l, tensor(g, UID_TINY, f32, one, one, 4, 1), NULL, vtensor(g, f32, rd), 0);
     /* P in the I/O dtype: the P·V matmul of cuDNN's fused engines (and of flash attention) takes half inputs */
     cudnnBackendDescriptor_t p = pointwise(g, CUDNN_POINTWISE_DIV, e, l, NULL, vtensor(g, dt, sd), 0);
     matmul(g, p, tv, to);
+}
 
+/* Backward: P = exp(S - stats); dV = Pᵀ·dO; dP = dO·Vᵀ; Δ = Σ_d dO∘O; dS = scale·P∘(dP - Δ); dQ = dS·K;
+ * dK = dSᵀ·Q (each gradient only when wanted). */
+static void backward_nodes(graph_builder *g, const gpucore_attn_args *a)
+{
+    const int64_t B = a->batch, H = a->heads, Sq = a->seq_q, Sk = a->seq_k, D = a->head_dim, Dv = a->head_dim_v;
+    const cudnnDataType_t dt = dnn_type(a->dtype), f32 = CUDNN_DATA_FLOAT;
+    const int64_t sd[4] = {B, H, Sq, Sk}, rd[4] = {B, H, Sq, 1}, od[4] = {B, H, Sq, Dv}, one[4] = {1, 1, 1, 1};
+    const int64_t ss[4] = {H * Sq, Sq, 1, 1};
+    cudnnBackendDescriptor_t tq = operand(g, UID_Q, a->dtype, &a->q, B, H, Sq, D, 0);
+    cudnnBackendDescriptor_t tk = operand(g, UID_K, a->dtype, &a->k, B, H, Sk, D, 0);
+    cudnnBackendDescriptor_t tv = operand(g, UID_V, a->dtype, &a->v, B, H, Sk, Dv, 0);
+    cudnnBackendDescriptor_t to = operand(g, UID_O, a->dtype, &a->out, B, H, Sq, Dv, 0);
+    cudnnBackendDescriptor_t tdo = operand(g, UID_DO, a->dtype, &a->dout, B, H, Sq, Dv, 0);
+    cudnnBackendDescriptor_t stats = tensor(g, UID_STATS, f32, rd, ss, conv_align_of(a->lse), 0);
+    cudnnBackendDescriptor_t scale = tensor(g, UID_SCALE, f32, one, one, 4, 1);
+    cudnnBackendDescriptor_t s = scores(g, a, tq, transposed(g, tk, &a->k, dt, B, H, Sk, D), scale);
+    if (needs_guard(a)) /* a row that admits no key has stats -inf: P = exp(-inf + FLT_MAX) = 0, not NaN */
+        stats = pointwise(g, CUDNN_POINTWISE_MAX, stats, tensor(g, UID_LOWEST, f32, one, one, 4, 1), NULL,
+                          vtensor(g, f32, rd), 0);
+    cudnnBackendDescriptor_t p = pointwise(g, CUDNN_POINTWISE_SUB, s, stats, NULL, vtensor(g, f32, sd), 0);
+    p = pointwise(g, CUDNN_POINTWISE_EXP, p, NULL, NULL, vtensor(g, f32, sd), 0);
+    if (a->dv.data) {
+        cudnnBackendDescriptor_t ph = pointwise(g, CUDNN_POINTWISE_IDENTITY, p, NULL, NULL, vtensor(g, dt, sd), 0);
+        /* (P cast to the I/O dtype for the Pᵀ·dO matmul) */
+        matmul(g, transposed(g, ph, NULL, dt, B, H, Sq, Sk), tdo, operand(g, UID_DV, a->dtype, &a->dv, B, H, Sk, Dv, 0));
+    }
+    if (!a->dq.data && !a->dk.data) return;
+    cudnnBackendDescriptor_t dp = matmul(g, tdo, transposed(g, tv, &a->v, dt, B, H, Sk, Dv), vtensor(g, f32, sd));
+    cudnnBackendDescriptor_t delta = pointwise(g, CUDNN_POINTWISE_MUL, tdo, to, NULL, vtensor(g, f32, od), 0);
+    delta = reduction(g, CUDNN_REDUCE_TENSOR_ADD, delta, vtensor(g, f32, rd));
+    cudnnBackendDescriptor_t ds = pointwise(g, CUDNN_POINTWISE_SUB, dp, delta, NULL, vtensor(g, f32, sd), 0);
+    ds = pointwise(g, CUDNN_POINTWISE_MUL, p, ds, NULL, vtensor(g, f32, sd), 0);
+    ds = pointwise(g, CUDNN_POINTWISE_MUL, ds, scale, NULL, vtensor(g, dt, sd), 0);
+    if (a->dq.data) matmul(g, ds, tk, operand(g, UID_DQ, a->dtype, &a->dq, B, H, Sq, D, 0));
+    if (a->dk.data)
+        matmul(g, transposed(g, ds, NULL, dt, B, H, Sq, Sk), tq, operand(g, UID_DK, a->dtype, &a->dk, B, H, Sk, D, 0));
+}
+
+/* The graph of a (forward or backward); NULL if cuDNN refused a node. */
+static cudnnBackendDescriptor_t build_graph(cudnnHandle_t h, const gpucore_attn_args *a)
+{
+    graph_builder gb;
+    memset(&gb, 0, sizeof gb);
+    graph_builder *g = &gb;
+    g->next_uid = UID_VIRTUAL;
+    if (a->op == GPUCORE_ATTN_FWD) forward_nodes(g, a);
+    else backward_nodes(g, a);
     cudnnBackendDescriptor_t graph = NULL;
     if (!g->failed &&
         (DNN.cudnnBackendCreateDescriptor(CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR, &graph) ||
@@ -305,17 +386,23 @@ static const float NEG_INF = -INFINITY, LOWEST = -FLT_MAX, TINY = FLT_MIN;
 static cudnnStatus_t execute(cudnnHandle_t h, cudnnBackendDescriptor_t plan, const gpucore_attn_args *a,
                              const float *scale, cudaStream_t stream)
 {
-    int64_t uids[11];
-    void *ptrs[11];
+    int64_t uids[16];
+    void *ptrs[16];
     int n = 0;
 #define PUT(u, p) (uids[n] = (u), ptrs[n++] = (void *)(p))
+    const int bwd = a->op == GPUCORE_ATTN_BWD;
     PUT(UID_Q, a->q.data); PUT(UID_K, a->k.data); PUT(UID_V, a->v.data); PUT(UID_O, a->out.data);
     PUT(UID_SCALE, scale);
     if (a->kv_len || a->causal) PUT(UID_NEGINF, &NEG_INF);
     if (a->lse) PUT(UID_STATS, a->lse);
     if (a->mask_dtype != GPUCORE_ATTN_NO_MASK) PUT(UID_MASK, a->mask.data);
     if (a->kv_len) PUT(UID_SEQLEN, a->kv_len);
-    if (a->mask_dtype != GPUCORE_ATTN_NO_MASK || a->kv_len) { PUT(UID_LOWEST, &LOWEST); PUT(UID_TINY, &TINY); }
+    if (needs_guard(a)) PUT(UID_LOWEST, &LOWEST);
+    if (needs_guard(a) && !bwd) PUT(UID_TINY, &TINY);
+    if (bwd) PUT(UID_DO, a->dout.data);
+    if (bwd && a->dq.data) PUT(UID_DQ, a->dq.data);
+    if (bwd && a->dk.data) PUT(UID_DK, a->dk.data);
+    if (bwd && a->dv.data) PUT(UID_DV, a->dv.data);
 #undef PUT
     cudnnBackendDescriptor_t vp = NULL;
     void *ws = NULL;
@@ -394,12 +481,19 @@ static void key_of(const gpucore_attn_args *a, int dev, sdpa_key *k)
     memset(k, 0, sizeof *k);
     k->dtype = a->dtype; k->mask_dtype = a->mask_dtype; k->len_dtype = a->kv_len ? a->len_dtype : -1;
     k->has_len = a->kv_len != NULL; k->causal = a->causal; k->algo = a->algo; k->device = dev; k->has_lse = a->lse != NULL;
-    const void *p[6] = {a->q.data, a->k.data, a->v.data, a->out.data, a->mask.data, a->lse};
-    for (int i = 0; i < 6; i++) k->align[i] = p[i] ? conv_align_of(p[i]) : 0;
+    k->op = a->op;
+    const int bwd = a->op == GPUCORE_ATTN_BWD;
+    const gpucore_attn_tensor *t[9] = {&a->q, &a->k, &a->v, &a->out, &a->mask, &a->dout, &a->dq, &a->dk, &a->dv};
+    for (int i = 0; i < 9; i++) {
+        if ((i < 5 || bwd) && t[i]->data) {
+            k->align[i] = conv_align_of(t[i]->data);
+            memcpy(k->strides[i], t[i]->stride, sizeof k->strides[i]);
+            k->strides[i][0] |= (int64_t)1 << 62; /* present (a stride 0 everywhere is a broadcast mask) */
+        }
+    }
+    k->align[9] = a->lse ? conv_align_of(a->lse) : 0;
     const int64_t dims[7] = {a->batch, a->heads, a->kv_heads, a->seq_q, a->seq_k, a->head_dim, a->head_dim_v};
     memcpy(k->dims, dims, sizeof dims);
-    const gpucore_attn_tensor *t[5] = {&a->q, &a->k, &a->v, &a->out, &a->mask};
-    for (int i = 0; i < 5; i++) memcpy(k->strides[i], t[i]->stride, sizeof k->strides[i]);
     k->has_len |= (a->dropout_p > 0.0f) << 1; /* dropout changes the decline */
 }
 
@@ -418,8 +512,9 @@ static int decline(const gpucore_attn_args *a)
 {
     if (a->dtype != GPUCORE_F16 && a->dtype != GPUCORE_BF16) return GPUCORE_ATTN_FALLBACK_DTYPE;
     if (a->head_dim % 8 || a->head_dim_v % 8) return GPUCORE_ATTN_FALLBACK_HEAD_DIM;
-    const gpucore_attn_tensor *t[4] = {&a->q, &a->k, &a->v, &a->out};
-    for (int i = 0; i < 4; i++) if (t[i]->stride[3] != 1) return GPUCORE_ATTN_FALLBACK_LAYOUT;
+    const gpucore_attn_tensor *t[8] = {&a->q, &a->k, &a->v, &a->out, &a->dout, &a->dq, &a->dk, &a->dv};
+    for (int i = 0; i < (a->op == GPUCORE_ATTN_BWD ? 8 : 4); i++)
+        if (t[i]->data && t[i]->stride[3] != 1) return GPUCORE_ATTN_FALLBACK_LAYOUT;
     if (a->mask_dtype == GPUCORE_U8 || (a->kv_len && a->len_dtype != GPUCORE_I32)) return GPUCORE_ATTN_FALLBACK_MASK;
     if (a->dropout_p > 0.0f) return GPUCORE_ATTN_FALLBACK_DROPOUT;
     if (a->kv_heads != a->heads) return GPUCORE_ATTN_FALLBACK_GQA;
@@ -448,8 +543,9 @@ static sdpa_entry *lookup_locked(const gpucore_attn_args *a, int dev, cudaStream
         }
     }
     if (!e->plan)
-        cuda_host->log(GPUCORE_LOG_WARN, "attention: cuDNN's SDPA does not run this forward (%s, B %lld H %lld Hkv %lld "
+        cuda_host->log(GPUCORE_LOG_WARN, "attention: cuDNN's SDPA does not run this %s (%s, B %lld H %lld Hkv %lld "
                        "Sq %lld Sk %lld D %lld Dv %lld): %s; the attention kernel runs instead",
+                       a->op == GPUCORE_ATTN_BWD ? "backward" : "forward",
                        a->dtype == GPUCORE_F16 ? "f16" : a->dtype == GPUCORE_BF16 ? "bf16" : "f32", (long long)a->batch,
                        (long long)a->heads, (long long)a->kv_heads, (long long)a->seq_q, (long long)a->seq_k,
                        (long long)a->head_dim, (long long)a->head_dim_v, reason_word(e->reason));
@@ -460,7 +556,7 @@ static sdpa_entry *lookup_locked(const gpucore_attn_args *a, int dev, cudaStream
 gpucore_status cuda_attention(void *bctx, const gpucore_attn_args *a, void *stream)
 {
     const int dev = ((cuda_context *)bctx)->device;
-    if (a->op != GPUCORE_ATTN_FWD || a->algo == GPUCORE_ATTN_ALGO_KERNEL || dev < 0 || dev >= SDPA_MAX_DEVICES)
+    if (a->algo == GPUCORE_ATTN_ALGO_KERNEL || dev < 0 || dev >= SDPA_MAX_DEVICES)
         return kops_attention(bctx, a, stream);
     CUDA_TRY(cudaSetDevice(dev), "cudaSetDevice");
     const cudaStream_t cs = (cudaStream_t)stream;
@@ -491,7 +587,7 @@ gpucore_status cuda_attention(void *bctx, const gpucore_attn_args *a, void *stre
 
 gpucore_status cuda_attention(void *bctx, const gpucore_attn_args *a, void *stream)
 {
-    if (a->op == GPUCORE_ATTN_FWD && a->algo != GPUCORE_ATTN_ALGO_KERNEL) set_engine(a, -1 - GPUCORE_ATTN_FALLBACK_NO_CUDNN);
+    if (a->algo != GPUCORE_ATTN_ALGO_KERNEL) set_engine(a, -1 - GPUCORE_ATTN_FALLBACK_NO_CUDNN);
     return kops_attention(bctx, a, stream);
 }
 
