@@ -431,6 +431,7 @@ static float time_plan(cudnnHandle_t h, cudnnBackendDescriptor_t plan, const gpu
             if (best < 0 || ms < best) best = ms;
         }
     }
+    cudaStreamSynchronize(stream); /* nothing of this plan in flight when the caller destroys it */
     cudaGetLastError();
     if (e0) cudaEventDestroy(e0);
     if (e1) cudaEventDestroy(e1);
