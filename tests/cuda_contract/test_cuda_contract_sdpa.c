@@ -9,6 +9,7 @@
  * dropout, GQA, a graph the stand-in's engines refuse). Suite cuda-contract.
  */
 #include <math.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -349,6 +350,79 @@ static void test_sdpa_fallback(gpucore_context *ctx)
     gpucore_tensor_destroy(out);
 }
 
+/* Threads on their own streams share one plan and one cuDNN handle (the module's lock): each thread's out
+ * must be the single-thread result, bit for bit, after it synchronizes only its own stream. */
+typedef struct sdpa_thread {
+    gpucore_context *ctx;
+    gpucore_tensor *q, *out, *lse;
+    gpucore_status st;
+    int rounds, mismatches;
+    const uint16_t *want;
+} sdpa_thread;
+
+enum { TH_B = 2, TH_H = 2, TH_S = 24, TH_D = 64, TH_N = TH_B * TH_H * TH_S * TH_D };
+
+static void *sdpa_worker(void *arg)
+{
+    sdpa_thread *t = arg;
+    gpucore_stream *s = NULL;
+    uint16_t got[TH_N];
+    gpucore_attention_options o;
+    gpucore_attention_options_init(&o);
+    o.is_causal = 1;
+    if ((t->st = gpucore_stream_create(t->ctx, 0, &s))) return NULL;
+    for (int r = 0; r < t->rounds && !t->st; r++) {
+        if ((t->st = gpucore_fill(t->out, 0.0, s)) ||
+            (t->st = gpucore_attention_forward(t->out, t->lse, t->q, t->q, t->q, NULL, NULL, &o, s)) ||
+            (t->st = gpucore_stream_synchronize(s)) || (t->st = gpucore_copy_to_host(got, sizeof got, t->out)))
+            break;
+        t->mismatches += memcmp(got, t->want, sizeof got) != 0;
+    }
+    gpucore_stream_destroy(s);
+    return NULL;
+}
+
+static void test_sdpa_threads(gpucore_context *ctx)
+{
+    const int64_t shape[4] = {TH_B, TH_H, TH_S, TH_D}, ls[1] = {TH_B * TH_H * TH_S};
+    enum { NT = 4 };
+    sdpa_thread th[NT];
+    pthread_t tid[NT];
+    static uint16_t want[TH_N];
+    gpucore_tensor *q = NULL;
+    CHECK_OK(gpucore_tensor_create(ctx, GPUCORE_BF16, 4, shape, &q));
+    CHECK_OK(gpucore_random(q, GPUCORE_UNIFORM, -1, 1, 11, 0, NULL));
+    for (int i = 0; i < NT; i++) {
+        memset(&th[i], 0, sizeof th[i]);
+        th[i].ctx = ctx;
+        th[i].q = q;
+        th[i].rounds = 6;
+        th[i].want = want;
+        CHECK_OK(gpucore_tensor_create(ctx, GPUCORE_BF16, 4, shape, &th[i].out));
+        CHECK_OK(gpucore_tensor_create(ctx, GPUCORE_F32, 1, ls, &th[i].lse));
+    }
+    gpucore_attention_options o;
+    gpucore_attention_options_init(&o);
+    o.is_causal = 1;
+    CHECK_OK(gpucore_attention_reset_stats(ctx));
+    CHECK_OK(gpucore_attention_forward(th[0].out, th[0].lse, q, q, q, NULL, NULL, &o, NULL));
+    CHECK_OK(gpucore_copy_to_host(want, sizeof want, th[0].out));
+    for (int i = 0; i < NT; i++) pthread_create(&tid[i], NULL, sdpa_worker, &th[i]);
+    for (int i = 0; i < NT; i++) pthread_join(tid[i], NULL);
+    for (int i = 0; i < NT; i++) {
+        CHECK(th[i].st == GPUCORE_OK && th[i].mismatches == 0);
+        if (th[i].st || th[i].mismatches)
+            fprintf(stderr, "  thread %d: status %d, %d of %d rounds differ\n", i, (int)th[i].st, th[i].mismatches,
+                    th[i].rounds);
+        gpucore_tensor_destroy(th[i].out);
+        gpucore_tensor_destroy(th[i].lse);
+    }
+    gpucore_attention_stats st = stats_of(ctx);
+    CHECK(st.cudnn_calls == 1 + NT * 6 && st.fallback_calls == 0);
+    gpucore_tensor_destroy(q);
+    expect_clean("threads");
+}
+
 /* A machine without cuDNN (GPUCORE_CUDNN_LIBRARY points nowhere): the kernel, counted as NO_CUDNN. */
 static void test_sdpa_no_cudnn(gpucore_context *ctx)
 {
@@ -372,6 +446,7 @@ int main(int argc, char **argv)
     } else if (ctx) {
         test_sdpa_engine(ctx);
         test_sdpa_fallback(ctx);
+        test_sdpa_threads(ctx);
     }
     if (ctx) gpucore_context_destroy(ctx);
     expect_clean("end");
