@@ -90,10 +90,34 @@ cudnnStatus_t cudnnCreate(cudnnHandle_t *h)
     return CUDNN_STATUS_SUCCESS;
 }
 
+/* A live handle entering a call: two host threads inside calls on one handle at once break cuDNN's rule that
+ * threads must not share a handle simultaneously. STANDIN_DNN_CALL_MS: each such call lasts that long (widens
+ * the window, so a missing lock in the caller shows). */
+static void handle_enter(cudnnHandle_t h, const char *api)
+{
+    if (atomic_fetch_add(&h->busy, 1) > 0)
+        standin_violation(api, "cuDNN Developer Guide, Thread Safety", "handle %p used by two host threads at once "
+                          "(threads must not share a cuDNN handle simultaneously)", (void *)h);
+    long ms = standin_env_long("STANDIN_DNN_CALL_MS", 0);
+    if (ms > 0) {
+        struct timespec d = {ms / 1000, (ms % 1000) * 1000000L};
+        nanosleep(&d, NULL);
+    }
+}
+
+static cudnnStatus_t set_stream(cudnnHandle_t h, cudaStream_t s);
 cudnnStatus_t cudnnSetStream(cudnnHandle_t h, cudaStream_t s)
 {
     standin_api_enter("cudnnSetStream");
     if (!standin_set_has(&live, h)) return refuse(CUDNN_STATUS_BAD_PARAM, "cudnnSetStream", G ":216", "handle not live");
+    handle_enter(h, "cudnnSetStream");
+    cudnnStatus_t st = set_stream(h, s);
+    atomic_fetch_sub(&h->busy, 1);
+    return st;
+}
+
+static cudnnStatus_t set_stream(cudnnHandle_t h, cudaStream_t s)
+{
     struct CUstream_st *st = standin_stream("cudnnSetStream", s);
     if (!st) return CUDNN_STATUS_BAD_PARAM;
     if (standin_stream_device(st) != h->device)
@@ -564,11 +588,21 @@ static int graph_job(const desc *graph, conv_job *j, tinfo *tensors[], int *nten
     return 1;
 }
 
+static cudnnStatus_t backend_execute(cudnnHandle_t h, cudnnBackendDescriptor_t pp, cudnnBackendDescriptor_t vpp);
 cudnnStatus_t cudnnBackendExecute(cudnnHandle_t h, cudnnBackendDescriptor_t pp, cudnnBackendDescriptor_t vpp)
 {
     const char *api = "cudnnBackendExecute";
     standin_api_enter(api);
     if (!standin_set_has(&live, h)) return refuse(CUDNN_STATUS_BAD_PARAM, api, G ":1034", "handle not live");
+    handle_enter(h, api);
+    cudnnStatus_t st = backend_execute(h, pp, vpp);
+    atomic_fetch_sub(&h->busy, 1);
+    return st;
+}
+
+static cudnnStatus_t backend_execute(cudnnHandle_t h, cudnnBackendDescriptor_t pp, cudnnBackendDescriptor_t vpp)
+{
+    const char *api = "cudnnBackendExecute";
     desc *plan = live_desc(api, pp), *vp = live_desc(api, vpp);
     if (!plan || !vp) return CUDNN_STATUS_BAD_PARAM;
     if (plan->type != CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR || vp->type != CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR)

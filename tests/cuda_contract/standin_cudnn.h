@@ -16,7 +16,7 @@
 #define DESC_MAGIC 0x444e4e44u
 #define MAX_ATTRS 12
 
-struct cudnnContext { unsigned magic; int device; cudaStream_t stream; };
+struct cudnnContext { unsigned magic; int device; cudaStream_t stream; atomic_int busy; /* threads inside a call */ };
 
 typedef struct attr { int name, type; int64_t count; void *data; } attr;
 typedef struct desc {

@@ -351,7 +351,8 @@ static void test_sdpa_fallback(gpucore_context *ctx)
 }
 
 /* Threads on their own streams share one plan and one cuDNN handle (the module's lock): each thread's out
- * must be the single-thread result, bit for bit, after it synchronizes only its own stream. */
+ * must be the single-thread result, bit for bit, after it synchronizes only its own stream, and the stand-in
+ * must see no two threads inside calls on the handle at once. */
 typedef struct sdpa_thread {
     gpucore_context *ctx;
     gpucore_tensor *q, *out, *lse;
@@ -407,8 +408,10 @@ static void test_sdpa_threads(gpucore_context *ctx)
     CHECK_OK(gpucore_attention_reset_stats(ctx));
     CHECK_OK(gpucore_attention_forward(th[0].out, th[0].lse, q, q, q, NULL, NULL, &o, NULL));
     CHECK_OK(gpucore_copy_to_host(want, sizeof want, th[0].out));
+    setenv("STANDIN_DNN_CALL_MS", "2", 1); /* each cuDNN call on a handle lasts 2 ms: overlaps show */
     for (int i = 0; i < NT; i++) pthread_create(&tid[i], NULL, sdpa_worker, &th[i]);
     for (int i = 0; i < NT; i++) pthread_join(tid[i], NULL);
+    unsetenv("STANDIN_DNN_CALL_MS");
     for (int i = 0; i < NT; i++) {
         CHECK(th[i].st == GPUCORE_OK && th[i].mismatches == 0);
         if (th[i].st || th[i].mismatches)
