@@ -408,6 +408,12 @@ static void test_sdpa_threads(gpucore_context *ctx)
     CHECK_OK(gpucore_attention_reset_stats(ctx));
     CHECK_OK(gpucore_attention_forward(th[0].out, th[0].lse, q, q, q, NULL, NULL, &o, NULL));
     CHECK_OK(gpucore_copy_to_host(want, sizeof want, th[0].out));
+    { /* without lse: the graph has no stats output, the same out */
+        static uint16_t got[TH_N];
+        CHECK_OK(gpucore_attention_forward(th[1].out, NULL, q, q, q, NULL, NULL, &o, NULL));
+        CHECK_OK(gpucore_copy_to_host(got, sizeof got, th[1].out));
+        CHECK(memcmp(got, want, sizeof got) == 0);
+    }
     setenv("STANDIN_DNN_CALL_MS", "2", 1); /* each cuDNN call on a handle lasts 2 ms: overlaps show */
     for (int i = 0; i < NT; i++) pthread_create(&tid[i], NULL, sdpa_worker, &th[i]);
     for (int i = 0; i < NT; i++) pthread_join(tid[i], NULL);
@@ -421,7 +427,7 @@ static void test_sdpa_threads(gpucore_context *ctx)
         gpucore_tensor_destroy(th[i].lse);
     }
     gpucore_attention_stats st = stats_of(ctx);
-    CHECK(st.cudnn_calls == 1 + NT * 6 && st.fallback_calls == 0);
+    CHECK(st.cudnn_calls == 2 + NT * 6 && st.fallback_calls == 0);
     gpucore_tensor_destroy(q);
     expect_clean("threads");
 }
