@@ -962,7 +962,9 @@ GPUCORE_API gpucore_status gpucore_linear_backward(const gpucore_tensor *dy, con
  *
  * x [..., in] (contiguous rows, as the linear layer), W [out, in] (frozen: no dW),
  * bias [out] or NULL (frozen), A [r, in], B [out, r], y [..., out]; one dtype for
- * all (f32, f16 or bf16; fp8 base weights are not supported yet). drop is inverted
+ * all (f32, f16 or bf16; an fp8 W is refused with NOT_SUPPORTED on every backend:
+ * the one fp8 GEMM, CUDA sm_89+, needs both operands fp8 in the TN layout, which
+ * neither x·Wᵀ with a float x nor dx = dy·W is). drop is inverted
  * dropout on the adapter input (gpucore_dropout over x's elements under (seed,
  * offset): the backward replays it; advance offset by
  * gpucore_random_offset_advance(numel(x), GPUCORE_UNIFORM) per call). Built on
@@ -2031,10 +2033,50 @@ typedef struct gpucore_attention_options {
     int64_t struct_size; /* sizeof(gpucore_attention_options) */
     double scale;        /* 0 (default): 1/sqrt(D) */
     int32_t is_causal;   /* default 0 */
-    int32_t reserved;
+    int32_t algo;        /* gpucore_attention_algo (default HEURISTIC) */
     double dropout_p;    /* in [0, 1); default 0 */
     uint64_t seed, offset; /* dropout's Philox stream */
 } gpucore_attention_options;
+
+/* How the CUDA backend picks the engine of a forward or backward: cuDNN's SDPA (operation
+ * graphs of matmul, pointwise, reduction and reshape nodes through the graph API) chosen by cuDNN's
+ * heuristics, timed once per shape (AUTOTUNE), or among deterministic engines only,
+ * as gpucore_conv_algo does; or only the hand-written kernel. Where cuDNN is absent,
+ * declines the graph (f32, head_dim not a multiple of 8, a boolean mask, i64
+ * kv_lengths, dropout, GQA, a head_dim with a stride other than 1) or fails, the
+ * kernel runs instead: counted by reason (gpucore_attention_get_stats) and logged
+ * once per shape at WARN. The CPU and cuda-emulated backends have only their
+ * kernels (nothing is counted there). */
+typedef enum gpucore_attention_algo {
+    GPUCORE_ATTN_ALGO_HEURISTIC = 0,
+    GPUCORE_ATTN_ALGO_AUTOTUNE = 1,
+    GPUCORE_ATTN_ALGO_DETERMINISTIC = 2,
+    GPUCORE_ATTN_ALGO_KERNEL = 3 /* the hand-written kernel only (not counted as a fallback) */
+} gpucore_attention_algo;
+typedef enum gpucore_attention_fallback_reason {
+    GPUCORE_ATTN_FALLBACK_NO_CUDNN = 0,  /* cuDNN could not be loaded */
+    GPUCORE_ATTN_FALLBACK_DTYPE = 1,     /* f32 operands (cuDNN's SDPA takes f16/bf16) */
+    GPUCORE_ATTN_FALLBACK_HEAD_DIM = 2,  /* head_dim or value head_dim not a multiple of 8 */
+    GPUCORE_ATTN_FALLBACK_LAYOUT = 3,    /* a head_dim stride other than 1 */
+    GPUCORE_ATTN_FALLBACK_MASK = 4,      /* a boolean (u8) mask or i64 kv_lengths */
+    GPUCORE_ATTN_FALLBACK_DROPOUT = 5,   /* dropout (cuDNN's random numbers differ from ours) */
+    GPUCORE_ATTN_FALLBACK_GQA = 6,       /* fewer key/value heads than query heads */
+    GPUCORE_ATTN_FALLBACK_NO_ENGINE = 7, /* cuDNN refused the graph or offered no usable engine */
+    GPUCORE_ATTN_FALLBACK_FAILED = 8,    /* building or running the plan failed */
+    GPUCORE_ATTN_FALLBACK_CACHE_FULL = 9,/* the plan cache is full */
+    GPUCORE_ATTN_FALLBACK_REASONS = 10
+} gpucore_attention_fallback_reason;
+typedef struct gpucore_attention_stats {
+    int64_t struct_size;        /* sizeof(gpucore_attention_stats), set by the caller */
+    int64_t cudnn_calls;        /* forwards and backwards run by cuDNN's SDPA engines */
+    int64_t fallback_calls;     /* calls that wanted cuDNN and ran the kernel */
+    int64_t fallback_by_reason[GPUCORE_ATTN_FALLBACK_REASONS];
+} gpucore_attention_stats;
+/* Counts of ctx since it was created or last reset. */
+GPUCORE_API gpucore_status gpucore_attention_get_stats(gpucore_context *ctx, gpucore_attention_stats *stats);
+GPUCORE_API gpucore_status gpucore_attention_reset_stats(gpucore_context *ctx);
+/* A fallback reason in words (NULL past the end). */
+GPUCORE_API const char *gpucore_attention_fallback_reason_text(int reason);
 
 GPUCORE_API void gpucore_attention_options_init(gpucore_attention_options *opts);
 

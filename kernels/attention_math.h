@@ -42,7 +42,7 @@ typedef struct gpucore_attn_args {
     int32_t mask_dtype; /* GPUCORE_ATTN_NO_MASK, f32, the data dtype, or u8 (boolean: 0 = masked out) */
     int32_t len_dtype;  /* i32 or i64 (kv_len), when kv_len is not NULL */
     int32_t causal;
-    int32_t reserved;
+    int32_t algo;       /* gpucore_attention_algo: the CUDA module's engine choice */
     int64_t batch, heads, kv_heads, seq_q, seq_k, head_dim, head_dim_v;
     float scale, dropout_p;
     uint64_t seed, offset;
@@ -50,6 +50,8 @@ typedef struct gpucore_attn_args {
     gpucore_attn_tensor mask; /* broadcast to [B, H, Sq, Sk]: stride 0 on broadcast dims */
     const void *kv_len;       /* [B] valid keys per batch entry, or NULL (all Sk) */
     float *lse;               /* [B, H, Sq] */
+    int32_t *engine_out;      /* set by an engine-choosing backend: 1 cuDNN ran, -1 - reason: the kernel ran
+                               * instead (gpucore_attention_fallback_reason); left 0 otherwise */
 } gpucore_attn_args;
 
 GPUCORE_HD int64_t gpucore_attn_offset(const gpucore_attn_tensor *t, int64_t b, int64_t h, int64_t i, int64_t d)

@@ -315,6 +315,18 @@ static void test_bad_input(gpucore_context *ctx)
     CHECK_STATUS(gpucore_lora_backward(NULL, NULL, NULL, x, x, w, a, b, NULL, &o, NULL), GPUCORE_ERR_SHAPE_MISMATCH);
     CHECK_STATUS(gpucore_lora_merge(w, a, b_bad, 1.0, NULL), GPUCORE_ERR_SHAPE_MISMATCH);
     CHECK_STATUS(gpucore_lora_unmerge(wb, a, b, 1.0, NULL), GPUCORE_ERR_DTYPE_MISMATCH);
+    /* fp8 bases: refused on every backend (no fp8 GEMM takes a float x, nor dy·W), with the reason */
+    for (int f = 0; f < 2; f++) {
+        int64_t ws[2] = {5, 8};
+        gpucore_tensor *w8 = NULL;
+        CHECK_OK(gpucore_tensor_create(ctx, f ? GPUCORE_FP8_E5M2 : GPUCORE_FP8_E4M3, 2, ws, &w8));
+        if (!w8) continue;
+        CHECK_STATUS(gpucore_lora_forward(y, NULL, x, w8, NULL, a, b, &o, NULL), GPUCORE_ERR_NOT_SUPPORTED);
+        CHECK(strstr(gpucore_last_error(), "fp8 base weights are not supported") != NULL);
+        CHECK_STATUS(gpucore_lora_backward(x, NULL, NULL, y, x, w8, a, b, NULL, &o, NULL), GPUCORE_ERR_NOT_SUPPORTED);
+        CHECK_STATUS(gpucore_lora_merge(w8, a, b, 1.0, NULL), GPUCORE_ERR_NOT_SUPPORTED);
+        gpucore_tensor_destroy(w8);
+    }
     CHECK_OK(gpucore_lora_forward(y, xa, x, w, NULL, a, b, NULL, NULL)); /* still usable */
     gpucore_tensor *ts[13] = {x, w, a, b, y, xa, a_bad, b_bad, wb, y_bad, xt, i32, yt};
     for (int i = 0; i < 13; i++) gpucore_tensor_destroy(ts[i]);

@@ -59,7 +59,7 @@ from .zero import ZeroTrainer
 from .pipeline import Pipeline
 from .checkpoint import CheckpointExecutor, CheckpointCall
 from . import transformer
-from .transformer import (AttentionOptions, scaled_dot_product_attention,
+from .transformer import (AttentionOptions, attention_stats, scaled_dot_product_attention,
                           scaled_dot_product_attention_backward, rotary_embedding, rotary_embedding_backward,
                           glu, glu_backward, swiglu, swiglu_backward, residual_norm, residual_norm_backward)
 
@@ -80,7 +80,8 @@ __all__ = list(_errors_all) + [
     "safe_open", "save_checkpoint", "load_checkpoint", "Communicator", "DDPReducer", "unique_id", "comm_group",
     "zero", "ZeroTrainer", "pipeline", "Pipeline",
     "CheckpointExecutor", "CheckpointCall",
-    "transformer", "AttentionOptions", "scaled_dot_product_attention", "scaled_dot_product_attention_backward",
+    "transformer", "AttentionOptions", "attention_stats", "scaled_dot_product_attention",
+    "scaled_dot_product_attention_backward",
     "rotary_embedding", "rotary_embedding_backward", "glu", "glu_backward", "swiglu", "swiglu_backward",
     "residual_norm", "residual_norm_backward",
 ] + [n for n in _ops_all + _nn_all + _memory_all if n not in ("Number", "TensorOrNumber", "IntPair")]

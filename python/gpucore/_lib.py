@@ -457,6 +457,9 @@ DECLARATIONS: Dict[str, Tuple[Any, List[Any]]] = {
     "gpucore_pipeline_step": (STATUS, [H, H, c_int64, PIPELINE_LOSS_FN, c_void_p, H]),
     # attention and transformer ops (options: a gpucore.transformer.AttentionOptions by reference)
     "gpucore_attention_options_init": (None, [c_void_p]),
+    "gpucore_attention_get_stats": (STATUS, [H, c_void_p]),
+    "gpucore_attention_reset_stats": (STATUS, [H]),
+    "gpucore_attention_fallback_reason_text": (c_char_p, [c_int]),
     "gpucore_attention_forward": (STATUS, [H, H, H, H, H, H, H, c_void_p, H]),
     "gpucore_attention_backward": (STATUS, [H, H, H, H, H, H, H, H, H, H, H, c_void_p, H]),
     "gpucore_rotary_embedding": (STATUS, [H, H, H, H, c_int, H]),

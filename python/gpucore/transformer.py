@@ -16,18 +16,45 @@ from typing import Any, Optional, Tuple
 
 from ._lib import C
 from ._validate import UINT64_MAX, to_float, to_int
-from .context import Stream
+from .context import DeviceLike, Stream, get_context
 from .errors import InvalidArgumentError, ShapeMismatchError
 from .ops import _opt, _out, _same_ctx, _stream, _tensor
 from .tensor import Tensor, _generator, empty
 
-__all__ = ["AttentionOptions", "scaled_dot_product_attention", "scaled_dot_product_attention_backward"]
+__all__ = ["AttentionOptions", "scaled_dot_product_attention", "scaled_dot_product_attention_backward",
+           "attention_stats"]
 
 
 class AttentionOptions(ctypes.Structure):
     """ctypes mirror of ``gpucore_attention_options``."""
-    _fields_ = [("struct_size", c_int64), ("scale", c_double), ("is_causal", c_int32), ("reserved", c_int32),
+    _fields_ = [("struct_size", c_int64), ("scale", c_double), ("is_causal", c_int32), ("algo", c_int32),
                 ("dropout_p", c_double), ("seed", c_uint64), ("offset", c_uint64)]
+
+
+_FALLBACK_REASONS = 10  # GPUCORE_ATTN_FALLBACK_REASONS
+
+
+class AttentionStats(ctypes.Structure):
+    """ctypes mirror of ``gpucore_attention_stats``."""
+    _fields_ = [("struct_size", c_int64), ("cudnn_calls", c_int64), ("fallback_calls", c_int64),
+                ("fallback_by_reason", c_int64 * _FALLBACK_REASONS)]
+
+
+def attention_stats(device: DeviceLike = None, reset: bool = False) -> dict:
+    """How the device's attention calls ran (CUDA): ``cudnn_calls`` on cuDNN's SDPA engines,
+    ``fallback_calls`` on the kernel although cuDNN was wanted, and ``fallback_by_reason``
+    ({reason text: count}, nonzero ones). Zeros on the CPU. ``reset``: zero them after reading."""
+    ctx = get_context(device)
+    s = AttentionStats()
+    s.struct_size = ctypes.sizeof(AttentionStats)
+    C.gpucore_attention_get_stats(ctx.handle, byref(s))
+    by = {}
+    for i in range(_FALLBACK_REASONS):
+        if s.fallback_by_reason[i]:
+            by[C.gpucore_attention_fallback_reason_text(i).decode()] = s.fallback_by_reason[i]
+    if reset:
+        C.gpucore_attention_reset_stats(ctx.handle)
+    return {"cudnn_calls": s.cudnn_calls, "fallback_calls": s.fallback_calls, "fallback_by_reason": by}
 
 
 def _options(q: Tensor, dropout_p: float, is_causal: bool, scale: Optional[float], seed: int,

@@ -248,3 +248,12 @@ def test_python_gpt_example_trains_and_finetunes(tmp_path):
     assert out["base"][-1] < out["base"][0]
     assert sorted(g.load_file(str(tmp_path / "a.safetensors"), device="cpu")) == \
         ["layers.0.out.a", "layers.0.out.b", "layers.0.qkv.a", "layers.0.qkv.b"]
+
+
+def test_attention_stats_cpu_counts_nothing(ctx):
+    """attention_stats: the CPU has only its kernel, so nothing counts as cuDNN or a fallback."""
+    q = ctx.tensor(RNG.standard_normal((1, 2, 5, 8)).astype(np.float32))
+    g.scaled_dot_product_attention(q, q, q, is_causal=True)
+    st = g.attention_stats(ctx, reset=True)
+    assert st == {"cudnn_calls": 0, "fallback_calls": 0, "fallback_by_reason": {}}
+    assert g.transformer.C.gpucore_attention_fallback_reason_text(6).decode() == "grouped-query attention"

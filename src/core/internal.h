@@ -87,6 +87,8 @@ struct gpucore_context {
     atomic_llong matmul_workspace_bytes; /* matmul.c: cuBLASLt workspace; 0 = default (32 MiB) */
     atomic_llong matmul_gemms;           /* matmul.c: gpucore_matmul_stats */
     atomic_llong matmul_fallbacks[GPUCORE_MATMUL_FALLBACK_REASONS];
+    atomic_llong attn_cudnn_calls;    /* attention.c: gpucore_attention_stats */
+    atomic_llong attn_fallbacks[GPUCORE_ATTN_FALLBACK_REASONS];
     atomic_int profile_flags;            /* profile.c: GPUCORE_PROFILE_* bits; 0 = profiling off */
     struct gpucore_profiler *profiler;   /* profile.c: per-op records, created on first enable */
 };

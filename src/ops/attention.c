@@ -125,6 +125,10 @@ static gpucore_status check_common(const char *op, const gpucore_tensor *q, cons
                                  "not %g", op, o.scale);
     if (!(o.dropout_p >= 0 && o.dropout_p < 1))
         return gpucore_set_error(GPUCORE_ERR_INVALID_ARGUMENT, "%s: dropout_p must be in [0, 1), not %g", op, o.dropout_p);
+    if (o.algo < GPUCORE_ATTN_ALGO_HEURISTIC || o.algo > GPUCORE_ATTN_ALGO_KERNEL)
+        return gpucore_set_error(GPUCORE_ERR_INVALID_ARGUMENT, "%s: algo %d is not a gpucore_attention_algo (0 "
+                                 "heuristic, 1 autotune, 2 deterministic, 3 kernel)", op, (int)o.algo);
+    a->algo = o.algo;
     a->scale = (float)(o.scale > 0 ? o.scale : (a->head_dim ? 1.0 / sqrt((double)a->head_dim) : 1.0));
     a->causal = o.is_causal != 0;
     a->dropout_p = (float)o.dropout_p;
@@ -193,8 +197,16 @@ static gpucore_status attention_run(gpucore_context *ctx, gpucore_attn_args *a, 
     int64_t bytes = es * a->batch * (a->heads * a->seq_q * (a->head_dim + a->head_dim_v) +
                                      a->kv_heads * a->seq_k * (a->head_dim + a->head_dim_v));
     void *prof = gpucore_prof_begin(ctx, s, op, a->op == GPUCORE_ATTN_BWD ? 2 * bytes : bytes);
+    int32_t engine = 0;
+    a->engine_out = &engine;
     st = ctx->be->attention(ctx->bctx, a, s->bstream);
     gpucore_prof_end(ctx, prof);
+    /* the dispatch's outcome, counted above the vtable (as matmul's fallbacks) */
+    if (!st && engine == 1) atomic_fetch_add(&ctx->attn_cudnn_calls, 1);
+    if (!st && engine < 0 && -1 - engine < GPUCORE_ATTN_FALLBACK_REASONS) {
+        atomic_fetch_add(&ctx->attn_fallbacks[-1 - engine], 1);
+        if (atomic_load_explicit(&ctx->profile_flags, memory_order_relaxed)) gpucore_profile_count(ctx, "attention_fallback");
+    }
     return st;
 }
 
@@ -285,4 +297,46 @@ gpucore_status gpucore_attention_backward(gpucore_tensor *dq, gpucore_tensor *dk
     gpucore_tensor_view_of(lse, &lv);
     a.lse = lv.data;
     return attention_run(ctx, &a, s, op);
+}
+
+/* ---- cuDNN engine statistics (the CUDA backend reports each forward's engine through args.engine_out) ---- */
+gpucore_status gpucore_attention_get_stats(gpucore_context *ctx, gpucore_attention_stats *stats)
+{
+    if (!ctx || !stats) return gpucore_set_error(GPUCORE_ERR_INVALID_ARGUMENT, "attention_get_stats: ctx and stats "
+                                                 "must not be NULL");
+    if (stats->struct_size != (int64_t)sizeof *stats)
+        return gpucore_set_error(GPUCORE_ERR_INVALID_ARGUMENT, "attention_get_stats: stats->struct_size is %lld, "
+                                 "expected %zu", (long long)stats->struct_size, sizeof *stats);
+    stats->cudnn_calls = atomic_load(&ctx->attn_cudnn_calls);
+    stats->fallback_calls = 0;
+    for (int i = 0; i < GPUCORE_ATTN_FALLBACK_REASONS; i++) {
+        stats->fallback_by_reason[i] = atomic_load(&ctx->attn_fallbacks[i]);
+        stats->fallback_calls += stats->fallback_by_reason[i];
+    }
+    return GPUCORE_OK;
+}
+
+gpucore_status gpucore_attention_reset_stats(gpucore_context *ctx)
+{
+    if (!ctx) return gpucore_set_error(GPUCORE_ERR_INVALID_ARGUMENT, "attention_reset_stats: ctx must not be NULL");
+    atomic_store(&ctx->attn_cudnn_calls, 0);
+    for (int i = 0; i < GPUCORE_ATTN_FALLBACK_REASONS; i++) atomic_store(&ctx->attn_fallbacks[i], 0);
+    return GPUCORE_OK;
+}
+
+const char *gpucore_attention_fallback_reason_text(int reason)
+{
+    switch (reason) {
+    case GPUCORE_ATTN_FALLBACK_NO_CUDNN: return "cuDNN could not be loaded";
+    case GPUCORE_ATTN_FALLBACK_DTYPE: return "f32 operands (cuDNN's SDPA takes f16 and bf16)";
+    case GPUCORE_ATTN_FALLBACK_HEAD_DIM: return "a head_dim that is not a multiple of 8";
+    case GPUCORE_ATTN_FALLBACK_LAYOUT: return "a head_dim stride other than 1";
+    case GPUCORE_ATTN_FALLBACK_MASK: return "a boolean mask or i64 kv_lengths";
+    case GPUCORE_ATTN_FALLBACK_DROPOUT: return "dropout (cuDNN's random numbers are not ours)";
+    case GPUCORE_ATTN_FALLBACK_GQA: return "grouped-query attention";
+    case GPUCORE_ATTN_FALLBACK_NO_ENGINE: return "cuDNN refused the graph or offered no usable engine";
+    case GPUCORE_ATTN_FALLBACK_FAILED: return "building or running the cuDNN plan failed";
+    case GPUCORE_ATTN_FALLBACK_CACHE_FULL: return "the attention plan cache is full";
+    default: return NULL;
+    }
 }

@@ -75,7 +75,14 @@ static gpucore_status check_weights(const gpucore_tensor *w, const gpucore_tenso
                                     const char *op)
 {
     gpucore_status st;
-    if ((st = gpucore_check_tensor(w, op, "w")) || (st = gpucore_check_tensor(a, op, "a")) ||
+    if ((st = gpucore_check_tensor(w, op, "w"))) return st;
+    if (w->dtype == GPUCORE_FP8_E4M3 || w->dtype == GPUCORE_FP8_E5M2)
+        return gpucore_set_error(GPUCORE_ERR_NOT_SUPPORTED, "%s: 'w' is %s; fp8 base weights are not supported on any "
+                                 "backend: the only fp8 GEMM (CUDA, compute capability 8.9+) needs both operands fp8 in "
+                                 "the TN layout, so neither x·Wᵀ with a float x nor dx = dy·W (not TN) can use it, and "
+                                 "the CPU and emulated backends have no fp8 GEMM; keep the frozen base in bf16", op,
+                                 gpucore_dtype_name((gpucore_dtype)w->dtype));
+    if ((st = gpucore_check_tensor(a, op, "a")) ||
         (st = gpucore_check_tensor(b, op, "b")) || (st = ops_check_float(w, op, "w")) ||
         (st = ops_check_same(a, "a", w, "w", op, 1)) || (st = ops_check_same(b, "b", w, "w", op, 1)))
         return st;

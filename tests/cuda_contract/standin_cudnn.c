@@ -11,6 +11,8 @@
  * the graph's non-virtual tensors, every pointer inside device memory of the
  * tensor's extent, and a workspace of at least the plan's size
  * (cudnn_graph_v9.h:1034); the handle's stream on the current device.
+ * SDPA graphs (matmul, pointwise and reduction nodes) are checked and executed by
+ * standin_cudnn_sdpa.c.
  * Executed: the described convolution (forward, backward data, backward filter;
  * groups, padding, strides, dilation; fused bias add and ReLU), in double, in
  * stream order. Two engines: 0 needs a workspace and carries the tensor-core
@@ -26,34 +28,17 @@
 #include <cudnn.h>
 #include "numeric.h"
 #include "standin.h"
+#include "standin_cudnn.h"
 
 /* The vendor entry points are exported, as the real libraries export them (tests call them directly). */
 #pragma GCC visibility push(default)
 
-#define G "cudnn_graph_v9.h"
-#define DESC_MAGIC 0x444e4e44u
-#define MAX_ATTRS 12
 #define ENGINE0_WS 4096
-
-struct cudnnContext { unsigned magic; int device; cudaStream_t stream; };
-
-typedef struct attr { int name, type; int64_t count; void *data; } attr;
-typedef struct desc {
-    unsigned magic;
-    int type, finalized, destroyed, refs;
-    attr attrs[MAX_ATTRS];
-    int nattrs;
-    int engine;                  /* ENGINECFG / ENGINE / EXECUTION_PLAN */
-    struct desc *graph;          /* ENGINEHEUR (set), ENGINECFG, ENGINE, EXECUTION_PLAN: the operation graph */
-    atomic_int inflight;         /* EXECUTION_PLAN: executions queued or running on a stream */
-} desc;
 
 static standin_set live = STANDIN_SET_INIT;
 static _Thread_local char last_message[512];
 
-static cudnnStatus_t refuse(cudnnStatus_t s, const char *api, const char *where, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-static cudnnStatus_t refuse(cudnnStatus_t s, const char *api, const char *where, const char *fmt, ...)
+cudnnStatus_t standin_dnn_refuse(cudnnStatus_t s, const char *api, const char *where, const char *fmt, ...)
 {
     char msg[480];
     va_list ap;
@@ -62,6 +47,16 @@ static cudnnStatus_t refuse(cudnnStatus_t s, const char *api, const char *where,
     va_end(ap);
     snprintf(last_message, sizeof last_message, "%s", msg);
     standin_violation(api, where, "%s", msg);
+    return s;
+}
+
+/* A refusal that breaks no contract (an engine the stand-in does not have): the status and message only. */
+cudnnStatus_t standin_dnn_decline(cudnnStatus_t s, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(last_message, sizeof last_message, fmt, ap);
+    va_end(ap);
     return s;
 }
 
@@ -95,10 +90,34 @@ cudnnStatus_t cudnnCreate(cudnnHandle_t *h)
     return CUDNN_STATUS_SUCCESS;
 }
 
+/* A live handle entering a call: two host threads inside calls on one handle at once break cuDNN's rule that
+ * threads must not share a handle simultaneously. STANDIN_DNN_CALL_MS: each such call lasts that long (widens
+ * the window, so a missing lock in the caller shows). */
+static void handle_enter(cudnnHandle_t h, const char *api)
+{
+    if (atomic_fetch_add(&h->busy, 1) > 0)
+        standin_violation(api, "cuDNN Developer Guide, Thread Safety", "handle %p used by two host threads at once "
+                          "(threads must not share a cuDNN handle simultaneously)", (void *)h);
+    long ms = standin_env_long("STANDIN_DNN_CALL_MS", 0);
+    if (ms > 0) {
+        struct timespec d = {ms / 1000, (ms % 1000) * 1000000L};
+        nanosleep(&d, NULL);
+    }
+}
+
+static cudnnStatus_t set_stream(cudnnHandle_t h, cudaStream_t s);
 cudnnStatus_t cudnnSetStream(cudnnHandle_t h, cudaStream_t s)
 {
     standin_api_enter("cudnnSetStream");
     if (!standin_set_has(&live, h)) return refuse(CUDNN_STATUS_BAD_PARAM, "cudnnSetStream", G ":216", "handle not live");
+    handle_enter(h, "cudnnSetStream");
+    cudnnStatus_t st = set_stream(h, s);
+    atomic_fetch_sub(&h->busy, 1);
+    return st;
+}
+
+static cudnnStatus_t set_stream(cudnnHandle_t h, cudaStream_t s)
+{
     struct CUstream_st *st = standin_stream("cudnnSetStream", s);
     if (!st) return CUDNN_STATUS_BAD_PARAM;
     if (standin_stream_device(st) != h->device)
@@ -121,12 +140,27 @@ static const rule rules[] = {
     {D(TENSOR), A(TENSOR_UNIQUE_ID), T(INT64), 1, 1, 1},
     {D(TENSOR), A(TENSOR_BYTE_ALIGNMENT), T(INT64), 1, 1, 1},
     {D(TENSOR), A(TENSOR_IS_VIRTUAL), T(BOOLEAN), 1, 1, 0},
+    {D(TENSOR), A(TENSOR_IS_BY_VALUE), T(BOOLEAN), 1, 1, 0},
     {D(POINTWISE), A(POINTWISE_MODE), T(POINTWISE_MODE), 1, 1, 1},
     {D(POINTWISE), A(POINTWISE_MATH_PREC), T(DATA_TYPE), 1, 1, 1},
     {D(OPERATION_POINTWISE), A(OPERATION_POINTWISE_PW_DESCRIPTOR), T(BACKEND_DESCRIPTOR), 1, 1, 1},
     {D(OPERATION_POINTWISE), A(OPERATION_POINTWISE_XDESC), T(BACKEND_DESCRIPTOR), 1, 1, 1},
     {D(OPERATION_POINTWISE), A(OPERATION_POINTWISE_BDESC), T(BACKEND_DESCRIPTOR), 1, 1, 0},
     {D(OPERATION_POINTWISE), A(OPERATION_POINTWISE_YDESC), T(BACKEND_DESCRIPTOR), 1, 1, 1},
+    {D(OPERATION_POINTWISE), A(OPERATION_POINTWISE_TDESC), T(BACKEND_DESCRIPTOR), 1, 1, 0},
+    {D(POINTWISE), A(POINTWISE_AXIS), T(INT64), 1, 1, 0}, /* GEN_INDEX needs it: checked in standin_cudnn_sdpa.c */
+    {D(MATMUL), A(MATMUL_COMP_TYPE), T(DATA_TYPE), 1, 1, 1},
+    {D(OPERATION_MATMUL), A(OPERATION_MATMUL_ADESC), T(BACKEND_DESCRIPTOR), 1, 1, 1},
+    {D(OPERATION_MATMUL), A(OPERATION_MATMUL_BDESC), T(BACKEND_DESCRIPTOR), 1, 1, 1},
+    {D(OPERATION_MATMUL), A(OPERATION_MATMUL_CDESC), T(BACKEND_DESCRIPTOR), 1, 1, 1},
+    {D(OPERATION_MATMUL), A(OPERATION_MATMUL_DESC), T(BACKEND_DESCRIPTOR), 1, 1, 1},
+    {D(OPERATION_RESHAPE), A(OPERATION_RESHAPE_XDESC), T(BACKEND_DESCRIPTOR), 1, 1, 1},
+    {D(OPERATION_RESHAPE), A(OPERATION_RESHAPE_YDESC), T(BACKEND_DESCRIPTOR), 1, 1, 1},
+    {D(REDUCTION), A(REDUCTION_OPERATOR), T(REDUCTION_OPERATOR_TYPE), 1, 1, 1},
+    {D(REDUCTION), A(REDUCTION_COMP_TYPE), T(DATA_TYPE), 1, 1, 1},
+    {D(OPERATION_REDUCTION), A(OPERATION_REDUCTION_XDESC), T(BACKEND_DESCRIPTOR), 1, 1, 1},
+    {D(OPERATION_REDUCTION), A(OPERATION_REDUCTION_YDESC), T(BACKEND_DESCRIPTOR), 1, 1, 1},
+    {D(OPERATION_REDUCTION), A(OPERATION_REDUCTION_DESC), T(BACKEND_DESCRIPTOR), 1, 1, 1},
     {D(CONVOLUTION), A(CONVOLUTION_COMP_TYPE), T(DATA_TYPE), 1, 1, 1},
     {D(CONVOLUTION), A(CONVOLUTION_CONV_MODE), T(CONVOLUTION_MODE), 1, 1, 1},
     {D(CONVOLUTION), A(CONVOLUTION_SPATIAL_DIMS), T(INT64), 1, 1, 1},
@@ -152,7 +186,7 @@ static const rule rules[] = {
     {D(OPERATION_CONVOLUTION_BACKWARD_FILTER), A(OPERATION_CONVOLUTION_BWD_FILTER_CONV_DESC), T(BACKEND_DESCRIPTOR), 1, 1, 1},
     {D(OPERATION_CONVOLUTION_BACKWARD_FILTER), A(OPERATION_CONVOLUTION_BWD_FILTER_ALPHA), T(DOUBLE), 1, 1, 1},
     {D(OPERATION_CONVOLUTION_BACKWARD_FILTER), A(OPERATION_CONVOLUTION_BWD_FILTER_BETA), T(DOUBLE), 1, 1, 1},
-    {D(OPERATIONGRAPH), A(OPERATIONGRAPH_OPS), T(BACKEND_DESCRIPTOR), 1, 8, 1},
+    {D(OPERATIONGRAPH), A(OPERATIONGRAPH_OPS), T(BACKEND_DESCRIPTOR), 1, 32, 1},
     {D(OPERATIONGRAPH), CUDNN_ATTR_OPERATIONGRAPH_HANDLE, T(HANDLE), 1, 1, 1},
     {D(ENGINEHEUR), A(ENGINEHEUR_OPERATION_GRAPH), T(BACKEND_DESCRIPTOR), 1, 1, 1},
     {D(ENGINEHEUR), A(ENGINEHEUR_MODE), T(HEUR_MODE), 1, 1, 1},
@@ -231,15 +265,6 @@ cudnnStatus_t cudnnBackendDestroyDescriptor(cudnnBackendDescriptor_t p)
     return CUDNN_STATUS_SUCCESS;
 }
 
-static const attr *get_attr(const desc *d, int name)
-{
-    for (int i = 0; i < d->nattrs; i++)
-        if (d->attrs[i].name == name) return &d->attrs[i];
-    return NULL;
-}
-static int64_t i64(const desc *d, int name, int idx) { const attr *a = get_attr(d, name); return a && idx < a->count ? ((int64_t *)a->data)[idx] : 0; }
-static int i32(const desc *d, int name) { const attr *a = get_attr(d, name); return a ? *(int *)a->data : -1; }
-static desc *ref(const desc *d, int name, int idx) { const attr *a = get_attr(d, name); return a && idx < a->count ? ((desc **)a->data)[idx] : NULL; }
 
 cudnnStatus_t cudnnBackendSetAttribute(cudnnBackendDescriptor_t p, cudnnBackendAttributeName_t name,
                                        cudnnBackendAttributeType_t type, int64_t count, const void *elems)
@@ -306,6 +331,8 @@ cudnnStatus_t cudnnBackendFinalize(cudnnBackendDescriptor_t p)
                 return refuse(CUDNN_STATUS_BAD_PARAM, api, G ":1016", "tensor dim %lld: extent and stride must be >= 1",
                               (long long)j);
     }
+    cudnnStatus_t node = standin_sdpa_finalize(d); /* tensors, pointwise, matmul and reduction nodes */
+    if (node != CUDNN_STATUS_SUCCESS) return node;
     if (d->type == CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR) {
         standin_count("cudnn_plan_finalized"); /* the costly step on a real GPU (runtime-compiled engines) */
         desc *cfg = ref(d, CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, 0);
@@ -344,7 +371,8 @@ cudnnStatus_t cudnnBackendGetAttribute(cudnnBackendDescriptor_t const p, cudnnBa
     if (d->type == CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR && name == CUDNN_ATTR_ENGINEHEUR_RESULTS &&
         type == CUDNN_TYPE_BACKEND_DESCRIPTOR) {
         /* STANDIN_DNN_NO_FUSION: no engine for graphs with pointwise nodes (drives the unfused path) */
-        int n = getenv("STANDIN_DNN_NO_FUSION") && get_attr(d->graph, CUDNN_ATTR_OPERATIONGRAPH_OPS)->count > 1 ? 0 : 2;
+        int n = standin_sdpa_is_graph(d->graph) ? standin_sdpa_engines(d->graph)
+              : getenv("STANDIN_DNN_NO_FUSION") && get_attr(d->graph, CUDNN_ATTR_OPERATIONGRAPH_OPS)->count > 1 ? 0 : 2;
         *count = requested < n ? requested : n;
         if (requested == 0) *count = n;
         for (int64_t j = 0; j < requested && j < n; j++) {
@@ -560,11 +588,21 @@ static int graph_job(const desc *graph, conv_job *j, tinfo *tensors[], int *nten
     return 1;
 }
 
+static cudnnStatus_t backend_execute(cudnnHandle_t h, cudnnBackendDescriptor_t pp, cudnnBackendDescriptor_t vpp);
 cudnnStatus_t cudnnBackendExecute(cudnnHandle_t h, cudnnBackendDescriptor_t pp, cudnnBackendDescriptor_t vpp)
 {
     const char *api = "cudnnBackendExecute";
     standin_api_enter(api);
     if (!standin_set_has(&live, h)) return refuse(CUDNN_STATUS_BAD_PARAM, api, G ":1034", "handle not live");
+    handle_enter(h, api);
+    cudnnStatus_t st = backend_execute(h, pp, vpp);
+    atomic_fetch_sub(&h->busy, 1);
+    return st;
+}
+
+static cudnnStatus_t backend_execute(cudnnHandle_t h, cudnnBackendDescriptor_t pp, cudnnBackendDescriptor_t vpp)
+{
+    const char *api = "cudnnBackendExecute";
     desc *plan = live_desc(api, pp), *vp = live_desc(api, vpp);
     if (!plan || !vp) return CUDNN_STATUS_BAD_PARAM;
     if (plan->type != CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR || vp->type != CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR)
@@ -577,6 +615,10 @@ cudnnStatus_t cudnnBackendExecute(cudnnHandle_t h, cudnnBackendDescriptor_t pp, 
                       h->device, standin_current_device());
     struct CUstream_st *s = standin_stream(api, h->stream);
     if (!s) return CUDNN_STATUS_BAD_PARAM;
+    if (standin_sdpa_is_graph(plan->graph)) {
+        const attr *wsa = get_attr(vp, CUDNN_ATTR_VARIANT_PACK_WORKSPACE);
+        return standin_sdpa_execute(plan, vp, s, wsa ? *(void **)wsa->data : NULL, plan->engine == 0 ? ENGINE0_WS : 0);
+    }
     conv_job job;
     tinfo *tensors[8];
     int nt = 0;

@@ -9,6 +9,7 @@
  */
 #include <dlfcn.h>
 #include <pthread.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -297,6 +298,98 @@ static void test_cudnn_attribute_types(void)
     cudnnBackendDestroyDescriptor_(t);
     CHECK(cudnnBackendFinalize_(t) == CUDNN_STATUS_BAD_PARAM);
     expect_violation("a destroyed cuDNN descriptor used", "cudnn_graph_v9.h");
+}
+
+/* Planted breaks in SDPA graph nodes (standin_cudnn_sdpa.c): each refused, citing the header. */
+static cudnnBackendDescriptor_t sdpa_tensor(int64_t uid, cudnnDataType_t dt, int64_t d2, int64_t d3, const int64_t *strides,
+                                            int virt, int byval)
+{
+    FN(cudnnBackendCreateDescriptor); FN(cudnnBackendSetAttribute);
+    const int64_t dims[4] = {1, 1, d2, d3}, packed[4] = {d2 * d3, d2 * d3, d3, 1}, align = 16;
+    bool v = virt != 0, b = byval != 0;
+    cudnnBackendDescriptor_t t = NULL;
+    cudnnBackendCreateDescriptor_(CUDNN_BACKEND_TENSOR_DESCRIPTOR, &t);
+    cudnnBackendSetAttribute_(t, CUDNN_ATTR_TENSOR_DATA_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &dt);
+    cudnnBackendSetAttribute_(t, CUDNN_ATTR_TENSOR_DIMENSIONS, CUDNN_TYPE_INT64, 4, dims);
+    cudnnBackendSetAttribute_(t, CUDNN_ATTR_TENSOR_STRIDES, CUDNN_TYPE_INT64, 4, strides ? strides : packed);
+    cudnnBackendSetAttribute_(t, CUDNN_ATTR_TENSOR_UNIQUE_ID, CUDNN_TYPE_INT64, 1, &uid);
+    cudnnBackendSetAttribute_(t, CUDNN_ATTR_TENSOR_BYTE_ALIGNMENT, CUDNN_TYPE_INT64, 1, &align);
+    cudnnBackendSetAttribute_(t, CUDNN_ATTR_TENSOR_IS_VIRTUAL, CUDNN_TYPE_BOOLEAN, 1, &v);
+    if (b) cudnnBackendSetAttribute_(t, CUDNN_ATTR_TENSOR_IS_BY_VALUE, CUDNN_TYPE_BOOLEAN, 1, &b);
+    return t;
+}
+
+/* Finalize a node of type ty with descriptor attributes names[i] = vals[i] (n of them); returns the status. */
+static cudnnStatus_t sdpa_node(cudnnBackendDescriptorType_t ty, int n, const cudnnBackendAttributeName_t *names,
+                               cudnnBackendDescriptor_t *vals)
+{
+    FN(cudnnBackendCreateDescriptor); FN(cudnnBackendSetAttribute); FN(cudnnBackendFinalize);
+    FN(cudnnBackendDestroyDescriptor);
+    cudnnBackendDescriptor_t op = NULL;
+    cudnnBackendCreateDescriptor_(ty, &op);
+    for (int i = 0; i < n; i++) cudnnBackendSetAttribute_(op, names[i], CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &vals[i]);
+    cudnnStatus_t st = cudnnBackendFinalize_(op);
+    cudnnBackendDestroyDescriptor_(op);
+    return st;
+}
+
+static void test_cudnn_sdpa_nodes(void)
+{
+    FN(cudnnBackendCreateDescriptor); FN(cudnnBackendSetAttribute); FN(cudnnBackendFinalize);
+    FN(cudnnBackendDestroyDescriptor);
+    /* tensors are finalized here (sdpa_tensor leaves that to the caller: one case must fail it) */
+    const cudnnDataType_t f32 = CUDNN_DATA_FLOAT, i32 = CUDNN_DATA_INT32;
+    cudnnBackendDescriptor_t x = sdpa_tensor(1, f32, 4, 8, NULL, 0, 0), idx = sdpa_tensor(2, i32, 4, 8, NULL, 1, 0);
+    cudnnBackendDescriptor_t b = sdpa_tensor(3, f32, 6, 4, NULL, 0, 0), c = sdpa_tensor(4, f32, 4, 4, NULL, 1, 0);
+    cudnnBackendDescriptor_t y = sdpa_tensor(5, f32, 4, 8, NULL, 1, 0);
+    const int64_t wide[4] = {64, 64, 8, 1};
+    cudnnBackendDescriptor_t not_view = sdpa_tensor(6, f32, 8, 4, wide, 1, 0);
+    cudnnBackendDescriptor_t ts[6] = {x, idx, b, c, y, not_view};
+    for (int i = 0; i < 6; i++) CHECK(cudnnBackendFinalize_(ts[i]) == CUDNN_STATUS_SUCCESS);
+    cudnnBackendDescriptor_t pw = NULL, pwsel = NULL, mm = NULL, bad = NULL;
+    cudnnPointwiseMode_t gen = CUDNN_POINTWISE_GEN_INDEX, sel = CUDNN_POINTWISE_BINARY_SELECT, tanh_ = CUDNN_POINTWISE_TANH_FWD;
+    cudnnBackendCreateDescriptor_(CUDNN_BACKEND_POINTWISE_DESCRIPTOR, &pw); /* GEN_INDEX without its axis */
+    cudnnBackendSetAttribute_(pw, CUDNN_ATTR_POINTWISE_MODE, CUDNN_TYPE_POINTWISE_MODE, 1, &gen);
+    cudnnBackendSetAttribute_(pw, CUDNN_ATTR_POINTWISE_MATH_PREC, CUDNN_TYPE_DATA_TYPE, 1, &i32);
+    CHECK(cudnnBackendFinalize_(pw) == CUDNN_STATUS_SUCCESS);
+    cudnnBackendCreateDescriptor_(CUDNN_BACKEND_POINTWISE_DESCRIPTOR, &pwsel);
+    cudnnBackendSetAttribute_(pwsel, CUDNN_ATTR_POINTWISE_MODE, CUDNN_TYPE_POINTWISE_MODE, 1, &sel);
+    cudnnBackendSetAttribute_(pwsel, CUDNN_ATTR_POINTWISE_MATH_PREC, CUDNN_TYPE_DATA_TYPE, 1, &f32);
+    CHECK(cudnnBackendFinalize_(pwsel) == CUDNN_STATUS_SUCCESS);
+    cudnnBackendCreateDescriptor_(CUDNN_BACKEND_MATMUL_DESCRIPTOR, &mm);
+    cudnnBackendSetAttribute_(mm, CUDNN_ATTR_MATMUL_COMP_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &f32);
+    CHECK(cudnnBackendFinalize_(mm) == CUDNN_STATUS_SUCCESS);
+    expect_clean("building SDPA node pieces");
+
+    const cudnnBackendAttributeName_t pwn[4] = {CUDNN_ATTR_OPERATION_POINTWISE_PW_DESCRIPTOR, CUDNN_ATTR_OPERATION_POINTWISE_XDESC,
+                                                CUDNN_ATTR_OPERATION_POINTWISE_YDESC, CUDNN_ATTR_OPERATION_POINTWISE_BDESC};
+    cudnnBackendDescriptor_t gen_args[3] = {pw, x, idx};
+    CHECK(sdpa_node(CUDNN_BACKEND_OPERATION_POINTWISE_DESCRIPTOR, 3, pwn, gen_args) == CUDNN_STATUS_BAD_PARAM);
+    expect_violation("GEN_INDEX without CUDNN_ATTR_POINTWISE_AXIS", "cudnn_graph_v9.h:484");
+    const cudnnBackendAttributeName_t seln[5] = {pwn[0], pwn[1], pwn[2], pwn[3], CUDNN_ATTR_OPERATION_POINTWISE_TDESC};
+    cudnnBackendDescriptor_t sel_args[5] = {pwsel, x, y, x, x}; /* t is f32, not BOOLEAN */
+    CHECK(sdpa_node(CUDNN_BACKEND_OPERATION_POINTWISE_DESCRIPTOR, 5, seln, sel_args) == CUDNN_STATUS_BAD_PARAM);
+    expect_violation("BINARY_SELECT with a non-boolean t", "cudnn_graph_v9.h:550");
+    const cudnnBackendAttributeName_t mmn[4] = {CUDNN_ATTR_OPERATION_MATMUL_ADESC, CUDNN_ATTR_OPERATION_MATMUL_BDESC,
+                                                CUDNN_ATTR_OPERATION_MATMUL_CDESC, CUDNN_ATTR_OPERATION_MATMUL_DESC};
+    cudnnBackendDescriptor_t mm_args[4] = {x, b, c, mm}; /* [4, 8] x [6, 4] */
+    CHECK(sdpa_node(CUDNN_BACKEND_OPERATION_MATMUL_DESCRIPTOR, 4, mmn, mm_args) == CUDNN_STATUS_BAD_PARAM);
+    expect_violation("a matmul whose inner dims differ", "cudnn_graph_v9.h:623");
+    const cudnnBackendAttributeName_t rsn[2] = {CUDNN_ATTR_OPERATION_RESHAPE_XDESC, CUDNN_ATTR_OPERATION_RESHAPE_YDESC};
+    cudnnBackendDescriptor_t rs_args[2] = {x, not_view};
+    CHECK(sdpa_node(CUDNN_BACKEND_OPERATION_RESHAPE_DESCRIPTOR, 2, rsn, rs_args) == CUDNN_STATUS_BAD_PARAM);
+    expect_violation("a reshape that is not a view of x", "cudnn_graph_v9.h:722");
+    cudnnBackendDescriptor_t byval_virtual = sdpa_tensor(7, f32, 1, 1, NULL, 1, 1);
+    CHECK(cudnnBackendFinalize_(byval_virtual) == CUDNN_STATUS_BAD_PARAM);
+    expect_violation("a virtual by-value tensor", "cudnn_graph_v9.h:590");
+    cudnnBackendCreateDescriptor_(CUDNN_BACKEND_POINTWISE_DESCRIPTOR, &bad);
+    cudnnBackendSetAttribute_(bad, CUDNN_ATTR_POINTWISE_MODE, CUDNN_TYPE_POINTWISE_MODE, 1, &tanh_);
+    cudnnBackendSetAttribute_(bad, CUDNN_ATTR_POINTWISE_MATH_PREC, CUDNN_TYPE_DATA_TYPE, 1, &f32);
+    CHECK(cudnnBackendFinalize_(bad) == CUDNN_STATUS_NOT_SUPPORTED);
+    expect_violation("a pointwise mode the stand-in does not model", "cudnn_graph_v9.h:475");
+    cudnnBackendDescriptor_t all[12] = {x, idx, b, c, y, not_view, pw, pwsel, mm, bad, byval_virtual, NULL};
+    for (int i = 0; all[i]; i++) cudnnBackendDestroyDescriptor_(all[i]);
+    expect_clean("destroying SDPA node pieces");
 }
 
 /* Issue 18 item 1: two ranks driven from one thread, one grouped round per step, each rank's input coming
@@ -644,6 +737,7 @@ int main(void)
     test_heuristic_before_pointers();
     test_event_inside_group();
     test_cudnn_attribute_types();
+    test_cudnn_sdpa_nodes();
     test_grouped_allreduce();
     test_fallback_gemm();
     test_device_queries();

@@ -41,6 +41,9 @@ CUDA_HIDDEN gpucore_status cuda_matmul(void *bctx, const gpucore_gemm_desc *desc
 CUDA_HIDDEN gpucore_status cuda_conv(void *bctx, const gpucore_conv_desc *desc, void *stream);
 CUDA_HIDDEN gpucore_status cuda_conv_stats(void *bctx, gpucore_conv_stats *stats);
 
+/* cuda_attention_cudnn.c: attention on cuDNN's SDPA graphs where cuDNN takes them, else the kernel */
+CUDA_HIDDEN gpucore_status cuda_attention(void *bctx, const gpucore_attn_args *args, void *stream);
+
 /* cuda_comm.c: collectives over NCCL with a watchdog (builds with NCCL only) */
 CUDA_HIDDEN gpucore_status cuda_comm_unique_id(void *id);
 CUDA_HIDDEN gpucore_status cuda_comm_init(void *bctx, const void *id, int rank, int size, double timeout_s,
