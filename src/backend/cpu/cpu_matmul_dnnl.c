@@ -31,7 +31,7 @@ typedef struct mm_key {
 
 typedef struct mm_plan {
     dnnl_primitive_t prim;
-    dnnl_memory_desc_t src, wei, dst, bias;
+    dnnl_memory_desc_t src, wei, dst, bias, scratch;
 } mm_plan;
 
 static void mm_plan_destroy(void *p)
@@ -69,7 +69,8 @@ static void *mm_build(const void *kp, void *arg)
              dnnl_memory_desc_init_by_strides(&pl->bias, 2, bd, dnnl_dt(key->d_dt), bs) == dnnl_success &&
              dnnl_matmul_desc_init(&md, &pl->src, &pl->wei, (key->epi & GPUCORE_GEMM_EPI_BIAS) ? &pl->bias : NULL,
                                    &pl->dst) == dnnl_success &&
-             dnnl_primitive_attr_create(&attr) == dnnl_success && dnnl_post_ops_create(&po) == dnnl_success;
+             dnnl_primitive_attr_create(&attr) == dnnl_success && dnnl_post_ops_create(&po) == dnnl_success &&
+             dnnl_primitive_attr_set_scratchpad_mode(attr, dnnl_scratchpad_mode_user) == dnnl_success;
     /* the epilogue's order: alpha·acc (never with a bias: the caller declines that), + bias (the matmul's
      * own bias: a binary-add post-op sent a padded destination to the reference loop), the activation */
     if (ok && key->alpha != 1.0f)
@@ -82,6 +83,7 @@ static void *mm_build(const void *kp, void *arg)
          dnnl_primitive_desc_create(&pd, &md, attr, eng, NULL) == dnnl_success &&
          dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &impl) == dnnl_success && impl &&
          !strstr(impl, "ref") && dnnl_primitive_create(&pl->prim, pd) == dnnl_success;
+    if (ok) pl->scratch = *dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0);
     if (pd) dnnl_primitive_desc_destroy(pd);
     if (po) dnnl_post_ops_destroy(po);
     if (attr) dnnl_primitive_attr_destroy(attr);
@@ -106,8 +108,11 @@ static int mm_run(cpu_context *ctx, const mm_key *key, int64_t batch, const char
     }
     const int dsz = key->d_dt == GPUCORE_KDT_BF16 ? 2 : 4;
     dnnl_stream_t stream = NULL;
-    dnnl_memory_t am = NULL, bm = NULL, dm = NULL, biasm = NULL;
-    int ok = dnnl_stream_create(&stream, eng, dnnl_stream_default_flags) == dnnl_success &&
+    dnnl_memory_t am = NULL, bm = NULL, dm = NULL, biasm = NULL, sm = NULL;
+    const size_t sbytes = dnnl_memory_desc_get_size(&pl->scratch);
+    void *sp = sbytes ? cpu_plan_scratch(sbytes) : NULL;
+    int ok = (!sbytes || sp) && dnnl_stream_create(&stream, eng, dnnl_stream_default_flags) == dnnl_success &&
+             dnnl_memory_create(&sm, &pl->scratch, eng, sp) == dnnl_success &&
              dnnl_memory_create(&am, &pl->wei, eng, (void *)A) == dnnl_success &&
              dnnl_memory_create(&bm, &pl->src, eng, (void *)B) == dnnl_success &&
              dnnl_memory_create(&dm, &pl->dst, eng, D) == dnnl_success &&
@@ -117,10 +122,12 @@ static int mm_run(cpu_context *ctx, const mm_key *key, int64_t batch, const char
             ok = dnnl_memory_set_data_handle(am, (void *)(A + bi * bsa * 2)) == dnnl_success &&
                  dnnl_memory_set_data_handle(bm, (void *)(B + bi * bsb * 2)) == dnnl_success &&
                  dnnl_memory_set_data_handle(dm, D + bi * bsd * dsz) == dnnl_success;
-        dnnl_exec_arg_t args[4] = {{DNNL_ARG_SRC, bm}, {DNNL_ARG_WEIGHTS, am}, {DNNL_ARG_DST, dm}, {DNNL_ARG_BIAS, biasm}};
-        ok = ok && dnnl_primitive_execute(pl->prim, stream, bias ? 4 : 3, args) == dnnl_success;
+        dnnl_exec_arg_t args[5] = {{DNNL_ARG_SRC, bm}, {DNNL_ARG_WEIGHTS, am}, {DNNL_ARG_DST, dm}, {DNNL_ARG_SCRATCHPAD, sm},
+                                   {DNNL_ARG_BIAS, biasm}};
+        ok = ok && dnnl_primitive_execute(pl->prim, stream, bias ? 5 : 4, args) == dnnl_success;
     }
     ok = ok && dnnl_stream_wait(stream) == dnnl_success;
+    if (sm) dnnl_memory_destroy(sm);
     if (biasm) dnnl_memory_destroy(biasm);
     if (dm) dnnl_memory_destroy(dm);
     if (bm) dnnl_memory_destroy(bm);

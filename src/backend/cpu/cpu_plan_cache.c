@@ -9,6 +9,8 @@
  * racing on one key: the first insert wins, the other's plan is destroyed); a
  * plan in use holds a reference, so eviction (least recently used) of a running
  * plan frees it only when its last user releases it. Freed with the context.
+ * Also here: the per-thread scratch buffer the plans run with (oneDNN's user
+ * scratchpad mode), so a GEMM does not map and fault in fresh pages every call.
  */
 #include <pthread.h>
 #include <stdlib.h>
@@ -148,4 +150,43 @@ void cpu_plan_cache_release(cpu_plan_cache *c, void *handle)
     const int last = --e->refs == 0 && e->evicted;
     pthread_mutex_unlock(&c->lock);
     if (last) entry_free(e);
+}
+
+/* ---- per-thread scratchpad ---- */
+
+typedef struct scratch { void *p; size_t bytes; } scratch;
+static pthread_key_t scratch_key;
+static pthread_once_t scratch_once = PTHREAD_ONCE_INIT;
+static int scratch_key_ok;
+
+static void scratch_free(void *v)
+{
+    scratch *s = v;
+    free(s->p);
+    free(s);
+}
+
+static void scratch_init(void) { scratch_key_ok = pthread_key_create(&scratch_key, scratch_free) == 0; }
+
+void *cpu_plan_scratch(size_t bytes)
+{
+    pthread_once(&scratch_once, scratch_init);
+    if (!scratch_key_ok) return NULL;
+    scratch *s = pthread_getspecific(scratch_key);
+    if (!s) {
+        if (!(s = calloc(1, sizeof *s))) return NULL;
+        if (pthread_setspecific(scratch_key, s)) {
+            free(s);
+            return NULL;
+        }
+    }
+    if (s->bytes < bytes || !s->p) {
+        size_t want = (bytes + 4095) & ~(size_t)4095;
+        void *p = aligned_alloc(4096, want ? want : 4096);
+        if (!p) return NULL;
+        free(s->p);
+        s->p = p;
+        s->bytes = want;
+    }
+    return s->p;
 }
