@@ -74,7 +74,7 @@ GPUCORE_HIDDEN void cpu_comm_destroy(void *bcomm);
 GPUCORE_HIDDEN gpucore_status cpu_conv(void *bctx, const gpucore_conv_desc *desc, void *s);
 /* cpu_conv_dnnl.c: the forward through oneDNN; 1 when it computed y, 0 when the caller must
  * run the im2col + GEMM path (no oneDNN in the build, unsupported dtype or shape). */
-GPUCORE_HIDDEN int cpu_conv_dnnl_forward(const gpucore_conv_desc *d);
+GPUCORE_HIDDEN int cpu_conv_dnnl_forward(cpu_context *ctx, const gpucore_conv_desc *d);
 /* cpu_conv_dnnl.c: the process's oneDNN CPU engine (a dnnl_engine_t), NULL without oneDNN. */
 GPUCORE_HIDDEN void *cpu_dnnl_engine(void);
 /* cpu_matmul_dnnl.c: T (m x n, column-major, ld m, f32) = op(A)·op(B) for bf16 column-major A and B
