@@ -368,34 +368,83 @@ AVX2 static int unary_avx2(int op, float *y, const float *x, int64_t n)
 #define CPU_VEC_MATH 0
 #endif
 
-/* f32 -> bf16 with gpucore_f32_to_bf16's rounding (nearest even; NaN quieted), 8 at a time. */
-AVX2 static void store_bf16_avx2(uint16_t *dst, const float *src, int64_t n)
+/* 8 floats to bf16 with gpucore_f32_to_bf16's rounding (nearest even; NaN quieted). */
+AVX2 static inline __m128i bf16x8_round(__m256 v)
 {
     const __m256i abs_mask = _mm256_set1_epi32(0x7fffffff), inf = _mm256_set1_epi32(0x7f800000);
     const __m256i one = _mm256_set1_epi32(1), bias = _mm256_set1_epi32(0x7fff), quiet = _mm256_set1_epi32(0x40);
+    __m256i u = _mm256_castps_si256(v);
+    __m256i hi = _mm256_srli_epi32(u, 16);
+    __m256i rounded = _mm256_srli_epi32(_mm256_add_epi32(u, _mm256_add_epi32(bias, _mm256_and_si256(hi, one))), 16);
+    __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(u, abs_mask), inf);
+    __m256i r = _mm256_blendv_epi8(rounded, _mm256_or_si256(hi, quiet), nan);
+    return _mm256_castsi256_si128(_mm256_permute4x64_epi64(_mm256_packus_epi32(r, r), 0x08)); /* lanes 0, 2 */
+}
+
+AVX2 static inline __m256 bf16x8_widen(const uint16_t *p)
+{
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)p)), 16));
+}
+
+AVX2 static void store_bf16_avx2(uint16_t *dst, const float *src, int64_t n)
+{
     int64_t i = 0;
-    for (; i + 8 <= n; i += 8) {
-        __m256i u = _mm256_castps_si256(_mm256_loadu_ps(src + i));
-        __m256i hi = _mm256_srli_epi32(u, 16);
-        __m256i rounded = _mm256_srli_epi32(_mm256_add_epi32(u, _mm256_add_epi32(bias, _mm256_and_si256(hi, one))), 16);
-        __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(u, abs_mask), inf);
-        __m256i r = _mm256_blendv_epi8(rounded, _mm256_or_si256(hi, quiet), nan);
-        __m256i packed = _mm256_permute4x64_epi64(_mm256_packus_epi32(r, r), 0x08); /* lanes 0 and 2: the 8 results */
-        _mm_storeu_si128((__m128i *)(dst + i), _mm256_castsi256_si128(packed));
-    }
+    for (; i + 8 <= n; i += 8) _mm_storeu_si128((__m128i *)(dst + i), bf16x8_round(_mm256_loadu_ps(src + i)));
     for (; i < n; i++) dst[i] = gpucore_f32_to_bf16(src[i]);
 }
 
 AVX2 static void load_bf16_avx2(float *dst, const uint16_t *src, int64_t n)
 {
     int64_t i = 0;
-    for (; i + 8 <= n; i += 8) {
-        __m256i w = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(src + i)));
-        _mm256_storeu_ps(dst + i, _mm256_castsi256_ps(_mm256_slli_epi32(w, 16)));
-    }
+    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(dst + i, bf16x8_widen(src + i));
     for (; i < n; i++) dst[i] = gpucore_bf16_to_f32(src[i]);
 }
+
+/* bf16 o = a op b, straight between the tensors: widened, one f32 operation, rounded once
+ * (gpucore_ew_<op>'s formula; the tail calls it). */
+#define CPU_BF16_BINARY(X) X(ADD, add, _mm256_add_ps) X(SUB, sub, _mm256_sub_ps) X(MUL, mul, _mm256_mul_ps) \
+    X(DIV, div, _mm256_div_ps)
+#define CPU_BF16_BINARY_BODY(N, name, vop)                                                                         \
+    AVX2 static void bf16_##name##_avx2(uint16_t *o, const uint16_t *a, const uint16_t *b, int64_t n)              \
+    {                                                                                                              \
+        int64_t i = 0;                                                                                             \
+        for (; i + 8 <= n; i += 8)                                                                                 \
+            _mm_storeu_si128((__m128i *)(o + i), bf16x8_round(vop(bf16x8_widen(a + i), bf16x8_widen(b + i))));      \
+        for (; i < n; i++) o[i] = gpucore_f32_to_bf16(gpucore_ew_##name(gpucore_bf16_to_f32(a[i]), gpucore_bf16_to_f32(b[i]))); \
+    }
+CPU_BF16_BINARY(CPU_BF16_BINARY_BODY)
+#undef CPU_BF16_BINARY_BODY
+
+/* out = y · (g - d), 8 at a time (the same two roundings as the scalar loop). */
+AVX2 static void mul_diff_avx2(float *out, const float *y, const float *g, int64_t n, float d)
+{
+    const __m256 vd = _mm256_set1_ps(d);
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        __m256 r0 = _mm256_mul_ps(_mm256_loadu_ps(y + i), _mm256_sub_ps(_mm256_loadu_ps(g + i), vd));
+        __m256 r1 = _mm256_mul_ps(_mm256_loadu_ps(y + i + 8), _mm256_sub_ps(_mm256_loadu_ps(g + i + 8), vd));
+        _mm256_storeu_ps(out + i, r0);
+        _mm256_storeu_ps(out + i + 8, r1);
+    }
+    for (; i < n; i++) out[i] = y[i] * (g[i] - d);
+}
 #endif
+
+cpu_vec_bf16_binary_fn cpu_vec_bf16_binary(int op)
+{
+#if CPU_VEC_X86
+    if (!cpu_vec_have_avx2()) return NULL;
+    switch (op) {
+#define CPU_BF16_BINARY_CASE(N, name, vop) case GPUCORE_EW_##N: return bf16_##name##_avx2;
+    CPU_BF16_BINARY(CPU_BF16_BINARY_CASE)
+#undef CPU_BF16_BINARY_CASE
+    default: return NULL;
+    }
+#else
+    (void)op;
+    return NULL;
+#endif
+}
 
 /* ---- the entry points ---- */
 
@@ -538,6 +587,9 @@ int cpu_vec_unary(int op, float *y, const float *x, int64_t n)
 /* Plain loops: the compiler vectorises them (no reassociation needed). */
 void cpu_vec_mul_diff(float *out, const float *y, const float *g, int64_t n, float d)
 {
+#if CPU_VEC_X86
+    if (cpu_vec_have_avx2()) { mul_diff_avx2(out, y, g, n, d); return; }
+#endif
     for (int64_t i = 0; i < n; i++) out[i] = y[i] * (g[i] - d);
 }
 

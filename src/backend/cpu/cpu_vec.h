@@ -58,6 +58,11 @@ GPUCORE_HIDDEN int cpu_vec_unary(int op, float *y, const float *x, int64_t n);
 /* y = (x - mean) · rstd, then · gamma[c] and + beta[c] where given (NULL: skipped). */
 GPUCORE_HIDDEN void cpu_vec_normalize(float *y, const float *x, int64_t n, float mean, float rstd,
                                       const float *gamma, const float *beta);
+/* The dense bf16 binary body of elementwise op code op (GPUCORE_EW_ADD/SUB/MUL/DIV): o = a op b for
+ * n elements, widened in registers and rounded once (the bits of the staged f32 path); NULL when the
+ * CPU (or GPUCORE_CPU_PORTABLE) has no vector body or op has none. Chosen once per call. */
+typedef void (*cpu_vec_bf16_binary_fn)(uint16_t *o, const uint16_t *a, const uint16_t *b, int64_t n);
+GPUCORE_HIDDEN cpu_vec_bf16_binary_fn cpu_vec_bf16_binary(int op);
 /* n elements of dtype dt (a GPUCORE_KDT_* code) widened to f32, and f32 rounded back. */
 GPUCORE_HIDDEN void cpu_vec_load(float *dst, const void *src, int dt, int64_t n);
 GPUCORE_HIDDEN void cpu_vec_store(void *dst, int dt, const float *src, int64_t n);
