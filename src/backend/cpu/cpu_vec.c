@@ -151,24 +151,6 @@ AVX2 static double sum_from_avx2(lanes16 l, const float *x, int64_t i, int64_t n
 
 AVX2 static double sum_avx2(const float *x, int64_t n) { return sum_from_avx2(lanes_zero(), x, 0, n); }
 
-/* cpu_vec_sum_blocked's AVX2 body: per block, 16 f32 lanes (two vectors) add the block's 8
- * elements of each lane in order; the lane sums then go into the f64 lanes. */
-AVX2 static double sum_blocked_avx2(const float *x, int64_t n)
-{
-    lanes16 l = lanes_zero();
-    int64_t i = 0;
-    for (; i + CPU_VEC_SUM_BLOCK <= n; i += CPU_VEC_SUM_BLOCK) {
-        __m256 s0 = _mm256_loadu_ps(x + i), s1 = _mm256_loadu_ps(x + i + 8);
-        for (int k = 16; k < CPU_VEC_SUM_BLOCK; k += 16) {
-            s0 = _mm256_add_ps(s0, _mm256_loadu_ps(x + i + k));
-            s1 = _mm256_add_ps(s1, _mm256_loadu_ps(x + i + k + 8));
-        }
-        acc8(&l, 0, s0);
-        acc8(&l, 1, s1);
-    }
-    return sum_from_avx2(l, x, i, n);
-}
-
 /* Products and squares in f64 (exact for f32 inputs), so the terms match the portable body. */
 AVX2 static inline void acc8_prod(lanes16 *l, int h, __m256 u, __m256 v)
 {
@@ -386,6 +368,36 @@ AVX2 static inline __m256 bf16x8_widen(const uint16_t *p)
     return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)p)), 16));
 }
 
+/* cpu_vec_sum_blocked's AVX2 body over elements loaded 8 at a time by LOAD8 (f32, or bf16 widened in
+ * registers: the same values, so the same bits): per block, 16 f32 lanes (two vectors) add the
+ * block's 8 elements of each lane in order; the lane sums then go into the f64 lanes; the rest 16
+ * at a time into the f64 lanes, then the tail in order (sum_from_avx2's steps). */
+#define CPU_SUM_BLOCKED_AVX2(name, T, LOAD8, TO_F32)                                                          \
+    AVX2 static double name(const T *x, int64_t n)                                                           \
+    {                                                                                                         \
+        lanes16 l = lanes_zero();                                                                             \
+        int64_t i = 0;                                                                                        \
+        for (; i + CPU_VEC_SUM_BLOCK <= n; i += CPU_VEC_SUM_BLOCK) {                                          \
+            __m256 s0 = LOAD8(x + i), s1 = LOAD8(x + i + 8);                                                  \
+            for (int k = 16; k < CPU_VEC_SUM_BLOCK; k += 16) {                                                \
+                s0 = _mm256_add_ps(s0, LOAD8(x + i + k));                                                     \
+                s1 = _mm256_add_ps(s1, LOAD8(x + i + k + 8));                                                 \
+            }                                                                                                 \
+            acc8(&l, 0, s0);                                                                                  \
+            acc8(&l, 1, s1);                                                                                  \
+        }                                                                                                     \
+        for (; i + 16 <= n; i += 16) {                                                                        \
+            acc8(&l, 0, LOAD8(x + i));                                                                        \
+            acc8(&l, 1, LOAD8(x + i + 8));                                                                    \
+        }                                                                                                     \
+        double s = fold_avx(l);                                                                               \
+        for (; i < n; i++) s += TO_F32(x[i]);                                                                 \
+        return s;                                                                                             \
+    }
+#define CPU_F32_ID(v) (v)
+CPU_SUM_BLOCKED_AVX2(sum_blocked_avx2, float, _mm256_loadu_ps, CPU_F32_ID)
+CPU_SUM_BLOCKED_AVX2(sum_blocked_bf16_avx2, uint16_t, bf16x8_widen, gpucore_bf16_to_f32)
+
 AVX2 static void store_bf16_avx2(uint16_t *dst, const float *src, int64_t n)
 {
     int64_t i = 0;
@@ -414,6 +426,29 @@ AVX2 static void load_bf16_avx2(float *dst, const uint16_t *src, int64_t n)
     }
 CPU_BF16_BINARY(CPU_BF16_BINARY_BODY)
 #undef CPU_BF16_BINARY_BODY
+
+/* acc += x (f32, elementwise: the same bits at any width). */
+AVX2 static void add_into_avx2(float *acc, const float *x, int64_t n)
+{
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        _mm256_storeu_ps(acc + i, _mm256_add_ps(_mm256_loadu_ps(acc + i), _mm256_loadu_ps(x + i)));
+        _mm256_storeu_ps(acc + i + 8, _mm256_add_ps(_mm256_loadu_ps(acc + i + 8), _mm256_loadu_ps(x + i + 8)));
+    }
+    for (; i < n; i++) acc[i] += x[i];
+}
+
+/* acc += (double)x, elementwise. */
+AVX2 static void add_into_f64_avx2(double *acc, const float *x, int64_t n)
+{
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m256 v = _mm256_loadu_ps(x + i);
+        _mm256_storeu_pd(acc + i, _mm256_add_pd(_mm256_loadu_pd(acc + i), _mm256_cvtps_pd(_mm256_castps256_ps128(v))));
+        _mm256_storeu_pd(acc + i + 4, _mm256_add_pd(_mm256_loadu_pd(acc + i + 4), _mm256_cvtps_pd(_mm256_extractf128_ps(v, 1))));
+    }
+    for (; i < n; i++) acc[i] += x[i];
+}
 
 /* out = y · (g - d), 8 at a time (the same two roundings as the scalar loop). */
 AVX2 static void mul_diff_avx2(float *out, const float *y, const float *g, int64_t n, float d)
@@ -480,6 +515,15 @@ double cpu_vec_sum(const float *x, int64_t n)
     if (cpu_vec_have_avx2()) return sum_avx2(x, n);
 #endif
     return lanes_generic(x, NULL, n, 0, t_sum);
+}
+
+double cpu_vec_sum_blocked_bf16(const uint16_t *x, int64_t n, float *scratch)
+{
+#if CPU_VEC_X86
+    if (cpu_vec_have_avx2()) return sum_blocked_bf16_avx2(x, n);
+#endif
+    cpu_vec_load(scratch, x, GPUCORE_KDT_BF16, n);
+    return cpu_vec_sum_blocked(scratch, n);
 }
 
 double cpu_vec_sum_blocked(const float *x, int64_t n)
@@ -591,6 +635,22 @@ void cpu_vec_mul_diff(float *out, const float *y, const float *g, int64_t n, flo
     if (cpu_vec_have_avx2()) { mul_diff_avx2(out, y, g, n, d); return; }
 #endif
     for (int64_t i = 0; i < n; i++) out[i] = y[i] * (g[i] - d);
+}
+
+void cpu_vec_add_into(float *acc, const float *x, int64_t n)
+{
+#if CPU_VEC_X86
+    if (cpu_vec_have_avx2()) { add_into_avx2(acc, x, n); return; }
+#endif
+    for (int64_t i = 0; i < n; i++) acc[i] += x[i];
+}
+
+void cpu_vec_add_into_f64(double *acc, const float *x, int64_t n)
+{
+#if CPU_VEC_X86
+    if (cpu_vec_have_avx2()) { add_into_f64_avx2(acc, x, n); return; }
+#endif
+    for (int64_t i = 0; i < n; i++) acc[i] += x[i];
 }
 
 void cpu_vec_axpy(float *out, const float *x, const float *g, int64_t n, float a)

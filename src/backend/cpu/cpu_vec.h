@@ -31,6 +31,9 @@ GPUCORE_HIDDEN double cpu_vec_sum(const float *x, int64_t n);
  * four times fewer widenings than cpu_vec_sum). Same bits in both bodies, any thread count. */
 #define CPU_VEC_SUM_BLOCK 128
 GPUCORE_HIDDEN double cpu_vec_sum_blocked(const float *x, int64_t n);
+/* cpu_vec_sum_blocked of n bf16 values (the same bits), widened in registers where the CPU has AVX2;
+ * the portable body widens into scratch (n floats) first. */
+GPUCORE_HIDDEN double cpu_vec_sum_blocked_bf16(const uint16_t *x, int64_t n, float *scratch);
 /* Σ x² (f64 lanes). */
 GPUCORE_HIDDEN double cpu_vec_sumsq(const float *x, int64_t n);
 /* Σ (x - center)² with x and center in f64 (f64 lanes). */
@@ -43,6 +46,9 @@ GPUCORE_HIDDEN double cpu_vec_exp_sum(const float *x, int64_t n, float shift, fl
 GPUCORE_HIDDEN void cpu_vec_axpb(float *y, const float *x, int64_t n, float a, float b);
 /* out = y · (g - d) (the softmax backward). */
 GPUCORE_HIDDEN void cpu_vec_mul_diff(float *out, const float *y, const float *g, int64_t n, float d);
+/* acc += x elementwise in f32, and acc += x widened to f64 (the column sums' runs). */
+GPUCORE_HIDDEN void cpu_vec_add_into(float *acc, const float *x, int64_t n);
+GPUCORE_HIDDEN void cpu_vec_add_into_f64(double *acc, const float *x, int64_t n);
 /* out = g + a · x (out may be x or g). */
 GPUCORE_HIDDEN void cpu_vec_axpy(float *out, const float *x, const float *g, int64_t n, float a);
 /* y = GELU(x), the tanh form (activation_math.h's gpucore_gelu_tanh; y may be x). */
