@@ -451,6 +451,75 @@ static void test_fused_bf16(gpucore_context *ctx, const char *dev)
     printf("%s: fused bf16 epilogues %s\n", dev, check_failed == before ? "ok" : "FAILED");
 }
 
+/* Two streams run the same bf16 GEMMs at once (on the CPU: two worker threads sharing the
+ * context's plan cache, racing to build each plan), over more shapes than the cache holds, so
+ * plans are evicted while the other stream may still run them: both results must be the
+ * reference's, bit for bit the same. */
+static void test_fused_bf16_two_streams(gpucore_context *ctx, const char *dev)
+{
+    enum { SHAPES = 80 };
+    int before = check_failed;
+    gpucore_stream *st[2] = {NULL, NULL};
+    CHECK_OK(gpucore_stream_create(ctx, 0, &st[0]));
+    CHECK_OK(gpucore_stream_create(ctx, 0, &st[1]));
+    gpucore_tensor *a[SHAPES], *b[SHAPES], *bias[SHAPES], *d[SHAPES][2];
+    double *av[SHAPES], *bv[SHAPES], *biasv[SHAPES];
+    const int64_t N = 40, K = 24;
+    for (int s = 0; s < SHAPES; s++) {
+        const int64_t M = 1 + s;
+        av[s] = random_values(GPUCORE_BF16, M * K);
+        bv[s] = random_values(GPUCORE_BF16, N * K);
+        biasv[s] = random_values(GPUCORE_BF16, N);
+        int64_t as[2] = {M, K}, bs[2] = {N, K}, vs[1] = {N}, ds[2] = {M, N};
+        a[s] = upload(ctx, GPUCORE_BF16, 2, as, av[s]);
+        b[s] = upload(ctx, GPUCORE_BF16, 2, bs, bv[s]);
+        bias[s] = upload(ctx, GPUCORE_BF16, 1, vs, biasv[s]);
+        for (int t = 0; t < 2; t++) {
+            CHECK_OK(gpucore_tensor_create(ctx, GPUCORE_BF16, 2, ds, &d[s][t]));
+            CHECK_OK(gpucore_fill(d[s][t], NAN, NULL));
+        }
+    }
+    CHECK_OK(gpucore_context_synchronize(ctx));
+    gpucore_matmul_options o;
+    gpucore_matmul_options_init(&o);
+    o.trans_b = 1;
+    o.epilogue = GPUCORE_EPILOGUE_BIAS_GELU;
+    for (int s = 0; s < SHAPES; s++)
+        for (int t = 0; t < 2; t++) {
+            o.bias = bias[s];
+            CHECK_OK(gpucore_matmul(a[s], b[s], d[s][t], &o, st[t]));
+        }
+    CHECK_OK(gpucore_stream_synchronize(st[0]));
+    CHECK_OK(gpucore_stream_synchronize(st[1]));
+    for (int s = 0; s < SHAPES; s++) {
+        const int64_t M = 1 + s;
+        uint16_t *h[2];
+        for (int t = 0; t < 2; t++) {
+            h[t] = malloc((size_t)(M * N) * 2);
+            CHECK_OK(gpucore_copy_to_host(h[t], M * N * 2, d[s][t]));
+        }
+        CHECK(memcmp(h[0], h[1], (size_t)(M * N) * 2) == 0);
+        double *out = malloc((size_t)(M * N) * sizeof(double)), *ref = malloc((size_t)(M * N) * sizeof(double));
+        for (int64_t i = 0; i < M; i++)
+            for (int64_t j = 0; j < N; j++) {
+                double acc = biasv[s][j];
+                for (int64_t q = 0; q < K; q++) acc += av[s][i * K + q] * bv[s][j * K + q];
+                ref[i * N + j] = gelu_tanh_d(acc);
+                out[i * N + j] = from_bytes(GPUCORE_BF16, h[0], i * N + j);
+            }
+        const double err = rel_error(out, ref, (size_t)(M * N));
+        if (!(err <= 1e-2)) fprintf(stderr, "FAIL %s two streams, shape %d: rel err %.3g\n", dev, s, err);
+        CHECK(err <= 1e-2);
+        free(out); free(ref); free(h[0]); free(h[1]);
+        free(av[s]); free(bv[s]); free(biasv[s]);
+        gpucore_tensor *all[] = {a[s], b[s], bias[s], d[s][0], d[s][1]};
+        for (int i = 0; i < 5; i++) gpucore_tensor_destroy(all[i]);
+    }
+    gpucore_stream_destroy(st[0]);
+    gpucore_stream_destroy(st[1]);
+    printf("%s: fused bf16 on two streams %s\n", dev, check_failed == before ? "ok" : "FAILED");
+}
+
 /* ---------------------------------------------------------------- linear layer */
 
 /* Two-layer MLP in f64 on the host: h = x·W1ᵀ + b1, a = gelu(h), y = a·W2ᵀ + b2, L = Σ y ⊙ G. */
@@ -827,6 +896,7 @@ int main(void)
         test_products(ctx, devs[i]);
         test_epilogues(ctx, devs[i]);
         test_fused_bf16(ctx, devs[i]);
+        test_fused_bf16_two_streams(ctx, devs[i]);
         test_linear(ctx, devs[i]);
         test_bad_input(ctx, devs[i]);
         test_matmul_nd(ctx, devs[i]);
