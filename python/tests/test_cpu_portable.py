@@ -28,11 +28,14 @@ np.savez(sys.argv[1], sums=np.concatenate([p.numpy().ravel() for p in parts]),
 """
 
 
-def _run(tmp_path, name, portable):
+def _run(tmp_path, name, portable, no_avx512=False):
     env = dict(os.environ)
     env.pop("GPUCORE_CPU_PORTABLE", None)
+    env.pop("GPUCORE_CPU_NO_AVX512", None)
     if portable:
         env["GPUCORE_CPU_PORTABLE"] = "1"
+    if no_avx512:
+        env["GPUCORE_CPU_NO_AVX512"] = "1"
     out = str(tmp_path / (name + ".npz"))
     subprocess.run([sys.executable, "-c", SCRIPT, out], env=env, check=True, timeout=300)
     return np.load(out)
@@ -47,3 +50,13 @@ def test_portable_and_simd_bodies_agree(tmp_path):
     a, b = simd["ew"].astype(np.float64), port["ew"].astype(np.float64)
     assert not np.isnan(a).any() and not np.isnan(b).any()
     assert np.max(np.abs(a - b)) / np.max(np.abs(b)) < 1e-6
+
+
+def test_avx2_and_avx512_bodies_agree(tmp_path):
+    """The 16-lane AVX-512 bodies (bf16 arithmetic and rounding) against the AVX2 ones
+    (GPUCORE_CPU_NO_AVX512=1): the same bits everywhere (on a CPU without AVX-512 both runs take
+    the AVX2 bodies)."""
+    wide = _run(tmp_path, "avx512", False)
+    avx2 = _run(tmp_path, "avx2", False, no_avx512=True)
+    for key in ("sums", "ew", "bits"):
+        assert np.array_equal(wide[key].view(np.uint32), avx2[key].view(np.uint32)), key

@@ -43,6 +43,7 @@ __attribute__((target("avx2,fma"))) __m256 Sleef_logf8_u10avx2(__m256);
 #endif
 
 #define AVX2 __attribute__((target("avx2,fma")))
+#define AVX512 __attribute__((target("avx512f,avx512bw,avx2,fma")))
 
 int cpu_vec_have_avx2(void)
 {
@@ -54,6 +55,23 @@ int cpu_vec_have_avx2(void)
         const char *portable = getenv("GPUCORE_CPU_PORTABLE"); /* tests: the portable bodies on any CPU */
         v = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
             !(portable && *portable && strcmp(portable, "0") != 0);
+        __atomic_store_n(&cached, v, __ATOMIC_RELAXED);
+    }
+    return v;
+#else
+    return 0;
+#endif
+}
+
+int cpu_vec_have_avx512(void)
+{
+#if CPU_VEC_X86
+    static int cached = -1; /* benign race, as above */
+    int v = __atomic_load_n(&cached, __ATOMIC_RELAXED);
+    if (v < 0) {
+        const char *off = getenv("GPUCORE_CPU_NO_AVX512"); /* tests: the AVX2 bodies on an AVX-512 CPU */
+        v = cpu_vec_have_avx2() && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+            !(off && *off && strcmp(off, "0") != 0);
         __atomic_store_n(&cached, v, __ATOMIC_RELAXED);
     }
     return v;
@@ -412,17 +430,47 @@ AVX2 static void load_bf16_avx2(float *dst, const uint16_t *src, int64_t n)
     for (; i < n; i++) dst[i] = gpucore_bf16_to_f32(src[i]);
 }
 
+/* The AVX-512 pair of the two above, 16 at a time (the same integer rounding: the same bits). */
+AVX512 static inline __m256i bf16x16_round(__m512 v)
+{
+    __m512i u = _mm512_castps_si512(v);
+    __m512i hi = _mm512_srli_epi32(u, 16);
+    __m512i rounded = _mm512_srli_epi32(
+        _mm512_add_epi32(u, _mm512_add_epi32(_mm512_set1_epi32(0x7fff), _mm512_and_si512(hi, _mm512_set1_epi32(1)))), 16);
+    __mmask16 nan = _mm512_cmpgt_epi32_mask(_mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff)), _mm512_set1_epi32(0x7f800000));
+    return _mm512_cvtepi32_epi16(_mm512_mask_blend_epi32(nan, rounded, _mm512_or_si512(hi, _mm512_set1_epi32(0x40))));
+}
+
+AVX512 static inline __m512 bf16x16_widen(const uint16_t *p)
+{
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)p)), 16));
+}
+
+AVX512 static void store_bf16_avx512(uint16_t *dst, const float *src, int64_t n)
+{
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) _mm256_storeu_si256((__m256i *)(dst + i), bf16x16_round(_mm512_loadu_ps(src + i)));
+    store_bf16_avx2(dst + i, src + i, n - i);
+}
+
 /* bf16 o = a op b, straight between the tensors: widened, one f32 operation, rounded once
- * (gpucore_ew_<op>'s formula; the tail calls it). */
-#define CPU_BF16_BINARY(X) X(ADD, add, _mm256_add_ps) X(SUB, sub, _mm256_sub_ps) X(MUL, mul, _mm256_mul_ps) \
-    X(DIV, div, _mm256_div_ps)
-#define CPU_BF16_BINARY_BODY(N, name, vop)                                                                         \
+ * (gpucore_ew_<op>'s formula; the tail calls it); 8 (AVX2) or 16 (AVX-512) at a time. */
+#define CPU_BF16_BINARY(X) X(ADD, add, _mm256_add_ps, _mm512_add_ps) X(SUB, sub, _mm256_sub_ps, _mm512_sub_ps) \
+    X(MUL, mul, _mm256_mul_ps, _mm512_mul_ps) X(DIV, div, _mm256_div_ps, _mm512_div_ps)
+#define CPU_BF16_BINARY_BODY(N, name, vop8, vop16)                                                                 \
     AVX2 static void bf16_##name##_avx2(uint16_t *o, const uint16_t *a, const uint16_t *b, int64_t n)              \
     {                                                                                                              \
         int64_t i = 0;                                                                                             \
         for (; i + 8 <= n; i += 8)                                                                                 \
-            _mm_storeu_si128((__m128i *)(o + i), bf16x8_round(vop(bf16x8_widen(a + i), bf16x8_widen(b + i))));      \
+            _mm_storeu_si128((__m128i *)(o + i), bf16x8_round(vop8(bf16x8_widen(a + i), bf16x8_widen(b + i))));     \
         for (; i < n; i++) o[i] = gpucore_f32_to_bf16(gpucore_ew_##name(gpucore_bf16_to_f32(a[i]), gpucore_bf16_to_f32(b[i]))); \
+    }                                                                                                              \
+    AVX512 static void bf16_##name##_avx512(uint16_t *o, const uint16_t *a, const uint16_t *b, int64_t n)          \
+    {                                                                                                              \
+        int64_t i = 0;                                                                                             \
+        for (; i + 16 <= n; i += 16)                                                                               \
+            _mm256_storeu_si256((__m256i *)(o + i), bf16x16_round(vop16(bf16x16_widen(a + i), bf16x16_widen(b + i)))); \
+        bf16_##name##_avx2(o + i, a + i, b + i, n - i);                                                            \
     }
 CPU_BF16_BINARY(CPU_BF16_BINARY_BODY)
 #undef CPU_BF16_BINARY_BODY
@@ -469,8 +517,9 @@ cpu_vec_bf16_binary_fn cpu_vec_bf16_binary(int op)
 {
 #if CPU_VEC_X86
     if (!cpu_vec_have_avx2()) return NULL;
+    const int wide = cpu_vec_have_avx512();
     switch (op) {
-#define CPU_BF16_BINARY_CASE(N, name, vop) case GPUCORE_EW_##N: return bf16_##name##_avx2;
+#define CPU_BF16_BINARY_CASE(N, name, vop8, vop16) case GPUCORE_EW_##N: return wide ? bf16_##name##_avx512 : bf16_##name##_avx2;
     CPU_BF16_BINARY(CPU_BF16_BINARY_CASE)
 #undef CPU_BF16_BINARY_CASE
     default: return NULL;
@@ -681,6 +730,7 @@ void cpu_vec_store(void *dst, int dt, const float *src, int64_t n)
 {
     if (dt == GPUCORE_KDT_F32) { memcpy(dst, src, sizeof(float) * (size_t)n); return; }
 #if CPU_VEC_X86
+    if (dt == GPUCORE_KDT_BF16 && cpu_vec_have_avx512()) { store_bf16_avx512(dst, src, n); return; }
     if (dt == GPUCORE_KDT_BF16 && cpu_vec_have_avx2()) { store_bf16_avx2(dst, src, n); return; }
 #endif
     const int es = gpucore_kdt_size(dt);

@@ -19,6 +19,10 @@
  * environment variable GPUCORE_CPU_PORTABLE is set to anything but "" or "0" at the first call
  * (so tests run the portable bodies on an AVX2 machine too). */
 GPUCORE_HIDDEN int cpu_vec_have_avx2(void);
+/* Whether the bodies that have a 16-lane AVX-512 version (bf16 arithmetic and rounding) take it:
+ * AVX-512F/BW present, cpu_vec_have_avx2(), and GPUCORE_CPU_NO_AVX512 unset or "0" (so tests run
+ * the AVX2 bodies on an AVX-512 machine). Same bits as the AVX2 bodies. */
+GPUCORE_HIDDEN int cpu_vec_have_avx512(void);
 /* Largest element; NaN when any element is NaN; -inf when n == 0. */
 GPUCORE_HIDDEN float cpu_vec_max(const float *x, int64_t n);
 /* Smallest element; NaN when any element is NaN; +inf when n == 0. */
