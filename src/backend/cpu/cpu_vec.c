@@ -45,19 +45,44 @@ __attribute__((target("avx2,fma"))) __m256 Sleef_logf8_u10avx2(__m256);
 #define AVX2 __attribute__((target("avx2,fma")))
 #define AVX512 __attribute__((target("avx512f,avx512bw,avx2,fma")))
 
+#if CPU_VEC_X86
+/* Whether environment variable name is set to anything but "" or "0". */
+static int env_on(const char *name)
+{
+    const char *v = getenv(name);
+    return v && *v && strcmp(v, "0") != 0;
+}
+
+static int probe_avx2(void)
+{
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+           !env_on("GPUCORE_CPU_PORTABLE"); /* tests: the portable bodies on any CPU */
+}
+
+static int probe_avx512(void)
+{
+    return probe_avx2() && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+           !env_on("GPUCORE_CPU_NO_AVX512"); /* tests: the AVX2 bodies on an AVX-512 CPU */
+}
+
+/* probe() once per flag (a benign race: every thread computes the same value). */
+static int cached_probe(int *cache, int (*probe)(void))
+{
+    int v = __atomic_load_n(cache, __ATOMIC_RELAXED);
+    if (v < 0) {
+        v = probe();
+        __atomic_store_n(cache, v, __ATOMIC_RELAXED);
+    }
+    return v;
+}
+#endif
+
 int cpu_vec_have_avx2(void)
 {
 #if CPU_VEC_X86
-    static int cached = -1; /* benign race: every thread computes the same value */
-    int v = __atomic_load_n(&cached, __ATOMIC_RELAXED);
-    if (v < 0) {
-        __builtin_cpu_init();
-        const char *portable = getenv("GPUCORE_CPU_PORTABLE"); /* tests: the portable bodies on any CPU */
-        v = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-            !(portable && *portable && strcmp(portable, "0") != 0);
-        __atomic_store_n(&cached, v, __ATOMIC_RELAXED);
-    }
-    return v;
+    static int cached = -1;
+    return cached_probe(&cached, probe_avx2);
 #else
     return 0;
 #endif
@@ -66,15 +91,8 @@ int cpu_vec_have_avx2(void)
 int cpu_vec_have_avx512(void)
 {
 #if CPU_VEC_X86
-    static int cached = -1; /* benign race, as above */
-    int v = __atomic_load_n(&cached, __ATOMIC_RELAXED);
-    if (v < 0) {
-        const char *off = getenv("GPUCORE_CPU_NO_AVX512"); /* tests: the AVX2 bodies on an AVX-512 CPU */
-        v = cpu_vec_have_avx2() && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-            !(off && *off && strcmp(off, "0") != 0);
-        __atomic_store_n(&cached, v, __ATOMIC_RELAXED);
-    }
-    return v;
+    static int cached = -1;
+    return cached_probe(&cached, probe_avx512);
 #else
     return 0;
 #endif
