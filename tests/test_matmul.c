@@ -406,7 +406,7 @@ static int fused_case(gpucore_context *ctx, const char *dev, int dt, int64_t B, 
     if (bias_on) o.bias = bias;
     gpucore_status st = gpucore_matmul(a, b, d.view, &o, NULL);
     if (st) fprintf(stderr, "FAIL %s fused bf16 epilogue %d: %s\n", dev, epi, gpucore_last_error());
-    double *ref = malloc((size_t)(B * M * N) * sizeof(double));
+    double *ref = calloc((size_t)(B * M * N) + 1, sizeof(double));
     for (int64_t bi = 0; bi < B; bi++)
         for (int64_t i = 0; i < M; i++)
             for (int64_t j = 0; j < N; j++) {
@@ -897,6 +897,16 @@ int main(void)
         test_epilogues(ctx, devs[i]);
         test_fused_bf16(ctx, devs[i]);
         test_fused_bf16_two_streams(ctx, devs[i]);
+        if (!strcmp(devs[i], "cpu")) { /* again with a 2-plan cache: plans evicted while the other stream runs them */
+            gpucore_context *small = NULL;
+            setenv("GPUCORE_CPU_PLAN_CACHE", "2", 1);
+            CHECK_OK(gpucore_context_create("cpu", &small));
+            unsetenv("GPUCORE_CPU_PLAN_CACHE");
+            if (small) {
+                test_fused_bf16_two_streams(small, "cpu (2-plan cache)");
+                gpucore_context_destroy(small);
+            }
+        }
         test_linear(ctx, devs[i]);
         test_bad_input(ctx, devs[i]);
         test_matmul_nd(ctx, devs[i]);

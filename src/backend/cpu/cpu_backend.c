@@ -121,7 +121,9 @@ static gpucore_status cpu_context_init(int index, void **bctx)
 {
     (void)index;
     cpu_context *c = calloc(1, sizeof(cpu_context));
-    if (c) c->plans = cpu_plan_cache_create(CPU_PLAN_CACHE_CAPACITY);
+    const char *cap = getenv("GPUCORE_CPU_PLAN_CACHE"); /* plans per context; tests shrink it */
+    const long n = cap ? strtol(cap, NULL, 10) : 0;
+    if (c) c->plans = cpu_plan_cache_create(n > 0 && n < 1 << 20 ? (int)n : CPU_PLAN_CACHE_CAPACITY);
     *bctx = c;
     return *bctx ? GPUCORE_OK : gpucore_set_error(GPUCORE_ERR_OUT_OF_MEMORY, "context_create: out of host memory");
 }

@@ -23,7 +23,8 @@ GPUCORE_HIDDEN int cpu_plan_cache_size(cpu_plan_cache *c);
 /* A buffer of at least bytes owned by the calling thread (grown, never shrunk; freed when the thread
  * exits), for oneDNN's user scratchpad; NULL when out of memory. Valid until this thread's next call. */
 GPUCORE_HIDDEN void *cpu_plan_scratch(size_t bytes);
-/* Plans per context: more distinct GEMM/conv shapes than this rebuild on reuse (a rebuild is
+/* Plans per context (environment variable GPUCORE_CPU_PLAN_CACHE, read at context creation,
+ * overrides it): more distinct GEMM/conv shapes than this rebuild on reuse (a rebuild is
  * oneDNN's descriptor work plus its own primitive-cache lookup, not a JIT compile). */
 #define CPU_PLAN_CACHE_CAPACITY 64
 
