@@ -464,6 +464,35 @@ AVX512 static inline __m512 bf16x16_widen(const uint16_t *p)
     return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)p)), 16));
 }
 
+/* cpu_vec_sum_blocked's AVX-512 body: one 16-lane f32 vector is the AVX2 body's two, lane for lane,
+ * and the two 8-lane f64 accumulators its four, so every lane sees the same additions in the same
+ * order: the same bits. */
+#define CPU_SUM_BLOCKED_AVX512(name, T, LOAD16, TO_F32)                                                      \
+    AVX512 static inline void name##_acc(__m512d *a, __m512 v)                                               \
+    {                                                                                                         \
+        a[0] = _mm512_add_pd(a[0], _mm512_cvtps_pd(_mm512_castps512_ps256(v)));                               \
+        a[1] = _mm512_add_pd(a[1], _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)))); \
+    }                                                                                                         \
+    AVX512 static double name(const T *x, int64_t n)                                                         \
+    {                                                                                                         \
+        __m512d a[2] = {_mm512_setzero_pd(), _mm512_setzero_pd()};                                            \
+        int64_t i = 0;                                                                                        \
+        for (; i + CPU_VEC_SUM_BLOCK <= n; i += CPU_VEC_SUM_BLOCK) {                                          \
+            __m512 s = LOAD16(x + i);                                                                         \
+            for (int k = 16; k < CPU_VEC_SUM_BLOCK; k += 16) s = _mm512_add_ps(s, LOAD16(x + i + k));          \
+            name##_acc(a, s);                                                                                 \
+        }                                                                                                     \
+        for (; i + 16 <= n; i += 16) name##_acc(a, LOAD16(x + i));                                            \
+        double d[16];                                                                                         \
+        _mm512_storeu_pd(d, a[0]);                                                                            \
+        _mm512_storeu_pd(d + 8, a[1]);                                                                        \
+        double r = fold16(d);                                                                                 \
+        for (; i < n; i++) r += TO_F32(x[i]);                                                                 \
+        return r;                                                                                             \
+    }
+CPU_SUM_BLOCKED_AVX512(sum_blocked_avx512, float, _mm512_loadu_ps, CPU_F32_ID)
+CPU_SUM_BLOCKED_AVX512(sum_blocked_bf16_avx512, uint16_t, bf16x16_widen, gpucore_bf16_to_f32)
+
 AVX512 static void store_bf16_avx512(uint16_t *dst, const float *src, int64_t n)
 {
     int64_t i = 0;
@@ -587,6 +616,7 @@ double cpu_vec_sum(const float *x, int64_t n)
 double cpu_vec_sum_blocked_bf16(const uint16_t *x, int64_t n, float *scratch)
 {
 #if CPU_VEC_X86
+    if (cpu_vec_have_avx512()) return sum_blocked_bf16_avx512(x, n);
     if (cpu_vec_have_avx2()) return sum_blocked_bf16_avx2(x, n);
 #endif
     cpu_vec_load(scratch, x, GPUCORE_KDT_BF16, n);
@@ -596,6 +626,7 @@ double cpu_vec_sum_blocked_bf16(const uint16_t *x, int64_t n, float *scratch)
 double cpu_vec_sum_blocked(const float *x, int64_t n)
 {
 #if CPU_VEC_X86
+    if (cpu_vec_have_avx512()) return sum_blocked_avx512(x, n);
     if (cpu_vec_have_avx2()) return sum_blocked_avx2(x, n);
 #endif
     double l[16] = {0};
