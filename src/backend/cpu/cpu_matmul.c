@@ -3,8 +3,10 @@
  * (sgemm for f32; sbgemm for bf16 where the OpenBLAS build has it; f16 — and bf16
  * without sbgemm — are widened to f32 exactly and go through sgemm), or from a blocked C GEMM when the build has no OpenBLAS, then
  * alpha/beta and the epilogue per element with the formulas of
- * kernels/gemm_desc.h (the ones the fallback CUDA kernel uses). Runs as a task
- * on the stream's worker thread; batches loop, OpenBLAS threads each product.
+ * kernels/gemm_desc.h (the ones the fallback CUDA kernel uses). bf16 GEMMs whose
+ * epilogue is alpha, bias, ReLU or GELU go whole to oneDNN (cpu_matmul_dnnl.c), which
+ * writes D in its dtype with the epilogue fused. Runs as a task on the stream's worker
+ * thread; batches loop, OpenBLAS threads each product.
  */
 #include <dlfcn.h>
 #include <pthread.h>

@@ -8,6 +8,9 @@
  * elementwise family's activations and libm-calling unary ops get 8-lane bodies
  * here too: activation_math.h's formula text instantiated on __m256 with SLEEF's
  * vector exp/erf/tanh (GPUCORE_ACT_FORMULAS), and bf16 rounding in registers.
+ * Where the CPU has AVX-512 (F, BW), bf16 arithmetic, rounding and the blocked
+ * sums take 16-lane bodies that repeat the AVX2 bodies' operations lane for lane
+ * (the same bits; GPUCORE_CPU_NO_AVX512=1 selects the AVX2 ones).
  */
 #include <math.h>
 #include <stdlib.h>
