@@ -380,6 +380,146 @@ static void test_epilogues(gpucore_context *ctx, const char *dev)
     printf("%s: epilogues %s\n", dev, check_failed == before ? "ok" : "FAILED");
 }
 
+/* ---------------------------------------------------------------- bf16 fused epilogues */
+
+/* bf16 a [B?, M, K] times bf16 b [N, K] transposed (the linear layout), bias / ReLU / GELU and
+ * alpha fused; on a CPU with bf16 units this runs oneDNN's matmul with post-ops writing d in its
+ * own dtype, else the f32 product and the per-element epilogue. Returns whether it passed. */
+static int fused_case(gpucore_context *ctx, const char *dev, int dt, int64_t B, int64_t M, int64_t N, int64_t K,
+                      int epi, double alpha)
+{
+    const int bias_on = epi == GPUCORE_EPILOGUE_BIAS || epi == GPUCORE_EPILOGUE_BIAS_RELU || epi == GPUCORE_EPILOGUE_BIAS_GELU;
+    const int gelu = epi == GPUCORE_EPILOGUE_GELU || epi == GPUCORE_EPILOGUE_BIAS_GELU;
+    const int relu = epi == GPUCORE_EPILOGUE_RELU || epi == GPUCORE_EPILOGUE_BIAS_RELU;
+    double *av = random_values(GPUCORE_BF16, B * M * K), *bv = random_values(GPUCORE_BF16, N * K);
+    double *biasv = random_values(dt, N);
+    int64_t as[3] = {B, M, K}, bs[2] = {N, K}, vs[1] = {N};
+    gpucore_tensor *a = B > 1 ? upload(ctx, GPUCORE_BF16, 3, as, av) : upload(ctx, GPUCORE_BF16, 2, as + 1, av);
+    gpucore_tensor *b = upload(ctx, GPUCORE_BF16, 2, bs, bv), *bias = upload(ctx, dt, 1, vs, biasv);
+    guarded d;
+    guarded_make(ctx, dt, B, M, N, B > 1 ? 3 : 2, &d);
+    gpucore_matmul_options o;
+    gpucore_matmul_options_init(&o);
+    o.trans_b = 1;
+    o.epilogue = epi;
+    o.alpha = alpha;
+    if (bias_on) o.bias = bias;
+    gpucore_status st = gpucore_matmul(a, b, d.view, &o, NULL);
+    if (st) fprintf(stderr, "FAIL %s fused bf16 epilogue %d: %s\n", dev, epi, gpucore_last_error());
+    double *ref = calloc((size_t)(B * M * N) + 1, sizeof(double));
+    for (int64_t bi = 0; bi < B; bi++)
+        for (int64_t i = 0; i < M; i++)
+            for (int64_t j = 0; j < N; j++) {
+                double acc = 0;
+                for (int64_t q = 0; q < K; q++) acc += av[(bi * M + i) * K + q] * bv[j * K + q];
+                double x = alpha * acc + (bias_on ? biasv[j] : 0.0);
+                ref[(bi * M + i) * N + j] = relu ? (x > 0 ? x : 0) : gelu ? gelu_tanh_d(x) : x;
+            }
+    int guard_bad = 0;
+    double *out = guarded_read(&d, &guard_bad);
+    const double err = rel_error(out, ref, (size_t)(B * M * N)), tol = tolerance(GPUCORE_BF16, dt, K, 0);
+    const int ok = st == GPUCORE_OK && err <= tol && guard_bad == 0;
+    if (!ok)
+        fprintf(stderr, "FAIL %s fused bf16->%s epilogue %d alpha %g batch %lld %lldx%lldx%lld: rel err %.3g (tol %.1g), "
+                "%d guard elements written\n", dev, gpucore_dtype_name((gpucore_dtype)dt), epi, alpha, (long long)B,
+                (long long)M, (long long)N, (long long)K, err, tol, guard_bad);
+    free(out); free(ref); free(av); free(bv); free(biasv);
+    guarded_free(&d);
+    gpucore_tensor_destroy(a);
+    gpucore_tensor_destroy(b);
+    gpucore_tensor_destroy(bias);
+    return ok;
+}
+
+static void test_fused_bf16(gpucore_context *ctx, const char *dev)
+{
+    static const int epis[] = {GPUCORE_EPILOGUE_NONE, GPUCORE_EPILOGUE_BIAS, GPUCORE_EPILOGUE_RELU,
+                               GPUCORE_EPILOGUE_BIAS_RELU, GPUCORE_EPILOGUE_GELU, GPUCORE_EPILOGUE_BIAS_GELU};
+    static const int64_t shapes[][4] = {{1, 37, 130, 72}, {1, 64, 256, 96}, {3, 11, 40, 33}, {1, 1, 19, 300}};
+    int before = check_failed;
+    for (int dti = 0; dti < 2; dti++)
+        for (int s = 0; s < 4; s++)
+            for (int e = 0; e < 6; e++) {
+                const int dt = dti ? GPUCORE_F32 : GPUCORE_BF16;
+                const double alpha = (e == 0 || e == 2 || e == 4) && s == 0 ? -0.75 : 1.0; /* alpha without a bias */
+                CHECK(fused_case(ctx, dev, dt, shapes[s][0], shapes[s][1], shapes[s][2], shapes[s][3], epis[e], alpha));
+            }
+    /* more distinct shapes than the CPU context's plan cache holds (64): evicted plans rebuild */
+    for (int round = 0; round < 2; round++)
+        for (int64_t m = 1; m <= (round ? 6 : 70); m++)
+            CHECK(fused_case(ctx, dev, GPUCORE_BF16, 1, m, 24, 16, GPUCORE_EPILOGUE_BIAS_GELU, 1.0));
+    printf("%s: fused bf16 epilogues %s\n", dev, check_failed == before ? "ok" : "FAILED");
+}
+
+/* Two streams run the same bf16 GEMMs at once (on the CPU: two worker threads sharing the
+ * context's plan cache, racing to build each plan), over more shapes than the cache holds, so
+ * plans are evicted while the other stream may still run them: both results must be the
+ * reference's, bit for bit the same. */
+static void test_fused_bf16_two_streams(gpucore_context *ctx, const char *dev)
+{
+    enum { SHAPES = 80 };
+    int before = check_failed;
+    gpucore_stream *st[2] = {NULL, NULL};
+    CHECK_OK(gpucore_stream_create(ctx, 0, &st[0]));
+    CHECK_OK(gpucore_stream_create(ctx, 0, &st[1]));
+    gpucore_tensor *a[SHAPES], *b[SHAPES], *bias[SHAPES], *d[SHAPES][2];
+    double *av[SHAPES], *bv[SHAPES], *biasv[SHAPES];
+    const int64_t N = 40, K = 24;
+    for (int s = 0; s < SHAPES; s++) {
+        const int64_t M = 1 + s;
+        av[s] = random_values(GPUCORE_BF16, M * K);
+        bv[s] = random_values(GPUCORE_BF16, N * K);
+        biasv[s] = random_values(GPUCORE_BF16, N);
+        int64_t as[2] = {M, K}, bs[2] = {N, K}, vs[1] = {N}, ds[2] = {M, N};
+        a[s] = upload(ctx, GPUCORE_BF16, 2, as, av[s]);
+        b[s] = upload(ctx, GPUCORE_BF16, 2, bs, bv[s]);
+        bias[s] = upload(ctx, GPUCORE_BF16, 1, vs, biasv[s]);
+        for (int t = 0; t < 2; t++) {
+            CHECK_OK(gpucore_tensor_create(ctx, GPUCORE_BF16, 2, ds, &d[s][t]));
+            CHECK_OK(gpucore_fill(d[s][t], NAN, NULL));
+        }
+    }
+    CHECK_OK(gpucore_context_synchronize(ctx));
+    gpucore_matmul_options o;
+    gpucore_matmul_options_init(&o);
+    o.trans_b = 1;
+    o.epilogue = GPUCORE_EPILOGUE_BIAS_GELU;
+    for (int s = 0; s < SHAPES; s++)
+        for (int t = 0; t < 2; t++) {
+            o.bias = bias[s];
+            CHECK_OK(gpucore_matmul(a[s], b[s], d[s][t], &o, st[t]));
+        }
+    CHECK_OK(gpucore_stream_synchronize(st[0]));
+    CHECK_OK(gpucore_stream_synchronize(st[1]));
+    for (int s = 0; s < SHAPES; s++) {
+        const int64_t M = 1 + s;
+        uint16_t *h[2];
+        for (int t = 0; t < 2; t++) {
+            h[t] = malloc((size_t)(M * N) * 2);
+            CHECK_OK(gpucore_copy_to_host(h[t], M * N * 2, d[s][t]));
+        }
+        CHECK(memcmp(h[0], h[1], (size_t)(M * N) * 2) == 0);
+        double *out = malloc((size_t)(M * N) * sizeof(double)), *ref = malloc((size_t)(M * N) * sizeof(double));
+        for (int64_t i = 0; i < M; i++)
+            for (int64_t j = 0; j < N; j++) {
+                double acc = biasv[s][j];
+                for (int64_t q = 0; q < K; q++) acc += av[s][i * K + q] * bv[s][j * K + q];
+                ref[i * N + j] = gelu_tanh_d(acc);
+                out[i * N + j] = from_bytes(GPUCORE_BF16, h[0], i * N + j);
+            }
+        const double err = rel_error(out, ref, (size_t)(M * N));
+        if (!(err <= 1e-2)) fprintf(stderr, "FAIL %s two streams, shape %d: rel err %.3g\n", dev, s, err);
+        CHECK(err <= 1e-2);
+        free(out); free(ref); free(h[0]); free(h[1]);
+        free(av[s]); free(bv[s]); free(biasv[s]);
+        gpucore_tensor *all[] = {a[s], b[s], bias[s], d[s][0], d[s][1]};
+        for (int i = 0; i < 5; i++) gpucore_tensor_destroy(all[i]);
+    }
+    gpucore_stream_destroy(st[0]);
+    gpucore_stream_destroy(st[1]);
+    printf("%s: fused bf16 on two streams %s\n", dev, check_failed == before ? "ok" : "FAILED");
+}
+
 /* ---------------------------------------------------------------- linear layer */
 
 /* Two-layer MLP in f64 on the host: h = x·W1ᵀ + b1, a = gelu(h), y = a·W2ᵀ + b2, L = Σ y ⊙ G. */
@@ -755,6 +895,18 @@ int main(void)
         }
         test_products(ctx, devs[i]);
         test_epilogues(ctx, devs[i]);
+        test_fused_bf16(ctx, devs[i]);
+        test_fused_bf16_two_streams(ctx, devs[i]);
+        if (!strcmp(devs[i], "cpu")) { /* again with a 2-plan cache: plans evicted while the other stream runs them */
+            gpucore_context *small = NULL;
+            setenv("GPUCORE_CPU_PLAN_CACHE", "2", 1);
+            CHECK_OK(gpucore_context_create("cpu", &small));
+            unsetenv("GPUCORE_CPU_PLAN_CACHE");
+            if (small) {
+                test_fused_bf16_two_streams(small, "cpu (2-plan cache)");
+                gpucore_context_destroy(small);
+            }
+        }
         test_linear(ctx, devs[i]);
         test_bad_input(ctx, devs[i]);
         test_matmul_nd(ctx, devs[i]);

@@ -1,6 +1,7 @@
 """The CPU backend's portable bodies (GPUCORE_CPU_PORTABLE=1, as on a CPU without AVX2) against
 its AVX2 bodies, in two processes on the same data: the reductions' sums give the same bits
-(cpu_vec.c's fixed lanes and fold are the same in both), the elementwise math agrees within
+(cpu_vec.c's fixed lanes and fold are the same in both), so do bf16 add/sub/mul/div and the
+softmax backward, the elementwise math agrees within
 the accuracy contract (SLEEF/libmvec against libm)."""
 import os
 import subprocess
@@ -18,16 +19,23 @@ parts = [gpucore.sum(m), gpucore.sum(m, dim=0), gpucore.sum(m, dim=1), gpucore.m
          gpucore.cast(gpucore.sum(b, dim=0), "float32")]
 ew = [gpucore.gelu(x), gpucore.gelu(x, approximate="tanh"), gpucore.silu(x), gpucore.sigmoid(x),
       gpucore.tanh(x), gpucore.exp(x), gpucore.gelu_backward(x, x), gpucore.cast(gpucore.cast(x, "bfloat16"), "float32")]
+c = ctx.empty((4099,), "bfloat16").uniform_(-3, 3, seed=6)
+bits = [gpucore.cast(op(b, c), "float32") for op in (gpucore.add, gpucore.sub, gpucore.mul, gpucore.div)]
+bits.append(gpucore.softmax_backward(m, ctx.empty((301, 1037)).uniform_(0, 1, seed=7), dim=1))
 np.savez(sys.argv[1], sums=np.concatenate([p.numpy().ravel() for p in parts]),
-         ew=np.concatenate([e.numpy().ravel() for e in ew]))
+         ew=np.concatenate([e.numpy().ravel() for e in ew]),
+         bits=np.concatenate([e.numpy().ravel() for e in bits]))
 """
 
 
-def _run(tmp_path, name, portable):
+def _run(tmp_path, name, portable, no_avx512=False):
     env = dict(os.environ)
     env.pop("GPUCORE_CPU_PORTABLE", None)
+    env.pop("GPUCORE_CPU_NO_AVX512", None)
     if portable:
         env["GPUCORE_CPU_PORTABLE"] = "1"
+    if no_avx512:
+        env["GPUCORE_CPU_NO_AVX512"] = "1"
     out = str(tmp_path / (name + ".npz"))
     subprocess.run([sys.executable, "-c", SCRIPT, out], env=env, check=True, timeout=300)
     return np.load(out)
@@ -37,6 +45,18 @@ def test_portable_and_simd_bodies_agree(tmp_path):
     simd = _run(tmp_path, "simd", False)
     port = _run(tmp_path, "portable", True)
     assert np.array_equal(simd["sums"].view(np.uint32), port["sums"].view(np.uint32))
+    # dense bf16 arithmetic and the softmax backward's products: the same bits in every body
+    assert np.array_equal(simd["bits"].view(np.uint32), port["bits"].view(np.uint32))
     a, b = simd["ew"].astype(np.float64), port["ew"].astype(np.float64)
     assert not np.isnan(a).any() and not np.isnan(b).any()
     assert np.max(np.abs(a - b)) / np.max(np.abs(b)) < 1e-6
+
+
+def test_avx2_and_avx512_bodies_agree(tmp_path):
+    """The 16-lane AVX-512 bodies (bf16 arithmetic and rounding) against the AVX2 ones
+    (GPUCORE_CPU_NO_AVX512=1): the same bits everywhere (on a CPU without AVX-512 both runs take
+    the AVX2 bodies)."""
+    wide = _run(tmp_path, "avx512", False)
+    avx2 = _run(tmp_path, "avx2", False, no_avx512=True)
+    for key in ("sums", "ew", "bits"):
+        assert np.array_equal(wide[key].view(np.uint32), avx2[key].view(np.uint32)), key

@@ -116,16 +116,23 @@ static gpucore_status cpu_component_version(const char *component, char *buf, si
     return GPUCORE_ERR_NOT_SUPPORTED;
 }
 
-typedef struct cpu_context { int unused; } cpu_context;
 
 static gpucore_status cpu_context_init(int index, void **bctx)
 {
     (void)index;
-    *bctx = calloc(1, sizeof(cpu_context));
+    cpu_context *c = calloc(1, sizeof(cpu_context));
+    const char *cap = getenv("GPUCORE_CPU_PLAN_CACHE"); /* plans per context; tests shrink it */
+    const long n = cap ? strtol(cap, NULL, 10) : 0;
+    if (c) c->plans = cpu_plan_cache_create(n > 0 && n < 1 << 20 ? (int)n : CPU_PLAN_CACHE_CAPACITY);
+    *bctx = c;
     return *bctx ? GPUCORE_OK : gpucore_set_error(GPUCORE_ERR_OUT_OF_MEMORY, "context_create: out of host memory");
 }
 
-static void cpu_context_fini(void *bctx) { free(bctx); }
+static void cpu_context_fini(void *bctx)
+{
+    if (bctx) cpu_plan_cache_destroy(((cpu_context *)bctx)->plans);
+    free(bctx);
+}
 
 /* "Device" memory on the CPU: 256-byte aligned like cudaMalloc, so vector paths behave alike. */
 static gpucore_status cpu_raw_alloc(void *bctx, size_t bytes, void **ptr)

@@ -27,7 +27,10 @@
 
 #define CONV_COL_BUDGET_FLOATS (8ll << 20) /* im2col chunk: at most 32 MiB of f32 */
 
-typedef struct conv_args { gpucore_conv_desc d; } conv_args;
+typedef struct conv_args {
+    gpucore_conv_desc d;
+    cpu_context *ctx;
+} conv_args;
 
 static inline float ld_el(const void *base, int dt, int64_t off)
 {
@@ -340,15 +343,14 @@ static gpucore_status depthwise_path(const gpucore_conv_desc *d)
 static gpucore_status conv_task(void *p)
 {
     const gpucore_conv_desc *d = &((conv_args *)p)->d;
-    if (cpu_conv_dnnl_forward(d)) return GPUCORE_OK;
+    if (cpu_conv_dnnl_forward(((conv_args *)p)->ctx, d)) return GPUCORE_OK;
     if (d->groups > 1 && d->c == d->groups) return depthwise_path(d);
     return gemm_path(d);
 }
 
 gpucore_status cpu_conv(void *bctx, const gpucore_conv_desc *desc, void *s)
 {
-    (void)bctx;
-    conv_args a = {*desc};
+    conv_args a = {*desc, bctx};
     a.d.ws.ws_ctx = NULL; /* the front-end's workspace context lives on its stack: not for the task */
     return cpu_stream_enqueue(s, conv_task, &a, sizeof a);
 }

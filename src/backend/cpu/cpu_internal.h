@@ -7,6 +7,32 @@
 
 #include "cpu_stream.h"
 
+/* cpu_plan_cache.c: a bounded (least recently used out), thread-safe cache of prepared plans
+ * (oneDNN primitives and what runs them) keyed by the bytes of a key; one per context. get
+ * returns the plan of key, building it with build(key, arg) on a miss (a NULL plan is cached
+ * too: "declined"), and a handle the caller gives back to release once it no longer runs the
+ * plan; destroy frees a plan once it is evicted and released, or with the cache. */
+typedef struct cpu_plan_cache cpu_plan_cache;
+GPUCORE_HIDDEN cpu_plan_cache *cpu_plan_cache_create(int capacity);
+GPUCORE_HIDDEN void cpu_plan_cache_destroy(cpu_plan_cache *c);
+GPUCORE_HIDDEN void *cpu_plan_cache_get(cpu_plan_cache *c, const void *key, size_t key_len,
+                                        void *(*build)(const void *key, void *arg), void *arg,
+                                        void (*destroy)(void *plan), void **handle);
+GPUCORE_HIDDEN void cpu_plan_cache_release(cpu_plan_cache *c, void *handle);
+GPUCORE_HIDDEN int cpu_plan_cache_size(cpu_plan_cache *c);
+/* A buffer of at least bytes owned by the calling thread (grown, never shrunk; freed when the thread
+ * exits), for oneDNN's user scratchpad; NULL when out of memory. Valid until this thread's next call. */
+GPUCORE_HIDDEN void *cpu_plan_scratch(size_t bytes);
+/* Plans per context (environment variable GPUCORE_CPU_PLAN_CACHE, read at context creation,
+ * overrides it): more distinct GEMM/conv shapes than this rebuild on reuse (a rebuild is
+ * oneDNN's descriptor work plus its own primitive-cache lookup, not a JIT compile). */
+#define CPU_PLAN_CACHE_CAPACITY 64
+
+/* The CPU backend's per-context state (the bctx of the vtable calls). */
+typedef struct cpu_context {
+    cpu_plan_cache *plans; /* NULL when it could not be allocated: oneDNN paths then decline */
+} cpu_context;
+
 GPUCORE_HIDDEN gpucore_status cpu_copy_strided(void *bctx, const gpucore_view *dst, const gpucore_view *src, void *s);
 GPUCORE_HIDDEN gpucore_status cpu_fill(void *bctx, const gpucore_view *dst, uint64_t bits, void *s);
 GPUCORE_HIDDEN gpucore_status cpu_random(void *bctx, const gpucore_view *dst, int dist, double a, double b,
@@ -49,13 +75,17 @@ GPUCORE_HIDDEN void cpu_comm_destroy(void *bcomm);
 GPUCORE_HIDDEN gpucore_status cpu_conv(void *bctx, const gpucore_conv_desc *desc, void *s);
 /* cpu_conv_dnnl.c: the forward through oneDNN; 1 when it computed y, 0 when the caller must
  * run the im2col + GEMM path (no oneDNN in the build, unsupported dtype or shape). */
-GPUCORE_HIDDEN int cpu_conv_dnnl_forward(const gpucore_conv_desc *d);
+GPUCORE_HIDDEN int cpu_conv_dnnl_forward(cpu_context *ctx, const gpucore_conv_desc *d);
 /* cpu_conv_dnnl.c: the process's oneDNN CPU engine (a dnnl_engine_t), NULL without oneDNN. */
 GPUCORE_HIDDEN void *cpu_dnnl_engine(void);
 /* cpu_matmul_dnnl.c: T (m x n, column-major, ld m, f32) = op(A)·op(B) for bf16 column-major A and B
  * through oneDNN's matmul (AMX/AVX512-BF16 kernels where the CPU has them); 1 when it computed T, 0
  * when oneDNN declined or is absent (the caller then uses sbgemm or widens to f32). */
-GPUCORE_HIDDEN int cpu_matmul_dnnl_bf16(int64_t m, int64_t n, int64_t k, const void *A, int64_t lda, int ta,
-                                        const void *B, int64_t ldb, int tb, float *T);
+GPUCORE_HIDDEN int cpu_matmul_dnnl_bf16(cpu_context *ctx, int64_t m, int64_t n, int64_t k, const void *A, int64_t lda,
+                                        int ta, const void *B, int64_t ldb, int tb, float *T);
+/* cpu_matmul_dnnl.c: the whole desc (every batch, D in bf16 or f32, alpha, bias, ReLU/GELU fused as
+ * oneDNN post-ops) for bf16 A and B; 1 when it computed D, 0 when it declined (other dtypes, C with
+ * beta, aux or bias-gradient epilogues, no fast oneDNN kernel): the caller's paths then run. */
+GPUCORE_HIDDEN int cpu_matmul_dnnl_fused(cpu_context *ctx, const gpucore_gemm_desc *g);
 
 #endif

@@ -3,8 +3,10 @@
  * (sgemm for f32; sbgemm for bf16 where the OpenBLAS build has it; f16 — and bf16
  * without sbgemm — are widened to f32 exactly and go through sgemm), or from a blocked C GEMM when the build has no OpenBLAS, then
  * alpha/beta and the epilogue per element with the formulas of
- * kernels/gemm_desc.h (the ones the fallback CUDA kernel uses). Runs as a task
- * on the stream's worker thread; batches loop, OpenBLAS threads each product.
+ * kernels/gemm_desc.h (the ones the fallback CUDA kernel uses). bf16 GEMMs whose
+ * epilogue is alpha, bias, ReLU or GELU go whole to oneDNN (cpu_matmul_dnnl.c), which
+ * writes D in its dtype with the epilogue fused. Runs as a task on the stream's worker
+ * thread; batches loop, OpenBLAS threads each product.
  */
 #include <dlfcn.h>
 #include <pthread.h>
@@ -22,7 +24,10 @@
  * (measured: 5-25x slower small bf16 GEMMs on 2 cores). */
 #define CPU_MM_PARALLEL_THRESHOLD (GPUCORE_HAVE_OPENBLAS ? INT64_MAX : 16384)
 
-typedef struct matmul_args { gpucore_gemm_desc g; } matmul_args;
+typedef struct matmul_args {
+    gpucore_gemm_desc g;
+    cpu_context *ctx;
+} matmul_args;
 
 static float load_el(const void *base, int dt, int64_t off)
 {
@@ -131,7 +136,8 @@ gpucore_status cpu_sgemm(int ta, int tb, int64_t m, int64_t n, int64_t k, float 
 
 /* T = op(A)·op(B) for one batch. Layout of T on return: element (i, j) at
  * T[i * *ti + j * *tj]. */
-static gpucore_status product(const gpucore_gemm_desc *g, int64_t bi, float *T, int64_t *ti, int64_t *tj)
+static gpucore_status product(cpu_context *ctx, const gpucore_gemm_desc *g, int64_t bi, float *T, int64_t *ti,
+                              int64_t *tj)
 {
     const int64_t m = g->m, n = g->n, k = g->k;
     if (k == 0) {
@@ -144,7 +150,7 @@ static gpucore_status product(const gpucore_gemm_desc *g, int64_t bi, float *T, 
     if (g->a.dtype == GPUCORE_KDT_BF16 && cpu_vec_have_avx2()) {
         const char *A = (const char *)g->a.data + bi * g->a.batch_stride * 2;
         const char *B = (const char *)g->b.data + bi * g->b.batch_stride * 2;
-        if (cpu_matmul_dnnl_bf16(m, n, k, A, g->a.ld, g->a.trans, B, g->b.ld, g->b.trans, T)) {
+        if (cpu_matmul_dnnl_bf16(ctx, m, n, k, A, g->a.ld, g->a.trans, B, g->b.ld, g->b.trans, T)) {
             *ti = 1; *tj = m;
             return GPUCORE_OK;
         }
@@ -209,11 +215,14 @@ static gpucore_status bias_grad_of_operand(const gpucore_gemm_desc *g)
 static gpucore_status matmul_task(void *p)
 {
     const gpucore_gemm_desc *g = &((matmul_args *)p)->g;
+    cpu_context *ctx = ((matmul_args *)p)->ctx;
     const int64_t m = g->m, n = g->n;
     const int dsz = gpucore_gemm_dtype_size(g->d_dtype);
     gpucore_status st = GPUCORE_OK;
     if (g->epilogue & (GPUCORE_GEMM_EPI_BGRAD_A | GPUCORE_GEMM_EPI_BGRAD_B)) bias_grad_of_operand(g);
     if (m == 0 || n == 0) return GPUCORE_OK;
+    /* bf16 with a fusable epilogue: oneDNN writes D itself (see product() for the AVX2 test) */
+    if (g->a.dtype == GPUCORE_KDT_BF16 && cpu_vec_have_avx2() && cpu_matmul_dnnl_fused(ctx, g)) return GPUCORE_OK;
 #if GPUCORE_HAVE_OPENBLAS
     if (direct_sgemm(g)) {
         for (int64_t bi = 0; bi < g->batch; bi++)
@@ -233,7 +242,7 @@ static gpucore_status matmul_task(void *p)
     }
     for (int64_t bi = 0; bi < g->batch && !st; bi++) {
         int64_t ti, tj;
-        if ((st = product(g, bi, T, &ti, &tj))) break;
+        if ((st = product(ctx, g, bi, T, &ti, &tj))) break;
         char *D = (char *)g->d + bi * g->batch_stride_d * dsz;
         const char *C = g->c ? (const char *)g->c + bi * g->batch_stride_c * dsz : NULL;
         char *aux = g->aux ? (char *)g->aux + bi * g->batch_stride_aux * dsz : NULL;
@@ -291,7 +300,6 @@ static gpucore_status matmul_task(void *p)
 
 gpucore_status cpu_matmul(void *bctx, const gpucore_gemm_desc *desc, void *s)
 {
-    (void)bctx;
-    matmul_args a = {*desc};
+    matmul_args a = {*desc, bctx};
     return cpu_stream_enqueue(s, matmul_task, &a, sizeof a);
 }

@@ -15,7 +15,8 @@
  * 8 lanes at a time where the CPU has AVX2 (cpu_vec.h: activation_math.h's
  * formulas instantiated on vectors with SLEEF's 1-ulp exp/erf/tanh/log, so
  * their last bit may differ from libm's; the scalar formula otherwise); bf16 is
- * widened and rounded in registers; dropout draws one Philox block per 4
+ * widened and rounded in registers (dense bf16 add/sub/mul/div in one pass
+ * between the tensors, no staging); dropout draws one Philox block per 4
  * elements instead of one per element; casts between f32/f16/bf16 run straight
  * between the tensors and skip the f64 detour (exact: an f32 value is an f64
  * that rounds to itself).
@@ -222,6 +223,12 @@ static gpucore_status elementwise_task(void *argp)
     /* every operand dense f32: compute in place in the tensors, no staging */
     int direct = p->op != GPUCORE_EW_CAST && p->out.contiguous && p->out.dtype == GPUCORE_KDT_F32;
     for (int i = 0; i < p->nin; i++) direct &= mode[i] == GPUCORE_EW_LAYOUT_DENSE && p->in[i].dtype == GPUCORE_KDT_F32;
+    /* dense bf16 arithmetic: one vector pass from the tensors into the tensor (body chosen once here) */
+    cpu_vec_bf16_binary_fn bf16_body = NULL;
+    if (p->nin == 2 && !p->act && p->out.contiguous && p->out.dtype == GPUCORE_KDT_BF16 &&
+        mode[0] == GPUCORE_EW_LAYOUT_DENSE && mode[1] == GPUCORE_EW_LAYOUT_DENSE &&
+        p->in[0].dtype == GPUCORE_KDT_BF16 && p->in[1].dtype == GPUCORE_KDT_BF16)
+        bf16_body = cpu_vec_bf16_binary(p->op);
 #pragma omp parallel if (n > EW_PARALLEL_MIN)
     {
         float a[EW_BLOCK], b[EW_BLOCK], r[EW_BLOCK];
@@ -232,6 +239,11 @@ static gpucore_status elementwise_task(void *argp)
             const int64_t i0 = blk * EW_BLOCK;
             const int len = (int)(n - i0 < EW_BLOCK ? n - i0 : EW_BLOCK);
             if (p->op == GPUCORE_EW_CAST) { cast_block(p, i0, len, off, off2); continue; }
+            if (bf16_body) {
+                bf16_body((uint16_t *)p->out.data + i0, (const uint16_t *)p->in[0].data + i0,
+                          (const uint16_t *)p->in[1].data + i0, len);
+                continue;
+            }
             if (direct) {
                 compute_block(p, (const float *)p->in[0].data + i0,
                               p->nin == 2 ? (const float *)p->in[1].data + i0 : b, (float *)p->out.data + i0, len, i0);

@@ -5,11 +5,13 @@
  * (OpenMP) into per-chunk partials, then folded in chunk order, so the result
  * does not depend on the thread count. Sums accumulate in f64 here, row sums
  * after short f32 runs (cpu_vec_sum_blocked: 8 elements per lane in f32, then
- * 16 fixed f64 lanes, SIMD); column sums add whole rows, 8 at a time in f32,
- * into an f64 vector;
+ * 16 fixed f64 lanes, SIMD; bf16 rows widened in registers, no staging); column
+ * sums add whole rows, 8 at a time in f32 (cpu_vec_add_into, AVX2), into an f64
+ * vector;
  * the dtype is dispatched once per block.
  */
 #include <stdlib.h>
+#include <string.h>
 #include "cpu_internal.h"
 #include "reduce_math.h"
 #include "dtype_access.h"
@@ -40,6 +42,10 @@ static cpu_acc reduce_row_chunk(int op, const char *x, int dt, int es, int64_t l
     float buf[GPUCORE_RED_ROW_CHUNK];
     const float *v = (const float *)(x + l0 * es);
     const int64_t n = l1 - l0;
+    if (dt == GPUCORE_KDT_BF16 && (op == GPUCORE_RED_SUM || op == GPUCORE_RED_MEAN)) { /* one pass, no staging */
+        cpu_acc a = {cpu_vec_sum_blocked_bf16((const uint16_t *)(x + l0 * es), n, buf), n > 0 ? l0 : -1};
+        return a;
+    }
     if (dt != GPUCORE_KDT_F32) {
         cpu_vec_load(buf, x + l0 * es, dt, n);
         v = buf;
@@ -82,12 +88,9 @@ static void reduce_col_chunk_sum(int op, const char *x, int dt, int es, int64_t 
             continue;
         }
         const int64_t k = (l - l0) % CPU_COL_RUN;
-        if (k == 0)
-            for (int64_t j = 0; j < inner; j++) run[j] = v[j];
-        else
-            for (int64_t j = 0; j < inner; j++) run[j] += v[j];
-        if (k == CPU_COL_RUN - 1 || l == l1 - 1)
-            for (int64_t j = 0; j < inner; j++) dsum[j] += run[j];
+        if (k == 0) memcpy(run, v, sizeof(float) * (size_t)inner);
+        else cpu_vec_add_into(run, v, inner);
+        if (k == CPU_COL_RUN - 1 || l == l1 - 1) cpu_vec_add_into_f64(dsum, run, inner);
     }
     for (int64_t j = 0; j < inner; j++) { acc[j].val = dsum[j]; acc[j].idx = l1 > l0 ? l0 : -1; }
 }

@@ -8,6 +8,9 @@
  * elementwise family's activations and libm-calling unary ops get 8-lane bodies
  * here too: activation_math.h's formula text instantiated on __m256 with SLEEF's
  * vector exp/erf/tanh (GPUCORE_ACT_FORMULAS), and bf16 rounding in registers.
+ * Where the CPU has AVX-512 (F, BW), bf16 arithmetic, rounding and the blocked
+ * sums take 16-lane bodies that repeat the AVX2 bodies' operations lane for lane
+ * (the same bits; GPUCORE_CPU_NO_AVX512=1 selects the AVX2 ones).
  */
 #include <math.h>
 #include <stdlib.h>
@@ -43,20 +46,56 @@ __attribute__((target("avx2,fma"))) __m256 Sleef_logf8_u10avx2(__m256);
 #endif
 
 #define AVX2 __attribute__((target("avx2,fma")))
+#define AVX512 __attribute__((target("avx512f,avx512bw,avx2,fma")))
+
+#if CPU_VEC_X86
+/* Whether environment variable name is set to anything but "" or "0". */
+static int env_on(const char *name)
+{
+    const char *v = getenv(name);
+    return v && *v && strcmp(v, "0") != 0;
+}
+
+static int probe_avx2(void)
+{
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+           !env_on("GPUCORE_CPU_PORTABLE"); /* tests: the portable bodies on any CPU */
+}
+
+static int probe_avx512(void)
+{
+    return probe_avx2() && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+           !env_on("GPUCORE_CPU_NO_AVX512"); /* tests: the AVX2 bodies on an AVX-512 CPU */
+}
+
+/* probe() once per flag (a benign race: every thread computes the same value). */
+static int cached_probe(int *cache, int (*probe)(void))
+{
+    int v = __atomic_load_n(cache, __ATOMIC_RELAXED);
+    if (v < 0) {
+        v = probe();
+        __atomic_store_n(cache, v, __ATOMIC_RELAXED);
+    }
+    return v;
+}
+#endif
 
 int cpu_vec_have_avx2(void)
 {
 #if CPU_VEC_X86
-    static int cached = -1; /* benign race: every thread computes the same value */
-    int v = __atomic_load_n(&cached, __ATOMIC_RELAXED);
-    if (v < 0) {
-        __builtin_cpu_init();
-        const char *portable = getenv("GPUCORE_CPU_PORTABLE"); /* tests: the portable bodies on any CPU */
-        v = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-            !(portable && *portable && strcmp(portable, "0") != 0);
-        __atomic_store_n(&cached, v, __ATOMIC_RELAXED);
-    }
-    return v;
+    static int cached = -1;
+    return cached_probe(&cached, probe_avx2);
+#else
+    return 0;
+#endif
+}
+
+int cpu_vec_have_avx512(void)
+{
+#if CPU_VEC_X86
+    static int cached = -1;
+    return cached_probe(&cached, probe_avx512);
 #else
     return 0;
 #endif
@@ -150,24 +189,6 @@ AVX2 static double sum_from_avx2(lanes16 l, const float *x, int64_t i, int64_t n
 }
 
 AVX2 static double sum_avx2(const float *x, int64_t n) { return sum_from_avx2(lanes_zero(), x, 0, n); }
-
-/* cpu_vec_sum_blocked's AVX2 body: per block, 16 f32 lanes (two vectors) add the block's 8
- * elements of each lane in order; the lane sums then go into the f64 lanes. */
-AVX2 static double sum_blocked_avx2(const float *x, int64_t n)
-{
-    lanes16 l = lanes_zero();
-    int64_t i = 0;
-    for (; i + CPU_VEC_SUM_BLOCK <= n; i += CPU_VEC_SUM_BLOCK) {
-        __m256 s0 = _mm256_loadu_ps(x + i), s1 = _mm256_loadu_ps(x + i + 8);
-        for (int k = 16; k < CPU_VEC_SUM_BLOCK; k += 16) {
-            s0 = _mm256_add_ps(s0, _mm256_loadu_ps(x + i + k));
-            s1 = _mm256_add_ps(s1, _mm256_loadu_ps(x + i + k + 8));
-        }
-        acc8(&l, 0, s0);
-        acc8(&l, 1, s1);
-    }
-    return sum_from_avx2(l, x, i, n);
-}
 
 /* Products and squares in f64 (exact for f32 inputs), so the terms match the portable body. */
 AVX2 static inline void acc8_prod(lanes16 *l, int h, __m256 u, __m256 v)
@@ -368,34 +389,196 @@ AVX2 static int unary_avx2(int op, float *y, const float *x, int64_t n)
 #define CPU_VEC_MATH 0
 #endif
 
-/* f32 -> bf16 with gpucore_f32_to_bf16's rounding (nearest even; NaN quieted), 8 at a time. */
-AVX2 static void store_bf16_avx2(uint16_t *dst, const float *src, int64_t n)
+/* 8 floats to bf16 with gpucore_f32_to_bf16's rounding (nearest even; NaN quieted). */
+AVX2 static inline __m128i bf16x8_round(__m256 v)
 {
     const __m256i abs_mask = _mm256_set1_epi32(0x7fffffff), inf = _mm256_set1_epi32(0x7f800000);
     const __m256i one = _mm256_set1_epi32(1), bias = _mm256_set1_epi32(0x7fff), quiet = _mm256_set1_epi32(0x40);
-    int64_t i = 0;
-    for (; i + 8 <= n; i += 8) {
-        __m256i u = _mm256_castps_si256(_mm256_loadu_ps(src + i));
-        __m256i hi = _mm256_srli_epi32(u, 16);
-        __m256i rounded = _mm256_srli_epi32(_mm256_add_epi32(u, _mm256_add_epi32(bias, _mm256_and_si256(hi, one))), 16);
-        __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(u, abs_mask), inf);
-        __m256i r = _mm256_blendv_epi8(rounded, _mm256_or_si256(hi, quiet), nan);
-        __m256i packed = _mm256_permute4x64_epi64(_mm256_packus_epi32(r, r), 0x08); /* lanes 0 and 2: the 8 results */
-        _mm_storeu_si128((__m128i *)(dst + i), _mm256_castsi256_si128(packed));
+    __m256i u = _mm256_castps_si256(v);
+    __m256i hi = _mm256_srli_epi32(u, 16);
+    __m256i rounded = _mm256_srli_epi32(_mm256_add_epi32(u, _mm256_add_epi32(bias, _mm256_and_si256(hi, one))), 16);
+    __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(u, abs_mask), inf);
+    __m256i r = _mm256_blendv_epi8(rounded, _mm256_or_si256(hi, quiet), nan);
+    return _mm256_castsi256_si128(_mm256_permute4x64_epi64(_mm256_packus_epi32(r, r), 0x08)); /* lanes 0, 2 */
+}
+
+AVX2 static inline __m256 bf16x8_widen(const uint16_t *p)
+{
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)p)), 16));
+}
+
+/* cpu_vec_sum_blocked's AVX2 body over elements loaded 8 at a time by LOAD8 (f32, or bf16 widened in
+ * registers: the same values, so the same bits): per block, 16 f32 lanes (two vectors) add the
+ * block's 8 elements of each lane in order; the lane sums then go into the f64 lanes; the rest 16
+ * at a time into the f64 lanes, then the tail in order (sum_from_avx2's steps). */
+#define CPU_SUM_BLOCKED_AVX2(name, T, LOAD8, TO_F32)                                                          \
+    AVX2 static double name(const T *x, int64_t n)                                                           \
+    {                                                                                                         \
+        lanes16 l = lanes_zero();                                                                             \
+        int64_t i = 0;                                                                                        \
+        for (; i + CPU_VEC_SUM_BLOCK <= n; i += CPU_VEC_SUM_BLOCK) {                                          \
+            __m256 s0 = LOAD8(x + i), s1 = LOAD8(x + i + 8);                                                  \
+            for (int k = 16; k < CPU_VEC_SUM_BLOCK; k += 16) {                                                \
+                s0 = _mm256_add_ps(s0, LOAD8(x + i + k));                                                     \
+                s1 = _mm256_add_ps(s1, LOAD8(x + i + k + 8));                                                 \
+            }                                                                                                 \
+            acc8(&l, 0, s0);                                                                                  \
+            acc8(&l, 1, s1);                                                                                  \
+        }                                                                                                     \
+        for (; i + 16 <= n; i += 16) {                                                                        \
+            acc8(&l, 0, LOAD8(x + i));                                                                        \
+            acc8(&l, 1, LOAD8(x + i + 8));                                                                    \
+        }                                                                                                     \
+        double s = fold_avx(l);                                                                               \
+        for (; i < n; i++) s += TO_F32(x[i]);                                                                 \
+        return s;                                                                                             \
     }
+#define CPU_F32_ID(v) (v)
+CPU_SUM_BLOCKED_AVX2(sum_blocked_avx2, float, _mm256_loadu_ps, CPU_F32_ID)
+CPU_SUM_BLOCKED_AVX2(sum_blocked_bf16_avx2, uint16_t, bf16x8_widen, gpucore_bf16_to_f32)
+
+AVX2 static void store_bf16_avx2(uint16_t *dst, const float *src, int64_t n)
+{
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) _mm_storeu_si128((__m128i *)(dst + i), bf16x8_round(_mm256_loadu_ps(src + i)));
     for (; i < n; i++) dst[i] = gpucore_f32_to_bf16(src[i]);
 }
 
 AVX2 static void load_bf16_avx2(float *dst, const uint16_t *src, int64_t n)
 {
     int64_t i = 0;
-    for (; i + 8 <= n; i += 8) {
-        __m256i w = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(src + i)));
-        _mm256_storeu_ps(dst + i, _mm256_castsi256_ps(_mm256_slli_epi32(w, 16)));
-    }
+    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(dst + i, bf16x8_widen(src + i));
     for (; i < n; i++) dst[i] = gpucore_bf16_to_f32(src[i]);
 }
+
+/* The AVX-512 pair of the two above, 16 at a time (the same integer rounding: the same bits). */
+AVX512 static inline __m256i bf16x16_round(__m512 v)
+{
+    __m512i u = _mm512_castps_si512(v);
+    __m512i hi = _mm512_srli_epi32(u, 16);
+    __m512i rounded = _mm512_srli_epi32(
+        _mm512_add_epi32(u, _mm512_add_epi32(_mm512_set1_epi32(0x7fff), _mm512_and_si512(hi, _mm512_set1_epi32(1)))), 16);
+    __mmask16 nan = _mm512_cmpgt_epi32_mask(_mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff)), _mm512_set1_epi32(0x7f800000));
+    return _mm512_cvtepi32_epi16(_mm512_mask_blend_epi32(nan, rounded, _mm512_or_si512(hi, _mm512_set1_epi32(0x40))));
+}
+
+AVX512 static inline __m512 bf16x16_widen(const uint16_t *p)
+{
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)p)), 16));
+}
+
+/* cpu_vec_sum_blocked's AVX-512 body: one 16-lane f32 vector is the AVX2 body's two, lane for lane,
+ * and the two 8-lane f64 accumulators its four, so every lane sees the same additions in the same
+ * order: the same bits. */
+#define CPU_SUM_BLOCKED_AVX512(name, T, LOAD16, TO_F32)                                                      \
+    AVX512 static inline void name##_acc(__m512d *a, __m512 v)                                               \
+    {                                                                                                         \
+        a[0] = _mm512_add_pd(a[0], _mm512_cvtps_pd(_mm512_castps512_ps256(v)));                               \
+        a[1] = _mm512_add_pd(a[1], _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)))); \
+    }                                                                                                         \
+    AVX512 static double name(const T *x, int64_t n)                                                         \
+    {                                                                                                         \
+        __m512d a[2] = {_mm512_setzero_pd(), _mm512_setzero_pd()};                                            \
+        int64_t i = 0;                                                                                        \
+        for (; i + CPU_VEC_SUM_BLOCK <= n; i += CPU_VEC_SUM_BLOCK) {                                          \
+            __m512 s = LOAD16(x + i);                                                                         \
+            for (int k = 16; k < CPU_VEC_SUM_BLOCK; k += 16) s = _mm512_add_ps(s, LOAD16(x + i + k));          \
+            name##_acc(a, s);                                                                                 \
+        }                                                                                                     \
+        for (; i + 16 <= n; i += 16) name##_acc(a, LOAD16(x + i));                                            \
+        double d[16];                                                                                         \
+        _mm512_storeu_pd(d, a[0]);                                                                            \
+        _mm512_storeu_pd(d + 8, a[1]);                                                                        \
+        double r = fold16(d);                                                                                 \
+        for (; i < n; i++) r += TO_F32(x[i]);                                                                 \
+        return r;                                                                                             \
+    }
+CPU_SUM_BLOCKED_AVX512(sum_blocked_avx512, float, _mm512_loadu_ps, CPU_F32_ID)
+CPU_SUM_BLOCKED_AVX512(sum_blocked_bf16_avx512, uint16_t, bf16x16_widen, gpucore_bf16_to_f32)
+
+AVX512 static void store_bf16_avx512(uint16_t *dst, const float *src, int64_t n)
+{
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) _mm256_storeu_si256((__m256i *)(dst + i), bf16x16_round(_mm512_loadu_ps(src + i)));
+    store_bf16_avx2(dst + i, src + i, n - i);
+}
+
+/* bf16 o = a op b, straight between the tensors: widened, one f32 operation, rounded once
+ * (gpucore_ew_<op>'s formula; the tail calls it); 8 (AVX2) or 16 (AVX-512) at a time. */
+#define CPU_BF16_BINARY(X) X(ADD, add, _mm256_add_ps, _mm512_add_ps) X(SUB, sub, _mm256_sub_ps, _mm512_sub_ps) \
+    X(MUL, mul, _mm256_mul_ps, _mm512_mul_ps) X(DIV, div, _mm256_div_ps, _mm512_div_ps)
+#define CPU_BF16_BINARY_BODY(N, name, vop8, vop16)                                                                 \
+    AVX2 static void bf16_##name##_avx2(uint16_t *o, const uint16_t *a, const uint16_t *b, int64_t n)              \
+    {                                                                                                              \
+        int64_t i = 0;                                                                                             \
+        for (; i + 8 <= n; i += 8)                                                                                 \
+            _mm_storeu_si128((__m128i *)(o + i), bf16x8_round(vop8(bf16x8_widen(a + i), bf16x8_widen(b + i))));     \
+        for (; i < n; i++) o[i] = gpucore_f32_to_bf16(gpucore_ew_##name(gpucore_bf16_to_f32(a[i]), gpucore_bf16_to_f32(b[i]))); \
+    }                                                                                                              \
+    AVX512 static void bf16_##name##_avx512(uint16_t *o, const uint16_t *a, const uint16_t *b, int64_t n)          \
+    {                                                                                                              \
+        int64_t i = 0;                                                                                             \
+        for (; i + 16 <= n; i += 16)                                                                               \
+            _mm256_storeu_si256((__m256i *)(o + i), bf16x16_round(vop16(bf16x16_widen(a + i), bf16x16_widen(b + i)))); \
+        bf16_##name##_avx2(o + i, a + i, b + i, n - i);                                                            \
+    }
+CPU_BF16_BINARY(CPU_BF16_BINARY_BODY)
+#undef CPU_BF16_BINARY_BODY
+
+/* acc += x (f32, elementwise: the same bits at any width). */
+AVX2 static void add_into_avx2(float *acc, const float *x, int64_t n)
+{
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        _mm256_storeu_ps(acc + i, _mm256_add_ps(_mm256_loadu_ps(acc + i), _mm256_loadu_ps(x + i)));
+        _mm256_storeu_ps(acc + i + 8, _mm256_add_ps(_mm256_loadu_ps(acc + i + 8), _mm256_loadu_ps(x + i + 8)));
+    }
+    for (; i < n; i++) acc[i] += x[i];
+}
+
+/* acc += (double)x, elementwise. */
+AVX2 static void add_into_f64_avx2(double *acc, const float *x, int64_t n)
+{
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m256 v = _mm256_loadu_ps(x + i);
+        _mm256_storeu_pd(acc + i, _mm256_add_pd(_mm256_loadu_pd(acc + i), _mm256_cvtps_pd(_mm256_castps256_ps128(v))));
+        _mm256_storeu_pd(acc + i + 4, _mm256_add_pd(_mm256_loadu_pd(acc + i + 4), _mm256_cvtps_pd(_mm256_extractf128_ps(v, 1))));
+    }
+    for (; i < n; i++) acc[i] += x[i];
+}
+
+/* out = y · (g - d), 8 at a time (the same two roundings as the scalar loop). */
+AVX2 static void mul_diff_avx2(float *out, const float *y, const float *g, int64_t n, float d)
+{
+    const __m256 vd = _mm256_set1_ps(d);
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        __m256 r0 = _mm256_mul_ps(_mm256_loadu_ps(y + i), _mm256_sub_ps(_mm256_loadu_ps(g + i), vd));
+        __m256 r1 = _mm256_mul_ps(_mm256_loadu_ps(y + i + 8), _mm256_sub_ps(_mm256_loadu_ps(g + i + 8), vd));
+        _mm256_storeu_ps(out + i, r0);
+        _mm256_storeu_ps(out + i + 8, r1);
+    }
+    for (; i < n; i++) out[i] = y[i] * (g[i] - d);
+}
 #endif
+
+cpu_vec_bf16_binary_fn cpu_vec_bf16_binary(int op)
+{
+#if CPU_VEC_X86
+    if (!cpu_vec_have_avx2()) return NULL;
+    const int wide = cpu_vec_have_avx512();
+    switch (op) {
+#define CPU_BF16_BINARY_CASE(N, name, vop8, vop16) case GPUCORE_EW_##N: return wide ? bf16_##name##_avx512 : bf16_##name##_avx2;
+    CPU_BF16_BINARY(CPU_BF16_BINARY_CASE)
+#undef CPU_BF16_BINARY_CASE
+    default: return NULL;
+    }
+#else
+    (void)op;
+    return NULL;
+#endif
+}
 
 /* ---- the entry points ---- */
 
@@ -433,9 +616,20 @@ double cpu_vec_sum(const float *x, int64_t n)
     return lanes_generic(x, NULL, n, 0, t_sum);
 }
 
+double cpu_vec_sum_blocked_bf16(const uint16_t *x, int64_t n, float *scratch)
+{
+#if CPU_VEC_X86
+    if (cpu_vec_have_avx512()) return sum_blocked_bf16_avx512(x, n);
+    if (cpu_vec_have_avx2()) return sum_blocked_bf16_avx2(x, n);
+#endif
+    cpu_vec_load(scratch, x, GPUCORE_KDT_BF16, n);
+    return cpu_vec_sum_blocked(scratch, n);
+}
+
 double cpu_vec_sum_blocked(const float *x, int64_t n)
 {
 #if CPU_VEC_X86
+    if (cpu_vec_have_avx512()) return sum_blocked_avx512(x, n);
     if (cpu_vec_have_avx2()) return sum_blocked_avx2(x, n);
 #endif
     double l[16] = {0};
@@ -538,7 +732,26 @@ int cpu_vec_unary(int op, float *y, const float *x, int64_t n)
 /* Plain loops: the compiler vectorises them (no reassociation needed). */
 void cpu_vec_mul_diff(float *out, const float *y, const float *g, int64_t n, float d)
 {
+#if CPU_VEC_X86
+    if (cpu_vec_have_avx2()) { mul_diff_avx2(out, y, g, n, d); return; }
+#endif
     for (int64_t i = 0; i < n; i++) out[i] = y[i] * (g[i] - d);
+}
+
+void cpu_vec_add_into(float *acc, const float *x, int64_t n)
+{
+#if CPU_VEC_X86
+    if (cpu_vec_have_avx2()) { add_into_avx2(acc, x, n); return; }
+#endif
+    for (int64_t i = 0; i < n; i++) acc[i] += x[i];
+}
+
+void cpu_vec_add_into_f64(double *acc, const float *x, int64_t n)
+{
+#if CPU_VEC_X86
+    if (cpu_vec_have_avx2()) { add_into_f64_avx2(acc, x, n); return; }
+#endif
+    for (int64_t i = 0; i < n; i++) acc[i] += x[i];
 }
 
 void cpu_vec_axpy(float *out, const float *x, const float *g, int64_t n, float a)
@@ -569,6 +782,7 @@ void cpu_vec_store(void *dst, int dt, const float *src, int64_t n)
 {
     if (dt == GPUCORE_KDT_F32) { memcpy(dst, src, sizeof(float) * (size_t)n); return; }
 #if CPU_VEC_X86
+    if (dt == GPUCORE_KDT_BF16 && cpu_vec_have_avx512()) { store_bf16_avx512(dst, src, n); return; }
     if (dt == GPUCORE_KDT_BF16 && cpu_vec_have_avx2()) { store_bf16_avx2(dst, src, n); return; }
 #endif
     const int es = gpucore_kdt_size(dt);

@@ -19,6 +19,10 @@
  * environment variable GPUCORE_CPU_PORTABLE is set to anything but "" or "0" at the first call
  * (so tests run the portable bodies on an AVX2 machine too). */
 GPUCORE_HIDDEN int cpu_vec_have_avx2(void);
+/* Whether the bodies that have a 16-lane AVX-512 version (bf16 arithmetic and rounding) take it:
+ * AVX-512F/BW present, cpu_vec_have_avx2(), and GPUCORE_CPU_NO_AVX512 unset or "0" (so tests run
+ * the AVX2 bodies on an AVX-512 machine). Same bits as the AVX2 bodies. */
+GPUCORE_HIDDEN int cpu_vec_have_avx512(void);
 /* Largest element; NaN when any element is NaN; -inf when n == 0. */
 GPUCORE_HIDDEN float cpu_vec_max(const float *x, int64_t n);
 /* Smallest element; NaN when any element is NaN; +inf when n == 0. */
@@ -31,6 +35,9 @@ GPUCORE_HIDDEN double cpu_vec_sum(const float *x, int64_t n);
  * four times fewer widenings than cpu_vec_sum). Same bits in both bodies, any thread count. */
 #define CPU_VEC_SUM_BLOCK 128
 GPUCORE_HIDDEN double cpu_vec_sum_blocked(const float *x, int64_t n);
+/* cpu_vec_sum_blocked of n bf16 values (the same bits), widened in registers where the CPU has AVX2;
+ * the portable body widens into scratch (n floats) first. */
+GPUCORE_HIDDEN double cpu_vec_sum_blocked_bf16(const uint16_t *x, int64_t n, float *scratch);
 /* Σ x² (f64 lanes). */
 GPUCORE_HIDDEN double cpu_vec_sumsq(const float *x, int64_t n);
 /* Σ (x - center)² with x and center in f64 (f64 lanes). */
@@ -43,6 +50,9 @@ GPUCORE_HIDDEN double cpu_vec_exp_sum(const float *x, int64_t n, float shift, fl
 GPUCORE_HIDDEN void cpu_vec_axpb(float *y, const float *x, int64_t n, float a, float b);
 /* out = y · (g - d) (the softmax backward). */
 GPUCORE_HIDDEN void cpu_vec_mul_diff(float *out, const float *y, const float *g, int64_t n, float d);
+/* acc += x elementwise in f32, and acc += x widened to f64 (the column sums' runs). */
+GPUCORE_HIDDEN void cpu_vec_add_into(float *acc, const float *x, int64_t n);
+GPUCORE_HIDDEN void cpu_vec_add_into_f64(double *acc, const float *x, int64_t n);
 /* out = g + a · x (out may be x or g). */
 GPUCORE_HIDDEN void cpu_vec_axpy(float *out, const float *x, const float *g, int64_t n, float a);
 /* y = GELU(x), the tanh form (activation_math.h's gpucore_gelu_tanh; y may be x). */
@@ -58,6 +68,11 @@ GPUCORE_HIDDEN int cpu_vec_unary(int op, float *y, const float *x, int64_t n);
 /* y = (x - mean) · rstd, then · gamma[c] and + beta[c] where given (NULL: skipped). */
 GPUCORE_HIDDEN void cpu_vec_normalize(float *y, const float *x, int64_t n, float mean, float rstd,
                                       const float *gamma, const float *beta);
+/* The dense bf16 binary body of elementwise op code op (GPUCORE_EW_ADD/SUB/MUL/DIV): o = a op b for
+ * n elements, widened in registers and rounded once (the bits of the staged f32 path); NULL when the
+ * CPU (or GPUCORE_CPU_PORTABLE) has no vector body or op has none. Chosen once per call. */
+typedef void (*cpu_vec_bf16_binary_fn)(uint16_t *o, const uint16_t *a, const uint16_t *b, int64_t n);
+GPUCORE_HIDDEN cpu_vec_bf16_binary_fn cpu_vec_bf16_binary(int op);
 /* n elements of dtype dt (a GPUCORE_KDT_* code) widened to f32, and f32 rounded back. */
 GPUCORE_HIDDEN void cpu_vec_load(float *dst, const void *src, int dt, int64_t n);
 GPUCORE_HIDDEN void cpu_vec_store(void *dst, int dt, const float *src, int64_t n);
