@@ -153,9 +153,10 @@ template <int DT, int OP> __device__ __forceinline__ pair_stat sm_partial(const 
     return r;
 }
 
-/* Per-element output of the write pass; st: the row statistics, g: CE's row scale, t: CE's target. */
+/* Per-element output of the write pass; st: the row statistics, g: CE's row scale, q_all: CE's
+ * row target mass Q (CE_BWD passes the element's q as y). */
 template <int OP> __device__ __forceinline__ float sm_out(float x, float dy, float y, pair_stat st, float lse,
-                                                          float g, int64_t i, int64_t t)
+                                                          float g, float q_all)
 {
     switch (OP) {
     case GPUCORE_ROWS_SOFTMAX: return expf(x - st.a) / st.b;
@@ -164,7 +165,7 @@ template <int OP> __device__ __forceinline__ float sm_out(float x, float dy, flo
     case GPUCORE_ROWS_LOG_SOFTMAX: return (x - st.a) - lse;
     case GPUCORE_ROWS_SOFTMAX_BWD: return y * (dy - st.a);
     case GPUCORE_ROWS_LOG_SOFTMAX_BWD: return dy - expf(y) * st.a;
-    default: return g * (expf(x - st.a) / st.b - (i == t ? 1.0f : 0.0f)); /* CE_BWD */
+    default: return g * (q_all * (expf(x - st.a) / st.b) - y); /* CE_BWD: y is q_i */
     }
 }
 
@@ -174,16 +175,21 @@ template <int DT, int OP> __device__ __forceinline__ void sm_write(const gpucore
 {
     const int V = gpucore_dt_size<DT>::vec;
     const float lse = logf(st.b); /* log-sum-exp minus the row max */
-    float g = 0.0f;
+    float g = 0.0f, q_all = 1.0f;
     int64_t t = -1;
+    int plain = 1;
     if (OP == GPUCORE_ROWS_CE_BWD) {
-        t = gpucore_rows_target(p.targets, p.target_dtype, row);
-        if (t == p.ignore_index) g = 0.0f;
+        const float *tail = (const float *)((const char *)p.workspace + gpucore_rows_partials_bytes(&p));
+        const int probs = gpucore_rows_ce_probs(&p);
+        plain = gpucore_rows_ce_plain(&p);
+        t = probs ? -1 : gpucore_rows_target(p.targets, p.target_dtype, row);
+        if (!probs && t == p.ignore_index) g = 0.0f;
         else {
             g = p.reduction == GPUCORE_ROWS_RED_NONE
                     ? gpucore_load_as_f32((const char *)p.dloss + row * gpucore_kdt_size(p.loss_dtype), p.loss_dtype)
-                    : *(const float *)((const char *)p.workspace + gpucore_rows_partials_bytes(&p));
-            if (t < 0 || t >= p.cols) g = NAN;
+                    : tail[0];
+            if (!probs && (t < 0 || t >= p.cols)) g = NAN;
+            else if (!plain) q_all = probs ? tail[4 + row] : gpucore_rows_ce_mass_index(&p, t, tail[1]);
         }
     }
     void *out = OP == GPUCORE_ROWS_SOFTMAX || OP == GPUCORE_ROWS_LOG_SOFTMAX ? p.y : p.dx;
@@ -193,15 +199,19 @@ template <int DT, int OP> __device__ __forceinline__ void sm_write(const gpucore
             float a[gpucore_dt_size<DT>::vec], b[gpucore_dt_size<DT>::vec], o[gpucore_dt_size<DT>::vec];
             if (needs_x) gpucore_ldv<DT>(p.x, off + i, a);
             if (needs_dy) { gpucore_ldv<DT>(p.dy, off + i, a); gpucore_ldv<DT>(p.y, off + i, b); }
+            if (OP == GPUCORE_ROWS_CE_BWD)
+                for (int k = 0; k < V; k++) b[k] = plain ? (i + k == t ? 1.0f : 0.0f) : gpucore_rows_ce_q(&p, row, i + k, t);
 #pragma unroll
-            for (int k = 0; k < V; k++) o[k] = sm_out<OP>(a[k], a[k], needs_dy ? b[k] : 0.0f, st, lse, g, i + k, t);
+            for (int k = 0; k < V; k++) o[k] = sm_out<OP>(a[k], a[k], needs_dy || OP == GPUCORE_ROWS_CE_BWD ? b[k] : 0.0f,
+                                                          st, lse, g, q_all);
             gpucore_stv<DT>(out, off + i, o);
         }
     } else {
         for (int64_t i = l0 + lane; i < l1; i += size) {
             float a = needs_x ? gpucore_ld<DT>(p.x, off + i) : gpucore_ld<DT>(p.dy, off + i);
             float b = needs_dy ? gpucore_ld<DT>(p.y, off + i) : 0.0f;
-            gpucore_st<DT>(out, off + i, sm_out<OP>(a, a, b, st, lse, g, i, t));
+            if (OP == GPUCORE_ROWS_CE_BWD) b = plain ? (i == t ? 1.0f : 0.0f) : gpucore_rows_ce_q(&p, row, i, t);
+            gpucore_st<DT>(out, off + i, sm_out<OP>(a, a, b, st, lse, g, q_all));
         }
     }
 }
@@ -249,26 +259,41 @@ __global__ void __launch_bounds__(ROWS_THREADS, WARP ? 1 : 4) softmax_like_kerne
 }
 
 /* One block: CE_FWD's reduction (sum of per-row losses, / count for MEAN) or CE_BWD's
- * row scale (dloss[0], / count for MEAN), each thread walking rows in a fixed stride. */
+ * tail: the row scale (dloss[0], / the counted rows' weight for MEAN) and Σ_c w_c, each
+ * thread walking rows (classes) in a fixed stride. */
 __global__ void __launch_bounds__(ROWS_THREADS) ce_reduce_kernel(gpucore_rows_args p)
 {
     float *tail = (float *)((char *)p.workspace + gpucore_rows_partials_bytes(&p));
-    const int fwd = p.op == GPUCORE_ROWS_CE_FWD;
-    pair_stat v = {0.0f, 0.0f}; /* a: loss sum, b: counted rows (exact in f32 up to 2^24 per thread) */
-    for (int64_t r = threadIdx.x; r < p.rows; r += blockDim.x) {
+    const int fwd = p.op == GPUCORE_ROWS_CE_FWD, probs = !fwd && gpucore_rows_ce_probs(&p);
+    pair_stat v = {0.0f, 0.0f}; /* a: loss sum or Σ_c w_c, b: counted rows' weight (exact in f32 up to 2^24) */
+    for (int64_t r = threadIdx.x; r < p.rows && !probs; r += blockDim.x) {
         if (fwd) v.a += tail[r];
-        v.b += gpucore_rows_target(p.targets, p.target_dtype, r) != p.ignore_index ? 1.0f : 0.0f;
+        const int64_t t = gpucore_rows_target(p.targets, p.target_dtype, r);
+        v.b += t == p.ignore_index ? 0.0f : fwd || t < 0 || t >= p.cols ? 1.0f : gpucore_rows_ce_w(&p, t);
     }
+    for (int64_t c = threadIdx.x; c < p.cols && !fwd; c += blockDim.x) v.a += gpucore_rows_ce_w(&p, c);
     v = block_fold<1>(v);
     if (threadIdx.x == 0) {
-        float count = v.b;
+        float count = probs ? (float)p.rows : v.b;
         if (fwd) {
             float out = p.reduction == GPUCORE_ROWS_RED_MEAN ? v.a / count : v.a;
             gpucore_store_from_f32(p.loss, p.loss_dtype, out);
         } else {
-            float g = gpucore_load_as_f32(p.dloss, p.loss_dtype);
+            float g = p.reduction == GPUCORE_ROWS_RED_NONE ? 0.0f : gpucore_load_as_f32(p.dloss, p.loss_dtype);
             tail[0] = p.reduction == GPUCORE_ROWS_RED_MEAN ? g / count : g;
+            tail[1] = v.a;
         }
+    }
+}
+
+/* CE_BWD with probability targets: Q of each row (Σ_c q_c in class order), one thread per row. */
+__global__ void __launch_bounds__(ROWS_THREADS) ce_mass_kernel(gpucore_rows_args p)
+{
+    float *mass = (float *)((char *)p.workspace + gpucore_rows_partials_bytes(&p)) + 4;
+    for (int64_t r = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; r < p.rows; r += (int64_t)gridDim.x * blockDim.x) {
+        float q = 0.0f;
+        for (int64_t c = 0; c < p.cols; c++) q += gpucore_rows_ce_q(&p, r, c, -1);
+        mass[r] = q;
     }
 }
 
@@ -276,9 +301,14 @@ template <int DT, int OP> static int softmax_like_launch(const gpucore_launch *l
 {
     const int64_t chunks = gpucore_rows_chunks(p->cols);
     int err;
-    if (OP == GPUCORE_ROWS_CE_BWD && p->reduction != GPUCORE_ROWS_RED_NONE) {
+    if (OP == GPUCORE_ROWS_CE_BWD && (p->reduction != GPUCORE_ROWS_RED_NONE || !gpucore_rows_ce_plain(p))) {
         GPUCORE_LAUNCH(ce_reduce_kernel, 1, ROWS_THREADS, 0, l->stream, *p);
         if ((err = GPUCORE_LAUNCH_STATUS())) return err;
+        if (gpucore_rows_ce_probs(p)) {
+            GPUCORE_LAUNCH(ce_mass_kernel, gpucore_grid_for(p->rows, ROWS_THREADS, l->sm_count), ROWS_THREADS, 0,
+                           l->stream, *p);
+            if ((err = GPUCORE_LAUNCH_STATUS())) return err;
+        }
     }
     if (p->cols <= ROWS_WARP_MAX_COLS) { /* chunks == 1 */
         unsigned grid = gpucore_grid_for(p->rows * 32, WARP_ROWS_THREADS, l->sm_count);

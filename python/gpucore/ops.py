@@ -627,6 +627,10 @@ def _softmax_bw(dy: Tensor, y: Tensor, dim: int, log_: int, out: Optional[Tensor
     y = _tensor(y, "output")
     _same_ctx(dy._ctx, (y, "output"), (out, "out"))
     o = _out(out, dy.shape, dy.dtype, dy._ctx)
+    if not dy.shape:  # 0-d: one row of one element, as the forward
+        check_dim(dim, 1)
+        _softmax_bw(dy.reshape((1,)), y.reshape((1,)), 0, log_, o.reshape((1,)), stream)
+        return o
     d = check_dim(dim, len(dy.shape))
     if d != len(dy.shape) - 1:
         dyv, yv, ov = dy.transpose(d, -1), y.transpose(d, -1), o.transpose(d, -1)
@@ -716,6 +720,15 @@ def layer_norm_backward(grad_output: Tensor, input: Tensor, mean: Tensor, rstd: 
     x = _tensor(input, "input")
     ctx = dy._ctx
     _same_ctx(ctx, (x, "input"), (mean, "mean"), (rstd, "rstd"), (weight, "weight"))
+    lead = tuple(_tensor(mean, "mean").shape)
+    if len(lead) != len(x.shape) - 1 and len(lead) < len(x.shape) and tuple(x.shape[:len(lead)]) == lead:
+        # several trailing dims normalised (mean has x's leading shape): rows of their product
+        row = tuple(x.shape[len(lead):])
+        cols = int(np.prod(row))
+        w = None if weight is None else _tensor(weight, "weight").reshape((cols,))
+        res = layer_norm_backward(dy.reshape(lead + (cols,)), x.reshape(lead + (cols,)), mean, rstd, w, input_grad,
+                                  weight_grad, stream)
+        return tuple(None if t is None else t.reshape(x.shape if i == 0 else row) for i, t in enumerate(res))
     dx = empty(x.shape, x.dtype, device=ctx) if input_grad else None
     dw = db = None
     if weight is not None and weight_grad:
