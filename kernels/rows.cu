@@ -33,7 +33,8 @@
 #define ROWS_WARP_MAX_COLS 4096
 #define WARP_ROWS_THREADS 256
 /* Register budgets (__launch_bounds__ minimum blocks): the block-per-row kernels keep 32 registers
- * (4 x 512 or 8 x 256 threads per SM); the warp-per-row kernels, whose loops unroll over a fixed
+ * (4 x 512 or 8 x 256 threads per SM), except the cross-entropy backward's, 64 (2 x 512: its
+ * weighted / smoothed / probability-target mass needs them to run without spills); the warp-per-row kernels, whose loops unroll over a fixed
  * 32-lane stride, get up to 128, which they need to run without spills (scripts/ptxas_spills.sh). */
 
 /* The threads that share one row: a warp (WARP) or the whole block; lane is this
@@ -233,7 +234,7 @@ template <int DT> __device__ __forceinline__ void ce_row_loss(const gpucore_rows
  * phase 1 (chunks > 1): fold the row's chunk partials in order, then write the chunk.
  * WARP: a warp per row (chunks == 1); else a block per (row, chunk). */
 template <int DT, int OP, int WARP>
-__global__ void __launch_bounds__(ROWS_THREADS, WARP ? 1 : 4) softmax_like_kernel(gpucore_rows_args p, int64_t chunks, int vec, int phase)
+__global__ void __launch_bounds__(ROWS_THREADS, WARP ? 1 : OP == GPUCORE_ROWS_CE_BWD ? 2 : 4) softmax_like_kernel(gpucore_rows_args p, int64_t chunks, int vec, int phase)
 {
     pair_stat *part = (pair_stat *)p.workspace;
     const row_group<WARP> g;
