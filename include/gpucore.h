@@ -489,6 +489,7 @@ GPUCORE_API gpucore_status gpucore_bias_grad(gpucore_tensor *db, const gpucore_t
  *   - They work along the last dim of x ([..., C]: every leading index is a row).
  *     Data tensors (x, y, dy, dx, logits) are f32, f16 or bf16, all of one dtype;
  *     math is f32 inside (f64 on the CPU backend), rounded to nearest even on store.
+ *     softmax, log-softmax and their backward also take f64 tensors (f64 math).
  *   - Inputs may have any strides (non-contiguous ones are copied first); outputs too.
  *   - Deterministic: the same call gives the same bits every run (fixed chunking and
  *     reduction trees; no float atomics anywhere, including every backward).

@@ -1,7 +1,8 @@
 /*
  * rows.cu — softmax / log-softmax (forward, backward), fused cross-entropy
  * (forward, backward), LayerNorm / RMSNorm (forward, backward) along the last
- * dim of contiguous [rows, cols] tensors, f32 math for f32/f16/bf16 data.
+ * dim of contiguous [rows, cols] tensors, f32 math for f32/f16/bf16 data; the softmax
+ * family also for f64 data in f64 math (a block per row, softmax_f64_kernel).
  *
  * Why it is fast: a row of up to ROWS_WARP_MAX_COLS columns is one warp's work
  * (several rows per block, no idle threads, no block barriers); a longer row is
@@ -471,6 +472,67 @@ template <int DT, int LAYER> static int norm_launch(const gpucore_launch *l, con
     return GPUCORE_LAUNCH_STATUS();
 }
 
+/* ------------------------------------------------ f64 rows: the softmax family (rows_math.h) */
+
+#define F64_THREADS 256
+
+/* Block-wide max (MAX) or sum of v by a fixed shared-memory tree; the result to every thread. */
+template <int MAX> __device__ double f64_block_fold(double v, double *sh)
+{
+    sh[threadIdx.x] = v;
+    __syncthreads();
+    for (int s = F64_THREADS / 2; s > 0; s /= 2) {
+        if ((int)threadIdx.x < s)
+            sh[threadIdx.x] = MAX ? gpucore_rows_f64_max(sh[threadIdx.x], sh[threadIdx.x + s]) : sh[threadIdx.x] + sh[threadIdx.x + s];
+        __syncthreads();
+    }
+    const double r = sh[0];
+    __syncthreads(); /* sh is reused by the next fold */
+    return r;
+}
+
+/* A block per row (grid-stride over rows), f64 math: statistics, then the write pass. */
+template <int OP> __global__ void __launch_bounds__(F64_THREADS) softmax_f64_kernel(gpucore_rows_args p)
+{
+    __shared__ double sh[F64_THREADS];
+    const int fwd = OP == GPUCORE_ROWS_SOFTMAX || OP == GPUCORE_ROWS_LOG_SOFTMAX;
+    for (int64_t r = blockIdx.x; r < p.rows; r += gridDim.x) {
+        const double *v = (const double *)(fwd ? p.x : p.dy) + r * p.cols;
+        const double *y = fwd ? NULL : (const double *)p.y + r * p.cols;
+        double *o = (double *)(fwd ? p.y : p.dx) + r * p.cols;
+        double a = fwd ? -INFINITY : 0.0, b = 1.0;
+        for (int64_t c = threadIdx.x; c < p.cols; c += F64_THREADS)
+            a = fwd ? gpucore_rows_f64_max(a, v[c]) : a + gpucore_rows_f64_bwd_term(OP, v[c], y[c]);
+        a = f64_block_fold<OP == GPUCORE_ROWS_SOFTMAX || OP == GPUCORE_ROWS_LOG_SOFTMAX>(a, sh);
+        if (fwd) {
+            double sum = 0.0;
+            for (int64_t c = threadIdx.x; c < p.cols; c += F64_THREADS) sum += gpucore_rows_f64_exp_term(v[c], a);
+            b = gpucore_rows_f64_sum_fix(a, f64_block_fold<0>(sum, sh));
+        }
+        const double lb = log(b);
+        for (int64_t c = threadIdx.x; c < p.cols; c += F64_THREADS)
+            o[c] = gpucore_rows_f64_out(OP, v[c], fwd ? 0.0 : y[c], a, b, lb);
+    }
+}
+
+template <int OP> static int softmax_f64_launch(const gpucore_launch *l, const gpucore_rows_args *p)
+{
+    GPUCORE_LAUNCH((softmax_f64_kernel<OP>), gpucore_grid_for(p->rows * F64_THREADS, F64_THREADS, l->sm_count), F64_THREADS, 0,
+                   l->stream, *p);
+    return GPUCORE_LAUNCH_STATUS();
+}
+
+static int rows_f64_launch(const gpucore_launch *l, const gpucore_rows_args *p)
+{
+    switch (p->op) {
+    case GPUCORE_ROWS_SOFTMAX: return softmax_f64_launch<GPUCORE_ROWS_SOFTMAX>(l, p);
+    case GPUCORE_ROWS_LOG_SOFTMAX: return softmax_f64_launch<GPUCORE_ROWS_LOG_SOFTMAX>(l, p);
+    case GPUCORE_ROWS_SOFTMAX_BWD: return softmax_f64_launch<GPUCORE_ROWS_SOFTMAX_BWD>(l, p);
+    case GPUCORE_ROWS_LOG_SOFTMAX_BWD: return softmax_f64_launch<GPUCORE_ROWS_LOG_SOFTMAX_BWD>(l, p);
+    default: return 1; /* the API layer passes f64 to the softmax family only */
+    }
+}
+
 /* ---------------------------------------------------------------- dispatch */
 
 template <int DT> static int rows_launch(const gpucore_launch *l, const gpucore_rows_args *p)
@@ -501,6 +563,7 @@ extern "C" int gpucore_kernel_rows(const gpucore_launch *launch, const gpucore_r
     switch (args->dtype) {
     case GPUCORE_KDT_F32: return rows_launch<GPUCORE_KDT_F32>(launch, args);
     case GPUCORE_KDT_F16: return rows_launch<GPUCORE_KDT_F16>(launch, args);
+    case GPUCORE_KDT_F64: return rows_f64_launch(launch, args);
     default: return rows_launch<GPUCORE_KDT_BF16>(launch, args);
     }
 }

@@ -3,6 +3,8 @@
  * shared by the API layer (workspace sizes), the CPU backend and rows.cu /
  * embedding.cu so every backend cuts the work the same way.
  *
+ * f64 data: the softmax family only (gpucore_rows_f64_*: f64 math, a block per row on GPUs).
+ *
  * Ops (gpucore_rows_args fields used):
  *   SOFTMAX, LOG_SOFTMAX          y = softmax(x) / log_softmax(x) along each row
  *   SOFTMAX_BWD, LOG_SOFTMAX_BWD  dx from dy and the forward output y
@@ -122,7 +124,7 @@ GPUCORE_HD int64_t gpucore_rows_partials_bytes(const gpucore_rows_args *a)
 
 GPUCORE_HD int64_t gpucore_rows_workspace_bytes(const gpucore_rows_args *a)
 {
-    if (a->rows == 0 || a->cols == 0) return 0;
+    if (a->rows == 0 || a->cols == 0 || a->dtype == GPUCORE_KDT_F64) return 0; /* f64 rows: one block each */
     if (gpucore_rows_is_softmax_like(a->op)) {
         int64_t b = gpucore_rows_partials_bytes(a);
         if (a->op == GPUCORE_ROWS_CE_FWD && a->reduction != GPUCORE_ROWS_RED_NONE) b += a->rows * (int64_t)sizeof(float);
@@ -181,6 +183,42 @@ GPUCORE_HD gpucore_softmax_stat gpucore_softmax_stat_add(gpucore_softmax_stat a,
         a.s += expf(x - a.m);
     }
     return a;
+}
+
+/* ---- f64 rows (softmax, log-softmax and their backwards only; f64 math throughout) ----
+ * Row statistics: forward a = max (NaN if any NaN), b = Σ exp(x - a) over x != -inf (NaN when
+ * a is NaN or -inf: a row of only -inf); backward a = Σ dy·y (softmax) or Σ dy (log-softmax). */
+GPUCORE_HD double gpucore_rows_f64_max(double a, double b)
+{
+    return a != a || b != b ? NAN : a > b ? a : b;
+}
+
+GPUCORE_HD double gpucore_rows_f64_exp_term(double x, double m)
+{
+    return x == -INFINITY ? 0.0 : exp(x - m);
+}
+
+/* The row's statistic term of element (v, y): v is x (forward) or dy (backward). */
+GPUCORE_HD double gpucore_rows_f64_bwd_term(int op, double dy, double y)
+{
+    return op == GPUCORE_ROWS_SOFTMAX_BWD ? dy * y : dy;
+}
+
+/* The write pass: v is x (forward) or dy (backward); lb = log(b) (log-softmax). */
+GPUCORE_HD double gpucore_rows_f64_out(int op, double v, double y, double a, double b, double lb)
+{
+    switch (op) {
+    case GPUCORE_ROWS_SOFTMAX: return b != b ? NAN : gpucore_rows_f64_exp_term(v, a) / b;
+    case GPUCORE_ROWS_LOG_SOFTMAX: return b != b ? NAN : (v - a) - lb;
+    case GPUCORE_ROWS_SOFTMAX_BWD: return y * (v - a);
+    default: return v - exp(y) * a; /* LOG_SOFTMAX_BWD */
+    }
+}
+
+/* b from the summed exp terms and the max a. */
+GPUCORE_HD double gpucore_rows_f64_sum_fix(double a, double sum)
+{
+    return a != a || a == -INFINITY ? NAN : sum;
 }
 
 #endif

@@ -159,7 +159,7 @@ def _tiny_norm(sample):
 
 
 # (op name, which samples, why): a listed sample may be refused or inexact, and is counted apart.
-EXCEPTIONS = [e for e in fwd.EXCEPTIONS if e[0] in ("softmax", "log_softmax")] + [
+EXCEPTIONS = [
     fwd.NEGATIVE_EPS,
     ("nn.functional.layer_norm", _tiny_norm, "normalized_shape of 1 or 2 elements: the gradient is a "
                                              "cancellation below f32's resolution (torch's f32 misses too)"),

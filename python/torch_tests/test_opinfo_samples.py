@@ -209,11 +209,6 @@ ADAPTERS = {
 
 # ---------------------------------------------------------------- deliberate exceptions
 
-def _wants_f64(sample):
-    d = sample.args[1] if len(sample.args) > 1 else sample.kwargs.get("dtype")
-    return d == torch.float64
-
-
 def _negative_eps(sample):
     eps = sample.args[3] if len(sample.args) > 3 else sample.kwargs.get("eps", 1e-5)
     return eps < 0
@@ -223,10 +218,6 @@ NEGATIVE_EPS = ("nn.functional.layer_norm", _negative_eps, "eps < 0: gpucore req
                                                            "negative, giving NaN)")
 # (op name, which samples, why gpucore refuses them on purpose)
 EXCEPTIONS = [
-    ("softmax", _wants_f64, "dtype=torch.float64: the row ops (softmax family) have f32/f16/bf16 kernels only; "
-                            "cast the f32 result with gpucore.cast"),
-    ("log_softmax", _wants_f64, "dtype=torch.float64: the row ops (softmax family) have f32/f16/bf16 kernels only; "
-                                "cast the f32 result with gpucore.cast"),
     NEGATIVE_EPS,
 ]
 

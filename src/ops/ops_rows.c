@@ -88,10 +88,11 @@ static gpucore_status shape_error(const char *op, const char *an, const gpucore_
                              gpucore_shape_str(b->ndim, b->shape, y, sizeof y), want);
 }
 
-/* x is a float tensor of at least one dim: rows and cols of its last-dim view. */
-static gpucore_status rows_of(const gpucore_tensor *x, const char *op, const char *arg, int64_t *rows, int64_t *cols)
+/* x is a float tensor of at least one dim (f64_ok: f64 too): rows and cols of its last-dim view. */
+static gpucore_status rows_of_dt(const gpucore_tensor *x, const char *op, const char *arg, int64_t *rows, int64_t *cols,
+                                 int f64_ok)
 {
-    gpucore_status st = ops_check_float(x, op, arg);
+    gpucore_status st = f64_ok && x->dtype == GPUCORE_F64 ? GPUCORE_OK : ops_check_float(x, op, arg);
     if (st) return st;
     if (x->ndim < 1)
         return gpucore_set_error(GPUCORE_ERR_SHAPE_MISMATCH, "%s: '%s' is 0-d; this op works along the last dim, "
@@ -101,6 +102,11 @@ static gpucore_status rows_of(const gpucore_tensor *x, const char *op, const cha
     *rows = *cols ? n / *cols : 1;
     for (int d = 0; d < x->ndim - 1 && !*cols; d++) *rows *= x->shape[d];
     return GPUCORE_OK;
+}
+
+static gpucore_status rows_of(const gpucore_tensor *x, const char *op, const char *arg, int64_t *rows, int64_t *cols)
+{
+    return rows_of_dt(x, op, arg, rows, cols, 0);
 }
 
 /* A data tensor that must match x in context, dtype and shape. */
@@ -175,7 +181,7 @@ gpucore_status gpucore_softmax(gpucore_tensor *y, const gpucore_tensor *x, int l
     const char *name = log_softmax ? "log_softmax" : "softmax";
     gpucore_status st = gpucore_check_tensor(x, name, "x");
     int64_t rows, cols;
-    if (st || (st = rows_of(x, name, "x", &rows, &cols)) || (st = check_like(y, "y", x, "x", name))) return st;
+    if (st || (st = rows_of_dt(x, name, "x", &rows, &cols, 1)) || (st = check_like(y, "y", x, "x", name))) return st;
     if ((st = ops_check_tensor_alias(y, x, name, "x", 1))) return st;
     gpucore_context *ctx = x->ctx;
     if ((st = ops_need_entry(ctx, (const void *)ctx->be->rows, name))) return st;
@@ -198,7 +204,7 @@ gpucore_status gpucore_softmax_backward(gpucore_tensor *dx, const gpucore_tensor
     const char *name = log_softmax ? "log_softmax_backward" : "softmax_backward";
     gpucore_status st = gpucore_check_tensor(y, name, "y");
     int64_t rows, cols;
-    if (st || (st = rows_of(y, name, "y", &rows, &cols)) || (st = check_like(dy, "dy", y, "y", name)) ||
+    if (st || (st = rows_of_dt(y, name, "y", &rows, &cols, 1)) || (st = check_like(dy, "dy", y, "y", name)) ||
         (st = check_like(dx, "dx", y, "y", name)))
         return st;
     if ((st = ops_check_tensor_alias(dx, dy, name, "dy", 1)) || (st = ops_check_tensor_alias(dx, y, name, "y", 0))) return st;

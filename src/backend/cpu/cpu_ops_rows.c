@@ -375,9 +375,34 @@ static gpucore_status embed_backward(const gpucore_rows_args *p)
     return GPUCORE_OK;
 }
 
+/* f64 softmax family (rows_math.h's gpucore_rows_f64_*): plain f64 loops, a row per thread. */
+static void softmax_f64(const gpucore_rows_args *p)
+{
+    const int64_t rows = p->rows, cols = p->cols;
+    const int op = p->op, fwd = op == GPUCORE_ROWS_SOFTMAX || op == GPUCORE_ROWS_LOG_SOFTMAX;
+#pragma omp parallel for schedule(static) if (rows * cols > ROWS_PARALLEL_MIN)
+    for (int64_t r = 0; r < rows; r++) {
+        const double *v = (const double *)(fwd ? p->x : p->dy) + r * cols, *y = fwd ? NULL : (const double *)p->y + r * cols;
+        double *o = (double *)(fwd ? p->y : p->dx) + r * cols;
+        double a = fwd ? -INFINITY : 0.0, b = 1.0;
+        for (int64_t c = 0; c < cols; c++) a = fwd ? gpucore_rows_f64_max(a, v[c]) : a + gpucore_rows_f64_bwd_term(op, v[c], y[c]);
+        if (fwd) {
+            double sum = 0;
+            for (int64_t c = 0; c < cols; c++) sum += gpucore_rows_f64_exp_term(v[c], a);
+            b = gpucore_rows_f64_sum_fix(a, sum);
+        }
+        const double lb = log(b);
+        for (int64_t c = 0; c < cols; c++) o[c] = gpucore_rows_f64_out(op, v[c], y ? y[c] : 0.0, a, b, lb);
+    }
+}
+
 static gpucore_status rows_task(void *argp)
 {
     const gpucore_rows_args *p = argp;
+    if (p->dtype == GPUCORE_KDT_F64 && p->op <= GPUCORE_ROWS_LOG_SOFTMAX_BWD) {
+        softmax_f64(p);
+        return GPUCORE_OK;
+    }
     switch (p->op) {
     case GPUCORE_ROWS_SOFTMAX: case GPUCORE_ROWS_LOG_SOFTMAX:
         return rows_for_each(p, p->x, p->y, softmax_row, NULL, "softmax");
