@@ -142,8 +142,19 @@ def _scalar_affine(op: int, v: float, number_first: bool) -> Optional[Tuple[floa
     return None
 
 
+_FLOAT_DTYPES = (_dt.float32, _dt.float16, _dt.bfloat16, _dt.float64)
+
+
 def _binary(op: int, a: TensorOrNumber, b: TensorOrNumber, out: Optional[Tensor],
             stream: Optional[Stream]) -> Tensor:
+    if type(a) is Tensor and type(b) is Tensor and a._dtype is not b._dtype and (not a._shape) != (not b._shape) \
+            and a._dtype in _FLOAT_DTYPES and b._dtype in _FLOAT_DTYPES:
+        # PyTorch's promotion: a 0-d float tensor beside a dimensioned one counts as a scalar and
+        # takes the other operand's dtype (bf16 tensor * f32 0-d tensor is bf16)
+        if a._shape:
+            b = cast(b, a._dtype, stream=stream)
+        else:
+            a = cast(a, b._dtype, stream=stream)
     if type(a) is Tensor and type(b) is Tensor and out is None and stream is None and a._ctx is b._ctx:
         # the common case in one step: two tensors of one context, a new result (the library
         # checks dtypes and shapes again; handles raise if freed)
@@ -690,6 +701,10 @@ def layer_norm(input: Tensor, normalized_shape: Any = None, weight: Optional[Ten
     if (weight is None) != (bias is None):
         raise InvalidArgumentError("layer_norm: give both weight and bias or neither")
     o = _out(out, x.shape, x.dtype, ctx)
+    if not all(row):  # rows of no elements (PyTorch: an empty result; the statistics are NaN)
+        if return_stats:
+            return o, full(lead, float("nan"), "float32", device=ctx), full(lead, float("nan"), "float32", device=ctx)
+        return o
     if nd != 1 or not x.shape:
         cols = int(np.prod(row)) if row else 1
         xr = x.reshape(lead + (cols,))

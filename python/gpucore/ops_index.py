@@ -107,8 +107,10 @@ def cross_entropy(input: Tensor, target: Tensor, weight: Optional[Tensor] = None
             res = cast(per_row, x.dtype, stream=stream).reshape(rshape)
         else:
             res = sum(per_row, stream=stream)
-            if r == LOSS_REDUCTIONS["mean"]:
-                res = scale(res, 1.0 / denom if denom else float("nan"), stream=stream)
+            if r == LOSS_REDUCTIONS["mean"] and denom:
+                res = scale(res, 1.0 / denom, stream=stream)
+            elif r == LOSS_REDUCTIONS["mean"]:  # no counted target (PyTorch: NaN)
+                res = full((), float("nan"), "float32", device=ctx)
     if out is not None:
         _tensor(out, "out").copy_(res, stream=stream)
         return out
