@@ -489,6 +489,7 @@ GPUCORE_API gpucore_status gpucore_bias_grad(gpucore_tensor *db, const gpucore_t
  *   - They work along the last dim of x ([..., C]: every leading index is a row).
  *     Data tensors (x, y, dy, dx, logits) are f32, f16 or bf16, all of one dtype;
  *     math is f32 inside (f64 on the CPU backend), rounded to nearest even on store.
+ *     softmax, log-softmax and their backward also take f64 tensors (f64 math).
  *   - Inputs may have any strides (non-contiguous ones are copied first); outputs too.
  *   - Deterministic: the same call gives the same bits every run (fixed chunking and
  *     reduction trees; no float atomics anywhere, including every backward).
@@ -556,6 +557,21 @@ GPUCORE_API gpucore_status gpucore_cross_entropy_backward(gpucore_tensor *dlogit
                                                           const gpucore_tensor *targets, int64_t ignore_index,
                                                           gpucore_loss_reduction reduction,
                                                           gpucore_stream *stream);
+/* Cross-entropy backward with PyTorch's options (torch.nn.functional.cross_entropy): targets
+ * are i32/i64 class indices (as above) or class probabilities (logits' dtype and shape);
+ * weight: NULL or [C] per-class weights (any float dtype); label_smoothing ε in [0, 1].
+ * With the row's target mass q_c = w_c ε/C + [c = t] (1-ε) w_t (index t) or
+ * q_c = w_c ((1-ε) p_c + ε/C) (probabilities p), and Q = Σ_c q_c:
+ *   dlogits_r = g_r (Q softmax(logits_r) - q), g_r = dloss[r] (NONE), dloss[0] (SUM),
+ *   dloss[0] / Σ_{rows not ignored} w_{t_r} (MEAN, indices) or dloss[0] / rows (MEAN,
+ *   probabilities). ignore_index applies to index targets only (0 on those rows).
+ * NULL weight, ε = 0 and index targets is gpucore_cross_entropy_backward, bit for bit. */
+GPUCORE_API gpucore_status gpucore_cross_entropy_backward_ex(gpucore_tensor *dlogits, const gpucore_tensor *dloss,
+                                                             const gpucore_tensor *logits,
+                                                             const gpucore_tensor *targets,
+                                                             const gpucore_tensor *weight, int64_t ignore_index,
+                                                             gpucore_loss_reduction reduction,
+                                                             double label_smoothing, gpucore_stream *stream);
 /* Embedding lookup: out[i..., :] = weight[indices[i...], :]. weight [V, D] (f32, f16 or
  * bf16), indices i32/i64 of any shape, out indices' shape + [D], weight's dtype. An index
  * outside [0, V) gives a row of NaN (not checked on the host). */

@@ -53,6 +53,10 @@ typedef struct gpucore_rows_args {
     int64_t ignore_index;
     float eps;
     int32_t reserved;
+    /* cross-entropy backward: class weights (param_dtype [cols]; NULL: all 1) and label
+     * smoothing; a float target_dtype means class-probability targets [rows, cols] */
+    const void *weight;
+    float smoothing;
     void *workspace;      /* kernel backends: gpucore_rows_workspace_bytes(); unused on the CPU */
 } gpucore_rows_args;
 

@@ -1,7 +1,8 @@
 /*
  * rows.cu — softmax / log-softmax (forward, backward), fused cross-entropy
  * (forward, backward), LayerNorm / RMSNorm (forward, backward) along the last
- * dim of contiguous [rows, cols] tensors, f32 math for f32/f16/bf16 data.
+ * dim of contiguous [rows, cols] tensors, f32 math for f32/f16/bf16 data; the softmax
+ * family also for f64 data in f64 math (a block per row, softmax_f64_kernel).
  *
  * Why it is fast: a row of up to ROWS_WARP_MAX_COLS columns is one warp's work
  * (several rows per block, no idle threads, no block barriers); a longer row is
@@ -33,7 +34,8 @@
 #define ROWS_WARP_MAX_COLS 4096
 #define WARP_ROWS_THREADS 256
 /* Register budgets (__launch_bounds__ minimum blocks): the block-per-row kernels keep 32 registers
- * (4 x 512 or 8 x 256 threads per SM); the warp-per-row kernels, whose loops unroll over a fixed
+ * (4 x 512 or 8 x 256 threads per SM), except the cross-entropy backward's, 64 (2 x 512: its
+ * weighted / smoothed / probability-target mass needs them to run without spills); the warp-per-row kernels, whose loops unroll over a fixed
  * 32-lane stride, get up to 128, which they need to run without spills (scripts/ptxas_spills.sh). */
 
 /* The threads that share one row: a warp (WARP) or the whole block; lane is this
@@ -153,9 +155,10 @@ template <int DT, int OP> __device__ __forceinline__ pair_stat sm_partial(const 
     return r;
 }
 
-/* Per-element output of the write pass; st: the row statistics, g: CE's row scale, t: CE's target. */
+/* Per-element output of the write pass; st: the row statistics, g: CE's row scale, q_all: CE's
+ * row target mass Q (CE_BWD passes the element's q as y). */
 template <int OP> __device__ __forceinline__ float sm_out(float x, float dy, float y, pair_stat st, float lse,
-                                                          float g, int64_t i, int64_t t)
+                                                          float g, float q_all)
 {
     switch (OP) {
     case GPUCORE_ROWS_SOFTMAX: return expf(x - st.a) / st.b;
@@ -164,7 +167,7 @@ template <int OP> __device__ __forceinline__ float sm_out(float x, float dy, flo
     case GPUCORE_ROWS_LOG_SOFTMAX: return (x - st.a) - lse;
     case GPUCORE_ROWS_SOFTMAX_BWD: return y * (dy - st.a);
     case GPUCORE_ROWS_LOG_SOFTMAX_BWD: return dy - expf(y) * st.a;
-    default: return g * (expf(x - st.a) / st.b - (i == t ? 1.0f : 0.0f)); /* CE_BWD */
+    default: return g * (q_all * (expf(x - st.a) / st.b) - y); /* CE_BWD: y is q_i */
     }
 }
 
@@ -174,16 +177,21 @@ template <int DT, int OP> __device__ __forceinline__ void sm_write(const gpucore
 {
     const int V = gpucore_dt_size<DT>::vec;
     const float lse = logf(st.b); /* log-sum-exp minus the row max */
-    float g = 0.0f;
+    float g = 0.0f, q_all = 1.0f;
     int64_t t = -1;
+    int plain = 1;
     if (OP == GPUCORE_ROWS_CE_BWD) {
-        t = gpucore_rows_target(p.targets, p.target_dtype, row);
-        if (t == p.ignore_index) g = 0.0f;
+        const float *tail = (const float *)((const char *)p.workspace + gpucore_rows_partials_bytes(&p));
+        const int probs = gpucore_rows_ce_probs(&p);
+        plain = gpucore_rows_ce_plain(&p);
+        t = probs ? -1 : gpucore_rows_target(p.targets, p.target_dtype, row);
+        if (!probs && t == p.ignore_index) g = 0.0f;
         else {
             g = p.reduction == GPUCORE_ROWS_RED_NONE
                     ? gpucore_load_as_f32((const char *)p.dloss + row * gpucore_kdt_size(p.loss_dtype), p.loss_dtype)
-                    : *(const float *)((const char *)p.workspace + gpucore_rows_partials_bytes(&p));
-            if (t < 0 || t >= p.cols) g = NAN;
+                    : tail[0];
+            if (!probs && (t < 0 || t >= p.cols)) g = NAN;
+            else if (!plain) q_all = probs ? tail[4 + row] : gpucore_rows_ce_mass_index(&p, t, tail[1]);
         }
     }
     void *out = OP == GPUCORE_ROWS_SOFTMAX || OP == GPUCORE_ROWS_LOG_SOFTMAX ? p.y : p.dx;
@@ -193,15 +201,19 @@ template <int DT, int OP> __device__ __forceinline__ void sm_write(const gpucore
             float a[gpucore_dt_size<DT>::vec], b[gpucore_dt_size<DT>::vec], o[gpucore_dt_size<DT>::vec];
             if (needs_x) gpucore_ldv<DT>(p.x, off + i, a);
             if (needs_dy) { gpucore_ldv<DT>(p.dy, off + i, a); gpucore_ldv<DT>(p.y, off + i, b); }
+            if (OP == GPUCORE_ROWS_CE_BWD)
+                for (int k = 0; k < V; k++) b[k] = plain ? (i + k == t ? 1.0f : 0.0f) : gpucore_rows_ce_q(&p, row, i + k, t);
 #pragma unroll
-            for (int k = 0; k < V; k++) o[k] = sm_out<OP>(a[k], a[k], needs_dy ? b[k] : 0.0f, st, lse, g, i + k, t);
+            for (int k = 0; k < V; k++) o[k] = sm_out<OP>(a[k], a[k], needs_dy || OP == GPUCORE_ROWS_CE_BWD ? b[k] : 0.0f,
+                                                          st, lse, g, q_all);
             gpucore_stv<DT>(out, off + i, o);
         }
     } else {
         for (int64_t i = l0 + lane; i < l1; i += size) {
             float a = needs_x ? gpucore_ld<DT>(p.x, off + i) : gpucore_ld<DT>(p.dy, off + i);
             float b = needs_dy ? gpucore_ld<DT>(p.y, off + i) : 0.0f;
-            gpucore_st<DT>(out, off + i, sm_out<OP>(a, a, b, st, lse, g, i, t));
+            if (OP == GPUCORE_ROWS_CE_BWD) b = plain ? (i == t ? 1.0f : 0.0f) : gpucore_rows_ce_q(&p, row, i, t);
+            gpucore_st<DT>(out, off + i, sm_out<OP>(a, a, b, st, lse, g, q_all));
         }
     }
 }
@@ -223,7 +235,7 @@ template <int DT> __device__ __forceinline__ void ce_row_loss(const gpucore_rows
  * phase 1 (chunks > 1): fold the row's chunk partials in order, then write the chunk.
  * WARP: a warp per row (chunks == 1); else a block per (row, chunk). */
 template <int DT, int OP, int WARP>
-__global__ void __launch_bounds__(ROWS_THREADS, WARP ? 1 : 4) softmax_like_kernel(gpucore_rows_args p, int64_t chunks, int vec, int phase)
+__global__ void __launch_bounds__(ROWS_THREADS, WARP ? 1 : OP == GPUCORE_ROWS_CE_BWD ? 2 : 4) softmax_like_kernel(gpucore_rows_args p, int64_t chunks, int vec, int phase)
 {
     pair_stat *part = (pair_stat *)p.workspace;
     const row_group<WARP> g;
@@ -249,26 +261,41 @@ __global__ void __launch_bounds__(ROWS_THREADS, WARP ? 1 : 4) softmax_like_kerne
 }
 
 /* One block: CE_FWD's reduction (sum of per-row losses, / count for MEAN) or CE_BWD's
- * row scale (dloss[0], / count for MEAN), each thread walking rows in a fixed stride. */
+ * tail: the row scale (dloss[0], / the counted rows' weight for MEAN) and Σ_c w_c, each
+ * thread walking rows (classes) in a fixed stride. */
 __global__ void __launch_bounds__(ROWS_THREADS) ce_reduce_kernel(gpucore_rows_args p)
 {
     float *tail = (float *)((char *)p.workspace + gpucore_rows_partials_bytes(&p));
-    const int fwd = p.op == GPUCORE_ROWS_CE_FWD;
-    pair_stat v = {0.0f, 0.0f}; /* a: loss sum, b: counted rows (exact in f32 up to 2^24 per thread) */
-    for (int64_t r = threadIdx.x; r < p.rows; r += blockDim.x) {
+    const int fwd = p.op == GPUCORE_ROWS_CE_FWD, probs = !fwd && gpucore_rows_ce_probs(&p);
+    pair_stat v = {0.0f, 0.0f}; /* a: loss sum or Σ_c w_c, b: counted rows' weight (exact in f32 up to 2^24) */
+    for (int64_t r = threadIdx.x; r < p.rows && !probs; r += blockDim.x) {
         if (fwd) v.a += tail[r];
-        v.b += gpucore_rows_target(p.targets, p.target_dtype, r) != p.ignore_index ? 1.0f : 0.0f;
+        const int64_t t = gpucore_rows_target(p.targets, p.target_dtype, r);
+        v.b += t == p.ignore_index ? 0.0f : fwd || t < 0 || t >= p.cols ? 1.0f : gpucore_rows_ce_w(&p, t);
     }
+    for (int64_t c = threadIdx.x; c < p.cols && !fwd; c += blockDim.x) v.a += gpucore_rows_ce_w(&p, c);
     v = block_fold<1>(v);
     if (threadIdx.x == 0) {
-        float count = v.b;
+        float count = probs ? (float)p.rows : v.b;
         if (fwd) {
             float out = p.reduction == GPUCORE_ROWS_RED_MEAN ? v.a / count : v.a;
             gpucore_store_from_f32(p.loss, p.loss_dtype, out);
         } else {
-            float g = gpucore_load_as_f32(p.dloss, p.loss_dtype);
+            float g = p.reduction == GPUCORE_ROWS_RED_NONE ? 0.0f : gpucore_load_as_f32(p.dloss, p.loss_dtype);
             tail[0] = p.reduction == GPUCORE_ROWS_RED_MEAN ? g / count : g;
+            tail[1] = v.a;
         }
+    }
+}
+
+/* CE_BWD with probability targets: Q of each row (Σ_c q_c in class order), one thread per row. */
+__global__ void __launch_bounds__(ROWS_THREADS) ce_mass_kernel(gpucore_rows_args p)
+{
+    float *mass = (float *)((char *)p.workspace + gpucore_rows_partials_bytes(&p)) + 4;
+    for (int64_t r = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; r < p.rows; r += (int64_t)gridDim.x * blockDim.x) {
+        float q = 0.0f;
+        for (int64_t c = 0; c < p.cols; c++) q += gpucore_rows_ce_q(&p, r, c, -1);
+        mass[r] = q;
     }
 }
 
@@ -276,9 +303,14 @@ template <int DT, int OP> static int softmax_like_launch(const gpucore_launch *l
 {
     const int64_t chunks = gpucore_rows_chunks(p->cols);
     int err;
-    if (OP == GPUCORE_ROWS_CE_BWD && p->reduction != GPUCORE_ROWS_RED_NONE) {
+    if (OP == GPUCORE_ROWS_CE_BWD && (p->reduction != GPUCORE_ROWS_RED_NONE || !gpucore_rows_ce_plain(p))) {
         GPUCORE_LAUNCH(ce_reduce_kernel, 1, ROWS_THREADS, 0, l->stream, *p);
         if ((err = GPUCORE_LAUNCH_STATUS())) return err;
+        if (gpucore_rows_ce_probs(p)) {
+            GPUCORE_LAUNCH(ce_mass_kernel, gpucore_grid_for(p->rows, ROWS_THREADS, l->sm_count), ROWS_THREADS, 0,
+                           l->stream, *p);
+            if ((err = GPUCORE_LAUNCH_STATUS())) return err;
+        }
     }
     if (p->cols <= ROWS_WARP_MAX_COLS) { /* chunks == 1 */
         unsigned grid = gpucore_grid_for(p->rows * 32, WARP_ROWS_THREADS, l->sm_count);
@@ -440,6 +472,67 @@ template <int DT, int LAYER> static int norm_launch(const gpucore_launch *l, con
     return GPUCORE_LAUNCH_STATUS();
 }
 
+/* ------------------------------------------------ f64 rows: the softmax family (rows_math.h) */
+
+#define F64_THREADS 256
+
+/* Block-wide max (MAX) or sum of v by a fixed shared-memory tree; the result to every thread. */
+template <int MAX> __device__ double f64_block_fold(double v, double *sh)
+{
+    sh[threadIdx.x] = v;
+    __syncthreads();
+    for (int s = F64_THREADS / 2; s > 0; s /= 2) {
+        if ((int)threadIdx.x < s)
+            sh[threadIdx.x] = MAX ? gpucore_rows_f64_max(sh[threadIdx.x], sh[threadIdx.x + s]) : sh[threadIdx.x] + sh[threadIdx.x + s];
+        __syncthreads();
+    }
+    const double r = sh[0];
+    __syncthreads(); /* sh is reused by the next fold */
+    return r;
+}
+
+/* A block per row (grid-stride over rows), f64 math: statistics, then the write pass. */
+template <int OP> __global__ void __launch_bounds__(F64_THREADS) softmax_f64_kernel(gpucore_rows_args p)
+{
+    __shared__ double sh[F64_THREADS];
+    const int fwd = OP == GPUCORE_ROWS_SOFTMAX || OP == GPUCORE_ROWS_LOG_SOFTMAX;
+    for (int64_t r = blockIdx.x; r < p.rows; r += gridDim.x) {
+        const double *v = (const double *)(fwd ? p.x : p.dy) + r * p.cols;
+        const double *y = fwd ? NULL : (const double *)p.y + r * p.cols;
+        double *o = (double *)(fwd ? p.y : p.dx) + r * p.cols;
+        double a = fwd ? -INFINITY : 0.0, b = 1.0;
+        for (int64_t c = threadIdx.x; c < p.cols; c += F64_THREADS)
+            a = fwd ? gpucore_rows_f64_max(a, v[c]) : a + gpucore_rows_f64_bwd_term(OP, v[c], y[c]);
+        a = f64_block_fold<OP == GPUCORE_ROWS_SOFTMAX || OP == GPUCORE_ROWS_LOG_SOFTMAX>(a, sh);
+        if (fwd) {
+            double sum = 0.0;
+            for (int64_t c = threadIdx.x; c < p.cols; c += F64_THREADS) sum += gpucore_rows_f64_exp_term(v[c], a);
+            b = gpucore_rows_f64_sum_fix(a, f64_block_fold<0>(sum, sh));
+        }
+        const double lb = log(b);
+        for (int64_t c = threadIdx.x; c < p.cols; c += F64_THREADS)
+            o[c] = gpucore_rows_f64_out(OP, v[c], fwd ? 0.0 : y[c], a, b, lb);
+    }
+}
+
+template <int OP> static int softmax_f64_launch(const gpucore_launch *l, const gpucore_rows_args *p)
+{
+    GPUCORE_LAUNCH((softmax_f64_kernel<OP>), gpucore_grid_for(p->rows * F64_THREADS, F64_THREADS, l->sm_count), F64_THREADS, 0,
+                   l->stream, *p);
+    return GPUCORE_LAUNCH_STATUS();
+}
+
+static int rows_f64_launch(const gpucore_launch *l, const gpucore_rows_args *p)
+{
+    switch (p->op) {
+    case GPUCORE_ROWS_SOFTMAX: return softmax_f64_launch<GPUCORE_ROWS_SOFTMAX>(l, p);
+    case GPUCORE_ROWS_LOG_SOFTMAX: return softmax_f64_launch<GPUCORE_ROWS_LOG_SOFTMAX>(l, p);
+    case GPUCORE_ROWS_SOFTMAX_BWD: return softmax_f64_launch<GPUCORE_ROWS_SOFTMAX_BWD>(l, p);
+    case GPUCORE_ROWS_LOG_SOFTMAX_BWD: return softmax_f64_launch<GPUCORE_ROWS_LOG_SOFTMAX_BWD>(l, p);
+    default: return 1; /* the API layer passes f64 to the softmax family only */
+    }
+}
+
 /* ---------------------------------------------------------------- dispatch */
 
 template <int DT> static int rows_launch(const gpucore_launch *l, const gpucore_rows_args *p)
@@ -470,6 +563,7 @@ extern "C" int gpucore_kernel_rows(const gpucore_launch *launch, const gpucore_r
     switch (args->dtype) {
     case GPUCORE_KDT_F32: return rows_launch<GPUCORE_KDT_F32>(launch, args);
     case GPUCORE_KDT_F16: return rows_launch<GPUCORE_KDT_F16>(launch, args);
+    case GPUCORE_KDT_F64: return rows_f64_launch(launch, args);
     default: return rows_launch<GPUCORE_KDT_BF16>(launch, args);
     }
 }

@@ -3,6 +3,8 @@
  * shared by the API layer (workspace sizes), the CPU backend and rows.cu /
  * embedding.cu so every backend cuts the work the same way.
  *
+ * f64 data: the softmax family only (gpucore_rows_f64_*: f64 math, a block per row on GPUs).
+ *
  * Ops (gpucore_rows_args fields used):
  *   SOFTMAX, LOG_SOFTMAX          y = softmax(x) / log_softmax(x) along each row
  *   SOFTMAX_BWD, LOG_SOFTMAX_BWD  dx from dy and the forward output y
@@ -14,8 +16,11 @@
  *   CE_FWD                        loss_r = logsumexp(x_r) - x_r[t_r] (0 where t_r == ignore_index,
  *                                 NaN where t_r is out of [0, cols)); reduction NONE writes
  *                                 loss[rows], SUM/MEAN one element (MEAN: over non-ignored rows)
- *   CE_BWD                        dx_r = g_r * (softmax(x_r) - onehot(t_r)), g_r = dloss[r] (NONE),
- *                                 dloss[0] (SUM) or dloss[0] / count (MEAN); 0 on ignored rows
+ *   CE_BWD                        dx_r = g_r * (Q_r softmax(x_r) - q_r) with q_r the row's target
+ *                                 mass (gpucore_rows_ce_q: class weights, label smoothing, index or
+ *                                 probability targets; plain: onehot(t_r)), Q_r = Σ_c q_rc;
+ *                                 g_r = dloss[r] (NONE), dloss[0] (SUM) or dloss[0] / (Σ of the
+ *                                 counted rows' w_t, or rows for probabilities) (MEAN); 0 on ignored rows
  *   EMBED                         y[i, :] = x[t_i, :] (x is the [vocab, cols] table; NaN row
  *                                 where t_i is out of [0, vocab))
  *   EMBED_BWD                     dx[v, :] = Σ_{i : t_i == v} dy[i, :], summed in increasing i
@@ -70,7 +75,47 @@ GPUCORE_HD int gpucore_rows_is_softmax_like(int op)
     return op <= GPUCORE_ROWS_LOG_SOFTMAX_BWD || op == GPUCORE_ROWS_CE_FWD || op == GPUCORE_ROWS_CE_BWD;
 }
 
-/* Byte offsets in the kernel workspace: [partials (2 f32 per row chunk)] [CE: per-row loss or the scale]. */
+/* Cross-entropy backward: probability targets (a float target dtype)? */
+GPUCORE_HD int gpucore_rows_ce_probs(const gpucore_rows_args *a)
+{
+    return a->target_dtype != GPUCORE_KDT_I32 && a->target_dtype != GPUCORE_KDT_I64;
+}
+
+/* Index targets, no class weight, no smoothing: q is onehot(t) and Q is 1. */
+GPUCORE_HD int gpucore_rows_ce_plain(const gpucore_rows_args *a)
+{
+    return !a->weight && a->smoothing == 0.0f && !gpucore_rows_ce_probs(a);
+}
+
+/* Class weight w_c (1 without weights). */
+GPUCORE_HD float gpucore_rows_ce_w(const gpucore_rows_args *a, int64_t c)
+{
+    return a->weight ? gpucore_load_as_f32((const char *)a->weight + c * gpucore_kdt_size(a->param_dtype), a->param_dtype)
+                     : 1.0f;
+}
+
+/* Target mass q_c of row r (PyTorch's cross_entropy with weight w and label smoothing ε):
+ * probabilities P: q_c = w_c ((1-ε) P_rc + ε/C); class index t (in [0, C)):
+ * q_c = w_c ε/C + [c = t] (1-ε) w_t. */
+GPUCORE_HD float gpucore_rows_ce_q(const gpucore_rows_args *a, int64_t r, int64_t c, int64_t t)
+{
+    const float eps = a->smoothing, u = eps / (float)a->cols;
+    if (gpucore_rows_ce_probs(a)) {
+        const float pr = gpucore_load_as_f32((const char *)a->targets + (r * a->cols + c) * gpucore_kdt_size(a->target_dtype),
+                                             a->target_dtype);
+        return gpucore_rows_ce_w(a, c) * ((1.0f - eps) * pr + u);
+    }
+    return gpucore_rows_ce_w(a, c) * u + (c == t ? (1.0f - eps) * gpucore_rows_ce_w(a, t) : 0.0f);
+}
+
+/* Q of an index-target row: Σ_c q_c = (1-ε) w_t + ε/C Σ_c w_c (sum_w: Σ_c w_c). */
+GPUCORE_HD float gpucore_rows_ce_mass_index(const gpucore_rows_args *a, int64_t t, float sum_w)
+{
+    return (1.0f - a->smoothing) * gpucore_rows_ce_w(a, t) + a->smoothing / (float)a->cols * sum_w;
+}
+
+/* Byte offsets in the kernel workspace: [partials (2 f32 per row chunk)] [CE: per-row loss, or
+ * CE_BWD's 16-byte tail {scale, Σ_c w_c} then (probabilities) Q per row]. */
 GPUCORE_HD int64_t gpucore_rows_partials_bytes(const gpucore_rows_args *a)
 {
     int64_t c = gpucore_rows_chunks(a->cols);
@@ -79,11 +124,11 @@ GPUCORE_HD int64_t gpucore_rows_partials_bytes(const gpucore_rows_args *a)
 
 GPUCORE_HD int64_t gpucore_rows_workspace_bytes(const gpucore_rows_args *a)
 {
-    if (a->rows == 0 || a->cols == 0) return 0;
+    if (a->rows == 0 || a->cols == 0 || a->dtype == GPUCORE_KDT_F64) return 0; /* f64 rows: one block each */
     if (gpucore_rows_is_softmax_like(a->op)) {
         int64_t b = gpucore_rows_partials_bytes(a);
         if (a->op == GPUCORE_ROWS_CE_FWD && a->reduction != GPUCORE_ROWS_RED_NONE) b += a->rows * (int64_t)sizeof(float);
-        if (a->op == GPUCORE_ROWS_CE_BWD && a->reduction != GPUCORE_ROWS_RED_NONE) b += 16;
+        if (a->op == GPUCORE_ROWS_CE_BWD) b += 16 + (gpucore_rows_ce_probs(a) ? a->rows * (int64_t)sizeof(float) : 0);
         return b;
     }
     if ((a->op == GPUCORE_ROWS_LAYERNORM_BWD || a->op == GPUCORE_ROWS_RMSNORM_BWD) && (a->dgamma || a->dbeta)) {
@@ -138,6 +183,42 @@ GPUCORE_HD gpucore_softmax_stat gpucore_softmax_stat_add(gpucore_softmax_stat a,
         a.s += expf(x - a.m);
     }
     return a;
+}
+
+/* ---- f64 rows (softmax, log-softmax and their backwards only; f64 math throughout) ----
+ * Row statistics: forward a = max (NaN if any NaN), b = Σ exp(x - a) over x != -inf (NaN when
+ * a is NaN or -inf: a row of only -inf); backward a = Σ dy·y (softmax) or Σ dy (log-softmax). */
+GPUCORE_HD double gpucore_rows_f64_max(double a, double b)
+{
+    return a != a || b != b ? NAN : a > b ? a : b;
+}
+
+GPUCORE_HD double gpucore_rows_f64_exp_term(double x, double m)
+{
+    return x == -INFINITY ? 0.0 : exp(x - m);
+}
+
+/* The row's statistic term of element (v, y): v is x (forward) or dy (backward). */
+GPUCORE_HD double gpucore_rows_f64_bwd_term(int op, double dy, double y)
+{
+    return op == GPUCORE_ROWS_SOFTMAX_BWD ? dy * y : dy;
+}
+
+/* The write pass: v is x (forward) or dy (backward); lb = log(b) (log-softmax). */
+GPUCORE_HD double gpucore_rows_f64_out(int op, double v, double y, double a, double b, double lb)
+{
+    switch (op) {
+    case GPUCORE_ROWS_SOFTMAX: return b != b ? NAN : gpucore_rows_f64_exp_term(v, a) / b;
+    case GPUCORE_ROWS_LOG_SOFTMAX: return b != b ? NAN : (v - a) - lb;
+    case GPUCORE_ROWS_SOFTMAX_BWD: return y * (v - a);
+    default: return v - exp(y) * a; /* LOG_SOFTMAX_BWD */
+    }
+}
+
+/* b from the summed exp terms and the max a. */
+GPUCORE_HD double gpucore_rows_f64_sum_fix(double a, double sum)
+{
+    return a != a || a == -INFINITY ? NAN : sum;
 }
 
 #endif

@@ -289,6 +289,7 @@ DECLARATIONS: Dict[str, Tuple[Any, List[Any]]] = {
     "gpucore_rms_norm_backward": (STATUS, [H, H, H, H, H, H, H]),
     "gpucore_cross_entropy": (STATUS, [H, H, H, c_int64, c_int, H]),
     "gpucore_cross_entropy_backward": (STATUS, [H, H, H, H, c_int64, c_int, H]),
+    "gpucore_cross_entropy_backward_ex": (STATUS, [H, H, H, H, H, c_int64, c_int, c_double, H]),
     "gpucore_embedding": (STATUS, [H, H, H, H]),
     "gpucore_embedding_backward": (STATUS, [H, H, H, H]),
     "gpucore_embedding_backward_padding": (STATUS, [H, H, H, c_int64, H]),

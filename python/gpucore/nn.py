@@ -28,8 +28,8 @@ from .errors import InvalidArgumentError, InvalidArgumentTypeError, ShapeMismatc
 from .ops import _act, _opt, _out, _same_ctx, _stream, _tensor
 from .tensor import Tensor, _i64_array, empty, zeros
 
-__all__ = ["matmul", "linear", "linear_backward", "conv2d", "conv1d", "conv2d_backward_data",
-           "conv2d_backward_filter", "conv_output_shape", "conv_stats", "EPILOGUES", "IntPair"]
+__all__ = ["matmul", "matmul_backward", "linear", "linear_backward", "conv2d", "conv1d", "conv2d_backward",
+           "conv2d_backward_data", "conv2d_backward_filter", "conv_output_shape", "conv_stats", "EPILOGUES", "IntPair"]
 
 EPILOGUES = {"none": 0, "bias": 1, "relu": 2, "bias_relu": 3, "gelu": 4, "bias_gelu": 5, "dgelu": 6,
              "dgelu_bgrad": 7, "bgrad_a": 8, "bgrad_b": 9}
@@ -147,6 +147,38 @@ def _matmul_broadcast(a: Tensor, b: Tensor, out: Optional[Tensor], out_dtype: An
         if out is None else _tensor(out, "out")
     C.gpucore_matmul_nd(a.handle, b.handle, d.handle, _stream(a._ctx, stream))
     return d
+
+
+def _sum_to(t: Tensor, shape: Sequence[int], stream: Optional[Stream]) -> Tensor:
+    """t summed over the dims that broadcasting added or stretched from 1, as ``shape``."""
+    from .ops import sum as _sum
+    lead = len(t.shape) - len(shape)
+    dims = list(range(lead)) + [lead + i for i, s in enumerate(shape) if s == 1 and t.shape[lead + i] != 1]
+    if dims:
+        t = _sum(t, dim=tuple(dims), keepdim=True, stream=stream)
+    return t.reshape(tuple(shape))
+
+
+def matmul_backward(grad_output: Tensor, a: Tensor, b: Tensor, input_grad: bool = True, other_grad: bool = True,
+                    stream: Optional[Stream] = None) -> Tuple[Optional[Tensor], Optional[Tensor]]:
+    """Backward of ``y = matmul(a, b)`` with torch.matmul's shape rules (1-d operands, broadcast
+    batch dims): returns (da, db) = (dy·bᵀ, aᵀ·dy), each summed over the batch dims it was
+    broadcast along and shaped as its operand; None when not asked for."""
+    dy = _tensor(grad_output, "grad_output")
+    a = _tensor(a, "a")
+    b = _tensor(b, "b")
+    if not a.shape or not b.shape:
+        raise ShapeMismatchError("matmul_backward: both operands need at least 1 dim, not %s and %s" % (a.shape, b.shape))
+    a2 = a.reshape((1, a.shape[0])) if len(a.shape) == 1 else a
+    b2 = b.reshape((b.shape[0], 1)) if len(b.shape) == 1 else b
+    batch = tuple(np.broadcast_shapes(tuple(a2.shape[:-2]), tuple(b2.shape[:-2])))
+    dy2 = dy.reshape(batch + (a2.shape[-2], b2.shape[-1]))
+    da = db = None
+    if input_grad:
+        da = _sum_to(matmul(dy2, b2.transpose(-1, -2), stream=stream), a2.shape, stream).reshape(a.shape)
+    if other_grad:
+        db = _sum_to(matmul(a2.transpose(-1, -2), dy2, stream=stream), b2.shape, stream).reshape(b.shape)
+    return da, db
 
 
 # ---------------------------------------------------------------- linear
@@ -381,6 +413,39 @@ def conv2d_backward_filter(grad_output: Tensor, input: Tensor, weight_shape: Seq
     dw = _out(out, tuple(weight_shape), dy.dtype, ctx)
     C.gpucore_conv_backward_filter(dy.handle, x.handle, dw.handle, byref(o), _stream(ctx, stream))
     return dw
+
+
+def conv2d_backward(grad_output: Tensor, input: Tensor, weight: Tensor, bias_grad: bool = False, stride: IntPair = 1,
+                    padding: Union[IntPair, str] = 0, dilation: IntPair = 1, groups: int = 1, *,
+                    layout: str = "nchw", input_grad: bool = True, weight_grad: bool = True,
+                    stream: Optional[Stream] = None) -> Tuple[Optional[Tensor], Optional[Tensor], Optional[Tensor]]:
+    """(dx, dw, db) of :func:`conv2d` with the forward's arguments (an unbatched [C, H, W]
+    input and ``padding="same"`` included, as the forward takes them); db ([K], the sum of dy
+    over N, H, W) only with ``bias_grad``; each None when not asked for."""
+    dy = _tensor(grad_output, "grad_output")
+    x = _tensor(input, "input")
+    w = _tensor(weight, "weight")
+    if len(x.shape) == 3 and len(w.shape) == 4:  # unbatched image: a batch of one
+        dx, dw, db = conv2d_backward(dy.unsqueeze(0), x.unsqueeze(0), w, bias_grad, stride, padding, dilation, groups,
+                                     layout=layout, input_grad=input_grad, weight_grad=weight_grad, stream=stream)
+        return (None if dx is None else dx.squeeze(0)), dw, db
+    xp = x
+    if padding == "same" and len(x.shape) == 4 and len(w.shape) == 4:
+        padded = _pad_same_odd(x, w, dilation, layout)
+        if padded is not None:  # the forward ran on x with an extra zero row/column: crop its gradient
+            xp, padding = padded
+    dx = dw = db = None
+    if input_grad:
+        dx = conv2d_backward_data(dy, w, xp.shape, stride, padding, dilation, groups, layout=layout, stream=stream)
+        if xp is not x:
+            dx = dx[tuple(slice(0, n) for n in x.shape)].contiguous()
+    if weight_grad:
+        dw = conv2d_backward_filter(dy, xp, w.shape, stride, padding, dilation, groups, layout=layout, stream=stream)
+    if bias_grad:
+        from .ops import sum as _sum
+        dims = (0, 1, 2) if layout == "nhwc" else (0, 2, 3)
+        db = _sum(dy, dim=dims[:len(dy.shape) - 1] if len(dy.shape) == 3 else dims, stream=stream)
+    return dx, dw, db
 
 
 def conv_stats(device: DeviceLike = None) -> dict:

@@ -107,8 +107,10 @@ def cross_entropy(input: Tensor, target: Tensor, weight: Optional[Tensor] = None
             res = cast(per_row, x.dtype, stream=stream).reshape(rshape)
         else:
             res = sum(per_row, stream=stream)
-            if r == LOSS_REDUCTIONS["mean"]:
-                res = scale(res, 1.0 / denom if denom else float("nan"), stream=stream)
+            if r == LOSS_REDUCTIONS["mean"] and denom:
+                res = scale(res, 1.0 / denom, stream=stream)
+            elif r == LOSS_REDUCTIONS["mean"]:  # no counted target (PyTorch: NaN)
+                res = full((), float("nan"), "float32", device=ctx)
     if out is not None:
         _tensor(out, "out").copy_(res, stream=stream)
         return out
@@ -117,30 +119,44 @@ def cross_entropy(input: Tensor, target: Tensor, weight: Optional[Tensor] = None
 
 def cross_entropy_backward(input: Tensor, target: Tensor, grad_output: TensorOrNumber = 1.0,
                            ignore_index: int = -100, reduction: str = "mean", out: Optional[Tensor] = None,
-                           stream: Optional[Stream] = None) -> Tensor:
-    """d loss / d input = grad * (softmax(input) - onehot(target)); 0 on ignored rows; "mean"
-    divides by the counted rows. Integer targets, no class weight or label smoothing; the
+                           stream: Optional[Stream] = None, *, weight: Optional[Tensor] = None,
+                           label_smoothing: float = 0.0) -> Tensor:
+    """d loss / d input of :func:`cross_entropy` with the same arguments: with q the row's
+    target mass (class index t: w_c ε/C + [c = t] (1-ε) w_t; probabilities p: w_c ((1-ε) p_c +
+    ε/C)), dx = grad * (Σ_c q_c · softmax(input) - q); 0 on ignored rows; "mean" divides by the
+    summed weight of the counted targets (indices) or by the row count (probabilities). The
     layouts of :func:`cross_entropy` ((N, C), (N, C, d1, ...) with class dim 1, (C,)).
     ``grad_output``: the loss's gradient (a tensor of the loss's shape, or a number for a
     reduced loss, e.g. the loss scale). out may be input (in place) for (N, C) logits."""
     x = _tensor(input, "input")
     t = _tensor(target, "target")
     r = _loss_reduction(reduction)
+    eps = to_float(label_smoothing, "label_smoothing")
+    if not 0.0 <= eps <= 1.0:
+        raise InvalidArgumentError("cross_entropy_backward: label_smoothing must be in [0, 1], not %r" % (eps,))
     ctx = x._ctx
+    probs = t.dtype in (_dt.float32, _dt.float16, _dt.bfloat16, _dt.float64)
+    rshape = tuple(x.shape[:1] + x.shape[2:]) if len(x.shape) > 1 else ()
     if _is_number(grad_output):
         if r == 0:
-            dl = full(t.shape, float(grad_output), x.dtype, device=ctx)  # type: ignore[arg-type]
+            dl = full(rshape, float(grad_output), x.dtype, device=ctx)  # type: ignore[arg-type]
         else:
             dl = full((), float(grad_output), "float32", device=ctx)  # type: ignore[arg-type]
     else:
         dl = _tensor(grad_output, "grad_output")
-    _same_ctx(ctx, (t, "target"), (dl, "grad_output"), (out, "out"))
+    _same_ctx(ctx, (t, "target"), (dl, "grad_output"), (out, "out"), (weight, "weight"))
     o = _out(out, x.shape, x.dtype, ctx)
+    if probs and t.dtype != x.dtype:
+        t = cast(t, x.dtype, stream=stream)
     if len(x.shape) != 2 and x.shape:  # class dim 1 (or unbatched): the kernel on [rows, C], moved back
         rows = _class_rows(x)
         nrow = rows.shape[0]
-        dr = cross_entropy_backward(rows, t.reshape((nrow,)), dl.reshape((nrow,)) if r == 0 else dl,
-                                    ignore_index, reduction, stream=stream)
+        if tuple(t.shape) != (tuple(x.shape) if probs else rshape):
+            raise ShapeMismatchError("cross_entropy_backward: input %s needs a target of shape %s, not %s" %
+                                     (x.shape, tuple(x.shape) if probs else rshape, t.shape))
+        tr = _class_rows(t) if probs else t.reshape((nrow,))
+        dr = cross_entropy_backward(rows, tr, dl.reshape((nrow,)) if r == 0 else dl, ignore_index, reduction,
+                                    stream=stream, weight=weight, label_smoothing=eps)
         if len(x.shape) == 1:
             o.copy_(dr.reshape(x.shape), stream=stream)
         else:
@@ -148,8 +164,13 @@ def cross_entropy_backward(input: Tensor, target: Tensor, grad_output: TensorOrN
             moved = dr.reshape(lead + (x.shape[1],)).permute([0, len(x.shape) - 1] + list(range(1, len(x.shape) - 1)))
             o.copy_(moved, stream=stream)
         return o
-    C.gpucore_cross_entropy_backward(o.handle, dl.handle, x.handle, t.handle, to_int(ignore_index, "ignore_index"),
-                                     r, _stream(ctx, stream))
+    if weight is None and eps == 0.0 and not probs:
+        C.gpucore_cross_entropy_backward(o.handle, dl.handle, x.handle, t.handle, to_int(ignore_index, "ignore_index"),
+                                         r, _stream(ctx, stream))
+    else:
+        C.gpucore_cross_entropy_backward_ex(o.handle, dl.handle, x.handle, t.handle,
+                                            None if weight is None else _tensor(weight, "weight").handle,
+                                            to_int(ignore_index, "ignore_index"), r, eps, _stream(ctx, stream))
     return o
 
 

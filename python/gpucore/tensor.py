@@ -488,6 +488,8 @@ class Tensor:
         """Swap two dims (a view)."""
         d0 = to_int(dim0, "dim0", -(1 << 31), (1 << 31) - 1)
         d1 = to_int(dim1, "dim1", -(1 << 31), (1 << 31) - 1)
+        if not self._shape and d0 in (0, -1) and d1 in (0, -1):  # PyTorch: a 0-d tensor's dim 0 / -1
+            return self.reshape(())
         out = c_void_p()
         C.gpucore_tensor_transpose(self.handle, d0, d1, byref(out))
         return Tensor._adopt(self._ctx, out.value, self._foreign)

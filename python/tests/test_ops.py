@@ -295,3 +295,89 @@ def test_cat_matches_numpy_and_refuses_bad_shapes():
         gpucore.cat([ta, gpucore.from_numpy(np.ones((4, 2), np.float32), device=ctx)], dim=1)
     with pytest.raises(gpucore.GpucoreError):
         gpucore.cat([], dim=0)
+
+
+# ---------------------------------------------------------------- PyTorch semantics (issue 23)
+
+def _np_softmax(x, axis=-1):
+    e = np.exp(x - x.max(axis=axis, keepdims=True))
+    return e / e.sum(axis=axis, keepdims=True)
+
+
+@pytest.mark.parametrize("probs", [False, True])
+def test_cross_entropy_backward_weight_smoothing(ctx, probs):
+    """dx = g (Σq · softmax - q) with class weights and label smoothing, (N, C, d) layout."""
+    n, c, d, eps = 4, 5, 3, 0.2
+    x = arr(n, c, d)
+    w = RNG.uniform(0.2, 2.0, size=c).astype(np.float32)
+    p = _np_softmax(x.astype(np.float64), axis=1)
+    if probs:
+        tp = RNG.uniform(0, 1, size=(n, c, d)).astype(np.float32)
+        q = w[None, :, None] * ((1 - eps) * tp + eps / c)
+        denom, target = n * d, g.tensor(tp, device=ctx)
+    else:
+        ti = RNG.integers(0, c, size=(n, d))
+        ti[0, 0] = -100
+        oh = np.zeros((n, c, d))
+        for i in range(n):
+            for k in range(d):
+                if ti[i, k] != -100:
+                    oh[i, ti[i, k], k] = 1
+        valid = (ti != -100)[:, None, :]
+        q = valid * (w[None, :, None] * eps / c + oh * (1 - eps) * w[None, :, None])
+        denom, target = w[ti[ti != -100]].sum(), g.tensor(ti.astype(np.int64), device=ctx)
+    ref = 0.7 * (q.sum(axis=1, keepdims=True) * p - q) / denom
+    got = g.cross_entropy_backward(g.tensor(x, device=ctx), target, 0.7, weight=g.tensor(w, device=ctx),
+                                   label_smoothing=eps)
+    assert got.shape == x.shape and rel(got.numpy(), ref) < 1e-5
+    with pytest.raises(g.InvalidArgumentError):
+        g.cross_entropy_backward(g.tensor(x, device=ctx), target, label_smoothing=1.5)
+
+
+def test_rank0_and_empty_edges(ctx):
+    """0-d and empty tensors as PyTorch treats them."""
+    b = g.tensor(arr(3), dtype=g.bfloat16, device=ctx)
+    s = g.tensor(np.float32(2.0), device=ctx)
+    assert (b * s).dtype == g.bfloat16 and rel((b * s).numpy(convert=True), b.numpy(convert=True) * 2) == 0
+    x0 = g.tensor(np.float32(1.5), device=ctx)
+    assert x0.transpose(0, -1).shape == () and float(x0.transpose(0, 0).numpy()) == 1.5
+    y, mu, rs = g.layer_norm(g.tensor(np.zeros((2, 0), np.float32), device=ctx), [0], return_stats=True)
+    assert y.shape == (2, 0) and mu.shape == (2,) and np.isnan(mu.numpy()).all()
+    loss = g.cross_entropy(g.tensor(np.zeros((0, 3), np.float32), device=ctx), g.tensor(np.zeros(0, np.int64), device=ctx),
+                           weight=g.tensor(np.ones(3, np.float32), device=ctx))
+    assert loss.shape == () and np.isnan(loss.numpy())
+    # softmax backward of a 0-d tensor (one row of one element): 0
+    y0 = g.softmax(x0, dim=0)
+    assert float(y0.numpy()) == 1.0 and float(g.softmax_backward(x0, y0, dim=0).numpy()) == 0.0
+    # cross-entropy of unbatched (C,) logits and a 0-d target, and its backward
+    xc = np.array([1.0, 2.0, 3.0], np.float32)
+    t0 = g.tensor(np.array(1, np.int64), device=ctx)
+    ref = _np_softmax(xc.astype(np.float64)) - np.eye(3)[1]
+    assert rel(g.cross_entropy_backward(g.tensor(xc, device=ctx), t0).numpy(), ref) < 1e-6
+
+
+def test_matmul_and_conv2d_backward_shapes(ctx):
+    """matmul_backward with torch.matmul's shape rules; conv2d_backward on an unbatched image."""
+    a, b = arr(2), arr(2)
+    da, db = g.matmul_backward(g.tensor(np.float32(2.0), device=ctx), g.tensor(a, device=ctx), g.tensor(b, device=ctx))
+    assert rel(da.numpy(), 2 * b) < 1e-6 and rel(db.numpy(), 2 * a) < 1e-6
+    a3, b2, dy = arr(4, 3, 2), arr(2, 5), arr(4, 3, 5)
+    da, db = g.matmul_backward(g.tensor(dy, device=ctx), g.tensor(a3, device=ctx), g.tensor(b2, device=ctx))
+    assert rel(da.numpy(), dy @ b2.T) < 1e-6
+    assert rel(db.numpy(), np.einsum("bmk,bmn->kn", a3, dy)) < 1e-5
+    dx, dw, dbias = g.conv2d_backward(g.tensor(np.ones((2, 3, 3), np.float32), device=ctx),
+                                      g.tensor(np.ones((1, 3, 3), np.float32), device=ctx),
+                                      g.tensor(np.ones((2, 1, 1, 1), np.float32), device=ctx), bias_grad=True)
+    assert dx.shape == (1, 3, 3) and np.all(dx.numpy() == 2) and np.all(dw.numpy() == 9) and np.all(dbias.numpy() == 9)
+
+
+def test_softmax_float64(ctx):
+    """dtype=float64: f64 math (f64 row kernels), and the f64 backward."""
+    x = RNG.normal(size=(3, 7)) * 10
+    y = g.softmax(g.tensor(x.astype(np.float32), device=ctx), dim=1, dtype=g.float64)
+    assert y.dtype == g.float64 and rel(y.numpy(), _np_softmax(x.astype(np.float32).astype(np.float64))) < 1e-14
+    dy = RNG.normal(size=(3, 7))
+    yl = g.log_softmax(g.tensor(x, device=ctx), dim=0)
+    dx = g.log_softmax_backward(g.tensor(dy, device=ctx), yl, dim=0).numpy()
+    ref = dy - _np_softmax(x, axis=0) * dy.sum(axis=0, keepdims=True)
+    assert rel(dx, ref) < 1e-14

@@ -209,29 +209,22 @@ ADAPTERS = {
 
 # ---------------------------------------------------------------- deliberate exceptions
 
-def _wants_f64(sample):
-    d = sample.args[1] if len(sample.args) > 1 else sample.kwargs.get("dtype")
-    return d == torch.float64
-
-
 def _negative_eps(sample):
     eps = sample.args[3] if len(sample.args) > 3 else sample.kwargs.get("eps", 1e-5)
     return eps < 0
 
 
+NEGATIVE_EPS = ("nn.functional.layer_norm", _negative_eps, "eps < 0: gpucore requires eps >= 0 (var + eps may go "
+                                                           "negative, giving NaN)")
 # (op name, which samples, why gpucore refuses them on purpose)
 EXCEPTIONS = [
-    ("softmax", _wants_f64, "dtype=torch.float64: the row ops (softmax family) have f32/f16/bf16 kernels only; "
-                            "cast the f32 result with gpucore.cast"),
-    ("log_softmax", _wants_f64, "dtype=torch.float64: the row ops (softmax family) have f32/f16/bf16 kernels only; "
-                                "cast the f32 result with gpucore.cast"),
-    ("nn.functional.layer_norm", _negative_eps, "eps < 0: gpucore requires eps >= 0 (var + eps may go negative, "
-                                                "giving NaN)"),
+    NEGATIVE_EPS,
 ]
 
 
-def exception_for(op, sample):
-    for name, matches, why in EXCEPTIONS:
+def exception_for(op, sample, exceptions=None):
+    """Why this sample is a listed exception (of ``exceptions``, default EXCEPTIONS), or None."""
+    for name, matches, why in EXCEPTIONS if exceptions is None else exceptions:
         if name == op.name and matches(sample):
             return why
     return None
@@ -269,21 +262,30 @@ def reference(op, sample, tdt):
     return out.numpy()
 
 
-def run_sample(op, sample, tdt, tol, ctx):
-    adapter = ADAPTERS[op.name]
+def call_ours(fn, sample, ctx, *extra):
+    """fn(x, args, kwargs, *extra) on the sample's values as gpucore tensors (extra: torch tensors
+    converted too); (its result(s) as numpy, None), or (None, why) when gpucore refused."""
     try:
         x = to_g(sample.input, ctx)
         args = to_g(list(sample.args), ctx)
         kwargs = {k: to_g(v, ctx) for k, v in sample.kwargs.items()}
-        ours = adapter(x, args, kwargs)
+        ours = fn(x, args, kwargs, *[to_g(e, ctx) for e in extra])
         ctx.synchronize()
-        ours = g_to_np(ours)
+        if isinstance(ours, list):
+            return [None if o is None else g_to_np(o) for o in ours], None
+        return g_to_np(ours), None
     except Refused as e:
-        return "refused", str(e)
+        return None, str(e)
     except g.GpucoreError as e:
-        return "refused", "gpucore: " + str(e).split("\n")[0][:160]
+        return None, "gpucore: " + str(e).split("\n")[0][:160]
     except TypeError as e:
-        return "refused", "binding: " + str(e)[:160]
+        return None, "binding: " + str(e)[:160]
+
+
+def run_sample(op, sample, tdt, tol, ctx):
+    ours, why = call_ours(ADAPTERS[op.name], sample, ctx)
+    if why is not None:
+        return "refused", why
     try:
         ref = reference(op, sample, tdt)
     except Exception as e:  # torch itself refuses the float64 form: not a sample we can judge
@@ -292,32 +294,37 @@ def run_sample(op, sample, tdt, tol, ctx):
     return ("right", "") if why is None else ("wrong", why)
 
 
-def test_opinfo_samples():
+def drive(ops, dtypes_of, samples_of, run, exception_for, report_env, title, min_total, excepted_if=("refused",)):
+    """Run every sample of every op (``samples_of(op, tdt)``) through ``run(op, sample, tdt, tol, ctx,
+    k)``, classify, print the per-op counts, write the JSON report (``$report_env``) and fail on any
+    wrong or unlisted refused sample. A result in ``excepted_if`` with a listed exception counts as
+    excepted."""
     ctx = g.default_context()
-    counts = collections.defaultdict(lambda: collections.Counter())
+    counts = collections.defaultdict(collections.Counter)
     reasons = collections.defaultdict(collections.Counter)
     wrong, refused = [], []
     for op in opinfo.op_db:
-        if op.name not in ADAPTERS or op.variant_test_name == "complex":
+        if op.name not in ops or op.variant_test_name == "complex":
             continue
         for dname, (tdt, _gdt, tol) in DTYPES.items():
-            if tdt not in op.supported_dtypes("cpu"):
+            if tdt not in dtypes_of(op):
                 continue
             torch.manual_seed(0)
-            for sample in op.sample_inputs("cpu", tdt):
-                result, why = run_sample(op, sample, tdt, tol, ctx)
+            for k, sample in enumerate(samples_of(op, tdt)):
+                result, why = run(op, sample, tdt, tol, ctx, k)
                 excepted = exception_for(op, sample)
-                if result == "refused" and excepted is not None:
+                if result in excepted_if and excepted is not None:
                     result, why = "excepted", excepted
                 counts[op.name][result] += 1
                 if result in ("refused", "excepted"):
                     reasons[op.name][why] += 1
+                line = "%s[%s] %s: %s" % (op.name, dname, tuple(sample.input.shape), why)
                 if result == "refused":
-                    refused.append("%s[%s] %s: %s" % (op.name, dname, tuple(sample.input.shape), why))
+                    refused.append(line)
                 elif result == "wrong":
-                    wrong.append("%s[%s] %s: %s" % (op.name, dname, tuple(sample.input.shape), why))
+                    wrong.append(line)
     total = collections.Counter()
-    lines = ["%-28s %6s %6s %8s %8s" % ("op", "right", "wrong", "excepted", "refused")]
+    lines = ["%-28s %6s %6s %8s %8s" % (title, "right", "wrong", "excepted", "refused")]
     for name in sorted(counts):
         c = counts[name]
         total.update(c)
@@ -325,13 +332,19 @@ def test_opinfo_samples():
     lines.append("%-28s %6d %6d %8d %8d" % ("total", total["right"], total["wrong"], total["excepted"],
                                              total["refused"]))
     print("\n".join(lines))
-    report = os.environ.get("GPUCORE_OPINFO_REPORT")
+    report = os.environ.get(report_env)
     if report:
         with open(report, "w") as f:
             json.dump({"counts": {k: dict(v) for k, v in counts.items()},
                        "reasons": {k: dict(v) for k, v in reasons.items()},
                        "wrong": wrong, "refused": refused}, f, indent=1, sort_keys=True)
-    assert sum(total.values()) > 500, "OpInfo gave too few samples: %s" % dict(total)
+    assert sum(total.values()) > min_total, "OpInfo gave too few samples: %s" % dict(total)
     assert not wrong, "%d wrong samples:\n%s" % (len(wrong), "\n".join(wrong[:40]))
     assert not refused, "%d samples refused that are not listed in EXCEPTIONS:\n%s" % (
         len(refused), "\n".join(refused[:40]))
+
+
+def test_opinfo_samples():
+    drive(ADAPTERS, lambda op: op.supported_dtypes("cpu"), lambda op, tdt: op.sample_inputs("cpu", tdt),
+          lambda op, sample, tdt, tol, ctx, k: run_sample(op, sample, tdt, tol, ctx), exception_for,
+          "GPUCORE_OPINFO_REPORT", "op (forward)", 500)

@@ -88,10 +88,11 @@ static gpucore_status shape_error(const char *op, const char *an, const gpucore_
                              gpucore_shape_str(b->ndim, b->shape, y, sizeof y), want);
 }
 
-/* x is a float tensor of at least one dim: rows and cols of its last-dim view. */
-static gpucore_status rows_of(const gpucore_tensor *x, const char *op, const char *arg, int64_t *rows, int64_t *cols)
+/* x is a float tensor of at least one dim (f64_ok: f64 too): rows and cols of its last-dim view. */
+static gpucore_status rows_of_dt(const gpucore_tensor *x, const char *op, const char *arg, int64_t *rows, int64_t *cols,
+                                 int f64_ok)
 {
-    gpucore_status st = ops_check_float(x, op, arg);
+    gpucore_status st = f64_ok && x->dtype == GPUCORE_F64 ? GPUCORE_OK : ops_check_float(x, op, arg);
     if (st) return st;
     if (x->ndim < 1)
         return gpucore_set_error(GPUCORE_ERR_SHAPE_MISMATCH, "%s: '%s' is 0-d; this op works along the last dim, "
@@ -101,6 +102,11 @@ static gpucore_status rows_of(const gpucore_tensor *x, const char *op, const cha
     *rows = *cols ? n / *cols : 1;
     for (int d = 0; d < x->ndim - 1 && !*cols; d++) *rows *= x->shape[d];
     return GPUCORE_OK;
+}
+
+static gpucore_status rows_of(const gpucore_tensor *x, const char *op, const char *arg, int64_t *rows, int64_t *cols)
+{
+    return rows_of_dt(x, op, arg, rows, cols, 0);
 }
 
 /* A data tensor that must match x in context, dtype and shape. */
@@ -175,7 +181,7 @@ gpucore_status gpucore_softmax(gpucore_tensor *y, const gpucore_tensor *x, int l
     const char *name = log_softmax ? "log_softmax" : "softmax";
     gpucore_status st = gpucore_check_tensor(x, name, "x");
     int64_t rows, cols;
-    if (st || (st = rows_of(x, name, "x", &rows, &cols)) || (st = check_like(y, "y", x, "x", name))) return st;
+    if (st || (st = rows_of_dt(x, name, "x", &rows, &cols, 1)) || (st = check_like(y, "y", x, "x", name))) return st;
     if ((st = ops_check_tensor_alias(y, x, name, "x", 1))) return st;
     gpucore_context *ctx = x->ctx;
     if ((st = ops_need_entry(ctx, (const void *)ctx->be->rows, name))) return st;
@@ -198,7 +204,7 @@ gpucore_status gpucore_softmax_backward(gpucore_tensor *dx, const gpucore_tensor
     const char *name = log_softmax ? "log_softmax_backward" : "softmax_backward";
     gpucore_status st = gpucore_check_tensor(y, name, "y");
     int64_t rows, cols;
-    if (st || (st = rows_of(y, name, "y", &rows, &cols)) || (st = check_like(dy, "dy", y, "y", name)) ||
+    if (st || (st = rows_of_dt(y, name, "y", &rows, &cols, 1)) || (st = check_like(dy, "dy", y, "y", name)) ||
         (st = check_like(dx, "dx", y, "y", name)))
         return st;
     if ((st = ops_check_tensor_alias(dx, dy, name, "dy", 1)) || (st = ops_check_tensor_alias(dx, y, name, "y", 0))) return st;
@@ -351,25 +357,35 @@ gpucore_status gpucore_rms_norm_backward(gpucore_tensor *dx, gpucore_tensor *dga
 
 /* ------------------------------------------------------------ cross-entropy */
 
-/* logits [..., C] with C > 0; targets i32/i64 of logits' leading shape; a loss-like
- * tensor (loss or dloss) of targets' shape (NONE) or one element. */
+/* logits [..., C] with C > 0; targets i32/i64 of logits' leading shape (or, where probs is
+ * not NULL, class probabilities of logits' dtype and shape: *probs set); a loss-like tensor
+ * (loss or dloss) of logits' leading shape (NONE) or one element. */
 static gpucore_status ce_check(const char *name, const gpucore_tensor *logits, const gpucore_tensor *targets,
                                const gpucore_tensor *l, const char *ln, gpucore_loss_reduction red, int64_t *rows,
-                               int64_t *cols)
+                               int64_t *cols, int *probs)
 {
     gpucore_status st = gpucore_check_tensor(logits, name, "logits");
-    if (st || (st = rows_of(logits, name, "logits", rows, cols)) || (st = check_index(targets, "targets", logits, name)))
+    if (st || (st = rows_of(logits, name, "logits", rows, cols))) return st;
+    if ((st = gpucore_check_tensor(targets, name, "targets"))) return st;
+    int p = probs && targets->dtype != GPUCORE_I32 && targets->dtype != GPUCORE_I64;
+    if (probs) *probs = p;
+    if (p) {
+        if ((st = check_like(targets, "targets", logits, "logits", name))) return st;
+    } else if ((st = check_index(targets, "targets", logits, name))) {
         return st;
+    }
     if ((st = gpucore_check_tensor(l, name, ln)) || (st = ops_check_float(l, name, ln)) ||
         (st = ops_check_same(l, ln, logits, "logits", name, 0)))
         return st;
     if ((st = ops_check_enum(name, "reduction", "gpucore_loss_reduction", (int)red, 0))) return st;
-    if (targets->ndim != logits->ndim - 1 || memcmp(targets->shape, logits->shape, sizeof(int64_t) * (size_t)targets->ndim))
+    if (!p && (targets->ndim != logits->ndim - 1 ||
+               memcmp(targets->shape, logits->shape, sizeof(int64_t) * (size_t)targets->ndim)))
         return shape_error(name, "targets", targets, "logits", logits,
                            "targets must have the shape of logits without its last (class) dim");
-    if (red == GPUCORE_LOSS_NONE ? !same_shape(l, targets) : gpucore_tensor_numel_unchecked(l) != 1)
-        return shape_error(name, ln, l, "targets", targets,
-                           red == GPUCORE_LOSS_NONE ? "with reduction NONE it must have targets' shape"
+    int lead_ok = l->ndim == logits->ndim - 1 && !memcmp(l->shape, logits->shape, sizeof(int64_t) * (size_t)l->ndim);
+    if (red == GPUCORE_LOSS_NONE ? !lead_ok : gpucore_tensor_numel_unchecked(l) != 1)
+        return shape_error(name, ln, l, "logits", logits,
+                           red == GPUCORE_LOSS_NONE ? "with reduction NONE it must have logits' shape without its last dim"
                                                     : "with reduction MEAN or SUM it must hold one element");
     if (*cols == 0 && *rows > 0)
         return gpucore_set_error(GPUCORE_ERR_SHAPE_MISMATCH, "%s: logits has %lld rows of 0 classes", name,
@@ -382,7 +398,7 @@ gpucore_status gpucore_cross_entropy(gpucore_tensor *loss, const gpucore_tensor 
 {
     const char *name = "cross_entropy";
     int64_t rows, cols;
-    gpucore_status st = ce_check(name, logits, targets, loss, "loss", reduction, &rows, &cols);
+    gpucore_status st = ce_check(name, logits, targets, loss, "loss", reduction, &rows, &cols, NULL);
     if (st || (st = ops_check_tensor_alias(loss, logits, name, "logits", 0)) || (st = ops_check_tensor_alias(loss, targets, name, "targets", 0)))
         return st;
     gpucore_context *ctx = logits->ctx;
@@ -406,17 +422,24 @@ gpucore_status gpucore_cross_entropy(gpucore_tensor *loss, const gpucore_tensor 
     return io_finish(&io, st);
 }
 
-gpucore_status gpucore_cross_entropy_backward(gpucore_tensor *dlogits, const gpucore_tensor *dloss,
-                                              const gpucore_tensor *logits, const gpucore_tensor *targets,
-                                              int64_t ignore_index, gpucore_loss_reduction reduction,
-                                              gpucore_stream *stream)
+gpucore_status gpucore_cross_entropy_backward_ex(gpucore_tensor *dlogits, const gpucore_tensor *dloss,
+                                                 const gpucore_tensor *logits, const gpucore_tensor *targets,
+                                                 const gpucore_tensor *weight, int64_t ignore_index,
+                                                 gpucore_loss_reduction reduction, double label_smoothing,
+                                                 gpucore_stream *stream)
 {
     const char *name = "cross_entropy_backward";
     int64_t rows, cols;
-    gpucore_status st = ce_check(name, logits, targets, dloss, "dloss", reduction, &rows, &cols);
+    int probs = 0, wdt = -1;
+    gpucore_status st = ce_check(name, logits, targets, dloss, "dloss", reduction, &rows, &cols, &probs);
     if (st || (st = check_like(dlogits, "dlogits", logits, "logits", name))) return st;
+    if ((st = check_param(weight, "weight", logits, cols, &wdt, name))) return st;
+    if (!(label_smoothing >= 0.0 && label_smoothing <= 1.0))
+        return gpucore_set_error(GPUCORE_ERR_INVALID_ARGUMENT, "%s: label_smoothing is %g; it must lie in [0, 1]", name,
+                                 label_smoothing);
     if ((st = ops_check_tensor_alias(dlogits, logits, name, "logits", 1)) || (st = ops_check_tensor_alias(dlogits, dloss, name, "dloss", 0)) ||
-        (st = ops_check_tensor_alias(dlogits, targets, name, "targets", 0)))
+        (st = ops_check_tensor_alias(dlogits, targets, name, "targets", 0)) ||
+        (st = ops_check_tensor_alias(dlogits, weight, name, "weight", 0)))
         return st;
     gpucore_context *ctx = logits->ctx;
     if ((st = ops_need_entry(ctx, (const void *)ctx->be->rows, name))) return st;
@@ -427,16 +450,29 @@ gpucore_status gpucore_cross_entropy_backward(gpucore_tensor *dlogits, const gpu
     memset(&a, 0, sizeof a);
     a.op = GPUCORE_ROWS_CE_BWD;
     a.dtype = logits->dtype;
+    a.param_dtype = wdt < 0 ? logits->dtype : wdt;
     a.target_dtype = targets->dtype;
     a.loss_dtype = dloss->dtype;
     a.reduction = (int32_t)reduction;
     a.rows = rows;
     a.cols = cols;
     a.ignore_index = ignore_index;
+    a.smoothing = (float)label_smoothing;
     if (!(st = io_in(&io, logits, &a.x)) && !(st = io_in(&io, targets, &a.targets)) && !(st = io_in(&io, dloss, &a.dloss)) &&
-        !(st = io_out(&io, dlogits, &a.dx)))
+        !(st = io_in(&io, weight, &a.weight)) && !(st = io_out(&io, dlogits, &a.dx)))
         st = rows_run(ctx, &a, io.s);
     return io_finish(&io, st);
+}
+
+gpucore_status gpucore_cross_entropy_backward(gpucore_tensor *dlogits, const gpucore_tensor *dloss,
+                                              const gpucore_tensor *logits, const gpucore_tensor *targets,
+                                              int64_t ignore_index, gpucore_loss_reduction reduction,
+                                              gpucore_stream *stream)
+{
+    int64_t rows, cols;
+    gpucore_status st = ce_check("cross_entropy_backward", logits, targets, dloss, "dloss", reduction, &rows, &cols, NULL);
+    if (st) return st;
+    return gpucore_cross_entropy_backward_ex(dlogits, dloss, logits, targets, NULL, ignore_index, reduction, 0.0, stream);
 }
 
 /* ---------------------------------------------------------------- embedding */

@@ -259,40 +259,74 @@ static gpucore_status ce_forward(const gpucore_rows_args *p)
     return oom ? ROWS_OOM("cross_entropy") : GPUCORE_OK;
 }
 
-/* dx = g · (softmax(x) - onehot(t)) in f32 SIMD (exp(x - max) once, scaled by g / Σ);
- * extra: the loss scale of the mean/sum reductions. */
+/* The loss scales of one cross-entropy backward call (extra of ce_backward_row). */
+typedef struct ce_scales {
+    double scale;       /* g of the MEAN/SUM reductions */
+    double sum_w;       /* Σ_c w_c */
+    const double *mass; /* probability targets: Q per row */
+} ce_scales;
+
+/* dx = g · (softmax(x) - onehot(t)) in f32 SIMD (exp(x - max) once, scaled by g / Σ); with
+ * class weights, label smoothing or probability targets dx_c = g (Q e_c / Σ - q_c) in f64
+ * (rows_math.h's gpucore_rows_ce_q). */
 static void ce_backward_row(const gpucore_rows_args *p, int64_t r, const float *x, float *dx, const void *extra)
 {
-    const int64_t cols = p->cols, t = gpucore_rows_target(p->targets, p->target_dtype, r);
-    if (t == p->ignore_index) {
+    const ce_scales *cs = extra;
+    const int64_t cols = p->cols, probs = gpucore_rows_ce_probs(p);
+    const int64_t t = probs ? -1 : gpucore_rows_target(p->targets, p->target_dtype, r);
+    if (!probs && t == p->ignore_index) {
         memset(dx, 0, sizeof(float) * (size_t)cols);
         return;
     }
-    const double g = p->reduction == GPUCORE_ROWS_RED_NONE ? ld(p->dloss, p->loss_dtype, r) : *(const double *)extra;
+    const double g = p->reduction == GPUCORE_ROWS_RED_NONE ? ld(p->dloss, p->loss_dtype, r) : cs->scale;
     double m, s;
     row_lse(x, cols, &m, &s, dx);
-    if (t < 0 || t >= cols || s != s) {
+    if ((!probs && (t < 0 || t >= cols)) || s != s) {
         cpu_vec_axpb(dx, x, cols, 0.0f, NAN);
         return;
     }
-    const float et = dx[t];
-    cpu_vec_axpb(dx, dx, cols, (float)(g / s), 0.0f);
-    dx[t] = (float)(g * ((double)et / s - 1.0));
+    if (gpucore_rows_ce_plain(p)) {
+        const float et = dx[t];
+        cpu_vec_axpb(dx, dx, cols, (float)(g / s), 0.0f);
+        dx[t] = (float)(g * ((double)et / s - 1.0));
+        return;
+    }
+    const double q_all = probs ? cs->mass[r] : (double)gpucore_rows_ce_mass_index(p, t, (float)cs->sum_w);
+    for (int64_t c = 0; c < cols; c++)
+        dx[c] = (float)(g * (q_all * ((double)dx[c] / s) - (double)gpucore_rows_ce_q(p, r, c, t)));
 }
 
 static gpucore_status ce_backward(const gpucore_rows_args *p)
 {
-    double scale = 0;
+    ce_scales cs = {0, 0, NULL};
+    const int probs = gpucore_rows_ce_probs(p);
+    double *mass = NULL;
+    for (int64_t c = 0; c < p->cols; c++) cs.sum_w += gpucore_rows_ce_w(p, c);
+    if (probs) { /* Q per row, summed in class order */
+        mass = malloc(sizeof(double) * (size_t)(p->rows + 1));
+        if (!mass) return ROWS_OOM("cross_entropy_backward");
+#pragma omp parallel for schedule(static) if (p->rows * p->cols > ROWS_PARALLEL_MIN)
+        for (int64_t r = 0; r < p->rows; r++) {
+            double q = 0;
+            for (int64_t c = 0; c < p->cols; c++) q += gpucore_rows_ce_q(p, r, c, -1);
+            mass[r] = q;
+        }
+        cs.mass = mass;
+    }
     if (p->reduction != GPUCORE_ROWS_RED_NONE) {
-        scale = ld(p->dloss, p->loss_dtype, 0);
+        cs.scale = ld(p->dloss, p->loss_dtype, 0);
         if (p->reduction == GPUCORE_ROWS_RED_MEAN) {
-            int64_t count = 0;
-            for (int64_t r = 0; r < p->rows; r++)
-                count += gpucore_rows_target(p->targets, p->target_dtype, r) != p->ignore_index;
-            scale /= (double)count;
+            double count = 0;
+            for (int64_t r = 0; r < p->rows && !probs; r++) {
+                int64_t t = gpucore_rows_target(p->targets, p->target_dtype, r);
+                if (t != p->ignore_index) count += t >= 0 && t < p->cols ? gpucore_rows_ce_w(p, t) : 1.0;
+            }
+            cs.scale /= probs ? (double)p->rows : count;
         }
     }
-    return rows_for_each(p, p->x, p->dx, ce_backward_row, &scale, "cross_entropy_backward");
+    gpucore_status st = rows_for_each(p, p->x, p->dx, ce_backward_row, &cs, "cross_entropy_backward");
+    free(mass);
+    return st;
 }
 
 static void embed_forward(const gpucore_rows_args *p)
@@ -341,9 +375,34 @@ static gpucore_status embed_backward(const gpucore_rows_args *p)
     return GPUCORE_OK;
 }
 
+/* f64 softmax family (rows_math.h's gpucore_rows_f64_*): plain f64 loops, a row per thread. */
+static void softmax_f64(const gpucore_rows_args *p)
+{
+    const int64_t rows = p->rows, cols = p->cols;
+    const int op = p->op, fwd = op == GPUCORE_ROWS_SOFTMAX || op == GPUCORE_ROWS_LOG_SOFTMAX;
+#pragma omp parallel for schedule(static) if (rows * cols > ROWS_PARALLEL_MIN)
+    for (int64_t r = 0; r < rows; r++) {
+        const double *v = (const double *)(fwd ? p->x : p->dy) + r * cols, *y = fwd ? NULL : (const double *)p->y + r * cols;
+        double *o = (double *)(fwd ? p->y : p->dx) + r * cols;
+        double a = fwd ? -INFINITY : 0.0, b = 1.0;
+        for (int64_t c = 0; c < cols; c++) a = fwd ? gpucore_rows_f64_max(a, v[c]) : a + gpucore_rows_f64_bwd_term(op, v[c], y[c]);
+        if (fwd) {
+            double sum = 0;
+            for (int64_t c = 0; c < cols; c++) sum += gpucore_rows_f64_exp_term(v[c], a);
+            b = gpucore_rows_f64_sum_fix(a, sum);
+        }
+        const double lb = log(b);
+        for (int64_t c = 0; c < cols; c++) o[c] = gpucore_rows_f64_out(op, v[c], y ? y[c] : 0.0, a, b, lb);
+    }
+}
+
 static gpucore_status rows_task(void *argp)
 {
     const gpucore_rows_args *p = argp;
+    if (p->dtype == GPUCORE_KDT_F64 && p->op <= GPUCORE_ROWS_LOG_SOFTMAX_BWD) {
+        softmax_f64(p);
+        return GPUCORE_OK;
+    }
     switch (p->op) {
     case GPUCORE_ROWS_SOFTMAX: case GPUCORE_ROWS_LOG_SOFTMAX:
         return rows_for_each(p, p->x, p->y, softmax_row, NULL, "softmax");
