@@ -24,6 +24,10 @@
 #include "launch.h"
 #include "grid.h"
 #include "attention_math.h"
+#include <cuda_fp16.h>
+#include <cuda_bf16.h>
+#include <mma.h>
+#include <type_traits>
 
 #define ATT_THREADS 128
 #define ATT_ROWS 16 /* rows (query rows, or keys for dk/dv) per block */
@@ -66,18 +70,48 @@ template <int NC> __device__ __forceinline__ void att_axpy_cols(float *acc, floa
         if (lane + ATT_LANES * n < ncols) acc[n] = fmaf(coef, row[lane + ATT_LANES * n], acc[n]);
 }
 
+/* Block blk of a query-row grid: batch b, head h (kv head hk = h / G), query rows [i0, i0 + nq), this thread's row i. */
+struct att_qblock {
+    int64_t b, h, hk, i0, nq, i;
+};
+__device__ __forceinline__ att_qblock att_qblock_of(const gpucore_attn_args &a, int64_t blk, int64_t nqt, int r)
+{
+    att_qblock q;
+    const int64_t bh = blk / nqt;
+    q.b = bh / a.heads;
+    q.h = bh % a.heads;
+    q.hk = q.h / (a.heads / a.kv_heads);
+    q.i0 = (blk % nqt) * ATT_ROWS;
+    q.nq = att_min(ATT_ROWS, a.seq_q - q.i0);
+    q.i = q.i0 + r;
+    return q;
+}
+
+/* out[b, h, i, lane + 8n] = acc[n] / l and lse = m + log l (a row with nothing admitted: 0 and -inf). */
+template <int NC>
+__device__ __forceinline__ void att_store_out_row(const gpucore_attn_args &a, int64_t b, int64_t h, int64_t i, int lane,
+                                                  const float *acc, float m, float l)
+{
+    const float inv = l > 0.0f ? 1.0f / l : 0.0f;
+#pragma unroll
+    for (int n = 0; n < NC; n++)
+        if (lane + ATT_LANES * n < a.head_dim_v)
+            gpucore_attn_store(&a.out, a.dtype, gpucore_attn_offset(&a.out, b, h, i, lane + ATT_LANES * n), acc[n] * inv);
+    if (lane == 0 && a.lse) a.lse[(b * a.heads + h) * a.seq_q + i] = l > 0.0f ? m + logf(l) : -INFINITY;
+}
+
 template <int NC>
 __global__ void __launch_bounds__(ATT_THREADS) attention_forward_kernel(gpucore_attn_args a, int BK, int64_t nqt)
 {
     extern __shared__ float attn_smem[];
-    const int64_t D = a.head_dim, Dv = a.head_dim_v, G = a.heads / a.kv_heads;
+    const int64_t D = a.head_dim, Dv = a.head_dim_v;
     const int ldq = (int)D + 1, ldkv = (int)(D > Dv ? D : Dv) + 1, lds = BK + 1;
     float *Qs = attn_smem, *KVs = Qs + ATT_ROWS * ldq, *Ss = KVs + BK * ldkv;
     const int r = threadIdx.x / ATT_LANES, lane = threadIdx.x % ATT_LANES;
     const int64_t total = a.batch * a.heads * nqt;
     for (int64_t blk = blockIdx.x; blk < total; blk += gridDim.x) {
-        const int64_t bh = blk / nqt, b = bh / a.heads, h = bh % a.heads, hk = h / G;
-        const int64_t i0 = (blk % nqt) * ATT_ROWS, nq = att_min(ATT_ROWS, a.seq_q - i0), i = i0 + r;
+        const att_qblock qb = att_qblock_of(a, blk, nqt, r);
+        const int64_t b = qb.b, h = qb.h, hk = qb.hk, i0 = qb.i0, nq = qb.nq, i = qb.i;
         const bool row_ok = r < nq;
         __syncthreads(); /* the previous tile's readers are done */
         att_load_tile(Qs, ldq, a.q, a.dtype, b, h, i0, nq, ATT_ROWS, D);
@@ -117,14 +151,7 @@ __global__ void __launch_bounds__(ATT_THREADS) attention_forward_kernel(gpucore_
                 m = mn;
             }
         }
-        if (row_ok) {
-            const float inv = l > 0.0f ? 1.0f / l : 0.0f;
-#pragma unroll
-            for (int n = 0; n < NC; n++)
-                if (lane + ATT_LANES * n < Dv)
-                    gpucore_attn_store(&a.out, a.dtype, gpucore_attn_offset(&a.out, b, h, i, lane + ATT_LANES * n), acc[n] * inv);
-            if (lane == 0 && a.lse) a.lse[(b * a.heads + h) * a.seq_q + i] = l > 0.0f ? m + logf(l) : -INFINITY;
-        }
+        if (row_ok) att_store_out_row<NC>(a, b, h, i, lane, acc, m, l);
     }
 }
 
@@ -149,15 +176,15 @@ template <int NC>
 __global__ void __launch_bounds__(ATT_THREADS) attention_dq_kernel(gpucore_attn_args a, int BK, int64_t nqt)
 {
     extern __shared__ float attn_smem[];
-    const int64_t D = a.head_dim, Dv = a.head_dim_v, G = a.heads / a.kv_heads;
+    const int64_t D = a.head_dim, Dv = a.head_dim_v;
     const int ldq = (int)D + 1, ldo = (int)Dv + 1, ldkv = (int)(D > Dv ? D : Dv) + 1, lds = BK + 1;
     float *Qs = attn_smem, *dOs = Qs + ATT_ROWS * ldq, *KVs = dOs + ATT_ROWS * ldo, *Ss = KVs + BK * ldkv;
     float *Di = Ss + ATT_ROWS * lds, *lse = Di + ATT_ROWS;
     const int r = threadIdx.x / ATT_LANES, lane = threadIdx.x % ATT_LANES;
     const int64_t total = a.batch * a.heads * nqt;
     for (int64_t blk = blockIdx.x; blk < total; blk += gridDim.x) {
-        const int64_t bh = blk / nqt, b = bh / a.heads, h = bh % a.heads, hk = h / G;
-        const int64_t i0 = (blk % nqt) * ATT_ROWS, nq = att_min(ATT_ROWS, a.seq_q - i0), i = i0 + r;
+        const att_qblock qb = att_qblock_of(a, blk, nqt, r);
+        const int64_t b = qb.b, h = qb.h, hk = qb.hk, i0 = qb.i0, nq = qb.nq, i = qb.i;
         const bool row_ok = r < nq;
         __syncthreads();
         att_load_tile(Qs, ldq, a.q, a.dtype, b, h, i0, nq, ATT_ROWS, D);
@@ -281,6 +308,165 @@ __global__ void __launch_bounds__(ATT_THREADS) attention_dkv_kernel(gpucore_attn
     }
 }
 
+/* ------------------------------------------------------------------ tensor cores (WMMA) */
+/* The f16/bf16 forward for head dims that are multiples of 16 up to 128: the same block, rows,
+ * lanes, masks, dropout and online softmax as attention_forward_kernel, but the two products
+ * run on tensor cores through nvcuda::wmma (m16n16k16, f32 accumulate): S = Q Kᵀ for a tile of
+ * ATT_TC_BK keys (warp w owns key columns 16w + 64n) and O_tile = P V (warp w owns output
+ * columns 16w + 64n), each stored to shared memory as f32. Only documented fragment operations
+ * are used (fill/load/mma/store), never the fragment's element layout: the per-row softmax
+ * scaling happens on the f32 tiles in shared memory, where each thread owns row r, columns
+ * lane + 8n, as in the FMA kernels. P is rounded to the operand type before P V (as in every
+ * flash-attention kernel); l sums the unrounded probabilities. Operands are copied to shared
+ * memory as their raw 16-bit values, rows past the tile zero-filled; every fragment pointer is
+ * a multiple of 32 bytes from the dynamic shared memory base and every ldm a multiple of 16 bytes. */
+#define ATT_TC_BK 64
+#define ATT_TC_WARPS (ATT_THREADS / 32)
+
+static inline int att_tc_ok(const gpucore_attn_args *a)
+{
+    return a->op == GPUCORE_ATTN_FWD && (a->dtype == GPUCORE_KDT_F16 || a->dtype == GPUCORE_KDT_BF16) &&
+           a->head_dim % 16 == 0 && a->head_dim_v % 16 == 0 && a->head_dim <= 128 && a->head_dim_v <= 128;
+}
+
+__device__ __forceinline__ uint16_t att_bits(__half v) { return __half_as_ushort(v); }
+__device__ __forceinline__ uint16_t att_bits(__nv_bfloat16 v) { return __bfloat16_as_ushort(v); }
+
+/* rows [row0, row0 + n) of t at (b, h) as raw 16-bit values into s[rows][ld], zero past n. */
+__device__ __forceinline__ void att_load_raw(uint16_t *s, int ld, const gpucore_attn_tensor &t, int64_t b, int64_t h,
+                                             int64_t row0, int64_t n, int rows, int cols)
+{
+    const uint16_t *src = (const uint16_t *)t.data;
+    for (int e = threadIdx.x; e < rows * cols; e += blockDim.x) {
+        const int r = e / cols, c = e % cols;
+        s[r * ld + c] = r < n ? src[gpucore_attn_offset(&t, b, h, row0 + r, c)] : (uint16_t)0;
+    }
+}
+
+/* C[16][16 n] (f32, ldc) = A[16][16 kt] (row-major, lda) · B for the fragments this warp owns,
+ * f = warp, warp + ATT_TC_WARPS, ... < nf; B is k-by-n: col-major (Kᵀ of a row-major K tile,
+ * bcol) or row-major (a V tile); kt runs over nk16 steps of 16. */
+template <typename T, typename BL>
+__device__ __forceinline__ void att_tc_product(float *C, int ldc, const T *A, int lda, const T *B, int ldb, int nf,
+                                               int nk16)
+{
+    using namespace nvcuda;
+    const int warp = threadIdx.x / 32;
+    for (int f = warp; f < nf; f += ATT_TC_WARPS) {
+        wmma::fragment<wmma::accumulator, 16, 16, 16, float> c;
+        wmma::fragment<wmma::matrix_a, 16, 16, 16, T, wmma::row_major> fa;
+        wmma::fragment<wmma::matrix_b, 16, 16, 16, T, BL> fb;
+        wmma::fill_fragment(c, 0.0f);
+        for (int kt = 0; kt < nk16; kt++) {
+            wmma::load_matrix_sync(fa, A + kt * 16, lda);
+            if constexpr (std::is_same<BL, wmma::col_major>::value) wmma::load_matrix_sync(fb, B + f * 16 * ldb + kt * 16, ldb);
+            else wmma::load_matrix_sync(fb, B + kt * 16 * ldb + f * 16, ldb);
+            wmma::mma_sync(c, fa, fb, c);
+        }
+        wmma::store_matrix_sync(C + f * 16, c, ldc, wmma::mem_row_major);
+    }
+}
+
+/* Shared memory of the tensor-core forward, in bytes, and the offsets of its parts (all multiples of 32). */
+struct att_tc_layout {
+    int ldq, ldkv, lds, ldp, ldo;
+    size_t s, o, q, kv, p, bytes;
+};
+static __host__ __device__ inline att_tc_layout att_tc_plan(int64_t D, int64_t Dv)
+{
+    att_tc_layout L;
+    const int dmax = (int)(D > Dv ? D : Dv);
+    L.ldq = (int)D + 8;       /* halves: +16 bytes against bank conflicts, still a multiple of 16 bytes */
+    L.ldkv = dmax + 8;
+    L.lds = ATT_TC_BK + 4;    /* floats */
+    L.ldp = ATT_TC_BK + 8;
+    L.ldo = (int)Dv + 4;
+    L.s = 0;
+    L.o = L.s + sizeof(float) * ATT_ROWS * L.lds;
+    L.q = L.o + sizeof(float) * ATT_ROWS * L.ldo;
+    L.kv = L.q + 2 * ATT_ROWS * L.ldq;
+    L.p = L.kv + 2 * ATT_TC_BK * L.ldkv;
+    L.bytes = L.p + 2 * ATT_ROWS * L.ldp;
+    return L;
+}
+
+template <int NC, typename T>
+__global__ void __launch_bounds__(ATT_THREADS) attention_forward_tc_kernel(gpucore_attn_args a, int64_t nqt)
+{
+    extern __shared__ float attn_smem[];
+    const int D = (int)a.head_dim, Dv = (int)a.head_dim_v;
+    const att_tc_layout L = att_tc_plan(D, Dv);
+    char *base = (char *)attn_smem;
+    float *Ss = (float *)(base + L.s), *Os = (float *)(base + L.o);
+    uint16_t *Qh = (uint16_t *)(base + L.q), *KVh = (uint16_t *)(base + L.kv), *Ph = (uint16_t *)(base + L.p);
+    const int r = threadIdx.x / ATT_LANES, lane = threadIdx.x % ATT_LANES;
+    const int64_t total = a.batch * a.heads * nqt;
+    for (int64_t blk = blockIdx.x; blk < total; blk += gridDim.x) {
+        const att_qblock qb = att_qblock_of(a, blk, nqt, r);
+        const int64_t b = qb.b, h = qb.h, hk = qb.hk, i0 = qb.i0, nq = qb.nq, i = qb.i;
+        const bool row_ok = r < nq;
+        __syncthreads(); /* the previous tile's readers are done */
+        att_load_raw(Qh, L.ldq, a.q, b, h, i0, nq, ATT_ROWS, D);
+        float m = -INFINITY, l = 0.0f, acc[NC];
+        att_zero<NC>(acc);
+        const int64_t kend = gpucore_attn_key_end(&a, b, i0 + nq - 1);
+        for (int64_t j0 = 0; j0 < kend; j0 += ATT_TC_BK) {
+            const int nk = (int)att_min(ATT_TC_BK, kend - j0), nk16 = (nk + 15) / 16;
+            __syncthreads();
+            att_load_raw(KVh, L.ldkv, a.k, b, hk, j0, nk, nk16 * 16, D);
+            __syncthreads();
+            att_tc_product<T, nvcuda::wmma::col_major>(Ss, L.lds, (const T *)Qh, L.ldq, (const T *)KVh, L.ldkv, nk16,
+                                                       D / 16);
+            __syncthreads();
+            att_load_raw(KVh, L.ldkv, a.v, b, hk, j0, nk, nk16 * 16, Dv);
+            float sv[ATT_TC_BK / ATT_LANES], mt = -INFINITY;
+#pragma unroll
+            for (int n = 0; n < ATT_TC_BK / ATT_LANES; n++) {
+                const int jj = lane + ATT_LANES * n;
+                float s = -INFINITY;
+                if (row_ok && jj < nk) s = gpucore_attn_score(&a, Ss[r * L.lds + jj], gpucore_attn_bias(&a, b, h, i, j0 + jj));
+                sv[n] = s;
+                mt = fmaxf(mt, s);
+            }
+            for (int w = 1; w < ATT_LANES; w *= 2) mt = fmaxf(mt, __shfl_xor_sync(0xffffffffu, mt, w));
+            const float mn = fmaxf(m, mt);
+            float lt = 0.0f;
+#pragma unroll
+            for (int n = 0; n < ATT_TC_BK / ATT_LANES; n++) {
+                const int jj = lane + ATT_LANES * n;
+                const float p = gpucore_attn_exp(sv[n], mn); /* 0 for masked keys and empty rows */
+                lt += p;
+                const T pk = (T)(p == 0.0f ? 0.0f : p * gpucore_attn_keep(&a, b, h, i, j0 + jj));
+                Ph[r * L.ldp + jj] = att_bits(pk);
+            }
+            for (int w = 1; w < ATT_LANES; w *= 2) lt += __shfl_xor_sync(0xffffffffu, lt, w);
+            __syncthreads();
+            att_tc_product<T, nvcuda::wmma::row_major>(Os, L.ldo, (const T *)Ph, L.ldp, (const T *)KVh, L.ldkv, Dv / 16,
+                                                       nk16);
+            __syncthreads();
+            if (mn != -INFINITY) {
+                const float alpha = gpucore_attn_exp(m, mn);
+                l = l * alpha + lt;
+#pragma unroll
+                for (int n = 0; n < NC; n++)
+                    if (lane + ATT_LANES * n < Dv) acc[n] = fmaf(acc[n], alpha, Os[r * L.ldo + lane + ATT_LANES * n]);
+                m = mn;
+            }
+        }
+        if (row_ok) att_store_out_row<NC>(a, b, h, i, lane, acc, m, l);
+    }
+}
+
+template <int NC, typename T> static int attention_launch_tc(const gpucore_launch *l, const gpucore_attn_args *a)
+{
+    const int64_t nqt = (a->seq_q + ATT_ROWS - 1) / ATT_ROWS;
+    const att_tc_layout L = att_tc_plan(a->head_dim, a->head_dim_v);
+    unsigned grid = gpucore_grid_for(a->batch * a->heads * nqt * ATT_THREADS, ATT_THREADS, l->sm_count);
+    void (*const attention_forward_tc)(gpucore_attn_args, int64_t) = attention_forward_tc_kernel<NC, T>;
+    GPUCORE_LAUNCH(attention_forward_tc, grid, ATT_THREADS, L.bytes, l->stream, *a, nqt);
+    return GPUCORE_LAUNCH_STATUS();
+}
+
 template <int NC> static int attention_launch(const gpucore_launch *l, const gpucore_attn_args *a)
 {
     const int64_t D = a->head_dim, Dv = a->head_dim_v, dmax = D > Dv ? D : Dv;
@@ -314,6 +500,12 @@ template <int NC> static int attention_launch(const gpucore_launch *l, const gpu
 extern "C" int gpucore_kernel_attention(const gpucore_launch *launch, const gpucore_attn_args *args)
 {
     const int64_t dmax = args->head_dim > args->head_dim_v ? args->head_dim : args->head_dim_v;
+    if (att_tc_ok(args)) {
+        if (args->dtype == GPUCORE_KDT_F16)
+            return dmax <= 64 ? attention_launch_tc<8, __half>(launch, args) : attention_launch_tc<16, __half>(launch, args);
+        return dmax <= 64 ? attention_launch_tc<8, __nv_bfloat16>(launch, args)
+                          : attention_launch_tc<16, __nv_bfloat16>(launch, args);
+    }
     if (dmax <= 8 * ATT_LANES) return attention_launch<8>(launch, args);
     if (dmax <= 16 * ATT_LANES) return attention_launch<16>(launch, args);
     return attention_launch<32>(launch, args);
