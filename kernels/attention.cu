@@ -16,9 +16,12 @@
  * Threads: 128 per block = 16 rows x 8 lanes; a lane owns columns lane + 8n of
  * its row (accumulators in registers, NC per thread by the head dim class) and
  * score entries lane + 8m. Rows stored with one float of padding against bank
- * conflicts. The inner products are plain FMA loops over shared memory: tensor
- * cores (WMMA) are not used yet, so this is correct, memory-lean and
- * deterministic, not yet fast. Shared memory stays under 48 KiB (no opt-in).
+ * conflicts. Shared memory stays under 48 KiB (no opt-in).
+ * Tensor cores: for f16/bf16 with head dims (D and Dv) multiples of 16 up to
+ * 128, the forward and dq run the products on WMMA (m16n16k16, f32
+ * accumulate; attention_forward_tc_kernel, attention_dq_tc_kernel, 64-key
+ * tiles), with the softmax, masks and dropout on f32 tiles in shared memory;
+ * dk/dv, f32, and other head dims (up to 256) use the FMA loops.
  */
 #include "kernels.h"
 #include "launch.h"
@@ -172,8 +175,12 @@ __device__ __forceinline__ void att_row_dots(const gpucore_attn_args &a, int64_t
     }
 }
 
+/* Five blocks per SM asked for explicitly: left to itself, ptxas targets the same five blocks
+ * (96 registers) on sm_90 for NC = 8 and spills 8 bytes in the key loop; told the target,
+ * it fits in 88 registers without spilling (scripts/ptxas_spills.sh). */
+#define ATT_DQ_MIN_BLOCKS 5
 template <int NC>
-__global__ void __launch_bounds__(ATT_THREADS) attention_dq_kernel(gpucore_attn_args a, int BK, int64_t nqt)
+__global__ void __launch_bounds__(ATT_THREADS, ATT_DQ_MIN_BLOCKS) attention_dq_kernel(gpucore_attn_args a, int BK, int64_t nqt)
 {
     extern __shared__ float attn_smem[];
     const int64_t D = a.head_dim, Dv = a.head_dim_v;
@@ -325,7 +332,7 @@ __global__ void __launch_bounds__(ATT_THREADS) attention_dkv_kernel(gpucore_attn
 
 static inline int att_tc_ok(const gpucore_attn_args *a)
 {
-    return a->op == GPUCORE_ATTN_FWD && (a->dtype == GPUCORE_KDT_F16 || a->dtype == GPUCORE_KDT_BF16) &&
+    return (a->dtype == GPUCORE_KDT_F16 || a->dtype == GPUCORE_KDT_BF16) &&
            a->head_dim % 16 == 0 && a->head_dim_v % 16 == 0 && a->head_dim <= 128 && a->head_dim_v <= 128;
 }
 
@@ -367,37 +374,46 @@ __device__ __forceinline__ void att_tc_product(float *C, int ldc, const T *A, in
     }
 }
 
-/* Shared memory of the tensor-core forward, in bytes, and the offsets of its parts (all multiples of 32). */
+/* Shared memory of the tensor-core kernels, in bytes, and the offsets of its parts (all multiples of
+ * 32 bytes). s: f32 scores [16][lds]; f: f32 [16][ldf] (forward: the tile's P V, ldf = Dv + 4; dq: dP,
+ * ldf = lds, and then dS K over s and f together, ld D + 4 <= 2 lds); q: Q [16][ldq]; o: dout [16][ldo]
+ * (dq only); kv: the K or V tile [BK][ldkv]; p: P or dS [16][ldp]; stats: D_i and lse (dq only). */
 struct att_tc_layout {
-    int ldq, ldkv, lds, ldp, ldo;
-    size_t s, o, q, kv, p, bytes;
+    int ldq, ldo, ldkv, lds, ldp, ldf;
+    size_t s, f, q, o, kv, p, stats, bytes;
 };
-static __host__ __device__ inline att_tc_layout att_tc_plan(int64_t D, int64_t Dv)
+static __host__ __device__ inline att_tc_layout att_tc_plan(int64_t D, int64_t Dv, int dq)
 {
     att_tc_layout L;
-    const int dmax = (int)(D > Dv ? D : Dv);
-    L.ldq = (int)D + 8;       /* halves: +16 bytes against bank conflicts, still a multiple of 16 bytes */
-    L.ldkv = dmax + 8;
-    L.lds = ATT_TC_BK + 4;    /* floats */
+    L.ldq = (int)D + 8; /* halves: +16 bytes against bank conflicts, still a multiple of 16 bytes */
+    L.ldo = (int)Dv + 8;
+    L.ldkv = (int)(D > Dv ? D : Dv) + 8;
+    L.lds = ATT_TC_BK + 4; /* floats */
     L.ldp = ATT_TC_BK + 8;
-    L.ldo = (int)Dv + 4;
+    L.ldf = dq ? L.lds : (int)Dv + 4;
     L.s = 0;
-    L.o = L.s + sizeof(float) * ATT_ROWS * L.lds;
-    L.q = L.o + sizeof(float) * ATT_ROWS * L.ldo;
-    L.kv = L.q + 2 * ATT_ROWS * L.ldq;
+    L.f = L.s + sizeof(float) * ATT_ROWS * L.lds;
+    L.q = L.f + sizeof(float) * ATT_ROWS * L.ldf;
+    L.o = L.q + 2 * ATT_ROWS * L.ldq;
+    L.kv = L.o + (dq ? 2 * ATT_ROWS * L.ldo : 0);
     L.p = L.kv + 2 * ATT_TC_BK * L.ldkv;
-    L.bytes = L.p + 2 * ATT_ROWS * L.ldp;
+    L.stats = L.p + 2 * ATT_ROWS * L.ldp;
+    L.bytes = L.stats + (dq ? sizeof(float) * 2 * ATT_ROWS : 0);
     return L;
 }
 
+/* Four blocks per SM: what shared memory allows on sm_80 at head dim 128 (36 KiB a block), so the
+ * register budget (128) is no tighter than it; unbounded, ptxas aims at 6 blocks (80 registers)
+ * on sm_80 for f16 and spills 52 bytes. */
+#define ATT_TC_MIN_BLOCKS 4
 template <int NC, typename T>
-__global__ void __launch_bounds__(ATT_THREADS) attention_forward_tc_kernel(gpucore_attn_args a, int64_t nqt)
+__global__ void __launch_bounds__(ATT_THREADS, ATT_TC_MIN_BLOCKS) attention_forward_tc_kernel(gpucore_attn_args a, int64_t nqt)
 {
     extern __shared__ float attn_smem[];
     const int D = (int)a.head_dim, Dv = (int)a.head_dim_v;
-    const att_tc_layout L = att_tc_plan(D, Dv);
+    const att_tc_layout L = att_tc_plan(D, Dv, 0);
     char *base = (char *)attn_smem;
-    float *Ss = (float *)(base + L.s), *Os = (float *)(base + L.o);
+    float *Ss = (float *)(base + L.s), *Os = (float *)(base + L.f);
     uint16_t *Qh = (uint16_t *)(base + L.q), *KVh = (uint16_t *)(base + L.kv), *Ph = (uint16_t *)(base + L.p);
     const int r = threadIdx.x / ATT_LANES, lane = threadIdx.x % ATT_LANES;
     const int64_t total = a.batch * a.heads * nqt;
@@ -441,7 +457,7 @@ __global__ void __launch_bounds__(ATT_THREADS) attention_forward_tc_kernel(gpuco
             }
             for (int w = 1; w < ATT_LANES; w *= 2) lt += __shfl_xor_sync(0xffffffffu, lt, w);
             __syncthreads();
-            att_tc_product<T, nvcuda::wmma::row_major>(Os, L.ldo, (const T *)Ph, L.ldp, (const T *)KVh, L.ldkv, Dv / 16,
+            att_tc_product<T, nvcuda::wmma::row_major>(Os, L.ldf, (const T *)Ph, L.ldp, (const T *)KVh, L.ldkv, Dv / 16,
                                                        nk16);
             __syncthreads();
             if (mn != -INFINITY) {
@@ -449,7 +465,7 @@ __global__ void __launch_bounds__(ATT_THREADS) attention_forward_tc_kernel(gpuco
                 l = l * alpha + lt;
 #pragma unroll
                 for (int n = 0; n < NC; n++)
-                    if (lane + ATT_LANES * n < Dv) acc[n] = fmaf(acc[n], alpha, Os[r * L.ldo + lane + ATT_LANES * n]);
+                    if (lane + ATT_LANES * n < Dv) acc[n] = fmaf(acc[n], alpha, Os[r * L.ldf + lane + ATT_LANES * n]);
                 m = mn;
             }
         }
@@ -457,20 +473,101 @@ __global__ void __launch_bounds__(ATT_THREADS) attention_forward_tc_kernel(gpuco
     }
 }
 
+/* dq on tensor cores, for the same head dims and types: per key tile S = Q Kᵀ and dP = dout Vᵀ
+ * (WMMA, f32 tiles in shared memory), dS = P (dP keep - D_i) scale per element (rounded to the
+ * operand type, as P is in the forward), then dS K (WMMA) added to the row's f32 accumulators. */
+template <int NC, typename T>
+__global__ void __launch_bounds__(ATT_THREADS, ATT_TC_MIN_BLOCKS) attention_dq_tc_kernel(gpucore_attn_args a, int64_t nqt)
+{
+    extern __shared__ float attn_smem[];
+    const int D = (int)a.head_dim, Dv = (int)a.head_dim_v, ldt = D + 4;
+    const att_tc_layout L = att_tc_plan(D, Dv, 1);
+    char *base = (char *)attn_smem;
+    float *Ss = (float *)(base + L.s), *dPs = (float *)(base + L.f), *dQs = Ss;
+    float *Di = (float *)(base + L.stats), *lse = Di + ATT_ROWS;
+    uint16_t *Qh = (uint16_t *)(base + L.q), *dOh = (uint16_t *)(base + L.o), *KVh = (uint16_t *)(base + L.kv);
+    uint16_t *dSh = (uint16_t *)(base + L.p);
+    const int r = threadIdx.x / ATT_LANES, lane = threadIdx.x % ATT_LANES;
+    const int64_t total = a.batch * a.heads * nqt;
+    for (int64_t blk = blockIdx.x; blk < total; blk += gridDim.x) {
+        const att_qblock qb = att_qblock_of(a, blk, nqt, r);
+        const bool row_ok = r < qb.nq;
+        __syncthreads();
+        att_load_raw(Qh, L.ldq, a.q, qb.b, qb.h, qb.i0, qb.nq, ATT_ROWS, D);
+        att_load_raw(dOh, L.ldo, a.dout, qb.b, qb.h, qb.i0, qb.nq, ATT_ROWS, Dv);
+        att_row_dots(a, qb.b, qb.h, qb.i0, qb.nq, ATT_ROWS, Di, lse);
+        float acc[NC];
+        att_zero<NC>(acc);
+        const int64_t kend = gpucore_attn_key_end(&a, qb.b, qb.i0 + qb.nq - 1);
+        for (int64_t j0 = 0; j0 < kend; j0 += ATT_TC_BK) {
+            const int nk = (int)att_min(ATT_TC_BK, kend - j0), nk16 = (nk + 15) / 16;
+            __syncthreads();
+            att_load_raw(KVh, L.ldkv, a.k, qb.b, qb.hk, j0, nk, nk16 * 16, D);
+            __syncthreads();
+            att_tc_product<T, nvcuda::wmma::col_major>(Ss, L.lds, (const T *)Qh, L.ldq, (const T *)KVh, L.ldkv, nk16,
+                                                       D / 16);
+            __syncthreads();
+            att_load_raw(KVh, L.ldkv, a.v, qb.b, qb.hk, j0, nk, nk16 * 16, Dv);
+            __syncthreads();
+            att_tc_product<T, nvcuda::wmma::col_major>(dPs, L.ldf, (const T *)dOh, L.ldo, (const T *)KVh, L.ldkv, nk16,
+                                                       Dv / 16);
+            __syncthreads();
+            att_load_raw(KVh, L.ldkv, a.k, qb.b, qb.hk, j0, nk, nk16 * 16, D); /* V's readers are done */
+#pragma unroll
+            for (int n = 0; n < ATT_TC_BK / ATT_LANES; n++) {
+                const int jj = lane + ATT_LANES * n;
+                float ds = 0.0f;
+                if (row_ok && jj < nk) {
+                    const float bias = gpucore_attn_bias(&a, qb.b, qb.h, qb.i, j0 + jj);
+                    const float p = bias == -INFINITY ? 0.0f
+                                                      : gpucore_attn_exp(gpucore_attn_score(&a, Ss[r * L.lds + jj], bias), lse[r]);
+                    if (p != 0.0f) ds = p * (dPs[r * L.ldf + jj] * gpucore_attn_keep(&a, qb.b, qb.h, qb.i, j0 + jj) - Di[r]);
+                }
+                dSh[r * L.ldp + jj] = att_bits((T)(ds * a.scale));
+            }
+            __syncthreads();
+            att_tc_product<T, nvcuda::wmma::row_major>(dQs, ldt, (const T *)dSh, L.ldp, (const T *)KVh, L.ldkv, D / 16,
+                                                       nk16);
+            __syncthreads();
+#pragma unroll
+            for (int n = 0; n < NC; n++)
+                if (lane + ATT_LANES * n < D) acc[n] += dQs[r * ldt + lane + ATT_LANES * n];
+        }
+        if (row_ok)
+#pragma unroll
+            for (int n = 0; n < NC; n++)
+                if (lane + ATT_LANES * n < D)
+                    gpucore_attn_store(&a.dq, a.dtype, gpucore_attn_offset(&a.dq, qb.b, qb.h, qb.i, lane + ATT_LANES * n),
+                                       acc[n]);
+    }
+}
+
+template <int NC> static int attention_launch_dkv(const gpucore_launch *l, const gpucore_attn_args *a);
+
+/* The tensor-core forward, or the tensor-core dq and then dk, dv on the FMA kernel. */
 template <int NC, typename T> static int attention_launch_tc(const gpucore_launch *l, const gpucore_attn_args *a)
 {
     const int64_t nqt = (a->seq_q + ATT_ROWS - 1) / ATT_ROWS;
-    const att_tc_layout L = att_tc_plan(a->head_dim, a->head_dim_v);
+    const att_tc_layout L = att_tc_plan(a->head_dim, a->head_dim_v, a->op != GPUCORE_ATTN_FWD);
     unsigned grid = gpucore_grid_for(a->batch * a->heads * nqt * ATT_THREADS, ATT_THREADS, l->sm_count);
-    void (*const attention_forward_tc)(gpucore_attn_args, int64_t) = attention_forward_tc_kernel<NC, T>;
-    GPUCORE_LAUNCH(attention_forward_tc, grid, ATT_THREADS, L.bytes, l->stream, *a, nqt);
-    return GPUCORE_LAUNCH_STATUS();
+    if (a->op == GPUCORE_ATTN_FWD) {
+        void (*const attention_forward_tc)(gpucore_attn_args, int64_t) = attention_forward_tc_kernel<NC, T>;
+        GPUCORE_LAUNCH(attention_forward_tc, grid, ATT_THREADS, L.bytes, l->stream, *a, nqt);
+        return GPUCORE_LAUNCH_STATUS();
+    }
+    if (a->dq.data) {
+        void (*const attention_dq_tc)(gpucore_attn_args, int64_t) = attention_dq_tc_kernel<NC, T>;
+        GPUCORE_LAUNCH(attention_dq_tc, grid, ATT_THREADS, L.bytes, l->stream, *a, nqt);
+        int err = GPUCORE_LAUNCH_STATUS();
+        if (err) return err;
+    }
+    return attention_launch_dkv<NC>(l, a);
 }
 
 template <int NC> static int attention_launch(const gpucore_launch *l, const gpucore_attn_args *a)
 {
     const int64_t D = a->head_dim, Dv = a->head_dim_v, dmax = D > Dv ? D : Dv;
-    const int64_t nqt = (a->seq_q + ATT_ROWS - 1) / ATT_ROWS, nkt = (a->seq_k + ATT_ROWS - 1) / ATT_ROWS;
+    const int64_t nqt = (a->seq_q + ATT_ROWS - 1) / ATT_ROWS;
     if (a->op == GPUCORE_ATTN_FWD) {
         const int BK = att_tile(NC, 0);
         size_t smem = sizeof(float) * (size_t)(ATT_ROWS * (D + 1) + BK * (dmax + 1) + ATT_ROWS * (BK + 1));
@@ -487,6 +584,14 @@ template <int NC> static int attention_launch(const gpucore_launch *l, const gpu
         int err = GPUCORE_LAUNCH_STATUS();
         if (err) return err;
     }
+    return attention_launch_dkv<NC>(l, a);
+}
+
+template <int NC> static int attention_launch_dkv(const gpucore_launch *l, const gpucore_attn_args *a)
+{
+    const int64_t D = a->head_dim, Dv = a->head_dim_v, dmax = D > Dv ? D : Dv;
+    const int64_t nkt = (a->seq_k + ATT_ROWS - 1) / ATT_ROWS;
+    const int T = att_tile(NC, 1);
     if ((a->dk.data || a->dv.data) && a->seq_k > 0) {
         size_t smem = sizeof(float) * (size_t)(ATT_ROWS * (D + 1) + ATT_ROWS * (Dv + 1) + T * (dmax + 1) +
                                                2 * ATT_ROWS * (T + 1) + 2 * T);
