@@ -18,10 +18,10 @@
  * score entries lane + 8m. Rows stored with one float of padding against bank
  * conflicts. Shared memory stays under 48 KiB (no opt-in).
  * Tensor cores: for f16/bf16 with head dims (D and Dv) multiples of 16 up to
- * 128, the forward and dq run the products on WMMA (m16n16k16, f32
- * accumulate; attention_forward_tc_kernel, attention_dq_tc_kernel, 64-key
- * tiles), with the softmax, masks and dropout on f32 tiles in shared memory;
- * dk/dv, f32, and other head dims (up to 256) use the FMA loops.
+ * 128, forward, dq and dk/dv run their products on WMMA (m16n16k16, f32
+ * accumulate; the *_tc_kernel functions, 64-key or 64-query tiles), with the
+ * softmax, masks and dropout on f32 tiles in shared memory; f32, and other
+ * head dims (up to 256), use the FMA loops.
  */
 #include "kernels.h"
 #include "launch.h"
@@ -239,6 +239,37 @@ __global__ void __launch_bounds__(ATT_THREADS, ATT_DQ_MIN_BLOCKS) attention_dq_k
     }
 }
 
+/* Block blk of a key-row grid: batch b, kv head hk, keys [j0, j0 + nk), of which the first nkv are below
+ * kv_len (keys past it get no gradient). */
+struct att_kblock {
+    int64_t b, hk, j0, nk, nkv;
+};
+__device__ __forceinline__ att_kblock att_kblock_of(const gpucore_attn_args &a, int64_t blk, int64_t nkt)
+{
+    att_kblock k;
+    const int64_t bh = blk / nkt, valid = gpucore_attn_kv_valid(&a, bh / a.kv_heads);
+    k.b = bh / a.kv_heads;
+    k.hk = bh % a.kv_heads;
+    k.j0 = (blk % nkt) * ATT_ROWS;
+    k.nk = att_min(ATT_ROWS, a.seq_k - k.j0);
+    k.nkv = valid > k.j0 ? att_min(k.nk, valid - k.j0) : 0;
+    return k;
+}
+
+/* dk[b, hk, j, lane + 8n] and dv[...] from the row's accumulators (each output when asked for). */
+template <int NC>
+__device__ __forceinline__ void att_store_dkv_row(const gpucore_attn_args &a, int64_t b, int64_t hk, int64_t j, int lane,
+                                                  const float *dk, const float *dv)
+{
+#pragma unroll
+    for (int n = 0; n < NC; n++) {
+        const int64_t c = lane + ATT_LANES * n;
+        if (a.dk.data && c < a.head_dim) gpucore_attn_store(&a.dk, a.dtype, gpucore_attn_offset(&a.dk, b, hk, j, c), dk[n]);
+        if (a.dv.data && c < a.head_dim_v)
+            gpucore_attn_store(&a.dv, a.dtype, gpucore_attn_offset(&a.dv, b, hk, j, c), dv[n]);
+    }
+}
+
 template <int NC>
 __global__ void __launch_bounds__(ATT_THREADS) attention_dkv_kernel(gpucore_attn_args a, int BQ, int64_t nkt)
 {
@@ -250,10 +281,8 @@ __global__ void __launch_bounds__(ATT_THREADS) attention_dkv_kernel(gpucore_attn
     const int r = threadIdx.x / ATT_LANES, lane = threadIdx.x % ATT_LANES;
     const int64_t total = a.batch * a.kv_heads * nkt;
     for (int64_t blk = blockIdx.x; blk < total; blk += gridDim.x) {
-        const int64_t bh = blk / nkt, b = bh / a.kv_heads, hk = bh % a.kv_heads;
-        const int64_t j0 = (blk % nkt) * ATT_ROWS, nk = att_min(ATT_ROWS, a.seq_k - j0), j = j0 + r;
-        const int64_t valid = gpucore_attn_kv_valid(&a, b);
-        const int64_t nkv = valid > j0 ? att_min(nk, valid - j0) : 0; /* keys past kv_len get no gradient */
+        const att_kblock kb = att_kblock_of(a, blk, nkt);
+        const int64_t b = kb.b, hk = kb.hk, j0 = kb.j0, nk = kb.nk, nkv = kb.nkv, j = j0 + r;
         __syncthreads();
         att_load_tile(Ks, ldk, a.k, a.dtype, b, hk, j0, nk, ATT_ROWS, D);
         att_load_tile(Vs, ldv, a.v, a.dtype, b, hk, j0, nk, ATT_ROWS, Dv);
@@ -304,14 +333,7 @@ __global__ void __launch_bounds__(ATT_THREADS) attention_dkv_kernel(gpucore_attn
                     if (ds != 0.0f) att_axpy_cols<NC>(dk, ds, Bs + ii * ldb, lane, D);
                 }
             }
-        if (r < nk) {
-#pragma unroll
-            for (int n = 0; n < NC; n++) {
-                const int64_t c = lane + ATT_LANES * n;
-                if (a.dk.data && c < D) gpucore_attn_store(&a.dk, a.dtype, gpucore_attn_offset(&a.dk, b, hk, j, c), dk[n]);
-                if (a.dv.data && c < Dv) gpucore_attn_store(&a.dv, a.dtype, gpucore_attn_offset(&a.dv, b, hk, j, c), dv[n]);
-            }
-        }
+        if (r < nk) att_store_dkv_row<NC>(a, b, hk, j, lane, dk, dv);
     }
 }
 
@@ -542,9 +564,117 @@ __global__ void __launch_bounds__(ATT_THREADS, ATT_TC_MIN_BLOCKS) attention_dq_t
     }
 }
 
-template <int NC> static int attention_launch_dkv(const gpucore_launch *l, const gpucore_attn_args *a);
+/* dk and dv on tensor cores: a block owns 16 keys of one kv head (as attention_dkv_kernel) and walks the
+ * group's query heads and 64-row query tiles: Sᵀ = K Qᵀ and dPᵀ = V doutᵀ (WMMA), P̃ᵀ = Pᵀ keep and
+ * dSᵀ = Pᵀ (dPᵀ keep - D_i) scale per element (rounded to the operand type), then dv += P̃ᵀ dout and
+ * dk += dSᵀ Q (WMMA) into the row's f32 accumulators. The Q/dout tile shares one buffer (Q, dout, Q
+ * again), the products' f32 tile lies over Sᵀ and dPᵀ. Shared memory (bytes), offsets multiples of 32. */
+struct att_tc_dkv_layout {
+    int ldk, ldv, ldb, lds, ldp, ldt;
+    size_t k, v, st, dpt, pt, dst, stats, bytes;
+};
+static __host__ __device__ inline att_tc_dkv_layout att_tc_dkv_plan(int64_t D, int64_t Dv)
+{
+    att_tc_dkv_layout L;
+    L.ldk = (int)D + 8;
+    L.ldv = (int)Dv + 8;
+    L.ldb = (int)(D > Dv ? D : Dv) + 8;
+    L.lds = ATT_TC_BK + 4;
+    L.ldp = ATT_TC_BK + 8;
+    L.ldt = (int)(D > Dv ? D : Dv) + 4; /* <= 2 lds: the product tile fits over Sᵀ and dPᵀ */
+    L.k = 0;
+    L.v = L.k + 2 * ATT_ROWS * L.ldk;
+    L.st = L.v + 2 * ATT_ROWS * L.ldv;
+    L.dpt = L.st + sizeof(float) * ATT_ROWS * L.lds;
+    L.pt = L.dpt + sizeof(float) * ATT_ROWS * L.lds;
+    L.dst = L.pt + 2 * ATT_ROWS * L.ldp;
+    L.stats = L.dst + 2 * ATT_ROWS * L.ldp;
+    L.bytes = L.stats + sizeof(float) * 2 * ATT_TC_BK + 2 * ATT_TC_BK * L.ldb;
+    return L;
+}
 
-/* The tensor-core forward, or the tensor-core dq and then dk, dv on the FMA kernel. */
+/* acc[n] += T[r][lane + 8n] for columns below ncols. */
+template <int NC>
+__device__ __forceinline__ void att_add_tile_row(float *acc, const float *T, int ldt, int r, int lane, int ncols)
+{
+#pragma unroll
+    for (int n = 0; n < NC; n++)
+        if (lane + ATT_LANES * n < ncols) acc[n] += T[r * ldt + lane + ATT_LANES * n];
+}
+
+template <int NC, typename T>
+__global__ void __launch_bounds__(ATT_THREADS, ATT_TC_MIN_BLOCKS) attention_dkv_tc_kernel(gpucore_attn_args a, int64_t nkt)
+{
+    extern __shared__ float attn_smem[];
+    const int D = (int)a.head_dim, Dv = (int)a.head_dim_v;
+    const int64_t G = a.heads / a.kv_heads;
+    const att_tc_dkv_layout L = att_tc_dkv_plan(D, Dv);
+    char *base = (char *)attn_smem;
+    uint16_t *Kh = (uint16_t *)(base + L.k), *Vh = (uint16_t *)(base + L.v);
+    float *St = (float *)(base + L.st), *dPt = (float *)(base + L.dpt), *Prod = St;
+    uint16_t *Pt = (uint16_t *)(base + L.pt), *dSt = (uint16_t *)(base + L.dst);
+    float *Di = (float *)(base + L.stats), *lse = Di + ATT_TC_BK;
+    uint16_t *Bh = (uint16_t *)(lse + ATT_TC_BK);
+    const int r = threadIdx.x / ATT_LANES, lane = threadIdx.x % ATT_LANES;
+    const int64_t total = a.batch * a.kv_heads * nkt;
+    for (int64_t blk = blockIdx.x; blk < total; blk += gridDim.x) {
+        const att_kblock kb = att_kblock_of(a, blk, nkt);
+        const int64_t b = kb.b, hk = kb.hk, j0 = kb.j0, nk = kb.nk, nkv = kb.nkv, j = j0 + r;
+        __syncthreads();
+        att_load_raw(Kh, L.ldk, a.k, b, hk, j0, nk, ATT_ROWS, D);
+        att_load_raw(Vh, L.ldv, a.v, b, hk, j0, nk, ATT_ROWS, Dv);
+        float dk[NC], dv[NC];
+        att_zero<NC>(dk);
+        att_zero<NC>(dv);
+        for (int64_t h = hk * G; nkv > 0 && h < (hk + 1) * G; h++)
+            for (int64_t i0 = gpucore_attn_query_begin(&a, j0); i0 < a.seq_q; i0 += ATT_TC_BK) {
+                const int nq = (int)att_min(ATT_TC_BK, a.seq_q - i0), nq16 = (nq + 15) / 16;
+                __syncthreads();
+                att_load_raw(Bh, L.ldb, a.q, b, h, i0, nq, nq16 * 16, D);
+                att_row_dots(a, b, h, i0, nq, ATT_TC_BK, Di, lse);
+                __syncthreads();
+                att_tc_product<T, nvcuda::wmma::col_major>(St, L.lds, (const T *)Kh, L.ldk, (const T *)Bh, L.ldb, nq16,
+                                                           D / 16);
+                __syncthreads();
+                att_load_raw(Bh, L.ldb, a.dout, b, h, i0, nq, nq16 * 16, Dv);
+                __syncthreads();
+                att_tc_product<T, nvcuda::wmma::col_major>(dPt, L.lds, (const T *)Vh, L.ldv, (const T *)Bh, L.ldb, nq16,
+                                                           Dv / 16);
+                __syncthreads();
+#pragma unroll 1 /* rolled: unrolled, bf16 at head dim 128 needs more than the 128 registers four blocks allow */
+                for (int n = 0; n < ATT_TC_BK / ATT_LANES; n++) { /* row r = key j, column ii = query i0 + ii */
+                    const int ii = lane + ATT_LANES * n;
+                    float pk = 0.0f, ds = 0.0f;
+                    if (r < nkv && ii < nq) {
+                        const float bias = gpucore_attn_bias(&a, b, h, i0 + ii, j);
+                        const float p = bias == -INFINITY ? 0.0f
+                                                          : gpucore_attn_exp(gpucore_attn_score(&a, St[r * L.lds + ii], bias), lse[ii]);
+                        if (p != 0.0f) {
+                            const float keep = gpucore_attn_keep(&a, b, h, i0 + ii, j);
+                            ds = p * (dPt[r * L.lds + ii] * keep - Di[ii]);
+                            pk = p * keep;
+                        }
+                    }
+                    Pt[r * L.ldp + ii] = att_bits((T)pk);
+                    dSt[r * L.ldp + ii] = att_bits((T)(ds * a.scale));
+                }
+                __syncthreads();
+                att_tc_product<T, nvcuda::wmma::row_major>(Prod, L.ldt, (const T *)Pt, L.ldp, (const T *)Bh, L.ldb, Dv / 16,
+                                                           nq16); /* P̃ᵀ dout */
+                __syncthreads();
+                att_add_tile_row<NC>(dv, Prod, L.ldt, r, lane, Dv);
+                att_load_raw(Bh, L.ldb, a.q, b, h, i0, nq, nq16 * 16, D); /* dout's readers are done */
+                __syncthreads();
+                att_tc_product<T, nvcuda::wmma::row_major>(Prod, L.ldt, (const T *)dSt, L.ldp, (const T *)Bh, L.ldb, D / 16,
+                                                           nq16); /* dSᵀ Q */
+                __syncthreads();
+                att_add_tile_row<NC>(dk, Prod, L.ldt, r, lane, D);
+            }
+        if (r < nk) att_store_dkv_row<NC>(a, b, hk, j, lane, dk, dv);
+    }
+}
+
+/* The tensor-core forward, or the tensor-core dq and dk, dv. */
 template <int NC, typename T> static int attention_launch_tc(const gpucore_launch *l, const gpucore_attn_args *a)
 {
     const int64_t nqt = (a->seq_q + ATT_ROWS - 1) / ATT_ROWS;
@@ -561,7 +691,15 @@ template <int NC, typename T> static int attention_launch_tc(const gpucore_launc
         int err = GPUCORE_LAUNCH_STATUS();
         if (err) return err;
     }
-    return attention_launch_dkv<NC>(l, a);
+    if ((a->dk.data || a->dv.data) && a->seq_k > 0) {
+        const int64_t nkt = (a->seq_k + ATT_ROWS - 1) / ATT_ROWS;
+        const size_t bytes = att_tc_dkv_plan(a->head_dim, a->head_dim_v).bytes;
+        unsigned kgrid = gpucore_grid_for(a->batch * a->kv_heads * nkt * ATT_THREADS, ATT_THREADS, l->sm_count);
+        void (*const attention_dkv_tc)(gpucore_attn_args, int64_t) = attention_dkv_tc_kernel<NC, T>;
+        GPUCORE_LAUNCH(attention_dkv_tc, kgrid, ATT_THREADS, bytes, l->stream, *a, nkt);
+        return GPUCORE_LAUNCH_STATUS();
+    }
+    return 0;
 }
 
 template <int NC> static int attention_launch(const gpucore_launch *l, const gpucore_attn_args *a)
@@ -584,17 +722,10 @@ template <int NC> static int attention_launch(const gpucore_launch *l, const gpu
         int err = GPUCORE_LAUNCH_STATUS();
         if (err) return err;
     }
-    return attention_launch_dkv<NC>(l, a);
-}
-
-template <int NC> static int attention_launch_dkv(const gpucore_launch *l, const gpucore_attn_args *a)
-{
-    const int64_t D = a->head_dim, Dv = a->head_dim_v, dmax = D > Dv ? D : Dv;
-    const int64_t nkt = (a->seq_k + ATT_ROWS - 1) / ATT_ROWS;
-    const int T = att_tile(NC, 1);
     if ((a->dk.data || a->dv.data) && a->seq_k > 0) {
         size_t smem = sizeof(float) * (size_t)(ATT_ROWS * (D + 1) + ATT_ROWS * (Dv + 1) + T * (dmax + 1) +
                                                2 * ATT_ROWS * (T + 1) + 2 * T);
+        const int64_t nkt = (a->seq_k + ATT_ROWS - 1) / ATT_ROWS;
         unsigned grid = gpucore_grid_for(a->batch * a->kv_heads * nkt * ATT_THREADS, ATT_THREADS, l->sm_count);
         GPUCORE_LAUNCH(attention_dkv_kernel<NC>, grid, ATT_THREADS, smem, l->stream, *a, T, nkt);
         return GPUCORE_LAUNCH_STATUS();
