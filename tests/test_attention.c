@@ -325,7 +325,7 @@ static const att_case cases[] = {
      * tensor-core (WMMA) forward: tails of a 16-row query block and a 64-key tile, causal, GQA,
      * masks, lengths, dropout and non-contiguous operands */
     {"tc-hd64",      2, 4, 2,  81, 83, 64,  64, 1, 0, 0, 0.0, 1},
-    {"tc-hd128",     1, 2, 1,  37, 71, 128, 128, 0, 1, 1, 0.1, 2},
+    {"tc-hd128",     3, 2, 1,  37, 71, 128, 128, 0, 1, 1, 0.1, 2},
     {"tc-hd32-96",   2, 2, 2,  18, 65, 32,  96, 0, 2, 0, 0.0, 0},
 };
 #define FIRST_TC_CASE 7
