@@ -348,7 +348,12 @@ __global__ void __launch_bounds__(ATT_THREADS) attention_dkv_kernel(gpucore_attn
  * lane + 8n, as in the FMA kernels. P is rounded to the operand type before P V (as in every
  * flash-attention kernel); l sums the unrounded probabilities. Operands are copied to shared
  * memory as their raw 16-bit values, rows past the tile zero-filled; every fragment pointer is
- * a multiple of 32 bytes from the dynamic shared memory base and every ldm a multiple of 16 bytes. */
+ * a multiple of 32 bytes from the dynamic shared memory base (which CUDA aligns far more coarsely)
+ * and every ldm a multiple of 16 bytes.
+ * One difference from the FMA kernels, shared with other tensor-core flash kernels: a product
+ * multiplies whole tiles, so a NaN/Inf in V (forward), or in K (dq), of a key that is masked for
+ * some rows reaches those rows as 0·NaN; the FMA loops skip masked keys. Keys past the key length
+ * are never loaded (zero-filled), so padding by kv_len stays clean on both paths. */
 #define ATT_TC_BK 64
 #define ATT_TC_WARPS (ATT_THREADS / 32)
 
