@@ -7,9 +7,12 @@
  * of FlashAttention's and PyTorch's benchmarks. Times are event-timed medians
  * after warm-up. The peer is PyTorch's scaled_dot_product_attention
  * (bench/peers/torch_attention.py, same case names). --json prints DESIGN.md's
- * one-object-per-line contract.
+ * one-object-per-line contract. The human table names the CUDA kernel path of
+ * each row: "wmma" (tensor cores: f16/bf16 with head dims that are multiples
+ * of 16 up to 128, so every f16/bf16 case here) or "fma" (f32); "cpu" on the
+ * CPU. Tensor-core figures exist only from a GPU run (bench/results/).
  *
- *   bench_attention [--json] [--quick|--full] [--device cpu|cuda] [--dtype f32|bf16]
+ *   bench_attention [--json] [--quick|--full] [--device cpu|cuda] [--dtype f32|f16|bf16]
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -75,12 +78,21 @@ static gpucore_tensor *make(gpucore_context *ctx, gpucore_dtype dt, int nd, cons
     return t;
 }
 
+static const char *kernel_path; /* the human table's last column */
+
 static void report(const char *cs, const char *metric, double value, const char *unit)
 {
     if (json)
         printf("{\"bench\":\"attention\",\"case\":\"%s\",\"device\":\"%s\",\"metric\":\"%s\",\"value\":%.4f,"
                "\"unit\":\"%s\"}\n", cs, device_name, metric, value, unit);
-    else printf("%-40s %-10s %12.4f %s\n", cs, metric, value, unit);
+    else printf("%-40s %-10s %12.4f %-8s %s\n", cs, metric, value, unit, kernel_path);
+}
+
+/* The CUDA kernel that serves a case (kernels/attention.cu's dispatch), or "cpu". */
+static const char *path_of(int cpu, gpucore_dtype dt, int64_t D)
+{
+    if (cpu) return "cpu";
+    return dt != GPUCORE_F32 && D % 16 == 0 && D <= 128 ? "wmma" : "fma";
 }
 
 int main(int argc, char **argv)
@@ -94,7 +106,7 @@ int main(int argc, char **argv)
         else if (!strcmp(argv[i], "--device") && i + 1 < argc) dev = argv[++i];
         else if (!strcmp(argv[i], "--dtype") && i + 1 < argc) dts = argv[++i];
         else {
-            fprintf(stderr, "usage: bench_attention [--json] [--quick|--full] [--device cpu|cuda] [--dtype f32|bf16]\n");
+            fprintf(stderr, "usage: bench_attention [--json] [--quick|--full] [--device cpu|cuda] [--dtype f32|f16|bf16]\n");
             return 2;
         }
     }
@@ -133,6 +145,7 @@ int main(int argc, char **argv)
                 char cs[96];
                 snprintf(cs, sizeof cs, "b%lld h%lld s%lld d%lld %s %s", (long long)B, (long long)H, (long long)S,
                          (long long)D, causal ? "causal" : "full", dts);
+                kernel_path = path_of(cpu, dt, D);
                 const double fwd_flops = 4.0 * (double)(B * H * S * S * D) * (causal ? 0.5 : 1.0);
                 gpucore_context_synchronize(ctx);
                 gpucore_memory_stats m0 = {.struct_size = sizeof m0}, m1 = {.struct_size = sizeof m1};

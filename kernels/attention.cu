@@ -16,14 +16,21 @@
  * Threads: 128 per block = 16 rows x 8 lanes; a lane owns columns lane + 8n of
  * its row (accumulators in registers, NC per thread by the head dim class) and
  * score entries lane + 8m. Rows stored with one float of padding against bank
- * conflicts. The inner products are plain FMA loops over shared memory: tensor
- * cores (WMMA) are not used yet, so this is correct, memory-lean and
- * deterministic, not yet fast. Shared memory stays under 48 KiB (no opt-in).
+ * conflicts. Shared memory stays under 48 KiB (no opt-in).
+ * Tensor cores: for f16/bf16 with head dims (D and Dv) multiples of 16 up to
+ * 128, forward, dq and dk/dv run their products on WMMA (m16n16k16, f32
+ * accumulate; the *_tc_kernel functions, 64-key or 64-query tiles), with the
+ * softmax, masks and dropout on f32 tiles in shared memory; f32, and other
+ * head dims (up to 256), use the FMA loops.
  */
 #include "kernels.h"
 #include "launch.h"
 #include "grid.h"
 #include "attention_math.h"
+#include <cuda_fp16.h>
+#include <cuda_bf16.h>
+#include <mma.h>
+#include <type_traits>
 
 #define ATT_THREADS 128
 #define ATT_ROWS 16 /* rows (query rows, or keys for dk/dv) per block */
@@ -66,18 +73,48 @@ template <int NC> __device__ __forceinline__ void att_axpy_cols(float *acc, floa
         if (lane + ATT_LANES * n < ncols) acc[n] = fmaf(coef, row[lane + ATT_LANES * n], acc[n]);
 }
 
+/* Block blk of a query-row grid: batch b, head h (kv head hk = h / G), query rows [i0, i0 + nq), this thread's row i. */
+struct att_qblock {
+    int64_t b, h, hk, i0, nq, i;
+};
+__device__ __forceinline__ att_qblock att_qblock_of(const gpucore_attn_args &a, int64_t blk, int64_t nqt, int r)
+{
+    att_qblock q;
+    const int64_t bh = blk / nqt;
+    q.b = bh / a.heads;
+    q.h = bh % a.heads;
+    q.hk = q.h / (a.heads / a.kv_heads);
+    q.i0 = (blk % nqt) * ATT_ROWS;
+    q.nq = att_min(ATT_ROWS, a.seq_q - q.i0);
+    q.i = q.i0 + r;
+    return q;
+}
+
+/* out[b, h, i, lane + 8n] = acc[n] / l and lse = m + log l (a row with nothing admitted: 0 and -inf). */
+template <int NC>
+__device__ __forceinline__ void att_store_out_row(const gpucore_attn_args &a, int64_t b, int64_t h, int64_t i, int lane,
+                                                  const float *acc, float m, float l)
+{
+    const float inv = l > 0.0f ? 1.0f / l : 0.0f;
+#pragma unroll
+    for (int n = 0; n < NC; n++)
+        if (lane + ATT_LANES * n < a.head_dim_v)
+            gpucore_attn_store(&a.out, a.dtype, gpucore_attn_offset(&a.out, b, h, i, lane + ATT_LANES * n), acc[n] * inv);
+    if (lane == 0 && a.lse) a.lse[(b * a.heads + h) * a.seq_q + i] = l > 0.0f ? m + logf(l) : -INFINITY;
+}
+
 template <int NC>
 __global__ void __launch_bounds__(ATT_THREADS) attention_forward_kernel(gpucore_attn_args a, int BK, int64_t nqt)
 {
     extern __shared__ float attn_smem[];
-    const int64_t D = a.head_dim, Dv = a.head_dim_v, G = a.heads / a.kv_heads;
+    const int64_t D = a.head_dim, Dv = a.head_dim_v;
     const int ldq = (int)D + 1, ldkv = (int)(D > Dv ? D : Dv) + 1, lds = BK + 1;
     float *Qs = attn_smem, *KVs = Qs + ATT_ROWS * ldq, *Ss = KVs + BK * ldkv;
     const int r = threadIdx.x / ATT_LANES, lane = threadIdx.x % ATT_LANES;
     const int64_t total = a.batch * a.heads * nqt;
     for (int64_t blk = blockIdx.x; blk < total; blk += gridDim.x) {
-        const int64_t bh = blk / nqt, b = bh / a.heads, h = bh % a.heads, hk = h / G;
-        const int64_t i0 = (blk % nqt) * ATT_ROWS, nq = att_min(ATT_ROWS, a.seq_q - i0), i = i0 + r;
+        const att_qblock qb = att_qblock_of(a, blk, nqt, r);
+        const int64_t b = qb.b, h = qb.h, hk = qb.hk, i0 = qb.i0, nq = qb.nq, i = qb.i;
         const bool row_ok = r < nq;
         __syncthreads(); /* the previous tile's readers are done */
         att_load_tile(Qs, ldq, a.q, a.dtype, b, h, i0, nq, ATT_ROWS, D);
@@ -117,14 +154,7 @@ __global__ void __launch_bounds__(ATT_THREADS) attention_forward_kernel(gpucore_
                 m = mn;
             }
         }
-        if (row_ok) {
-            const float inv = l > 0.0f ? 1.0f / l : 0.0f;
-#pragma unroll
-            for (int n = 0; n < NC; n++)
-                if (lane + ATT_LANES * n < Dv)
-                    gpucore_attn_store(&a.out, a.dtype, gpucore_attn_offset(&a.out, b, h, i, lane + ATT_LANES * n), acc[n] * inv);
-            if (lane == 0 && a.lse) a.lse[(b * a.heads + h) * a.seq_q + i] = l > 0.0f ? m + logf(l) : -INFINITY;
-        }
+        if (row_ok) att_store_out_row<NC>(a, b, h, i, lane, acc, m, l);
     }
 }
 
@@ -145,19 +175,23 @@ __device__ __forceinline__ void att_row_dots(const gpucore_attn_args &a, int64_t
     }
 }
 
+/* Five blocks per SM asked for explicitly: left to itself, ptxas targets the same five blocks
+ * (96 registers) on sm_90 for NC = 8 and spills 8 bytes in the key loop; told the target,
+ * it fits in 88 registers without spilling (scripts/ptxas_spills.sh). */
+#define ATT_DQ_MIN_BLOCKS 5
 template <int NC>
-__global__ void __launch_bounds__(ATT_THREADS) attention_dq_kernel(gpucore_attn_args a, int BK, int64_t nqt)
+__global__ void __launch_bounds__(ATT_THREADS, ATT_DQ_MIN_BLOCKS) attention_dq_kernel(gpucore_attn_args a, int BK, int64_t nqt)
 {
     extern __shared__ float attn_smem[];
-    const int64_t D = a.head_dim, Dv = a.head_dim_v, G = a.heads / a.kv_heads;
+    const int64_t D = a.head_dim, Dv = a.head_dim_v;
     const int ldq = (int)D + 1, ldo = (int)Dv + 1, ldkv = (int)(D > Dv ? D : Dv) + 1, lds = BK + 1;
     float *Qs = attn_smem, *dOs = Qs + ATT_ROWS * ldq, *KVs = dOs + ATT_ROWS * ldo, *Ss = KVs + BK * ldkv;
     float *Di = Ss + ATT_ROWS * lds, *lse = Di + ATT_ROWS;
     const int r = threadIdx.x / ATT_LANES, lane = threadIdx.x % ATT_LANES;
     const int64_t total = a.batch * a.heads * nqt;
     for (int64_t blk = blockIdx.x; blk < total; blk += gridDim.x) {
-        const int64_t bh = blk / nqt, b = bh / a.heads, h = bh % a.heads, hk = h / G;
-        const int64_t i0 = (blk % nqt) * ATT_ROWS, nq = att_min(ATT_ROWS, a.seq_q - i0), i = i0 + r;
+        const att_qblock qb = att_qblock_of(a, blk, nqt, r);
+        const int64_t b = qb.b, h = qb.h, hk = qb.hk, i0 = qb.i0, nq = qb.nq, i = qb.i;
         const bool row_ok = r < nq;
         __syncthreads();
         att_load_tile(Qs, ldq, a.q, a.dtype, b, h, i0, nq, ATT_ROWS, D);
@@ -205,6 +239,37 @@ __global__ void __launch_bounds__(ATT_THREADS) attention_dq_kernel(gpucore_attn_
     }
 }
 
+/* Block blk of a key-row grid: batch b, kv head hk, keys [j0, j0 + nk), of which the first nkv are below
+ * kv_len (keys past it get no gradient). */
+struct att_kblock {
+    int64_t b, hk, j0, nk, nkv;
+};
+__device__ __forceinline__ att_kblock att_kblock_of(const gpucore_attn_args &a, int64_t blk, int64_t nkt)
+{
+    att_kblock k;
+    const int64_t bh = blk / nkt, valid = gpucore_attn_kv_valid(&a, bh / a.kv_heads);
+    k.b = bh / a.kv_heads;
+    k.hk = bh % a.kv_heads;
+    k.j0 = (blk % nkt) * ATT_ROWS;
+    k.nk = att_min(ATT_ROWS, a.seq_k - k.j0);
+    k.nkv = valid > k.j0 ? att_min(k.nk, valid - k.j0) : 0;
+    return k;
+}
+
+/* dk[b, hk, j, lane + 8n] and dv[...] from the row's accumulators (each output when asked for). */
+template <int NC>
+__device__ __forceinline__ void att_store_dkv_row(const gpucore_attn_args &a, int64_t b, int64_t hk, int64_t j, int lane,
+                                                  const float *dk, const float *dv)
+{
+#pragma unroll
+    for (int n = 0; n < NC; n++) {
+        const int64_t c = lane + ATT_LANES * n;
+        if (a.dk.data && c < a.head_dim) gpucore_attn_store(&a.dk, a.dtype, gpucore_attn_offset(&a.dk, b, hk, j, c), dk[n]);
+        if (a.dv.data && c < a.head_dim_v)
+            gpucore_attn_store(&a.dv, a.dtype, gpucore_attn_offset(&a.dv, b, hk, j, c), dv[n]);
+    }
+}
+
 template <int NC>
 __global__ void __launch_bounds__(ATT_THREADS) attention_dkv_kernel(gpucore_attn_args a, int BQ, int64_t nkt)
 {
@@ -216,10 +281,8 @@ __global__ void __launch_bounds__(ATT_THREADS) attention_dkv_kernel(gpucore_attn
     const int r = threadIdx.x / ATT_LANES, lane = threadIdx.x % ATT_LANES;
     const int64_t total = a.batch * a.kv_heads * nkt;
     for (int64_t blk = blockIdx.x; blk < total; blk += gridDim.x) {
-        const int64_t bh = blk / nkt, b = bh / a.kv_heads, hk = bh % a.kv_heads;
-        const int64_t j0 = (blk % nkt) * ATT_ROWS, nk = att_min(ATT_ROWS, a.seq_k - j0), j = j0 + r;
-        const int64_t valid = gpucore_attn_kv_valid(&a, b);
-        const int64_t nkv = valid > j0 ? att_min(nk, valid - j0) : 0; /* keys past kv_len get no gradient */
+        const att_kblock kb = att_kblock_of(a, blk, nkt);
+        const int64_t b = kb.b, hk = kb.hk, j0 = kb.j0, nk = kb.nk, nkv = kb.nkv, j = j0 + r;
         __syncthreads();
         att_load_tile(Ks, ldk, a.k, a.dtype, b, hk, j0, nk, ATT_ROWS, D);
         att_load_tile(Vs, ldv, a.v, a.dtype, b, hk, j0, nk, ATT_ROWS, Dv);
@@ -270,21 +333,384 @@ __global__ void __launch_bounds__(ATT_THREADS) attention_dkv_kernel(gpucore_attn
                     if (ds != 0.0f) att_axpy_cols<NC>(dk, ds, Bs + ii * ldb, lane, D);
                 }
             }
-        if (r < nk) {
+        if (r < nk) att_store_dkv_row<NC>(a, b, hk, j, lane, dk, dv);
+    }
+}
+
+/* ------------------------------------------------------------------ tensor cores (WMMA) */
+/* The f16/bf16 forward for head dims that are multiples of 16 up to 128: the same block, rows,
+ * lanes, masks, dropout and online softmax as attention_forward_kernel, but the two products
+ * run on tensor cores through nvcuda::wmma (m16n16k16, f32 accumulate): S = Q Kᵀ for a tile of
+ * ATT_TC_BK keys (warp w owns key columns 16w + 64n) and O_tile = P V (warp w owns output
+ * columns 16w + 64n), each stored to shared memory as f32. Only documented fragment operations
+ * are used (fill/load/mma/store), never the fragment's element layout: the per-row softmax
+ * scaling happens on the f32 tiles in shared memory, where each thread owns row r, columns
+ * lane + 8n, as in the FMA kernels. P is rounded to the operand type before P V (as in every
+ * flash-attention kernel); l sums the unrounded probabilities. Operands are copied to shared
+ * memory as their raw 16-bit values, rows past the tile zero-filled; every fragment pointer is
+ * a multiple of 32 bytes from the dynamic shared memory base (which CUDA aligns far more coarsely)
+ * and every ldm a multiple of 16 bytes.
+ * One difference from the FMA kernels, shared with other tensor-core flash kernels: a product
+ * multiplies whole tiles, so a NaN/Inf in V (forward), or in K (dq), of a key that is masked for
+ * some rows reaches those rows as 0·NaN; the FMA loops skip masked keys. Keys past the key length
+ * are never loaded (zero-filled), so padding by kv_len stays clean on both paths. */
+#define ATT_TC_BK 64
+#define ATT_TC_WARPS (ATT_THREADS / 32)
+
+static inline int att_tc_ok(const gpucore_attn_args *a)
+{
+    return (a->dtype == GPUCORE_KDT_F16 || a->dtype == GPUCORE_KDT_BF16) &&
+           a->head_dim % 16 == 0 && a->head_dim_v % 16 == 0 && a->head_dim <= 128 && a->head_dim_v <= 128;
+}
+
+__device__ __forceinline__ uint16_t att_bits(__half v) { return __half_as_ushort(v); }
+__device__ __forceinline__ uint16_t att_bits(__nv_bfloat16 v) { return __bfloat16_as_ushort(v); }
+
+/* rows [row0, row0 + n) of t at (b, h) as raw 16-bit values into s[rows][ld], zero past n. */
+__device__ __forceinline__ void att_load_raw(uint16_t *s, int ld, const gpucore_attn_tensor &t, int64_t b, int64_t h,
+                                             int64_t row0, int64_t n, int rows, int cols)
+{
+    const uint16_t *src = (const uint16_t *)t.data;
+    for (int e = threadIdx.x; e < rows * cols; e += blockDim.x) {
+        const int r = e / cols, c = e % cols;
+        s[r * ld + c] = r < n ? src[gpucore_attn_offset(&t, b, h, row0 + r, c)] : (uint16_t)0;
+    }
+}
+
+/* C[16][16 n] (f32, ldc) = A[16][16 kt] (row-major, lda) · B for the fragments this warp owns,
+ * f = warp, warp + ATT_TC_WARPS, ... < nf; B is k-by-n: col-major (Kᵀ of a row-major K tile,
+ * bcol) or row-major (a V tile); kt runs over nk16 steps of 16. */
+template <typename T, typename BL>
+__device__ __forceinline__ void att_tc_product(float *C, int ldc, const T *A, int lda, const T *B, int ldb, int nf,
+                                               int nk16)
+{
+    using namespace nvcuda;
+    const int warp = threadIdx.x / 32;
+    for (int f = warp; f < nf; f += ATT_TC_WARPS) {
+        wmma::fragment<wmma::accumulator, 16, 16, 16, float> c;
+        wmma::fragment<wmma::matrix_a, 16, 16, 16, T, wmma::row_major> fa;
+        wmma::fragment<wmma::matrix_b, 16, 16, 16, T, BL> fb;
+        wmma::fill_fragment(c, 0.0f);
+        for (int kt = 0; kt < nk16; kt++) {
+            wmma::load_matrix_sync(fa, A + kt * 16, lda);
+            if constexpr (std::is_same<BL, wmma::col_major>::value) wmma::load_matrix_sync(fb, B + f * 16 * ldb + kt * 16, ldb);
+            else wmma::load_matrix_sync(fb, B + kt * 16 * ldb + f * 16, ldb);
+            wmma::mma_sync(c, fa, fb, c);
+        }
+        wmma::store_matrix_sync(C + f * 16, c, ldc, wmma::mem_row_major);
+    }
+}
+
+/* Shared memory of the tensor-core kernels, in bytes, and the offsets of its parts (all multiples of
+ * 32 bytes). s: f32 scores [16][lds]; f: f32 [16][ldf] (forward: the tile's P V, ldf = Dv + 4; dq: dP,
+ * ldf = lds, and then dS K over s and f together, ld D + 4 <= 2 lds); q: Q [16][ldq]; o: dout [16][ldo]
+ * (dq only); kv: the K or V tile [BK][ldkv]; p: P or dS [16][ldp]; stats: D_i and lse (dq only). */
+struct att_tc_layout {
+    int ldq, ldo, ldkv, lds, ldp, ldf;
+    size_t s, f, q, o, kv, p, stats, bytes;
+};
+static __host__ __device__ inline att_tc_layout att_tc_plan(int64_t D, int64_t Dv, int dq)
+{
+    att_tc_layout L;
+    L.ldq = (int)D + 8; /* halves: +16 bytes against bank conflicts, still a multiple of 16 bytes */
+    L.ldo = (int)Dv + 8;
+    L.ldkv = (int)(D > Dv ? D : Dv) + 8;
+    L.lds = ATT_TC_BK + 4; /* floats */
+    L.ldp = ATT_TC_BK + 8;
+    L.ldf = dq ? L.lds : (int)Dv + 4;
+    L.s = 0;
+    L.f = L.s + sizeof(float) * ATT_ROWS * L.lds;
+    L.q = L.f + sizeof(float) * ATT_ROWS * L.ldf;
+    L.o = L.q + 2 * ATT_ROWS * L.ldq;
+    L.kv = L.o + (dq ? 2 * ATT_ROWS * L.ldo : 0);
+    L.p = L.kv + 2 * ATT_TC_BK * L.ldkv;
+    L.stats = L.p + 2 * ATT_ROWS * L.ldp;
+    L.bytes = L.stats + (dq ? sizeof(float) * 2 * ATT_ROWS : 0);
+    return L;
+}
+
+/* Four blocks per SM: what shared memory allows on sm_80 at head dim 128 (36 KiB a block), so the
+ * register budget (128) is no tighter than it; unbounded, ptxas aims at 6 blocks (80 registers)
+ * on sm_80 for f16 and spills 52 bytes. */
+#define ATT_TC_MIN_BLOCKS 4
+template <int NC, typename T>
+__global__ void __launch_bounds__(ATT_THREADS, ATT_TC_MIN_BLOCKS) attention_forward_tc_kernel(gpucore_attn_args a, int64_t nqt)
+{
+    extern __shared__ float attn_smem[];
+    const int D = (int)a.head_dim, Dv = (int)a.head_dim_v;
+    const att_tc_layout L = att_tc_plan(D, Dv, 0);
+    char *base = (char *)attn_smem;
+    float *Ss = (float *)(base + L.s), *Os = (float *)(base + L.f);
+    uint16_t *Qh = (uint16_t *)(base + L.q), *KVh = (uint16_t *)(base + L.kv), *Ph = (uint16_t *)(base + L.p);
+    const int r = threadIdx.x / ATT_LANES, lane = threadIdx.x % ATT_LANES;
+    const int64_t total = a.batch * a.heads * nqt;
+    for (int64_t blk = blockIdx.x; blk < total; blk += gridDim.x) {
+        const att_qblock qb = att_qblock_of(a, blk, nqt, r);
+        const int64_t b = qb.b, h = qb.h, hk = qb.hk, i0 = qb.i0, nq = qb.nq, i = qb.i;
+        const bool row_ok = r < nq;
+        __syncthreads(); /* the previous tile's readers are done */
+        att_load_raw(Qh, L.ldq, a.q, b, h, i0, nq, ATT_ROWS, D);
+        float m = -INFINITY, l = 0.0f, acc[NC];
+        att_zero<NC>(acc);
+        const int64_t kend = gpucore_attn_key_end(&a, b, i0 + nq - 1);
+        for (int64_t j0 = 0; j0 < kend; j0 += ATT_TC_BK) {
+            const int nk = (int)att_min(ATT_TC_BK, kend - j0), nk16 = (nk + 15) / 16;
+            __syncthreads();
+            att_load_raw(KVh, L.ldkv, a.k, b, hk, j0, nk, nk16 * 16, D);
+            __syncthreads();
+            att_tc_product<T, nvcuda::wmma::col_major>(Ss, L.lds, (const T *)Qh, L.ldq, (const T *)KVh, L.ldkv, nk16,
+                                                       D / 16);
+            __syncthreads();
+            att_load_raw(KVh, L.ldkv, a.v, b, hk, j0, nk, nk16 * 16, Dv);
+            float sv[ATT_TC_BK / ATT_LANES], mt = -INFINITY;
 #pragma unroll
-            for (int n = 0; n < NC; n++) {
-                const int64_t c = lane + ATT_LANES * n;
-                if (a.dk.data && c < D) gpucore_attn_store(&a.dk, a.dtype, gpucore_attn_offset(&a.dk, b, hk, j, c), dk[n]);
-                if (a.dv.data && c < Dv) gpucore_attn_store(&a.dv, a.dtype, gpucore_attn_offset(&a.dv, b, hk, j, c), dv[n]);
+            for (int n = 0; n < ATT_TC_BK / ATT_LANES; n++) {
+                const int jj = lane + ATT_LANES * n;
+                float s = -INFINITY;
+                if (row_ok && jj < nk) s = gpucore_attn_score(&a, Ss[r * L.lds + jj], gpucore_attn_bias(&a, b, h, i, j0 + jj));
+                sv[n] = s;
+                mt = fmaxf(mt, s);
+            }
+            for (int w = 1; w < ATT_LANES; w *= 2) mt = fmaxf(mt, __shfl_xor_sync(0xffffffffu, mt, w));
+            const float mn = fmaxf(m, mt);
+            float lt = 0.0f;
+#pragma unroll
+            for (int n = 0; n < ATT_TC_BK / ATT_LANES; n++) {
+                const int jj = lane + ATT_LANES * n;
+                const float p = gpucore_attn_exp(sv[n], mn); /* 0 for masked keys and empty rows */
+                lt += p;
+                const T pk = (T)(p == 0.0f ? 0.0f : p * gpucore_attn_keep(&a, b, h, i, j0 + jj));
+                Ph[r * L.ldp + jj] = att_bits(pk);
+            }
+            for (int w = 1; w < ATT_LANES; w *= 2) lt += __shfl_xor_sync(0xffffffffu, lt, w);
+            __syncthreads();
+            att_tc_product<T, nvcuda::wmma::row_major>(Os, L.ldf, (const T *)Ph, L.ldp, (const T *)KVh, L.ldkv, Dv / 16,
+                                                       nk16);
+            __syncthreads();
+            if (mn != -INFINITY) {
+                const float alpha = gpucore_attn_exp(m, mn);
+                l = l * alpha + lt;
+#pragma unroll
+                for (int n = 0; n < NC; n++)
+                    if (lane + ATT_LANES * n < Dv) acc[n] = fmaf(acc[n], alpha, Os[r * L.ldf + lane + ATT_LANES * n]);
+                m = mn;
             }
         }
+        if (row_ok) att_store_out_row<NC>(a, b, h, i, lane, acc, m, l);
     }
+}
+
+/* dq on tensor cores, for the same head dims and types: per key tile S = Q Kᵀ and dP = dout Vᵀ
+ * (WMMA, f32 tiles in shared memory), dS = P (dP keep - D_i) scale per element (rounded to the
+ * operand type, as P is in the forward), then dS K (WMMA) added to the row's f32 accumulators. */
+template <int NC, typename T>
+__global__ void __launch_bounds__(ATT_THREADS, ATT_TC_MIN_BLOCKS) attention_dq_tc_kernel(gpucore_attn_args a, int64_t nqt)
+{
+    extern __shared__ float attn_smem[];
+    const int D = (int)a.head_dim, Dv = (int)a.head_dim_v, ldt = D + 4;
+    const att_tc_layout L = att_tc_plan(D, Dv, 1);
+    char *base = (char *)attn_smem;
+    float *Ss = (float *)(base + L.s), *dPs = (float *)(base + L.f), *dQs = Ss;
+    float *Di = (float *)(base + L.stats), *lse = Di + ATT_ROWS;
+    uint16_t *Qh = (uint16_t *)(base + L.q), *dOh = (uint16_t *)(base + L.o), *KVh = (uint16_t *)(base + L.kv);
+    uint16_t *dSh = (uint16_t *)(base + L.p);
+    const int r = threadIdx.x / ATT_LANES, lane = threadIdx.x % ATT_LANES;
+    const int64_t total = a.batch * a.heads * nqt;
+    for (int64_t blk = blockIdx.x; blk < total; blk += gridDim.x) {
+        const att_qblock qb = att_qblock_of(a, blk, nqt, r);
+        const bool row_ok = r < qb.nq;
+        __syncthreads();
+        att_load_raw(Qh, L.ldq, a.q, qb.b, qb.h, qb.i0, qb.nq, ATT_ROWS, D);
+        att_load_raw(dOh, L.ldo, a.dout, qb.b, qb.h, qb.i0, qb.nq, ATT_ROWS, Dv);
+        att_row_dots(a, qb.b, qb.h, qb.i0, qb.nq, ATT_ROWS, Di, lse);
+        float acc[NC];
+        att_zero<NC>(acc);
+        const int64_t kend = gpucore_attn_key_end(&a, qb.b, qb.i0 + qb.nq - 1);
+        for (int64_t j0 = 0; j0 < kend; j0 += ATT_TC_BK) {
+            const int nk = (int)att_min(ATT_TC_BK, kend - j0), nk16 = (nk + 15) / 16;
+            __syncthreads();
+            att_load_raw(KVh, L.ldkv, a.k, qb.b, qb.hk, j0, nk, nk16 * 16, D);
+            __syncthreads();
+            att_tc_product<T, nvcuda::wmma::col_major>(Ss, L.lds, (const T *)Qh, L.ldq, (const T *)KVh, L.ldkv, nk16,
+                                                       D / 16);
+            __syncthreads();
+            att_load_raw(KVh, L.ldkv, a.v, qb.b, qb.hk, j0, nk, nk16 * 16, Dv);
+            __syncthreads();
+            att_tc_product<T, nvcuda::wmma::col_major>(dPs, L.ldf, (const T *)dOh, L.ldo, (const T *)KVh, L.ldkv, nk16,
+                                                       Dv / 16);
+            __syncthreads();
+            att_load_raw(KVh, L.ldkv, a.k, qb.b, qb.hk, j0, nk, nk16 * 16, D); /* V's readers are done */
+#pragma unroll
+            for (int n = 0; n < ATT_TC_BK / ATT_LANES; n++) {
+                const int jj = lane + ATT_LANES * n;
+                float ds = 0.0f;
+                if (row_ok && jj < nk) {
+                    const float bias = gpucore_attn_bias(&a, qb.b, qb.h, qb.i, j0 + jj);
+                    const float p = bias == -INFINITY ? 0.0f
+                                                      : gpucore_attn_exp(gpucore_attn_score(&a, Ss[r * L.lds + jj], bias), lse[r]);
+                    if (p != 0.0f) ds = p * (dPs[r * L.ldf + jj] * gpucore_attn_keep(&a, qb.b, qb.h, qb.i, j0 + jj) - Di[r]);
+                }
+                dSh[r * L.ldp + jj] = att_bits((T)(ds * a.scale));
+            }
+            __syncthreads();
+            att_tc_product<T, nvcuda::wmma::row_major>(dQs, ldt, (const T *)dSh, L.ldp, (const T *)KVh, L.ldkv, D / 16,
+                                                       nk16);
+            __syncthreads();
+#pragma unroll
+            for (int n = 0; n < NC; n++)
+                if (lane + ATT_LANES * n < D) acc[n] += dQs[r * ldt + lane + ATT_LANES * n];
+        }
+        if (row_ok)
+#pragma unroll
+            for (int n = 0; n < NC; n++)
+                if (lane + ATT_LANES * n < D)
+                    gpucore_attn_store(&a.dq, a.dtype, gpucore_attn_offset(&a.dq, qb.b, qb.h, qb.i, lane + ATT_LANES * n),
+                                       acc[n]);
+    }
+}
+
+/* dk and dv on tensor cores: a block owns 16 keys of one kv head (as attention_dkv_kernel) and walks the
+ * group's query heads and 64-row query tiles: Sᵀ = K Qᵀ and dPᵀ = V doutᵀ (WMMA), P̃ᵀ = Pᵀ keep and
+ * dSᵀ = Pᵀ (dPᵀ keep - D_i) scale per element (rounded to the operand type), then dv += P̃ᵀ dout and
+ * dk += dSᵀ Q (WMMA) into the row's f32 accumulators. The Q/dout tile shares one buffer (Q, dout, Q
+ * again), the products' f32 tile lies over Sᵀ and dPᵀ. Shared memory (bytes), offsets multiples of 32. */
+struct att_tc_dkv_layout {
+    int ldk, ldv, ldb, lds, ldp, ldt;
+    size_t k, v, st, dpt, pt, dst, stats, bytes;
+};
+static __host__ __device__ inline att_tc_dkv_layout att_tc_dkv_plan(int64_t D, int64_t Dv)
+{
+    att_tc_dkv_layout L;
+    L.ldk = (int)D + 8;
+    L.ldv = (int)Dv + 8;
+    L.ldb = (int)(D > Dv ? D : Dv) + 8;
+    L.lds = ATT_TC_BK + 4;
+    L.ldp = ATT_TC_BK + 8;
+    L.ldt = (int)(D > Dv ? D : Dv) + 4; /* <= 2 lds: the product tile fits over Sᵀ and dPᵀ */
+    L.k = 0;
+    L.v = L.k + 2 * ATT_ROWS * L.ldk;
+    L.st = L.v + 2 * ATT_ROWS * L.ldv;
+    L.dpt = L.st + sizeof(float) * ATT_ROWS * L.lds;
+    L.pt = L.dpt + sizeof(float) * ATT_ROWS * L.lds;
+    L.dst = L.pt + 2 * ATT_ROWS * L.ldp;
+    L.stats = L.dst + 2 * ATT_ROWS * L.ldp;
+    L.bytes = L.stats + sizeof(float) * 2 * ATT_TC_BK + 2 * ATT_TC_BK * L.ldb;
+    return L;
+}
+
+/* acc[n] += T[r][lane + 8n] for columns below ncols. */
+template <int NC>
+__device__ __forceinline__ void att_add_tile_row(float *acc, const float *T, int ldt, int r, int lane, int ncols)
+{
+#pragma unroll
+    for (int n = 0; n < NC; n++)
+        if (lane + ATT_LANES * n < ncols) acc[n] += T[r * ldt + lane + ATT_LANES * n];
+}
+
+template <int NC, typename T>
+__global__ void __launch_bounds__(ATT_THREADS, ATT_TC_MIN_BLOCKS) attention_dkv_tc_kernel(gpucore_attn_args a, int64_t nkt)
+{
+    extern __shared__ float attn_smem[];
+    const int D = (int)a.head_dim, Dv = (int)a.head_dim_v;
+    const int64_t G = a.heads / a.kv_heads;
+    const att_tc_dkv_layout L = att_tc_dkv_plan(D, Dv);
+    char *base = (char *)attn_smem;
+    uint16_t *Kh = (uint16_t *)(base + L.k), *Vh = (uint16_t *)(base + L.v);
+    float *St = (float *)(base + L.st), *dPt = (float *)(base + L.dpt), *Prod = St;
+    uint16_t *Pt = (uint16_t *)(base + L.pt), *dSt = (uint16_t *)(base + L.dst);
+    float *Di = (float *)(base + L.stats), *lse = Di + ATT_TC_BK;
+    uint16_t *Bh = (uint16_t *)(lse + ATT_TC_BK);
+    const int r = threadIdx.x / ATT_LANES, lane = threadIdx.x % ATT_LANES;
+    const int64_t total = a.batch * a.kv_heads * nkt;
+    for (int64_t blk = blockIdx.x; blk < total; blk += gridDim.x) {
+        const att_kblock kb = att_kblock_of(a, blk, nkt);
+        const int64_t b = kb.b, hk = kb.hk, j0 = kb.j0, nk = kb.nk, nkv = kb.nkv, j = j0 + r;
+        __syncthreads();
+        att_load_raw(Kh, L.ldk, a.k, b, hk, j0, nk, ATT_ROWS, D);
+        att_load_raw(Vh, L.ldv, a.v, b, hk, j0, nk, ATT_ROWS, Dv);
+        float dk[NC], dv[NC];
+        att_zero<NC>(dk);
+        att_zero<NC>(dv);
+        for (int64_t h = hk * G; nkv > 0 && h < (hk + 1) * G; h++)
+            for (int64_t i0 = gpucore_attn_query_begin(&a, j0); i0 < a.seq_q; i0 += ATT_TC_BK) {
+                const int nq = (int)att_min(ATT_TC_BK, a.seq_q - i0), nq16 = (nq + 15) / 16;
+                __syncthreads();
+                att_load_raw(Bh, L.ldb, a.q, b, h, i0, nq, nq16 * 16, D);
+                att_row_dots(a, b, h, i0, nq, ATT_TC_BK, Di, lse);
+                __syncthreads();
+                att_tc_product<T, nvcuda::wmma::col_major>(St, L.lds, (const T *)Kh, L.ldk, (const T *)Bh, L.ldb, nq16,
+                                                           D / 16);
+                __syncthreads();
+                att_load_raw(Bh, L.ldb, a.dout, b, h, i0, nq, nq16 * 16, Dv);
+                __syncthreads();
+                att_tc_product<T, nvcuda::wmma::col_major>(dPt, L.lds, (const T *)Vh, L.ldv, (const T *)Bh, L.ldb, nq16,
+                                                           Dv / 16);
+                __syncthreads();
+#pragma unroll 1 /* rolled: unrolled, bf16 at head dim 128 needs more than the 128 registers four blocks allow */
+                for (int n = 0; n < ATT_TC_BK / ATT_LANES; n++) { /* row r = key j, column ii = query i0 + ii */
+                    const int ii = lane + ATT_LANES * n;
+                    float pk = 0.0f, ds = 0.0f;
+                    if (r < nkv && ii < nq) {
+                        const float bias = gpucore_attn_bias(&a, b, h, i0 + ii, j);
+                        const float p = bias == -INFINITY ? 0.0f
+                                                          : gpucore_attn_exp(gpucore_attn_score(&a, St[r * L.lds + ii], bias), lse[ii]);
+                        if (p != 0.0f) {
+                            const float keep = gpucore_attn_keep(&a, b, h, i0 + ii, j);
+                            ds = p * (dPt[r * L.lds + ii] * keep - Di[ii]);
+                            pk = p * keep;
+                        }
+                    }
+                    Pt[r * L.ldp + ii] = att_bits((T)pk);
+                    dSt[r * L.ldp + ii] = att_bits((T)(ds * a.scale));
+                }
+                __syncthreads();
+                att_tc_product<T, nvcuda::wmma::row_major>(Prod, L.ldt, (const T *)Pt, L.ldp, (const T *)Bh, L.ldb, Dv / 16,
+                                                           nq16); /* P̃ᵀ dout */
+                __syncthreads();
+                att_add_tile_row<NC>(dv, Prod, L.ldt, r, lane, Dv);
+                att_load_raw(Bh, L.ldb, a.q, b, h, i0, nq, nq16 * 16, D); /* dout's readers are done */
+                __syncthreads();
+                att_tc_product<T, nvcuda::wmma::row_major>(Prod, L.ldt, (const T *)dSt, L.ldp, (const T *)Bh, L.ldb, D / 16,
+                                                           nq16); /* dSᵀ Q */
+                __syncthreads();
+                att_add_tile_row<NC>(dk, Prod, L.ldt, r, lane, D);
+            }
+        if (r < nk) att_store_dkv_row<NC>(a, b, hk, j, lane, dk, dv);
+    }
+}
+
+/* The tensor-core forward, or the tensor-core dq and dk, dv. */
+template <int NC, typename T> static int attention_launch_tc(const gpucore_launch *l, const gpucore_attn_args *a)
+{
+    const int64_t nqt = (a->seq_q + ATT_ROWS - 1) / ATT_ROWS;
+    const att_tc_layout L = att_tc_plan(a->head_dim, a->head_dim_v, a->op != GPUCORE_ATTN_FWD);
+    unsigned grid = gpucore_grid_for(a->batch * a->heads * nqt * ATT_THREADS, ATT_THREADS, l->sm_count);
+    if (a->op == GPUCORE_ATTN_FWD) {
+        void (*const attention_forward_tc)(gpucore_attn_args, int64_t) = attention_forward_tc_kernel<NC, T>;
+        GPUCORE_LAUNCH(attention_forward_tc, grid, ATT_THREADS, L.bytes, l->stream, *a, nqt);
+        return GPUCORE_LAUNCH_STATUS();
+    }
+    if (a->dq.data) {
+        void (*const attention_dq_tc)(gpucore_attn_args, int64_t) = attention_dq_tc_kernel<NC, T>;
+        GPUCORE_LAUNCH(attention_dq_tc, grid, ATT_THREADS, L.bytes, l->stream, *a, nqt);
+        int err = GPUCORE_LAUNCH_STATUS();
+        if (err) return err;
+    }
+    if ((a->dk.data || a->dv.data) && a->seq_k > 0) {
+        const int64_t nkt = (a->seq_k + ATT_ROWS - 1) / ATT_ROWS;
+        const size_t bytes = att_tc_dkv_plan(a->head_dim, a->head_dim_v).bytes;
+        unsigned kgrid = gpucore_grid_for(a->batch * a->kv_heads * nkt * ATT_THREADS, ATT_THREADS, l->sm_count);
+        void (*const attention_dkv_tc)(gpucore_attn_args, int64_t) = attention_dkv_tc_kernel<NC, T>;
+        GPUCORE_LAUNCH(attention_dkv_tc, kgrid, ATT_THREADS, bytes, l->stream, *a, nkt);
+        return GPUCORE_LAUNCH_STATUS();
+    }
+    return 0;
 }
 
 template <int NC> static int attention_launch(const gpucore_launch *l, const gpucore_attn_args *a)
 {
     const int64_t D = a->head_dim, Dv = a->head_dim_v, dmax = D > Dv ? D : Dv;
-    const int64_t nqt = (a->seq_q + ATT_ROWS - 1) / ATT_ROWS, nkt = (a->seq_k + ATT_ROWS - 1) / ATT_ROWS;
+    const int64_t nqt = (a->seq_q + ATT_ROWS - 1) / ATT_ROWS;
     if (a->op == GPUCORE_ATTN_FWD) {
         const int BK = att_tile(NC, 0);
         size_t smem = sizeof(float) * (size_t)(ATT_ROWS * (D + 1) + BK * (dmax + 1) + ATT_ROWS * (BK + 1));
@@ -304,6 +730,7 @@ template <int NC> static int attention_launch(const gpucore_launch *l, const gpu
     if ((a->dk.data || a->dv.data) && a->seq_k > 0) {
         size_t smem = sizeof(float) * (size_t)(ATT_ROWS * (D + 1) + ATT_ROWS * (Dv + 1) + T * (dmax + 1) +
                                                2 * ATT_ROWS * (T + 1) + 2 * T);
+        const int64_t nkt = (a->seq_k + ATT_ROWS - 1) / ATT_ROWS;
         unsigned grid = gpucore_grid_for(a->batch * a->kv_heads * nkt * ATT_THREADS, ATT_THREADS, l->sm_count);
         GPUCORE_LAUNCH(attention_dkv_kernel<NC>, grid, ATT_THREADS, smem, l->stream, *a, T, nkt);
         return GPUCORE_LAUNCH_STATUS();
@@ -314,6 +741,12 @@ template <int NC> static int attention_launch(const gpucore_launch *l, const gpu
 extern "C" int gpucore_kernel_attention(const gpucore_launch *launch, const gpucore_attn_args *args)
 {
     const int64_t dmax = args->head_dim > args->head_dim_v ? args->head_dim : args->head_dim_v;
+    if (att_tc_ok(args)) {
+        if (args->dtype == GPUCORE_KDT_F16)
+            return dmax <= 64 ? attention_launch_tc<8, __half>(launch, args) : attention_launch_tc<16, __half>(launch, args);
+        return dmax <= 64 ? attention_launch_tc<8, __nv_bfloat16>(launch, args)
+                          : attention_launch_tc<16, __nv_bfloat16>(launch, args);
+    }
     if (dmax <= 8 * ATT_LANES) return attention_launch<8>(launch, args);
     if (dmax <= 16 * ATT_LANES) return attention_launch<16>(launch, args);
     return attention_launch<32>(launch, args);

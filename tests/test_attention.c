@@ -3,7 +3,8 @@
  * _backward) against a float64 reference on every backend: plain, causal,
  * key-padding lengths, additive and boolean masks (broadcast), GQA, dropout,
  * odd sequence lengths and head dims up to 256, q/k/v/out as permuted
- * [B,S,H,D] views and strided slices, f32/f16/bf16; outputs poisoned and
+ * [B,S,H,D] views and strided slices, f32/f16/bf16 (f16/bf16 head dims 16..128
+ * in steps of 16 on the CUDA kernel's tensor-core forward); outputs poisoned and
  * guarded. The reference backward is itself checked by finite differences.
  * Memory: the allocator's peak during forward + backward stays far below one
  * seq×seq score matrix. Bad arguments get their documented status.
@@ -320,13 +321,20 @@ static const att_case cases[] = {
     {"causal-sq<sk", 1, 2, 1,  17, 50, 8,   8,  1, 3, 1, 0.0, 0},
     {"hd256",        1, 1, 1,  19, 23, 256, 256, 0, 0, 0, 0.0, 0},
     {"hd200",        1, 2, 2,  21, 18, 200, 136, 1, 0, 0, 0.1, 1},
+    /* f16/bf16 with head dims that are multiples of 16 up to 128 take the CUDA kernel's
+     * tensor-core (WMMA) forward: tails of a 16-row query block and a 64-key tile, causal, GQA,
+     * masks, lengths, dropout and non-contiguous operands */
+    {"tc-hd64",      2, 4, 2,  81, 83, 64,  64, 1, 0, 0, 0.0, 1},
+    {"tc-hd128",     3, 2, 1,  37, 71, 128, 128, 0, 1, 1, 0.1, 2},
+    {"tc-hd32-96",   2, 2, 2,  18, 65, 32,  96, 0, 2, 0, 0.0, 0},
 };
+#define FIRST_TC_CASE 7
 
 static void test_cases(gpucore_context *ctx)
 {
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
         for (int d = 0; d < 3; d++)
-            if (d == 0 || i == 0 || i == 3 || i == 6) run_case(ctx, &cases[i], float_dtypes[d]);
+            if (d == 0 || i == 0 || i == 3 || i == 6 || i >= FIRST_TC_CASE) run_case(ctx, &cases[i], float_dtypes[d]);
 }
 
 /* Forward + backward at seq 384 (256 emulated) never hold a seq×seq buffer. */

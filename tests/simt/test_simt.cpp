@@ -17,17 +17,7 @@
 #include <unistd.h>
 #include <string>
 #include <vector>
-#include "simt.h"
-
-static int passed, failed;
-#define CHECK(cond)                                                              \
-    do {                                                                         \
-        if (cond) passed++;                                                      \
-        else {                                                                   \
-            failed++;                                                            \
-            fprintf(stderr, "FAIL %s:%d: %s\n", __FILE__, __LINE__, #cond);      \
-        }                                                                        \
-    } while (0)
+#include "simt_check.h"
 
 /* The CPU stream queue compiled into the layer (cpu_stream.c; C, hidden). */
 extern "C" {
@@ -43,9 +33,6 @@ static double now_ms()
     return ts.tv_sec * 1e3 + ts.tv_nsec * 1e-6;
 }
 
-/* Launch on the NULL stream (runs now); returns simt_last_error(). */
-#define RUN(kernel, grid, block, smem, ...) \
-    (simt_launch((grid), (block), (smem), NULL, kernel, __VA_ARGS__), simt_last_error())
 
 /* --------------------------------------------------------------- indices */
 
@@ -462,13 +449,6 @@ __global__ void shfl_vs_barrier_kernel(int *p)
 
 __global__ void bad_width_kernel(int *p) { p[threadIdx.x] = __shfl_sync(0xffffffffu, 1, 0, 12); }
 
-static void expect_error(const char *what, int err, const char *needle)
-{
-    const char *msg = simt_last_error_message();
-    printf("  %s -> error %d: %s\n", what, err, msg);
-    CHECK(err == SIMT_ERR_LAUNCH_FAILURE);
-    CHECK(strstr(msg, needle) != NULL);
-}
 
 static void test_detected_errors()
 {
