@@ -13,6 +13,7 @@
  * A 1-rank communicator (gpucore_comm_create_local with one context) needs no
  * MPI at all: every collective is a copy.
  */
+#include <sched.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -135,24 +136,26 @@ static MPI_Op mpi_op(cpu_comm *c, int32_t dtype, int32_t op)
     return which == 1 ? MPI_MAX : which == 2 ? MPI_MIN : MPI_SUM;
 }
 
-/* How a waiting collective polls: MPI_Test back to back for WAIT_SPIN_S (a peer that
- * is on time completes a small collective within it, so latency stays that of a busy
- * poll), then naps that double from WAIT_NAP0_NS to WAIT_NAP_MAX_NS between polls.
- * A spinning or sched_yield-ing waiter keeps its full share of a core: on an
- * oversubscribed machine (2 ranks, each with compute threads and a comm worker, on 2
- * cores) it took the cores from the compute that the peer waits for, and a ZeRO step
- * with ~10 buckets in flight ran ~5x slower than DDP's 3. A nap costs at most
- * WAIT_NAP_MAX_NS of lateness once the peer arrives (Open MPI progresses only inside
- * MPI calls); every poll still checks the abort flag and the deadline. */
+/* How a waiting collective polls: MPI_Test back to back for WAIT_SPIN_S (a peer on
+ * time completes a small collective within it), then polls that sched_yield until
+ * WAIT_YIELD_S (a peer that lost its core on a loaded machine comes back within a
+ * time slice or two, and a yield hands the core to whoever is runnable), then naps
+ * that double from WAIT_NAP0_NS to WAIT_NAP_MAX_NS between polls. The old wait
+ * yielded for a whole second: on an oversubscribed machine (2 ranks with compute
+ * threads and comm workers on 2 cores) a waiter whose peer is busy computing kept
+ * its share of a core all that time. A nap makes the collective at most
+ * WAIT_NAP_MAX_NS late once the peer arrives (Open MPI progresses only inside MPI
+ * calls); every poll still checks the abort flag and the deadline. */
 #define WAIT_SPIN_S 50e-6
-#define WAIT_NAP0_NS 10000L
-#define WAIT_NAP_MAX_NS 500000L
+#define WAIT_YIELD_S 2e-3
+#define WAIT_NAP0_NS 50000L
+#define WAIT_NAP_MAX_NS 1000000L
 
 /* Poll n non-blocking MPI requests to completion or the call's deadline. */
 static gpucore_status mpi_wait_all(cpu_comm *c, int n, MPI_Request *req, const gpucore_comm_call *k, double start)
 {
     double deadline = k->timeout_s > 0 ? start + k->timeout_s : -1;
-    double spin_until = -1;
+    double waited_from = -1;
     long nap_ns = WAIT_NAP0_NS;
     for (;;) {
         int flag = 0;
@@ -177,8 +180,12 @@ static gpucore_status mpi_wait_all(cpu_comm *c, int n, MPI_Request *req, const g
             call_fail(c, k, what);
             return GPUCORE_ERR_COMM;
         }
-        if (spin_until < 0) spin_until = t + WAIT_SPIN_S;
-        if (t < spin_until) continue;
+        if (waited_from < 0) waited_from = t;
+        if (t - waited_from < WAIT_SPIN_S) continue;
+        if (t - waited_from < WAIT_YIELD_S) {
+            sched_yield();
+            continue;
+        }
         struct timespec nap = {0, nap_ns};
         nanosleep(&nap, NULL);
         if (nap_ns < WAIT_NAP_MAX_NS) nap_ns = nap_ns * 2 < WAIT_NAP_MAX_NS ? nap_ns * 2 : WAIT_NAP_MAX_NS;
