@@ -15,6 +15,9 @@
  * (gpucore_ddp_grad_view): pre-division in place + allreduce, no copies.
  * The peer ("mpi" in the JSON rows) is a raw blocking MPI_Allreduce, in place, on
  * MPI_COMM_WORLD: the same ranks, measured in the same run.
+ * A second table times reduce-scatter (in: size x bytes, out: bytes) and all-gather
+ * (in: bytes, out: size x bytes), ZeRO's two collectives, beside MPI_Reduce_scatter_block
+ * and MPI_Allgather on the same buffers ("bytes" is one rank's share).
  */
 #include <mpi.h>
 #include <stdio.h>
@@ -66,6 +69,8 @@ typedef struct state {
     gpucore_ddp *ddp, *ddp_view;
     float *host;
     int64_t n;
+    gpucore_tensor *big; /* size x n (the collectives table) */
+    float *host_big;
 } state;
 
 static void run_lib(void *p)
@@ -95,6 +100,67 @@ static void run_mpi(void *p)
 {
     state *s = p;
     MPI_Allreduce(MPI_IN_PLACE, s->host, (int)s->n, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+}
+
+static void emit(const char *cs, int64_t bytes, const char *metric, double v, const char *unit, double peer_v);
+
+static void run_rs(void *p)
+{
+    state *s = p;
+    gpucore_comm_reduce_scatter(s->comm, s->t, s->big, GPUCORE_REDUCE_SUM, s->stream);
+    gpucore_stream_synchronize(s->stream);
+}
+
+static void run_ag(void *p)
+{
+    state *s = p;
+    gpucore_comm_all_gather(s->comm, s->big, s->t, s->stream);
+    gpucore_stream_synchronize(s->stream);
+}
+
+static void run_mpi_rs(void *p)
+{
+    state *s = p;
+    MPI_Reduce_scatter_block(s->host_big, s->host, (int)s->n, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+}
+
+static void run_mpi_ag(void *p)
+{
+    state *s = p;
+    MPI_Allgather(s->host, (int)s->n, MPI_FLOAT, s->host_big, (int)s->n, MPI_FLOAT, MPI_COMM_WORLD);
+}
+
+/* ZeRO's collectives beside MPI's blocking ones: time per call for each size. */
+static void collectives_table(gpucore_context *ctx, gpucore_comm *comm, gpucore_stream *stream, int64_t max_bytes)
+{
+    if (!rank && !json)
+        printf("\nreduce-scatter / all-gather f32, %d ranks, bytes per rank, median us per call\n"
+               "%10s | %9s %9s %7s | %9s %9s %7s\n", size, "bytes", "rs us", "mpi us", "rs/mpi", "ag us", "mpi us",
+               "ag/mpi");
+    for (int64_t bytes = 8; bytes <= max_bytes / size; bytes *= (bytes < 4096 ? 8 : 4)) {
+        state s = {.comm = comm, .stream = stream, .n = bytes / 4};
+        int64_t nb = s.n * size;
+        gpucore_tensor_create(ctx, GPUCORE_F32, 1, &s.n, &s.t);
+        gpucore_tensor_create(ctx, GPUCORE_F32, 1, &nb, &s.big);
+        gpucore_fill(s.t, 1, stream);
+        gpucore_fill(s.big, 1, stream);
+        gpucore_stream_synchronize(stream);
+        s.host = calloc((size_t)s.n, sizeof(float));
+        s.host_big = calloc((size_t)nb, sizeof(float));
+        int iters = bytes <= (1 << 16) ? 200 : bytes <= (4 << 20) ? 20 : 3;
+        int batches = bytes <= (4 << 20) ? 7 : 5;
+        double t_rs = time_it(run_rs, &s, iters, batches), t_mrs = time_it(run_mpi_rs, &s, iters, batches);
+        double t_ag = time_it(run_ag, &s, iters, batches), t_mag = time_it(run_mpi_ag, &s, iters, batches);
+        if (!rank && !json)
+            printf("%10lld | %9.1f %9.1f %7.2f | %9.1f %9.1f %7.2f\n", (long long)bytes, t_rs * 1e6, t_mrs * 1e6,
+                   t_mrs / t_rs, t_ag * 1e6, t_mag * 1e6, t_mag / t_ag);
+        emit("reduce_scatter", bytes, "time_us", t_rs * 1e6, "us", t_mrs * 1e6);
+        emit("all_gather", bytes, "time_us", t_ag * 1e6, "us", t_mag * 1e6);
+        gpucore_tensor_destroy(s.t);
+        gpucore_tensor_destroy(s.big);
+        free(s.host);
+        free(s.host_big);
+    }
 }
 
 static void emit(const char *cs, int64_t bytes, const char *metric, double v, const char *unit, double peer_v)
@@ -179,6 +245,7 @@ int main(int argc, char **argv)
         gpucore_tensor_destroy(s.t);
         free(s.host);
     }
+    collectives_table(ctx, comm, stream, max_bytes);
     if (!rank && !json) fflush(stdout);
     gpucore_stream_destroy(stream);
     gpucore_comm_destroy(comm);

@@ -36,6 +36,8 @@ typedef struct cpu_comm {
     MPI_Comm mc;
     MPI_Op half_ops[2][3]; /* [f16, bf16][sum, max, min] */
 #endif
+    void *scratch; /* received partial chunks (ring collectives), scratch_bytes long */
+    size_t scratch_bytes;
     atomic_int failed;
     atomic_int abort_requested;
     pthread_mutex_t mu; /* guards msg */
@@ -134,11 +136,27 @@ static MPI_Op mpi_op(cpu_comm *c, int32_t dtype, int32_t op)
     return which == 1 ? MPI_MAX : which == 2 ? MPI_MIN : MPI_SUM;
 }
 
+/* How a waiting collective polls: MPI_Test back to back for WAIT_SPIN_S (a peer on
+ * time completes a small collective within it), then polls that sched_yield until
+ * WAIT_YIELD_S (a peer that lost its core on a loaded machine comes back within a
+ * time slice or two, and a yield hands the core to whoever is runnable), then naps
+ * that double from WAIT_NAP0_NS to WAIT_NAP_MAX_NS between polls. The old wait
+ * yielded for a whole second: on an oversubscribed machine (2 ranks with compute
+ * threads and comm workers on 2 cores) a waiter whose peer is busy computing kept
+ * its share of a core all that time. A nap makes the collective at most
+ * WAIT_NAP_MAX_NS late once the peer arrives (Open MPI progresses only inside MPI
+ * calls); every poll still checks the abort flag and the deadline. */
+#define WAIT_SPIN_S 50e-6
+#define WAIT_YIELD_S 2e-3
+#define WAIT_NAP0_NS 50000L
+#define WAIT_NAP_MAX_NS 1000000L
+
 /* Poll n non-blocking MPI requests to completion or the call's deadline. */
 static gpucore_status mpi_wait_all(cpu_comm *c, int n, MPI_Request *req, const gpucore_comm_call *k, double start)
 {
     double deadline = k->timeout_s > 0 ? start + k->timeout_s : -1;
-    long polls = 0;
+    double waited_from = -1;
+    long nap_ns = WAIT_NAP0_NS;
     for (;;) {
         int flag = 0;
         gpucore_mpi_lock();
@@ -162,17 +180,15 @@ static gpucore_status mpi_wait_all(cpu_comm *c, int n, MPI_Request *req, const g
             call_fail(c, k, what);
             return GPUCORE_ERR_COMM;
         }
-        /* Spin (latency), then yield (oversubscribed ranks) but never sleep while the data
-         * moves: Open MPI progresses only inside MPI calls, so a nap stalls both ranks'
-         * pipelines. Only a peer late by more than a second gets naps. */
-        if (++polls > 64) {
-            if (t - start > 1.0) {
-                struct timespec nap = {0, 50000};
-                nanosleep(&nap, NULL);
-            } else {
-                sched_yield();
-            }
+        if (waited_from < 0) waited_from = t;
+        if (t - waited_from < WAIT_SPIN_S) continue;
+        if (t - waited_from < WAIT_YIELD_S) {
+            sched_yield();
+            continue;
         }
+        struct timespec nap = {0, nap_ns};
+        nanosleep(&nap, NULL);
+        if (nap_ns < WAIT_NAP_MAX_NS) nap_ns = nap_ns * 2 < WAIT_NAP_MAX_NS ? nap_ns * 2 : WAIT_NAP_MAX_NS;
     }
 }
 
@@ -194,80 +210,173 @@ static gpucore_status mpi_check_rc(cpu_comm *c, const gpucore_comm_call *k, int 
 
 #define MPI_CHUNK ((int64_t)1 << 30) /* elements per call: MPI counts are int */
 
-/* ---- large allreduce: a ring over non-blocking point-to-point ----
- * Open MPI's non-blocking MPI_Iallreduce (libnbc) reaches about half the speed of its
- * blocking MPI_Allreduce on large buffers, and a blocking call cannot honour the
- * timeout. So from RING_MIN_BYTES (4 KiB: two ranks gain from there, measured with
- * bench_comm) the allreduce is a ring of Isend/Irecv polled
- * like every collective: reduce-scatter (size-1 steps, each rank adds the chunk its
- * left neighbour sends into its own copy) then all-gather (size-1 steps), moving
- * 2(n-1)/n of the buffer per rank as the blocking algorithms do. Each chunk is
- * reduced in one fixed rank order and then copied, so every rank holds the same
- * bits and a run is reproducible; with 2 ranks the sum is exactly MPI's (a + b). */
+/* ---- allreduce, reduce-scatter and all-gather over non-blocking point-to-point ----
+ * Open MPI's non-blocking collectives (libnbc) reach about half the speed of its
+ * blocking ones on large buffers (a reduce-scatter of 0.5 MiB took 16 ms in the GPT
+ * example under ZeRO), and a blocking call cannot honour the timeout. So these run
+ * as rings of Isend/Irecv polled like every collective, straight on the tensors:
+ *  - reduce-scatter: p-1 steps; at each a rank adds the partial chunk its left
+ *    neighbour sends to its own input chunk and passes the sum on; after the last
+ *    step it holds chunk `rank`, written straight into the output (in place too);
+ *  - all-gather: p-1 steps, each forwarding the chunk received the step before;
+ *  - allreduce: the two in turn on one buffer (from RING_MIN_BYTES: 2(n-1)/n of it
+ *    moves per rank, as in the blocking algorithms); with 2 ranks and less than
+ *    SWAP_MAX_BYTES one exchange of the whole buffer instead (one round trip, not
+ *    two), both ranks combining rank 0's data into rank 1's: the same bits on both.
+ * Each chunk is reduced in one fixed rank order and then copied, so every rank holds
+ * the same bits and a run is reproducible; with 2 ranks the sum is exactly MPI's
+ * (a + b). f16/bf16 reductions keep MPI's collectives with the user ops above. */
 #define RING_MIN_BYTES ((int64_t)4 << 10)
+#define SWAP_MAX_BYTES ((int64_t)64 << 10)
 #define RING_TAG 0x6C71
 
-static int ring_applies(const cpu_comm *c, const gpucore_comm_call *k)
-{
-    int64_t es = gpucore_dtype_size((gpucore_dtype)k->dtype);
-    return k->kind == GPUCORE_COMM_ALLREDUCE && c->size > 1 && k->count * es >= RING_MIN_BYTES &&
-           k->count / c->size < (int64_t)INT_MAX / 2 &&
-           (k->dtype == GPUCORE_F32 || k->dtype == GPUCORE_F64 || k->dtype == GPUCORE_I32);
-}
+static int ring_dtype(int32_t dtype) { return dtype == GPUCORE_F32 || dtype == GPUCORE_F64 || dtype == GPUCORE_I32; }
 
-#define RING_COMBINE(T, dst, src, n, op)                                                            \
+#define RING_COMBINE(T, dst, src, own, n, op)                                                       \
     do {                                                                                            \
         T *d_ = (T *)(dst);                                                                         \
-        const T *s_ = (const T *)(src);                                                             \
+        const T *s_ = (const T *)(src), *o_ = (const T *)(own);                                     \
         if ((op) == GPUCORE_REDUCE_MAX)                                                             \
-            for (int64_t i_ = 0; i_ < (n); i_++) d_[i_] = s_[i_] > d_[i_] ? s_[i_] : d_[i_];        \
+            for (int64_t i_ = 0; i_ < (n); i_++) d_[i_] = s_[i_] > o_[i_] ? s_[i_] : o_[i_];        \
         else if ((op) == GPUCORE_REDUCE_MIN)                                                        \
-            for (int64_t i_ = 0; i_ < (n); i_++) d_[i_] = s_[i_] < d_[i_] ? s_[i_] : d_[i_];        \
+            for (int64_t i_ = 0; i_ < (n); i_++) d_[i_] = s_[i_] < o_[i_] ? s_[i_] : o_[i_];        \
         else                                                                                        \
-            for (int64_t i_ = 0; i_ < (n); i_++) d_[i_] = s_[i_] + d_[i_];                          \
+            for (int64_t i_ = 0; i_ < (n); i_++) d_[i_] = s_[i_] + o_[i_];                          \
     } while (0)
 
-/* dst = src op dst, elementwise (sum and avg add: avg divides at the end). */
-static void ring_combine(int32_t dtype, int32_t op, void *dst, const void *src, int64_t n)
+/* dst = src op own, elementwise; dst may be src or own (sum and avg add: avg divides at the end). */
+static void ring_combine(int32_t dtype, int32_t op, void *dst, const void *src, const void *own, int64_t n)
 {
-    if (dtype == GPUCORE_F32) RING_COMBINE(float, dst, src, n, op);
-    else if (dtype == GPUCORE_F64) RING_COMBINE(double, dst, src, n, op);
-    else RING_COMBINE(int32_t, dst, src, n, op);
+    if (dtype == GPUCORE_F32) RING_COMBINE(float, dst, src, own, n, op);
+    else if (dtype == GPUCORE_F64) RING_COMBINE(double, dst, src, own, n, op);
+    else RING_COMBINE(int32_t, dst, src, own, n, op);
+}
+
+/* Scratch for received partial chunks, kept by the communicator (its collectives run
+ * one at a time, in issue order) so a large call does not fault in fresh pages. */
+#define SCRATCH_KEEP_BYTES ((size_t)64 << 20)
+static void *scratch(cpu_comm *c, const gpucore_comm_call *k, size_t bytes)
+{
+    if (bytes > c->scratch_bytes) {
+        free(c->scratch);
+        c->scratch_bytes = 0;
+        if (!(c->scratch = malloc(bytes ? bytes : 1))) {
+            call_fail(c, k, "ran out of host memory for its receive buffer");
+            return NULL;
+        }
+        c->scratch_bytes = bytes;
+    }
+    return c->scratch;
+}
+
+static void scratch_trim(cpu_comm *c)
+{
+    if (c->scratch_bytes <= SCRATCH_KEEP_BYTES) return;
+    free(c->scratch);
+    c->scratch = NULL;
+    c->scratch_bytes = 0;
+}
+
+/* One step: receive nr elements from rank `from` into dst while sending ns from src to rank `to`. */
+static gpucore_status ring_step(cpu_comm *c, const gpucore_comm_call *k, double start, MPI_Datatype dt, int from,
+                                void *dst, int64_t nr, int to, const void *src, int64_t ns)
+{
+    MPI_Request req[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL};
+    gpucore_mpi_lock();
+    int rc = MPI_Irecv(dst, (int)nr, dt, from, RING_TAG, c->mc, &req[0]);
+    if (rc == MPI_SUCCESS) rc = MPI_Isend(src, (int)ns, dt, to, RING_TAG, c->mc, &req[1]);
+    gpucore_mpi_unlock();
+    gpucore_status st = mpi_check_rc(c, k, rc, "MPI_Isend/MPI_Irecv");
+    return st ? st : mpi_wait_all(c, 2, req, k, start);
+}
+
+/* Elements [*a, *b) of chunk i (taken mod p) when n elements split into p chunks. */
+static void chunk_span(int64_t n, int p, int i, int64_t *a, int64_t *b)
+{
+    int j = (i % p + p) % p;
+    *a = (int64_t)j * n / p;
+    *b = (int64_t)(j + 1) * n / p;
+}
+
+/* Reduce-scatter of `in` (chunk j = [chunk_at(j), chunk_at(j+1))) into out, which gets
+ * this rank's chunk fully reduced (out may be that chunk of in). With acc_in_place
+ * (the allreduce) partial sums accumulate in `in` itself and out is ignored. */
+static gpucore_status ring_reduce_scatter(cpu_comm *c, const gpucore_comm_call *k, double start, char *in, int64_t n,
+                                          char *out, int acc_in_place)
+{
+    const int p = c->size, r = c->rank, right = (r + 1) % p, left = (r + p - 1) % p;
+    const int64_t es = gpucore_dtype_size((gpucore_dtype)k->dtype), most = n / p + 1;
+    char *tmp = scratch(c, k, (size_t)(most * es * (acc_in_place ? 1 : 2)));
+    if (!tmp) return GPUCORE_ERR_COMM;
+    MPI_Datatype dt = mpi_type(k->dtype);
+    gpucore_status st = GPUCORE_OK;
+    const char *sent = NULL; /* the partial sum passed on at the step before */
+    for (int s = 0; s < p - 1 && !st; s++) {
+        /* step s: send chunk r-s-1 (own input at s 0, else the partial sum of step s-1), receive chunk r-s-2 */
+        const int sc = r - s - 1, rcv = r - s - 2;
+        int64_t s0, s1, r0, r1;
+        chunk_span(n, p, sc, &s0, &s1);
+        chunk_span(n, p, rcv, &r0, &r1);
+        const char *src = acc_in_place || s == 0 ? in + s0 * es : sent;
+        char *got = tmp + (acc_in_place ? 0 : (s & 1) * most * es);
+        st = ring_step(c, k, start, dt, left, got, r1 - r0, right, src, s1 - s0);
+        if (st) break;
+        char *dst = acc_in_place ? in + r0 * es : s == p - 2 ? out : got; /* the last step lands chunk r in out */
+        ring_combine(k->dtype, k->op, dst, got, in + r0 * es, r1 - r0);
+        sent = got;
+    }
+    return st;
+}
+
+/* All-gather in place: buf holds n elements in p chunks; this rank's chunk `first`
+ * is complete; after p-1 steps every chunk is. */
+static gpucore_status ring_all_gather(cpu_comm *c, const gpucore_comm_call *k, double start, char *buf, int64_t n,
+                                      int64_t es, MPI_Datatype dt, int first)
+{
+    const int p = c->size, r = c->rank, right = (r + 1) % p, left = (r + p - 1) % p;
+    gpucore_status st = GPUCORE_OK;
+    for (int s = 0; s < p - 1 && !st; s++) {
+        const int sc = first - s, rcv = first - s - 1;
+        int64_t s0, s1, r0, r1;
+        chunk_span(n, p, sc, &s0, &s1);
+        chunk_span(n, p, rcv, &r0, &r1);
+        st = ring_step(c, k, start, dt, left, buf + r0 * es, r1 - r0, right, buf + s0 * es, s1 - s0);
+    }
+    (void)r;
+    return st;
+}
+
+/* Which allreduce: 2 = one exchange (2 ranks), 1 = ring, 0 = MPI_Iallreduce. */
+static int allreduce_way(const cpu_comm *c, const gpucore_comm_call *k)
+{
+    int64_t bytes = k->count * gpucore_dtype_size((gpucore_dtype)k->dtype);
+    if (c->size < 2 || !ring_dtype(k->dtype) || k->count / c->size >= (int64_t)INT_MAX / 2) return 0;
+    if (c->size == 2 && bytes < SWAP_MAX_BYTES) return 2;
+    return bytes >= RING_MIN_BYTES;
+}
+
+static gpucore_status swap_allreduce(cpu_comm *c, const gpucore_comm_call *k, double start)
+{
+    const int64_t es = gpucore_dtype_size((gpucore_dtype)k->dtype), n = k->count;
+    char *buf = k->recv, *tmp = scratch(c, k, (size_t)(n * es));
+    if (!tmp) return GPUCORE_ERR_COMM;
+    const int other = 1 - c->rank;
+    gpucore_status st = ring_step(c, k, start, mpi_type(k->dtype), other, tmp, n, other, k->send, n);
+    if (st) return st;
+    /* rank 0's data op rank 1's, on both ranks */
+    if (c->rank == 0) ring_combine(k->dtype, k->op, buf, k->send, tmp, n);
+    else ring_combine(k->dtype, k->op, buf, tmp, k->send, n);
+    return GPUCORE_OK;
 }
 
 static gpucore_status ring_allreduce(cpu_comm *c, const gpucore_comm_call *k, double start)
 {
-    const int p = c->size, r = c->rank, right = (r + 1) % p, left = (r + p - 1) % p;
     const int64_t es = gpucore_dtype_size((gpucore_dtype)k->dtype), n = k->count;
     char *buf = k->recv;
     if (k->send != k->recv) memcpy(buf, k->send, (size_t)(n * es)); /* out of place: reduce in out */
-    int64_t most = n / p + 1;
-    char *tmp = malloc((size_t)(most * es));
-    if (!tmp) {
-        call_fail(c, k, "ran out of host memory for its receive buffer");
-        return GPUCORE_ERR_COMM;
-    }
-    MPI_Datatype dt = mpi_type(k->dtype);
-    gpucore_status st = GPUCORE_OK;
-    for (int step = 0; step < 2 * (p - 1) && !st; step++) {
-        const int gather = step >= p - 1, s = gather ? step - (p - 1) : step;
-        /* reduce-scatter step s: send chunk r-s, receive chunk r-s-1 (and add it in);
-         * all-gather step s: send chunk r+1-s (complete), receive chunk r-s (complete) */
-        const int send_chunk = ((gather ? r + 1 - s : r - s) % p + p) % p;
-        const int recv_chunk = ((gather ? r - s : r - s - 1) % p + p) % p;
-        const int64_t s0 = send_chunk * n / p, s1 = (send_chunk + 1) * n / p;
-        const int64_t r0 = recv_chunk * n / p, r1 = (recv_chunk + 1) * n / p;
-        char *dst = gather ? buf + r0 * es : tmp;
-        MPI_Request req[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL};
-        gpucore_mpi_lock();
-        int rc = MPI_Irecv(dst, (int)(r1 - r0), dt, left, RING_TAG, c->mc, &req[0]);
-        if (rc == MPI_SUCCESS) rc = MPI_Isend(buf + s0 * es, (int)(s1 - s0), dt, right, RING_TAG, c->mc, &req[1]);
-        gpucore_mpi_unlock();
-        if (!(st = mpi_check_rc(c, k, rc, "MPI_Isend/MPI_Irecv"))) st = mpi_wait_all(c, 2, req, k, start);
-        if (!st && !gather) ring_combine(k->dtype, k->op, buf + r0 * es, tmp, r1 - r0);
-    }
-    free(tmp);
-    return st;
+    gpucore_status st = ring_reduce_scatter(c, k, start, buf, n, NULL, 1);
+    /* the reduce-scatter leaves chunk `rank` complete here */
+    return st ? st : ring_all_gather(c, k, start, buf, n, es, mpi_type(k->dtype), c->rank);
 }
 
 static gpucore_status mpi_run(cpu_comm *c, const gpucore_comm_call *k)
@@ -282,8 +391,8 @@ static gpucore_status mpi_run(cpu_comm *c, const gpucore_comm_call *k)
     int rc;
     switch (k->kind) {
     case GPUCORE_COMM_ALLREDUCE:
-        if (ring_applies(c, k)) {
-            st = ring_allreduce(c, k, start);
+        if (allreduce_way(c, k)) {
+            st = allreduce_way(c, k) == 2 ? swap_allreduce(c, k, start) : ring_allreduce(c, k, start);
             break;
         }
         for (int64_t off = 0; off < k->count && !st; off += MPI_CHUNK) {
@@ -296,6 +405,10 @@ static gpucore_status mpi_run(cpu_comm *c, const gpucore_comm_call *k)
         }
         break;
     case GPUCORE_COMM_REDUCE_SCATTER: {
+        if (c->size > 1 && ring_dtype(k->dtype)) { /* out may be this rank's slice of in (NCCL's in place) */
+            st = ring_reduce_scatter(c, k, start, send, k->count * c->size, recv, 0);
+            break;
+        }
         /* NCCL's in place (out is this rank's slice of in) is not MPI's: go through a temporary */
         int in_place = recv == send + (int64_t)c->rank * k->count * es;
         char *dst = in_place ? malloc((size_t)(k->count * es)) : recv;
@@ -314,7 +427,13 @@ static gpucore_status mpi_run(cpu_comm *c, const gpucore_comm_call *k)
         break;
     }
     case GPUCORE_COMM_ALL_GATHER: {
-        const void *sp = send == recv + (int64_t)c->rank * k->count * es ? MPI_IN_PLACE : send;
+        char *own = recv + (int64_t)c->rank * k->count * es;
+        if (c->size > 1 && k->count * es <= INT_MAX) { /* as bytes: any dtype */
+            if (send != own) memcpy(own, send, (size_t)(k->count * es));
+            st = ring_all_gather(c, k, start, recv, k->count * es * c->size, 1, MPI_BYTE, c->rank);
+            break;
+        }
+        const void *sp = send == own ? MPI_IN_PLACE : send;
         gpucore_mpi_lock();
         rc = MPI_Iallgather(sp, (int)k->count, dt, recv, (int)k->count, dt, c->mc, &req);
         gpucore_mpi_unlock();
@@ -344,6 +463,7 @@ static gpucore_status mpi_run(cpu_comm *c, const gpucore_comm_call *k)
     if (!st && k->op == GPUCORE_REDUCE_AVG &&
         (k->kind == GPUCORE_COMM_ALLREDUCE || k->kind == GPUCORE_COMM_REDUCE_SCATTER))
         divide_by(recv, k->dtype, k->count, c->size);
+    scratch_trim(c);
     return st;
 }
 #endif
@@ -460,5 +580,6 @@ void cpu_comm_destroy(void *bcomm)
     }
 #endif
     pthread_mutex_destroy(&c->mu);
+    free(c->scratch);
     free(c);
 }
