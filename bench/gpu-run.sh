@@ -11,8 +11,9 @@
 #                                         GPU_RUN_STAGE_S (default 470 s, under 8 minutes):
 #                                           1 doctor (gpucore-info) + smoke (quickstart, test_core)
 #                                           2 contract-sensitive tests with GPUCORE_LOG=info: matmul (every
-#                                             epilogue, misaligned bias), conv (fused and unfused), comm and
-#                                             DDP (grouped), and a count of fallback-GEMM uses
+#                                             epilogue, misaligned bias), conv (fused and unfused), attention
+#                                             (cuDNN SDPA engine, tensor-core kernels), comm and DDP (grouped),
+#                                             and counts of fallback-GEMM and fallback-attention uses
 #                                           3 the rest of the test executables
 #                                           4 compute-sanitizer memcheck on two tests
 #                                           5 benchmarks and the PyTorch peers
@@ -79,7 +80,7 @@ stage1() {
 
 stage2() {
   local t
-  for t in test_matmul test_conv; do
+  for t in test_matmul test_conv test_attention; do
     test_exe $t >/dev/null && step $t env GPUCORE_LOG=info "$T/$t"
   done
   for t in test_comm test_ddp; do
@@ -91,6 +92,9 @@ stage2() {
   grep -h "fallback GEMM kernel" "$DIR"/*.log 2>/dev/null | sed 's/^.*matmul: //' | sort | uniq -c | sort -rn \
     >"$DIR/fallback_gemm.txt"
   echo "fallback GEMM plans: $(wc -l <"$DIR/fallback_gemm.txt") (listed in fallback_gemm.txt)" | tee -a "$DIR/summary.txt"
+  # attention keys cuDNN's SDPA declined (each logged once at WARN with its reason) ran on our kernels
+  grep -h "attention: .*the attention kernel" "$DIR"/*.log 2>/dev/null | sort | uniq -c | sort -rn >"$DIR/fallback_attention.txt"
+  echo "attention keys on the kernel fallback: $(wc -l <"$DIR/fallback_attention.txt") (fallback_attention.txt)" | tee -a "$DIR/summary.txt"
 }
 
 stage3() {
@@ -98,7 +102,7 @@ stage3() {
   for t in "$T"/test_*; do
     n=$(basename "$t")
     [ -x "$t" ] || continue
-    case $n in test_matmul | test_conv | test_core | test_comm | test_ddp | *.p) continue ;; esac
+    case $n in test_matmul | test_conv | test_attention | test_core | test_comm | test_ddp | *.p) continue ;; esac
     step "$n" "$t"
   done
 }
