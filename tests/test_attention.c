@@ -370,6 +370,23 @@ static void test_memory(gpucore_context *ctx, int emulated)
     for (int i = 0; i < 9; i++) gpucore_tensor_destroy(ts[i]);
 }
 
+/* The engine statistics: NULL handles and a wrong struct_size are refused; on the CPU nothing is counted. */
+static void test_stats_calls(gpucore_context *ctx, int is_cpu)
+{
+    gpucore_attention_stats st;
+    memset(&st, 0, sizeof st);
+    st.struct_size = sizeof st;
+    CHECK_STATUS(gpucore_attention_get_stats(NULL, &st), GPUCORE_ERR_NULL_POINTER);
+    CHECK_STATUS(gpucore_attention_get_stats(ctx, NULL), GPUCORE_ERR_NULL_POINTER);
+    CHECK_STATUS(gpucore_attention_reset_stats(NULL), GPUCORE_ERR_NULL_POINTER);
+    st.struct_size = 8;
+    CHECK_STATUS(gpucore_attention_get_stats(ctx, &st), GPUCORE_ERR_INVALID_ARGUMENT);
+    st.struct_size = sizeof st;
+    CHECK_OK(gpucore_attention_get_stats(ctx, &st));
+    if (is_cpu) CHECK(st.cudnn_calls == 0 && st.fallback_calls == 0); /* the CPU counts nothing */
+    CHECK_OK(gpucore_attention_reset_stats(ctx));
+}
+
 static void test_bad_input(gpucore_context *ctx)
 {
     const int64_t s4[4] = {1, 4, 8, 16}, kv3[4] = {1, 3, 8, 16}, big[4] = {1, 1, 4, 260}, s3[3] = {4, 8, 16}, ln = 4;
@@ -428,6 +445,7 @@ int main(void)
         test_cases(ctx);
         test_memory(ctx, !strcmp(devs[d], "cuda-emulated"));
         test_bad_input(ctx);
+        test_stats_calls(ctx, !strcmp(devs[d], "cpu"));
         gpucore_context_destroy(ctx);
     }
     return check_finish("test_attention");
