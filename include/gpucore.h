@@ -255,8 +255,8 @@ typedef enum gpucore_dtype {
     GPUCORE_I32 = 4,
     GPUCORE_I64 = 5,
     GPUCORE_U8 = 6,
-    GPUCORE_FP8_E4M3 = 7, /* matmul operands only */
-    GPUCORE_FP8_E5M2 = 8, /* matmul operands only */
+    GPUCORE_FP8_E4M3 = 7, /* OCP e4m3fn; matmul operands, casts, a LoRA base */
+    GPUCORE_FP8_E5M2 = 8, /* OCP e5m2; matmul operands, casts, a LoRA base */
     GPUCORE_DTYPE_COUNT = 9
 } gpucore_dtype;
 
@@ -436,9 +436,13 @@ GPUCORE_API gpucore_status gpucore_activation_forward(gpucore_activation act, gp
 GPUCORE_API gpucore_status gpucore_activation_backward(gpucore_activation act, gpucore_tensor *dx,
                                                        const gpucore_tensor *dy, const gpucore_tensor *x,
                                                        gpucore_stream *stream);
-/* out = a converted to out's dtype; f32, f64, f16, bf16 in any combination, same
- * shape (no broadcast). Round to nearest even (f64 -> f16/bf16 rounds once, not
- * twice); NaN stays NaN, Inf stays Inf, values past the range become Inf. */
+/* out = a converted to out's dtype; f32, f64, f16, bf16, fp8_e4m3, fp8_e5m2 in any
+ * combination, same shape (no broadcast). Round to nearest even (f64 -> f16/bf16/fp8
+ * rounds once, not twice); NaN stays NaN, Inf stays Inf, values past the range
+ * become Inf. To fp8 (OCP FP8 as CUDA's cuda_fp8.h, e4m3fn: max 448, no Inf, NaN
+ * 0x7f/0xff; e5m2: max 57344, Inf): saturating as __nv_cvt_float_to_fp8 with
+ * __NV_SATFINITE, so values past the largest finite and ±Inf become ±max, and NaN
+ * becomes 0x7f. From fp8: exact. No scaling: multiply by the scale before or after. */
 GPUCORE_API gpucore_status gpucore_cast(gpucore_tensor *out, const gpucore_tensor *a, gpucore_stream *stream);
 /* Inverted dropout: out[i] = x[i] / (1-p) where u_i >= p, else 0, with u_i the
  * Philox uniform of element i (row-major index in out) under (seed, offset), the
