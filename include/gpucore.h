@@ -255,8 +255,8 @@ typedef enum gpucore_dtype {
     GPUCORE_I32 = 4,
     GPUCORE_I64 = 5,
     GPUCORE_U8 = 6,
-    GPUCORE_FP8_E4M3 = 7, /* matmul operands only */
-    GPUCORE_FP8_E5M2 = 8, /* matmul operands only */
+    GPUCORE_FP8_E4M3 = 7, /* OCP e4m3fn; matmul operands, casts, a LoRA base */
+    GPUCORE_FP8_E5M2 = 8, /* OCP e5m2; matmul operands, casts, a LoRA base */
     GPUCORE_DTYPE_COUNT = 9
 } gpucore_dtype;
 
@@ -436,9 +436,13 @@ GPUCORE_API gpucore_status gpucore_activation_forward(gpucore_activation act, gp
 GPUCORE_API gpucore_status gpucore_activation_backward(gpucore_activation act, gpucore_tensor *dx,
                                                        const gpucore_tensor *dy, const gpucore_tensor *x,
                                                        gpucore_stream *stream);
-/* out = a converted to out's dtype; f32, f64, f16, bf16 in any combination, same
- * shape (no broadcast). Round to nearest even (f64 -> f16/bf16 rounds once, not
- * twice); NaN stays NaN, Inf stays Inf, values past the range become Inf. */
+/* out = a converted to out's dtype; f32, f64, f16, bf16, fp8_e4m3, fp8_e5m2 in any
+ * combination, same shape (no broadcast). Round to nearest even (f64 -> f16/bf16/fp8
+ * rounds once, not twice); NaN stays NaN, Inf stays Inf, values past the range
+ * become Inf. To fp8 (OCP FP8 as CUDA's cuda_fp8.h, e4m3fn: max 448, no Inf, NaN
+ * 0x7f/0xff; e5m2: max 57344, Inf): saturating as __nv_cvt_float_to_fp8 with
+ * __NV_SATFINITE, so values past the largest finite and ±Inf become ±max, and NaN
+ * becomes 0x7f. From fp8: exact. No scaling: multiply by the scale before or after. */
 GPUCORE_API gpucore_status gpucore_cast(gpucore_tensor *out, const gpucore_tensor *a, gpucore_stream *stream);
 /* Inverted dropout: out[i] = x[i] / (1-p) where u_i >= p, else 0, with u_i the
  * Philox uniform of element i (row-major index in out) under (seed, offset), the
@@ -978,9 +982,16 @@ GPUCORE_API gpucore_status gpucore_linear_backward(const gpucore_tensor *dy, con
  *
  * x [..., in] (contiguous rows, as the linear layer), W [out, in] (frozen: no dW),
  * bias [out] or NULL (frozen), A [r, in], B [out, r], y [..., out]; one dtype for
- * all (f32, f16 or bf16; an fp8 W is refused with NOT_SUPPORTED on every backend:
- * the one fp8 GEMM, CUDA sm_89+, needs both operands fp8 in the TN layout, which
- * neither x·Wᵀ with a float x nor dx = dy·W is). drop is inverted
+ * all (f32, f16 or bf16), except that W may instead be fp8 (e4m3 or e5m2) with a
+ * per-tensor scale, opts->w_scale (an f32 one-element tensor, as gpucore_matmul's
+ * scale_b: W = decode(w)·w_scale; required for an fp8 W, refused for a float W).
+ * An fp8 W is dequantised on every backend into a scratch copy in x's dtype,
+ * dt(f32(decode(w)·w_scale)) (exact decode, one f32 product, one rounding), for
+ * the base GEMM of each forward and for dx in the backward; the GEMMs then run
+ * as for a float W (the one fp8 GEMM, CUDA sm_89+, needs both operands fp8 in
+ * the TN layout, which neither x·Wᵀ with a float x nor dx = dy·W is). The
+ * scratch copy costs out·in·4 bytes (plus out·in·2 for bf16/f16 x) of
+ * allocator memory during the call. drop is inverted
  * dropout on the adapter input (gpucore_dropout over x's elements under (seed,
  * offset): the backward replays it; advance offset by
  * gpucore_random_offset_advance(numel(x), GPUCORE_UNIFORM) per call). Built on
@@ -991,6 +1002,7 @@ typedef struct gpucore_lora_options {
     double scale;          /* the adapter's factor (alpha / r); default 1 */
     double dropout_p;      /* on the adapter input, in [0, 1); default 0 */
     uint64_t seed, offset; /* the dropout's Philox stream */
+    const gpucore_tensor *w_scale; /* fp8 W only: f32 one-element tensor (required); NULL otherwise */
 } gpucore_lora_options;
 
 /* Set struct_size and the defaults. */
@@ -1001,7 +1013,8 @@ GPUCORE_API void gpucore_lora_options_init(gpucore_lora_options *opts);
  * GEMM there). opts NULL: the defaults. y must not overlap an input.
  * Errors: SHAPE_MISMATCH (in, out or r disagree), DTYPE_MISMATCH (mixed dtypes),
  * NOT_CONTIGUOUS (x, y or xa rows not mergeable), INVALID_ARGUMENT (dropout_p,
- * scale not finite, struct_size), and those of gpucore_matmul. */
+ * scale not finite, struct_size, w_scale missing for an fp8 W or given for a
+ * float one), DTYPE_MISMATCH (w_scale not f32), and those of gpucore_matmul. */
 GPUCORE_API gpucore_status gpucore_lora_forward(gpucore_tensor *y, gpucore_tensor *xa, const gpucore_tensor *x,
                                                 const gpucore_tensor *w, const gpucore_tensor *bias,
                                                 const gpucore_tensor *a, const gpucore_tensor *b,
@@ -1022,7 +1035,9 @@ GPUCORE_API gpucore_status gpucore_lora_backward(gpucore_tensor *dx, gpucore_ten
 /* Merge the adapter into the base weight, W += scale·B·A (after which a plain
  * linear layer computes the adapted y without dropout), or take it out again,
  * W -= scale·B·A. f32: unmerge(merge(W)) equals W to f32 rounding; bf16/f16 W
- * rounds at each call (keep an unmerged copy to get W back exactly). */
+ * rounds at each call (keep an unmerged copy to get W back exactly). An fp8 W is
+ * refused with NOT_SUPPORTED (it would have to be requantised, so unmerge could
+ * not restore it): merge into a dequantised copy instead. */
 GPUCORE_API gpucore_status gpucore_lora_merge(gpucore_tensor *w, const gpucore_tensor *a, const gpucore_tensor *b,
                                               double scale, gpucore_stream *stream);
 GPUCORE_API gpucore_status gpucore_lora_unmerge(gpucore_tensor *w, const gpucore_tensor *a, const gpucore_tensor *b,

@@ -2,7 +2,8 @@
  * elementwise_math.h — the elementwise op family's argument block and its
  * per-element formulas, shared by the CPU backend, the CUDA kernels
  * (elementwise.cu) and the SIMT emulation, so every backend computes the same
- * function. Math is in f32 for f32/f16/bf16 tensors; casts go through f64.
+ * function. Math is in f32 for f32/f16/bf16 tensors; casts go through f64
+ * (fp8 included: kernels/numeric.h).
  *
  * The API layer hands over `out` and up to two inputs already broadcast to
  * out's shape (stride 0 on broadcast dims) with adjacent dims collapsed where
@@ -146,6 +147,8 @@ GPUCORE_HD float gpucore_f64_to_f32_round_odd(double d)
 GPUCORE_HD double gpucore_load_as_f64(const void *p, int dt)
 {
     if (dt == GPUCORE_KDT_F64) return *(const double *)p;
+    if (dt == GPUCORE_KDT_FP8_E4M3) return (double)gpucore_fp8e4m3_to_f32(*(const uint8_t *)p);
+    if (dt == GPUCORE_KDT_FP8_E5M2) return (double)gpucore_fp8e5m2_to_f32(*(const uint8_t *)p);
     return (double)gpucore_load_as_f32(p, dt);
 }
 
@@ -156,6 +159,8 @@ GPUCORE_HD void gpucore_store_from_f64(void *p, int dt, double v)
     case GPUCORE_KDT_F32: *(float *)p = (float)v; break;
     case GPUCORE_KDT_F16: *(uint16_t *)p = gpucore_f32_to_f16(gpucore_f64_to_f32_round_odd(v)); break;
     case GPUCORE_KDT_BF16: *(uint16_t *)p = gpucore_f32_to_bf16(gpucore_f64_to_f32_round_odd(v)); break;
+    case GPUCORE_KDT_FP8_E4M3: *(uint8_t *)p = gpucore_f64_to_fp8(v, 0); break; /* saturating, numeric.h */
+    case GPUCORE_KDT_FP8_E5M2: *(uint8_t *)p = gpucore_f64_to_fp8(v, 1); break;
     default: break;
     }
 }

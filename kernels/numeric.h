@@ -10,6 +10,15 @@
  * are the same IEEE RNE; only NaN payloads could differ (the hardware returns a
  * canonical NaN), so NaNs take the portable path there too and every backend
  * gives identical bits.
+ *
+ * fp8 (OCP FP8, as CUDA's cuda_fp8.h): e4m3fn (bias 7, no Inf, max 448, NaN
+ * S.1111.111) and e5m2 (bias 15, IEEE-like with Inf, max 57344). Decoding is
+ * exact. Encoding rounds to nearest even once from f64 (an f32 widens exactly),
+ * saturating: finite values past the largest finite and ±Inf become ±max (as
+ * __nv_cvt_float_to_fp8 with __NV_SATFINITE and the sm_89 cvt.rn.satfinite do,
+ * the convention of fp8 training recipes: an outlier clips instead of poisoning
+ * the tensor), NaN becomes 0x7f (a NaN in both formats), tiny values keep their
+ * sign (±0). Integer arithmetic on every backend, so the bits agree everywhere.
  */
 #ifndef GPUCORE_KERNELS_NUMERIC_H
 #define GPUCORE_KERNELS_NUMERIC_H
@@ -111,5 +120,50 @@ GPUCORE_HD uint16_t gpucore_f32_to_bf16(float f)
     return gpucore_f32_to_bf16_portable(f);
 #endif
 }
+
+/* fp8 bits -> f32, exact. */
+GPUCORE_HD float gpucore_fp8e4m3_to_f32(uint8_t c)
+{
+    uint32_t sign = ((uint32_t)c & 0x80u) << 24, exp = ((uint32_t)c >> 3) & 0xfu, mant = (uint32_t)c & 7u;
+    if (exp == 0xfu && mant == 7u) return gpucore_bits_f32(sign | 0x7fc00000u);  /* NaN */
+    if (exp == 0) {                                                               /* subnormal: mant·2^-9 */
+        float v = (float)mant * 0.001953125f;
+        return sign ? -v : v;
+    }
+    return gpucore_bits_f32(sign | ((exp + 120u) << 23) | (mant << 20));
+}
+
+/* e5m2 is the top byte of an IEEE half. */
+GPUCORE_HD float gpucore_fp8e5m2_to_f32(uint8_t c) { return gpucore_f16_to_f32_portable((uint16_t)((uint16_t)c << 8)); }
+
+/* f64 -> fp8 (e5m2 nonzero: e5m2, else e4m3fn), round to nearest even with
+ * saturation (see the top of the file). The f64 significand is cut to the fp8
+ * one; the bits cut off decide the rounding. */
+GPUCORE_HD uint8_t gpucore_f64_to_fp8(double d, int e5m2)
+{
+    uint64_t u;
+    memcpy(&u, &d, 8);
+    const uint64_t abs = u & 0x7fffffffffffffffull;
+    const uint32_t sign = (uint32_t)(u >> 56) & 0x80u;
+    const uint32_t mbits = e5m2 ? 2u : 3u, bias = e5m2 ? 15u : 7u;
+    const uint32_t maxcode = e5m2 ? 0x7bu : 0x7eu;
+    /* the largest finite value plus half its ulp: 464 (e4m3), 61440 (e5m2; a tie that rounds up) */
+    const uint64_t overflow = e5m2 ? 0x40ee000000000000ull : 0x407d000000000000ull;
+    if (abs > 0x7ff0000000000000ull) return 0x7fu;                         /* NaN */
+    if (e5m2 ? abs >= overflow : abs > overflow) return (uint8_t)(sign | maxcode); /* saturate (Inf too) */
+    int32_t e = (int32_t)(abs >> 52) - 1023 + (int32_t)bias;               /* fp8 biased exponent */
+    uint64_t sig = (abs & 0xfffffffffffffull) | (1ull << 52);              /* 53-bit significand */
+    if (abs == 0 || e < -(int32_t)mbits - 1) return (uint8_t)sign;         /* below half the least subnormal */
+    /* keep 1 + mbits bits for a normal, fewer for a subnormal (e <= 0) */
+    uint32_t shift = 52u - mbits + (uint32_t)(e < 1 ? 1 - e : 0);
+    uint64_t q = sig >> shift, rem = sig & ((1ull << shift) - 1ull), half = 1ull << (shift - 1u);
+    if (rem > half || (rem == half && (q & 1u))) q++;
+    /* normal: q is 1.m (may carry to 2.0, which bumps the exponent field); subnormal: q is the field itself */
+    uint32_t code = e < 1 ? (uint32_t)q : (((uint32_t)e << mbits) + (uint32_t)q - (1u << mbits));
+    return (uint8_t)(sign | code);
+}
+
+GPUCORE_HD uint8_t gpucore_f32_to_fp8e4m3(float f) { return gpucore_f64_to_fp8((double)f, 0); }
+GPUCORE_HD uint8_t gpucore_f32_to_fp8e5m2(float f) { return gpucore_f64_to_fp8((double)f, 1); }
 
 #endif

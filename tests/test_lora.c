@@ -3,10 +3,13 @@
  * _unmerge) on every backend against a float64 reference, on fresh random data
  * with poisoned, guarded outputs: 3-d and strided 2-d inputs, transposed weight
  * views, with and without bias, xa saved or recomputed, adapter dropout replayed
- * in the backward; f32/f16/bf16. The reference's gradients are checked by finite
- * differences of the reference forward; bad input returns a status and a message.
+ * in the backward; f32/f16/bf16; an fp8 (e4m3, e5m2) base with its scale against
+ * the reference on the base decoded by tests/fp8_ref.h. The reference's gradients
+ * are checked by finite differences of the reference forward; bad input returns a
+ * status and a message.
  */
 #include "ops_harness.h"
+#include "fp8_ref.h"
 
 typedef struct lora_ref {
     int64_t rows, in, out, r;
@@ -148,6 +151,27 @@ static double *keep_mask(gpucore_context *ctx, const int64_t *xshape, int ndim, 
     return k;
 }
 
+/* The backward into guarded outputs, compared with the reference (rdx, rda, rdb); returns dA read back. */
+static double *check_backward(gpucore_context *ctx, gpucore_dtype dt, int ndim, const int64_t *xshape, const lora_ref *R,
+                              const gpucore_tensor *dy, const gpucore_tensor *x, const gpucore_tensor *w,
+                              const gpucore_tensor *a, const gpucore_tensor *b, const gpucore_tensor *xa,
+                              const gpucore_lora_options *o, const double *rdx, const double *rda, const double *rdb,
+                              const char *what)
+{
+    const int64_t ashape[2] = {R->r, R->in}, bshape[2] = {R->out, R->r};
+    const double tol = tolerance_for(dt, 1);
+    guarded gdx = make_output(ctx, dt, ndim, xshape, 0), gda = make_output(ctx, dt, 2, ashape, 0),
+            gdb = make_output(ctx, dt, 2, bshape, 0);
+    CHECK_OK(gpucore_lora_backward(gdx.view, gda.view, gdb.view, dy, x, w, a, b, xa, o, NULL));
+    double *dx = finish_output(&gdx, what), *da = finish_output(&gda, what), *db = finish_output(&gdb, what);
+    check_close(dx, rdx, R->rows * R->in, tol, what);
+    check_close(da, rda, R->r * R->in, tol, what);
+    check_close(db, rdb, R->out * R->r, tol, what);
+    free(dx);
+    free(db);
+    return da;
+}
+
 static void test_lora(gpucore_context *ctx, gpucore_dtype dt)
 {
     const int64_t in = 12, out = 9, r = 3;
@@ -203,13 +227,7 @@ static void test_lora(gpucore_context *ctx, gpucore_dtype dt)
         double *h = finish_output(&gh, what);
         if (save_xa) check_close(h, rh, rows * r, tol, what);
 
-        guarded gdx = make_output(ctx, dt, ndim, xshape, 0), gda = make_output(ctx, dt, 2, ashape, 0),
-                gdb = make_output(ctx, dt, 2, bshape, 0);
-        CHECK_OK(gpucore_lora_backward(gdx.view, gda.view, gdb.view, dy, x, w, a, b, xa, &o, NULL));
-        double *dx = finish_output(&gdx, what), *da = finish_output(&gda, what), *db = finish_output(&gdb, what);
-        check_close(dx, rdx, rows * in, tol, what);
-        check_close(da, rda, r * in, tol, what);
-        check_close(db, rdb, out * r, tol, what);
+        double *da = check_backward(ctx, dt, ndim, xshape, &R, dy, x, w, a, b, xa, &o, rdx, rda, rdb, what);
 
         /* each gradient alone gives the same bits as all together */
         gpucore_tensor *da2 = NULL;
@@ -220,12 +238,61 @@ static void test_lora(gpucore_context *ctx, gpucore_dtype dt)
         free(da_alone);
         gpucore_tensor_destroy(da2);
 
-        free(y); free(h); free(dx); free(da); free(db); free(keep);
+        free(y); free(h); free(da); free(keep);
         free(ry); free(rh); free(rdx); free(rda); free(rdb);
         free(hx); free(hw); free(hbias); free(ha); free(hb); free(hdy);
         gpucore_tensor *ts[7] = {x, w, bias, a, b, dy, xa};
         for (int i = 0; i < 7; i++) gpucore_tensor_destroy(ts[i]);
     }
+}
+
+/* An fp8 base: W's bytes (quantised on the device by gpucore_cast, read back raw) decoded
+ * by the reference and times the scale, then forward and backward as test_lora's. */
+static void test_lora_fp8(gpucore_context *ctx, gpucore_dtype dt, int e5)
+{
+    const int64_t in = 16, out = 11, r = 4, rows = 6;
+    const int64_t xshape[3] = {2, 3, in}, yshape[3] = {2, 3, out}, hshape[3] = {2, 3, r};
+    const int64_t wshape[2] = {out, in}, ashape[2] = {r, in}, bshape[2] = {out, r};
+    const double wscale = 0.0371; /* not a power of two: the f32 product rounds */
+    const float wscale_f = (float)wscale;
+    double *hx, *hbias, *ha, *hb, *hdy, hw[11 * 16];
+    gpucore_tensor *x = make_input(ctx, dt, 3, xshape, 0, -1, 1, &hx);
+    gpucore_tensor *bias = make_input(ctx, dt, 1, &out, 0, -1, 1, &hbias);
+    gpucore_tensor *a = make_input(ctx, dt, 2, ashape, 0, -1, 1, &ha);
+    gpucore_tensor *b = make_input(ctx, dt, 2, bshape, 0, -1, 1, &hb);
+    gpucore_tensor *dy = make_input(ctx, dt, 3, yshape, 0, -1, 1, &hdy);
+    /* W in [-1, 1) quantised with 1/scale: codes up to ~27 (e4m3 and e5m2 alike) */
+    gpucore_tensor *wf = make_input(ctx, GPUCORE_F32, 2, wshape, 0, -1 / wscale, 1 / wscale, NULL), *w8 = NULL, *sc = NULL;
+    CHECK_OK(gpucore_tensor_create(ctx, e5 ? GPUCORE_FP8_E5M2 : GPUCORE_FP8_E4M3, 2, wshape, &w8));
+    CHECK_OK(gpucore_cast(w8, wf, NULL));
+    CHECK_OK(gpucore_tensor_create(ctx, GPUCORE_F32, 0, NULL, &sc));
+    CHECK_OK(gpucore_copy_from_host(sc, &wscale_f, 4));
+    uint8_t codes[11 * 16];
+    CHECK_OK(gpucore_copy_to_host(codes, out * in, w8));
+    for (int i = 0; i < out * in; i++) hw[i] = fp8_ref_decode(codes[i], e5) * (double)wscale_f;
+    gpucore_lora_options o;
+    gpucore_lora_options_init(&o);
+    o.scale = 1.25;
+    o.w_scale = sc;
+    lora_ref R = {rows, in, out, r, hx, hw, hbias, ha, hb, NULL, o.scale};
+    double *keep = keep_mask(ctx, xshape, 3, 0, 0, 0);
+    R.keep = keep;
+    double ry[6 * 11], rh[6 * 4], rdx[6 * 16], rda[4 * 16], rdb[11 * 4];
+    ref_forward(&R, hx, ry, rh);
+    ref_backward(&R, hdy, rdx, rda, rdb);
+    char what[96];
+    snprintf(what, sizeof what, "lora fp8 %s base, %s", e5 ? "e5m2" : "e4m3", gpucore_dtype_name(dt));
+    const double tol = tolerance_for(dt, 1);
+    guarded gy = make_output(ctx, dt, 3, yshape, 0), gh = make_output(ctx, dt, 3, hshape, 0);
+    CHECK_OK(gpucore_lora_forward(gy.view, gh.view, x, w8, bias, a, b, &o, NULL));
+    double *y = finish_output(&gy, what), *h = finish_output(&gh, what);
+    check_close(y, ry, rows * out, tol, what);
+    check_close(h, rh, rows * r, tol, what);
+    free(check_backward(ctx, dt, 3, xshape, &R, dy, x, w8, a, b, NULL, &o, rdx, rda, rdb, what));
+    free(y); free(h); free(keep);
+    free(hx); free(hbias); free(ha); free(hb); free(hdy);
+    gpucore_tensor *ts[8] = {x, bias, a, b, dy, wf, w8, sc};
+    for (int i = 0; i < 8; i++) gpucore_tensor_destroy(ts[i]);
 }
 
 /* merge: W + scale·B·A against the reference, the merged linear layer equals the
@@ -315,17 +382,33 @@ static void test_bad_input(gpucore_context *ctx)
     CHECK_STATUS(gpucore_lora_backward(NULL, NULL, NULL, x, x, w, a, b, NULL, &o, NULL), GPUCORE_ERR_SHAPE_MISMATCH);
     CHECK_STATUS(gpucore_lora_merge(w, a, b_bad, 1.0, NULL), GPUCORE_ERR_SHAPE_MISMATCH);
     CHECK_STATUS(gpucore_lora_unmerge(wb, a, b, 1.0, NULL), GPUCORE_ERR_DTYPE_MISMATCH);
-    /* fp8 bases: refused on every backend (no fp8 GEMM takes a float x, nor dy·W), with the reason */
+    /* fp8 bases: the scale is required (f32, one element) and only for them; merge is refused */
     for (int f = 0; f < 2; f++) {
-        int64_t ws[2] = {5, 8};
-        gpucore_tensor *w8 = NULL;
+        int64_t ws[2] = {5, 8}, two = 2;
+        gpucore_tensor *w8 = NULL, *sc = NULL, *sc16 = NULL, *sc2 = NULL;
         CHECK_OK(gpucore_tensor_create(ctx, f ? GPUCORE_FP8_E5M2 : GPUCORE_FP8_E4M3, 2, ws, &w8));
-        if (!w8) continue;
-        CHECK_STATUS(gpucore_lora_forward(y, NULL, x, w8, NULL, a, b, &o, NULL), GPUCORE_ERR_NOT_SUPPORTED);
-        CHECK(strstr(gpucore_last_error(), "fp8 base weights are not supported") != NULL);
-        CHECK_STATUS(gpucore_lora_backward(x, NULL, NULL, y, x, w8, a, b, NULL, &o, NULL), GPUCORE_ERR_NOT_SUPPORTED);
+        CHECK_OK(gpucore_tensor_create(ctx, GPUCORE_F32, 0, NULL, &sc));
+        CHECK_OK(gpucore_tensor_create(ctx, GPUCORE_F16, 0, NULL, &sc16));
+        CHECK_OK(gpucore_tensor_create(ctx, GPUCORE_F32, 1, &two, &sc2));
+        if (!w8 || !sc || !sc16 || !sc2) continue;
+        gpucore_lora_options_init(&o);
+        CHECK_STATUS(gpucore_lora_forward(y, NULL, x, w8, NULL, a, b, &o, NULL), GPUCORE_ERR_INVALID_ARGUMENT);
+        CHECK(strstr(gpucore_last_error(), "w_scale is NULL") != NULL);
+        CHECK_STATUS(gpucore_lora_backward(x, NULL, NULL, y, x, w8, a, b, NULL, &o, NULL), GPUCORE_ERR_INVALID_ARGUMENT);
+        o.w_scale = sc16;
+        CHECK_STATUS(gpucore_lora_forward(y, NULL, x, w8, NULL, a, b, &o, NULL), GPUCORE_ERR_DTYPE_MISMATCH);
+        o.w_scale = sc2;
+        CHECK_STATUS(gpucore_lora_forward(y, NULL, x, w8, NULL, a, b, &o, NULL), GPUCORE_ERR_SHAPE_MISMATCH);
+        o.w_scale = sc;
+        CHECK_STATUS(gpucore_lora_forward(y, NULL, x, w, NULL, a, b, &o, NULL), GPUCORE_ERR_INVALID_ARGUMENT);
+        CHECK(strstr(gpucore_last_error(), "fp8 base only") != NULL);
+        CHECK_STATUS(gpucore_lora_forward(y, NULL, x, w8, NULL, a, b_bad, &o, NULL), GPUCORE_ERR_SHAPE_MISMATCH);
+        CHECK_STATUS(gpucore_lora_forward(y, NULL, x, w8, NULL, a, wb, &o, NULL), GPUCORE_ERR_DTYPE_MISMATCH);
         CHECK_STATUS(gpucore_lora_merge(w8, a, b, 1.0, NULL), GPUCORE_ERR_NOT_SUPPORTED);
-        gpucore_tensor_destroy(w8);
+        CHECK(strstr(gpucore_last_error(), "requantised") != NULL);
+        CHECK_STATUS(gpucore_lora_unmerge(w8, a, b, 1.0, NULL), GPUCORE_ERR_NOT_SUPPORTED);
+        gpucore_tensor *fs[4] = {w8, sc, sc16, sc2};
+        for (int i = 0; i < 4; i++) gpucore_tensor_destroy(fs[i]);
     }
     CHECK_OK(gpucore_lora_forward(y, xa, x, w, NULL, a, b, NULL, NULL)); /* still usable */
     gpucore_tensor *ts[13] = {x, w, a, b, y, xa, a_bad, b_bad, wb, y_bad, xt, i32, yt};
@@ -346,6 +429,7 @@ int main(void)
         for (int t = 0; t < 3; t++) {
             test_lora(ctx, float_dtypes[t]);
             test_merge(ctx, float_dtypes[t]);
+            for (int e5 = 0; e5 < 2; e5++) test_lora_fp8(ctx, float_dtypes[t], e5);
         }
         test_bad_input(ctx);
         gpucore_context_destroy(ctx);

@@ -3,11 +3,14 @@
  * f16 and bf16 conversions exhaustively and against a float64 rounding
  * reference (the portable integer conversions bit for bit: every half decoded
  * exactly, every rounding boundary between neighbouring halves, NaN payloads), Philox-4x32-10 against Random123's known-answer vectors, and the
- * portable log/sincos used by the normal transform against libm.
+ * portable log/sincos used by the normal transform against libm; the fp8
+ * conversions (e4m3fn, e5m2) against tests/fp8_ref.h: all 256 codes decoded,
+ * every rounding boundary, saturation, NaN, and one rounding from f64.
  */
 #include <stdint.h>
 #include "check.h"
 #include "philox.h"
+#include "fp8_ref.h"
 
 /* Reference: round a double to a binary format with `mant` fraction bits and
  * exponent range, nearest even, by scaling (exact in double for these ranges). */
@@ -115,6 +118,46 @@ int main(void)
     CHECK(decode_bad == 0);
     CHECK(boundary_bad == 0);
     CHECK(nan_bad == 0);
+
+    /* fp8: every code decodes to the bit-layout value; f32 and f64 encode as the reference */
+    for (int e5 = 0; e5 < 2; e5++) {
+        int fp8_decode_bad = 0, fp8_encode_bad = 0, fp8_f64_bad = 0;
+        for (unsigned c = 0; c < 256; c++) {
+            double ref = fp8_ref_decode(c, e5);
+            float got = e5 ? gpucore_fp8e5m2_to_f32((uint8_t)c) : gpucore_fp8e4m3_to_f32((uint8_t)c);
+            if (isnan(ref) ? !isnan(got) : ((double)got != ref || !signbit(got) != !(c & 0x80))) fp8_decode_bad++;
+        }
+        enum { NV = 40000 };
+        static float vals[NV];
+        int nv = fp8_ref_test_values(vals, NV, e5, 777u + (uint32_t)e5);
+        for (int i = 0; i < nv; i++) {
+            unsigned got = e5 ? gpucore_f32_to_fp8e5m2(vals[i]) : gpucore_f32_to_fp8e4m3(vals[i]);
+            if (got != fp8_ref_encode(vals[i], e5)) {
+                if (fp8_encode_bad++ < 5)
+                    fprintf(stderr, "  f32 %.9g -> %s: 0x%02x, want 0x%02x\n", vals[i], e5 ? "e5m2" : "e4m3", got,
+                            fp8_ref_encode(vals[i], e5));
+            }
+        }
+        /* from f64: a value just above a midpoint (by less than an f32 ulp) rounds up, once */
+        for (unsigned c = 1; c < fp8_ref_maxcode(e5); c++) {
+            double mid = (fp8_ref_decode(c, e5) + fp8_ref_decode(c + 1, e5)) / 2;
+            if (gpucore_f64_to_fp8(mid * (1 + 0x1p-40), e5) != c + 1) fp8_f64_bad++;
+            if (gpucore_f64_to_fp8(mid * (1 - 0x1p-40), e5) != c) fp8_f64_bad++;
+        }
+        printf("fp8 %s: 256 codes decoded, %d f32 values and %u f64 midpoints encoded\n", e5 ? "e5m2" : "e4m3", nv,
+               2 * (fp8_ref_maxcode(e5) - 1));
+        CHECK(fp8_decode_bad == 0);
+        CHECK(fp8_encode_bad == 0);
+        CHECK(fp8_f64_bad == 0);
+    }
+    /* the named points of the formats */
+    CHECK(gpucore_f32_to_fp8e4m3(448.0f) == 0x7e && gpucore_f32_to_fp8e4m3(-1e9f) == 0xfe);
+    CHECK(gpucore_f32_to_fp8e4m3(INFINITY) == 0x7e && gpucore_f32_to_fp8e5m2(-INFINITY) == 0xfb);
+    CHECK(gpucore_f32_to_fp8e4m3(NAN) == 0x7f && gpucore_f32_to_fp8e5m2(NAN) == 0x7f);
+    CHECK(gpucore_f32_to_fp8e4m3(-0.0f) == 0x80 && gpucore_f32_to_fp8e4m3(0x1p-10f) == 0);  /* tie to 0 */
+    CHECK(gpucore_f32_to_fp8e4m3(0x1.8p-10f) == 1 && gpucore_f32_to_fp8e5m2(0x1p-17f) == 0);
+    CHECK(gpucore_fp8e4m3_to_f32(0x7e) == 448.0f && isnan(gpucore_fp8e4m3_to_f32(0xff)));
+    CHECK(gpucore_fp8e5m2_to_f32(0x7b) == 57344.0f && gpucore_fp8e5m2_to_f32(0xfc) == -INFINITY);
 
     /* Philox-4x32-10 known-answer tests (Random123 kat_vectors) */
     {

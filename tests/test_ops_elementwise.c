@@ -3,12 +3,14 @@
  * binary ops with broadcasting (+ fused activation), unary math, scale, axpy,
  * clamp, activations forward and backward (backward against central finite
  * differences of the f64 forward), dropout (mask from Philox on the host),
- * casts between f32/f64/f16/bf16 including NaN/Inf/double rounding, and bad
+ * casts between f32/f64/f16/bf16 including NaN/Inf/double rounding, fp8 casts
+ * against tests/fp8_ref.h (all 256 codes out, every rounding boundary in), and bad
  * input. Each output sits in a poisoned buffer with guard bands; inputs are
  * fresh random data, some as non-contiguous views.
  */
 #include "ops_harness.h"
 #include "philox.h"
+#include "fp8_ref.h"
 
 static double act_f64(int act, double x)
 {
@@ -309,6 +311,83 @@ static void test_cast_rounding(gpucore_context *ctx)
     free(hx);
 }
 
+/* fp8 <-> f32/f64/f16/bf16 through gpucore_cast on this backend, bit for bit against
+ * the reference: every code decoded (into each wider dtype, and via a strided view),
+ * and every rounding boundary, saturation and NaN encoded from f32, from f64 and
+ * from bf16 (whose values go through the same reference). */
+static void test_cast_fp8(gpucore_context *ctx)
+{
+    static const gpucore_dtype wide[4] = {GPUCORE_F32, GPUCORE_F64, GPUCORE_F16, GPUCORE_BF16};
+    for (int e5 = 0; e5 < 2; e5++) {
+        gpucore_dtype f8 = e5 ? GPUCORE_FP8_E5M2 : GPUCORE_FP8_E4M3;
+        int64_t n = 256, s2[2] = {16, 16};
+        uint8_t codes[256];
+        for (int c = 0; c < 256; c++) codes[c] = (uint8_t)c;
+        gpucore_tensor *q = NULL, *q2 = NULL, *qt = NULL;
+        CHECK_OK(gpucore_tensor_create(ctx, f8, 1, &n, &q));
+        CHECK_OK(gpucore_copy_from_host(q, codes, 256));
+        CHECK_OK(gpucore_tensor_reshape(q, 2, s2, &q2));
+        CHECK_OK(gpucore_tensor_transpose(q2, 0, 1, &qt));
+        for (int w = 0; w < 5; w++) { /* w == 4: f32 out of the transposed view */
+            gpucore_tensor *y = NULL;
+            CHECK_OK(gpucore_tensor_create(ctx, wide[w & 3], w == 4 ? 2 : 1, w == 4 ? s2 : &n, &y));
+            CHECK_OK(gpucore_cast(y, w == 4 ? qt : q, NULL));
+            double *out = read_back(y);
+            int bad = 0;
+            for (int i = 0; i < 256; i++) {
+                int c = w == 4 ? (i % 16) * 16 + i / 16 : i;
+                double ref = fp8_ref_decode((unsigned)c, e5);
+                if (isnan(ref) ? !isnan(out[i]) : (out[i] != ref || !signbit(out[i]) != !(c & 0x80))) bad++;
+            }
+            if (bad) fprintf(stderr, "  cast %s -> %s: %d of 256 codes wrong\n", gpucore_dtype_name(f8),
+                             gpucore_dtype_name(wide[w & 3]), bad);
+            CHECK(bad == 0);
+            free(out);
+            gpucore_tensor_destroy(y);
+        }
+        gpucore_tensor_destroy(qt);
+        gpucore_tensor_destroy(q2);
+        gpucore_tensor_destroy(q);
+        /* encoding */
+        enum { NV = 9001 };
+        float *v = malloc(sizeof(float) * NV);
+        double *v64 = malloc(sizeof(double) * NV);
+        uint16_t *vbf = malloc(sizeof(uint16_t) * NV);
+        int nv = fp8_ref_test_values(v, NV, e5, 99u + (uint32_t)e5);
+        for (int i = 0; i < nv; i++) {
+            v64[i] = (double)v[i] * (i % 3 == 1 ? 1 + 0x1p-40 : i % 3 == 2 ? 1 - 0x1p-40 : 1);
+            vbf[i] = gpucore_f32_to_bf16(v[i]);
+        }
+        const gpucore_dtype src[3] = {GPUCORE_F32, GPUCORE_F64, GPUCORE_BF16};
+        const void *host[3] = {v, v64, vbf};
+        for (int k = 0; k < 3; k++) {
+            int64_t m = nv;
+            gpucore_tensor *x = NULL, *y = NULL;
+            CHECK_OK(gpucore_tensor_create(ctx, src[k], 1, &m, &x));
+            CHECK_OK(gpucore_copy_from_host(x, host[k], m * gpucore_dtype_size(src[k])));
+            CHECK_OK(gpucore_tensor_create(ctx, f8, 1, &m, &y));
+            uint8_t *got = malloc((size_t)nv);
+            memset(got, 0x55, (size_t)nv); /* poison: a code the reference never gives everywhere */
+            CHECK_OK(gpucore_copy_from_host(y, got, m));
+            CHECK_OK(gpucore_cast(y, x, NULL));
+            CHECK_OK(gpucore_copy_to_host(got, m, y));
+            int bad = 0;
+            for (int i = 0; i < nv; i++) {
+                double xv = k == 0 ? (double)v[i] : k == 1 ? v64[i] : (double)gpucore_bf16_to_f32(vbf[i]);
+                unsigned want = fp8_ref_encode(xv, e5);
+                if (got[i] != want && bad++ < 5)
+                    fprintf(stderr, "  cast %s %.17g -> %s: 0x%02x, want 0x%02x\n", gpucore_dtype_name(src[k]), xv,
+                            gpucore_dtype_name(f8), got[i], want);
+            }
+            CHECK(bad == 0);
+            free(got);
+            gpucore_tensor_destroy(x);
+            gpucore_tensor_destroy(y);
+        }
+        free(v); free(v64); free(vbf);
+    }
+}
+
 static void test_bad_input(gpucore_context *ctx)
 {
     int64_t s34[2] = {3, 4}, s5[1] = {5}, s24[2] = {2, 4}, s8[1] = {8};
@@ -403,6 +482,7 @@ int main(void)
         test_unary_family(ctx);
         test_cast(ctx);
         test_cast_rounding(ctx);
+        test_cast_fp8(ctx);
         test_bad_input(ctx);
         gpucore_context_destroy(ctx);
     }

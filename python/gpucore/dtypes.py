@@ -12,8 +12,8 @@ bfloat16       BF16      (none) -> uint16    numpy has no bf16: ``Tensor.numpy()
 int32          I32       int32
 int64          I64       int64
 uint8          U8        uint8
-float8_e4m3    FP8_E4M3  (none) -> uint8     matmul operands only; bits as uint8
-float8_e5m2    FP8_E5M2  (none) -> uint8     matmul operands only; bits as uint8
+float8_e4m3    FP8_E4M3  (none) -> uint8     matmul operands, cast, LoRA base; bits as uint8
+float8_e5m2    FP8_E5M2  (none) -> uint8     matmul operands, cast, LoRA base; bits as uint8
 =============  ========  ==================  ======================================
 """
 from __future__ import annotations

@@ -427,8 +427,10 @@ def bias_act(input: Tensor, bias: Tensor, act: Union[str, int] = "none", op: str
 
 
 def cast(input: Tensor, dtype: Any, out: Optional[Tensor] = None, stream: Optional[Stream] = None) -> Tensor:
-    """input converted to ``dtype`` (f32, f64, f16, bf16 in any combination; round to
-    nearest even, NaN/Inf kept, out-of-range values become Inf)."""
+    """input converted to ``dtype`` (f32, f64, f16, bf16, float8_e4m3, float8_e5m2 in any
+    combination; round to nearest even, NaN/Inf kept, out-of-range values become Inf; to fp8
+    saturating instead: past the largest finite and ±Inf give ±max (448 / 57344), NaN gives
+    0x7f, as CUDA's __NV_SATFINITE conversion). No scaling is applied."""
     a = _tensor(input, "input")
     dt = _dt.as_dtype(dtype)
     _same_ctx(a._ctx, (out, "out"))

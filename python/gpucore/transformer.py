@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import ctypes
 import math
-from ctypes import byref, c_double, c_int32, c_int64, c_uint64
+from ctypes import byref, c_double, c_int32, c_int64, c_uint64, c_void_p
 from typing import Any, Optional, Tuple
 
 from ._lib import C
@@ -275,34 +275,39 @@ __all__ += ["rotary_embedding", "rotary_embedding_backward", "glu", "glu_backwar
 class LoraOptions(ctypes.Structure):
     """ctypes mirror of ``gpucore_lora_options``."""
     _fields_ = [("struct_size", c_int64), ("scale", c_double), ("dropout_p", c_double), ("seed", c_uint64),
-                ("offset", c_uint64)]
+                ("offset", c_uint64), ("w_scale", c_void_p)]
 
 
-def _lora_options(scale: float, dropout_p: float, seed: int, offset: int) -> LoraOptions:
+def _lora_options(scale: float, dropout_p: float, seed: int, offset: int,
+                  weight_scale: Optional[Tensor] = None) -> LoraOptions:
     o = LoraOptions()
     C.gpucore_lora_options_init(byref(o))
     o.scale = to_float(scale, "scale")
     o.dropout_p = to_float(dropout_p, "dropout_p")
     o.seed = to_int(seed, "seed", 0, UINT64_MAX)
     o.offset = to_int(offset, "offset", 0, UINT64_MAX)
+    o.w_scale = _opt(weight_scale, "weight_scale")
     return o
 
 
 def lora_linear(x: Tensor, weight: Tensor, bias: Optional[Tensor], lora_a: Tensor, lora_b: Tensor,
                 scale: float = 1.0, dropout_p: float = 0.0, *, seed: Optional[int] = None,
                 offset: Optional[int] = None, return_xa: bool = False, out: Optional[Tensor] = None,
-                stream: Optional[Stream] = None) -> Any:
+                weight_scale: Optional[Tensor] = None, stream: Optional[Stream] = None) -> Any:
     """y = x·weightᵀ + bias + scale·(dropout(x)·lora_aᵀ)·lora_bᵀ (``gpucore_lora_forward``).
 
     x [..., in], weight [out, in] (frozen), bias [out] or None, lora_a [r, in], lora_b [out, r];
-    one dtype (float32/float16/bfloat16). ``scale`` is LoRA's alpha/r. Dropout acts on the
+    one dtype (float32/float16/bfloat16), except that weight may be float8_e4m3/float8_e5m2 with
+    ``weight_scale`` (a one-element float32 tensor, required then): the base is
+    decode(weight)·weight_scale, dequantised to x's dtype for each call. ``scale`` is LoRA's alpha/r. Dropout acts on the
     adapter's input only, with Philox (seed, offset) as :func:`gpucore.dropout`; without ``seed``
     the default generator is used and advanced (pass seed/offset yourself to replay it in
     :func:`lora_linear_backward`). ``return_xa=True`` returns ``(y, xa)``, xa = dropout(x)·lora_aᵀ
     [..., r], which the backward can reuse."""
     t, w, a, b = _tensor(x, "x"), _tensor(weight, "weight"), _tensor(lora_a, "lora_a"), _tensor(lora_b, "lora_b")
     ctx = t._ctx
-    _same_ctx(ctx, (w, "weight"), (bias, "bias"), (a, "lora_a"), (b, "lora_b"), (out, "out"))
+    _same_ctx(ctx, (w, "weight"), (bias, "bias"), (a, "lora_a"), (b, "lora_b"), (out, "out"),
+              (weight_scale, "weight_scale"))
     if len(t.shape) < 1 or len(w.shape) != 2 or len(a.shape) != 2:
         raise ShapeMismatchError("lora_linear: x must be [..., in], weight [out, in] and lora_a [r, in]; got %s, %s, %s"
                                  % (tuple(t.shape), tuple(w.shape), tuple(a.shape)))
@@ -316,7 +321,7 @@ def lora_linear(x: Tensor, weight: Tensor, bias: Optional[Tensor], lora_a: Tenso
             _generator["offset"] = (off + C.gpucore_random_offset_advance(t.numel, 0)) & UINT64_MAX
     else:
         sd, off = seed, 0 if offset is None else offset
-    opts = _lora_options(scale, pv, sd, off)
+    opts = _lora_options(scale, pv, sd, off, weight_scale)
     C.gpucore_lora_forward(y.handle, _opt(xa, "xa"), t.handle, w.handle, _opt(bias, "bias"), a.handle, b.handle,
                            byref(opts), _stream(ctx, stream))
     return (y, xa) if return_xa else y
@@ -325,17 +330,20 @@ def lora_linear(x: Tensor, weight: Tensor, bias: Optional[Tensor], lora_a: Tenso
 def lora_linear_backward(grad_out: Tensor, x: Tensor, weight: Tensor, lora_a: Tensor, lora_b: Tensor,
                          scale: float = 1.0, dropout_p: float = 0.0, *, seed: int = 0, offset: int = 0,
                          xa: Optional[Tensor] = None, need_input_grad: bool = True,
+                         weight_scale: Optional[Tensor] = None,
                          stream: Optional[Stream] = None) -> Tuple[Optional[Tensor], Tensor, Tensor]:
     """(dx, dlora_a, dlora_b) of :func:`lora_linear` (no gradient for the frozen weight and bias),
     with the forward's scale, dropout_p, seed and offset; xa: the forward's ``return_xa`` output
-    (None: recomputed). ``need_input_grad=False`` skips dx (returns None for it)."""
+    (None: recomputed); weight_scale: as the forward's (an fp8 weight). ``need_input_grad=False``
+    skips dx (returns None for it)."""
     g, t, w = _tensor(grad_out, "grad_out"), _tensor(x, "x"), _tensor(weight, "weight")
     a, b = _tensor(lora_a, "lora_a"), _tensor(lora_b, "lora_b")
     ctx = t._ctx
-    _same_ctx(ctx, (g, "grad_out"), (w, "weight"), (a, "lora_a"), (b, "lora_b"), (xa, "xa"))
+    _same_ctx(ctx, (g, "grad_out"), (w, "weight"), (a, "lora_a"), (b, "lora_b"), (xa, "xa"),
+              (weight_scale, "weight_scale"))
     dx = empty(t.shape, t.dtype, device=ctx) if need_input_grad else None
     da, db = empty(a.shape, a.dtype, device=ctx), empty(b.shape, b.dtype, device=ctx)
-    opts = _lora_options(scale, dropout_p, seed, offset)
+    opts = _lora_options(scale, dropout_p, seed, offset, weight_scale)
     C.gpucore_lora_backward(_opt(dx, "dx"), da.handle, db.handle, g.handle, t.handle, w.handle, a.handle, b.handle,
                             _opt(xa, "xa"), byref(opts), _stream(ctx, stream))
     return dx, da, db

@@ -127,6 +127,44 @@ def test_cast_round_trip(ctx):
         g.cast(t, "int32")
 
 
+def fp8_nearest(v, dtype):
+    """numpy reference of the saturating round-to-nearest-even encoding: the nearest finite
+    code (ties to the even code), past the largest finite ±max, NaN 0x7f."""
+    codes = np.arange(256, dtype=np.uint8)
+    vals = g.fp8_to_float32(codes, dtype).astype(np.float64)
+    fin = np.flatnonzero(np.isfinite(vals) & (codes < 0x80))
+    out = np.empty(v.shape, np.uint8)
+    for i, x in enumerate(v.astype(np.float64).ravel()):
+        if np.isnan(x):
+            out.flat[i] = 0x7f
+            continue
+        d = np.abs(vals[fin] - min(abs(x), vals[fin].max()))  # past the largest finite: saturate
+        best = fin[d == d.min()]
+        c = best[best % 2 == 0][0] if len(best) > 1 else best[0]
+        out.flat[i] = c | (0x80 if np.signbit(x) else 0)
+    return out
+
+
+@pytest.mark.parametrize("dtype", ["float8_e4m3", "float8_e5m2"])
+def test_cast_fp8(ctx, dtype):
+    dt = g.as_dtype(dtype)
+    codes = np.arange(256, dtype=np.uint8)
+    ref = g.fp8_to_float32(codes, dt)
+    q = ctx.tensor(codes, dtype=dt)
+    for wide in ("float32", "float64", "float16", "bfloat16"):
+        got = g.cast(q, wide).float().numpy().astype(np.float64)
+        assert np.array_equal(np.isnan(got), np.isnan(ref))
+        assert np.array_equal(got[~np.isnan(ref)], ref[~np.isnan(ref)])
+    big = 448.0 if dtype == "float8_e4m3" else 57344.0
+    fin = ref[np.isfinite(ref) & (codes < 0x7b)].astype(np.float64)
+    mids = (np.sort(fin)[1:] + np.sort(fin)[:-1]) / 2
+    v = np.concatenate([arr(500, lo=-600, hi=600), arr(500, lo=-1, hi=1), mids.astype(np.float32),
+                        np.array([np.inf, -np.inf, np.nan, 1e9, -0.0, big * 1.01], np.float32)])
+    got = g.cast(ctx.tensor(v), dt).numpy()
+    assert got.dtype == np.uint8 and np.array_equal(got, fp8_nearest(v, dt))
+    assert got[-6] == got[-3] == got[-1] == (0x7e if dtype == "float8_e4m3" else 0x7b) and got[-4] == 0x7f
+
+
 def test_dropout_mask_scale_and_backward(ctx):
     a = np.ones((64, 64), np.float32)
     y = g.dropout(ctx.tensor(a), p=0.25, seed=7, offset=0).numpy()

@@ -169,6 +169,30 @@ def test_lora_linear_forward_backward_merge(ctx, dropout_p):
     assert rel(tw.numpy(), w) < 1e-6
 
 
+@pytest.mark.parametrize("fp8", ["float8_e4m3", "float8_e5m2"])
+def test_lora_linear_fp8_base(ctx, fp8):
+    """An fp8 base with its per-tensor scale: the reference uses the decoded codes times the scale."""
+    x, dy = RNG.uniform(-1, 1, (3, 5, 16)), RNG.uniform(-1, 1, (3, 5, 10))
+    bias, a, b = RNG.uniform(-1, 1, 10), RNG.uniform(-1, 1, (4, 16)), RNG.uniform(-1, 1, (10, 4))
+    s = np.float32(0.0213)
+    f = lambda v: ctx.tensor(np.asarray(v, np.float32))
+    w8 = g.cast(f(RNG.uniform(-1, 1, (10, 16)) / s), fp8)
+    w = g.fp8_to_float32(w8.numpy(), g.as_dtype(fp8)).astype(np.float64) * np.float64(s)
+    ts = f(s)
+    y = g.transformer.lora_linear(f(x), w8, f(bias), f(a), f(b), scale=0.5, weight_scale=ts)
+    ry, _, rdx, rda, rdb = ref_lora(x, w, bias, a, b, 0.5, np.ones_like(x), dy)
+    assert rel(y.numpy(), ry) < 1e-5
+    dx, da, db = g.transformer.lora_linear_backward(f(dy), f(x), w8, f(a), f(b), scale=0.5, weight_scale=ts)
+    assert rel(dx.numpy(), rdx) < 1e-5 and rel(da.numpy(), rda) < 1e-5 and rel(db.numpy(), rdb) < 1e-5
+    bf = lambda v: g.cast(f(v), g.bfloat16)
+    yb = g.transformer.lora_linear(bf(x), w8, bf(bias), bf(a), bf(b), scale=0.5, weight_scale=ts)
+    assert rel(g.cast(yb, g.float32).numpy(), ry) < 1e-2
+    with pytest.raises(g.InvalidArgumentError, match="w_scale is NULL"):
+        g.transformer.lora_linear(f(x), w8, None, f(a), f(b))
+    with pytest.raises(g.NotSupportedError, match="requantised"):
+        g.transformer.lora_merge(w8, f(a), f(b))
+
+
 def test_lora_linear_bad_input(ctx):
     x = ctx.tensor(np.ones((3, 8), np.float32))
     w, a, b = (ctx.tensor(np.ones(s, np.float32)) for s in ((5, 8), (2, 8), (5, 3)))

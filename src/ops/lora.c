@@ -2,8 +2,10 @@
  * lora.c — the LoRA linear layer (a low-rank adapter on a frozen base weight):
  * y = x·Wᵀ + bias + scale·(drop(x)·Aᵀ)·Bᵀ, its backward (dx, dA, dB; no dW) and
  * merge/unmerge of the adapter into W. Composed above the vtable from the public
- * matmul, linear, dropout and axpy calls, so every backend runs it and computes
- * the same formulas; this file only validates and sequences the GEMMs.
+ * matmul, linear, dropout, axpy, cast and mul calls, so every backend runs it and
+ * computes the same formulas; this file only validates and sequences the GEMMs.
+ * An fp8 W (with its per-tensor scale) is dequantised into a scratch copy of the
+ * activations' dtype for each call, then used as a float W would be.
  */
 #include <math.h>
 #include <stdio.h>
@@ -70,22 +72,36 @@ static gpucore_status check_rows_like(const gpucore_tensor *t, const char *name,
     return shape_error(op, name, t, want);
 }
 
-/* W [out, in], A [r, in], B [out, r]: one float dtype, one context. */
+static int is_fp8(const gpucore_tensor *t) { return t->dtype == GPUCORE_FP8_E4M3 || t->dtype == GPUCORE_FP8_E5M2; }
+
+/* W [out, in], A [r, in], B [out, r], one context; A, B (and a float W) of one float
+ * dtype; an fp8 W needs its scale (an f32 scalar), a float W has none. */
 static gpucore_status check_weights(const gpucore_tensor *w, const gpucore_tensor *a, const gpucore_tensor *b,
-                                    const char *op)
+                                    const gpucore_tensor *w_scale, const char *op)
 {
     gpucore_status st;
-    if ((st = gpucore_check_tensor(w, op, "w"))) return st;
-    if (w->dtype == GPUCORE_FP8_E4M3 || w->dtype == GPUCORE_FP8_E5M2)
-        return gpucore_set_error(GPUCORE_ERR_NOT_SUPPORTED, "%s: 'w' is %s; fp8 base weights are not supported on any "
-                                 "backend: the only fp8 GEMM (CUDA, compute capability 8.9+) needs both operands fp8 in "
-                                 "the TN layout, so neither x·Wᵀ with a float x nor dx = dy·W (not TN) can use it, and "
-                                 "the CPU and emulated backends have no fp8 GEMM; keep the frozen base in bf16", op,
-                                 gpucore_dtype_name((gpucore_dtype)w->dtype));
-    if ((st = gpucore_check_tensor(a, op, "a")) ||
-        (st = gpucore_check_tensor(b, op, "b")) || (st = ops_check_float(w, op, "w")) ||
-        (st = ops_check_same(a, "a", w, "w", op, 1)) || (st = ops_check_same(b, "b", w, "w", op, 1)))
+    if ((st = gpucore_check_tensor(w, op, "w")) || (st = gpucore_check_tensor(a, op, "a")) ||
+        (st = gpucore_check_tensor(b, op, "b")) || (st = ops_check_float(a, op, "a")) ||
+        (st = ops_check_same(b, "b", a, "a", op, 1)) || (st = ops_check_same(w, "w", a, "a", op, !is_fp8(w))))
         return st;
+    if (is_fp8(w) && !w_scale)
+        return gpucore_set_error(GPUCORE_ERR_INVALID_ARGUMENT, "%s: 'w' is %s and opts->w_scale is NULL; an fp8 base "
+                                 "needs its dequantisation scale (an f32 scalar tensor: W = decode(w)·w_scale)", op,
+                                 gpucore_dtype_name((gpucore_dtype)w->dtype));
+    if (!is_fp8(w) && w_scale)
+        return gpucore_set_error(GPUCORE_ERR_INVALID_ARGUMENT, "%s: opts->w_scale is set but 'w' is %s; the scale "
+                                 "dequantises an fp8 base only (leave it NULL)", op,
+                                 gpucore_dtype_name((gpucore_dtype)w->dtype));
+    if (w_scale) {
+        if ((st = gpucore_check_tensor(w_scale, op, "w_scale")) || (st = ops_check_same(w_scale, "w_scale", w, "w", op, 0)))
+            return st;
+        if (w_scale->dtype != GPUCORE_F32)
+            return gpucore_set_error(GPUCORE_ERR_DTYPE_MISMATCH, "%s: opts->w_scale is %s; it must be f32 (as "
+                                     "gpucore_matmul's scale_a/scale_b)", op,
+                                     gpucore_dtype_name((gpucore_dtype)w_scale->dtype));
+        if (w_scale->ndim > 1 || gpucore_tensor_numel_unchecked(w_scale) != 1)
+            return shape_error(op, "w_scale", w_scale, "it must hold one element (0-d or [1])");
+    }
     if (w->ndim != 2) return shape_error(op, "w", w, "it must be 2-d [out, in]");
     if (a->ndim != 2 || a->shape[1] != w->shape[1] || a->shape[0] < 1)
         return shape_error(op, "a", a, "it must be [r, in] with r >= 1 and in = w's second dim");
@@ -113,10 +129,10 @@ static gpucore_status check_input(const gpucore_tensor *x, const gpucore_tensor 
                                   const gpucore_tensor *a, const char *op)
 {
     gpucore_status st;
-    if ((st = gpucore_check_tensor(x, op, "x")) || (st = ops_check_same(x, "x", w, "w", op, 1))) return st;
+    if ((st = gpucore_check_tensor(x, op, "x")) || (st = ops_check_same(x, "x", a, "a", op, 1))) return st;
     if (x->ndim < 1 || x->shape[x->ndim - 1] != w->shape[1])
         return shape_error(op, "x", x, "its last dim must be w's in features");
-    if (xa && ((st = gpucore_check_tensor(xa, op, "xa")) || (st = ops_check_same(xa, "xa", w, "w", op, 1)) ||
+    if (xa && ((st = gpucore_check_tensor(xa, op, "xa")) || (st = ops_check_same(xa, "xa", a, "a", op, 1)) ||
                (st = check_rows_like(xa, "xa", x, "x", a->shape[0], op))))
         return st;
     return GPUCORE_OK;
@@ -131,8 +147,9 @@ static gpucore_status check_call(const gpucore_lora_options *opts, gpucore_lora_
     gpucore_lora_options_init(o);
     if (opts) *o = *opts;
     gpucore_status st;
-    if ((st = check_weights(w, a, b, op)) || (st = check_options(o, op)) || (st = check_input(x, xa, w, a, op)) ||
-        (st = gpucore_check_tensor(yy, op, yname)) || (st = ops_check_same(yy, yname, w, "w", op, 1)))
+    if ((st = check_options(o, op)) || (st = check_weights(w, a, b, o->w_scale, op)) ||
+        (st = check_input(x, xa, w, a, op)) || (st = gpucore_check_tensor(yy, op, yname)) ||
+        (st = ops_check_same(yy, yname, a, "a", op, 1)))
         return st;
     return check_rows_like(yy, yname, x, "x", w->shape[0], op);
 }
@@ -175,6 +192,30 @@ static gpucore_status gemm(const gpucore_tensor *a, int ta, const gpucore_tensor
     return gpucore_matmul(a, b, d, &mo, stream);
 }
 
+/* The base weight in the activations' dtype dt: W itself, or for an fp8 W a scratch
+ * dt(f32(decode(W)·w_scale)) (decode exact, one f32 product, one rounding to dt). */
+static gpucore_status base_weight(const gpucore_tensor *w, const gpucore_tensor *w_scale, gpucore_dtype dt,
+                                  gpucore_stream *stream, const gpucore_tensor **we, gpucore_tensor **owned)
+{
+    *we = w;
+    *owned = NULL;
+    if (!is_fp8(w)) return GPUCORE_OK;
+    gpucore_tensor *f = NULL, *d = NULL;
+    gpucore_status st = scratch(w->ctx, GPUCORE_F32, w->shape[0], w->shape[1], stream, &f);
+    if (!st) st = gpucore_cast(f, w, stream);
+    if (!st) st = gpucore_binary(GPUCORE_MUL, f, f, w_scale, stream);
+    if (!st && dt != GPUCORE_F32 && !(st = scratch(w->ctx, dt, w->shape[0], w->shape[1], stream, &d)))
+        st = gpucore_cast(d, f, stream);
+    if (d || st) gpucore_tensor_destroy(f);
+    if (st) {
+        gpucore_tensor_destroy(d);
+        return st;
+    }
+    *owned = d ? d : f;
+    *we = *owned;
+    return GPUCORE_OK;
+}
+
 #define TRY(call)                                  \
     do {                                           \
         if ((st = (call)) != GPUCORE_OK) goto out; \
@@ -194,11 +235,14 @@ gpucore_status gpucore_lora_forward(gpucore_tensor *y, gpucore_tensor *xa, const
         if ((st = ops_check_tensor_alias(y, ins[i], op, names[i], 0))) return st;
     for (int i = 0; xa && i < 5; i++)
         if ((st = ops_check_tensor_alias(xa, ins[i], op, names[i], 0))) return st;
-    gpucore_tensor *x2 = NULL, *x2o = NULL, *y2 = NULL, *y2o = NULL, *h2 = NULL, *h2o = NULL, *xdo = NULL, *xd = NULL;
+    gpucore_tensor *x2 = NULL, *x2o = NULL, *y2 = NULL, *y2o = NULL, *h2 = NULL, *h2o = NULL, *xdo = NULL, *xd = NULL,
+                   *wo = NULL;
+    const gpucore_tensor *we = w;
     void *prof = gpucore_prof_begin(x->ctx, stream, op, gpucore_prof_bytes(x) + gpucore_prof_bytes(w) +
                                                             gpucore_prof_bytes(a) + gpucore_prof_bytes(b) +
                                                             gpucore_prof_bytes(y) + gpucore_prof_bytes(xa));
-    TRY(gpucore_linear_forward(x, w, bias, GPUCORE_ACT_NONE, y, NULL, stream)); /* y = x·Wᵀ + bias */
+    TRY(base_weight(w, o.w_scale, (gpucore_dtype)a->dtype, stream, &we, &wo));
+    TRY(gpucore_linear_forward(x, we, bias, GPUCORE_ACT_NONE, y, NULL, stream)); /* y = x·Wᵀ + bias */
     TRY(as_matrix(x, op, "x", &x2, &x2o));
     TRY(as_matrix(y, op, "y", &y2, &y2o));
     if (xa) TRY(as_matrix(xa, op, "xa", &h2, &h2o));
@@ -211,8 +255,8 @@ gpucore_status gpucore_lora_forward(gpucore_tensor *y, gpucore_tensor *xa, const
     TRY(gemm(h2, 0, b, 1, y2, o.scale, 1.0, stream));          /* y += scale·h·Bᵀ */
 out:
     gpucore_prof_end(x->ctx, prof);
-    gpucore_tensor *tmp[4] = {x2o, y2o, h2o, xdo};
-    for (int i = 0; i < 4; i++) gpucore_tensor_destroy(tmp[i]);
+    gpucore_tensor *tmp[5] = {x2o, y2o, h2o, xdo, wo};
+    for (int i = 0; i < 5; i++) gpucore_tensor_destroy(tmp[i]);
     return st;
 }
 
@@ -231,7 +275,7 @@ gpucore_status gpucore_lora_backward(gpucore_tensor *dx, gpucore_tensor *da, gpu
     const char *inames[6] = {"dy", "x", "w", "a", "b", "xa"};
     for (int i = 0; i < 3; i++) {
         if (!outs[i]) continue;
-        if ((st = gpucore_check_tensor(outs[i], op, onames[i])) || (st = ops_check_same(outs[i], onames[i], w, "w", op, 1)))
+        if ((st = gpucore_check_tensor(outs[i], op, onames[i])) || (st = ops_check_same(outs[i], onames[i], a, "a", op, 1)))
             return st;
         for (int j = 0; j < 6; j++)
             if ((st = ops_check_tensor_alias(outs[i], ins[j], op, inames[j], 0))) return st;
@@ -245,7 +289,8 @@ gpucore_status gpucore_lora_backward(gpucore_tensor *dx, gpucore_tensor *da, gpu
         return shape_error(op, "db", db, "it must have b's shape [out, r]");
     const int64_t r = a->shape[0];
     gpucore_tensor *x2 = NULL, *x2o = NULL, *dy2 = NULL, *dy2o = NULL, *h2 = NULL, *h2o = NULL, *xd = NULL,
-                   *xdo = NULL, *dh = NULL, *dx2 = NULL, *dx2o = NULL, *t = NULL;
+                   *xdo = NULL, *dh = NULL, *dx2 = NULL, *dx2o = NULL, *t = NULL, *wo = NULL;
+    const gpucore_tensor *we = w;
     void *prof = gpucore_prof_begin(x->ctx, stream, op, gpucore_prof_bytes(dy) + gpucore_prof_bytes(x) +
                                                             gpucore_prof_bytes(w) + gpucore_prof_bytes(a) +
                                                             gpucore_prof_bytes(b) + gpucore_prof_bytes(dx) +
@@ -269,7 +314,8 @@ gpucore_status gpucore_lora_backward(gpucore_tensor *dx, gpucore_tensor *da, gpu
     }
     if (da) TRY(gemm(dh, 1, xd, 0, da, 1.0, 0.0, stream)); /* dA = dhᵀ·drop(x) */
     if (dx) {
-        TRY(gpucore_linear_backward(dy, NULL, w, NULL, dx, NULL, NULL, stream)); /* dx = dy·W */
+        TRY(base_weight(w, o.w_scale, (gpucore_dtype)a->dtype, stream, &we, &wo));
+        TRY(gpucore_linear_backward(dy, NULL, we, NULL, dx, NULL, NULL, stream)); /* dx = dy·W */
         TRY(as_matrix(dx, op, "dx", &dx2, &dx2o));
         if (o.dropout_p == 0) TRY(gemm(dh, 0, a, 0, dx2, 1.0, 1.0, stream)); /* dx += dh·A */
         else {
@@ -281,8 +327,8 @@ gpucore_status gpucore_lora_backward(gpucore_tensor *dx, gpucore_tensor *da, gpu
     }
 out:
     gpucore_prof_end(x->ctx, prof);
-    gpucore_tensor *tmp[7] = {x2o, dy2o, h2o, xdo, dh, dx2o, t};
-    for (int i = 0; i < 7; i++) gpucore_tensor_destroy(tmp[i]);
+    gpucore_tensor *tmp[8] = {x2o, dy2o, h2o, xdo, dh, dx2o, t, wo};
+    for (int i = 0; i < 8; i++) gpucore_tensor_destroy(tmp[i]);
     return st;
 }
 
@@ -291,7 +337,12 @@ static gpucore_status lora_fold(gpucore_tensor *w, const gpucore_tensor *a, cons
                                 double sign, gpucore_stream *stream, const char *op)
 {
     gpucore_status st;
-    if ((st = check_weights(w, a, b, op))) return st;
+    if (w && gpucore_check_tensor(w, op, "w") == GPUCORE_OK && is_fp8(w))
+        return gpucore_set_error(GPUCORE_ERR_NOT_SUPPORTED, "%s: 'w' is %s; an fp8 base is not merged into: W ± scale·B·A "
+                                 "would have to be requantised (rounded to the fp8 grid, likely with a new scale), so "
+                                 "unmerge could not give W back. Dequantise W (gpucore_cast to f32/bf16, times its "
+                                 "scale) and merge into that copy", op, gpucore_dtype_name((gpucore_dtype)w->dtype));
+    if ((st = check_weights(w, a, b, NULL, op))) return st;
     if (!isfinite(scale)) return gpucore_set_error(GPUCORE_ERR_INVALID_ARGUMENT, "%s: scale must be finite, got %g", op, scale);
     if ((st = ops_check_tensor_alias(w, a, op, "a", 0)) || (st = ops_check_tensor_alias(w, b, op, "b", 0))) return st;
     void *prof = gpucore_prof_begin(w->ctx, stream, op, gpucore_prof_bytes(w) * 2 + gpucore_prof_bytes(a) +

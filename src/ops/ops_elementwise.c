@@ -19,7 +19,7 @@ typedef struct ew_call {
     int code, act;
     float alpha, beta;
     uint64_t seed, offset;
-    int any_float;   /* cast: dtypes may differ, f64 allowed */
+    int any_float;   /* cast: dtypes may differ, f64 and fp8 allowed */
     int broadcast;   /* inputs may broadcast to out */
 } ew_call;
 
@@ -31,11 +31,11 @@ static gpucore_status ew_run(const ew_call *c, gpucore_tensor *out, const gpucor
     if (st || (st = gpucore_check_tensor(a, op, "a"))) return st;
     if (b && (st = gpucore_check_tensor(b, op, "b"))) return st;
     if (c->any_float) {
-        static const char *ok = "f32, f64, f16 or bf16";
+        static const char *ok = "f32, f64, f16, bf16, fp8_e4m3 or fp8_e5m2";
         const gpucore_tensor *ts[2] = {out, a};
         for (int i = 0; i < 2; i++)
             if (ts[i]->dtype != GPUCORE_F32 && ts[i]->dtype != GPUCORE_F64 && ts[i]->dtype != GPUCORE_F16 &&
-                ts[i]->dtype != GPUCORE_BF16)
+                ts[i]->dtype != GPUCORE_BF16 && ts[i]->dtype != GPUCORE_FP8_E4M3 && ts[i]->dtype != GPUCORE_FP8_E5M2)
                 return gpucore_set_error(GPUCORE_ERR_DTYPE_MISMATCH, "%s: '%s' is %s; casts take %s", op,
                                          i ? "a" : "out", gpucore_dtype_name((gpucore_dtype)ts[i]->dtype), ok);
         if ((st = ops_check_same(out, "out", a, "a", op, 0))) return st;
