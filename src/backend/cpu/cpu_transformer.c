@@ -54,12 +54,11 @@ static void rope(const gpucore_tfm_args *a)
     }
 }
 
-static void glu(const gpucore_tfm_args *a)
+/* Elements [i0, i0 + n) of the GLU (forward or backward), row-major linear indices. */
+static void glu_span(const gpucore_tfm_args *a, int64_t i0, int64_t n)
 {
-    const int64_t n = a->in0.numel;
     const int bwd = a->op == GPUCORE_TFM_GLU_BWD, kind = a->kind;
-#pragma omp parallel for schedule(static) if (n > TFM_PARALLEL_MIN)
-    for (int64_t i = 0; i < n; i++) {
+    for (int64_t i = i0; i < i0 + n; i++) {
         const float g = ld(&a->in0, offset_of(&a->in0, i)), u = ld(&a->in1, offset_of(&a->in1, i));
         if (!bwd) {
             st(&a->out0, offset_of(&a->out0, i), gpucore_glu_act(kind, g) * u);
@@ -70,6 +69,51 @@ static void glu(const gpucore_tfm_args *a)
         if (a->out0.data) st(&a->out0, offset_of(&a->out0, i), dg);
         if (a->out1.data) st(&a->out1, offset_of(&a->out1, i), du);
     }
+}
+
+/* Row r of the coalesced views, each with a unit inner stride: straight pointer loops for f32. */
+static void glu_row_f32(const gpucore_tfm_args *a, int64_t r, int64_t inner)
+{
+    const int bwd = a->op == GPUCORE_TFM_GLU_BWD, kind = a->kind;
+#define TFM_ROW(v) ((float *)(v).data + offset_of(&(v), r * inner))
+    const float *g = TFM_ROW(a->in0), *u = TFM_ROW(a->in1);
+    if (!bwd) {
+        float *y = TFM_ROW(a->out0);
+        for (int64_t c = 0; c < inner; c++) y[c] = gpucore_glu_act(kind, g[c]) * u[c];
+        return;
+    }
+    const float *dy = TFM_ROW(a->in2);
+    float *dg = a->out0.data ? TFM_ROW(a->out0) : NULL, *du = a->out1.data ? TFM_ROW(a->out1) : NULL;
+#undef TFM_ROW
+    for (int64_t c = 0; c < inner; c++) {
+        if (dg) dg[c] = dy[c] * u[c] * gpucore_glu_act_grad(kind, g[c]);
+        if (du) du[c] = dy[c] * gpucore_glu_act(kind, g[c]);
+    }
+}
+
+static void glu(gpucore_tfm_args *a)
+{
+    const int64_t n = a->in0.numel;
+    const int bwd = a->op == GPUCORE_TFM_GLU_BWD;
+    /* merge the views' dims (gate and up are usually halves of one [.., 2F] tensor: strided rows) */
+    gpucore_view *vs[5] = {&a->in0, &a->in1, &a->out0, &a->in2, &a->out1};
+    int nv = 0;
+    gpucore_view *use[5];
+    for (int k = 0; k < (bwd ? 5 : 3); k++)
+        if (vs[k]->data) use[nv++] = vs[k];
+    if (n > 0) gpucore_views_coalesce(use, nv);
+    const int nd = a->in0.ndim;
+    int rows_ok = n > 0 && a->in0.dtype == GPUCORE_KDT_F32;
+    for (int k = 0; k < nv; k++) rows_ok &= use[k]->strides[nd - 1] == 1 && use[k]->dtype == GPUCORE_KDT_F32;
+    if (rows_ok) {
+        const int64_t inner = a->in0.shape[nd - 1], rows = n / inner;
+#pragma omp parallel for schedule(static) if (n > TFM_PARALLEL_MIN)
+        for (int64_t r = 0; r < rows; r++) glu_row_f32(a, r, inner);
+        return;
+    }
+    const int64_t chunk = 4096, nchunks = (n + chunk - 1) / chunk;
+#pragma omp parallel for schedule(static) if (n > TFM_PARALLEL_MIN)
+    for (int64_t c = 0; c < nchunks; c++) glu_span(a, c * chunk, n - c * chunk < chunk ? n - c * chunk : chunk);
 }
 
 static void residual_norm(const gpucore_tfm_args *a)
@@ -105,7 +149,7 @@ typedef struct tfm_task { gpucore_tfm_args a; } tfm_task;
 
 static gpucore_status tfm_task_run(void *p)
 {
-    const gpucore_tfm_args *a = &((tfm_task *)p)->a;
+    gpucore_tfm_args *a = &((tfm_task *)p)->a; /* the task's own copy: glu merges its views' dims */
     if (a->op == GPUCORE_TFM_ROPE) rope(a);
     else if (a->op == GPUCORE_TFM_RESNORM) residual_norm(a);
     else glu(a);
