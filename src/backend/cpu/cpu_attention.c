@@ -20,6 +20,11 @@
 #include <string.h>
 #include "cpu_internal.h"
 #include "attention_math.h"
+#ifdef _OPENMP
+#include <omp.h>
+#else
+static int omp_get_max_threads(void) { return 1; }
+#endif
 
 #define ATT_BQ 32 /* query rows per tile */
 #define ATT_BK 64 /* key rows per tile */
@@ -71,9 +76,10 @@ static inline void axpy(float *y, float a, const float *x, int64_t n)
 typedef struct att_scratch {
     float *q, *o_or_do, *k, *v, *acc, *kacc, *row; /* row: m, l / lse, D per query row */
     float *kt, *vt;                                /* backward: the k and v tiles transposed */
+    float *dk_all, *dv_all;                        /* fused backward: dk, dv of every key of one (b, kv head) */
 } att_scratch;
 
-static int scratch_alloc(att_scratch *w, const gpucore_attn_args *a)
+static int scratch_alloc(att_scratch *w, const gpucore_attn_args *a, int fused)
 {
     const int64_t D = a->head_dim, Dv = a->head_dim_v, R = ATT_BQ > ATT_BK ? ATT_BQ : ATT_BK;
     size_t n[9] = {(size_t)(R * D), (size_t)(R * Dv), (size_t)(R * D), (size_t)(R * Dv), (size_t)(R * (D > Dv ? D : Dv)),
@@ -81,13 +87,18 @@ static int scratch_alloc(att_scratch *w, const gpucore_attn_args *a)
     float **p[9] = {&w->q, &w->o_or_do, &w->k, &w->v, &w->acc, &w->kacc, &w->row, &w->kt, &w->vt};
     int ok = 1;
     for (int i = 0; i < 9; i++) ok &= (*p[i] = malloc(sizeof(float) * (n[i] ? n[i] : 1))) != NULL;
+    w->dk_all = w->dv_all = NULL;
+    if (fused) {
+        ok &= (w->dk_all = malloc(sizeof(float) * (size_t)(a->seq_k * D + 1))) != NULL;
+        ok &= (w->dv_all = malloc(sizeof(float) * (size_t)(a->seq_k * Dv + 1))) != NULL;
+    }
     return ok;
 }
 
 static void scratch_free(att_scratch *w)
 {
     free(w->q); free(w->o_or_do); free(w->k); free(w->v); free(w->acc); free(w->kacc); free(w->row);
-    free(w->kt); free(w->vt);
+    free(w->kt); free(w->vt); free(w->dk_all); free(w->dv_all);
 }
 
 /* Forward of one (b, h, query tile). */
@@ -229,6 +240,45 @@ static void backward_dkv_tile(const gpucore_attn_args *a, att_scratch *w, int64_
     if (a->dv.data) unpack(&a->dv, a->dtype, b, hk, j0, nk, Dv, dv);
 }
 
+/* dq, dk and dv of one (b, kv head) in one pass: each probability and score gradient is computed
+ * once (the two-pass split computes them twice). The task owns every output row it writes, and
+ * each element's terms are added in the two-pass order (dq: keys ascending; dk, dv: the group's
+ * heads, then query rows ascending; rows that cannot see a key add nothing in either), so the bits
+ * are the same whichever split runs. O(seq) memory: dk and dv of the head's keys. */
+static void backward_fused(const gpucore_attn_args *a, att_scratch *w, int64_t b, int64_t hk)
+{
+    const int64_t D = a->head_dim, Dv = a->head_dim_v, G = a->heads / a->kv_heads;
+    memset(w->dk_all, 0, sizeof(float) * (size_t)(a->seq_k * D));
+    memset(w->dv_all, 0, sizeof(float) * (size_t)(a->seq_k * Dv));
+    for (int64_t h = hk * G; h < (hk + 1) * G; h++)
+        for (int64_t i0 = 0; i0 < a->seq_q; i0 += ATT_BQ) {
+            const int64_t nq = a->seq_q - i0 < ATT_BQ ? a->seq_q - i0 : ATT_BQ;
+            load_query_side(a, w, b, h, i0, nq);
+            memset(w->kacc, 0, sizeof(float) * (size_t)(nq * D));
+            const int64_t kend = gpucore_attn_key_end(a, b, i0 + nq - 1); /* <= the valid keys */
+            for (int64_t j0 = 0; j0 < kend; j0 += ATT_BK) {
+                const int64_t nk = kend - j0 < ATT_BK ? kend - j0 : ATT_BK;
+                pack(&a->k, a->dtype, b, hk, j0, nk, D, w->k);
+                pack_kv_transposed(a, w, b, hk, j0, nk);
+                float *dk = w->dk_all + j0 * D, *dv = w->dv_all + j0 * Dv;
+                for (int64_t r = 0; r < nq; r++) {
+                    float pk[ATT_BK], ds[ATT_BK];
+                    prob_and_dscore_row(a, w, b, h, i0 + r, r, j0, nk, pk, ds);
+                    for (int64_t j = 0; j < nk; j++) {
+                        if (ds[j] != 0.0f) {
+                            axpy(w->kacc + r * D, ds[j] * a->scale, w->k + j * D, D);
+                            axpy(dk + j * D, ds[j] * a->scale, w->q + r * D, D);
+                        }
+                        if (pk[j] != 0.0f) axpy(dv + j * Dv, pk[j], w->o_or_do + r * Dv, Dv);
+                    }
+                }
+            }
+            if (a->dq.data) unpack(&a->dq, a->dtype, b, h, i0, nq, D, w->kacc);
+        }
+    if (a->dk.data) unpack(&a->dk, a->dtype, b, hk, 0, a->seq_k, D, w->dk_all);
+    if (a->dv.data) unpack(&a->dv, a->dtype, b, hk, 0, a->seq_k, Dv, w->dv_all);
+}
+
 typedef struct attention_task { gpucore_attn_args a; } attention_task;
 
 static gpucore_status attention_task_run(void *p)
@@ -236,17 +286,24 @@ static gpucore_status attention_task_run(void *p)
     const gpucore_attn_args *a = &((attention_task *)p)->a;
     const int64_t nqt = (a->seq_q + ATT_BQ - 1) / ATT_BQ, nkt = (a->seq_k + ATT_BK - 1) / ATT_BK;
     const int bwd = a->op == GPUCORE_ATTN_BWD;
-    const int64_t n1 = (!bwd || a->dq.data) ? a->batch * a->heads * nqt : 0;
-    const int64_t n2 = bwd && (a->dk.data || a->dv.data) ? a->batch * a->kv_heads * nkt : 0;
+    /* The backward runs fused over (b, kv head) when that gives every thread several tasks (the
+     * same bits either way, see backward_fused), else split in two passes over finer tiles. */
+    const int fused = bwd && a->batch * a->kv_heads >= 4 * (int64_t)omp_get_max_threads();
+    const int64_t n1 = fused ? a->batch * a->kv_heads : (!bwd || a->dq.data) ? a->batch * a->heads * nqt : 0;
+    const int64_t n2 = !fused && bwd && (a->dk.data || a->dv.data) ? a->batch * a->kv_heads * nkt : 0;
     int failed = 0;
 #pragma omp parallel reduction(| : failed)
     {
         att_scratch w;
-        const int ok = scratch_alloc(&w, a); /* every thread still meets both loops (worksharing) */
+        const int ok = scratch_alloc(&w, a, fused); /* every thread still meets both loops (worksharing) */
         failed |= !ok;
 #pragma omp for schedule(dynamic)
         for (int64_t t = 0; t < n1; t++) {
             if (!ok) continue;
+            if (fused) {
+                backward_fused(a, &w, t / a->kv_heads, t % a->kv_heads);
+                continue;
+            }
             int64_t qt = t % nqt, bh = t / nqt;
             if (bwd) backward_dq_tile(a, &w, bh / a->heads, bh % a->heads, qt * ATT_BQ);
             else forward_tile(a, &w, bh / a->heads, bh % a->heads, qt * ATT_BQ);
