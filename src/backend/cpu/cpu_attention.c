@@ -85,6 +85,15 @@ static ATT_INLINE void axpy(float *y, float a, const float *x, int64_t n)
     for (int64_t i = 0; i < n; i++) y[i] += a * x[i];
 }
 
+/* How many of keys j0 + [0, nk) query row i may see by causality (all nk without it); the keys
+ * past them would get P = 0 exactly, so skipping them changes no bit. */
+static ATT_INLINE int64_t causal_keys(const gpucore_attn_args *a, int64_t i, int64_t j0, int64_t nk)
+{
+    if (!a->causal) return nk;
+    const int64_t n = i + 1 - j0;
+    return n < 0 ? 0 : n < nk ? n : nk;
+}
+
 /* Per-thread scratch: every tile the passes need, sized for the call. */
 typedef struct att_scratch {
     float *q, *o_or_do, *k, *v, *acc, *kacc, *row; /* row: m, l / lse, D per query row */
@@ -132,9 +141,11 @@ static ATT_INLINE void forward_tile(const gpucore_attn_args *a, att_scratch *w, 
         pack(&a->v, dt, b, hk, j0, nk, Dv, w->v);
         for (int64_t r = 0; r < nq; r++) {
             float mt = -INFINITY;
+            const int64_t nkr = causal_keys(a, i0 + r, j0, nk);
+            if (nkr == 0) continue; /* the same as a tile of masked keys: no term, m and l unchanged */
             memset(s, 0, sizeof s); /* q_r·k_j for every j at once: D axpys over the key tile (vectorised) */
-            for (int64_t d = 0; d < D; d++) axpy(s, w->q[r * D + d], w->k + d * ATT_BK, nk);
-            for (int64_t j = 0; j < nk; j++) {
+            for (int64_t d = 0; d < D; d++) axpy(s, w->q[r * D + d], w->k + d * ATT_BK, nkr);
+            for (int64_t j = 0; j < nkr; j++) {
                 s[j] = gpucore_attn_score(a, s[j], gpucore_attn_bias(a, b, h, i0 + r, j0 + j));
                 mt = s[j] > mt ? s[j] : mt;
             }
@@ -143,7 +154,7 @@ static ATT_INLINE void forward_tile(const gpucore_attn_args *a, att_scratch *w, 
             const float alpha = gpucore_attn_exp(m[r], mn);
             float *acc = w->acc + r * Dv, lt = 0.0f;
             for (int64_t c = 0; c < Dv; c++) acc[c] *= alpha;
-            for (int64_t j = 0; j < nk; j++) {
+            for (int64_t j = 0; j < nkr; j++) {
                 float p = gpucore_attn_exp(s[j], mn);
                 lt += p;
                 if (p != 0.0f) axpy(acc, p * gpucore_attn_keep(a, b, h, i0 + r, j0 + j), w->v + j * Dv, Dv);
@@ -191,9 +202,11 @@ static ATT_INLINE void prob_and_dscore_row(const gpucore_attn_args *a, const att
     float dp[ATT_BK];
     memset(p_kept, 0, sizeof(float) * ATT_BK);
     memset(dp, 0, sizeof dp);
-    for (int64_t d = 0; d < D; d++) axpy(p_kept, w->q[r * D + d], w->kt + d * ATT_BK, nk);
-    for (int64_t c = 0; c < Dv; c++) axpy(dp, w->o_or_do[r * Dv + c], w->vt + c * ATT_BK, nk);
-    for (int64_t j = 0; j < nk; j++) {
+    const int64_t nkr = causal_keys(a, i, j0, nk);
+    for (int64_t j = nkr; j < nk; j++) ds[j] = 0.0f; /* causally masked: P = 0 */
+    for (int64_t d = 0; d < D; d++) axpy(p_kept, w->q[r * D + d], w->kt + d * ATT_BK, nkr);
+    for (int64_t c = 0; c < Dv; c++) axpy(dp, w->o_or_do[r * Dv + c], w->vt + c * ATT_BK, nkr);
+    for (int64_t j = 0; j < nkr; j++) {
         const float p = gpucore_attn_exp(gpucore_attn_score(a, p_kept[j], gpucore_attn_bias(a, b, h, i, j0 + j)), lse);
         const float keep = p != 0.0f ? gpucore_attn_keep(a, b, h, i, j0 + j) : 0.0f;
         p_kept[j] = p * keep;
