@@ -12,12 +12,15 @@
  * with cpu_stream_enqueue_pinned. Enqueue signals the worker only when it is parked.
  *
  * Spin, then park: a worker that runs out of work, and a synchronizing caller
- * whose next task runs on another thread, first poll the queue's counters
- * (atomics, no lock) for a bounded time (CPU_STREAM_SPIN_NS) before they sleep
- * on a condition variable, so back-to-back small ops and an op followed by
- * synchronize avoid the futex wake-ups that cost tens of microseconds. The
- * counters are written under the mutex with atomic stores; the spin only
- * decides when to take the mutex again, so ordering is what it was.
+ * whose last outstanding task runs on another thread, first poll the queue's
+ * counters (atomics, no lock) for a bounded time (CPU_STREAM_SPIN_NS) before they
+ * sleep on a condition variable, so back-to-back small ops and an op followed by
+ * synchronize avoid the futex wake-ups that cost tens of microseconds. A caller
+ * with more than one task still to wait for parks at once (a polling thread would
+ * take a core from the worker's OpenMP team) and is woken only when the count it
+ * waits for is reached (wake_at), not after every task. The counters are written
+ * under the mutex with atomic stores; the spin only decides when to take the
+ * mutex again, so ordering is what it was.
  */
 #include <stdlib.h>
 #include <string.h>
