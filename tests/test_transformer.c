@@ -37,13 +37,16 @@ static void ref_rope(const double *x, const double *cs, const double *sn, int64_
 static void test_rope(gpucore_context *ctx, gpucore_dtype dt)
 {
     const int64_t B = 2, H = 3, S = 11, D = 20;
-    for (int variant = 0; variant < 4; variant++) {
-        const int interleaved = variant & 1, partial = variant >= 2, in_place = variant == 3;
+    /* variants 4 and 5: half-split pairs on contiguous f32-table operands (the CPU's pointer-loop path),
+     * in place with a partial rotation and out of place with a full one */
+    for (int variant = 0; variant < 6; variant++) {
+        const int interleaved = variant < 4 && (variant & 1), partial = variant >= 2 && variant != 5,
+                  in_place = variant == 3 || variant == 4, dense = variant >= 4;
         const int64_t R2 = partial ? 6 : D / 2, shape[4] = {B, H, S, D}, tshape[2] = {S, R2}, n = B * H * S * D;
         double *hc, *hs, *hx;
         gpucore_tensor *cs = make_input(ctx, variant == 1 ? dt : GPUCORE_F32, 2, tshape, 0, -1, 1, &hc);
         gpucore_tensor *sn = make_input(ctx, variant == 1 ? dt : GPUCORE_F32, 2, tshape, 0, -1, 1, &hs);
-        gpucore_tensor *x = make_input(ctx, dt, 4, shape, in_place ? 0 : 2, -2, 2, &hx);
+        gpucore_tensor *x = make_input(ctx, dt, 4, shape, in_place || dense ? 0 : 2, -2, 2, &hx);
         double *ref = malloc(sizeof(double) * (size_t)n), *back = NULL, *got = NULL;
         ref_rope(hx, hc, hs, B, H, S, D, R2, interleaved, 0, ref);
         char what[96];
@@ -52,14 +55,14 @@ static void test_rope(gpucore_context *ctx, gpucore_dtype dt)
             CHECK_OK(gpucore_rotary_embedding(x, x, cs, sn, interleaved, NULL));
             got = read_back(x);
         } else {
-            guarded g = make_output(ctx, dt, 4, shape, 1);
+            guarded g = make_output(ctx, dt, 4, shape, !dense);
             CHECK_OK(gpucore_rotary_embedding(g.view, x, cs, sn, interleaved, NULL));
             got = finish_output(&g, what);
         }
         check_close(got, ref, n, tolerance_for(dt, 0) * 4, what);
         /* backward = adjoint: <rope(x), y> == <x, rope_bwd(y)> for a fresh y */
         double *hy;
-        gpucore_tensor *y = make_input(ctx, dt, 4, shape, 1, -1, 1, &hy);
+        gpucore_tensor *y = make_input(ctx, dt, 4, shape, dense ? 0 : 1, -1, 1, &hy);
         guarded gd = make_output(ctx, dt, 4, shape, 0);
         CHECK_OK(gpucore_rotary_embedding_backward(gd.view, y, cs, sn, interleaved, NULL));
         back = finish_output(&gd, what);

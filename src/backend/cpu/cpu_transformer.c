@@ -36,11 +36,28 @@ static void rope(const gpucore_tfm_args *a)
     const int64_t B = x->shape[0], H = x->shape[1], S = x->shape[2], D = x->shape[3], R2 = a->rot_half;
     const float sign = a->inverse ? -1.0f : 1.0f;
     const int tdt = a->table_dtype, tes = tdt == GPUCORE_KDT_F32 ? 4 : 2;
+    /* f32 rows with unit inner strides and f32 tables, half-split pairs: pointer loops (the same formula) */
+    const int fast = x->dtype == GPUCORE_KDT_F32 && y->dtype == GPUCORE_KDT_F32 && tdt == GPUCORE_KDT_F32 &&
+                     !a->interleaved && x->strides[3] == 1 && y->strides[3] == 1;
 #pragma omp parallel for schedule(static) if (x->numel > TFM_PARALLEL_MIN)
     for (int64_t row = 0; row < B * H * S; row++) {
         const int64_t s = row % S, h = (row / S) % H, b = row / (S * H);
         const int64_t xo = b * x->strides[0] + h * x->strides[1] + s * x->strides[2];
         const int64_t yo = b * y->strides[0] + h * y->strides[1] + s * y->strides[2];
+        if (fast) {
+            const float *xr = (const float *)x->data + xo, *cs = (const float *)a->in1.data + s * R2,
+                        *sn = (const float *)a->in2.data + s * R2;
+            float *yr = (float *)y->data + yo;
+            for (int64_t p = 0; p < R2; p++) { /* reads both halves before writing (y may be x) */
+                float y1, y2;
+                gpucore_rope_rotate(xr[p], xr[p + R2], cs[p], sign * sn[p], &y1, &y2);
+                yr[p] = y1;
+                yr[p + R2] = y2;
+            }
+            if (yr != xr)
+                for (int64_t d = 2 * R2; d < D; d++) yr[d] = xr[d];
+            continue;
+        }
         for (int64_t p = 0; p < R2; p++) {
             int64_t d1, d2;
             gpucore_rope_pair(a->interleaved, R2, p, &d1, &d2);
