@@ -327,14 +327,63 @@ static const att_case cases[] = {
     {"tc-hd64",      2, 4, 2,  81, 83, 64,  64, 1, 0, 0, 0.0, 1},
     {"tc-hd128",     3, 2, 1,  37, 71, 128, 128, 0, 1, 1, 0.1, 2},
     {"tc-hd32-96",   2, 2, 2,  18, 65, 32,  96, 0, 2, 0, 0.0, 0},
+    /* B·Hkv of 16: the CPU's backward runs fused over (b, kv head) with up to 4 threads */
+    {"fused-gqa-len", 8, 4, 2, 45, 45, 16,  16, 1, 1, 1, 0.0, 1},
+    {"fused-drop",    4, 4, 4, 70, 70, 16,  24, 0, 2, 0, 0.2, 2},
 };
 #define FIRST_TC_CASE 7
+#define FIRST_FUSED_CASE 10
 
 static void test_cases(gpucore_context *ctx)
 {
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
         for (int d = 0; d < 3; d++)
-            if (d == 0 || i == 0 || i == 3 || i == 6 || i >= FIRST_TC_CASE) run_case(ctx, &cases[i], float_dtypes[d]);
+            if (d == 0 || i == 0 || i == 3 || i == 6 || (i >= FIRST_TC_CASE && i < FIRST_FUSED_CASE))
+                run_case(ctx, &cases[i], float_dtypes[d]);
+}
+
+/* The backward's bits do not depend on how it is split: a batch of 8 at once (the CPU's fused
+ * pass over (b, kv head) when 16 >= 4 threads) against each batch entry alone (two passes). */
+static void test_split_bits(gpucore_context *ctx)
+{
+    const int64_t B = 8, H = 4, Hkv = 2, S = 100, D = 16, qs[4] = {B, H, S, D}, ks[4] = {B, Hkv, S, D},
+                  ls[3] = {B, H, S}, n = B * H * S * D, nk = B * Hkv * S * D;
+    gpucore_tensor *q = make_input(ctx, GPUCORE_F32, 4, qs, 0, -2, 2, NULL), *k = make_input(ctx, GPUCORE_F32, 4, ks, 0, -2, 2, NULL);
+    gpucore_tensor *v = make_input(ctx, GPUCORE_F32, 4, ks, 0, -1, 1, NULL), *g = make_input(ctx, GPUCORE_F32, 4, qs, 0, -1, 1, NULL);
+    gpucore_tensor *out = NULL, *lse = NULL, *d1[3] = {NULL, NULL, NULL}, *d2[3] = {NULL, NULL, NULL};
+    CHECK_OK(gpucore_tensor_create(ctx, GPUCORE_F32, 4, qs, &out));
+    CHECK_OK(gpucore_tensor_create(ctx, GPUCORE_F32, 3, ls, &lse));
+    for (int i = 0; i < 3; i++) {
+        CHECK_OK(gpucore_tensor_create(ctx, GPUCORE_F32, 4, i ? ks : qs, &d1[i]));
+        CHECK_OK(gpucore_tensor_create(ctx, GPUCORE_F32, 4, i ? ks : qs, &d2[i]));
+    }
+    gpucore_attention_options o;
+    gpucore_attention_options_init(&o);
+    o.is_causal = 1;
+    CHECK_OK(gpucore_attention_forward(out, lse, q, k, v, NULL, NULL, &o, NULL));
+    CHECK_OK(gpucore_attention_backward(d1[0], d1[1], d1[2], g, q, k, v, out, lse, NULL, NULL, &o, NULL));
+    for (int64_t b = 0; b < B; b++) {
+        gpucore_tensor *all[10] = {d2[0], d2[1], d2[2], g, q, k, v, out, lse, NULL}, *one[10];
+        for (int i = 0; i < 9; i++) CHECK_OK(gpucore_tensor_slice(all[i], 0, b, b + 1, 1, &one[i]));
+        CHECK_OK(gpucore_attention_backward(one[0], one[1], one[2], one[3], one[4], one[5], one[6], one[7], one[8],
+                                            NULL, NULL, &o, NULL));
+        for (int i = 0; i < 9; i++) gpucore_tensor_destroy(one[i]);
+    }
+    for (int i = 0; i < 3; i++) {
+        const int64_t m = i ? nk : n;
+        float *x = malloc(sizeof(float) * (size_t)m), *y = malloc(sizeof(float) * (size_t)m);
+        CHECK_OK(gpucore_copy_to_host(x, m * 4, d1[i]));
+        CHECK_OK(gpucore_copy_to_host(y, m * 4, d2[i]));
+        int64_t diff = 0;
+        for (int64_t e = 0; e < m; e++) diff += memcmp(&x[e], &y[e], 4) != 0;
+        CHECK(diff == 0);
+        if (diff) fprintf(stderr, "  attention backward %s: %lld elements differ between batch 8 and 8 x batch 1\n",
+                          i == 0 ? "dq" : i == 1 ? "dk" : "dv", (long long)diff);
+        free(x); free(y);
+        gpucore_tensor_destroy(d1[i]); gpucore_tensor_destroy(d2[i]);
+    }
+    gpucore_tensor *ts[6] = {q, k, v, g, out, lse};
+    for (int i = 0; i < 6; i++) gpucore_tensor_destroy(ts[i]);
 }
 
 /* Forward + backward at seq 384 (256 emulated) never hold a seq×seq buffer. */
@@ -443,6 +492,7 @@ int main(void)
         if (!ctx) continue;
         printf("-- %s\n", devs[d]);
         test_cases(ctx);
+        test_split_bits(ctx);
         test_memory(ctx, !strcmp(devs[d], "cuda-emulated"));
         test_bad_input(ctx);
         test_stats_calls(ctx, !strcmp(devs[d], "cpu"));

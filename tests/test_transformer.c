@@ -37,13 +37,16 @@ static void ref_rope(const double *x, const double *cs, const double *sn, int64_
 static void test_rope(gpucore_context *ctx, gpucore_dtype dt)
 {
     const int64_t B = 2, H = 3, S = 11, D = 20;
-    for (int variant = 0; variant < 4; variant++) {
-        const int interleaved = variant & 1, partial = variant >= 2, in_place = variant == 3;
+    /* variants 4 and 5: half-split pairs on contiguous f32-table operands (the CPU's pointer-loop path),
+     * in place with a partial rotation and out of place with a full one */
+    for (int variant = 0; variant < 6; variant++) {
+        const int interleaved = variant < 4 && (variant & 1), partial = variant >= 2 && variant != 5,
+                  in_place = variant == 3 || variant == 4, dense = variant >= 4;
         const int64_t R2 = partial ? 6 : D / 2, shape[4] = {B, H, S, D}, tshape[2] = {S, R2}, n = B * H * S * D;
         double *hc, *hs, *hx;
         gpucore_tensor *cs = make_input(ctx, variant == 1 ? dt : GPUCORE_F32, 2, tshape, 0, -1, 1, &hc);
         gpucore_tensor *sn = make_input(ctx, variant == 1 ? dt : GPUCORE_F32, 2, tshape, 0, -1, 1, &hs);
-        gpucore_tensor *x = make_input(ctx, dt, 4, shape, in_place ? 0 : 2, -2, 2, &hx);
+        gpucore_tensor *x = make_input(ctx, dt, 4, shape, in_place || dense ? 0 : 2, -2, 2, &hx);
         double *ref = malloc(sizeof(double) * (size_t)n), *back = NULL, *got = NULL;
         ref_rope(hx, hc, hs, B, H, S, D, R2, interleaved, 0, ref);
         char what[96];
@@ -52,14 +55,14 @@ static void test_rope(gpucore_context *ctx, gpucore_dtype dt)
             CHECK_OK(gpucore_rotary_embedding(x, x, cs, sn, interleaved, NULL));
             got = read_back(x);
         } else {
-            guarded g = make_output(ctx, dt, 4, shape, 1);
+            guarded g = make_output(ctx, dt, 4, shape, !dense);
             CHECK_OK(gpucore_rotary_embedding(g.view, x, cs, sn, interleaved, NULL));
             got = finish_output(&g, what);
         }
         check_close(got, ref, n, tolerance_for(dt, 0) * 4, what);
         /* backward = adjoint: <rope(x), y> == <x, rope_bwd(y)> for a fresh y */
         double *hy;
-        gpucore_tensor *y = make_input(ctx, dt, 4, shape, 1, -1, 1, &hy);
+        gpucore_tensor *y = make_input(ctx, dt, 4, shape, dense ? 0 : 1, -1, 1, &hy);
         guarded gd = make_output(ctx, dt, 4, shape, 0);
         CHECK_OK(gpucore_rotary_embedding_backward(gd.view, y, cs, sn, interleaved, NULL));
         back = finish_output(&gd, what);
@@ -111,6 +114,23 @@ static void test_glu_reference(void)
     }
 }
 
+/* Run glu forward and backward into fresh contiguous outputs (or a transposed one) and check them
+ * against the references; frees the references. */
+static void run_and_check_glu(gpucore_context *ctx, gpucore_dtype dt, int kind, const int64_t *shape, int tr_out,
+                              int tr_du, gpucore_tensor *gate, gpucore_tensor *up, gpucore_tensor *dout, double *ry,
+                              double *rg, double *ru, int64_t n, const char *what)
+{
+    guarded go = make_output(ctx, dt, 3, shape, tr_out), gg = make_output(ctx, dt, 3, shape, 0),
+            gu = make_output(ctx, dt, 3, shape, tr_du);
+    CHECK_OK(gpucore_glu(go.view, gate, up, (gpucore_glu_kind)kind, NULL));
+    CHECK_OK(gpucore_glu_backward(gg.view, gu.view, dout, gate, up, (gpucore_glu_kind)kind, NULL));
+    double *o = finish_output(&go, what), *og = finish_output(&gg, what), *ou = finish_output(&gu, what);
+    check_close(o, ry, n, tolerance_for(dt, 0) * 4, what);
+    check_close(og, rg, n, tolerance_for(dt, 0) * 4, what);
+    check_close(ou, ru, n, tolerance_for(dt, 0) * 4, what);
+    free(ry); free(rg); free(ru); free(o); free(og); free(ou);
+}
+
 static void test_glu(gpucore_context *ctx, gpucore_dtype dt)
 {
     const int64_t shape[3] = {3, 7, 33}, n = 3 * 7 * 33;
@@ -127,15 +147,8 @@ static void test_glu(gpucore_context *ctx, gpucore_dtype dt)
         }
         char what[96];
         snprintf(what, sizeof what, "glu kind %d %s", kind, gpucore_dtype_name(dt));
-        guarded go = make_output(ctx, dt, 3, shape, kind == 0), gg = make_output(ctx, dt, 3, shape, 0),
-                gu = make_output(ctx, dt, 3, shape, 1);
-        CHECK_OK(gpucore_glu(go.view, gate, up, (gpucore_glu_kind)kind, NULL));
-        CHECK_OK(gpucore_glu_backward(gg.view, gu.view, dout, gate, up, (gpucore_glu_kind)kind, NULL));
-        double *o = finish_output(&go, what), *og = finish_output(&gg, what), *ou = finish_output(&gu, what);
-        check_close(o, ry, n, tolerance_for(dt, 0) * 4, what);
-        check_close(og, rg, n, tolerance_for(dt, 0) * 4, what);
-        check_close(ou, ru, n, tolerance_for(dt, 0) * 4, what);
-        free(hg); free(hu); free(hd); free(ry); free(rg); free(ru); free(o); free(og); free(ou);
+        run_and_check_glu(ctx, dt, kind, shape, kind == 0, 1, gate, up, dout, ry, rg, ru, n, what);
+        free(hg); free(hu); free(hd);
         gpucore_tensor_destroy(gate); gpucore_tensor_destroy(up); gpucore_tensor_destroy(dout);
     }
 }
@@ -143,6 +156,33 @@ static void test_glu(gpucore_context *ctx, gpucore_dtype dt)
 /* ------------------------------------------------------- residual + norm */
 
 /* y, h, mean, rstd of rows of h = x + r (h given already rounded when hr != NULL). */
+/* gate and up as the two halves of one [.., 2F] tensor (how the MLP block calls it: unit inner
+ * stride, strided rows), contiguous outputs: the CPU's row path. */
+static void test_glu_halves(gpucore_context *ctx, gpucore_dtype dt)
+{
+    const int64_t F = 37, shape[3] = {2, 5, 2 * F}, hshape[3] = {2, 5, F}, n = 2 * 5 * F;
+    for (int kind = 0; kind < 3; kind++) {
+        double *hb, *hd;
+        gpucore_tensor *both = make_input(ctx, dt, 3, shape, 0, -3, 3, &hb), *gate = NULL, *up = NULL;
+        gpucore_tensor *dout = make_input(ctx, dt, 3, hshape, 0, -1, 1, &hd);
+        CHECK_OK(gpucore_tensor_slice(both, 2, 0, F, 1, &gate));
+        CHECK_OK(gpucore_tensor_slice(both, 2, F, 2 * F, 1, &up));
+        double *ry = malloc(sizeof(double) * n), *rg = malloc(sizeof(double) * n), *ru = malloc(sizeof(double) * n);
+        for (int64_t i = 0; i < n; i++) {
+            const double g = hb[(i / F) * 2 * F + i % F], u = hb[(i / F) * 2 * F + F + i % F];
+            ry[i] = ref_act(kind, g) * u;
+            rg[i] = hd[i] * u * ref_act_grad(kind, g);
+            ru[i] = hd[i] * ref_act(kind, g);
+        }
+        char what[96];
+        snprintf(what, sizeof what, "glu halves kind %d %s", kind, gpucore_dtype_name(dt));
+        run_and_check_glu(ctx, dt, kind, hshape, 0, 0, gate, up, dout, ry, rg, ru, n, what);
+        free(hb); free(hd);
+        gpucore_tensor_destroy(gate); gpucore_tensor_destroy(up); gpucore_tensor_destroy(both);
+        gpucore_tensor_destroy(dout);
+    }
+}
+
 static void ref_resnorm(const double *h, const double *g, const double *b, int64_t rows, int64_t cols, double eps,
                         int layer, double *y, double *mean, double *rstd)
 {
@@ -281,6 +321,7 @@ int main(void)
         for (int t = 0; t < 3; t++) {
             test_rope(ctx, float_dtypes[t]);
             test_glu(ctx, float_dtypes[t]);
+            test_glu_halves(ctx, float_dtypes[t]);
             test_resnorm(ctx, float_dtypes[t]);
         }
         test_bad_input(ctx);

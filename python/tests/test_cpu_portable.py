@@ -1,7 +1,7 @@
 """The CPU backend's portable bodies (GPUCORE_CPU_PORTABLE=1, as on a CPU without AVX2) against
 its AVX2 bodies, in two processes on the same data: the reductions' sums give the same bits
-(cpu_vec.c's fixed lanes and fold are the same in both), so do bf16 add/sub/mul/div and the
-softmax backward, the elementwise math agrees within
+(cpu_vec.c's fixed lanes and fold are the same in both), so do bf16 add/sub/mul/div, the
+softmax backward and attention forward/backward (cpu_attention.c's AVX2 build of its tiles), the elementwise math agrees within
 the accuracy contract (SLEEF/libmvec against libm)."""
 import os
 import subprocess
@@ -22,6 +22,9 @@ ew = [gpucore.gelu(x), gpucore.gelu(x, approximate="tanh"), gpucore.silu(x), gpu
 c = ctx.empty((4099,), "bfloat16").uniform_(-3, 3, seed=6)
 bits = [gpucore.cast(op(b, c), "float32") for op in (gpucore.add, gpucore.sub, gpucore.mul, gpucore.div)]
 bits.append(gpucore.softmax_backward(m, ctx.empty((301, 1037)).uniform_(0, 1, seed=7), dim=1))
+q, k, v, g = (ctx.empty((8, 4, 100, 16)).uniform_(-2, 2, seed=s) for s in (8, 9, 10, 11))
+o, l = gpucore.scaled_dot_product_attention(q, k, v, is_causal=True, return_stats=True)
+bits += [o, l, *gpucore.scaled_dot_product_attention_backward(g, q, k, v, o, l, is_causal=True)]
 np.savez(sys.argv[1], sums=np.concatenate([p.numpy().ravel() for p in parts]),
          ew=np.concatenate([e.numpy().ravel() for e in ew]),
          bits=np.concatenate([e.numpy().ravel() for e in bits]))

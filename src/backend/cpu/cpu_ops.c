@@ -14,9 +14,22 @@ typedef struct strided_copy_args { gpucore_view dst, src; } strided_copy_args;
 static gpucore_status strided_copy_task(void *p)
 {
     strided_copy_args *a = p;
+    gpucore_view *vs[2] = {&a->dst, &a->src};
+    gpucore_views_coalesce(vs, 2); /* dense runs become one inner dim */
     const int64_t n = a->dst.numel, es = a->dst.elem_size;
     char *d = a->dst.data;
     const char *s = a->src.data;
+    const int nd = a->dst.ndim;
+    if (n > 0 && a->dst.strides[nd - 1] == 1 && a->src.strides[nd - 1] == 1) { /* rows of memcpy */
+        const int64_t inner = a->dst.shape[nd - 1], rows = n / inner;
+#pragma omp parallel for if (n > CPU_PARALLEL_THRESHOLD) schedule(static)
+        for (int64_t r = 0; r < rows; r++) {
+            int64_t doff = gpucore_strided_offset(r * inner, nd, a->dst.shape, a->dst.strides);
+            int64_t soff = gpucore_strided_offset(r * inner, nd, a->src.shape, a->src.strides);
+            memcpy(d + doff * es, s + soff * es, (size_t)(inner * es));
+        }
+        return GPUCORE_OK;
+    }
 #pragma omp parallel for if (n > CPU_PARALLEL_THRESHOLD) schedule(static)
     for (int64_t i = 0; i < n; i++) {
         int64_t doff = gpucore_strided_offset(i, a->dst.ndim, a->dst.shape, a->dst.strides);

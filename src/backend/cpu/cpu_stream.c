@@ -12,12 +12,15 @@
  * with cpu_stream_enqueue_pinned. Enqueue signals the worker only when it is parked.
  *
  * Spin, then park: a worker that runs out of work, and a synchronizing caller
- * whose next task runs on another thread, first poll the queue's counters
- * (atomics, no lock) for a bounded time (CPU_STREAM_SPIN_NS) before they sleep
- * on a condition variable, so back-to-back small ops and an op followed by
- * synchronize avoid the futex wake-ups that cost tens of microseconds. The
- * counters are written under the mutex with atomic stores; the spin only
- * decides when to take the mutex again, so ordering is what it was.
+ * whose last outstanding task runs on another thread, first poll the queue's
+ * counters (atomics, no lock) for a bounded time (CPU_STREAM_SPIN_NS) before they
+ * sleep on a condition variable, so back-to-back small ops and an op followed by
+ * synchronize avoid the futex wake-ups that cost tens of microseconds. A caller
+ * with more than one task still to wait for parks at once (a polling thread would
+ * take a core from the worker's OpenMP team) and is woken only when the count it
+ * waits for is reached (wake_at), not after every task. The counters are written
+ * under the mutex with atomic stores; the spin only decides when to take the
+ * mutex again, so ordering is what it was.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -50,6 +53,7 @@ struct cpu_stream {
     int stop;
     int running;               /* a thread (worker or a synchronizing caller) runs the head task */
     int parked;                /* the worker sleeps on work_cv: an enqueue must signal it */
+    uint64_t wake_at;          /* the smallest `completed` a thread parked on done_cv waits for */
     gpucore_status sticky;     /* first error a task returned; reported by synchronize */
 };
 
@@ -75,7 +79,10 @@ static void run_head(cpu_stream *s)
     if (st != GPUCORE_OK && s->sticky == GPUCORE_OK) s->sticky = st;
     __atomic_store_n(&s->completed, s->completed + 1, __ATOMIC_RELEASE);
     free(t);
-    pthread_cond_broadcast(&s->done_cv);
+    if (s->completed >= s->wake_at) { /* wake the synchronizers only when one of them is due */
+        s->wake_at = UINT64_MAX;      /* each one still waiting registers its target again */
+        pthread_cond_broadcast(&s->done_cv);
+    }
     if (s->head && s->parked) pthread_cond_signal(&s->work_cv); /* the worker waited for `running` */
 }
 
@@ -130,6 +137,7 @@ gpucore_status cpu_stream_create(cpu_stream **out)
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->work_cv, NULL);
     pthread_cond_init(&s->done_cv, NULL);
+    s->wake_at = UINT64_MAX;
     if (pthread_create(&s->thread, NULL, stream_worker, s) != 0) {
         pthread_mutex_destroy(&s->mu);
         pthread_cond_destroy(&s->work_cv);
@@ -190,8 +198,15 @@ gpucore_status cpu_stream_synchronize(cpu_stream *s)
     uint64_t target = s->submitted;
     while (s->completed < target) {
         if (!s->running && s->head && !s->head->pinned) run_head(s); /* we would wait for it anyway */
-        else if (!spin_while_equal(s, &s->completed, s->completed)) /* another thread runs it: poll, then park */
-            if (s->completed < target) pthread_cond_wait(&s->done_cv, &s->mu);
+        else if (target - s->completed > 1 || !spin_while_equal(s, &s->completed, s->completed)) {
+            /* Another thread runs it. Poll only for the last task (a small op's round trip); with more
+             * to go, park until the target is reached: a polling caller would take a core from the
+             * worker's OpenMP team, and a wake-up per task costs both threads a syscall. */
+            if (s->completed < target) {
+                if (target < s->wake_at) s->wake_at = target;
+                pthread_cond_wait(&s->done_cv, &s->mu);
+            }
+        }
     }
     gpucore_status st = s->sticky;
     s->sticky = GPUCORE_OK;
