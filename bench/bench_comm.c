@@ -6,7 +6,8 @@
  *
  * algbw = bytes / time; busbw = algbw * 2(n-1)/n (nccl-tests' definition). Each
  * figure is the median over batches (after warm-up) of the wall time per call, the
- * ranks aligned by a barrier before each batch. CPU backend (MPI transport); the
+ * ranks aligned by a barrier before each batch; ours and MPI take turns batch by
+ * batch, so both see the same load on a shared machine. CPU backend (MPI transport); the
  * ncclAllReduce peer for CUDA is not written yet (the GPU machine has no MPI).
  * The reducer case registers 4 gradients that split the buffer, marks them ready and
  * finishes each iteration: copy in + pre-division + allreduce + copy back (finish
@@ -43,23 +44,27 @@ static int cmp_double(const void *a, const void *b)
 
 typedef void (*bench_fn)(void *arg);
 
-/* Median seconds per call over `batches` batches of `iters` calls (all ranks agree: max over ranks). */
-static double time_it(bench_fn fn, void *arg, int iters, int batches)
+/* Median seconds per call over `batches` batches of `iters` calls of each of the nf
+ * functions (all ranks agree: max over ranks), into t[f]. The functions take turns
+ * batch by batch, so ours and the peer see the same load on a shared machine. */
+static void time_all(const bench_fn *fns, int nf, void *arg, int iters, int batches, double *t)
 {
-    fn(arg); /* warm-up */
-    double *t = malloc(sizeof(double) * (size_t)batches);
-    for (int b = 0; b < batches; b++) {
-        MPI_Barrier(MPI_COMM_WORLD);
-        double t0 = now_s();
-        for (int i = 0; i < iters; i++) fn(arg);
-        double dt = (now_s() - t0) / iters, worst = 0;
-        MPI_Allreduce(&dt, &worst, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
-        t[b] = worst;
+    double *all = malloc(sizeof(double) * (size_t)(batches * nf));
+    for (int f = 0; f < nf; f++) fns[f](arg); /* warm-up */
+    for (int b = 0; b < batches; b++)
+        for (int f = 0; f < nf; f++) {
+            MPI_Barrier(MPI_COMM_WORLD);
+            double t0 = now_s();
+            for (int i = 0; i < iters; i++) fns[f](arg);
+            double dt = (now_s() - t0) / iters, worst = 0;
+            MPI_Allreduce(&dt, &worst, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+            all[f * batches + b] = worst;
+        }
+    for (int f = 0; f < nf; f++) {
+        qsort(all + f * batches, (size_t)batches, sizeof *all, cmp_double);
+        t[f] = all[f * batches + batches / 2];
     }
-    qsort(t, (size_t)batches, sizeof *t, cmp_double);
-    double med = t[batches / 2];
-    free(t);
-    return med;
+    free(all);
 }
 
 typedef struct state {
@@ -147,10 +152,12 @@ static void collectives_table(gpucore_context *ctx, gpucore_comm *comm, gpucore_
         gpucore_stream_synchronize(stream);
         s.host = calloc((size_t)s.n, sizeof(float));
         s.host_big = calloc((size_t)nb, sizeof(float));
-        int iters = bytes <= (1 << 16) ? 200 : bytes <= (4 << 20) ? 20 : 3;
-        int batches = bytes <= (4 << 20) ? 7 : 5;
-        double t_rs = time_it(run_rs, &s, iters, batches), t_mrs = time_it(run_mpi_rs, &s, iters, batches);
-        double t_ag = time_it(run_ag, &s, iters, batches), t_mag = time_it(run_mpi_ag, &s, iters, batches);
+        int iters = bytes <= (1 << 16) ? 100 : bytes <= (4 << 20) ? 10 : 2;
+        int batches = bytes <= (4 << 20) ? 15 : 5;
+        const bench_fn fns[4] = {run_rs, run_mpi_rs, run_ag, run_mpi_ag};
+        double t[4];
+        time_all(fns, 4, &s, iters, batches, t);
+        double t_rs = t[0], t_mrs = t[1], t_ag = t[2], t_mag = t[3];
         if (!rank && !json)
             printf("%10lld | %9.1f %9.1f %7.2f | %9.1f %9.1f %7.2f\n", (long long)bytes, t_rs * 1e6, t_mrs * 1e6,
                    t_mrs / t_rs, t_ag * 1e6, t_mag * 1e6, t_mag / t_ag);
@@ -217,12 +224,12 @@ int main(int argc, char **argv)
         gpucore_ddp_create(comm, grads, 4, NULL, &s.ddp);
         gpucore_ddp_create(comm, vgrads, 4, NULL, &s.ddp_view);
         for (int g = 0; g < 4; g++) gpucore_ddp_grad_view(s.ddp_view, g, &views[g]);
-        int iters = bytes <= (1 << 16) ? 200 : bytes <= (4 << 20) ? 20 : 3;
-        int batches = bytes <= (4 << 20) ? 7 : 5;
-        double t_lib = time_it(run_lib, &s, iters, batches);
-        double t_ddp = time_it(run_ddp, &s, iters, batches);
-        double t_view = time_it(run_ddp_view, &s, iters, batches);
-        double t_mpi = time_it(run_mpi, &s, iters, batches);
+        int iters = bytes <= (1 << 16) ? 100 : bytes <= (4 << 20) ? 10 : 2;
+        int batches = bytes <= (4 << 20) ? 15 : 5;
+        const bench_fn fns[4] = {run_lib, run_ddp, run_ddp_view, run_mpi};
+        double t[4];
+        time_all(fns, 4, &s, iters, batches, t);
+        double t_lib = t[0], t_ddp = t[1], t_view = t[2], t_mpi = t[3];
         double alg_lib = bytes / t_lib * 1e-9, alg_ddp = bytes / t_ddp * 1e-9, alg_mpi = bytes / t_mpi * 1e-9;
         double alg_view = bytes / t_view * 1e-9;
         if (!rank && !json)
