@@ -6,7 +6,8 @@
  *
  * algbw = bytes / time; busbw = algbw * 2(n-1)/n (nccl-tests' definition). Each
  * figure is the median over batches (after warm-up) of the wall time per call, the
- * ranks aligned by a barrier before each batch. CPU backend (MPI transport); the
+ * ranks aligned by a barrier before each batch; ours and MPI take turns batch by
+ * batch, so both see the same load on a shared machine. CPU backend (MPI transport); the
  * ncclAllReduce peer for CUDA is not written yet (the GPU machine has no MPI).
  * The reducer case registers 4 gradients that split the buffer, marks them ready and
  * finishes each iteration: copy in + pre-division + allreduce + copy back (finish
@@ -14,7 +15,9 @@
  * "ddp_view" case is the same reducer with the gradients as views into the buckets
  * (gpucore_ddp_grad_view): pre-division in place + allreduce, no copies.
  * The peer ("mpi" in the JSON rows) is a raw blocking MPI_Allreduce, in place, on
- * MPI_COMM_WORLD: the same ranks, measured in the same run.
+ * MPI_COMM_WORLD: the same ranks, measured in the same run. "mpi@t" is that call on
+ * the tensor's own memory (the lib case's buffer), which tells a cost of the buffer
+ * (its pages) from a cost of our path. Buffers hold zeros (sums stay finite).
  * A second table times reduce-scatter (in: size x bytes, out: bytes) and all-gather
  * (in: bytes, out: size x bytes), ZeRO's two collectives, beside MPI_Reduce_scatter_block
  * and MPI_Allgather on the same buffers ("bytes" is one rank's share).
@@ -43,23 +46,27 @@ static int cmp_double(const void *a, const void *b)
 
 typedef void (*bench_fn)(void *arg);
 
-/* Median seconds per call over `batches` batches of `iters` calls (all ranks agree: max over ranks). */
-static double time_it(bench_fn fn, void *arg, int iters, int batches)
+/* Median seconds per call over `batches` batches of `iters` calls of each of the nf
+ * functions (all ranks agree: max over ranks), into t[f]. The functions take turns
+ * batch by batch, so ours and the peer see the same load on a shared machine. */
+static void time_all(const bench_fn *fns, int nf, void *arg, int iters, int batches, double *t)
 {
-    fn(arg); /* warm-up */
-    double *t = malloc(sizeof(double) * (size_t)batches);
-    for (int b = 0; b < batches; b++) {
-        MPI_Barrier(MPI_COMM_WORLD);
-        double t0 = now_s();
-        for (int i = 0; i < iters; i++) fn(arg);
-        double dt = (now_s() - t0) / iters, worst = 0;
-        MPI_Allreduce(&dt, &worst, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
-        t[b] = worst;
+    double *all = malloc(sizeof(double) * (size_t)(batches * nf));
+    for (int f = 0; f < nf; f++) fns[f](arg); /* warm-up */
+    for (int b = 0; b < batches; b++)
+        for (int f = 0; f < nf; f++) {
+            MPI_Barrier(MPI_COMM_WORLD);
+            double t0 = now_s();
+            for (int i = 0; i < iters; i++) fns[f](arg);
+            double dt = (now_s() - t0) / iters, worst = 0;
+            MPI_Allreduce(&dt, &worst, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+            all[f * batches + b] = worst;
+        }
+    for (int f = 0; f < nf; f++) {
+        qsort(all + f * batches, (size_t)batches, sizeof *all, cmp_double);
+        t[f] = all[f * batches + batches / 2];
     }
-    qsort(t, (size_t)batches, sizeof *t, cmp_double);
-    double med = t[batches / 2];
-    free(t);
-    return med;
+    free(all);
 }
 
 typedef struct state {
@@ -102,6 +109,14 @@ static void run_mpi(void *p)
     MPI_Allreduce(MPI_IN_PLACE, s->host, (int)s->n, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
 }
 
+static void run_mpi_t(void *p)
+{
+    state *s = p;
+    void *d = NULL;
+    gpucore_tensor_data(s->t, &d);
+    MPI_Allreduce(MPI_IN_PLACE, d, (int)s->n, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+}
+
 static void emit(const char *cs, int64_t bytes, const char *metric, double v, const char *unit, double peer_v);
 
 static void run_rs(void *p)
@@ -142,15 +157,17 @@ static void collectives_table(gpucore_context *ctx, gpucore_comm *comm, gpucore_
         int64_t nb = s.n * size;
         gpucore_tensor_create(ctx, GPUCORE_F32, 1, &s.n, &s.t);
         gpucore_tensor_create(ctx, GPUCORE_F32, 1, &nb, &s.big);
-        gpucore_fill(s.t, 1, stream);
-        gpucore_fill(s.big, 1, stream);
+        gpucore_fill(s.t, 0, stream);
+        gpucore_fill(s.big, 0, stream);
         gpucore_stream_synchronize(stream);
         s.host = calloc((size_t)s.n, sizeof(float));
         s.host_big = calloc((size_t)nb, sizeof(float));
-        int iters = bytes <= (1 << 16) ? 200 : bytes <= (4 << 20) ? 20 : 3;
-        int batches = bytes <= (4 << 20) ? 7 : 5;
-        double t_rs = time_it(run_rs, &s, iters, batches), t_mrs = time_it(run_mpi_rs, &s, iters, batches);
-        double t_ag = time_it(run_ag, &s, iters, batches), t_mag = time_it(run_mpi_ag, &s, iters, batches);
+        int iters = bytes <= (1 << 16) ? 100 : bytes <= (4 << 20) ? 10 : 2;
+        int batches = bytes <= (4 << 20) ? 15 : 5;
+        const bench_fn fns[4] = {run_rs, run_mpi_rs, run_ag, run_mpi_ag};
+        double t[4];
+        time_all(fns, 4, &s, iters, batches, t);
+        double t_rs = t[0], t_mrs = t[1], t_ag = t[2], t_mag = t[3];
         if (!rank && !json)
             printf("%10lld | %9.1f %9.1f %7.2f | %9.1f %9.1f %7.2f\n", (long long)bytes, t_rs * 1e6, t_mrs * 1e6,
                    t_mrs / t_rs, t_ag * 1e6, t_mag * 1e6, t_mag / t_ag);
@@ -195,13 +212,13 @@ int main(int argc, char **argv)
     double bus = size > 1 ? 2.0 * (size - 1) / size : 1.0;
     if (!rank && !json)
         printf("allreduce f32 sum, %d ranks (busbw = algbw x %.2f), median of batches, GB/s\n"
-               "%10s | %9s %9s %9s %9s | %9s %9s | %9s %9s | %7s %7s %7s\n", size, bus, "bytes", "lib us", "ddp us",
-               "view us", "mpi us", "lib algbw", "lib busbw", "ddp busbw", "mpi busbw", "lib/mpi", "ddp/mpi",
+               "%10s | %9s %9s %9s %9s %9s | %9s %9s | %9s %9s | %7s %7s %7s\n", size, bus, "bytes", "lib us", "ddp us",
+               "view us", "mpi us", "mpi@t us", "lib algbw", "lib busbw", "ddp busbw", "mpi busbw", "lib/mpi", "ddp/mpi",
                "view/mpi");
     for (int64_t bytes = 8; bytes <= max_bytes; bytes *= (bytes < 4096 ? 8 : 4)) {
         state s = {.comm = comm, .stream = stream, .n = bytes / 4};
         gpucore_tensor_create(ctx, GPUCORE_F32, 1, &s.n, &s.t);
-        gpucore_fill(s.t, 1, stream);
+        gpucore_fill(s.t, 0, stream);
         s.host = calloc((size_t)s.n, sizeof(float));
         /* the reducer over 4 gradients that split the buffer (sizes differ by at most one element) */
         gpucore_tensor *grads[4], *vgrads[4], *views[4];
@@ -217,17 +234,17 @@ int main(int argc, char **argv)
         gpucore_ddp_create(comm, grads, 4, NULL, &s.ddp);
         gpucore_ddp_create(comm, vgrads, 4, NULL, &s.ddp_view);
         for (int g = 0; g < 4; g++) gpucore_ddp_grad_view(s.ddp_view, g, &views[g]);
-        int iters = bytes <= (1 << 16) ? 200 : bytes <= (4 << 20) ? 20 : 3;
-        int batches = bytes <= (4 << 20) ? 7 : 5;
-        double t_lib = time_it(run_lib, &s, iters, batches);
-        double t_ddp = time_it(run_ddp, &s, iters, batches);
-        double t_view = time_it(run_ddp_view, &s, iters, batches);
-        double t_mpi = time_it(run_mpi, &s, iters, batches);
+        int iters = bytes <= (1 << 16) ? 100 : bytes <= (4 << 20) ? 10 : 2;
+        int batches = bytes <= (4 << 20) ? 15 : 5;
+        const bench_fn fns[5] = {run_lib, run_ddp, run_ddp_view, run_mpi, run_mpi_t};
+        double t[5];
+        time_all(fns, 5, &s, iters, batches, t);
+        double t_lib = t[0], t_ddp = t[1], t_view = t[2], t_mpi = t[3], t_mpi_t = t[4];
         double alg_lib = bytes / t_lib * 1e-9, alg_ddp = bytes / t_ddp * 1e-9, alg_mpi = bytes / t_mpi * 1e-9;
         double alg_view = bytes / t_view * 1e-9;
         if (!rank && !json)
-            printf("%10lld | %9.1f %9.1f %9.1f %9.1f | %9.3f %9.3f | %9.3f %9.3f | %7.2f %7.2f %7.2f\n",
-                   (long long)bytes, t_lib * 1e6, t_ddp * 1e6, t_view * 1e6, t_mpi * 1e6, alg_lib, alg_lib * bus,
+            printf("%10lld | %9.1f %9.1f %9.1f %9.1f %9.1f | %9.3f %9.3f | %9.3f %9.3f | %7.2f %7.2f %7.2f\n",
+                   (long long)bytes, t_lib * 1e6, t_ddp * 1e6, t_view * 1e6, t_mpi * 1e6, t_mpi_t * 1e6, alg_lib, alg_lib * bus,
                    alg_ddp * bus, alg_mpi * bus, t_mpi / t_lib, t_mpi / t_ddp, t_mpi / t_view);
         emit("allreduce", bytes, "busbw", alg_lib * bus, "GB/s", alg_mpi * bus);
         emit("allreduce", bytes, "time_us", t_lib * 1e6, "us", t_mpi * 1e6);

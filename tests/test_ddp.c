@@ -295,6 +295,59 @@ static void test_finish_no_host_wait(gpucore_comm *comm, gpucore_context *ctx, d
     gpucore_tensor_destroy(g);
 }
 
+/* The last bucket is reduced on the stream that marked its last gradient (no hand-off
+ * to the comm stream): that stream must wait for the bucket's gradients marked on
+ * other streams, and finish on a third stream must wait for it. Gradient 1 is
+ * written and marked on stream a behind slow work; gradient 0 (the last bucket's
+ * last) on stream b at once; finish and the read back on stream c. Two steps, the
+ * gradients as copies and then as views into the bucket. */
+static void test_last_bucket_streams(gpucore_comm *comm, gpucore_context *ctx)
+{
+    const int64_t n = 2049, slow_n = (int64_t)1 << 22;
+    gpucore_tensor *g[2] = {make_grad(ctx, g_rank, n), make_grad(ctx, g_rank, n)}, *slow = NULL, *use[2] = {NULL, NULL};
+    gpucore_stream *st[3] = {NULL, NULL, NULL};
+    gpucore_ddp *ddp = NULL;
+    CHECK_OK(gpucore_ddp_create(comm, g, 2, NULL, &ddp));
+    CHECK_OK(gpucore_tensor_create(ctx, GPUCORE_F32, 1, &slow_n, &slow));
+    for (int i = 0; i < 3; i++) CHECK_OK(gpucore_stream_create(ctx, 0, &st[i]));
+    if (!ddp || !slow || !st[2]) return;
+    int nb = 0;
+    CHECK_OK(gpucore_ddp_bucket_count(ddp, &nb));
+    CHECK(nb == 1); /* both gradients in the last bucket */
+    float *h = malloc(sizeof(float) * (size_t)n);
+    for (int64_t i = 0; i < n; i++) h[i] = grad_value(g_rank, i);
+    for (int step = 0; step < 2; step++) {
+        if (step == 1) for (int p = 0; p < 2; p++) CHECK_OK(gpucore_ddp_grad_view(ddp, p, &use[p]));
+        gpucore_tensor *const *t = step ? use : g;
+        CHECK_OK(gpucore_context_synchronize(ctx));
+        for (int k = 0; k < 6; k++) CHECK_OK(gpucore_random(slow, GPUCORE_NORMAL, 0, 1, 5, (uint64_t)k, st[0]));
+        for (int p = 0; p < 2; p++) CHECK_OK(gpucore_copy_from_host_async(t[p], h, n * 4, st[p ? 0 : 1]));
+        CHECK_OK(gpucore_ddp_mark_ready(ddp, 1, st[0]));
+        CHECK_OK(gpucore_ddp_mark_ready(ddp, 0, st[1]));
+        CHECK_OK(gpucore_ddp_finish(ddp, st[2]));
+        float *got = malloc(sizeof(float) * (size_t)n * 2);
+        for (int p = 0; p < 2; p++) CHECK_OK(gpucore_copy_to_host_async(got + p * n, n * 4, t[p], st[2]));
+        CHECK_OK(gpucore_stream_synchronize(st[2]));
+        int ok = 1;
+        for (int64_t i = 0; i < 2 * n && ok; i++) {
+            float want = 0;
+            for (int r = 0; r < g_size; r++) want += grad_value(r, i % n) / (float)g_size;
+            ok = got[i] == want;
+        }
+        CHECK(ok);
+        if (!ok) fprintf(stderr, "rank %d step %d: the last bucket's reduction was not ordered across streams\n",
+                         g_rank, step);
+        free(got);
+        CHECK_OK(gpucore_context_synchronize(ctx));
+    }
+    free(h);
+    for (int p = 0; p < 2; p++) gpucore_tensor_destroy(use[p]);
+    CHECK_OK(gpucore_ddp_destroy(ddp));
+    for (int i = 0; i < 3; i++) CHECK_OK(gpucore_stream_destroy(st[i]));
+    gpucore_tensor_destroy(slow);
+    for (int p = 0; p < 2; p++) gpucore_tensor_destroy(g[p]);
+}
+
 /* The same on the CUDA backend with two local ranks (cuda:0, cuda:1; on the NCCL
  * stand-in in the cuda-contract suite): rank 0 finishes before rank 1 has issued
  * its reduction at all, so rank 0's allreduce cannot complete until rank 1 joins;
@@ -373,6 +426,7 @@ static int run(gpucore_comm *comm, gpucore_context *ctx, const char *name)
     for (int p = 0; p < NP; p++) poff[p + 1] = poff[p] + psize[p];
     test_buckets(comm, ctx);
     test_finish_no_host_wait(comm, ctx, 1.0);
+    test_last_bucket_streams(comm, ctx);
 
     gpucore_ddp_options o;
     gpucore_ddp_options_default(&o);

@@ -9,7 +9,12 @@
  * an event there. When every gradient of the next bucket in index order is in, the
  * bucket is launched: the communication stream waits on those events, optionally
  * casts the bucket to the wire dtype, allreduces it in place and casts back — all
- * queued at once, so the reduction overlaps the rest of backward. Launching strictly
+ * queued at once, so the reduction overlaps the rest of backward. The last bucket
+ * has nothing left to overlap (every gradient is in): it is queued on the stream
+ * that marked its last gradient, as a collective its caller waits for (comm.c's
+ * wait-back: on the CPU it runs on that stream itself, so a step whose reduction is
+ * one bucket costs no thread hand-off; on CUDA it still runs on the comm stream,
+ * ordered by events), and finish orders its stream after that one. Launching strictly
  * in index order makes every rank issue the same collectives in the same order
  * even if its gradients become ready in a different order.
  *
@@ -43,6 +48,7 @@ struct ddp_state {
     gpucore_tensor **grads;   /* the caller's */
     gpucore_tensor **slots;   /* each gradient's view into its bucket, with the gradient's shape */
     gpucore_event **ready;    /* per gradient: recorded after its copy into the bucket */
+    gpucore_stream **ready_on; /* per gradient: the stream `ready` was recorded on in this step */
     int *bucket_of;
     char *marked;
     char *viewed;             /* per gradient: it lives in its bucket (gpucore_ddp_grad_view) */
@@ -50,6 +56,7 @@ struct ddp_state {
     ddp_bucket *buckets;
     trace_point *start_points, *done_points; /* per bucket, for the stream callbacks */
     int next_launch;
+    gpucore_stream *last_on;  /* the stream the last bucket's reduction is ordered on in this step */
     uint64_t last_seq;
     int no_sync;
     int64_t step;
@@ -137,6 +144,7 @@ static void state_free(ddp_state *s)
     free(s->grads);
     free(s->slots);
     free(s->ready);
+    free(s->ready_on);
     free(s->bucket_of);
     free(s->marked);
     free(s->viewed);
@@ -219,11 +227,12 @@ gpucore_status gpucore_ddp_create(gpucore_comm *comm, gpucore_tensor *const *gra
     s->grads = calloc((size_t)count, sizeof *s->grads);
     s->slots = calloc((size_t)count, sizeof *s->slots);
     s->ready = calloc((size_t)count, sizeof *s->ready);
+    s->ready_on = calloc((size_t)count, sizeof *s->ready_on);
     s->bucket_of = calloc((size_t)count, sizeof *s->bucket_of);
     s->marked = calloc((size_t)count, 1);
     s->viewed = calloc((size_t)count, 1);
     s->buckets = calloc((size_t)count, sizeof *s->buckets); /* at most one bucket per gradient */
-    if (!s->grads || !s->slots || !s->ready || !s->bucket_of || !s->marked || !s->viewed || !s->buckets) {
+    if (!s->grads || !s->slots || !s->ready || !s->ready_on || !s->bucket_of || !s->marked || !s->viewed || !s->buckets) {
         state_free(s);
         return gpucore_set_error(GPUCORE_ERR_OUT_OF_MEMORY, "%s: out of host memory", op);
     }
@@ -378,29 +387,38 @@ gpucore_status gpucore_ddp_grad_view(gpucore_ddp *ddp, int grad, gpucore_tensor 
     return st;
 }
 
-/* Queue bucket b's reduction on the communication stream (s->mu held). */
-static gpucore_status launch_bucket(ddp_state *s, int b)
+/* Queue bucket b's reduction (s->mu held): on the communication stream, or, for the
+ * last bucket, on ps (the stream that marked its last gradient) as a waited-for
+ * collective, so ps follows the reduction without a hand-off to the comm stream. */
+static gpucore_status launch_bucket(ddp_state *s, int b, gpucore_stream *ps)
 {
     ddp_bucket *k = &s->buckets[b];
-    gpucore_stream *cs = s->comm->s->stream;
-    gpucore_status st = gpucore_comm_order_stream(s->comm); /* after collectives run on callers' streams */
-    for (int g = k->grad_begin; g < k->grad_end && !st; g++) st = gpucore_stream_wait_event(cs, s->ready[g]);
+    const int last = b == s->nbuckets - 1;
+    gpucore_stream *on = last ? ps : s->comm->s->stream;
+    gpucore_status st = last ? GPUCORE_OK : gpucore_comm_order_stream(s->comm); /* after collectives run on callers' streams */
+    for (int g = k->grad_begin; g < k->grad_end && !st; g++)
+        if (s->ready_on[g] != on) st = gpucore_stream_wait_event(on, s->ready[g]); /* same stream: already in order */
     if (st) return st;
     trace_add(s, GPUCORE_DDP_TRACE_LAUNCH, b);
     gpucore_tensor *t = k->buf;
     if (k->wire) {
-        if ((st = gpucore_cast(k->wire, k->buf, cs))) return st;
+        if ((st = gpucore_cast(k->wire, k->buf, on))) return st;
         t = k->wire;
     }
-    if (s->opt.trace && (st = s->ctx->be->host_callback(s->ctx->bctx, cs->bstream, trace_cb, &s->start_points[b])))
+    /* traced: the last bucket's start is stamped after the earlier buckets' work on the comm stream */
+    if (s->opt.trace && last && ((st = gpucore_event_record(s->reduced, s->comm->s->stream)) ||
+                                 (st = gpucore_stream_wait_event(on, s->reduced))))
+        return st;
+    if (s->opt.trace && (st = s->ctx->be->host_callback(s->ctx->bctx, on->bstream, trace_cb, &s->start_points[b])))
         return st;
     gpucore_view v;
     gpucore_tensor_view_of(t, &v);
     gpucore_comm_call call = {.kind = GPUCORE_COMM_ALLREDUCE, .op = GPUCORE_REDUCE_SUM, .dtype = v.dtype,
                               .count = v.numel, .send = v.data, .recv = v.data};
-    if ((st = gpucore_comm_submit(s->comm, &call, NULL, 0, &s->last_seq))) return st;
-    if (k->wire && (st = gpucore_cast(k->buf, k->wire, cs))) return st;
-    if (s->opt.trace && (st = s->ctx->be->host_callback(s->ctx->bctx, cs->bstream, trace_cb, &s->done_points[b])))
+    if ((st = gpucore_comm_submit(s->comm, &call, last ? ps : NULL, last, &s->last_seq))) return st;
+    if (last) s->last_on = ps;
+    if (k->wire && (st = gpucore_cast(k->buf, k->wire, on))) return st;
+    if (s->opt.trace && (st = s->ctx->be->host_callback(s->ctx->bctx, on->bstream, trace_cb, &s->done_points[b])))
         return st;
     return GPUCORE_OK;
 }
@@ -432,11 +450,12 @@ gpucore_status gpucore_ddp_mark_ready(gpucore_ddp *ddp, int grad, gpucore_stream
     else if (!s->viewed[grad])
         st = gpucore_copy(s->slots[grad], s->grads[grad], ps);
     if (st || (st = gpucore_event_record(s->ready[grad], ps))) goto out;
+    s->ready_on[grad] = ps;
     s->marked[grad] = 1;
     trace_add(s, GPUCORE_DDP_TRACE_READY, grad);
     s->buckets[s->bucket_of[grad]].pending--;
     while (s->next_launch < s->nbuckets && s->buckets[s->next_launch].pending == 0) {
-        if ((st = launch_bucket(s, s->next_launch))) goto out;
+        if ((st = launch_bucket(s, s->next_launch, ps))) goto out;
         s->next_launch++;
     }
 out:
@@ -465,8 +484,10 @@ gpucore_status gpucore_ddp_finish(gpucore_ddp *ddp, gpucore_stream *stream)
      * reduction by an event. A failure already known is reported now; one still to come
      * is reported by the next reducer or communicator call (and gpucore_comm_wait). */
     if ((st = s->ctx->be->comm_check(s->comm->s->bcomm))) goto out;
-    gpucore_stream *cs = s->comm->s->stream;
-    if ((st = gpucore_event_record(s->reduced, cs)) || (st = gpucore_stream_wait_event(ps, s->reduced))) goto out;
+    /* the last bucket's reduction was ordered on last_on, after every earlier bucket's */
+    if (s->last_on != ps &&
+        ((st = gpucore_event_record(s->reduced, s->last_on)) || (st = gpucore_stream_wait_event(ps, s->reduced))))
+        goto out;
     for (int g = 0; g < s->ngrads && !st; g++)
         if (!s->viewed[g]) st = gpucore_copy(s->grads[g], s->slots[g], ps); /* a view already holds it */
     if (st || (st = gpucore_event_record(s->finished, ps))) goto out;
