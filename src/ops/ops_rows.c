@@ -426,7 +426,13 @@ static gpucore_status ce_check(const char *name, const gpucore_tensor *logits, c
     if (a->cols == 0 && a->rows > 0)
         return gpucore_set_error(GPUCORE_ERR_SHAPE_MISMATCH, "%s: logits has %lld rows of 0 classes", name,
                                  (long long)a->rows);
-    if ((st = check_param(weight, "weight", logits, a->cols, wdt, name))) return st;
+    if (weight && !(st = gpucore_check_tensor(weight, name, "weight")) && (weight->ndim != 1 || weight->shape[0] != a->cols)) {
+        char b[200];
+        return gpucore_set_error(GPUCORE_ERR_SHAPE_MISMATCH, "%s: 'weight' must have shape [%lld] (one per class: dim %d "
+                                 "of logits), but it is %s", name, (long long)a->cols, k,
+                                 gpucore_shape_str(weight->ndim, weight->shape, b, sizeof b));
+    }
+    if (st || (st = check_param(weight, "weight", logits, a->cols, wdt, name))) return st;
     if (!(smoothing >= 0.0 && smoothing <= 1.0))
         return gpucore_set_error(GPUCORE_ERR_INVALID_ARGUMENT, "%s: label_smoothing is %g; it must lie in [0, 1]", name,
                                  smoothing);
