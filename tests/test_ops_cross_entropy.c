@@ -4,7 +4,8 @@
  * computed here: class weights, label smoothing, index targets with ignore_index or
  * probability targets, every reduction; class dim last ([rows, C], the kernels' warp / block /
  * multi-block lengths), class dim 1 with spatial dims ([N, C, d1, d2], PyTorch's rule and an
- * explicit class_dim) and unbatched (C,) logits; strided (staged) logits; f32 / f16 / bf16;
+ * explicit class_dim) and unbatched (C,) logits; strided (staged) logits; channels-last logits
+ * (read in place); f32 / f16 / bf16;
  * the forward twice (same bits); bad input (weight, target and loss shapes, target dtype,
  * class_dim, label_smoothing) and out-of-range class indices (NaN rows, documented).
  */
@@ -154,6 +155,75 @@ static void test_cross_entropy_ex(gpucore_context *ctx)
                 }
 }
 
+/* [N, d1, d2, C] data seen as [N, C, d1, d2] (a channels-last tensor): read in place as class-last
+ * rows; dlogits of the same layout (in place too) or contiguous (then the operands are staged). */
+static gpucore_tensor *channels_last(gpucore_context *ctx, gpucore_dtype dt, const int64_t *xs, double lo, double hi,
+                                     int fill_nan)
+{
+    int64_t bs[4] = {xs[0], xs[2], xs[3], xs[1]};
+    gpucore_tensor *b = NULL, *v1 = NULL, *v2 = NULL;
+    CHECK_OK(gpucore_tensor_create(ctx, dt, 4, bs, &b));
+    if (fill_nan) CHECK_OK(gpucore_fill(b, NAN, NULL));
+    else CHECK_OK(gpucore_random(b, GPUCORE_UNIFORM, lo, hi, harness_seed++, 0, NULL));
+    CHECK_OK(gpucore_tensor_transpose(b, 2, 3, &v1));
+    CHECK_OK(gpucore_tensor_transpose(v1, 1, 2, &v2));
+    gpucore_tensor_destroy(b);
+    gpucore_tensor_destroy(v1);
+    return v2;
+}
+
+static void test_channels_last(gpucore_context *ctx)
+{
+    static const int64_t shapes[][4] = {{2, 7, 3, 5}, {1, 300, 2, 3}};
+    for (int si = 0; si < 2; si++)
+        for (int di = 0; di < 3; di++)
+            for (int v = 0; v < 4; v++) /* bit 0: probabilities (+ smoothing), bit 1: dlogits channels-last */
+                for (int red = 0; red < 3; red++) {
+                    const int64_t *xs = shapes[si], C = xs[1], inner = xs[2] * xs[3], rows = xs[0] * inner, n = rows * C;
+                    const int64_t ts[3] = {xs[0], xs[2], xs[3]}, one = 1;
+                    const int probs = v & 1;
+                    const double eps = probs ? 0.1 : 0.0;
+                    gpucore_dtype dt = float_dtypes[di];
+                    int64_t *ht = malloc(sizeof(int64_t) * (size_t)rows);
+                    double *hdl, *hP = NULL, *hw;
+                    gpucore_tensor *x = channels_last(ctx, dt, xs, -3, 3, 0), *P = probs ? channels_last(ctx, dt, xs, 0, 2.0 / (double)C, 0) : NULL;
+                    gpucore_tensor *t = probs ? P : index_targets(ctx, GPUCORE_I64, 3, ts, rows, C, ht);
+                    gpucore_tensor *w = make_input(ctx, GPUCORE_F32, 1, &C, 0, 0.2, 3, &hw), *dx = NULL, *l = NULL;
+                    const int lnd = red == GPUCORE_LOSS_NONE ? 3 : 1;
+                    const int64_t *lshape = red == GPUCORE_LOSS_NONE ? ts : &one;
+                    gpucore_tensor *dl = make_input(ctx, dt, lnd, lshape, 0, 0.5, 1.5, &hdl);
+                    if (v & 2) dx = channels_last(ctx, dt, xs, 0, 0, 1);
+                    else {
+                        CHECK_OK(gpucore_tensor_create(ctx, dt, 4, xs, &dx));
+                        CHECK_OK(gpucore_fill(dx, NAN, NULL));
+                    }
+                    CHECK_OK(gpucore_tensor_create(ctx, red == GPUCORE_LOSS_NONE ? dt : GPUCORE_F32, lnd, lshape, &l));
+                    CHECK_OK(gpucore_cross_entropy_forward_ex(l, x, t, w, -100, (gpucore_loss_reduction)red, eps,
+                                                              GPUCORE_CE_CLASS_DIM_TORCH, NULL));
+                    CHECK_OK(gpucore_cross_entropy_backward_ex(dx, dl, x, t, w, -100, (gpucore_loss_reduction)red, eps,
+                                                               GPUCORE_CE_CLASS_DIM_TORCH, NULL));
+                    double *hx = read_back(x), *lout = read_back(l), *gout = read_back(dx);
+                    if (probs) hP = read_back(P);
+                    double *rl = malloc(sizeof(double) * (size_t)rows), *rg = malloc(sizeof(double) * (size_t)n);
+                    double red_ref = ref_ce_nd(hx, probs ? NULL : ht, hP, hw, eps, hdl, red, xs[0], C, inner, -100, rl, rg);
+                    double denom = 0;
+                    for (int64_t r = 0; r < rows; r++) denom += probs || ht[r] != -100;
+                    char what[160];
+                    snprintf(what, sizeof what, "cross_entropy channels-last red %d C=%lld %s probs=%d dx_cl=%d", red,
+                             (long long)C, gpucore_dtype_name(dt), probs, v / 2);
+                    if (!(red == GPUCORE_LOSS_MEAN && denom == 0)) {
+                        check_close(lout, red == GPUCORE_LOSS_NONE ? rl : &red_ref, red == GPUCORE_LOSS_NONE ? rows : 1,
+                                    red == GPUCORE_LOSS_NONE ? tolerance_for(dt, 1) : 1e-5, what);
+                        strcat(what, " backward");
+                        check_close(gout, rg, n, tolerance_for(dt, 1), what);
+                    }
+                    free(ht); free(hx); free(hdl); free(hP); free(hw); free(lout); free(gout); free(rl); free(rg);
+                    gpucore_tensor *all[] = {x, w, dx, l, dl, probs ? NULL : t, P};
+                    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+                        if (all[i]) gpucore_tensor_destroy(all[i]);
+                }
+}
+
 /* The reduced forward twice gives the same bits (fixed reduction order). */
 static void test_determinism(gpucore_context *ctx)
 {
@@ -227,6 +297,7 @@ int main(void)
         if (!ctx) continue;
         printf("-- %s\n", devs[d]);
         test_cross_entropy_ex(ctx);
+        test_channels_last(ctx);
         test_determinism(ctx);
         test_bad_input(ctx);
         gpucore_context_destroy(ctx);

@@ -392,6 +392,37 @@ static int ce_lead_shape(const gpucore_tensor *t, const gpucore_tensor *logits, 
     return 1;
 }
 
+/* A tensor whose class dim k has stride 1 and whose other dims, in order, are row-major with row
+ * stride C (a channels-last tensor seen as [N, C, d1, ...]): contiguous [rows, C] rows in memory. */
+static int ce_class_last(const gpucore_tensor *t, int k)
+{
+    int64_t want = t->shape[k];
+    if (t->strides[k] != 1 && t->shape[k] != 1) return 0;
+    for (int d = t->ndim - 1; d >= 0; d--) {
+        if (d == k) continue;
+        if (t->shape[d] != 1 && t->strides[d] != want) return 0;
+        want *= t->shape[d];
+    }
+    return 1;
+}
+
+/* Read the class-dim-k operands in place as class-last rows (inner 1)? Only where logits are not
+ * contiguous (then they are read in place as [outer, C, inner]) and every class-dim operand
+ * (logits, probability targets, dlogits) is class-last; otherwise they are staged. */
+static int ce_rows_in_place(const gpucore_rows_args *a, int k, const gpucore_tensor *logits,
+                            const gpucore_tensor *targets, int probs, const gpucore_tensor *dlogits)
+{
+    return a->inner > 1 && !gpucore_tensor_contiguous_unchecked(logits) && ce_class_last(logits, k) &&
+           (!probs || ce_class_last(targets, k)) && (!dlogits || ce_class_last(dlogits, k));
+}
+
+static void *ce_data(const gpucore_tensor *t)
+{
+    gpucore_view v;
+    gpucore_tensor_view_of(t, &v);
+    return v.data;
+}
+
 /* logits with class dim k (ce_dims) and C > 0 where rows > 0; targets i32/i64 of logits'
  * shape without dim k (or, where probs is not NULL, class probabilities of logits' dtype and
  * shape: *probs set); a loss-like tensor (loss or dloss) of the targets' shape (NONE) or one
@@ -399,11 +430,12 @@ static int ce_lead_shape(const gpucore_tensor *t, const gpucore_tensor *logits, 
 static gpucore_status ce_check(const char *name, const gpucore_tensor *logits, const gpucore_tensor *targets,
                                const gpucore_tensor *l, const char *ln, const gpucore_tensor *weight, int *wdt,
                                gpucore_loss_reduction red, double smoothing, int class_dim, gpucore_rows_args *a,
-                               int *probs)
+                               int *probs, int *kout)
 {
     gpucore_status st = gpucore_check_tensor(logits, name, "logits");
     int k = 0;
     if (st || (st = ce_dims(name, logits, class_dim, &k, &a->rows, &a->cols, &a->inner))) return st;
+    *kout = k;
     if ((st = gpucore_check_tensor(targets, name, "targets"))) return st;
     int p = probs && targets->dtype != GPUCORE_I32 && targets->dtype != GPUCORE_I64;
     if (probs) *probs = p;
@@ -452,9 +484,9 @@ static gpucore_status ce_forward(gpucore_tensor *loss, const gpucore_tensor *log
     const char *name = "cross_entropy";
     gpucore_rows_args a;
     memset(&a, 0, sizeof a);
-    int probs = 0, wdt = -1;
+    int probs = 0, wdt = -1, k = 0;
     gpucore_status st = ce_check(name, logits, targets, loss, "loss", weight, &wdt, reduction, label_smoothing, class_dim,
-                                 &a, allow_probs ? &probs : NULL);
+                                 &a, allow_probs ? &probs : NULL, &k);
     if (st || (st = ops_check_tensor_alias(loss, logits, name, "logits", 0)) ||
         (st = ops_check_tensor_alias(loss, targets, name, "targets", 0)) ||
         (st = ops_check_tensor_alias(loss, weight, name, "weight", 0)))
@@ -467,8 +499,14 @@ static gpucore_status ce_forward(gpucore_tensor *loss, const gpucore_tensor *log
         return reduction == GPUCORE_LOSS_NONE ? GPUCORE_OK : gpucore_fill(loss, reduction == GPUCORE_LOSS_MEAN ? NAN : 0.0, io.s);
     a.op = GPUCORE_ROWS_CE_FWD;
     a.ignore_index = ignore_index;
-    if (!(st = io_in(&io, logits, &a.x)) && !(st = io_in(&io, targets, &a.targets)) && !(st = io_in(&io, weight, &a.weight)) &&
-        !(st = io_out(&io, loss, &a.loss)))
+    const int in_place = ce_rows_in_place(&a, k, logits, targets, probs, NULL);
+    if (in_place) {
+        a.inner = 1;
+        a.x = ce_data(logits);
+        if (probs) a.targets = ce_data(targets);
+    }
+    if ((in_place || !(st = io_in(&io, logits, &a.x))) && ((in_place && probs) || !(st = io_in(&io, targets, &a.targets))) &&
+        !(st = io_in(&io, weight, &a.weight)) && !(st = io_out(&io, loss, &a.loss)))
         st = rows_run(ctx, &a, io.s);
     return io_finish(&io, st);
 }
@@ -495,9 +533,9 @@ static gpucore_status ce_backward(gpucore_tensor *dlogits, const gpucore_tensor 
     const char *name = "cross_entropy_backward";
     gpucore_rows_args a;
     memset(&a, 0, sizeof a);
-    int probs = 0, wdt = -1;
+    int probs = 0, wdt = -1, k = 0;
     gpucore_status st = ce_check(name, logits, targets, dloss, "dloss", weight, &wdt, reduction, label_smoothing,
-                                 class_dim, &a, allow_probs ? &probs : NULL);
+                                 class_dim, &a, allow_probs ? &probs : NULL, &k);
     if (st || (st = check_like(dlogits, "dlogits", logits, "logits", name))) return st;
     if ((st = ops_check_tensor_alias(dlogits, logits, name, "logits", 1)) || (st = ops_check_tensor_alias(dlogits, dloss, name, "dloss", 0)) ||
         (st = ops_check_tensor_alias(dlogits, targets, name, "targets", 0)) ||
@@ -510,8 +548,16 @@ static gpucore_status ce_backward(gpucore_tensor *dlogits, const gpucore_tensor 
     if ((st = gpucore_resolve_stream(ctx, stream, name, &io.s))) return st;
     a.op = GPUCORE_ROWS_CE_BWD;
     a.ignore_index = ignore_index;
-    if (!(st = io_in(&io, logits, &a.x)) && !(st = io_in(&io, targets, &a.targets)) && !(st = io_in(&io, dloss, &a.dloss)) &&
-        !(st = io_in(&io, weight, &a.weight)) && !(st = io_out(&io, dlogits, &a.dx)))
+    const int in_place = ce_rows_in_place(&a, k, logits, targets, probs, dlogits);
+    if (in_place) {
+        a.inner = 1;
+        a.x = ce_data(logits);
+        a.dx = ce_data(dlogits);
+        if (probs) a.targets = ce_data(targets);
+    }
+    if ((in_place || !(st = io_in(&io, logits, &a.x))) && ((in_place && probs) || !(st = io_in(&io, targets, &a.targets))) &&
+        !(st = io_in(&io, dloss, &a.dloss)) && !(st = io_in(&io, weight, &a.weight)) &&
+        (in_place || !(st = io_out(&io, dlogits, &a.dx))))
         st = rows_run(ctx, &a, io.s);
     return io_finish(&io, st);
 }
