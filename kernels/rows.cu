@@ -2,7 +2,10 @@
  * rows.cu — softmax / log-softmax (forward, backward), fused cross-entropy
  * (forward, backward), LayerNorm / RMSNorm (forward, backward) along the last
  * dim of contiguous [rows, cols] tensors, f32 math for f32/f16/bf16 data; the softmax
- * family also for f64 data in f64 math (a block per row, softmax_f64_kernel).
+ * family also for f64 data in f64 math (a block per row, softmax_f64_kernel). Cross-entropy
+ * also takes PyTorch's [N, C, d1, ...] layout as rows of class stride inner (rows_args.inner;
+ * the same warp / block per row, scalar strided loads) and, with class weights, label smoothing
+ * or probability targets, folds a second per-row sum (gpucore_rows_ce_fwd_term) in its tree.
  *
  * Why it is fast: a row of up to ROWS_WARP_MAX_COLS columns is one warp's work
  * (several rows per block, no idle threads, no block barriers); a longer row is
