@@ -561,21 +561,38 @@ GPUCORE_API gpucore_status gpucore_cross_entropy_backward(gpucore_tensor *dlogit
                                                           const gpucore_tensor *targets, int64_t ignore_index,
                                                           gpucore_loss_reduction reduction,
                                                           gpucore_stream *stream);
-/* Cross-entropy backward with PyTorch's options (torch.nn.functional.cross_entropy): targets
- * are i32/i64 class indices (as above) or class probabilities (logits' dtype and shape);
- * weight: NULL or [C] per-class weights (any float dtype); label_smoothing ε in [0, 1].
- * With the row's target mass q_c = w_c ε/C + [c = t] (1-ε) w_t (index t) or
- * q_c = w_c ((1-ε) p_c + ε/C) (probabilities p), and Q = Σ_c q_c:
- *   dlogits_r = g_r (Q softmax(logits_r) - q), g_r = dloss[r] (NONE), dloss[0] (SUM),
- *   dloss[0] / Σ_{rows not ignored} w_{t_r} (MEAN, indices) or dloss[0] / rows (MEAN,
- *   probabilities). ignore_index applies to index targets only (0 on those rows).
- * NULL weight, ε = 0 and index targets is gpucore_cross_entropy_backward, bit for bit. */
+/* Cross-entropy with PyTorch's options (torch.nn.functional.cross_entropy), forward and
+ * backward. class_dim: the class dim of logits (negative: from the end, -1 = last, as the
+ * calls above), or GPUCORE_CE_CLASS_DIM_TORCH for PyTorch's rule (dim 1, or 0 for 1-d
+ * logits). logits [..., C, ...] of any strides (a contiguous one is read in place, others
+ * are staged); targets are i32/i64 class indices of logits' shape without the class dim, or
+ * class probabilities (logits' dtype and shape); weight: NULL or [C] per-class weights (any
+ * float dtype); label_smoothing ε in [0, 1]. With the row's target mass
+ * q_c = w_c ε/C + [c = t] (1-ε) w_t (index t) or q_c = w_c ((1-ε) p_c + ε/C) (probabilities p),
+ * Q = Σ_c q_c and nl_c = logsumexp(logits_r) - logits_rc:
+ *   loss_r = (1-ε) w_t nl_t + ε/C Σ_c w_c nl_c (index t; 0 when t == ignore_index, NaN when t
+ *   lies outside [0, C): not checked on the host) or Σ_c q_c nl_c (probabilities);
+ *   MEAN = Σ_r loss_r / Σ_{rows not ignored} w_{t_r} (indices; NaN when none is counted) or
+ *   / rows (probabilities); SUM = Σ_r loss_r (summed in a fixed order);
+ *   dlogits_r = g_r (Q softmax(logits_r) - q), g_r = dloss[r] (NONE), dloss[0] (SUM) or
+ *   dloss[0] / the MEAN divisor above. loss / dloss: any float dtype, the targets' index shape
+ *   (NONE) or one element (MEAN, SUM). dlogits has logits' shape and may be logits (in place).
+ * NULL weight, ε = 0, index targets and class_dim -1 are gpucore_cross_entropy /
+ * gpucore_cross_entropy_backward, bit for bit. */
+#define GPUCORE_CE_CLASS_DIM_TORCH 1000
+GPUCORE_API gpucore_status gpucore_cross_entropy_forward_ex(gpucore_tensor *loss, const gpucore_tensor *logits,
+                                                            const gpucore_tensor *targets,
+                                                            const gpucore_tensor *weight, int64_t ignore_index,
+                                                            gpucore_loss_reduction reduction,
+                                                            double label_smoothing, int class_dim,
+                                                            gpucore_stream *stream);
 GPUCORE_API gpucore_status gpucore_cross_entropy_backward_ex(gpucore_tensor *dlogits, const gpucore_tensor *dloss,
                                                              const gpucore_tensor *logits,
                                                              const gpucore_tensor *targets,
                                                              const gpucore_tensor *weight, int64_t ignore_index,
                                                              gpucore_loss_reduction reduction,
-                                                             double label_smoothing, gpucore_stream *stream);
+                                                             double label_smoothing, int class_dim,
+                                                             gpucore_stream *stream);
 /* Embedding lookup: out[i..., :] = weight[indices[i...], :]. weight [V, D] (f32, f16 or
  * bf16), indices i32/i64 of any shape, out indices' shape + [D], weight's dtype. An index
  * outside [0, V) gives a row of NaN (not checked on the host). */

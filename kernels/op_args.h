@@ -53,10 +53,15 @@ typedef struct gpucore_rows_args {
     int64_t ignore_index;
     float eps;
     int32_t reserved;
-    /* cross-entropy backward: class weights (param_dtype [cols]; NULL: all 1) and label
+    /* cross-entropy: class weights (param_dtype [cols]; NULL: all 1) and label
      * smoothing; a float target_dtype means class-probability targets [rows, cols] */
     const void *weight;
     float smoothing;
+    int32_t reserved2;
+    /* cross-entropy: the class stride. 0 or 1: rows are contiguous [rows, cols] (class dim
+     * last); inner > 1: logits (dlogits, probability targets) are [outer, cols, inner] and
+     * row r = o * inner + i is the classes of (o, i) (PyTorch's (N, C, d1, ...) layout) */
+    int64_t inner;
     void *workspace;      /* kernel backends: gpucore_rows_workspace_bytes(); unused on the CPU */
 } gpucore_rows_args;
 

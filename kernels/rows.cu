@@ -2,7 +2,10 @@
  * rows.cu — softmax / log-softmax (forward, backward), fused cross-entropy
  * (forward, backward), LayerNorm / RMSNorm (forward, backward) along the last
  * dim of contiguous [rows, cols] tensors, f32 math for f32/f16/bf16 data; the softmax
- * family also for f64 data in f64 math (a block per row, softmax_f64_kernel).
+ * family also for f64 data in f64 math (a block per row, softmax_f64_kernel). Cross-entropy
+ * also takes PyTorch's [N, C, d1, ...] layout as rows of class stride inner (rows_args.inner;
+ * the same warp / block per row, scalar strided loads) and, with class weights, label smoothing
+ * or probability targets, folds a second per-row sum (gpucore_rows_ce_fwd_term) in its tree.
  *
  * Why it is fast: a row of up to ROWS_WARP_MAX_COLS columns is one warp's work
  * (several rows per block, no idle threads, no block barriers); a longer row is
@@ -122,8 +125,8 @@ template <int OP> struct sm_kind { static const int kind = (OP == GPUCORE_ROWS_S
 
 /* This thread's statistics over [l0, l1) of a row at element offset off. */
 template <int DT, int OP> __device__ __forceinline__ pair_stat sm_partial(const gpucore_rows_args &p, int64_t off,
-                                                                          int64_t l0, int64_t l1, int vec, int lane,
-                                                                          int size)
+                                                                          int64_t cs, int64_t l0, int64_t l1, int vec,
+                                                                          int lane, int size)
 {
     const int V = gpucore_dt_size<DT>::vec;
     gpucore_softmax_stat s = gpucore_softmax_stat_empty();
@@ -144,7 +147,7 @@ template <int DT, int OP> __device__ __forceinline__ pair_stat sm_partial(const 
         }
     } else {
         for (int64_t i = l0 + lane; i < l1; i += size) {
-            if (sm_kind<OP>::kind == 0) s = gpucore_softmax_stat_add(s, gpucore_ld<DT>(p.x, off + i));
+            if (sm_kind<OP>::kind == 0) s = gpucore_softmax_stat_add(s, gpucore_ld<DT>(p.x, off + i * cs));
             else dot += OP == GPUCORE_ROWS_SOFTMAX_BWD ? gpucore_ld<DT>(p.dy, off + i) * gpucore_ld<DT>(p.y, off + i)
                                                        : gpucore_ld<DT>(p.dy, off + i);
         }
@@ -172,8 +175,8 @@ template <int OP> __device__ __forceinline__ float sm_out(float x, float dy, flo
 }
 
 template <int DT, int OP> __device__ __forceinline__ void sm_write(const gpucore_rows_args &p, int64_t row, int64_t off,
-                                                                   int64_t l0, int64_t l1, int vec, pair_stat st,
-                                                                   int lane, int size)
+                                                                   int64_t cs, int64_t l0, int64_t l1, int vec,
+                                                                   pair_stat st, int lane, int size)
 {
     const int V = gpucore_dt_size<DT>::vec;
     const float lse = logf(st.b); /* log-sum-exp minus the row max */
@@ -202,7 +205,7 @@ template <int DT, int OP> __device__ __forceinline__ void sm_write(const gpucore
             if (needs_x) gpucore_ldv<DT>(p.x, off + i, a);
             if (needs_dy) { gpucore_ldv<DT>(p.dy, off + i, a); gpucore_ldv<DT>(p.y, off + i, b); }
             if (OP == GPUCORE_ROWS_CE_BWD)
-                for (int k = 0; k < V; k++) b[k] = plain ? (i + k == t ? 1.0f : 0.0f) : gpucore_rows_ce_q(&p, row, i + k, t);
+                for (int k = 0; k < V; k++) b[k] = plain ? (i + k == t ? 1.0f : 0.0f) : gpucore_rows_ce_q(&p, off + i + k, i + k, t);
 #pragma unroll
             for (int k = 0; k < V; k++) o[k] = sm_out<OP>(a[k], a[k], needs_dy || OP == GPUCORE_ROWS_CE_BWD ? b[k] : 0.0f,
                                                           st, lse, g, q_all);
@@ -210,22 +213,36 @@ template <int DT, int OP> __device__ __forceinline__ void sm_write(const gpucore
         }
     } else {
         for (int64_t i = l0 + lane; i < l1; i += size) {
-            float a = needs_x ? gpucore_ld<DT>(p.x, off + i) : gpucore_ld<DT>(p.dy, off + i);
-            float b = needs_dy ? gpucore_ld<DT>(p.y, off + i) : 0.0f;
-            if (OP == GPUCORE_ROWS_CE_BWD) b = plain ? (i == t ? 1.0f : 0.0f) : gpucore_rows_ce_q(&p, row, i, t);
-            gpucore_st<DT>(out, off + i, sm_out<OP>(a, a, b, st, lse, g, q_all));
+            const int64_t e = off + i * cs;
+            float a = needs_x ? gpucore_ld<DT>(p.x, e) : gpucore_ld<DT>(p.dy, e);
+            float b = needs_dy ? gpucore_ld<DT>(p.y, e) : 0.0f;
+            if (OP == GPUCORE_ROWS_CE_BWD) b = plain ? (i == t ? 1.0f : 0.0f) : gpucore_rows_ce_q(&p, e, i, t);
+            gpucore_st<DT>(out, e, sm_out<OP>(a, a, b, st, lse, g, q_all));
         }
     }
 }
 
-/* CE forward: one loss per row (f32 to the workspace for MEAN/SUM, loss_dtype for NONE). */
-template <int DT> __device__ __forceinline__ void ce_row_loss(const gpucore_rows_args &p, int64_t row, int64_t off,
-                                                             pair_stat st, int lane)
+/* CE forward: one loss per row (f32 to the workspace for MEAN/SUM, loss_dtype for NONE); with
+ * weights / smoothing / probabilities the row sum of gpucore_rows_ce_fwd_term over the whole row
+ * (all threads of the group take part). */
+template <int DT, int WARP> __device__ __forceinline__ void ce_row_loss(const gpucore_rows_args &p, int64_t row,
+                                                                       int64_t off, int64_t cs, pair_stat st,
+                                                                       int lane, int size)
 {
+    const float ls = logf(st.b);
+    float sum = 0.0f;
+    if (gpucore_rows_ce_fwd_needs_sum(&p)) {
+        pair_stat v = {0.0f, 0.0f};
+        for (int64_t i = lane; i < p.cols; i += size)
+            v.a += gpucore_rows_ce_fwd_term(&p, off + i * cs, i, gpucore_ld<DT>(p.x, off + i * cs), st.a, ls);
+        sum = group_fold<1, WARP>(v).a;
+    }
     if (lane != 0) return;
-    int64_t t = gpucore_rows_target(p.targets, p.target_dtype, row);
-    float loss = t == p.ignore_index ? 0.0f
-               : (t < 0 || t >= p.cols) ? NAN : (st.a - gpucore_ld<DT>(p.x, off + t)) + logf(st.b);
+    const int probs = gpucore_rows_ce_probs(&p);
+    const int64_t t = probs ? -1 : gpucore_rows_target(p.targets, p.target_dtype, row);
+    float loss = probs ? gpucore_rows_ce_fwd_loss(&p, t, 0.0f, st.a, ls, sum)
+               : t == p.ignore_index ? 0.0f
+               : (t < 0 || t >= p.cols) ? NAN : gpucore_rows_ce_fwd_loss(&p, t, gpucore_ld<DT>(p.x, off + t * cs), st.a, ls, sum);
     if (p.reduction == GPUCORE_ROWS_RED_NONE)
         gpucore_store_from_f32((char *)p.loss + row * gpucore_kdt_size(p.loss_dtype), p.loss_dtype, loss);
     else ((float *)((char *)p.workspace + gpucore_rows_partials_bytes(&p)))[row] = loss;
@@ -240,12 +257,14 @@ __global__ void __launch_bounds__(ROWS_THREADS, WARP ? 1 : OP == GPUCORE_ROWS_CE
     pair_stat *part = (pair_stat *)p.workspace;
     const row_group<WARP> g;
     for (int64_t w = g.first; w < p.rows * chunks; w += g.step) {
-        const int64_t row = WARP ? w : w / chunks, c = WARP ? 0 : w % chunks, off = row * p.cols;
+        const int64_t row = WARP ? w : w / chunks, c = WARP ? 0 : w % chunks;
+        const int ce = OP == GPUCORE_ROWS_CE_FWD || OP == GPUCORE_ROWS_CE_BWD;
+        const int64_t off = ce ? gpucore_rows_ce_base(&p, row) : row * p.cols, cs = ce ? gpucore_rows_ce_stride(&p) : 1;
         const int64_t l0 = c * GPUCORE_ROWS_CHUNK;
         const int64_t l1 = l0 + GPUCORE_ROWS_CHUNK < p.cols ? l0 + GPUCORE_ROWS_CHUNK : p.cols;
         pair_stat st;
         if (phase == 0) {
-            st = group_fold<sm_kind<OP>::kind, WARP>(sm_partial<DT, OP>(p, off, l0, l1, vec, g.lane, g.size));
+            st = group_fold<sm_kind<OP>::kind, WARP>(sm_partial<DT, OP>(p, off, cs, l0, l1, vec, g.lane, g.size));
             if (chunks > 1) {
                 if (g.lane == 0) part[w] = st;
                 continue;
@@ -255,8 +274,8 @@ __global__ void __launch_bounds__(ROWS_THREADS, WARP ? 1 : OP == GPUCORE_ROWS_CE
             for (int64_t k = 1; k < chunks; k++) st = pair_combine<sm_kind<OP>::kind>(st, part[row * chunks + k]);
         }
         if (OP == GPUCORE_ROWS_CE_FWD) {
-            if (c == 0) ce_row_loss<DT>(p, row, off, st, g.lane);
-        } else sm_write<DT, OP>(p, row, off, l0, l1, vec, st, g.lane, g.size);
+            if (c == 0) ce_row_loss<DT, WARP>(p, row, off, cs, st, g.lane, g.size);
+        } else sm_write<DT, OP>(p, row, off, cs, l0, l1, vec, st, g.lane, g.size);
     }
 }
 
@@ -266,12 +285,11 @@ __global__ void __launch_bounds__(ROWS_THREADS, WARP ? 1 : OP == GPUCORE_ROWS_CE
 __global__ void __launch_bounds__(ROWS_THREADS) ce_reduce_kernel(gpucore_rows_args p)
 {
     float *tail = (float *)((char *)p.workspace + gpucore_rows_partials_bytes(&p));
-    const int fwd = p.op == GPUCORE_ROWS_CE_FWD, probs = !fwd && gpucore_rows_ce_probs(&p);
+    const int fwd = p.op == GPUCORE_ROWS_CE_FWD, probs = gpucore_rows_ce_probs(&p);
     pair_stat v = {0.0f, 0.0f}; /* a: loss sum or Σ_c w_c, b: counted rows' weight (exact in f32 up to 2^24) */
-    for (int64_t r = threadIdx.x; r < p.rows && !probs; r += blockDim.x) {
+    for (int64_t r = threadIdx.x; r < p.rows && (fwd || !probs); r += blockDim.x) {
         if (fwd) v.a += tail[r];
-        const int64_t t = gpucore_rows_target(p.targets, p.target_dtype, r);
-        v.b += t == p.ignore_index ? 0.0f : fwd || t < 0 || t >= p.cols ? 1.0f : gpucore_rows_ce_w(&p, t);
+        if (!probs) v.b += gpucore_rows_ce_count(&p, r);
     }
     for (int64_t c = threadIdx.x; c < p.cols && !fwd; c += blockDim.x) v.a += gpucore_rows_ce_w(&p, c);
     v = block_fold<1>(v);
@@ -294,7 +312,8 @@ __global__ void __launch_bounds__(ROWS_THREADS) ce_mass_kernel(gpucore_rows_args
     float *mass = (float *)((char *)p.workspace + gpucore_rows_partials_bytes(&p)) + 4;
     for (int64_t r = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; r < p.rows; r += (int64_t)gridDim.x * blockDim.x) {
         float q = 0.0f;
-        for (int64_t c = 0; c < p.cols; c++) q += gpucore_rows_ce_q(&p, r, c, -1);
+        const int64_t base = gpucore_rows_ce_base(&p, r), cs = gpucore_rows_ce_stride(&p);
+        for (int64_t c = 0; c < p.cols; c++) q += gpucore_rows_ce_q(&p, base + c * cs, c, -1);
         mass[r] = q;
     }
 }
@@ -539,7 +558,7 @@ template <int DT> static int rows_launch(const gpucore_launch *l, const gpucore_
 {
     const int V = gpucore_dt_size<DT>::vec;
     const void *ptrs[4] = {p->x, p->y, p->dy, p->dx};
-    int vec = p->cols % V == 0;
+    int vec = p->cols % V == 0 && p->inner <= 1;
     for (int k = 0; k < 4; k++) vec = vec && ((uintptr_t)ptrs[k] % 16) == 0;
     switch (p->op) {
     case GPUCORE_ROWS_SOFTMAX: return softmax_like_launch<DT, GPUCORE_ROWS_SOFTMAX>(l, p, vec);

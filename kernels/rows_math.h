@@ -13,9 +13,12 @@
  *                                 mean/rstd (f32 [rows], may be NULL) saved
  *   LAYERNORM_BWD, RMSNORM_BWD    dx (may be NULL), dgamma, dbeta (each may be NULL) from dy, x,
  *                                 mean (LayerNorm), rstd, gamma (may be NULL)
- *   CE_FWD                        loss_r = logsumexp(x_r) - x_r[t_r] (0 where t_r == ignore_index,
- *                                 NaN where t_r is out of [0, cols)); reduction NONE writes
- *                                 loss[rows], SUM/MEAN one element (MEAN: over non-ignored rows)
+ *   CE_FWD                        loss_r = Σ_c q_rc (logsumexp(x_r) - x_rc) (gpucore_rows_ce_fwd_loss;
+ *                                 plain: logsumexp(x_r) - x_r[t_r]); 0 where t_r == ignore_index,
+ *                                 NaN where t_r is out of [0, cols); reduction NONE writes
+ *                                 loss[rows], SUM/MEAN one element (MEAN: / Σ of the counted
+ *                                 rows' w_t, or rows for probabilities)
+ *                                 CE rows may be strided: inner > 1 is the [outer, cols, inner] layout
  *   CE_BWD                        dx_r = g_r * (Q_r softmax(x_r) - q_r) with q_r the row's target
  *                                 mass (gpucore_rows_ce_q: class weights, label smoothing, index or
  *                                 probability targets; plain: onehot(t_r)), Q_r = Σ_c q_rc;
@@ -75,7 +78,13 @@ GPUCORE_HD int gpucore_rows_is_softmax_like(int op)
     return op <= GPUCORE_ROWS_LOG_SOFTMAX_BWD || op == GPUCORE_ROWS_CE_FWD || op == GPUCORE_ROWS_CE_BWD;
 }
 
-/* Cross-entropy backward: probability targets (a float target dtype)? */
+/* Target / index r as int64 (i32 or i64). */
+GPUCORE_HD int64_t gpucore_rows_target(const void *t, int dt, int64_t r)
+{
+    return dt == GPUCORE_KDT_I32 ? (int64_t)((const int32_t *)t)[r] : ((const int64_t *)t)[r];
+}
+
+/* Cross-entropy: probability targets (a float target dtype)? */
 GPUCORE_HD int gpucore_rows_ce_probs(const gpucore_rows_args *a)
 {
     return a->target_dtype != GPUCORE_KDT_I32 && a->target_dtype != GPUCORE_KDT_I64;
@@ -94,18 +103,63 @@ GPUCORE_HD float gpucore_rows_ce_w(const gpucore_rows_args *a, int64_t c)
                      : 1.0f;
 }
 
+/* Cross-entropy's class stride (rows_args.inner) and the element offset of row r's class 0;
+ * class c of row r is at gpucore_rows_ce_base(a, r) + c * gpucore_rows_ce_stride(a). */
+GPUCORE_HD int64_t gpucore_rows_ce_stride(const gpucore_rows_args *a)
+{
+    return a->inner > 1 ? a->inner : 1;
+}
+
+GPUCORE_HD int64_t gpucore_rows_ce_base(const gpucore_rows_args *a, int64_t r)
+{
+    const int64_t in = gpucore_rows_ce_stride(a);
+    return in == 1 ? r * a->cols : (r / in) * a->cols * in + r % in;
+}
+
 /* Target mass q_c of row r (PyTorch's cross_entropy with weight w and label smoothing ε):
  * probabilities P: q_c = w_c ((1-ε) P_rc + ε/C); class index t (in [0, C)):
- * q_c = w_c ε/C + [c = t] (1-ε) w_t. */
-GPUCORE_HD float gpucore_rows_ce_q(const gpucore_rows_args *a, int64_t r, int64_t c, int64_t t)
+ * q_c = w_c ε/C + [c = t] (1-ε) w_t. off: the element offset of (r, c) (probabilities). */
+GPUCORE_HD float gpucore_rows_ce_q(const gpucore_rows_args *a, int64_t off, int64_t c, int64_t t)
 {
     const float eps = a->smoothing, u = eps / (float)a->cols;
     if (gpucore_rows_ce_probs(a)) {
-        const float pr = gpucore_load_as_f32((const char *)a->targets + (r * a->cols + c) * gpucore_kdt_size(a->target_dtype),
+        const float pr = gpucore_load_as_f32((const char *)a->targets + off * gpucore_kdt_size(a->target_dtype),
                                              a->target_dtype);
         return gpucore_rows_ce_w(a, c) * ((1.0f - eps) * pr + u);
     }
     return gpucore_rows_ce_w(a, c) * u + (c == t ? (1.0f - eps) * gpucore_rows_ce_w(a, t) : 0.0f);
+}
+
+/* Cross-entropy forward (PyTorch's formula, with nl_c = (m - x_c) + log s = -log_softmax_c):
+ * index t: loss = (1-ε) w_t nl_t + ε/C Σ_c w_c nl_c; probabilities: loss = Σ_c q_c nl_c.
+ * The row sum Σ_c (needed with probabilities or ε > 0) adds these terms in class order
+ * (per thread; the threads' partials in a fixed tree on GPUs). */
+GPUCORE_HD int gpucore_rows_ce_fwd_needs_sum(const gpucore_rows_args *a)
+{
+    return gpucore_rows_ce_probs(a) || a->smoothing != 0.0f;
+}
+
+GPUCORE_HD float gpucore_rows_ce_fwd_term(const gpucore_rows_args *a, int64_t off, int64_t c, float x, float m, float ls)
+{
+    const float nl = (m - x) + ls;
+    return (gpucore_rows_ce_probs(a) ? gpucore_rows_ce_q(a, off, c, -1) : gpucore_rows_ce_w(a, c)) * nl;
+}
+
+/* The row's loss from x_t (index targets), m, log s and the row sum (0 when not needed). */
+GPUCORE_HD float gpucore_rows_ce_fwd_loss(const gpucore_rows_args *a, int64_t t, float xt, float m, float ls, float sum)
+{
+    if (gpucore_rows_ce_probs(a)) return sum;
+    const float own = (1.0f - a->smoothing) * gpucore_rows_ce_w(a, t) * ((m - xt) + ls);
+    return a->smoothing != 0.0f ? own + a->smoothing / (float)a->cols * sum : own;
+}
+
+/* The weight a row adds to MEAN's divisor: index targets w_t (0 when ignored, 1 out of range:
+ * that row's loss is NaN anyway), probabilities 1. */
+GPUCORE_HD float gpucore_rows_ce_count(const gpucore_rows_args *a, int64_t r)
+{
+    if (gpucore_rows_ce_probs(a)) return 1.0f;
+    const int64_t t = gpucore_rows_target(a->targets, a->target_dtype, r);
+    return t == a->ignore_index ? 0.0f : t < 0 || t >= a->cols ? 1.0f : gpucore_rows_ce_w(a, t);
 }
 
 /* Q of an index-target row: Σ_c q_c = (1-ε) w_t + ε/C Σ_c w_c (sum_w: Σ_c w_c). */
@@ -138,12 +192,6 @@ GPUCORE_HD int64_t gpucore_rows_workspace_bytes(const gpucore_rows_args *a)
     if (a->op == GPUCORE_ROWS_EMBED_BWD && a->dtype != GPUCORE_KDT_F32 /* accumulate in f32 */)
         return a->vocab * a->cols * (int64_t)sizeof(float);
     return 0;
-}
-
-/* Target / index r as int64 (i32 or i64). */
-GPUCORE_HD int64_t gpucore_rows_target(const void *t, int dt, int64_t r)
-{
-    return dt == GPUCORE_KDT_I32 ? (int64_t)((const int32_t *)t)[r] : ((const int64_t *)t)[r];
 }
 
 /* Online softmax statistics: running max m and Σ exp(x - m). */

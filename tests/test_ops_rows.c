@@ -5,8 +5,7 @@
  * inputs, rows long enough for the multi-block path (70000 and 262147), the
  * lengths where the kernels switch between a warp and a block per row, large
  * logits (+-1e4), empty tensors; the backward formulas checked by finite
- * differences in f64; cross-entropy backward with class weights, label
- * smoothing and probability targets (gpucore_cross_entropy_backward_ex); determinism
+ * differences in f64 (PyTorch's cross-entropy options and layouts: test_ops_cross_entropy.c); determinism
  * (norm and embedding backward twice: same bits); bad input (shapes, dtypes, aliasing, out-of-range targets).
  */
 #include "ops_harness.h"
@@ -113,39 +112,6 @@ static void ref_ce_bwd(const double *x, const int64_t *t, const double *dloss, i
     free(p);
 }
 
-/* PyTorch's cross-entropy with class weights w (NULL: 1), label smoothing eps and index
- * targets t (ignore: skipped) or probability targets P: the row's target mass q. */
-static void ref_ce_q(const int64_t *t, const double *P, const double *w, double eps, int64_t r, int64_t cols, double *q)
-{
-    for (int64_t c = 0; c < cols; c++) {
-        double wc = w ? w[c] : 1.0;
-        q[c] = P ? wc * ((1 - eps) * P[r * cols + c] + eps / (double)cols)
-                 : wc * eps / (double)cols + (c == t[r] ? (1 - eps) * wc : 0.0);
-    }
-}
-
-/* loss_r = -Σ_c q_c log softmax(x_r)_c (the forward, for the finite differences) and its
- * backward dx = g_r (Σq · softmax - q); MEAN divides by Σ w_t (indices) or rows (P). */
-static double ref_ce_ex(const double *x, const int64_t *t, const double *P, const double *w, double eps,
-                        const double *dloss, int red, int64_t rows, int64_t cols, int64_t ignore, double *dx)
-{
-    double denom = 0, total = 0, *q = malloc(sizeof(double) * (size_t)cols), *p = malloc(sizeof(double) * (size_t)(rows * cols));
-    ref_softmax(x, rows, cols, 0, p);
-    for (int64_t r = 0; r < rows; r++) denom += P ? 1.0 : t[r] == ignore ? 0.0 : w ? w[t[r]] : 1.0;
-    for (int64_t r = 0; r < rows; r++) {
-        int skip = !P && t[r] == ignore;
-        if (!skip) ref_ce_q(t, P, w, eps, r, cols, q);
-        double Q = 0, loss = 0;
-        for (int64_t c = 0; c < cols && !skip; c++) { Q += q[c]; loss -= q[c] * log(p[r * cols + c]); }
-        total += red == GPUCORE_LOSS_NONE ? loss * dloss[r] : loss;
-        double g = red == GPUCORE_LOSS_NONE ? dloss[r] : red == GPUCORE_LOSS_SUM ? dloss[0] : dloss[0] / denom;
-        for (int64_t c = 0; c < cols && dx; c++) dx[r * cols + c] = skip ? 0.0 : g * (Q * p[r * cols + c] - q[c]);
-    }
-    free(q);
-    free(p);
-    return red == GPUCORE_LOSS_MEAN ? total * dloss[0] / denom : red == GPUCORE_LOSS_SUM ? total * dloss[0] : total;
-}
-
 static double *rnd(int64_t n, double lo, double hi)
 {
     double *v = malloc(sizeof(double) * (size_t)(n + 1));
@@ -226,28 +192,6 @@ static void test_finite_differences(void)
     }
 #undef OBJ
     free(x); free(w); free(g); free(b); free(y); free(dx); free(fd);
-    /* the weighted / smoothed / probability-target cross-entropy backward vs FD of its loss */
-    {
-        enum { R = 4, K = 5 };
-        double x[R * K], P[R * K], w[K] = {0.5, 2, 1, 0.25, 3}, dl[R] = {0.7, -1.2, 0.4, 2.0}, dx[R * K], fd[R * K];
-        int64_t t[R] = {2, -100, 4, 0};
-        for (int i = 0; i < R * K; i++) { x[i] = sin(0.7 * i) * 2; P[i] = 0.1 + fabs(cos(1.3 * i)); }
-        for (int v = 0; v < 4; v++)
-            for (int red = 0; red < 3; red++) {
-                const double *pp = v & 1 ? P : NULL, *ww = v & 2 ? w : NULL, eps = v == 0 ? 0.2 : 0.1;
-                ref_ce_ex(x, t, pp, ww, eps, dl, red, R, K, -100, dx);
-                for (int i = 0; i < R * K; i++) {
-                    double keep = x[i], h = 1e-6;
-                    x[i] = keep + h;
-                    double up = ref_ce_ex(x, t, pp, ww, eps, dl, red, R, K, -100, NULL);
-                    x[i] = keep - h;
-                    double dn = ref_ce_ex(x, t, pp, ww, eps, dl, red, R, K, -100, NULL);
-                    x[i] = keep;
-                    fd[i] = (up - dn) / (2 * h);
-                }
-                check_close(fd, dx, R * K, 1e-6, "weighted/smoothed cross_entropy backward vs FD");
-            }
-    }
 }
 
 /* ------------------------------------------------------------------ softmax */
@@ -542,45 +486,6 @@ static void test_cross_entropy(gpucore_context *ctx)
             }
 }
 
-/* gpucore_cross_entropy_backward_ex: class weights (f32 or the logits' dtype), label
- * smoothing, probability targets, every reduction, on the kernels' path switches. */
-static void test_cross_entropy_ex(gpucore_context *ctx)
-{
-    static const int64_t sizes[][2] = {{1, 1}, {9, 17}, {6, 300}, {3, 768}, {3, 4097}, {2, 70000}};
-    for (size_t si = 0; si < sizeof sizes / sizeof sizes[0]; si++)
-        for (int di = 0; di < 3; di++)
-            for (int v = 0; v < 6; v++) /* bit 0: weight, v / 2: 0 index, 1 index + smoothing, 2 probabilities */
-                for (int red = 0; red < 3; red++) {
-                    const int64_t rows = sizes[si][0], cols = sizes[si][1], n = rows * cols, one = 1;
-                    const int probs = v / 2 == 2, weighted = v & 1;
-                    const double eps = v / 2 == 1 ? 0.15 : probs && weighted ? 0.05 : 0.0;
-                    gpucore_dtype dt = float_dtypes[di], wdt = (red + di) % 2 ? GPUCORE_F32 : dt;
-                    int64_t shape[2] = {rows, cols}, lrows = red == GPUCORE_LOSS_NONE ? rows : 1;
-                    int64_t *ht = malloc(sizeof(int64_t) * (size_t)rows);
-                    double *hx, *hdl, *hP = NULL, *hw = NULL;
-                    gpucore_tensor *x = make_input(ctx, dt, 2, shape, si % 2, -3, 3, &hx);
-                    gpucore_tensor *t = probs ? make_input(ctx, dt, 2, shape, 0, 0, 1, &hP)
-                                              : make_targets(ctx, (red + v) % 2 ? GPUCORE_I32 : GPUCORE_I64, rows, cols, -100, ht);
-                    gpucore_tensor *w = weighted ? make_input(ctx, wdt, 1, &cols, 0, 0.2, 3, &hw) : NULL;
-                    gpucore_tensor *dl = make_input(ctx, dt, 1, &lrows, 0, 0.5, 1.5, &hdl);
-                    guarded g = make_output(ctx, dt, 2, shape, si % 3 == 1);
-                    CHECK_OK(gpucore_cross_entropy_backward_ex(g.view, dl, x, t, w, -100, (gpucore_loss_reduction)red,
-                                                               eps, NULL));
-                    double *gout = finish_output(&g, "cross_entropy_backward_ex"), *rg = malloc(sizeof(double) * (size_t)n);
-                    ref_ce_ex(hx, probs ? NULL : ht, hP, hw, eps, hdl, red, rows, cols, -100, rg);
-                    double denom = 0;
-                    for (int64_t r = 0; r < rows; r++) denom += probs || ht[r] != -100;
-                    char what[160];
-                    snprintf(what, sizeof what, "cross_entropy_backward_ex red %d %lldx%lld %s w=%d eps=%g probs=%d", red,
-                             (long long)rows, (long long)cols, gpucore_dtype_name(dt), weighted, eps, probs);
-                    if (!(red == GPUCORE_LOSS_MEAN && denom == 0)) check_close(gout, rg, n, tolerance_for(dt, 1), what);
-                    free(ht); free(hx); free(hdl); free(hP); free(hw); free(gout); free(rg);
-                    gpucore_tensor_destroy(x); gpucore_tensor_destroy(t); gpucore_tensor_destroy(dl);
-                    if (w) gpucore_tensor_destroy(w);
-                    (void)one;
-                }
-}
-
 /* ---------------------------------------------------------------- embedding */
 
 static void test_embedding(gpucore_context *ctx)
@@ -667,17 +572,17 @@ static void test_bad_input(gpucore_context *ctx)
     CHECK_STATUS(gpucore_cross_entropy(l1, x, t32, -100, (gpucore_loss_reduction)9, NULL), GPUCORE_ERR_INVALID_ARGUMENT);
     CHECK_STATUS(gpucore_cross_entropy(l1, x, g3, -100, GPUCORE_LOSS_SUM, NULL), GPUCORE_ERR_DTYPE_MISMATCH);
     /* the _ex backward: probability targets of logits' shape and dtype, weight [C], ε in [0, 1] */
-    CHECK_STATUS(gpucore_cross_entropy_backward_ex(y, l1, x, tf, NULL, -100, GPUCORE_LOSS_SUM, 0.0, NULL),
+    CHECK_STATUS(gpucore_cross_entropy_backward_ex(y, l1, x, tf, NULL, -100, GPUCORE_LOSS_SUM, 0.0, -1, NULL),
                  GPUCORE_ERR_SHAPE_MISMATCH);
-    CHECK_STATUS(gpucore_cross_entropy_backward_ex(y, l1, x, t32, g2, -100, GPUCORE_LOSS_SUM, 0.0, NULL),
+    CHECK_STATUS(gpucore_cross_entropy_backward_ex(y, l1, x, t32, g2, -100, GPUCORE_LOSS_SUM, 0.0, -1, NULL),
                  GPUCORE_ERR_SHAPE_MISMATCH);
-    CHECK_STATUS(gpucore_cross_entropy_backward_ex(y, l1, x, t32, g3, -100, GPUCORE_LOSS_SUM, 1.5, NULL),
+    CHECK_STATUS(gpucore_cross_entropy_backward_ex(y, l1, x, t32, g3, -100, GPUCORE_LOSS_SUM, 1.5, -1, NULL),
                  GPUCORE_ERR_INVALID_ARGUMENT);
-    CHECK_STATUS(gpucore_cross_entropy_backward_ex(y, l1, x, t32, g3, -100, GPUCORE_LOSS_SUM, NAN, NULL),
+    CHECK_STATUS(gpucore_cross_entropy_backward_ex(y, l1, x, t32, g3, -100, GPUCORE_LOSS_SUM, NAN, -1, NULL),
                  GPUCORE_ERR_INVALID_ARGUMENT);
-    CHECK_STATUS(gpucore_cross_entropy_backward_ex(y, l1, x, y, g3, -100, GPUCORE_LOSS_SUM, 0.0, NULL),
+    CHECK_STATUS(gpucore_cross_entropy_backward_ex(y, l1, x, y, g3, -100, GPUCORE_LOSS_SUM, 0.0, -1, NULL),
                  GPUCORE_ERR_INVALID_ARGUMENT); /* the output is the probability targets */
-    CHECK_STATUS(gpucore_cross_entropy_backward_ex(g3, l1, x, t32, g3, -100, GPUCORE_LOSS_SUM, 0.0, NULL),
+    CHECK_STATUS(gpucore_cross_entropy_backward_ex(g3, l1, x, t32, g3, -100, GPUCORE_LOSS_SUM, 0.0, -1, NULL),
                  GPUCORE_ERR_SHAPE_MISMATCH);
     CHECK_STATUS(gpucore_embedding(y, x, g3, NULL), GPUCORE_ERR_DTYPE_MISMATCH);
     CHECK_STATUS(gpucore_embedding(y, g3, t32, NULL), GPUCORE_ERR_SHAPE_MISMATCH); /* 1-d table */
@@ -737,7 +642,6 @@ int main(void)
         test_softmax_f64(ctx);
         test_norms(ctx);
         test_cross_entropy(ctx);
-        test_cross_entropy_ex(ctx);
         test_embedding(ctx);
         test_bad_input(ctx);
         gpucore_context_destroy(ctx);

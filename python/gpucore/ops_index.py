@@ -15,21 +15,15 @@ from ._lib import C
 from ._validate import to_float, to_int
 from .context import Context, Stream
 from .errors import InvalidArgumentError, ShapeMismatchError
-from .ops import (LOSS_REDUCTIONS, TensorOrNumber, _is_number, _loss_reduction, _out, _same_ctx, _stream, _tensor,
-                  cast, log_softmax, mul, neg, scale, sum)
+from .ops import TensorOrNumber, _is_number, _loss_reduction, _out, _same_ctx, _stream, _tensor, cast, mul
 from .tensor import Tensor, empty, full
 from .tensor import tensor as _tensor_from_host
 
 __all__ = ["cross_entropy", "cross_entropy_backward", "embedding", "embedding_backward"]
 
 
-def _class_rows(x: Tensor) -> Tensor:
-    """PyTorch's (N, C, d1, ...) / (C,) logits as rows [N·d1·..., C] (class dim last)."""
-    if len(x.shape) == 1:
-        return x.reshape((1, x.shape[0]))
-    if len(x.shape) == 2:
-        return x
-    return x.permute([0] + list(range(2, len(x.shape))) + [1]).contiguous().reshape((-1, x.shape[1]))
+_CLASS_DIM_TORCH = 1000  # GPUCORE_CE_CLASS_DIM_TORCH: class dim 1, or 0 for (C,) logits
+_FLOATS = (_dt.float32, _dt.float16, _dt.bfloat16, _dt.float64)
 
 
 def cross_entropy(input: Tensor, target: Tensor, weight: Optional[Tensor] = None, ignore_index: int = -100,
@@ -37,17 +31,16 @@ def cross_entropy(input: Tensor, target: Tensor, weight: Optional[Tensor] = None
                   stream: Optional[Stream] = None) -> Tensor:
     """torch.nn.functional.cross_entropy: cross-entropy of softmax(input) against ``target``.
 
-    input: logits (N, C), (N, C, d1, ...) (class dim 1) or unbatched (C,). target: integer
-    classes (i32/i64, input's shape without the class dim) or class probabilities (a float
-    tensor of input's shape). ``weight``: a [C] rescaling of each class (None: 1).
-    ``label_smoothing`` ε in [0, 1]: the target mixes (1-ε)·target with ε/C uniform. Rows
-    whose integer target is ``ignore_index`` count 0 and are not counted by "mean". "mean"
-    divides by the summed weights of the counted targets (integer targets) or by the row
-    count (probabilities). reduction "none" gives one loss per row (input's dtype, target's
-    shape); "mean"/"sum" a 0-d f32 tensor. Plain (N, C) integer targets without weight or
-    smoothing run as one fused, stable kernel; the rest as log_softmax (f32) and a
-    weighted row sum (integer targets: the weighted target matrix is built on the host).
-    A target outside [0, C) gives NaN for its row (fused) or is an error (host path)."""
+    input: logits (N, C), (N, C, d1, ...) (class dim 1) or unbatched (C,), any strides.
+    target: integer classes (i32/i64, input's shape without the class dim) or class
+    probabilities (a float tensor of input's shape). ``weight``: a [C] rescaling of each
+    class (None: 1). ``label_smoothing`` ε in [0, 1]: the target mixes (1-ε)·target with ε/C
+    uniform. Rows whose integer target is ``ignore_index`` count 0 and are not counted by
+    "mean". "mean" divides by the summed weights of the counted targets (integer targets) or
+    by the row count (probabilities). reduction "none" gives one loss per row (input's dtype,
+    target's shape); "mean"/"sum" a 0-d f32 tensor. One fused, stable kernel for every case
+    (gpucore_cross_entropy_forward_ex: no host sync, no copy of contiguous logits). A target
+    outside [0, C) other than ignore_index gives NaN for its row (not checked on the host)."""
     x = _tensor(input, "input")
     t = _tensor(target, "target")
     r = _loss_reduction(reduction)
@@ -56,65 +49,20 @@ def cross_entropy(input: Tensor, target: Tensor, weight: Optional[Tensor] = None
         raise InvalidArgumentError("cross_entropy: label_smoothing must be in [0, 1], not %r" % (eps,))
     ctx = x._ctx
     _same_ctx(ctx, (t, "target"), (weight, "weight"), (out, "out"))
-    probs = t.dtype in (_dt.float32, _dt.float16, _dt.bfloat16, _dt.float64)
-    if len(x.shape) == 2 and not probs and weight is None and eps == 0.0:
-        if out is None:
-            o = empty(t.shape, x.dtype, device=ctx) if r == 0 else empty((), "float32", device=ctx)
-        else:
-            o = _tensor(out, "out")
-        C.gpucore_cross_entropy(o.handle, x.handle, t.handle, to_int(ignore_index, "ignore_index"), r,
-                                _stream(ctx, stream))
-        return o
     if not x.shape:
         raise ShapeMismatchError("cross_entropy: input must be (C,), (N, C) or (N, C, d1, ...), not 0-d")
-    ncls = x.shape[0] if len(x.shape) == 1 else x.shape[1]
+    if t.dtype in _FLOATS and t.dtype != x.dtype:
+        t = cast(t, x.dtype, stream=stream)
     rshape = tuple(x.shape[:1] + x.shape[2:]) if len(x.shape) > 1 else ()
-    if tuple(t.shape) != (tuple(x.shape) if probs else rshape):
-        raise ShapeMismatchError("cross_entropy: input %s needs %s target of shape %s, not %s" %
-                                 (x.shape, "a probability" if probs else "an index",
-                                  tuple(x.shape) if probs else rshape, t.shape))
-    if weight is not None and tuple(_tensor(weight, "weight").shape) != (ncls,):
-        raise ShapeMismatchError("cross_entropy: weight must be [%d] (one per class), not %s" % (ncls, weight.shape))
-    rows = _class_rows(x)
-    nrow = rows.shape[0]
-    if not probs and weight is None and eps == 0.0:  # class dim 1 or unbatched: the fused kernel on rows
-        res = cross_entropy(rows, t.reshape((nrow,)), None, ignore_index, reduction, stream=stream)
-        res = res.reshape(rshape) if r == 0 else res
+    if out is None:
+        o = empty(rshape, x.dtype, device=ctx) if r == 0 else empty((), "float32", device=ctx)
     else:
-        logp = log_softmax(rows, dim=-1, dtype=_dt.float32, stream=stream)
-        w = None if weight is None else cast(weight, _dt.float32, stream=stream).reshape((1, ncls))
-        if probs:
-            tm = _class_rows(cast(t, _dt.float32, stream=stream))
-            if eps:
-                tm = scale(tm, 1.0 - eps, eps / ncls, stream=stream)
-            if w is not None:
-                tm = mul(tm, w, stream=stream)
-            denom = float(nrow)
-        else:
-            ti = np.asarray(t.numpy()).reshape(-1).astype(np.int64)
-            valid = ti != int(ignore_index)
-            if np.any(valid & ((ti < 0) | (ti >= ncls))):
-                raise InvalidArgumentError("cross_entropy: a target lies outside [0, %d) and is not ignore_index" % ncls)
-            wh = np.ones(ncls) if weight is None else np.asarray(cast(weight, _dt.float64).numpy(), np.float64)
-            th = np.zeros((nrow, ncls))
-            idx = np.nonzero(valid)[0]
-            th[idx, ti[idx]] = (1.0 - eps) * wh[ti[idx]]
-            th[idx, :] += (eps / ncls) * wh[None, :]
-            tm = _host_tensor(th, _dt.float32, ctx)
-            denom = float(wh[ti[idx]].sum())
-        per_row = neg(sum(mul(tm, logp, stream=stream), dim=-1, stream=stream), stream=stream)
-        if r == 0:
-            res = cast(per_row, x.dtype, stream=stream).reshape(rshape)
-        else:
-            res = sum(per_row, stream=stream)
-            if r == LOSS_REDUCTIONS["mean"] and denom:
-                res = scale(res, 1.0 / denom, stream=stream)
-            elif r == LOSS_REDUCTIONS["mean"]:  # no counted target (PyTorch: NaN)
-                res = full((), float("nan"), "float32", device=ctx)
-    if out is not None:
-        _tensor(out, "out").copy_(res, stream=stream)
-        return out
-    return res
+        o = _tensor(out, "out")
+    C.gpucore_cross_entropy_forward_ex(o.handle, x.handle, t.handle,
+                                       None if weight is None else _tensor(weight, "weight").handle,
+                                       to_int(ignore_index, "ignore_index"), r, eps, _CLASS_DIM_TORCH,
+                                       _stream(ctx, stream))
+    return o
 
 
 def cross_entropy_backward(input: Tensor, target: Tensor, grad_output: TensorOrNumber = 1.0,
@@ -125,9 +73,10 @@ def cross_entropy_backward(input: Tensor, target: Tensor, grad_output: TensorOrN
     target mass (class index t: w_c ε/C + [c = t] (1-ε) w_t; probabilities p: w_c ((1-ε) p_c +
     ε/C)), dx = grad * (Σ_c q_c · softmax(input) - q); 0 on ignored rows; "mean" divides by the
     summed weight of the counted targets (indices) or by the row count (probabilities). The
-    layouts of :func:`cross_entropy` ((N, C), (N, C, d1, ...) with class dim 1, (C,)).
-    ``grad_output``: the loss's gradient (a tensor of the loss's shape, or a number for a
-    reduced loss, e.g. the loss scale). out may be input (in place) for (N, C) logits."""
+    layouts of :func:`cross_entropy` ((N, C), (N, C, d1, ...) with class dim 1, (C,)), in one
+    kernel (gpucore_cross_entropy_backward_ex). ``grad_output``: the loss's gradient (a tensor
+    of the loss's shape, or a number for a reduced loss, e.g. the loss scale). out may be
+    input (in place)."""
     x = _tensor(input, "input")
     t = _tensor(target, "target")
     r = _loss_reduction(reduction)
@@ -135,7 +84,6 @@ def cross_entropy_backward(input: Tensor, target: Tensor, grad_output: TensorOrN
     if not 0.0 <= eps <= 1.0:
         raise InvalidArgumentError("cross_entropy_backward: label_smoothing must be in [0, 1], not %r" % (eps,))
     ctx = x._ctx
-    probs = t.dtype in (_dt.float32, _dt.float16, _dt.bfloat16, _dt.float64)
     rshape = tuple(x.shape[:1] + x.shape[2:]) if len(x.shape) > 1 else ()
     if _is_number(grad_output):
         if r == 0:
@@ -146,31 +94,12 @@ def cross_entropy_backward(input: Tensor, target: Tensor, grad_output: TensorOrN
         dl = _tensor(grad_output, "grad_output")
     _same_ctx(ctx, (t, "target"), (dl, "grad_output"), (out, "out"), (weight, "weight"))
     o = _out(out, x.shape, x.dtype, ctx)
-    if probs and t.dtype != x.dtype:
+    if t.dtype in _FLOATS and t.dtype != x.dtype:
         t = cast(t, x.dtype, stream=stream)
-    if len(x.shape) != 2 and x.shape:  # class dim 1 (or unbatched): the kernel on [rows, C], moved back
-        rows = _class_rows(x)
-        nrow = rows.shape[0]
-        if tuple(t.shape) != (tuple(x.shape) if probs else rshape):
-            raise ShapeMismatchError("cross_entropy_backward: input %s needs a target of shape %s, not %s" %
-                                     (x.shape, tuple(x.shape) if probs else rshape, t.shape))
-        tr = _class_rows(t) if probs else t.reshape((nrow,))
-        dr = cross_entropy_backward(rows, tr, dl.reshape((nrow,)) if r == 0 else dl, ignore_index, reduction,
-                                    stream=stream, weight=weight, label_smoothing=eps)
-        if len(x.shape) == 1:
-            o.copy_(dr.reshape(x.shape), stream=stream)
-        else:
-            lead = (x.shape[0],) + tuple(x.shape[2:])
-            moved = dr.reshape(lead + (x.shape[1],)).permute([0, len(x.shape) - 1] + list(range(1, len(x.shape) - 1)))
-            o.copy_(moved, stream=stream)
-        return o
-    if weight is None and eps == 0.0 and not probs:
-        C.gpucore_cross_entropy_backward(o.handle, dl.handle, x.handle, t.handle, to_int(ignore_index, "ignore_index"),
-                                         r, _stream(ctx, stream))
-    else:
-        C.gpucore_cross_entropy_backward_ex(o.handle, dl.handle, x.handle, t.handle,
-                                            None if weight is None else _tensor(weight, "weight").handle,
-                                            to_int(ignore_index, "ignore_index"), r, eps, _stream(ctx, stream))
+    C.gpucore_cross_entropy_backward_ex(o.handle, dl.handle, x.handle, t.handle,
+                                        None if weight is None else _tensor(weight, "weight").handle,
+                                        to_int(ignore_index, "ignore_index"), r, eps, _CLASS_DIM_TORCH,
+                                        _stream(ctx, stream))
     return o
 
 

@@ -357,15 +357,85 @@ gpucore_status gpucore_rms_norm_backward(gpucore_tensor *dx, gpucore_tensor *dga
 
 /* ------------------------------------------------------------ cross-entropy */
 
-/* logits [..., C] with C > 0; targets i32/i64 of logits' leading shape (or, where probs is
- * not NULL, class probabilities of logits' dtype and shape: *probs set); a loss-like tensor
- * (loss or dloss) of logits' leading shape (NONE) or one element. */
+/* The class dim of logits (class_dim: GPUCORE_CE_CLASS_DIM_TORCH, or a dim counted from the
+ * end when negative): rows = the product of the other dims, cols = C, inner = the product
+ * of the dims after it (1: class dim last). */
+static gpucore_status ce_dims(const char *name, const gpucore_tensor *logits, int class_dim, int *k, int64_t *rows,
+                              int64_t *cols, int64_t *inner)
+{
+    gpucore_status st = ops_check_float(logits, name, "logits");
+    if (st) return st;
+    const int nd = logits->ndim;
+    int d = class_dim == GPUCORE_CE_CLASS_DIM_TORCH ? (nd >= 2 ? 1 : 0) : class_dim < 0 ? class_dim + nd : class_dim;
+    if (nd < 1 || d < 0 || d >= nd) {
+        char b[200];
+        return gpucore_set_error(GPUCORE_ERR_INVALID_ARGUMENT, "%s: class_dim %d is not a dim of logits %s (give "
+                                 "-%d .. %d, or GPUCORE_CE_CLASS_DIM_TORCH; logits need at least one dim)", name,
+                                 class_dim, gpucore_shape_str(nd, logits->shape, b, sizeof b), nd, nd - 1);
+    }
+    *k = d;
+    *cols = logits->shape[d];
+    *rows = 1;
+    *inner = 1;
+    for (int i = 0; i < nd; i++)
+        if (i != d) *rows *= logits->shape[i];
+    for (int i = d + 1; i < nd; i++) *inner *= logits->shape[i];
+    return GPUCORE_OK;
+}
+
+/* t has logits' shape without dim k? */
+static int ce_lead_shape(const gpucore_tensor *t, const gpucore_tensor *logits, int k)
+{
+    if (t->ndim != logits->ndim - 1) return 0;
+    for (int i = 0, j = 0; i < logits->ndim; i++)
+        if (i != k && t->shape[j++] != logits->shape[i]) return 0;
+    return 1;
+}
+
+/* A tensor whose class dim k has stride 1 and whose other dims, in order, are row-major with row
+ * stride C (a channels-last tensor seen as [N, C, d1, ...]): contiguous [rows, C] rows in memory. */
+static int ce_class_last(const gpucore_tensor *t, int k)
+{
+    int64_t want = t->shape[k];
+    if (t->strides[k] != 1 && t->shape[k] != 1) return 0;
+    for (int d = t->ndim - 1; d >= 0; d--) {
+        if (d == k) continue;
+        if (t->shape[d] != 1 && t->strides[d] != want) return 0;
+        want *= t->shape[d];
+    }
+    return 1;
+}
+
+/* Read the class-dim-k operands in place as class-last rows (inner 1)? Only where logits are not
+ * contiguous (then they are read in place as [outer, C, inner]) and every class-dim operand
+ * (logits, probability targets, dlogits) is class-last; otherwise they are staged. */
+static int ce_rows_in_place(const gpucore_rows_args *a, int k, const gpucore_tensor *logits,
+                            const gpucore_tensor *targets, int probs, const gpucore_tensor *dlogits)
+{
+    return a->inner > 1 && !gpucore_tensor_contiguous_unchecked(logits) && ce_class_last(logits, k) &&
+           (!probs || ce_class_last(targets, k)) && (!dlogits || ce_class_last(dlogits, k));
+}
+
+static void *ce_data(const gpucore_tensor *t)
+{
+    gpucore_view v;
+    gpucore_tensor_view_of(t, &v);
+    return v.data;
+}
+
+/* logits with class dim k (ce_dims) and C > 0 where rows > 0; targets i32/i64 of logits'
+ * shape without dim k (or, where probs is not NULL, class probabilities of logits' dtype and
+ * shape: *probs set); a loss-like tensor (loss or dloss) of the targets' shape (NONE) or one
+ * element; weight NULL or [C]. */
 static gpucore_status ce_check(const char *name, const gpucore_tensor *logits, const gpucore_tensor *targets,
-                               const gpucore_tensor *l, const char *ln, gpucore_loss_reduction red, int64_t *rows,
-                               int64_t *cols, int *probs)
+                               const gpucore_tensor *l, const char *ln, const gpucore_tensor *weight, int *wdt,
+                               gpucore_loss_reduction red, double smoothing, int class_dim, gpucore_rows_args *a,
+                               int *probs, int *kout)
 {
     gpucore_status st = gpucore_check_tensor(logits, name, "logits");
-    if (st || (st = rows_of(logits, name, "logits", rows, cols))) return st;
+    int k = 0;
+    if (st || (st = ce_dims(name, logits, class_dim, &k, &a->rows, &a->cols, &a->inner))) return st;
+    *kout = k;
     if ((st = gpucore_check_tensor(targets, name, "targets"))) return st;
     int p = probs && targets->dtype != GPUCORE_I32 && targets->dtype != GPUCORE_I64;
     if (probs) *probs = p;
@@ -378,46 +448,116 @@ static gpucore_status ce_check(const char *name, const gpucore_tensor *logits, c
         (st = ops_check_same(l, ln, logits, "logits", name, 0)))
         return st;
     if ((st = ops_check_enum(name, "reduction", "gpucore_loss_reduction", (int)red, 0))) return st;
-    if (!p && (targets->ndim != logits->ndim - 1 ||
-               memcmp(targets->shape, logits->shape, sizeof(int64_t) * (size_t)targets->ndim)))
+    if (!p && !ce_lead_shape(targets, logits, k))
         return shape_error(name, "targets", targets, "logits", logits,
-                           "targets must have the shape of logits without its last (class) dim");
-    int lead_ok = l->ndim == logits->ndim - 1 && !memcmp(l->shape, logits->shape, sizeof(int64_t) * (size_t)l->ndim);
-    if (red == GPUCORE_LOSS_NONE ? !lead_ok : gpucore_tensor_numel_unchecked(l) != 1)
+                           "targets must have the shape of logits without its class dim");
+    if (red == GPUCORE_LOSS_NONE ? !ce_lead_shape(l, logits, k) : gpucore_tensor_numel_unchecked(l) != 1)
         return shape_error(name, ln, l, "logits", logits,
-                           red == GPUCORE_LOSS_NONE ? "with reduction NONE it must have logits' shape without its last dim"
+                           red == GPUCORE_LOSS_NONE ? "with reduction NONE it must have logits' shape without its class dim"
                                                     : "with reduction MEAN or SUM it must hold one element");
-    if (*cols == 0 && *rows > 0)
+    if (a->cols == 0 && a->rows > 0)
         return gpucore_set_error(GPUCORE_ERR_SHAPE_MISMATCH, "%s: logits has %lld rows of 0 classes", name,
-                                 (long long)*rows);
+                                 (long long)a->rows);
+    if (weight && !(st = gpucore_check_tensor(weight, name, "weight")) && (weight->ndim != 1 || weight->shape[0] != a->cols)) {
+        char b[200];
+        return gpucore_set_error(GPUCORE_ERR_SHAPE_MISMATCH, "%s: 'weight' must have shape [%lld] (one per class: dim %d "
+                                 "of logits), but it is %s", name, (long long)a->cols, k,
+                                 gpucore_shape_str(weight->ndim, weight->shape, b, sizeof b));
+    }
+    if (st || (st = check_param(weight, "weight", logits, a->cols, wdt, name))) return st;
+    if (!(smoothing >= 0.0 && smoothing <= 1.0))
+        return gpucore_set_error(GPUCORE_ERR_INVALID_ARGUMENT, "%s: label_smoothing is %g; it must lie in [0, 1]", name,
+                                 smoothing);
+    a->dtype = logits->dtype;
+    a->param_dtype = *wdt < 0 ? logits->dtype : *wdt;
+    a->target_dtype = targets->dtype;
+    a->loss_dtype = l->dtype;
+    a->reduction = (int32_t)red;
+    a->smoothing = (float)smoothing;
     return GPUCORE_OK;
 }
 
-gpucore_status gpucore_cross_entropy(gpucore_tensor *loss, const gpucore_tensor *logits, const gpucore_tensor *targets,
-                                     int64_t ignore_index, gpucore_loss_reduction reduction, gpucore_stream *stream)
+static gpucore_status ce_forward(gpucore_tensor *loss, const gpucore_tensor *logits, const gpucore_tensor *targets,
+                                 const gpucore_tensor *weight, int64_t ignore_index, gpucore_loss_reduction reduction,
+                                 double label_smoothing, int class_dim, int allow_probs, gpucore_stream *stream)
 {
     const char *name = "cross_entropy";
-    int64_t rows, cols;
-    gpucore_status st = ce_check(name, logits, targets, loss, "loss", reduction, &rows, &cols, NULL);
-    if (st || (st = ops_check_tensor_alias(loss, logits, name, "logits", 0)) || (st = ops_check_tensor_alias(loss, targets, name, "targets", 0)))
+    gpucore_rows_args a;
+    memset(&a, 0, sizeof a);
+    int probs = 0, wdt = -1, k = 0;
+    gpucore_status st = ce_check(name, logits, targets, loss, "loss", weight, &wdt, reduction, label_smoothing, class_dim,
+                                 &a, allow_probs ? &probs : NULL, &k);
+    if (st || (st = ops_check_tensor_alias(loss, logits, name, "logits", 0)) ||
+        (st = ops_check_tensor_alias(loss, targets, name, "targets", 0)) ||
+        (st = ops_check_tensor_alias(loss, weight, name, "weight", 0)))
         return st;
     gpucore_context *ctx = logits->ctx;
     if ((st = ops_need_entry(ctx, (const void *)ctx->be->rows, name))) return st;
     rows_io io = {0};
     if ((st = gpucore_resolve_stream(ctx, stream, name, &io.s))) return st;
-    if (rows == 0)
+    if (a.rows == 0)
         return reduction == GPUCORE_LOSS_NONE ? GPUCORE_OK : gpucore_fill(loss, reduction == GPUCORE_LOSS_MEAN ? NAN : 0.0, io.s);
+    a.op = GPUCORE_ROWS_CE_FWD;
+    a.ignore_index = ignore_index;
+    const int in_place = ce_rows_in_place(&a, k, logits, targets, probs, NULL);
+    if (in_place) {
+        a.inner = 1;
+        a.x = ce_data(logits);
+        if (probs) a.targets = ce_data(targets);
+    }
+    if ((in_place || !(st = io_in(&io, logits, &a.x))) && ((in_place && probs) || !(st = io_in(&io, targets, &a.targets))) &&
+        !(st = io_in(&io, weight, &a.weight)) && !(st = io_out(&io, loss, &a.loss)))
+        st = rows_run(ctx, &a, io.s);
+    return io_finish(&io, st);
+}
+
+gpucore_status gpucore_cross_entropy(gpucore_tensor *loss, const gpucore_tensor *logits, const gpucore_tensor *targets,
+                                     int64_t ignore_index, gpucore_loss_reduction reduction, gpucore_stream *stream)
+{
+    return ce_forward(loss, logits, targets, NULL, ignore_index, reduction, 0.0, -1, 0, stream);
+}
+
+gpucore_status gpucore_cross_entropy_forward_ex(gpucore_tensor *loss, const gpucore_tensor *logits,
+                                                const gpucore_tensor *targets, const gpucore_tensor *weight,
+                                                int64_t ignore_index, gpucore_loss_reduction reduction,
+                                                double label_smoothing, int class_dim, gpucore_stream *stream)
+{
+    return ce_forward(loss, logits, targets, weight, ignore_index, reduction, label_smoothing, class_dim, 1, stream);
+}
+
+static gpucore_status ce_backward(gpucore_tensor *dlogits, const gpucore_tensor *dloss, const gpucore_tensor *logits,
+                                  const gpucore_tensor *targets, const gpucore_tensor *weight, int64_t ignore_index,
+                                  gpucore_loss_reduction reduction, double label_smoothing, int class_dim,
+                                  int allow_probs, gpucore_stream *stream)
+{
+    const char *name = "cross_entropy_backward";
     gpucore_rows_args a;
     memset(&a, 0, sizeof a);
-    a.op = GPUCORE_ROWS_CE_FWD;
-    a.dtype = logits->dtype;
-    a.target_dtype = targets->dtype;
-    a.loss_dtype = loss->dtype;
-    a.reduction = (int32_t)reduction;
-    a.rows = rows;
-    a.cols = cols;
+    int probs = 0, wdt = -1, k = 0;
+    gpucore_status st = ce_check(name, logits, targets, dloss, "dloss", weight, &wdt, reduction, label_smoothing,
+                                 class_dim, &a, allow_probs ? &probs : NULL, &k);
+    if (st || (st = check_like(dlogits, "dlogits", logits, "logits", name))) return st;
+    if ((st = ops_check_tensor_alias(dlogits, logits, name, "logits", 1)) || (st = ops_check_tensor_alias(dlogits, dloss, name, "dloss", 0)) ||
+        (st = ops_check_tensor_alias(dlogits, targets, name, "targets", 0)) ||
+        (st = ops_check_tensor_alias(dlogits, weight, name, "weight", 0)))
+        return st;
+    gpucore_context *ctx = logits->ctx;
+    if ((st = ops_need_entry(ctx, (const void *)ctx->be->rows, name))) return st;
+    if (a.rows * a.cols == 0) return GPUCORE_OK;
+    rows_io io = {0};
+    if ((st = gpucore_resolve_stream(ctx, stream, name, &io.s))) return st;
+    a.op = GPUCORE_ROWS_CE_BWD;
     a.ignore_index = ignore_index;
-    if (!(st = io_in(&io, logits, &a.x)) && !(st = io_in(&io, targets, &a.targets)) && !(st = io_out(&io, loss, &a.loss)))
+    const int in_place = ce_rows_in_place(&a, k, logits, targets, probs, dlogits);
+    if (in_place) {
+        a.inner = 1;
+        a.x = ce_data(logits);
+        a.dx = ce_data(dlogits);
+        if (probs) a.targets = ce_data(targets);
+    }
+    if ((in_place || !(st = io_in(&io, logits, &a.x))) && ((in_place && probs) || !(st = io_in(&io, targets, &a.targets))) &&
+        !(st = io_in(&io, dloss, &a.dloss)) && !(st = io_in(&io, weight, &a.weight)) &&
+        (in_place || !(st = io_out(&io, dlogits, &a.dx))))
         st = rows_run(ctx, &a, io.s);
     return io_finish(&io, st);
 }
@@ -426,42 +566,10 @@ gpucore_status gpucore_cross_entropy_backward_ex(gpucore_tensor *dlogits, const 
                                                  const gpucore_tensor *logits, const gpucore_tensor *targets,
                                                  const gpucore_tensor *weight, int64_t ignore_index,
                                                  gpucore_loss_reduction reduction, double label_smoothing,
-                                                 gpucore_stream *stream)
+                                                 int class_dim, gpucore_stream *stream)
 {
-    const char *name = "cross_entropy_backward";
-    int64_t rows, cols;
-    int probs = 0, wdt = -1;
-    gpucore_status st = ce_check(name, logits, targets, dloss, "dloss", reduction, &rows, &cols, &probs);
-    if (st || (st = check_like(dlogits, "dlogits", logits, "logits", name))) return st;
-    if ((st = check_param(weight, "weight", logits, cols, &wdt, name))) return st;
-    if (!(label_smoothing >= 0.0 && label_smoothing <= 1.0))
-        return gpucore_set_error(GPUCORE_ERR_INVALID_ARGUMENT, "%s: label_smoothing is %g; it must lie in [0, 1]", name,
-                                 label_smoothing);
-    if ((st = ops_check_tensor_alias(dlogits, logits, name, "logits", 1)) || (st = ops_check_tensor_alias(dlogits, dloss, name, "dloss", 0)) ||
-        (st = ops_check_tensor_alias(dlogits, targets, name, "targets", 0)) ||
-        (st = ops_check_tensor_alias(dlogits, weight, name, "weight", 0)))
-        return st;
-    gpucore_context *ctx = logits->ctx;
-    if ((st = ops_need_entry(ctx, (const void *)ctx->be->rows, name))) return st;
-    if (rows * cols == 0) return GPUCORE_OK;
-    rows_io io = {0};
-    if ((st = gpucore_resolve_stream(ctx, stream, name, &io.s))) return st;
-    gpucore_rows_args a;
-    memset(&a, 0, sizeof a);
-    a.op = GPUCORE_ROWS_CE_BWD;
-    a.dtype = logits->dtype;
-    a.param_dtype = wdt < 0 ? logits->dtype : wdt;
-    a.target_dtype = targets->dtype;
-    a.loss_dtype = dloss->dtype;
-    a.reduction = (int32_t)reduction;
-    a.rows = rows;
-    a.cols = cols;
-    a.ignore_index = ignore_index;
-    a.smoothing = (float)label_smoothing;
-    if (!(st = io_in(&io, logits, &a.x)) && !(st = io_in(&io, targets, &a.targets)) && !(st = io_in(&io, dloss, &a.dloss)) &&
-        !(st = io_in(&io, weight, &a.weight)) && !(st = io_out(&io, dlogits, &a.dx)))
-        st = rows_run(ctx, &a, io.s);
-    return io_finish(&io, st);
+    return ce_backward(dlogits, dloss, logits, targets, weight, ignore_index, reduction, label_smoothing, class_dim, 1,
+                       stream);
 }
 
 gpucore_status gpucore_cross_entropy_backward(gpucore_tensor *dlogits, const gpucore_tensor *dloss,
@@ -469,10 +577,7 @@ gpucore_status gpucore_cross_entropy_backward(gpucore_tensor *dlogits, const gpu
                                               int64_t ignore_index, gpucore_loss_reduction reduction,
                                               gpucore_stream *stream)
 {
-    int64_t rows, cols;
-    gpucore_status st = ce_check("cross_entropy_backward", logits, targets, dloss, "dloss", reduction, &rows, &cols, NULL);
-    if (st) return st;
-    return gpucore_cross_entropy_backward_ex(dlogits, dloss, logits, targets, NULL, ignore_index, reduction, 0.0, stream);
+    return ce_backward(dlogits, dloss, logits, targets, NULL, ignore_index, reduction, 0.0, -1, 0, stream);
 }
 
 /* ---------------------------------------------------------------- embedding */

@@ -38,6 +38,20 @@ static const float *row_f32(const void *base, int dt, int64_t off, int64_t cols,
     return buf;
 }
 
+/* Cross-entropy row r of the [outer, cols, inner] layout (class stride inner) as f32 in buf. */
+static const float *row_gather(const void *base, int dt, int64_t off, int64_t cols, int64_t inner, float *buf)
+{
+    for (int64_t c = 0; c < cols; c++) buf[c] = (float)ld(base, dt, off + c * inner);
+    return buf;
+}
+
+/* Row r of a cross-entropy operand as f32: contiguous (row_f32) or gathered. */
+static const float *ce_row_f32(const gpucore_rows_args *p, const void *base, int64_t r, float *buf)
+{
+    return p->inner > 1 ? row_gather(base, p->dtype, gpucore_rows_ce_base(p, r), p->cols, p->inner, buf)
+                        : row_f32(base, p->dtype, r * p->cols, p->cols, buf);
+}
+
 /* max and Σ exp(x - max) of one f32 row (SIMD exp, f64 sum, cpu_vec.h); NaN poisons,
  * an all -inf row gives NaN. e (may be NULL) receives exp(x - max). */
 static void row_lse(const float *x, int64_t cols, double *m_out, double *s_out, float *e)
@@ -70,14 +84,20 @@ static gpucore_status rows_for_each(const gpucore_rows_args *p, const void *src,
                                     const void *extra, const char *what)
 {
     const int64_t rows = p->rows, cols = p->cols;
-    const int dt = p->dtype, f32 = dt == GPUCORE_KDT_F32;
+    const int dt = p->dtype, f32 = dt == GPUCORE_KDT_F32, strided = p->inner > 1;
     int oom = 0;
 #pragma omp parallel if (rows * cols > ROWS_PARALLEL_MIN)
     {
-        float *buf = row_scratch(dt, f32 ? 0 : 2 * cols, &oom);
+        float *buf = row_scratch(dt, f32 && !strided ? 0 : 2 * cols, &oom);
 #pragma omp for schedule(static)
         for (int64_t r = 0; r < rows; r++) {
-            if (!f32 && !buf) continue;
+            if ((!f32 || strided) && !buf) continue;
+            if (strided) { /* cross-entropy over [outer, cols, inner]: gather, run, scatter */
+                const int64_t base = gpucore_rows_ce_base(p, r);
+                fn(p, r, row_gather(src, dt, base, cols, p->inner, buf), buf + cols, extra);
+                for (int64_t c = 0; c < cols; c++) st(dst, dt, base + c * p->inner, buf[cols + c]);
+                continue;
+            }
             const int64_t off = r * cols;
             float *y = f32 ? (float *)dst + off : buf + cols;
             fn(p, r, row_f32(src, dt, off, cols, buf), y, extra);
@@ -209,18 +229,26 @@ static gpucore_status norm_backward(const gpucore_rows_args *p)
     return GPUCORE_OK;
 }
 
-/* Per-row loss (f64) and whether the row counts toward the mean; buf: cols floats of
- * scratch when the logits are not f32. */
-static double ce_row_loss(const gpucore_rows_args *p, int64_t r, int *counted, float *buf)
+/* Per-row loss (f64 sum of rows_math.h's f32 terms, in class order) and the row's weight in
+ * MEAN's divisor (gpucore_rows_ce_count); buf: cols floats of scratch when the row is not f32
+ * contiguous. */
+static double ce_row_loss(const gpucore_rows_args *p, int64_t r, float *counted, float *buf)
 {
-    int64_t t = gpucore_rows_target(p->targets, p->target_dtype, r);
-    *counted = t != p->ignore_index;
-    if (!*counted) return 0;
-    if (t < 0 || t >= p->cols) return NAN;
-    const float *x = row_f32(p->x, p->dtype, r * p->cols, p->cols, buf);
+    const int probs = gpucore_rows_ce_probs(p);
+    const int64_t t = probs ? -1 : gpucore_rows_target(p->targets, p->target_dtype, r);
+    *counted = gpucore_rows_ce_count(p, r);
+    if (!probs && t == p->ignore_index) return 0;
+    if (!probs && (t < 0 || t >= p->cols)) return NAN;
+    const float *x = ce_row_f32(p, p->x, r, buf);
     double m, s;
     row_lse(x, p->cols, &m, &s, NULL);
-    return m + log(s) - (double)x[t];
+    if (gpucore_rows_ce_plain(p)) return m + log(s) - (double)x[t];
+    const float ls = (float)log(s);
+    double sum = 0;
+    const int64_t base = gpucore_rows_ce_base(p, r), cs = gpucore_rows_ce_stride(p);
+    for (int64_t c = 0; c < p->cols && gpucore_rows_ce_fwd_needs_sum(p); c++)
+        sum += gpucore_rows_ce_fwd_term(p, base + c * cs, c, x[c], (float)m, ls);
+    return gpucore_rows_ce_fwd_loss(p, t, probs ? 0.0f : x[t], (float)m, ls, (float)sum);
 }
 
 static gpucore_status ce_forward(const gpucore_rows_args *p)
@@ -228,7 +256,7 @@ static gpucore_status ce_forward(const gpucore_rows_args *p)
     const int64_t rows = p->rows, cols = p->cols;
     const int dt = p->dtype, none = p->reduction == GPUCORE_ROWS_RED_NONE;
     double *per_row = none ? NULL : malloc(sizeof(double) * (size_t)(rows + 1));
-    int *cnt = none ? NULL : malloc(sizeof(int) * (size_t)(rows + 1));
+    float *cnt = none ? NULL : malloc(sizeof(float) * (size_t)(rows + 1));
     if (!none && (!per_row || !cnt)) {
         free(per_row);
         free(cnt);
@@ -237,11 +265,12 @@ static gpucore_status ce_forward(const gpucore_rows_args *p)
     int oom = 0;
 #pragma omp parallel if (rows * cols > ROWS_PARALLEL_MIN)
     {
-        float *buf = row_scratch(dt, dt == GPUCORE_KDT_F32 ? 0 : cols, &oom);
+        const int need_buf = dt != GPUCORE_KDT_F32 || p->inner > 1;
+        float *buf = row_scratch(dt, need_buf ? cols : 0, &oom);
 #pragma omp for schedule(static)
         for (int64_t r = 0; r < rows; r++) {
-            if (dt != GPUCORE_KDT_F32 && !buf) continue;
-            int counted;
+            if (need_buf && !buf) continue;
+            float counted;
             double loss = ce_row_loss(p, r, &counted, buf);
             if (none) st(p->loss, p->loss_dtype, r, loss);
             else { per_row[r] = loss; cnt[r] = counted; }
@@ -249,8 +278,7 @@ static gpucore_status ce_forward(const gpucore_rows_args *p)
         free(buf);
     }
     if (!oom && !none) {
-        double sum = 0;
-        int64_t count = 0;
+        double sum = 0, count = 0;
         for (int64_t r = 0; r < rows; r++) { sum += per_row[r]; count += cnt[r]; }
         st(p->loss, p->loss_dtype, 0, p->reduction == GPUCORE_ROWS_RED_MEAN ? sum / (double)count : sum);
     }
@@ -274,6 +302,7 @@ static void ce_backward_row(const gpucore_rows_args *p, int64_t r, const float *
     const ce_scales *cs = extra;
     const int64_t cols = p->cols, probs = gpucore_rows_ce_probs(p);
     const int64_t t = probs ? -1 : gpucore_rows_target(p->targets, p->target_dtype, r);
+    const int64_t base = gpucore_rows_ce_base(p, r), cstr = gpucore_rows_ce_stride(p);
     if (!probs && t == p->ignore_index) {
         memset(dx, 0, sizeof(float) * (size_t)cols);
         return;
@@ -293,7 +322,7 @@ static void ce_backward_row(const gpucore_rows_args *p, int64_t r, const float *
     }
     const double q_all = probs ? cs->mass[r] : (double)gpucore_rows_ce_mass_index(p, t, (float)cs->sum_w);
     for (int64_t c = 0; c < cols; c++)
-        dx[c] = (float)(g * (q_all * ((double)dx[c] / s) - (double)gpucore_rows_ce_q(p, r, c, t)));
+        dx[c] = (float)(g * (q_all * ((double)dx[c] / s) - (double)gpucore_rows_ce_q(p, base + c * cstr, c, t)));
 }
 
 static gpucore_status ce_backward(const gpucore_rows_args *p)
@@ -308,7 +337,8 @@ static gpucore_status ce_backward(const gpucore_rows_args *p)
 #pragma omp parallel for schedule(static) if (p->rows * p->cols > ROWS_PARALLEL_MIN)
         for (int64_t r = 0; r < p->rows; r++) {
             double q = 0;
-            for (int64_t c = 0; c < p->cols; c++) q += gpucore_rows_ce_q(p, r, c, -1);
+            const int64_t base = gpucore_rows_ce_base(p, r), cs_ = gpucore_rows_ce_stride(p);
+            for (int64_t c = 0; c < p->cols; c++) q += gpucore_rows_ce_q(p, base + c * cs_, c, -1);
             mass[r] = q;
         }
         cs.mass = mass;
@@ -317,11 +347,8 @@ static gpucore_status ce_backward(const gpucore_rows_args *p)
         cs.scale = ld(p->dloss, p->loss_dtype, 0);
         if (p->reduction == GPUCORE_ROWS_RED_MEAN) {
             double count = 0;
-            for (int64_t r = 0; r < p->rows && !probs; r++) {
-                int64_t t = gpucore_rows_target(p->targets, p->target_dtype, r);
-                if (t != p->ignore_index) count += t >= 0 && t < p->cols ? gpucore_rows_ce_w(p, t) : 1.0;
-            }
-            cs.scale /= probs ? (double)p->rows : count;
+            for (int64_t r = 0; r < p->rows; r++) count += gpucore_rows_ce_count(p, r);
+            cs.scale /= count;
         }
     }
     gpucore_status st = rows_for_each(p, p->x, p->dx, ce_backward_row, &cs, "cross_entropy_backward");
