@@ -71,6 +71,25 @@ __attribute__((unused)) static int test_devices(const char **out, int max)
     return n;
 }
 
+/* Each of the `n` test functions on a fresh context of every backend present (test_devices), in order,
+ * printing "-- <backend>" first; returns check_finish(name). For tests whose main is only that loop. */
+typedef void (*device_test_fn)(gpucore_context *ctx);
+static int check_finish(const char *name);
+__attribute__((unused)) static int run_on_devices(const char *name, const device_test_fn *fns, int n)
+{
+    const char *devs[4];
+    int nd = test_devices(devs, 4);
+    for (int d = 0; d < nd; d++) {
+        gpucore_context *ctx = NULL;
+        CHECK_OK(gpucore_context_create(devs[d], &ctx));
+        if (!ctx) continue;
+        printf("-- %s\n", devs[d]);
+        for (int i = 0; i < n; i++) fns[i](ctx);
+        gpucore_context_destroy(ctx);
+    }
+    return check_finish(name);
+}
+
 /* ||out - ref|| / ||ref||, NaN-propagating (NaN never passes). */
 __attribute__((unused)) static double rel_error(const double *out, const double *ref, size_t n)
 {

@@ -289,18 +289,6 @@ int main(void)
 {
     srand(2323);
     test_finite_differences();
-    const char *devs[4];
-    int nd = test_devices(devs, 4);
-    for (int d = 0; d < nd; d++) {
-        gpucore_context *ctx = NULL;
-        CHECK_OK(gpucore_context_create(devs[d], &ctx));
-        if (!ctx) continue;
-        printf("-- %s\n", devs[d]);
-        test_cross_entropy_ex(ctx);
-        test_channels_last(ctx);
-        test_determinism(ctx);
-        test_bad_input(ctx);
-        gpucore_context_destroy(ctx);
-    }
-    return check_finish("test_ops_cross_entropy");
+    static const device_test_fn tests[] = {test_cross_entropy_ex, test_channels_last, test_determinism, test_bad_input};
+    return run_on_devices("test_ops_cross_entropy", tests, (int)(sizeof tests / sizeof tests[0]));
 }

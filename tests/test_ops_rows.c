@@ -631,20 +631,7 @@ int main(void)
 {
     srand(4242);
     test_finite_differences();
-    const char *devs[4];
-    int nd = test_devices(devs, 4);
-    for (int d = 0; d < nd; d++) {
-        gpucore_context *ctx = NULL;
-        CHECK_OK(gpucore_context_create(devs[d], &ctx));
-        if (!ctx) continue;
-        printf("-- %s\n", devs[d]);
-        test_softmax(ctx);
-        test_softmax_f64(ctx);
-        test_norms(ctx);
-        test_cross_entropy(ctx);
-        test_embedding(ctx);
-        test_bad_input(ctx);
-        gpucore_context_destroy(ctx);
-    }
-    return check_finish("test_ops_rows");
+    static const device_test_fn tests[] = {test_softmax, test_softmax_f64, test_norms, test_cross_entropy, test_embedding,
+                                           test_bad_input};
+    return run_on_devices("test_ops_rows", tests, (int)(sizeof tests / sizeof tests[0]));
 }
