@@ -324,6 +324,41 @@ static void bad_input(gpucore_comm *comm, gpucore_context *ctx)
     gpucore_tensor_destroy(t2);
 }
 
+/* The communicator's own scratch is allocated on the caller's current stream, whose
+ * blocks may still have queued work when handed out again (stream-ordered reuse).
+ * Here a freed I32 block's last write waits behind slow matmuls on the context's
+ * stream while the communicator takes that block: its first use (on the comm stream)
+ * must wait for that write. Without the ordering, ThreadSanitizer reports the two
+ * writes as a race (the race it found once in test_pipeline). */
+static void scratch_after_reuse(const char *dev)
+{
+    gpucore_context *ctx = NULL;
+    CHECK_OK(gpucore_context_create(dev, &ctx));
+    if (!ctx) return;
+    int64_t one = 1, sq[2] = {768, 768};
+    gpucore_tensor *t = NULL, *a = NULL, *d = NULL;
+    CHECK_OK(gpucore_tensor_create(ctx, GPUCORE_I32, 1, &one, &t));
+    CHECK_OK(gpucore_tensor_create(ctx, GPUCORE_F32, 2, sq, &a));
+    CHECK_OK(gpucore_tensor_create(ctx, GPUCORE_F32, 2, sq, &d));
+    CHECK_OK(gpucore_fill(a, 0.5, NULL));
+    for (int i = 0; i < 4; i++) CHECK_OK(gpucore_matmul(a, a, d, NULL, NULL)); /* keeps the stream busy */
+    CHECK_OK(gpucore_fill(t, 7, NULL)); /* the block's last write, queued behind them */
+    gpucore_tensor_destroy(t);          /* back to the pool with that write still queued */
+    gpucore_event *done = NULL;
+    CHECK_OK(gpucore_event_create(ctx, &done));
+    CHECK_OK(gpucore_event_record(done, NULL));
+    gpucore_comm *comm = NULL;
+    CHECK_OK(gpucore_comm_create_local(&ctx, 1, &comm)); /* its scratch takes the block */
+    /* an event wait, not a stream synchronize (that could run the queued write on this
+     * thread after joining the comm stream): the context's worker does the write */
+    CHECK_OK(gpucore_event_synchronize(done));
+    CHECK_OK(gpucore_event_destroy(done));
+    CHECK_OK(gpucore_comm_destroy(comm));
+    gpucore_tensor_destroy(a);
+    gpucore_tensor_destroy(d);
+    CHECK_OK(gpucore_context_destroy(ctx));
+}
+
 static int run_local(void)
 {
     const char *devs[4];
@@ -355,6 +390,7 @@ static int run_local(void)
         CHECK_OK(gpucore_comm_destroy(comm));
         CHECK_STATUS(gpucore_comm_barrier(comm, NULL), GPUCORE_ERR_INVALID_HANDLE);
         CHECK_OK(gpucore_context_destroy(ctx));
+        if (!strcmp(devs[d], "cpu")) scratch_after_reuse(devs[d]);
     }
 #ifndef TEST_HAVE_MPI
     gpucore_context *ctx = NULL;

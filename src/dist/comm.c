@@ -150,10 +150,13 @@ static gpucore_status comm_wrap(gpucore_context *ctx, void *bcomm, int rank, int
     snprintf(s->mode, sizeof s->mode, "%s", mode);
     pthread_mutex_init(&s->mu, NULL);
     int64_t one = 1;
+    gpucore_stream *cur = NULL; /* the scratch comes from this stream's pool: its block's last use may still be
+                                 * queued there, so the comm stream waits for it before the first write */
     if ((st = gpucore_stream_create(ctx, -1, &s->stream)) || (st = gpucore_event_create_untimed(ctx, &s->ev_in)) ||
         (st = gpucore_event_create_untimed(ctx, &s->ev_out)) ||
         (st = gpucore_tensor_create(ctx, GPUCORE_I32, 1, &one, &s->scratch)) ||
-        (st = gpucore_fill(s->scratch, 0, s->stream)))
+        (st = gpucore_resolve_stream(ctx, NULL, "comm_create", &cur)) || (st = gpucore_event_record(s->ev_in, cur)) ||
+        (st = gpucore_stream_wait_event(s->stream, s->ev_in)) || (st = gpucore_fill(s->scratch, 0, s->stream)))
         goto fail;
     for (int i = 0; i < COMM_DONE_RING; i++)
         if ((st = gpucore_event_create_untimed(ctx, &s->done_ev[i]))) goto fail;
