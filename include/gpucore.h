@@ -1344,8 +1344,8 @@ GPUCORE_API gpucore_status gpucore_checkpoint_load(const char *path, const char 
  *   - Each call gets the next sequence number (1, 2, ...), readable with
  *     gpucore_comm_last_sequence, and can be waited on with gpucore_comm_wait.
  *   - Host waits: no collective and no reducer call blocks the host until data has
- *     moved, except gpucore_comm_wait, gpucore_comm_destroy and gpucore_ddp_destroy
- *     (each says so below). Completion is tracked with events on the communicator's
+ *     moved, except gpucore_comm_wait, gpucore_comm_destroy, gpucore_ddp_destroy and
+ *     the set-up calls gpucore_ddp_create and gpucore_ddp_grad_view (each says so below). Completion is tracked with events on the communicator's
  *     stream, never a host callback per collective.
  *   - Failure: a call that has not completed `timeout` seconds after it started
  *     (gpucore_comm_set_timeout, env GPUCORE_COMM_TIMEOUT, default 600) fails the
@@ -1468,7 +1468,9 @@ typedef struct gpucore_ddp_options {
 
 /* Fill opts with the defaults (sets struct_size). */
 GPUCORE_API void gpucore_ddp_options_default(gpucore_ddp_options *opts);
-/* opts NULL: defaults. The reducer keeps pointers to the gradient handles: keep them alive. */
+/* opts NULL: defaults. The reducer keeps pointers to the gradient handles: keep them alive.
+ * Set-up: its buckets come from the current stream's pool, which it synchronizes once (a host
+ * wait), so that the comm stream and whichever streams mark gradients may write them. */
 GPUCORE_API gpucore_status gpucore_ddp_create(gpucore_comm *comm, gpucore_tensor *const *grads, int count,
                                               const gpucore_ddp_options *opts, gpucore_ddp **out);
 /* Waits on the host for outstanding reductions (a host wait: bounded by the

@@ -280,6 +280,11 @@ gpucore_status gpucore_ddp_create(gpucore_comm *comm, gpucore_tensor *const *gra
         if (!st) st = gpucore_event_create_untimed(ctx, &s->ready[g]);
     }
     free(offset);
+    /* The bucket buffers come from the current stream's pool, where a block's last user may still be queued;
+     * the comm stream and any marking stream write them later, so that stream is drained once here (set-up). */
+    gpucore_stream *alloc_stream = NULL;
+    if (!st) st = gpucore_resolve_stream(ctx, NULL, op, &alloc_stream);
+    if (!st) st = gpucore_stream_synchronize(alloc_stream);
     if (!st) st = gpucore_event_create_untimed(ctx, &s->reduced);
     if (!st) st = gpucore_event_create_untimed(ctx, &s->finished);
     gpucore_ddp *d = st ? NULL : gpucore_handle_alloc(&ddp_handle_pool);
