@@ -415,24 +415,19 @@ static void test_bad_input(gpucore_context *ctx)
     for (int i = 0; i < 13; i++) gpucore_tensor_destroy(ts[i]);
 }
 
+static void test_every_dtype(gpucore_context *ctx)
+{
+    for (int t = 0; t < 3; t++) {
+        test_lora(ctx, float_dtypes[t]);
+        test_merge(ctx, float_dtypes[t]);
+        for (int e5 = 0; e5 < 2; e5++) test_lora_fp8(ctx, float_dtypes[t], e5);
+    }
+}
+
 int main(void)
 {
     srand(2020);
     test_reference_gradients();
-    const char *devs[4];
-    int nd = test_devices(devs, 4);
-    for (int d = 0; d < nd; d++) {
-        gpucore_context *ctx = NULL;
-        CHECK_OK(gpucore_context_create(devs[d], &ctx));
-        if (!ctx) continue;
-        printf("-- %s\n", devs[d]);
-        for (int t = 0; t < 3; t++) {
-            test_lora(ctx, float_dtypes[t]);
-            test_merge(ctx, float_dtypes[t]);
-            for (int e5 = 0; e5 < 2; e5++) test_lora_fp8(ctx, float_dtypes[t], e5);
-        }
-        test_bad_input(ctx);
-        gpucore_context_destroy(ctx);
-    }
-    return check_finish("test_lora");
+    static const device_test_fn tests[] = {test_every_dtype, test_bad_input};
+    return run_on_devices("test_lora", tests, (int)(sizeof tests / sizeof tests[0]));
 }

@@ -260,18 +260,6 @@ static void test_special(gpucore_context *ctx)
 
 int main(void)
 {
-    const char *devs[4];
-    int nd = test_devices(devs, 4);
-    for (int d = 0; d < nd; d++) {
-        gpucore_context *ctx = NULL;
-        CHECK_OK(gpucore_context_create(devs[d], &ctx));
-        if (!ctx) continue;
-        printf("-- %s\n", devs[d]);
-        test_reduce(ctx);
-        test_reduce_dims(ctx);
-        test_bias_grad(ctx);
-        test_special(ctx);
-        gpucore_context_destroy(ctx);
-    }
-    return check_finish("test_ops_reduce");
+    static const device_test_fn tests[] = {test_reduce, test_reduce_dims, test_bias_grad, test_special};
+    return run_on_devices("test_ops_reduce", tests, (int)(sizeof tests / sizeof tests[0]));
 }

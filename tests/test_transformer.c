@@ -306,26 +306,21 @@ static void test_bad_input(gpucore_context *ctx)
     for (int i = 0; i < 6; i++) gpucore_tensor_destroy(ts[i]);
 }
 
+static void test_every_dtype(gpucore_context *ctx)
+{
+    for (int t = 0; t < 3; t++) {
+        test_rope(ctx, float_dtypes[t]);
+        test_glu(ctx, float_dtypes[t]);
+        test_glu_halves(ctx, float_dtypes[t]);
+        test_resnorm(ctx, float_dtypes[t]);
+    }
+}
+
 int main(void)
 {
     srand(77);
     test_glu_reference();
     test_resnorm_reference();
-    const char *devs[4];
-    int nd = test_devices(devs, 4);
-    for (int d = 0; d < nd; d++) {
-        gpucore_context *ctx = NULL;
-        CHECK_OK(gpucore_context_create(devs[d], &ctx));
-        if (!ctx) continue;
-        printf("-- %s\n", devs[d]);
-        for (int t = 0; t < 3; t++) {
-            test_rope(ctx, float_dtypes[t]);
-            test_glu(ctx, float_dtypes[t]);
-            test_glu_halves(ctx, float_dtypes[t]);
-            test_resnorm(ctx, float_dtypes[t]);
-        }
-        test_bad_input(ctx);
-        gpucore_context_destroy(ctx);
-    }
-    return check_finish("test_transformer");
+    static const device_test_fn tests[] = {test_every_dtype, test_bad_input};
+    return run_on_devices("test_transformer", tests, (int)(sizeof tests / sizeof tests[0]));
 }
