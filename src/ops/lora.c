@@ -72,7 +72,6 @@ static gpucore_status check_rows_like(const gpucore_tensor *t, const char *name,
     return shape_error(op, name, t, want);
 }
 
-static int is_fp8(const gpucore_tensor *t) { return t->dtype == GPUCORE_FP8_E4M3 || t->dtype == GPUCORE_FP8_E5M2; }
 
 /* W [out, in], A [r, in], B [out, r], one context; A, B (and a float W) of one float
  * dtype; an fp8 W needs its scale (an f32 scalar), a float W has none. */
@@ -82,13 +81,13 @@ static gpucore_status check_weights(const gpucore_tensor *w, const gpucore_tenso
     gpucore_status st;
     if ((st = gpucore_check_tensor(w, op, "w")) || (st = gpucore_check_tensor(a, op, "a")) ||
         (st = gpucore_check_tensor(b, op, "b")) || (st = ops_check_float(a, op, "a")) ||
-        (st = ops_check_same(b, "b", a, "a", op, 1)) || (st = ops_check_same(w, "w", a, "a", op, !is_fp8(w))))
+        (st = ops_check_same(b, "b", a, "a", op, 1)) || (st = ops_check_same(w, "w", a, "a", op, !ops_dtype_is_fp8(w->dtype))))
         return st;
-    if (is_fp8(w) && !w_scale)
+    if (ops_dtype_is_fp8(w->dtype) && !w_scale)
         return gpucore_set_error(GPUCORE_ERR_INVALID_ARGUMENT, "%s: 'w' is %s and opts->w_scale is NULL; an fp8 base "
                                  "needs its dequantisation scale (an f32 scalar tensor: W = decode(w)·w_scale)", op,
                                  gpucore_dtype_name((gpucore_dtype)w->dtype));
-    if (!is_fp8(w) && w_scale)
+    if (!ops_dtype_is_fp8(w->dtype) && w_scale)
         return gpucore_set_error(GPUCORE_ERR_INVALID_ARGUMENT, "%s: opts->w_scale is set but 'w' is %s; the scale "
                                  "dequantises an fp8 base only (leave it NULL)", op,
                                  gpucore_dtype_name((gpucore_dtype)w->dtype));
@@ -199,7 +198,7 @@ static gpucore_status base_weight(const gpucore_tensor *w, const gpucore_tensor 
 {
     *we = w;
     *owned = NULL;
-    if (!is_fp8(w)) return GPUCORE_OK;
+    if (!ops_dtype_is_fp8(w->dtype)) return GPUCORE_OK;
     gpucore_tensor *f = NULL, *d = NULL;
     gpucore_status st = scratch(w->ctx, GPUCORE_F32, w->shape[0], w->shape[1], stream, &f);
     if (!st) st = gpucore_cast(f, w, stream);
@@ -337,7 +336,7 @@ static gpucore_status lora_fold(gpucore_tensor *w, const gpucore_tensor *a, cons
                                 double sign, gpucore_stream *stream, const char *op)
 {
     gpucore_status st;
-    if (w && gpucore_check_tensor(w, op, "w") == GPUCORE_OK && is_fp8(w))
+    if (w && gpucore_check_tensor(w, op, "w") == GPUCORE_OK && ops_dtype_is_fp8(w->dtype))
         return gpucore_set_error(GPUCORE_ERR_NOT_SUPPORTED, "%s: 'w' is %s; an fp8 base is not merged into: W ± scale·B·A "
                                  "would have to be requantised (rounded to the fp8 grid, likely with a new scale), so "
                                  "unmerge could not give W back. Dequantise W (gpucore_cast to f32/bf16, times its "

@@ -165,14 +165,13 @@ static gpucore_status check_member(const gpucore_tensor *t, const gpucore_contex
     return GPUCORE_OK;
 }
 
-static int is_fp8(int dt) { return dt == GPUCORE_FP8_E4M3 || dt == GPUCORE_FP8_E5M2; }
 static int is_float_out(int dt) { return dt == GPUCORE_F32 || dt == GPUCORE_F16 || dt == GPUCORE_BF16; }
 
 static gpucore_status check_dtypes(const char *op, int a, int b, int d)
 {
     const char *an = gpucore_dtype_name((gpucore_dtype)a), *bn = gpucore_dtype_name((gpucore_dtype)b),
                *dn = gpucore_dtype_name((gpucore_dtype)d);
-    if (is_fp8(a) && is_fp8(b)) {
+    if (ops_dtype_is_fp8(a) && ops_dtype_is_fp8(b)) {
         if (a == GPUCORE_FP8_E5M2 && b == GPUCORE_FP8_E5M2)
             return gpucore_set_error(GPUCORE_ERR_DTYPE_MISMATCH,
                                      "%s: a and b are both fp8_e5m2; fp8 GEMMs take e4m3×e4m3, e4m3×e5m2 or e5m2×e4m3", op);
@@ -301,7 +300,7 @@ static gpucore_status matmul_shapes(const char *op, gpucore_context *ctx, const 
                                  "need d's batch, or 1 / 2-d to share one matrix)", op, (long long)A.batch,
                                  (long long)B.batch, (long long)batch);
     if ((st = check_dtypes(op, A.dtype, B.dtype, D.dtype))) return st;
-    p->fp8 = is_fp8(A.dtype);
+    p->fp8 = ops_dtype_is_fp8(A.dtype);
     if ((st = matmul_fp8_options(op, &o, p))) return st;
     const int fp8 = p->fp8;
     gpucore_gemm_desc *gp = &p->g;

@@ -35,7 +35,7 @@ static gpucore_status ew_run(const ew_call *c, gpucore_tensor *out, const gpucor
         const gpucore_tensor *ts[2] = {out, a};
         for (int i = 0; i < 2; i++)
             if (ts[i]->dtype != GPUCORE_F32 && ts[i]->dtype != GPUCORE_F64 && ts[i]->dtype != GPUCORE_F16 &&
-                ts[i]->dtype != GPUCORE_BF16 && ts[i]->dtype != GPUCORE_FP8_E4M3 && ts[i]->dtype != GPUCORE_FP8_E5M2)
+                ts[i]->dtype != GPUCORE_BF16 && !ops_dtype_is_fp8(ts[i]->dtype))
                 return gpucore_set_error(GPUCORE_ERR_DTYPE_MISMATCH, "%s: '%s' is %s; casts take %s", op,
                                          i ? "a" : "out", gpucore_dtype_name((gpucore_dtype)ts[i]->dtype), ok);
         if ((st = ops_check_same(out, "out", a, "a", op, 0))) return st;

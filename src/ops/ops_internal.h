@@ -11,6 +11,8 @@
 #include "core/view_span.h"
 
 /* t is f32, f16 or bf16; otherwise DTYPE_MISMATCH naming op and arg. */
+/* fp8 (e4m3 or e5m2): matmul operands, cast ends and LoRA bases, never elementwise math. */
+static inline int ops_dtype_is_fp8(int dt) { return dt == GPUCORE_FP8_E4M3 || dt == GPUCORE_FP8_E5M2; }
 GPUCORE_HIDDEN gpucore_status ops_check_float(const gpucore_tensor *t, const char *op, const char *arg);
 /* Both tensors on one context and of one dtype. */
 GPUCORE_HIDDEN gpucore_status ops_check_same(const gpucore_tensor *a, const char *an, const gpucore_tensor *b,
