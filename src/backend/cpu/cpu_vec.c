@@ -234,19 +234,32 @@ AVX2 static double sqdev_avx2(const float *x, int64_t n, double c)
     return s;
 }
 
-/* max (is_max) or min with NaN tracked apart (vmaxps drops a NaN in its first operand). */
+/* max (is_max) or min with NaN tracked apart (vmaxps drops a NaN in its first operand); four
+ * independent running extremes over 32 elements at a time, so the compares overlap (a max or min
+ * of the same values in any grouping: the same result but for the sign of an equal zero). */
 AVX2 static float extreme_avx2(const float *x, int64_t n, int is_max)
 {
-    __m256 m = _mm256_set1_ps(is_max ? -INFINITY : INFINITY), nan = _mm256_setzero_ps();
+    const __m256 init = _mm256_set1_ps(is_max ? -INFINITY : INFINITY);
+    __m256 m[4] = {init, init, init, init}, nan = _mm256_setzero_ps(), nan2 = _mm256_setzero_ps();
     int64_t i = 0;
+    for (; i + 32 <= n; i += 32) {
+        __m256 v[4];
+        for (int k = 0; k < 4; k++) {
+            v[k] = _mm256_loadu_ps(x + i + 8 * k);
+            m[k] = is_max ? _mm256_max_ps(m[k], v[k]) : _mm256_min_ps(m[k], v[k]);
+        }
+        nan = _mm256_or_ps(nan, _mm256_cmp_ps(v[0], v[1], _CMP_UNORD_Q));
+        nan2 = _mm256_or_ps(nan2, _mm256_cmp_ps(v[2], v[3], _CMP_UNORD_Q));
+    }
     for (; i + 8 <= n; i += 8) {
         __m256 v = _mm256_loadu_ps(x + i);
         nan = _mm256_or_ps(nan, _mm256_cmp_ps(v, v, _CMP_UNORD_Q));
-        m = is_max ? _mm256_max_ps(m, v) : _mm256_min_ps(m, v);
+        m[0] = is_max ? _mm256_max_ps(m[0], v) : _mm256_min_ps(m[0], v);
     }
-    if (_mm256_movemask_ps(nan)) return NAN;
+    if (_mm256_movemask_ps(_mm256_or_ps(nan, nan2))) return NAN;
+    for (int k = 1; k < 4; k++) m[0] = is_max ? _mm256_max_ps(m[0], m[k]) : _mm256_min_ps(m[0], m[k]);
     float l[8];
-    _mm256_storeu_ps(l, m);
+    _mm256_storeu_ps(l, m[0]);
     float r = l[0];
     for (int k = 1; k < 8; k++) r = is_max ? (l[k] > r ? l[k] : r) : (l[k] < r ? l[k] : r);
     for (; i < n; i++) {
@@ -256,18 +269,26 @@ AVX2 static float extreme_avx2(const float *x, int64_t n, int is_max)
     return r;
 }
 
+#define CPU_EXP_TILE 256 /* floats: a multiple of 16 */
 AVX2 static double exp_sum_avx2(const float *x, int64_t n, float shift, float *y)
 {
     lanes16 l = lanes_zero();
     int64_t i = 0;
 #if GPUCORE_HAVE_SLEEF
+    /* a tile of exps first (SLEEF's calls clobber every vector register), then its sums with the
+     * lanes in registers: the same values added in the same order as one at a time */
     const __m256 vs = _mm256_set1_ps(shift);
-    for (; i + 16 <= n; i += 16)
-        for (int h = 0; h < 2; h++) {
-            __m256 e = Sleef_expf8_u10avx2(_mm256_sub_ps(_mm256_loadu_ps(x + i + 8 * h), vs));
-            if (y) _mm256_storeu_ps(y + i + 8 * h, e);
-            acc8(&l, h, e);
+    float tile[CPU_EXP_TILE];
+    while (i + 16 <= n) {
+        const int64_t t = n - i >= CPU_EXP_TILE ? CPU_EXP_TILE : (n - i) / 16 * 16;
+        float *e = y ? y + i : tile;
+        for (int64_t j = 0; j < t; j += 8) _mm256_storeu_ps(e + j, Sleef_expf8_u10avx2(_mm256_sub_ps(_mm256_loadu_ps(x + i + j), vs)));
+        for (int64_t j = 0; j < t; j += 16) {
+            acc8(&l, 0, _mm256_loadu_ps(e + j));
+            acc8(&l, 1, _mm256_loadu_ps(e + j + 8));
         }
+        i += t;
+    }
 #endif
     double s = fold_avx(l);
     return exp_sum_from(x, i, n, shift, y, s);
@@ -409,13 +430,32 @@ AVX2 static inline __m256 bf16x8_widen(const uint16_t *p)
 
 /* cpu_vec_sum_blocked's AVX2 body over elements loaded 8 at a time by LOAD8 (f32, or bf16 widened in
  * registers: the same values, so the same bits): per block, 16 f32 lanes (two vectors) add the
- * block's 8 elements of each lane in order; the lane sums then go into the f64 lanes; the rest 16
- * at a time into the f64 lanes, then the tail in order (sum_from_avx2's steps). */
+ * block's 8 elements of each lane in order; the lane sums then go into the f64 lanes, block after
+ * block; the rest 16 at a time into the f64 lanes, then the tail in order (sum_from_avx2's steps).
+ * CPU_SUM_STREAMS blocks are summed side by side (independent f32 chains, so the adds overlap) and
+ * go into the f64 lanes in block order: the same additions in the same order as one block at a time. */
+#define CPU_SUM_STREAMS 4
 #define CPU_SUM_BLOCKED_AVX2(name, T, LOAD8, TO_F32)                                                          \
     AVX2 static double name(const T *x, int64_t n)                                                           \
     {                                                                                                         \
         lanes16 l = lanes_zero();                                                                             \
         int64_t i = 0;                                                                                        \
+        for (; i + CPU_SUM_STREAMS * CPU_VEC_SUM_BLOCK <= n; i += CPU_SUM_STREAMS * CPU_VEC_SUM_BLOCK) {      \
+            __m256 s0[CPU_SUM_STREAMS], s1[CPU_SUM_STREAMS];                                                  \
+            for (int b = 0; b < CPU_SUM_STREAMS; b++) {                                                       \
+                s0[b] = LOAD8(x + i + b * CPU_VEC_SUM_BLOCK);                                                 \
+                s1[b] = LOAD8(x + i + b * CPU_VEC_SUM_BLOCK + 8);                                             \
+            }                                                                                                 \
+            for (int k = 16; k < CPU_VEC_SUM_BLOCK; k += 16)                                                  \
+                for (int b = 0; b < CPU_SUM_STREAMS; b++) {                                                   \
+                    s0[b] = _mm256_add_ps(s0[b], LOAD8(x + i + b * CPU_VEC_SUM_BLOCK + k));                   \
+                    s1[b] = _mm256_add_ps(s1[b], LOAD8(x + i + b * CPU_VEC_SUM_BLOCK + k + 8));               \
+                }                                                                                             \
+            for (int b = 0; b < CPU_SUM_STREAMS; b++) {                                                       \
+                acc8(&l, 0, s0[b]);                                                                           \
+                acc8(&l, 1, s1[b]);                                                                           \
+            }                                                                                                 \
+        }                                                                                                     \
         for (; i + CPU_VEC_SUM_BLOCK <= n; i += CPU_VEC_SUM_BLOCK) {                                          \
             __m256 s0 = LOAD8(x + i), s1 = LOAD8(x + i + 8);                                                  \
             for (int k = 16; k < CPU_VEC_SUM_BLOCK; k += 16) {                                                \
@@ -469,7 +509,7 @@ AVX512 static inline __m512 bf16x16_widen(const uint16_t *p)
 
 /* cpu_vec_sum_blocked's AVX-512 body: one 16-lane f32 vector is the AVX2 body's two, lane for lane,
  * and the two 8-lane f64 accumulators its four, so every lane sees the same additions in the same
- * order: the same bits. */
+ * order: the same bits (CPU_SUM_STREAMS blocks side by side, as there). */
 #define CPU_SUM_BLOCKED_AVX512(name, T, LOAD16, TO_F32)                                                      \
     AVX512 static inline void name##_acc(__m512d *a, __m512 v)                                               \
     {                                                                                                         \
@@ -480,6 +520,14 @@ AVX512 static inline __m512 bf16x16_widen(const uint16_t *p)
     {                                                                                                         \
         __m512d a[2] = {_mm512_setzero_pd(), _mm512_setzero_pd()};                                            \
         int64_t i = 0;                                                                                        \
+        for (; i + CPU_SUM_STREAMS * CPU_VEC_SUM_BLOCK <= n; i += CPU_SUM_STREAMS * CPU_VEC_SUM_BLOCK) {      \
+            __m512 s[CPU_SUM_STREAMS];                                                                        \
+            for (int b = 0; b < CPU_SUM_STREAMS; b++) s[b] = LOAD16(x + i + b * CPU_VEC_SUM_BLOCK);           \
+            for (int k = 16; k < CPU_VEC_SUM_BLOCK; k += 16)                                                  \
+                for (int b = 0; b < CPU_SUM_STREAMS; b++)                                                     \
+                    s[b] = _mm512_add_ps(s[b], LOAD16(x + i + b * CPU_VEC_SUM_BLOCK + k));                    \
+            for (int b = 0; b < CPU_SUM_STREAMS; b++) name##_acc(a, s[b]);                                    \
+        }                                                                                                     \
         for (; i + CPU_VEC_SUM_BLOCK <= n; i += CPU_VEC_SUM_BLOCK) {                                          \
             __m512 s = LOAD16(x + i);                                                                         \
             for (int k = 16; k < CPU_VEC_SUM_BLOCK; k += 16) s = _mm512_add_ps(s, LOAD16(x + i + k));          \
