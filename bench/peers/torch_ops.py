@@ -3,7 +3,8 @@
 process: the same shapes through gpucore's Python API and through torch (same thread count),
 for the op cases of issue 19 (elementwise, reductions, row ops, matmul, conv, AdamW, and the
 per-op Python overhead). Prints one JSON line per case (DESIGN.md's contract: value = our
-milliseconds, peer "torch-cpu", peer_value = torch's, speedup = torch/ours, > 1: we are ahead).
+milliseconds, peer "torch-cpu", peer_value = torch's, speedup = torch/ours, > 1: we are ahead;
+paired_speedup = the median of torch/ours over batch pairs run back to back).
 
 Each side runs its op in a batch of calls, then (ours) one synchronize; the figure is the median
 over batches of the per-call time, after a warm-up, the two sides' batches alternating. Runs only on the CPU device; exits quietly
@@ -70,20 +71,29 @@ def batch_ms(fn, sync, calls):
 
 def side_by_side(ours, theirs, sync, calls, batches, budget_ms, best=False):
     """Median (best: fastest) per-call ms of (ours, theirs), their batches alternating so that
-    both sides see the same machine load; a side whose single call takes seconds runs one batch."""
+    both sides see the same machine load, and the median over batch pairs of torch/ours (each
+    pair ran back to back, so a slow spell of the machine cancels out of its ratio); a side
+    whose single call takes seconds runs one batch."""
     co, once_o = calls_for(ours, sync, calls, budget_ms)
     ct, once_t = calls_for(theirs, lambda: None, calls, budget_ms)
-    to, tt = [], []
+    to, tt, pairs = [], [], []
     for b in range(batches):
+        o = t = None
         if b == 0 or once_o < 25 * budget_ms:
-            to.append(batch_ms(ours, sync, co))
+            o = batch_ms(ours, sync, co)
+            to.append(o)
         if b == 0 or once_t < 25 * budget_ms:
-            tt.append(batch_ms(theirs, lambda: None, ct))
+            t = batch_ms(theirs, lambda: None, ct)
+            tt.append(t)
+        if o and t:
+            pairs.append(t / o)
     to.sort()
     tt.sort()
+    pairs.sort()
+    paired = pairs[len(pairs) // 2] if pairs else 0.0
     if best:
-        return to[0], tt[0]
-    return to[len(to) // 2], tt[len(tt) // 2]
+        return to[0], tt[0], paired
+    return to[len(to) // 2], tt[len(tt) // 2], paired
 
 
 def cases(g, torch, ctx, full):
@@ -209,16 +219,17 @@ def main():
         if only and only not in name:
             continue
         with torch.no_grad() if "bwd" not in name else torch.enable_grad():
-            ms_o, ms_t = side_by_side(ours, theirs, ctx.synchronize, calls, batches, budget, best)
+            ms_o, ms_t, paired = side_by_side(ours, theirs, ctx.synchronize, calls, batches, budget, best)
         row = {"bench": "ops-torch-cpu", "case": name, "device": "cpu", "metric": "time", "value": round(ms_o, 5),
                "unit": "ms", "peer": "torch-cpu", "peer_value": round(ms_t, 5),
-               "speedup": round(ms_t / ms_o, 3) if ms_o > 0 else 0}
+               "speedup": round(ms_t / ms_o, 3) if ms_o > 0 else 0, "paired_speedup": round(paired, 3)}
         if best:
             row["statistic"] = "best of %d batches" % batches
         if as_json:
             print(json.dumps(row), flush=True)
         else:
-            print(f"{name:42s} ours {ms_o:9.4f} ms  torch {ms_t:9.4f} ms  ratio {ms_t / ms_o:6.2f}", flush=True)
+            print(f"{name:42s} ours {ms_o:9.4f} ms  torch {ms_t:9.4f} ms  ratio {ms_t / ms_o:6.2f}  paired {paired:6.2f}",
+                  flush=True)
     return 0
 
 
