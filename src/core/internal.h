@@ -26,6 +26,12 @@ GPUCORE_HIDDEN extern const gpucore_plugin_host gpucore_plugin_host_table;
 GPUCORE_HIDDEN const gpucore_backend *gpucore_backend_get(gpucore_device_type type);
 GPUCORE_HIDDEN const gpucore_backend *gpucore_cpu_backend(void);
 
+/* ---- host memory (memory.c) ----
+ * Aligned host memory, huge pages for blocks of 2 MiB or more: the CPU backend's "device" and
+ * "pinned" memory, and pinned memory where a backend has none (the raw_alloc signature). */
+GPUCORE_HIDDEN gpucore_status gpucore_host_memory_alloc(void *bctx, size_t bytes, void **ptr);
+GPUCORE_HIDDEN void gpucore_host_memory_free(void *bctx, void *ptr);
+
 /* ---- handle pool (handle_pool.c) ----
  * Handles are allocated from pools that never give memory back to the system and
  * recycle oldest-first after a quarantine, so checking a destroyed handle's magic

@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include "internal.h"
 #include "alloc/caching_allocator.h"
 
@@ -20,17 +21,28 @@ struct gpucore_memory_state {
     caching_allocator_faults faults;
 };
 
-/* Pinned memory where the backend has none: plain aligned host memory. */
-static gpucore_status fallback_host_alloc(void *bctx, size_t bytes, void **ptr)
+/* Host memory for the CPU backend's "device" memory and for pinned memory where the backend has
+ * none: 256-byte aligned like cudaMalloc, so vector paths behave alike. A block of 2 MiB or more is
+ * 2 MiB aligned and sized, and asked for transparent huge pages (MADV_HUGEPAGE, what PyTorch's CPU
+ * allocator does for large blocks; where the system's THP setting is "madvise" only asked-for
+ * regions get them): a 16 MiB tensor then spans 8 TLB entries instead of 4096. The caching
+ * allocator keeps blocks, so a huge page's first-touch cost is paid once. */
+#define HOST_HUGE_PAGE ((size_t)2 << 20)
+gpucore_status gpucore_host_memory_alloc(void *bctx, size_t bytes, void **ptr)
 {
     (void)bctx;
-    size_t rounded = (bytes + 255) & ~(size_t)255;
+    const size_t align = bytes >= HOST_HUGE_PAGE ? HOST_HUGE_PAGE : 256;
+    const size_t rounded = (bytes + align - 1) & ~(align - 1);
     if (rounded < bytes) return GPUCORE_ERR_OUT_OF_MEMORY;
-    *ptr = aligned_alloc(256, rounded);
-    return *ptr ? GPUCORE_OK : GPUCORE_ERR_OUT_OF_MEMORY;
+    *ptr = aligned_alloc(align, rounded);
+    if (!*ptr) return GPUCORE_ERR_OUT_OF_MEMORY;
+#ifdef MADV_HUGEPAGE
+    if (align == HOST_HUGE_PAGE) (void)madvise(*ptr, rounded, MADV_HUGEPAGE); /* advice: failure is harmless */
+#endif
+    return GPUCORE_OK;
 }
 
-static void fallback_host_free(void *bctx, void *ptr)
+void gpucore_host_memory_free(void *bctx, void *ptr)
 {
     (void)bctx;
     free(ptr);
@@ -68,8 +80,8 @@ gpucore_status gpucore_memory_init(gpucore_context *ctx)
         .be = ctx->be, .bctx = ctx->bctx, .raw_alloc = ctx->be->raw_alloc, .raw_free = ctx->be->raw_free,
         .name = ctx->name, .what = "device memory", .host_visible = 0, .faults = &m->faults};
     caching_allocator_params hp = dp;
-    hp.raw_alloc = ctx->be->host_alloc ? ctx->be->host_alloc : fallback_host_alloc;
-    hp.raw_free = ctx->be->host_free ? ctx->be->host_free : fallback_host_free;
+    hp.raw_alloc = ctx->be->host_alloc ? ctx->be->host_alloc : gpucore_host_memory_alloc;
+    hp.raw_free = ctx->be->host_free ? ctx->be->host_free : gpucore_host_memory_free;
     hp.what = "pinned host memory";
     hp.host_visible = 1;
     if ((st = caching_allocator_create(&dp, &m->device)) || (st = caching_allocator_create(&hp, &m->host))) {

@@ -134,26 +134,6 @@ static void cpu_context_fini(void *bctx)
     free(bctx);
 }
 
-/* "Device" memory on the CPU: 256-byte aligned like cudaMalloc, so vector paths behave alike. */
-static gpucore_status cpu_raw_alloc(void *bctx, size_t bytes, void **ptr)
-{
-    (void)bctx;
-    size_t rounded = (bytes + 255) & ~(size_t)255;
-    if (rounded < bytes) return GPUCORE_ERR_OUT_OF_MEMORY;
-    *ptr = aligned_alloc(256, rounded);
-    return *ptr ? GPUCORE_OK : GPUCORE_ERR_OUT_OF_MEMORY;
-}
-
-static void cpu_raw_free(void *bctx, void *ptr)
-{
-    (void)bctx;
-    free(ptr);
-}
-
-/* "Pinned" host memory on the CPU backend: host memory is all the CPU has; aligned like raw memory. */
-static gpucore_status cpu_host_alloc(void *bctx, size_t bytes, void **ptr) { return cpu_raw_alloc(bctx, bytes, ptr); }
-static void cpu_host_free(void *bctx, void *ptr) { cpu_raw_free(bctx, ptr); }
-
 static gpucore_status cpu_stream_priority_range(void *bctx, int *least, int *greatest)
 {
     (void)bctx;
@@ -186,8 +166,8 @@ static const gpucore_backend cpu_backend_table = {
     .component_version = cpu_component_version,
     .context_init = cpu_context_init,
     .context_fini = cpu_context_fini,
-    .raw_alloc = cpu_raw_alloc,
-    .raw_free = cpu_raw_free,
+    .raw_alloc = gpucore_host_memory_alloc, /* "device" memory is host memory (memory.c) */
+    .raw_free = gpucore_host_memory_free,
     .mem_info = cpu_mem_info,
     .stream_create = cpu_stream_create_v,
     .stream_destroy = cpu_stream_destroy_v,
@@ -211,8 +191,8 @@ static const gpucore_backend cpu_backend_table = {
     .comm_check = cpu_comm_check,
     .comm_abort = cpu_comm_abort,
     .comm_destroy = cpu_comm_destroy,
-    .host_alloc = cpu_host_alloc,
-    .host_free = cpu_host_free,
+    .host_alloc = gpucore_host_memory_alloc, /* and so is "pinned" memory */
+    .host_free = gpucore_host_memory_free,
     .stream_priority_range = cpu_stream_priority_range,
     .attention = cpu_attention,
     .transformer = cpu_transformer,
