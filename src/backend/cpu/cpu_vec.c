@@ -153,6 +153,16 @@ static inline double lanes_generic(const float *x, const float *y, int64_t n, do
 
 /* ---- AVX2 bodies ---- */
 #if CPU_VEC_X86
+/* The first pass over a row (sum, max, dot) asks for the bytes CPU_PREFETCH ahead of what it reads,
+ * a cache line at a time: rows are short and back to back, so past a row's end that is the next
+ * row's start, which the hardware prefetcher, restarting at every row, fetched too late (a sum over
+ * 16384 rows of 256 floats ran 2.8x slower than over 64 rows of 65536 before). Prefetches do not fault. */
+#define CPU_PREFETCH 2048
+#define CPU_PREFETCH_SPAN(p, bytes)                                                                          \
+    do {                                                                                                      \
+        for (int pf_ = 0; pf_ < (int)(bytes); pf_ += 64)                                                      \
+            _mm_prefetch((const char *)(p) + CPU_PREFETCH + pf_, _MM_HINT_T0);                                \
+    } while (0)
 /* The 16 lanes as four 4-lane f64 accumulators: a[0] lanes 0-3, ..., a[3] lanes 12-15. */
 typedef struct lanes16 { __m256d a[4]; } lanes16;
 
@@ -180,6 +190,7 @@ AVX2 static inline double fold_avx(lanes16 l)
 AVX2 static double sum_from_avx2(lanes16 l, const float *x, int64_t i, int64_t n)
 {
     for (; i + 16 <= n; i += 16) {
+        CPU_PREFETCH_SPAN(x + i, 64);
         acc8(&l, 0, _mm256_loadu_ps(x + i));
         acc8(&l, 1, _mm256_loadu_ps(x + i + 8));
     }
@@ -204,6 +215,8 @@ AVX2 static double dot_avx2(const float *x, const float *y, int64_t n)
     lanes16 l = lanes_zero();
     int64_t i = 0;
     for (; i + 16 <= n; i += 16) {
+        CPU_PREFETCH_SPAN(x + i, 64);
+        CPU_PREFETCH_SPAN(y + i, 64);
         acc8_prod(&l, 0, _mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i));
         acc8_prod(&l, 1, _mm256_loadu_ps(x + i + 8), _mm256_loadu_ps(y + i + 8));
     }
@@ -243,6 +256,7 @@ AVX2 static float extreme_avx2(const float *x, int64_t n, int is_max)
     __m256 m[4] = {init, init, init, init}, nan = _mm256_setzero_ps(), nan2 = _mm256_setzero_ps();
     int64_t i = 0;
     for (; i + 32 <= n; i += 32) {
+        CPU_PREFETCH_SPAN(x + i, 128);
         __m256 v[4];
         for (int k = 0; k < 4; k++) {
             v[k] = _mm256_loadu_ps(x + i + 8 * k);
@@ -442,6 +456,7 @@ AVX2 static inline __m256 bf16x8_widen(const uint16_t *p)
         int64_t i = 0;                                                                                        \
         for (; i + CPU_SUM_STREAMS * CPU_VEC_SUM_BLOCK <= n; i += CPU_SUM_STREAMS * CPU_VEC_SUM_BLOCK) {      \
             __m256 s0[CPU_SUM_STREAMS], s1[CPU_SUM_STREAMS];                                                  \
+            CPU_PREFETCH_SPAN(x + i, CPU_SUM_STREAMS * CPU_VEC_SUM_BLOCK * sizeof(T));                       \
             for (int b = 0; b < CPU_SUM_STREAMS; b++) {                                                       \
                 s0[b] = LOAD8(x + i + b * CPU_VEC_SUM_BLOCK);                                                 \
                 s1[b] = LOAD8(x + i + b * CPU_VEC_SUM_BLOCK + 8);                                             \
@@ -457,6 +472,7 @@ AVX2 static inline __m256 bf16x8_widen(const uint16_t *p)
             }                                                                                                 \
         }                                                                                                     \
         for (; i + CPU_VEC_SUM_BLOCK <= n; i += CPU_VEC_SUM_BLOCK) {                                          \
+            CPU_PREFETCH_SPAN(x + i, CPU_VEC_SUM_BLOCK * sizeof(T));                                         \
             __m256 s0 = LOAD8(x + i), s1 = LOAD8(x + i + 8);                                                  \
             for (int k = 16; k < CPU_VEC_SUM_BLOCK; k += 16) {                                                \
                 s0 = _mm256_add_ps(s0, LOAD8(x + i + k));                                                     \
@@ -523,12 +539,14 @@ AVX512 static inline __m512 bf16x16_widen(const uint16_t *p)
         for (; i + CPU_SUM_STREAMS * CPU_VEC_SUM_BLOCK <= n; i += CPU_SUM_STREAMS * CPU_VEC_SUM_BLOCK) {      \
             __m512 s[CPU_SUM_STREAMS];                                                                        \
             for (int b = 0; b < CPU_SUM_STREAMS; b++) s[b] = LOAD16(x + i + b * CPU_VEC_SUM_BLOCK);           \
+            CPU_PREFETCH_SPAN(x + i, CPU_SUM_STREAMS * CPU_VEC_SUM_BLOCK * sizeof(T));                       \
             for (int k = 16; k < CPU_VEC_SUM_BLOCK; k += 16)                                                  \
                 for (int b = 0; b < CPU_SUM_STREAMS; b++)                                                     \
                     s[b] = _mm512_add_ps(s[b], LOAD16(x + i + b * CPU_VEC_SUM_BLOCK + k));                    \
             for (int b = 0; b < CPU_SUM_STREAMS; b++) name##_acc(a, s[b]);                                    \
         }                                                                                                     \
         for (; i + CPU_VEC_SUM_BLOCK <= n; i += CPU_VEC_SUM_BLOCK) {                                          \
+            CPU_PREFETCH_SPAN(x + i, CPU_VEC_SUM_BLOCK * sizeof(T));                                         \
             __m512 s = LOAD16(x + i);                                                                         \
             for (int k = 16; k < CPU_VEC_SUM_BLOCK; k += 16) s = _mm512_add_ps(s, LOAD16(x + i + k));          \
             name##_acc(a, s);                                                                                 \
