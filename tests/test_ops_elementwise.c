@@ -275,6 +275,83 @@ static int rounds_to_nearest_even(double x, double r, int bits)
     return 1;
 }
 
+/* f16 bits of the f32 with bits u, computed independently in f64: nearest even (nearbyint in the
+ * default rounding mode), 2^-24 steps below 2^-14, Inf from 65520 up, NaN quiet with the payload's
+ * top bits (the library's NaN rule). */
+static uint16_t ref_f32_to_f16_bits(uint32_t u)
+{
+    float f;
+    memcpy(&f, &u, 4);
+    const uint16_t sign = (uint16_t)((u >> 16) & 0x8000u);
+    if (isnan(f)) return (uint16_t)(sign | 0x7e00u | ((u >> 13) & 0x3ffu));
+    const double a = fabs((double)f);
+    if (a >= 65520.0) return (uint16_t)(sign | 0x7c00u);
+    if (a < 0x1p-14) return (uint16_t)(sign | (uint16_t)nearbyint(a / 0x1p-24)); /* 1024: the least normal */
+    int e = ilogb(a);
+    double m = nearbyint(a / ldexp(1.0, e - 10));
+    if (m == 2048.0) { e++; m = 1024.0; }
+    return (uint16_t)(sign | (uint16_t)((e + 15) << 10) | (uint16_t)(m - 1024.0));
+}
+
+/* f32 bits of the f16 h: exact; a NaN keeps its payload (quiet or signalling) in the top bits. */
+static uint32_t ref_f16_to_f32_bits(uint16_t h)
+{
+    const uint32_t sign = (uint32_t)(h & 0x8000u) << 16, e = (h >> 10) & 31u, m = h & 0x3ffu;
+    if (e == 31) return sign | 0x7f800000u | (m << 13);
+    float f = (float)(e == 0 ? ldexp((double)m, -24) : ldexp(1024.0 + m, (int)e - 25));
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    return u | sign;
+}
+
+/* Every f16 bit pattern widened by gpucore_cast, and 2^20 f32 patterns spread over every exponent
+ * (subnormal results, overflow, ties, NaN payloads) rounded to f16: bit for bit against the f64
+ * references above (the vectorised F16C paths on the CPU, the hardware cvt on a GPU); a widened
+ * NaN need only stay a NaN of its sign. */
+static void test_cast_f16_bits(gpucore_context *ctx)
+{
+    enum { NH = 65536, NF = 1 << 20 };
+    uint16_t *h = malloc(sizeof(uint16_t) * NF);
+    uint32_t *w = malloc(sizeof(uint32_t) * NF);
+    int64_t nh = NH, nf = NF;
+    gpucore_tensor *x16 = NULL, *x32 = NULL, *y16 = NULL, *y32 = NULL;
+    for (int i = 0; i < NH; i++) h[i] = (uint16_t)i;
+    CHECK_OK(gpucore_tensor_create(ctx, GPUCORE_F16, 1, &nh, &x16));
+    CHECK_OK(gpucore_tensor_create(ctx, GPUCORE_F32, 1, &nh, &y32));
+    CHECK_OK(gpucore_copy_from_host(x16, h, sizeof(uint16_t) * NH));
+    CHECK_OK(gpucore_cast(y32, x16, NULL));
+    CHECK_OK(gpucore_copy_to_host(w, sizeof(uint32_t) * NH, y32));
+    int bad = 0;
+    for (int i = 0; i < NH; i++) {
+        const uint32_t want = ref_f16_to_f32_bits((uint16_t)i);
+        if ((want & 0x7fffffffu) > 0x7f800000u) /* a NaN stays a NaN of its sign (casts through f64 quiet it) */
+            bad += (w[i] & 0x7fffffffu) <= 0x7f800000u || (w[i] ^ want) >> 31;
+        else
+            bad += w[i] != want;
+    }
+    if (bad) fprintf(stderr, "  cast f16 -> f32: %d of %d bit patterns differ from the reference\n", bad, NH);
+    CHECK(bad == 0);
+    for (uint32_t i = 0; i < NF; i++) {
+        w[i] = i * 4093u + (i >> 7); /* every exponent, varied low bits */
+        if (i % 5 == 1) w[i] = (w[i] & ~0x1fffu) | 0x1000u; /* a tie in the normal range */
+    }
+    CHECK_OK(gpucore_tensor_create(ctx, GPUCORE_F32, 1, &nf, &x32));
+    CHECK_OK(gpucore_tensor_create(ctx, GPUCORE_F16, 1, &nf, &y16));
+    CHECK_OK(gpucore_copy_from_host(x32, w, sizeof(uint32_t) * NF));
+    CHECK_OK(gpucore_cast(y16, x32, NULL));
+    CHECK_OK(gpucore_copy_to_host(h, sizeof(uint16_t) * NF, y16));
+    bad = 0;
+    for (uint32_t i = 0; i < NF; i++) bad += h[i] != ref_f32_to_f16_bits(w[i]);
+    if (bad) fprintf(stderr, "  cast f32 -> f16: %d of %d bit patterns differ from the reference\n", bad, NF);
+    CHECK(bad == 0);
+    gpucore_tensor_destroy(x16);
+    gpucore_tensor_destroy(y32);
+    gpucore_tensor_destroy(x32);
+    gpucore_tensor_destroy(y16);
+    free(h);
+    free(w);
+}
+
 static void test_cast_rounding(gpucore_context *ctx)
 {
     enum { N = 4099 }; /* not a multiple of the vector width: the tail too */
@@ -482,6 +559,7 @@ int main(void)
         test_unary_family(ctx);
         test_cast(ctx);
         test_cast_rounding(ctx);
+        test_cast_f16_bits(ctx);
         test_cast_fp8(ctx);
         test_bad_input(ctx);
         gpucore_context_destroy(ctx);

@@ -21,6 +21,8 @@ ew = [gpucore.gelu(x), gpucore.gelu(x, approximate="tanh"), gpucore.silu(x), gpu
       gpucore.tanh(x), gpucore.exp(x), gpucore.gelu_backward(x, x), gpucore.cast(gpucore.cast(x, "bfloat16"), "float32")]
 c = ctx.empty((4099,), "bfloat16").uniform_(-3, 3, seed=6)
 bits = [gpucore.cast(op(b, c), "float32") for op in (gpucore.add, gpucore.sub, gpucore.mul, gpucore.div)]
+h, h2 = gpucore.cast(x, "float16"), gpucore.cast(ctx.empty((4099,)).uniform_(-6, 6, seed=12), "float16")
+bits += [gpucore.cast(h, "float32"), gpucore.cast(gpucore.add(h, h2), "float32")]  # F16C or the portable rounding
 bits.append(gpucore.softmax_backward(m, ctx.empty((301, 1037)).uniform_(0, 1, seed=7), dim=1))
 q, k, v, g = (ctx.empty((8, 4, 100, 16)).uniform_(-2, 2, seed=s) for s in (8, 9, 10, 11))
 o, l = gpucore.scaled_dot_product_attention(q, k, v, is_causal=True, return_stats=True)

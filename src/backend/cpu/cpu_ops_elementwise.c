@@ -61,13 +61,8 @@ static void load_f32(const gpucore_view *v, gpucore_ew_layout mode, int64_t inne
 {
     const char *base = v->data;
     const int dt = v->dtype, es = v->elem_size;
-    if (mode == GPUCORE_EW_LAYOUT_DENSE && (dt == GPUCORE_KDT_F32 || dt == GPUCORE_KDT_BF16)) {
+    if (mode == GPUCORE_EW_LAYOUT_DENSE && (dt == GPUCORE_KDT_F32 || dt == GPUCORE_KDT_BF16 || dt == GPUCORE_KDT_F16)) {
         cpu_vec_load(buf, base + i0 * es, dt, n); /* widened in registers */
-        return;
-    }
-    if (mode == GPUCORE_EW_LAYOUT_DENSE && dt == GPUCORE_KDT_F16) {
-        const uint16_t *p = (const uint16_t *)base + i0;
-        EW_SIMD for (int k = 0; k < n; k++) buf[k] = gpucore_f16_to_f32(p[k]);
         return;
     }
     if (mode == GPUCORE_EW_LAYOUT_SCALAR) {
@@ -91,10 +86,8 @@ static void store_f32(const gpucore_view *v, int64_t i0, int n, const float *buf
 {
     char *base = v->data;
     const int dt = v->dtype, es = v->elem_size;
-    if (v->contiguous) {
-        if (dt == GPUCORE_KDT_F32 || dt == GPUCORE_KDT_BF16) { cpu_vec_store(base + i0 * es, dt, buf, n); return; }
-        uint16_t *p = (uint16_t *)base + i0;
-        for (int k = 0; k < n; k++) p[k] = gpucore_f32_to_f16(buf[k]);
+    if (v->contiguous) { /* f32, bf16 or f16: rounded in registers */
+        cpu_vec_store(base + i0 * es, dt, buf, n);
         return;
     }
     strided_offsets(v, i0, n, off);

@@ -10,7 +10,10 @@
  * vector exp/erf/tanh (GPUCORE_ACT_FORMULAS), and bf16 rounding in registers.
  * Where the CPU has AVX-512 (F, BW), bf16 arithmetic, rounding and the blocked
  * sums take 16-lane bodies that repeat the AVX2 bodies' operations lane for lane
- * (the same bits; GPUCORE_CPU_NO_AVX512=1 selects the AVX2 ones).
+ * (the same bits; GPUCORE_CPU_NO_AVX512=1 selects the AVX2 ones). f16 is widened
+ * and rounded with F16C (every AVX2 CPU has it), which gives gpucore_f32_to_f16's
+ * bits for all 2^32 inputs; a signalling NaN is widened by the portable formula
+ * (F16C would quiet it).
  */
 #include <math.h>
 #include <stdlib.h>
@@ -45,8 +48,8 @@ __attribute__((target("avx2,fma"))) __m256 Sleef_logf8_u10avx2(__m256);
 #define CPU_VEC_X86 0
 #endif
 
-#define AVX2 __attribute__((target("avx2,fma")))
-#define AVX512 __attribute__((target("avx512f,avx512bw,avx2,fma")))
+#define AVX2 __attribute__((target("avx2,fma,f16c")))
+#define AVX512 __attribute__((target("avx512f,avx512bw,avx2,fma,f16c")))
 
 #if CPU_VEC_X86
 /* Whether environment variable name is set to anything but "" or "0". */
@@ -59,7 +62,7 @@ static int env_on(const char *name)
 static int probe_avx2(void)
 {
     __builtin_cpu_init();
-    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c") &&
            !env_on("GPUCORE_CPU_PORTABLE"); /* tests: the portable bodies on any CPU */
 }
 
@@ -507,6 +510,34 @@ AVX2 static void load_bf16_avx2(float *dst, const uint16_t *src, int64_t n)
     for (; i < n; i++) dst[i] = gpucore_bf16_to_f32(src[i]);
 }
 
+/* f16 <-> f32 with F16C: rounding to nearest even, as gpucore_f32_to_f16 (checked for every f32);
+ * widening is exact, but F16C quiets a signalling NaN, so 8 values holding an f16 NaN take
+ * gpucore_f16_to_f32 (which keeps the payload as it is). */
+AVX2 static void load_f16_avx2(float *dst, const uint16_t *src, int64_t n)
+{
+    const __m128i expm = _mm_set1_epi16(0x7c00), mantm = _mm_set1_epi16(0x3ff), zero = _mm_setzero_si128();
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        const __m128i h = _mm_loadu_si128((const __m128i *)(src + i));
+        const __m128i nan = _mm_and_si128(_mm_cmpeq_epi16(_mm_and_si128(h, expm), expm),
+                                          _mm_cmpgt_epi16(_mm_and_si128(h, mantm), zero));
+        if (_mm_movemask_epi8(nan))
+            for (int k = 0; k < 8; k++) dst[i + k] = gpucore_f16_to_f32(src[i + k]);
+        else
+            _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(h));
+    }
+    for (; i < n; i++) dst[i] = gpucore_f16_to_f32(src[i]);
+}
+
+AVX2 static void store_f16_avx2(uint16_t *dst, const float *src, int64_t n)
+{
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm_storeu_si128((__m128i *)(dst + i),
+                         _mm256_cvtps_ph(_mm256_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+    for (; i < n; i++) dst[i] = gpucore_f32_to_f16(src[i]);
+}
+
 /* The AVX-512 pair of the two above, 16 at a time (the same integer rounding: the same bits). */
 AVX512 static inline __m256i bf16x16_round(__m512 v)
 {
@@ -839,6 +870,7 @@ void cpu_vec_load(float *dst, const void *src, int dt, int64_t n)
     if (dt == GPUCORE_KDT_F32) { memcpy(dst, src, sizeof(float) * (size_t)n); return; }
 #if CPU_VEC_X86
     if (dt == GPUCORE_KDT_BF16 && cpu_vec_have_avx2()) { load_bf16_avx2(dst, src, n); return; }
+    if (dt == GPUCORE_KDT_F16 && cpu_vec_have_avx2()) { load_f16_avx2(dst, src, n); return; }
 #endif
     const int es = gpucore_kdt_size(dt);
     for (int64_t i = 0; i < n; i++) dst[i] = gpucore_load_as_f32((const char *)src + i * es, dt);
@@ -850,6 +882,7 @@ void cpu_vec_store(void *dst, int dt, const float *src, int64_t n)
 #if CPU_VEC_X86
     if (dt == GPUCORE_KDT_BF16 && cpu_vec_have_avx512()) { store_bf16_avx512(dst, src, n); return; }
     if (dt == GPUCORE_KDT_BF16 && cpu_vec_have_avx2()) { store_bf16_avx2(dst, src, n); return; }
+    if (dt == GPUCORE_KDT_F16 && cpu_vec_have_avx2()) { store_f16_avx2(dst, src, n); return; }
 #endif
     const int es = gpucore_kdt_size(dt);
     for (int64_t i = 0; i < n; i++) gpucore_store_from_f32((char *)dst + i * es, dt, src[i]);
