@@ -64,4 +64,26 @@ static inline void gpucore_views_coalesce(gpucore_view *const *v, int n)
     }
 }
 
+/* Put the dims of n same-shape views in the order of v[0]'s strides, largest first (a stable sort;
+ * extent-1 dims stay where they are), the same permutation in every view. For an op whose
+ * elements do not depend on their linear index (everything elementwise but dropout), this
+ * changes nothing but the order they are visited in: an output that is a permutation of a dense
+ * tensor (x.t(), a permute) becomes dense, and inputs permuted alike with it, so that
+ * gpucore_views_coalesce then makes one dense run of them all. */
+static inline void gpucore_views_sort_dims(gpucore_view *const *v, int n)
+{
+    const int nd = v[0]->ndim;
+    int order[GPUCORE_VIEW_MAX_DIMS];
+    for (int d = 0; d < nd; d++) { /* insertion, stable: a later dim passes only a smaller stride */
+        int j = d;
+        for (; j > 0 && v[0]->strides[order[j - 1]] < v[0]->strides[d]; j--) order[j] = order[j - 1];
+        order[j] = d;
+    }
+    for (int k = 0; k < n; k++) {
+        int64_t sh[GPUCORE_VIEW_MAX_DIMS], st[GPUCORE_VIEW_MAX_DIMS];
+        for (int d = 0; d < nd; d++) { sh[d] = v[k]->shape[order[d]]; st[d] = v[k]->strides[order[d]]; }
+        for (int d = 0; d < nd; d++) { v[k]->shape[d] = sh[d]; v[k]->strides[d] = st[d]; }
+    }
+}
+
 #endif

@@ -82,44 +82,6 @@ gpucore_status ops_check_alias(const gpucore_view *out, const gpucore_view *in, 
     return GPUCORE_OK;
 }
 
-void ops_collapse_dims(gpucore_view *vs, int n)
-{
-    int ndim = vs[0].ndim, k = 0;
-    int64_t shape[GPUCORE_VIEW_MAX_DIMS], strides[4][GPUCORE_VIEW_MAX_DIMS];
-    for (int d = 0; d < ndim; d++) {
-        if (vs[0].shape[d] == 1) continue; /* a dim of 1 addresses nothing */
-        int merge = k > 0;
-        for (int j = 0; merge && j < n; j++)
-            if (strides[j][k - 1] != vs[j].strides[d] * vs[0].shape[d]) merge = 0;
-        if (merge) {
-            shape[k - 1] *= vs[0].shape[d];
-            for (int j = 0; j < n; j++) strides[j][k - 1] = vs[j].strides[d];
-        } else {
-            shape[k] = vs[0].shape[d];
-            for (int j = 0; j < n; j++) strides[j][k] = vs[j].strides[d];
-            k++;
-        }
-    }
-    if (k == 0) { /* a single element */
-        shape[0] = 1;
-        for (int j = 0; j < n; j++) strides[j][0] = 1;
-        k = 1;
-    }
-    for (int j = 0; j < n; j++) {
-        vs[j].ndim = k;
-        int64_t expect = 1;
-        int dense = 1;
-        for (int d = k - 1; d >= 0; d--) {
-            vs[j].shape[d] = shape[d];
-            vs[j].strides[d] = strides[j][d];
-            if (shape[d] != 1 && strides[j][d] != expect) dense = 0;
-            expect *= shape[d];
-        }
-        for (int d = k; d < GPUCORE_VIEW_MAX_DIMS; d++) vs[j].shape[d] = vs[j].strides[d] = 0;
-        vs[j].contiguous = dense;
-    }
-}
-
 gpucore_status ops_contiguous_input(const gpucore_tensor *t, gpucore_stream *s, gpucore_view *v,
                                     gpucore_tensor **staged)
 {

@@ -2,8 +2,9 @@
  * ops_elementwise.c — front-ends of the elementwise family (binary with
  * broadcasting and an optional fused activation, unary, scale, axpy, clamp,
  * activations forward/backward, cast, dropout): validate dtypes, shapes and
- * aliasing, broadcast inputs to out's shape as stride-0 views, collapse dims,
- * and dispatch one gpucore_ew_args to the backend's elementwise entry.
+ * aliasing, broadcast inputs to out's shape as stride-0 views, visit dims in
+ * out's memory order and merge them (view.h), and dispatch one gpucore_ew_args
+ * to the backend's elementwise entry.
  */
 #include <math.h>
 #include <string.h>
@@ -85,12 +86,10 @@ static gpucore_status ew_run(const ew_call *c, gpucore_tensor *out, const gpucor
         }
     }
     if (args.out.numel == 0) return GPUCORE_OK;
-    gpucore_view vs[3] = {args.out, args.in[0], args.in[1]};
-    ops_collapse_dims(vs, 1 + args.nin);
-    args.out = vs[0];
-    args.in[0] = vs[1];
-    if (args.nin == 2) args.in[1] = vs[2];
-    else args.in[1] = vs[1];
+    gpucore_view *vs[3] = {&args.out, &args.in[0], &args.in[1]};
+    if (c->code != GPUCORE_EW_DROPOUT) gpucore_views_sort_dims(vs, 1 + args.nin); /* dropout's draws follow the index */
+    gpucore_views_coalesce(vs, 1 + args.nin);
+    if (args.nin == 1) args.in[1] = args.in[0];
     args.op = c->code;
     args.act = c->act;
     args.alpha = c->alpha;

@@ -29,8 +29,6 @@ GPUCORE_HIDDEN gpucore_status ops_check_alias(const gpucore_view *out, const gpu
  * OK when either is NULL (an optional operand). */
 GPUCORE_HIDDEN gpucore_status ops_check_tensor_alias(const gpucore_tensor *out, const gpucore_tensor *in,
                                                      const char *op, const char *arg, int allow_in_place);
-/* Merge adjacent dims that every view in vs[0..n) stores as one dense run; drop dims of 1. */
-GPUCORE_HIDDEN void ops_collapse_dims(gpucore_view *vs, int n);
 
 /* A contiguous version of tensor t: t itself when contiguous (*staged = NULL),
  * else a new contiguous tensor filled by a strided copy on s (*staged set; destroy it after use). */
