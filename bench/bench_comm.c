@@ -2,7 +2,7 @@
  * bench_comm.c — allreduce bandwidth: libgpucore's collective and its DDP reducer,
  * side by side with MPI_Allreduce called directly on the same data, in one run.
  *
- *   mpirun --allow-run-as-root --oversubscribe -np 2 build/bench/bench_comm [--json] [--quick|--full]
+ *   mpirun --allow-run-as-root --oversubscribe -np 2 build/bench/bench_comm [--json] [--quick|--full] [--bytes N]
  *
  * algbw = bytes / time; busbw = algbw * 2(n-1)/n (nccl-tests' definition). Each
  * figure is the median over batches (after warm-up) of the wall time per call, the
@@ -20,7 +20,8 @@
  * (its pages) from a cost of our path. Buffers hold zeros (sums stay finite).
  * A second table times reduce-scatter (in: size x bytes, out: bytes) and all-gather
  * (in: bytes, out: size x bytes), ZeRO's two collectives, beside MPI_Reduce_scatter_block
- * and MPI_Allgather on the same buffers ("bytes" is one rank's share).
+ * and MPI_Allgather on the same buffers ("bytes" is one rank's share). --bytes N runs
+ * only the rows of N bytes (for a profiler).
  */
 #include <mpi.h>
 #include <stdio.h>
@@ -30,6 +31,7 @@
 #include "gpucore.h"
 
 static int rank, size, json;
+static int64_t only_bytes; /* --bytes N: that size alone */
 
 static double now_s(void)
 {
@@ -153,6 +155,7 @@ static void collectives_table(gpucore_context *ctx, gpucore_comm *comm, gpucore_
                "%10s | %9s %9s %7s | %9s %9s %7s\n", size, "bytes", "rs us", "mpi us", "rs/mpi", "ag us", "mpi us",
                "ag/mpi");
     for (int64_t bytes = 8; bytes <= max_bytes / size; bytes *= (bytes < 4096 ? 8 : 4)) {
+        if (only_bytes && bytes != only_bytes) continue;
         state s = {.comm = comm, .stream = stream, .n = bytes / 4};
         int64_t nb = s.n * size;
         gpucore_tensor_create(ctx, GPUCORE_F32, 1, &s.n, &s.t);
@@ -195,6 +198,7 @@ int main(int argc, char **argv)
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--json")) json = 1;
         else if (!strcmp(argv[i], "--full")) full = 1;
+        else if (!strcmp(argv[i], "--bytes") && i + 1 < argc) only_bytes = strtoll(argv[++i], NULL, 10);
     }
     int provided = 0;
     MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
@@ -216,6 +220,7 @@ int main(int argc, char **argv)
                "view us", "mpi us", "mpi@t us", "lib algbw", "lib busbw", "ddp busbw", "mpi busbw", "lib/mpi", "ddp/mpi",
                "view/mpi");
     for (int64_t bytes = 8; bytes <= max_bytes; bytes *= (bytes < 4096 ? 8 : 4)) {
+        if (only_bytes && bytes != only_bytes) continue;
         state s = {.comm = comm, .stream = stream, .n = bytes / 4};
         gpucore_tensor_create(ctx, GPUCORE_F32, 1, &s.n, &s.t);
         gpucore_fill(s.t, 0, stream);

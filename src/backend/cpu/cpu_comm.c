@@ -491,7 +491,9 @@ gpucore_status cpu_comm_enqueue(void *bcomm, const gpucore_comm_call *call, void
                                  "count allows (2^31-1); split the call", comm_kind_name(call->kind),
                                  (long long)call->count);
     comm_task_args a = {c, *call};
-    return cpu_stream_enqueue(stream, comm_task, &a, sizeof a); /* a synchronizing caller may run it */
+    /* on the caller's stream, left to a caller that synchronizes right after; any synchronizing caller may run it */
+    if (call->for_caller) return cpu_stream_enqueue_for_caller(stream, comm_task, &a, sizeof a);
+    return cpu_stream_enqueue(stream, comm_task, &a, sizeof a);
 }
 
 gpucore_status cpu_comm_check(void *bcomm)
