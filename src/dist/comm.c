@@ -462,7 +462,8 @@ uint64_t gpucore_comm_last_sequence(const gpucore_comm *comm)
 
 /* CPU streams: a collective whose caller's stream waits for it anyway (wait_back)
  * runs on that stream itself, so a caller that synchronizes runs it on its own
- * thread (the CPU stream runs a synchronizing caller's pending tasks inline)
+ * thread (the CPU stream runs a synchronizing caller's pending tasks inline, and
+ * such a collective is queued for the caller: call->for_caller, see cpu_stream.c)
  * instead of handing it to the comm stream's worker and waiting to be woken back:
  * two thread hand-offs less per collective. The order is unchanged: it follows the
  * caller's queued work and whatever the comm stream still has queued (ev_in), and

@@ -7,7 +7,9 @@
  * passes, so collectives are asynchronous and ordered with events exactly like
  * NCCL on a CUDA stream, and a dead or stalled peer turns into GPUCORE_ERR_COMM
  * instead of a hang. The task is not pinned to the worker thread: a caller that
- * synchronizes its stream runs it on its own thread (MPI is called under
+ * synchronizes its stream runs it on its own thread, and one queued on the caller's
+ * stream is queued for the caller (cpu_stream_enqueue_for_caller: the worker is not
+ * woken for it and leaves it to a synchronizing caller for a while) (MPI is called under
  * gpucore_mpi_lock, so MPI_THREAD_SERIALIZED holds too). f16 and bf16 reduce through
  * user-defined MPI ops (computed in f32, rounded to nearest even per combine).
  * A 1-rank communicator (gpucore_comm_create_local with one context) needs no
