@@ -21,7 +21,9 @@
  * the woken thread first) and a collective polls its peers, so one wake-up per call
  * cost tens of microseconds. A worker whose stream queued such a task in the last
  * CPU_STREAM_ACTIVE_NS parks with a deadline (one look per CPU_STREAM_CLAIM_NS) so an
- * unannounced task never waits longer than that; other work queued behind it, a
+ * unannounced task never waits longer than that; a worker already awake polls for
+ * the first CPU_STREAM_SPIN_NS of the window, so work queued right behind (a copy back
+ * after a reduction) needs no wake-up; other work queued behind it, a
  * synchronizing caller asleep behind earlier tasks, stop, and anyone waiting from
  * elsewhere (event query or synchronize, another stream's wait, stream query: kick)
  * make the worker run it at once. Ordering, events and errors are as for any task.
@@ -30,13 +32,17 @@
  * whose last outstanding task runs on another thread, first poll the queue's
  * counters (atomics, no lock) for a bounded time (CPU_STREAM_SPIN_NS) before they
  * sleep on a condition variable, so back-to-back small ops and an op followed by
- * synchronize avoid the futex wake-ups that cost tens of microseconds. A caller
+ * synchronize avoid the futex wake-ups that cost tens of microseconds. The poll
+ * yields the core every few microseconds: mpirun binds each rank to one core, so
+ * the thread polled for (the caller enqueueing, the worker running the last task)
+ * often shares it, and a poll that kept the core would stall it. A caller
  * with more than one task still to wait for parks at once (a polling thread would
  * take a core from the worker's OpenMP team) and is woken only when the count it
  * waits for is reached (wake_at), not after every task. The counters are written
  * under the mutex with atomic stores; the spin only decides when to take the
  * mutex again, so ordering is what it was.
  */
+#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -77,6 +83,7 @@ struct cpu_stream {
     pthread_cond_t work_cv, done_cv;
     cpu_task *head, *tail;
     uint64_t submitted, completed; /* written under mu with atomic stores; the spins read them unlocked */
+    uint64_t changes;          /* tasks queued plus tasks started (the same): see leave_to_caller */
     int heavy;                 /* queued tasks that are neither light nor for the caller */
     int for_caller;            /* queued tasks for the caller */
     uint64_t for_caller_ns;    /* when the last one was queued (0: never) */
@@ -104,6 +111,7 @@ static void run_head(cpu_stream *s, uint64_t until)
 {
     cpu_task *t = s->head;
     s->running = 1;
+    __atomic_store_n(&s->changes, s->changes + 1, __ATOMIC_RELEASE);
     pthread_mutex_unlock(&s->mu);
     gpucore_status st = t->fn(t->args);
     pthread_mutex_lock(&s->mu);
@@ -130,22 +138,29 @@ static uint64_t spin_clock_ns(void)
     return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
-/* Poll *counter (unlocked) for up to CPU_STREAM_SPIN_NS while it equals `seen`; s->mu is
- * held on entry and on return. Returns 1 when it changed (the caller re-checks its state). */
-static int spin_while_equal(cpu_stream *s, const uint64_t *counter, uint64_t seen)
+/* Poll *counter (unlocked) until the clock reads `until` (ns) while it equals `seen`; s->mu
+ * is held on entry and on return. Returns 1 when it changed (the caller re-checks its state). */
+static int spin_while_equal_until(cpu_stream *s, const uint64_t *counter, uint64_t seen, uint64_t until)
 {
     pthread_mutex_unlock(&s->mu);
     int changed = 0;
-    const uint64_t until = spin_clock_ns() + CPU_STREAM_SPIN_NS;
     for (int k = 0; !changed; k++) {
         for (int r = 0; r < 64 && !changed; r++) {
             CPU_STREAM_RELAX();
             changed = __atomic_load_n(counter, __ATOMIC_ACQUIRE) != seen;
         }
-        if (!changed && (k & 3) == 3 && spin_clock_ns() >= until) break;
+        if (!changed && (k & 3) == 3) {
+            if (spin_clock_ns() >= until) break;
+            sched_yield(); /* the thread it waits for may share this core (mpirun binds a rank to one) */
+        }
     }
     pthread_mutex_lock(&s->mu);
     return changed;
+}
+
+static int spin_while_equal(cpu_stream *s, const uint64_t *counter, uint64_t seen)
+{
+    return spin_while_equal_until(s, counter, seen, spin_clock_ns() + CPU_STREAM_SPIN_NS);
 }
 
 static void park_until(cpu_stream *s, uint64_t until_ns)
@@ -173,17 +188,22 @@ static void park(cpu_stream *s)
 /* The head is a task for the caller, still inside its window, with only event records
  * and tasks for the caller behind it, no caller asleep in synchronize (it waits for the
  * worker to get through earlier tasks: the worker goes on) and no one waiting for it
- * from elsewhere (kick): the worker sleeps until the window ends, woken early only by
- * other work, a kick or stop. Returns 1 when the worker should look at the queue again
- * (s->mu held). */
+ * from elsewhere (kick): the worker leaves it. In the first CPU_STREAM_SPIN_NS after it
+ * was queued (the worker is awake: it ran what came before) it polls, so work queued
+ * right behind it (a copy back after a reduction) ends the wait without a wake-up;
+ * then it sleeps until the window ends, woken early only by other work, a kick or
+ * stop. Returns 1 when the worker should look at the queue again (s->mu held). */
 static int leave_to_caller(cpu_stream *s)
 {
     const cpu_task *t = s->head;
     if (t->kind != TASK_FOR_CALLER || s->heavy || s->stop || t->seq <= s->kicked || s->wake_at != UINT64_MAX)
         return 0;
-    uint64_t until = t->queued_ns + CPU_STREAM_CLAIM_NS;
-    if (spin_clock_ns() >= until) return 0;
-    park_until(s, until);
+    uint64_t now = spin_clock_ns(), until = t->queued_ns + CPU_STREAM_CLAIM_NS;
+    if (now >= until) return 0;
+    if (now < t->queued_ns + CPU_STREAM_SPIN_NS)
+        spin_while_equal_until(s, &s->changes, s->changes, t->queued_ns + CPU_STREAM_SPIN_NS);
+    else
+        park_until(s, until);
     return 1; /* claimed (it runs: park), or new work came (look again), or the window ended (run it) */
 }
 
@@ -279,6 +299,7 @@ static gpucore_status enqueue(cpu_stream *s, cpu_task_fn fn, const void *args, s
     else s->head = t;
     s->tail = t;
     __atomic_store_n(&s->submitted, s->submitted + 1, __ATOMIC_RELEASE);
+    __atomic_store_n(&s->changes, s->changes + 1, __ATOMIC_RELEASE);
     t->seq = s->submitted;
     /* a worker that looks on its own soon is not woken for a task for the caller, nor for an
      * event record behind one; anything else wakes it */
