@@ -20,8 +20,8 @@
  * (its pages) from a cost of our path. Buffers hold zeros (sums stay finite).
  * A second table times reduce-scatter (in: size x bytes, out: bytes) and all-gather
  * (in: bytes, out: size x bytes), ZeRO's two collectives, beside MPI_Reduce_scatter_block
- * and MPI_Allgather on the same buffers ("bytes" is one rank's share). --bytes N runs
- * only the rows of N bytes (for a profiler).
+ * and MPI_Allgather on the same buffers ("bytes" is one rank's share). --bytes N times
+ * that size alone (a multiple of 4; for a profiler or a size between the rows).
  */
 #include <mpi.h>
 #include <stdio.h>
@@ -32,6 +32,10 @@
 
 static int rank, size, json;
 static int64_t only_bytes; /* --bytes N: that size alone */
+
+/* The sizes timed: 8 B, x8 up to 4 KiB, then x4; or only_bytes alone. */
+static int64_t first_size(void) { return only_bytes ? only_bytes : 8; }
+static int64_t next_size(int64_t bytes) { return only_bytes ? INT64_MAX : bytes * (bytes < 4096 ? 8 : 4); }
 
 static double now_s(void)
 {
@@ -154,8 +158,7 @@ static void collectives_table(gpucore_context *ctx, gpucore_comm *comm, gpucore_
         printf("\nreduce-scatter / all-gather f32, %d ranks, bytes per rank, median us per call\n"
                "%10s | %9s %9s %7s | %9s %9s %7s\n", size, "bytes", "rs us", "mpi us", "rs/mpi", "ag us", "mpi us",
                "ag/mpi");
-    for (int64_t bytes = 8; bytes <= max_bytes / size; bytes *= (bytes < 4096 ? 8 : 4)) {
-        if (only_bytes && bytes != only_bytes) continue;
+    for (int64_t bytes = first_size(); bytes <= max_bytes / size; bytes = next_size(bytes)) {
         state s = {.comm = comm, .stream = stream, .n = bytes / 4};
         int64_t nb = s.n * size;
         gpucore_tensor_create(ctx, GPUCORE_F32, 1, &s.n, &s.t);
@@ -198,7 +201,7 @@ int main(int argc, char **argv)
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--json")) json = 1;
         else if (!strcmp(argv[i], "--full")) full = 1;
-        else if (!strcmp(argv[i], "--bytes") && i + 1 < argc) only_bytes = strtoll(argv[++i], NULL, 10);
+        else if (!strcmp(argv[i], "--bytes") && i + 1 < argc) only_bytes = strtoll(argv[++i], NULL, 10) / 4 * 4;
     }
     int provided = 0;
     MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
@@ -219,8 +222,7 @@ int main(int argc, char **argv)
                "%10s | %9s %9s %9s %9s %9s | %9s %9s | %9s %9s | %7s %7s %7s\n", size, bus, "bytes", "lib us", "ddp us",
                "view us", "mpi us", "mpi@t us", "lib algbw", "lib busbw", "ddp busbw", "mpi busbw", "lib/mpi", "ddp/mpi",
                "view/mpi");
-    for (int64_t bytes = 8; bytes <= max_bytes; bytes *= (bytes < 4096 ? 8 : 4)) {
-        if (only_bytes && bytes != only_bytes) continue;
+    for (int64_t bytes = first_size(); bytes <= max_bytes; bytes = next_size(bytes)) {
         state s = {.comm = comm, .stream = stream, .n = bytes / 4};
         gpucore_tensor_create(ctx, GPUCORE_F32, 1, &s.n, &s.t);
         gpucore_fill(s.t, 0, stream);

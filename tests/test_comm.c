@@ -214,8 +214,9 @@ static void run_matrix(gpucore_comm *comm, gpucore_context *ctx, int with_big)
 {
     for (size_t d = 0; d < sizeof dtypes / sizeof *dtypes; d++) {
         int64_t es = gpucore_dtype_size(dtypes[d]);
-        int64_t sizes[] = {1, 7, 1000, (3 << 20) / es + 5}; /* 1, odd, non-power-of-two, multi-MiB (odd) */
-        int nsizes = with_big ? 4 : 3;
+        /* 1, odd, non-power-of-two, 2 ranks' ring of eager halves (f32 1500, f64 1000), multi-MiB (odd) */
+        int64_t sizes[] = {1, 7, 1000, 1500, (3 << 20) / es + 5};
+        int nsizes = with_big ? 5 : 4;
         for (int s = 0; s < nsizes; s++) {
             double t0 = now_s();
             run_collectives(comm, ctx, dtypes[d], sizes[s]);
