@@ -17,7 +17,8 @@
  * The peer ("mpi" in the JSON rows) is a raw blocking MPI_Allreduce, in place, on
  * MPI_COMM_WORLD: the same ranks, measured in the same run. "mpi@t" is that call on
  * the tensor's own memory (the lib case's buffer), which tells a cost of the buffer
- * (its pages) from a cost of our path. Buffers hold zeros (sums stay finite).
+ * (its pages) from a cost of our path. Buffers hold zeros (sums stay finite), in
+ * touched pages on both sides.
  * A second table times reduce-scatter (in: size x bytes, out: bytes) and all-gather
  * (in: bytes, out: size x bytes), ZeRO's two collectives, beside MPI_Reduce_scatter_block
  * and MPI_Allgather on the same buffers ("bytes" is one rank's share). --bytes N times
@@ -48,6 +49,20 @@ static int cmp_double(const void *a, const void *b)
 {
     double x = *(const double *)a, y = *(const double *)b;
     return x < y ? -1 : x > y;
+}
+
+/* n zero floats in pages of their own: calloc's untouched pages all map the one zero
+ * page, which a peer that only reads them (MPI_Allgather's send buffer) would read from
+ * cache instead of memory. explicit_bzero is not folded into the calloc. */
+static float *host_zeros(int64_t n)
+{
+    float *p = malloc(sizeof(float) * (size_t)(n ? n : 1));
+    if (!p) {
+        fprintf(stderr, "bench_comm: out of host memory\n");
+        MPI_Abort(MPI_COMM_WORLD, 1);
+    }
+    explicit_bzero(p, sizeof(float) * (size_t)n);
+    return p;
 }
 
 typedef void (*bench_fn)(void *arg);
@@ -166,8 +181,8 @@ static void collectives_table(gpucore_context *ctx, gpucore_comm *comm, gpucore_
         gpucore_fill(s.t, 0, stream);
         gpucore_fill(s.big, 0, stream);
         gpucore_stream_synchronize(stream);
-        s.host = calloc((size_t)s.n, sizeof(float));
-        s.host_big = calloc((size_t)nb, sizeof(float));
+        s.host = host_zeros(s.n);
+        s.host_big = host_zeros(nb);
         int iters = bytes <= (1 << 16) ? 100 : bytes <= (4 << 20) ? 10 : 2;
         int batches = bytes <= (4 << 20) ? 15 : 5;
         const bench_fn fns[4] = {run_rs, run_mpi_rs, run_ag, run_mpi_ag};
@@ -226,7 +241,7 @@ int main(int argc, char **argv)
         state s = {.comm = comm, .stream = stream, .n = bytes / 4};
         gpucore_tensor_create(ctx, GPUCORE_F32, 1, &s.n, &s.t);
         gpucore_fill(s.t, 0, stream);
-        s.host = calloc((size_t)s.n, sizeof(float));
+        s.host = host_zeros(s.n);
         /* the reducer over 4 gradients that split the buffer (sizes differ by at most one element) */
         gpucore_tensor *grads[4], *vgrads[4], *views[4];
         for (int g = 0; g < 4; g++) {

@@ -285,9 +285,12 @@ static void scratch_trim(cpu_comm *c)
     c->scratch_bytes = 0;
 }
 
-/* One step: receive nr elements from rank `from` into dst while sending ns from src to rank `to`. */
-static gpucore_status ring_step(cpu_comm *c, const gpucore_comm_call *k, double start, MPI_Datatype dt, int from,
-                                void *dst, int64_t nr, int to, const void *src, int64_t ns)
+/* One step: receive nr elements from rank `from` into dst while sending ns from src to rank
+ * `to`; with cp_bytes, also copy cp_bytes from cp_src to cp_dst once both are posted (the
+ * peer reads src meanwhile: Open MPI's shared memory copies a large message on the receiver). */
+static gpucore_status ring_step_copying(cpu_comm *c, const gpucore_comm_call *k, double start, MPI_Datatype dt,
+                                        int from, void *dst, int64_t nr, int to, const void *src, int64_t ns,
+                                        void *cp_dst, const void *cp_src, size_t cp_bytes)
 {
     MPI_Request req[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL};
     gpucore_mpi_lock();
@@ -295,7 +298,14 @@ static gpucore_status ring_step(cpu_comm *c, const gpucore_comm_call *k, double 
     if (rc == MPI_SUCCESS) rc = MPI_Isend(src, (int)ns, dt, to, RING_TAG, c->mc, &req[1]);
     gpucore_mpi_unlock();
     gpucore_status st = mpi_check_rc(c, k, rc, "MPI_Isend/MPI_Irecv");
+    if (!st && cp_bytes) memcpy(cp_dst, cp_src, cp_bytes);
     return st ? st : mpi_wait_all(c, 2, req, k, start);
+}
+
+static gpucore_status ring_step(cpu_comm *c, const gpucore_comm_call *k, double start, MPI_Datatype dt, int from,
+                                void *dst, int64_t nr, int to, const void *src, int64_t ns)
+{
+    return ring_step_copying(c, k, start, dt, from, dst, nr, to, src, ns, NULL, NULL, 0);
 }
 
 /* Elements [*a, *b) of chunk i (taken mod p) when n elements split into p chunks. */
@@ -337,9 +347,10 @@ static gpucore_status ring_reduce_scatter(cpu_comm *c, const gpucore_comm_call *
 }
 
 /* All-gather in place: buf holds n elements in p chunks; this rank's chunk `first`
- * is complete; after p-1 steps every chunk is. */
+ * is complete, or, with first_src, is copied from there (sent from there at step 0, and
+ * copied while that step is in flight); after p-1 steps every chunk is. */
 static gpucore_status ring_all_gather(cpu_comm *c, const gpucore_comm_call *k, double start, char *buf, int64_t n,
-                                      int64_t es, MPI_Datatype dt, int first)
+                                      int64_t es, MPI_Datatype dt, int first, const char *first_src)
 {
     const int p = c->size, r = c->rank, right = (r + 1) % p, left = (r + p - 1) % p;
     gpucore_status st = GPUCORE_OK;
@@ -348,7 +359,9 @@ static gpucore_status ring_all_gather(cpu_comm *c, const gpucore_comm_call *k, d
         int64_t s0, s1, r0, r1;
         chunk_span(n, p, sc, &s0, &s1);
         chunk_span(n, p, rcv, &r0, &r1);
-        st = ring_step(c, k, start, dt, left, buf + r0 * es, r1 - r0, right, buf + s0 * es, s1 - s0);
+        const int copy = s == 0 && first_src;
+        st = ring_step_copying(c, k, start, dt, left, buf + r0 * es, r1 - r0, right, copy ? first_src : buf + s0 * es,
+                               s1 - s0, buf + s0 * es, first_src, copy ? (size_t)((s1 - s0) * es) : 0);
     }
     (void)r;
     return st;
@@ -384,7 +397,7 @@ static gpucore_status ring_allreduce(cpu_comm *c, const gpucore_comm_call *k, do
     if (k->send != k->recv) memcpy(buf, k->send, (size_t)(n * es)); /* out of place: reduce in out */
     gpucore_status st = ring_reduce_scatter(c, k, start, buf, n, NULL, 1);
     /* the reduce-scatter leaves chunk `rank` complete here */
-    return st ? st : ring_all_gather(c, k, start, buf, n, es, mpi_type(k->dtype), c->rank);
+    return st ? st : ring_all_gather(c, k, start, buf, n, es, mpi_type(k->dtype), c->rank, NULL);
 }
 
 static gpucore_status mpi_run(cpu_comm *c, const gpucore_comm_call *k)
@@ -437,8 +450,8 @@ static gpucore_status mpi_run(cpu_comm *c, const gpucore_comm_call *k)
     case GPUCORE_COMM_ALL_GATHER: {
         char *own = recv + (int64_t)c->rank * k->count * es;
         if (c->size > 1 && k->count * es <= INT_MAX) { /* as bytes: any dtype */
-            if (send != own) memcpy(own, send, (size_t)(k->count * es));
-            st = ring_all_gather(c, k, start, recv, k->count * es * c->size, 1, MPI_BYTE, c->rank);
+            st = ring_all_gather(c, k, start, recv, k->count * es * c->size, 1, MPI_BYTE, c->rank,
+                                 send != own ? send : NULL);
             break;
         }
         const void *sp = send == own ? MPI_IN_PLACE : send;
