@@ -2,7 +2,7 @@
  * bench_comm.c — allreduce bandwidth: libgpucore's collective and its DDP reducer,
  * side by side with MPI_Allreduce called directly on the same data, in one run.
  *
- *   mpirun --allow-run-as-root --oversubscribe -np 2 build/bench/bench_comm [--json] [--quick|--full]
+ *   mpirun --allow-run-as-root --oversubscribe -np 2 build/bench/bench_comm [--json] [--quick|--full] [--bytes N]
  *
  * algbw = bytes / time; busbw = algbw * 2(n-1)/n (nccl-tests' definition). Each
  * figure is the median over batches (after warm-up) of the wall time per call, the
@@ -17,10 +17,12 @@
  * The peer ("mpi" in the JSON rows) is a raw blocking MPI_Allreduce, in place, on
  * MPI_COMM_WORLD: the same ranks, measured in the same run. "mpi@t" is that call on
  * the tensor's own memory (the lib case's buffer), which tells a cost of the buffer
- * (its pages) from a cost of our path. Buffers hold zeros (sums stay finite).
+ * (its pages) from a cost of our path. Buffers hold zeros (sums stay finite), in
+ * touched pages on both sides.
  * A second table times reduce-scatter (in: size x bytes, out: bytes) and all-gather
  * (in: bytes, out: size x bytes), ZeRO's two collectives, beside MPI_Reduce_scatter_block
- * and MPI_Allgather on the same buffers ("bytes" is one rank's share).
+ * and MPI_Allgather on the same buffers ("bytes" is one rank's share). --bytes N times
+ * that size alone (a multiple of 4; for a profiler or a size between the rows).
  */
 #include <mpi.h>
 #include <stdio.h>
@@ -30,6 +32,11 @@
 #include "gpucore.h"
 
 static int rank, size, json;
+static int64_t only_bytes; /* --bytes N: that size alone */
+
+/* The sizes timed: 8 B, x8 up to 4 KiB, then x4; or only_bytes alone. */
+static int64_t first_size(void) { return only_bytes ? only_bytes : 8; }
+static int64_t next_size(int64_t bytes) { return only_bytes ? INT64_MAX : bytes * (bytes < 4096 ? 8 : 4); }
 
 static double now_s(void)
 {
@@ -42,6 +49,20 @@ static int cmp_double(const void *a, const void *b)
 {
     double x = *(const double *)a, y = *(const double *)b;
     return x < y ? -1 : x > y;
+}
+
+/* n zero floats in pages of their own: calloc's untouched pages all map the one zero
+ * page, which a peer that only reads them (MPI_Allgather's send buffer) would read from
+ * cache instead of memory. explicit_bzero is not folded into the calloc. */
+static float *host_zeros(int64_t n)
+{
+    float *p = malloc(sizeof(float) * (size_t)(n ? n : 1));
+    if (!p) {
+        fprintf(stderr, "bench_comm: out of host memory\n");
+        MPI_Abort(MPI_COMM_WORLD, 1);
+    }
+    explicit_bzero(p, sizeof(float) * (size_t)n);
+    return p;
 }
 
 typedef void (*bench_fn)(void *arg);
@@ -152,7 +173,7 @@ static void collectives_table(gpucore_context *ctx, gpucore_comm *comm, gpucore_
         printf("\nreduce-scatter / all-gather f32, %d ranks, bytes per rank, median us per call\n"
                "%10s | %9s %9s %7s | %9s %9s %7s\n", size, "bytes", "rs us", "mpi us", "rs/mpi", "ag us", "mpi us",
                "ag/mpi");
-    for (int64_t bytes = 8; bytes <= max_bytes / size; bytes *= (bytes < 4096 ? 8 : 4)) {
+    for (int64_t bytes = first_size(); bytes <= max_bytes / size; bytes = next_size(bytes)) {
         state s = {.comm = comm, .stream = stream, .n = bytes / 4};
         int64_t nb = s.n * size;
         gpucore_tensor_create(ctx, GPUCORE_F32, 1, &s.n, &s.t);
@@ -160,8 +181,8 @@ static void collectives_table(gpucore_context *ctx, gpucore_comm *comm, gpucore_
         gpucore_fill(s.t, 0, stream);
         gpucore_fill(s.big, 0, stream);
         gpucore_stream_synchronize(stream);
-        s.host = calloc((size_t)s.n, sizeof(float));
-        s.host_big = calloc((size_t)nb, sizeof(float));
+        s.host = host_zeros(s.n);
+        s.host_big = host_zeros(nb);
         int iters = bytes <= (1 << 16) ? 100 : bytes <= (4 << 20) ? 10 : 2;
         int batches = bytes <= (4 << 20) ? 15 : 5;
         const bench_fn fns[4] = {run_rs, run_mpi_rs, run_ag, run_mpi_ag};
@@ -195,6 +216,7 @@ int main(int argc, char **argv)
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--json")) json = 1;
         else if (!strcmp(argv[i], "--full")) full = 1;
+        else if (!strcmp(argv[i], "--bytes") && i + 1 < argc) only_bytes = strtoll(argv[++i], NULL, 10) / 4 * 4;
     }
     int provided = 0;
     MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
@@ -215,11 +237,11 @@ int main(int argc, char **argv)
                "%10s | %9s %9s %9s %9s %9s | %9s %9s | %9s %9s | %7s %7s %7s\n", size, bus, "bytes", "lib us", "ddp us",
                "view us", "mpi us", "mpi@t us", "lib algbw", "lib busbw", "ddp busbw", "mpi busbw", "lib/mpi", "ddp/mpi",
                "view/mpi");
-    for (int64_t bytes = 8; bytes <= max_bytes; bytes *= (bytes < 4096 ? 8 : 4)) {
+    for (int64_t bytes = first_size(); bytes <= max_bytes; bytes = next_size(bytes)) {
         state s = {.comm = comm, .stream = stream, .n = bytes / 4};
         gpucore_tensor_create(ctx, GPUCORE_F32, 1, &s.n, &s.t);
         gpucore_fill(s.t, 0, stream);
-        s.host = calloc((size_t)s.n, sizeof(float));
+        s.host = host_zeros(s.n);
         /* the reducer over 4 gradients that split the buffer (sizes differ by at most one element) */
         gpucore_tensor *grads[4], *vgrads[4], *views[4];
         for (int g = 0; g < 4; g++) {

@@ -214,8 +214,9 @@ static void run_matrix(gpucore_comm *comm, gpucore_context *ctx, int with_big)
 {
     for (size_t d = 0; d < sizeof dtypes / sizeof *dtypes; d++) {
         int64_t es = gpucore_dtype_size(dtypes[d]);
-        int64_t sizes[] = {1, 7, 1000, (3 << 20) / es + 5}; /* 1, odd, non-power-of-two, multi-MiB (odd) */
-        int nsizes = with_big ? 4 : 3;
+        /* 1, odd, non-power-of-two, 2 ranks' ring of eager halves (f32 1500, f64 1000), multi-MiB (odd) */
+        int64_t sizes[] = {1, 7, 1000, 1500, (3 << 20) / es + 5};
+        int nsizes = with_big ? 5 : 4;
         for (int s = 0; s < nsizes; s++) {
             double t0 = now_s();
             run_collectives(comm, ctx, dtypes[d], sizes[s]);
@@ -276,6 +277,86 @@ static void order_across_streams(gpucore_comm *comm, gpucore_context *ctx)
     gpucore_tensor_destroy(gate);
     CHECK_OK(gpucore_stream_destroy(a));
     CHECK_OK(gpucore_stream_destroy(b));
+}
+
+/* Collectives on the caller's stream are left for a synchronizing caller to run (CPU
+ * backend: cpu_stream_enqueue_for_caller); stream order, events and progress stay as for
+ * any task; out of place, so a 1-rank collective run too early reads stale input. (1)
+ * Behind slow work on the same stream: the collective sees the fill queued before it. (2) Behind an event from another stream, and waited for only through an
+ * event on a third stream (no synchronize of its own stream). (3) Queued and never
+ * waited for: it still completes on its own (the worker takes it after its window), so
+ * a first query long after finds the stream idle. */
+static void left_for_caller(gpucore_comm *comm, gpucore_context *ctx)
+{
+    const int64_t n = 4099, gate_n = (int64_t)1 << 21;
+    gpucore_stream *a = NULL, *b = NULL, *c = NULL;
+    gpucore_tensor *x = NULL, *xo = NULL, *y = NULL, *yo = NULL, *z = NULL, *gate = NULL, *gate2 = NULL;
+    gpucore_event *eb = NULL, *ea = NULL;
+    CHECK_OK(gpucore_stream_create(ctx, 0, &a));
+    CHECK_OK(gpucore_stream_create(ctx, 0, &b));
+    CHECK_OK(gpucore_stream_create(ctx, 0, &c));
+    CHECK_OK(gpucore_event_create(ctx, &ea));
+    CHECK_OK(gpucore_event_create(ctx, &eb));
+    x = make(ctx, GPUCORE_F32, n);
+    xo = make(ctx, GPUCORE_F32, n);
+    y = make(ctx, GPUCORE_F32, n);
+    yo = make(ctx, GPUCORE_F32, n);
+    z = make(ctx, GPUCORE_F32, n);
+    gate = make(ctx, GPUCORE_F32, gate_n);
+    gate2 = make(ctx, GPUCORE_F32, gate_n);
+    if (!a || !b || !c || !ea || !eb || !x || !xo || !y || !yo || !z || !gate || !gate2) return;
+    float *h = malloc(sizeof(float) * (size_t)n);
+    for (int round = 0; round < 3; round++) {
+        CHECK_OK(gpucore_fill(x, 99, a)); /* poison, each on the stream that writes it next */
+        CHECK_OK(gpucore_fill(xo, 99, a));
+        CHECK_OK(gpucore_fill(y, 99, b));
+        CHECK_OK(gpucore_fill(yo, 99, a));
+        CHECK_OK(gpucore_fill(z, 99, c));
+        /* (1) slow work, then the fill the collective must see, on one stream */
+        for (int k = 0; k < 3; k++) CHECK_OK(gpucore_random(gate, GPUCORE_NORMAL, 0, 1, 7, (uint64_t)k, a));
+        CHECK_OK(gpucore_fill(x, 3 + round, a));
+        CHECK_OK(gpucore_comm_allreduce(comm, xo, x, GPUCORE_REDUCE_SUM, a));
+        CHECK_OK(gpucore_stream_synchronize(a));
+        CHECK_OK(gpucore_copy_to_host(h, n * 4, xo));
+        int ok = 1;
+        for (int64_t i = 0; i < n && ok; i++) ok = h[i] == (float)((3 + round) * g_size);
+        CHECK(ok);
+        /* (2) the input comes from stream b through an event; the result leaves through one */
+        for (int k = 0; k < 3; k++) CHECK_OK(gpucore_random(gate2, GPUCORE_NORMAL, 0, 1, 9, (uint64_t)k, b));
+        CHECK_OK(gpucore_fill(y, 5 + round, b));
+        CHECK_OK(gpucore_event_record(eb, b));
+        CHECK_OK(gpucore_stream_wait_event(a, eb));
+        CHECK_OK(gpucore_comm_allreduce(comm, yo, y, GPUCORE_REDUCE_SUM, a));
+        CHECK_OK(gpucore_event_record(ea, a));
+        CHECK_OK(gpucore_stream_wait_event(c, ea));
+        CHECK_OK(gpucore_copy(z, yo, c));
+        CHECK_OK(gpucore_stream_synchronize(c));
+        CHECK_OK(gpucore_copy_to_host(h, n * 4, z));
+        ok = 1;
+        for (int64_t i = 0; i < n && ok; i++) ok = h[i] == (float)((5 + round) * g_size);
+        CHECK(ok);
+        CHECK_OK(gpucore_stream_synchronize(a));
+        CHECK_OK(gpucore_stream_synchronize(b));
+        /* (3) never waited for: done on its own well within 200 ms */
+        CHECK_OK(gpucore_comm_allreduce(comm, xo, x, GPUCORE_REDUCE_SUM, a));
+        struct timespec nap = {0, 200000000L};
+        nanosleep(&nap, NULL);
+        CHECK_OK(gpucore_stream_query(a));
+        CHECK_OK(gpucore_stream_synchronize(a));
+    }
+    free(h);
+    gpucore_tensor_destroy(x);
+    gpucore_tensor_destroy(xo);
+    gpucore_tensor_destroy(y);
+    gpucore_tensor_destroy(yo);
+    gpucore_tensor_destroy(z);
+    gpucore_tensor_destroy(gate);
+    gpucore_tensor_destroy(gate2);
+    gpucore_event_destroy(ea);
+    gpucore_event_destroy(eb);
+    CHECK_OK(gpucore_stream_destroy(a));
+    CHECK_OK(gpucore_stream_destroy(b));
+    CHECK_OK(gpucore_stream_destroy(c));
 }
 
 static void bad_input(gpucore_comm *comm, gpucore_context *ctx)
@@ -384,6 +465,7 @@ static int run_local(void)
         g_size = 1;
         run_matrix(comm, ctx, 1);
         order_across_streams(comm, ctx);
+        left_for_caller(comm, ctx);
         bad_input(comm, ctx);
         CHECK(gpucore_comm_last_sequence(comm) > 0);
         CHECK_OK(gpucore_comm_wait(comm, 0, 30));
@@ -421,6 +503,7 @@ static int run_mpi(void)
     double t0 = now_s();
     run_matrix(comm, ctx, 1);
     order_across_streams(comm, ctx);
+    left_for_caller(comm, ctx);
     bad_input(comm, ctx);
     CHECK_OK(gpucore_comm_wait(comm, 0, 60));
     CHECK_OK(gpucore_comm_destroy(comm));

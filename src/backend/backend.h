@@ -50,6 +50,7 @@ typedef struct gpucore_comm_call {
     void *recv;
     uint64_t seq;      /* 1, 2, ... per communicator: named in messages */
     double timeout_s;  /* deadline from when the call starts running; <= 0: none */
+    int32_t for_caller; /* queued on the caller's stream, which waits for it (CPU: a synchronizing caller runs it) */
 } gpucore_comm_call;
 
 typedef struct gpucore_backend {

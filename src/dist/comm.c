@@ -462,7 +462,8 @@ uint64_t gpucore_comm_last_sequence(const gpucore_comm *comm)
 
 /* CPU streams: a collective whose caller's stream waits for it anyway (wait_back)
  * runs on that stream itself, so a caller that synchronizes runs it on its own
- * thread (the CPU stream runs a synchronizing caller's pending tasks inline)
+ * thread (the CPU stream runs a synchronizing caller's pending tasks inline, and
+ * such a collective is queued for the caller: call->for_caller, see cpu_stream.c)
  * instead of handing it to the comm stream's worker and waiting to be woken back:
  * two thread hand-offs less per collective. The order is unchanged: it follows the
  * caller's queued work and whatever the comm stream still has queued (ev_in), and
@@ -515,6 +516,7 @@ gpucore_status gpucore_comm_submit(gpucore_comm *comm, gpucore_comm_call *call, 
     }
     call->seq = s->issued + 1;
     call->timeout_s = s->timeout_s;
+    call->for_caller = on_producer;
     gpucore_log(GPUCORE_LOG_DEBUG, "comm: rank %d/%d #%llu %s %s count %lld %s root %d", s->rank, s->size,
                 (unsigned long long)call->seq, comm_kind_name(call->kind), comm_op_name(call->op), (long long)call->count,
                 gpucore_dtype_name((gpucore_dtype)call->dtype), call->root);

@@ -7,7 +7,9 @@
  * passes, so collectives are asynchronous and ordered with events exactly like
  * NCCL on a CUDA stream, and a dead or stalled peer turns into GPUCORE_ERR_COMM
  * instead of a hang. The task is not pinned to the worker thread: a caller that
- * synchronizes its stream runs it on its own thread (MPI is called under
+ * synchronizes its stream runs it on its own thread, and one queued on the caller's
+ * stream is queued for the caller (cpu_stream_enqueue_for_caller: the worker is not
+ * woken for it and leaves it to a synchronizing caller for a while) (MPI is called under
  * gpucore_mpi_lock, so MPI_THREAD_SERIALIZED holds too). f16 and bf16 reduce through
  * user-defined MPI ops (computed in f32, rounded to nearest even per combine).
  * A 1-rank communicator (gpucore_comm_create_local with one context) needs no
@@ -222,12 +224,18 @@ static gpucore_status mpi_check_rc(cpu_comm *c, const gpucore_comm_call *k, int 
  *  - allreduce: the two in turn on one buffer (from RING_MIN_BYTES: 2(n-1)/n of it
  *    moves per rank, as in the blocking algorithms); with 2 ranks and less than
  *    SWAP_MAX_BYTES one exchange of the whole buffer instead (one round trip, not
- *    two), both ranks combining rank 0's data into rank 1's: the same bits on both.
+ *    two), both ranks combining rank 0's data into rank 1's: the same bits on both,
+ *    except where the whole buffer is too big for an eager message but its halves
+ *    are not (EAGER_BYTES: Open MPI's shared-memory transport sends up to 4 KiB, its
+ *    header included, eagerly and larger messages by rendezvous, an extra round trip
+ *    and a cross-process copy): there the ring's two eager steps win (a 4 KiB
+ *    allreduce took 3.6 us as one exchange, 1.6 us as a ring; MPI 1.1).
  * Each chunk is reduced in one fixed rank order and then copied, so every rank holds
  * the same bits and a run is reproducible; with 2 ranks the sum is exactly MPI's
  * (a + b). f16/bf16 reductions keep MPI's collectives with the user ops above. */
 #define RING_MIN_BYTES ((int64_t)4 << 10)
 #define SWAP_MAX_BYTES ((int64_t)64 << 10)
+#define EAGER_BYTES ((int64_t)4000)
 #define RING_TAG 0x6C71
 
 static int ring_dtype(int32_t dtype) { return dtype == GPUCORE_F32 || dtype == GPUCORE_F64 || dtype == GPUCORE_I32; }
@@ -277,9 +285,12 @@ static void scratch_trim(cpu_comm *c)
     c->scratch_bytes = 0;
 }
 
-/* One step: receive nr elements from rank `from` into dst while sending ns from src to rank `to`. */
-static gpucore_status ring_step(cpu_comm *c, const gpucore_comm_call *k, double start, MPI_Datatype dt, int from,
-                                void *dst, int64_t nr, int to, const void *src, int64_t ns)
+/* One step: receive nr elements from rank `from` into dst while sending ns from src to rank
+ * `to`; with cp_bytes, also copy cp_bytes from cp_src to cp_dst once both are posted (the
+ * peer reads src meanwhile: Open MPI's shared memory copies a large message on the receiver). */
+static gpucore_status ring_step_copying(cpu_comm *c, const gpucore_comm_call *k, double start, MPI_Datatype dt,
+                                        int from, void *dst, int64_t nr, int to, const void *src, int64_t ns,
+                                        void *cp_dst, const void *cp_src, size_t cp_bytes)
 {
     MPI_Request req[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL};
     gpucore_mpi_lock();
@@ -287,7 +298,14 @@ static gpucore_status ring_step(cpu_comm *c, const gpucore_comm_call *k, double 
     if (rc == MPI_SUCCESS) rc = MPI_Isend(src, (int)ns, dt, to, RING_TAG, c->mc, &req[1]);
     gpucore_mpi_unlock();
     gpucore_status st = mpi_check_rc(c, k, rc, "MPI_Isend/MPI_Irecv");
+    if (!st && cp_bytes) memcpy(cp_dst, cp_src, cp_bytes);
     return st ? st : mpi_wait_all(c, 2, req, k, start);
+}
+
+static gpucore_status ring_step(cpu_comm *c, const gpucore_comm_call *k, double start, MPI_Datatype dt, int from,
+                                void *dst, int64_t nr, int to, const void *src, int64_t ns)
+{
+    return ring_step_copying(c, k, start, dt, from, dst, nr, to, src, ns, NULL, NULL, 0);
 }
 
 /* Elements [*a, *b) of chunk i (taken mod p) when n elements split into p chunks. */
@@ -329,9 +347,10 @@ static gpucore_status ring_reduce_scatter(cpu_comm *c, const gpucore_comm_call *
 }
 
 /* All-gather in place: buf holds n elements in p chunks; this rank's chunk `first`
- * is complete; after p-1 steps every chunk is. */
+ * is complete, or, with first_src, is copied from there (sent from there at step 0, and
+ * copied while that step is in flight); after p-1 steps every chunk is. */
 static gpucore_status ring_all_gather(cpu_comm *c, const gpucore_comm_call *k, double start, char *buf, int64_t n,
-                                      int64_t es, MPI_Datatype dt, int first)
+                                      int64_t es, MPI_Datatype dt, int first, const char *first_src)
 {
     const int p = c->size, r = c->rank, right = (r + 1) % p, left = (r + p - 1) % p;
     gpucore_status st = GPUCORE_OK;
@@ -340,7 +359,9 @@ static gpucore_status ring_all_gather(cpu_comm *c, const gpucore_comm_call *k, d
         int64_t s0, s1, r0, r1;
         chunk_span(n, p, sc, &s0, &s1);
         chunk_span(n, p, rcv, &r0, &r1);
-        st = ring_step(c, k, start, dt, left, buf + r0 * es, r1 - r0, right, buf + s0 * es, s1 - s0);
+        const int copy = s == 0 && first_src;
+        st = ring_step_copying(c, k, start, dt, left, buf + r0 * es, r1 - r0, right, copy ? first_src : buf + s0 * es,
+                               s1 - s0, buf + s0 * es, first_src, copy ? (size_t)((s1 - s0) * es) : 0);
     }
     (void)r;
     return st;
@@ -351,7 +372,7 @@ static int allreduce_way(const cpu_comm *c, const gpucore_comm_call *k)
 {
     int64_t bytes = k->count * gpucore_dtype_size((gpucore_dtype)k->dtype);
     if (c->size < 2 || !ring_dtype(k->dtype) || k->count / c->size >= (int64_t)INT_MAX / 2) return 0;
-    if (c->size == 2 && bytes < SWAP_MAX_BYTES) return 2;
+    if (c->size == 2 && bytes < SWAP_MAX_BYTES) return bytes <= EAGER_BYTES || bytes > 2 * EAGER_BYTES ? 2 : 1;
     return bytes >= RING_MIN_BYTES;
 }
 
@@ -376,7 +397,7 @@ static gpucore_status ring_allreduce(cpu_comm *c, const gpucore_comm_call *k, do
     if (k->send != k->recv) memcpy(buf, k->send, (size_t)(n * es)); /* out of place: reduce in out */
     gpucore_status st = ring_reduce_scatter(c, k, start, buf, n, NULL, 1);
     /* the reduce-scatter leaves chunk `rank` complete here */
-    return st ? st : ring_all_gather(c, k, start, buf, n, es, mpi_type(k->dtype), c->rank);
+    return st ? st : ring_all_gather(c, k, start, buf, n, es, mpi_type(k->dtype), c->rank, NULL);
 }
 
 static gpucore_status mpi_run(cpu_comm *c, const gpucore_comm_call *k)
@@ -429,8 +450,8 @@ static gpucore_status mpi_run(cpu_comm *c, const gpucore_comm_call *k)
     case GPUCORE_COMM_ALL_GATHER: {
         char *own = recv + (int64_t)c->rank * k->count * es;
         if (c->size > 1 && k->count * es <= INT_MAX) { /* as bytes: any dtype */
-            if (send != own) memcpy(own, send, (size_t)(k->count * es));
-            st = ring_all_gather(c, k, start, recv, k->count * es * c->size, 1, MPI_BYTE, c->rank);
+            st = ring_all_gather(c, k, start, recv, k->count * es * c->size, 1, MPI_BYTE, c->rank,
+                                 send != own ? send : NULL);
             break;
         }
         const void *sp = send == own ? MPI_IN_PLACE : send;
@@ -491,7 +512,9 @@ gpucore_status cpu_comm_enqueue(void *bcomm, const gpucore_comm_call *call, void
                                  "count allows (2^31-1); split the call", comm_kind_name(call->kind),
                                  (long long)call->count);
     comm_task_args a = {c, *call};
-    return cpu_stream_enqueue(stream, comm_task, &a, sizeof a); /* a synchronizing caller may run it */
+    /* on the caller's stream, left to a caller that synchronizes right after; any synchronizing caller may run it */
+    if (call->for_caller) return cpu_stream_enqueue_for_caller(stream, comm_task, &a, sizeof a);
+    return cpu_stream_enqueue(stream, comm_task, &a, sizeof a);
 }
 
 gpucore_status cpu_comm_check(void *bcomm)

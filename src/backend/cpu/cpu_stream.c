@@ -8,20 +8,41 @@
  * elsewhere) takes it off the queue and runs it on its own thread, in order, one
  * task at a time per stream (the `running` flag) — it would wait for it anyway,
  * and a small op followed by synchronize then costs no thread hand-off. Tasks
- * that must stay on the worker thread (collectives, host callbacks) are queued
- * with cpu_stream_enqueue_pinned. Enqueue signals the worker only when it is parked.
+ * that must stay on the worker thread (host callbacks) are queued with
+ * cpu_stream_enqueue_pinned. Enqueue signals the worker only when it is parked, and
+ * a synchronizing caller that goes on to run the next task itself does not wake it.
+ *
+ * Left for the caller: a task queued with cpu_stream_enqueue_for_caller (a collective
+ * on the caller's own stream, which the caller usually synchronizes right after) is
+ * queued without waking the worker, and the worker does not start it for
+ * CPU_STREAM_CLAIM_NS after it was queued while only event records and such tasks
+ * are queued, so the caller's synchronize runs it on its own thread. Every wake-up of
+ * the worker on a loaded machine can take the core from the caller (the kernel runs
+ * the woken thread first) and a collective polls its peers, so one wake-up per call
+ * cost tens of microseconds. A worker whose stream queued such a task in the last
+ * CPU_STREAM_ACTIVE_NS parks with a deadline (one look per CPU_STREAM_CLAIM_NS) so an
+ * unannounced task never waits longer than that; a worker already awake polls for
+ * the first CPU_STREAM_SPIN_NS of the window, so work queued right behind (a copy back
+ * after a reduction) needs no wake-up; other work queued behind it, a
+ * synchronizing caller asleep behind earlier tasks, stop, and anyone waiting from
+ * elsewhere (event query or synchronize, another stream's wait, stream query: kick)
+ * make the worker run it at once. Ordering, events and errors are as for any task.
  *
  * Spin, then park: a worker that runs out of work, and a synchronizing caller
  * whose last outstanding task runs on another thread, first poll the queue's
  * counters (atomics, no lock) for a bounded time (CPU_STREAM_SPIN_NS) before they
  * sleep on a condition variable, so back-to-back small ops and an op followed by
- * synchronize avoid the futex wake-ups that cost tens of microseconds. A caller
+ * synchronize avoid the futex wake-ups that cost tens of microseconds. The poll
+ * yields the core every few microseconds: mpirun binds each rank to one core, so
+ * the thread polled for (the caller enqueueing, the worker running the last task)
+ * often shares it, and a poll that kept the core would stall it. A caller
  * with more than one task still to wait for parks at once (a polling thread would
  * take a core from the worker's OpenMP team) and is woken only when the count it
  * waits for is reached (wake_at), not after every task. The counters are written
  * under the mutex with atomic stores; the spin only decides when to take the
  * mutex again, so ordering is what it was.
  */
+#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -35,12 +56,24 @@
 
 /* How long a thread polls before it parks (nanoseconds). */
 #define CPU_STREAM_SPIN_NS 30000
+/* How long the worker leaves a task queued for the caller before it runs it itself, and
+ * how often a worker parked on a stream that queued such a task within the last
+ * CPU_STREAM_ACTIVE_NS wakes to look at its queue (nanoseconds). */
+#define CPU_STREAM_CLAIM_NS 1000000
+#define CPU_STREAM_ACTIVE_NS 100000000
+
+enum { TASK_ANY, TASK_PINNED, TASK_LIGHT, TASK_FOR_CALLER }; /* cpu_task.kind */
+/* cpu_stream.parked: not parked; parked until signalled; parked until signalled or a
+ * deadline (tasks for the caller, and event records behind them, do not signal it). */
+enum { PARKED_NO, PARKED_IDLE, PARKED_TIMED };
 
 typedef struct cpu_task {
     struct cpu_task *next;
     cpu_task_fn fn;
     size_t args_size;
-    int pinned;                /* runs on the worker thread only */
+    int kind;                  /* TASK_*: pinned runs on the worker only; light is an event record */
+    uint64_t queued_ns;        /* TASK_FOR_CALLER: when it was queued */
+    uint64_t seq;              /* its place in the stream (`submitted` after it was queued) */
     _Alignas(16) unsigned char args[];
 } cpu_task;
 
@@ -50,9 +83,14 @@ struct cpu_stream {
     pthread_cond_t work_cv, done_cv;
     cpu_task *head, *tail;
     uint64_t submitted, completed; /* written under mu with atomic stores; the spins read them unlocked */
+    uint64_t changes;          /* tasks queued plus tasks started (the same): see leave_to_caller */
+    int heavy;                 /* queued tasks that are neither light nor for the caller */
+    int for_caller;            /* queued tasks for the caller */
+    uint64_t for_caller_ns;    /* when the last one was queued (0: never) */
+    uint64_t kicked;           /* tasks up to this seq are not left to the caller (see kick) */
     int stop;
     int running;               /* a thread (worker or a synchronizing caller) runs the head task */
-    int parked;                /* the worker sleeps on work_cv: an enqueue must signal it */
+    int parked;                /* PARKED_*: the worker sleeps on work_cv; an enqueue must signal it */
     uint64_t wake_at;          /* the smallest `completed` a thread parked on done_cv waits for */
     gpucore_status sticky;     /* first error a task returned; reported by synchronize */
 };
@@ -61,21 +99,27 @@ struct cpu_event {
     pthread_mutex_t mu;
     pthread_cond_t cv;
     uint64_t recorded, completed;
+    cpu_stream *stream;        /* where `recorded` was recorded: alive while completed < recorded */
     double time_ms;
     atomic_int refs;           /* the handle plus every queued task that names it */
 };
 
-/* Run the head task (s->mu held on entry and on return; the task runs unlocked). */
-static void run_head(cpu_stream *s)
+/* Run the head task (s->mu held on entry and on return; the task runs unlocked). A
+ * synchronizing caller passes the count it waits for (`until`): while the next task is
+ * one it will run itself, the parked worker is not woken for it. The worker passes 0. */
+static void run_head(cpu_stream *s, uint64_t until)
 {
     cpu_task *t = s->head;
     s->running = 1;
+    __atomic_store_n(&s->changes, s->changes + 1, __ATOMIC_RELEASE);
     pthread_mutex_unlock(&s->mu);
     gpucore_status st = t->fn(t->args);
     pthread_mutex_lock(&s->mu);
     s->running = 0;
     s->head = t->next;
     if (!s->head) s->tail = NULL;
+    if (t->kind == TASK_ANY || t->kind == TASK_PINNED) s->heavy--;
+    if (t->kind == TASK_FOR_CALLER) s->for_caller--;
     if (st != GPUCORE_OK && s->sticky == GPUCORE_OK) s->sticky = st;
     __atomic_store_n(&s->completed, s->completed + 1, __ATOMIC_RELEASE);
     free(t);
@@ -83,7 +127,8 @@ static void run_head(cpu_stream *s)
         s->wake_at = UINT64_MAX;      /* each one still waiting registers its target again */
         pthread_cond_broadcast(&s->done_cv);
     }
-    if (s->head && s->parked) pthread_cond_signal(&s->work_cv); /* the worker waited for `running` */
+    int caller_goes_on = s->completed < until && s->head && s->head->kind != TASK_PINNED;
+    if ((s->head || s->stop) && s->parked && !caller_goes_on) pthread_cond_signal(&s->work_cv); /* it waited for `running` */
 }
 
 static uint64_t spin_clock_ns(void)
@@ -93,38 +138,105 @@ static uint64_t spin_clock_ns(void)
     return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
-/* Poll *counter (unlocked) for up to CPU_STREAM_SPIN_NS while it equals `seen`; s->mu is
- * held on entry and on return. Returns 1 when it changed (the caller re-checks its state). */
-static int spin_while_equal(cpu_stream *s, const uint64_t *counter, uint64_t seen)
+/* Poll *counter (unlocked) until the clock reads `until` (ns) while it equals `seen`; s->mu
+ * is held on entry and on return. Returns 1 when it changed (the caller re-checks its state). */
+static int spin_while_equal_until(cpu_stream *s, const uint64_t *counter, uint64_t seen, uint64_t until)
 {
     pthread_mutex_unlock(&s->mu);
     int changed = 0;
-    const uint64_t until = spin_clock_ns() + CPU_STREAM_SPIN_NS;
     for (int k = 0; !changed; k++) {
         for (int r = 0; r < 64 && !changed; r++) {
             CPU_STREAM_RELAX();
             changed = __atomic_load_n(counter, __ATOMIC_ACQUIRE) != seen;
         }
-        if (!changed && (k & 3) == 3 && spin_clock_ns() >= until) break;
+        if (!changed && (k & 3) == 3) {
+            if (spin_clock_ns() >= until) break;
+            sched_yield(); /* the thread it waits for may share this core (mpirun binds a rank to one) */
+        }
     }
     pthread_mutex_lock(&s->mu);
     return changed;
 }
 
+static int spin_while_equal(cpu_stream *s, const uint64_t *counter, uint64_t seen)
+{
+    return spin_while_equal_until(s, counter, seen, spin_clock_ns() + CPU_STREAM_SPIN_NS);
+}
+
+static void park_until(cpu_stream *s, uint64_t until_ns)
+{
+    struct timespec ts = {(time_t)(until_ns / 1000000000u), (long)(until_ns % 1000000000u)};
+    s->parked = PARKED_TIMED;
+    pthread_cond_timedwait(&s->work_cv, &s->mu, &ts);
+    s->parked = PARKED_NO;
+}
+
+/* Nothing for the worker to run: sleep until signalled, or, on a stream that queued a
+ * task for the caller lately (such tasks come unannounced), until the next look. */
+static void park(cpu_stream *s)
+{
+    uint64_t now = spin_clock_ns();
+    if (s->for_caller_ns && now - s->for_caller_ns < CPU_STREAM_ACTIVE_NS) {
+        park_until(s, now + CPU_STREAM_CLAIM_NS);
+        return;
+    }
+    s->parked = PARKED_IDLE;
+    pthread_cond_wait(&s->work_cv, &s->mu);
+    s->parked = PARKED_NO;
+}
+
+/* The head is a task for the caller, still inside its window, with only event records
+ * and tasks for the caller behind it, no caller asleep in synchronize (it waits for the
+ * worker to get through earlier tasks: the worker goes on) and no one waiting for it
+ * from elsewhere (kick): the worker leaves it. In the first CPU_STREAM_SPIN_NS after it
+ * was queued (the worker is awake: it ran what came before) it polls, so work queued
+ * right behind it (a copy back after a reduction) ends the wait without a wake-up;
+ * then it sleeps until the window ends, woken early only by other work, a kick or
+ * stop. Returns 1 when the worker should look at the queue again (s->mu held). */
+static int leave_to_caller(cpu_stream *s)
+{
+    const cpu_task *t = s->head;
+    if (t->kind != TASK_FOR_CALLER || s->heavy || s->stop || t->seq <= s->kicked || s->wake_at != UINT64_MAX)
+        return 0;
+    uint64_t now = spin_clock_ns(), until = t->queued_ns + CPU_STREAM_CLAIM_NS;
+    if (now >= until) return 0;
+    if (now < t->queued_ns + CPU_STREAM_SPIN_NS)
+        spin_while_equal_until(s, &s->changes, s->changes, t->queued_ns + CPU_STREAM_SPIN_NS);
+    else
+        park_until(s, until);
+    return 1; /* claimed (it runs: park), or new work came (look again), or the window ended (run it) */
+}
+
+/* Someone waits for this stream from outside (an event query or synchronize, another
+ * stream's wait, a stream query): what is queued now runs without waiting for a caller. */
+static void kick(cpu_stream *s)
+{
+    pthread_mutex_lock(&s->mu);
+    if (s->for_caller && s->kicked < s->submitted) {
+        s->kicked = s->submitted;
+        if (s->parked) pthread_cond_signal(&s->work_cv);
+    }
+    pthread_mutex_unlock(&s->mu);
+}
+
 static void *stream_worker(void *arg)
 {
     cpu_stream *s = arg;
+    int ran = 0; /* this thread ran the last task: it is warm, and more work tends to follow */
     pthread_mutex_lock(&s->mu);
     for (;;) {
-        /* out of work: poll for a new task for a while before parking */
-        if (!s->head && !s->stop) spin_while_equal(s, &s->submitted, s->submitted);
-        while ((!s->head || s->running) && !(s->stop && !s->head)) {
-            s->parked = 1;
-            pthread_cond_wait(&s->work_cv, &s->mu);
-            s->parked = 0;
+        /* out of work after running a task: poll for a new one for a while before parking (a
+         * worker woken to find its work taken by a synchronizing caller parks at once) */
+        if (ran && !s->head && !s->stop) spin_while_equal(s, &s->submitted, s->submitted);
+        ran = 0;
+        if (!s->head && s->stop) break; /* stopped and drained */
+        if (!s->head || s->running) {
+            park(s);
+            continue;
         }
-        if (!s->head) break; /* stopped and drained */
-        run_head(s);
+        if (leave_to_caller(s)) continue;
+        run_head(s, 0);
+        ran = 1;
     }
     pthread_mutex_unlock(&s->mu);
     return NULL;
@@ -135,7 +247,11 @@ gpucore_status cpu_stream_create(cpu_stream **out)
     cpu_stream *s = calloc(1, sizeof *s);
     if (!s) return gpucore_set_error(GPUCORE_ERR_OUT_OF_MEMORY, "stream_create: out of host memory");
     pthread_mutex_init(&s->mu, NULL);
-    pthread_cond_init(&s->work_cv, NULL);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC); /* leave_to_caller's deadline is on spin_clock_ns's clock */
+    pthread_cond_init(&s->work_cv, &ca);
+    pthread_condattr_destroy(&ca);
     pthread_cond_init(&s->done_cv, NULL);
     s->wake_at = UINT64_MAX;
     if (pthread_create(&s->thread, NULL, stream_worker, s) != 0) {
@@ -163,33 +279,51 @@ void cpu_stream_destroy(cpu_stream *s)
     free(s);
 }
 
-static gpucore_status enqueue(cpu_stream *s, cpu_task_fn fn, const void *args, size_t args_size, int pinned)
+static gpucore_status enqueue(cpu_stream *s, cpu_task_fn fn, const void *args, size_t args_size, int kind)
 {
     cpu_task *t = malloc(sizeof *t + args_size);
     if (!t) return gpucore_set_error(GPUCORE_ERR_OUT_OF_MEMORY, "stream: out of host memory for a queued task");
     t->next = NULL;
     t->fn = fn;
     t->args_size = args_size;
-    t->pinned = pinned;
+    t->kind = kind;
+    t->queued_ns = kind == TASK_FOR_CALLER ? spin_clock_ns() : 0;
     if (args_size) memcpy(t->args, args, args_size);
     pthread_mutex_lock(&s->mu);
+    if (kind == TASK_ANY || kind == TASK_PINNED) s->heavy++;
+    if (kind == TASK_FOR_CALLER) {
+        s->for_caller++;
+        s->for_caller_ns = t->queued_ns;
+    }
     if (s->tail) s->tail->next = t;
     else s->head = t;
     s->tail = t;
     __atomic_store_n(&s->submitted, s->submitted + 1, __ATOMIC_RELEASE);
-    if (s->parked) pthread_cond_signal(&s->work_cv);
+    __atomic_store_n(&s->changes, s->changes + 1, __ATOMIC_RELEASE);
+    t->seq = s->submitted;
+    /* a worker that looks on its own soon is not woken for a task for the caller, nor for an
+     * event record behind one; anything else wakes it */
+    int unannounced = s->parked == PARKED_TIMED && !s->heavy && s->for_caller &&
+                      (kind == TASK_FOR_CALLER || kind == TASK_LIGHT);
+    int wake = s->parked != PARKED_NO && !unannounced;
     pthread_mutex_unlock(&s->mu);
+    if (wake) pthread_cond_signal(&s->work_cv); /* after the unlock: the worker does not wake into a held mutex */
     return GPUCORE_OK;
 }
 
 gpucore_status cpu_stream_enqueue(cpu_stream *s, cpu_task_fn fn, const void *args, size_t args_size)
 {
-    return enqueue(s, fn, args, args_size, 0);
+    return enqueue(s, fn, args, args_size, TASK_ANY);
 }
 
 gpucore_status cpu_stream_enqueue_pinned(cpu_stream *s, cpu_task_fn fn, const void *args, size_t args_size)
 {
-    return enqueue(s, fn, args, args_size, 1);
+    return enqueue(s, fn, args, args_size, TASK_PINNED);
+}
+
+gpucore_status cpu_stream_enqueue_for_caller(cpu_stream *s, cpu_task_fn fn, const void *args, size_t args_size)
+{
+    return enqueue(s, fn, args, args_size, TASK_FOR_CALLER);
 }
 
 gpucore_status cpu_stream_synchronize(cpu_stream *s)
@@ -197,7 +331,7 @@ gpucore_status cpu_stream_synchronize(cpu_stream *s)
     pthread_mutex_lock(&s->mu);
     uint64_t target = s->submitted;
     while (s->completed < target) {
-        if (!s->running && s->head && !s->head->pinned) run_head(s); /* we would wait for it anyway */
+        if (!s->running && s->head && s->head->kind != TASK_PINNED) run_head(s, target); /* we would wait for it anyway */
         else if (target - s->completed > 1 || !spin_while_equal(s, &s->completed, s->completed)) {
             /* Another thread runs it. Poll only for the last task (a small op's round trip); with more
              * to go, park until the target is reached: a polling caller would take a core from the
@@ -221,7 +355,9 @@ gpucore_status cpu_stream_query(cpu_stream *s)
     pthread_mutex_lock(&s->mu);
     int done = s->completed == s->submitted;
     pthread_mutex_unlock(&s->mu);
-    return done ? GPUCORE_OK : GPUCORE_ERR_NOT_READY;
+    if (done) return GPUCORE_OK;
+    kick(s); /* a caller that polls does not synchronize: nothing is left to it */
+    return GPUCORE_ERR_NOT_READY;
 }
 
 /* ---- events ---- */
@@ -277,9 +413,10 @@ gpucore_status cpu_event_record(cpu_event *e, cpu_stream *s)
 {
     pthread_mutex_lock(&e->mu);
     event_task_args a = {e, ++e->recorded};
+    e->stream = s;
     pthread_mutex_unlock(&e->mu);
     atomic_fetch_add(&e->refs, 1);
-    gpucore_status st = cpu_stream_enqueue(s, event_complete_task, &a, sizeof a);
+    gpucore_status st = enqueue(s, event_complete_task, &a, sizeof a, TASK_LIGHT);
     if (st) {
         atomic_fetch_sub(&e->refs, 1);
         /* Nothing will complete this generation: mark it done so waiters do not hang. */
@@ -291,10 +428,18 @@ gpucore_status cpu_event_record(cpu_event *e, cpu_stream *s)
     return st;
 }
 
+/* A waiter for an event not complete yet (e->mu held): the stream it was recorded on runs
+ * what it has queued without leaving any to a caller. Lock order: event, then stream. */
+static void kick_event_stream(cpu_event *e)
+{
+    if (e->completed < e->recorded && e->stream) kick(e->stream);
+}
+
 static gpucore_status event_wait_task(void *p)
 {
     event_task_args *a = p;
     pthread_mutex_lock(&a->e->mu);
+    if (a->e->completed < a->gen) kick_event_stream(a->e);
     while (a->e->completed < a->gen) pthread_cond_wait(&a->e->cv, &a->e->mu);
     pthread_mutex_unlock(&a->e->mu);
     event_unref(a->e);
@@ -318,6 +463,7 @@ gpucore_status cpu_event_synchronize(cpu_event *e)
 {
     pthread_mutex_lock(&e->mu);
     uint64_t target = e->recorded;
+    kick_event_stream(e);
     while (e->completed < target) pthread_cond_wait(&e->cv, &e->mu);
     pthread_mutex_unlock(&e->mu);
     return GPUCORE_OK;
@@ -327,6 +473,7 @@ gpucore_status cpu_event_query(cpu_event *e)
 {
     pthread_mutex_lock(&e->mu);
     int done = e->completed >= e->recorded;
+    kick_event_stream(e);
     pthread_mutex_unlock(&e->mu);
     return done ? GPUCORE_OK : GPUCORE_ERR_NOT_READY;
 }

@@ -23,6 +23,11 @@ GPUCORE_HIDDEN gpucore_status cpu_stream_enqueue(cpu_stream *s, cpu_task_fn fn, 
 /* The same for a task that must run on the stream's own thread (MPI calls, user callbacks). */
 GPUCORE_HIDDEN gpucore_status cpu_stream_enqueue_pinned(cpu_stream *s, cpu_task_fn fn, const void *args,
                                                         size_t args_size);
+/* The same for a task its caller is expected to wait for right after (a collective on the
+ * caller's stream): the worker leaves it a short while to a synchronizing caller, which
+ * then runs it on its own thread; otherwise it runs as any task, a little later. */
+GPUCORE_HIDDEN gpucore_status cpu_stream_enqueue_for_caller(cpu_stream *s, cpu_task_fn fn, const void *args,
+                                                            size_t args_size);
 GPUCORE_HIDDEN gpucore_status cpu_stream_synchronize(cpu_stream *s);
 GPUCORE_HIDDEN gpucore_status cpu_stream_query(cpu_stream *s);
 
