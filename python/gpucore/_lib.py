@@ -555,6 +555,26 @@ def raise_status(status: int, function: str) -> None:
     raise _errors.error_for_status(status, msg, status_name=name, function=function)
 
 
+def fast_function(name: str, restype: Any = c_int) -> Any:
+    """A second ctypes function object for the STATUS function `name`, with no argtypes, for
+    the binding's per-op hot paths (tensor creation, elementwise ops, synchronize).
+
+    ctypes' per-call argtypes conversion costs more than the C work of a small op (a
+    POINTER(c_int64) argument alone about 0.2 us), so a hot path passes only values it built
+    itself, which ctypes passes as they are: c_void_p objects (handles), ints of 32 bits
+    (enums, counts), None (NULL), ctypes arrays and byref() of ctypes objects. A Python int
+    too wide for a C int makes ctypes raise ArgumentError, never a truncated value. The
+    status comes back as an int (``restype``; None for a void function): the caller raises
+    with raise_status(status, name) when it is non-zero. Where the loaded library lacks the function, the stand-in of ``C`` that
+    raises NotSupportedError saying so."""
+    try:
+        fn = lib[name]  # __getitem__ makes a new object: the declared one keeps its argtypes
+    except AttributeError:
+        return getattr(C, name)
+    fn.restype = restype
+    return fn
+
+
 class _Missing:
     """Stands in for a function the loaded library does not export (an older build)."""
 
