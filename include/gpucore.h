@@ -412,6 +412,12 @@ typedef enum gpucore_activation {
 /* out = a op b. */
 GPUCORE_API gpucore_status gpucore_binary(gpucore_binary_op op, gpucore_tensor *out, const gpucore_tensor *a,
                                           const gpucore_tensor *b, gpucore_stream *stream);
+/* *out = a op b on a new tensor: gpucore_tensor_create on a's context with a's dtype and the
+ * broadcast shape of a and b (contiguous), then gpucore_binary, in one call (what a binding
+ * does per op, without a second trip across its foreign-function boundary). On failure *out is
+ * NULL and nothing is left allocated; destroy the result with gpucore_tensor_destroy. */
+GPUCORE_API gpucore_status gpucore_binary_new(gpucore_binary_op op, const gpucore_tensor *a, const gpucore_tensor *b,
+                                              gpucore_stream *stream, gpucore_tensor **out);
 /* out = act(a op b) in one pass: bias add + activation is
  * gpucore_binary_act(GPUCORE_ADD, GPUCORE_ACT_GELU_TANH, y, x, bias, s) with bias of shape [cols]. */
 GPUCORE_API gpucore_status gpucore_binary_act(gpucore_binary_op op, gpucore_activation act, gpucore_tensor *out,

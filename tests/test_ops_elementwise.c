@@ -5,7 +5,7 @@
  * differences of the f64 forward), dropout (mask from Philox on the host),
  * casts between f32/f64/f16/bf16 including NaN/Inf/double rounding, fp8 casts
  * against tests/fp8_ref.h (all 256 codes out, every rounding boundary in), and bad
- * input. Each output sits in a poisoned buffer with guard bands; inputs are
+ * input; gpucore_binary_new against create + binary. Each output sits in a poisoned buffer with guard bands; inputs are
  * fresh random data, some as non-contiguous views.
  */
 #include "ops_harness.h"
@@ -388,6 +388,70 @@ static void test_cast_fp8(gpucore_context *ctx)
     }
 }
 
+/* gpucore_binary_new: the result gpucore_tensor_create + gpucore_binary would give (shape
+ * broadcast, a's dtype, contiguous, same bits); bad input leaves *out NULL and nothing allocated. */
+static void test_binary_new(gpucore_context *ctx)
+{
+    int64_t s231[3] = {2, 3, 1}, s4[1] = {4}, s5[1] = {5}, s234[3] = {2, 3, 4};
+    gpucore_tensor *a = NULL, *b = NULL, *o = NULL, *want = NULL, *i32 = NULL, *h = NULL;
+    CHECK_OK(gpucore_tensor_create(ctx, GPUCORE_F32, 3, s231, &a));
+    CHECK_OK(gpucore_tensor_create(ctx, GPUCORE_F32, 1, s4, &b));
+    CHECK_OK(gpucore_random(a, GPUCORE_NORMAL, 0.0, 1.0, 11, 0, NULL));
+    CHECK_OK(gpucore_random(b, GPUCORE_NORMAL, 0.0, 1.0, 12, 0, NULL));
+    for (int op = GPUCORE_ADD; op < NBINARY; op++) {
+        CHECK_OK(gpucore_binary_new((gpucore_binary_op)op, a, b, NULL, &o));
+        CHECK(o != NULL && gpucore_tensor_ndim(o) == 3 && gpucore_tensor_dtype(o) == GPUCORE_F32);
+        int64_t shape[3] = {0, 0, 0}, strides[3] = {0, 0, 0};
+        CHECK_OK(gpucore_tensor_shape(o, shape));
+        CHECK_OK(gpucore_tensor_strides(o, strides));
+        CHECK(memcmp(shape, s234, sizeof shape) == 0 && strides[0] == 12 && strides[1] == 4 && strides[2] == 1);
+        CHECK_OK(gpucore_tensor_create(ctx, GPUCORE_F32, 3, s234, &want));
+        CHECK_OK(gpucore_binary((gpucore_binary_op)op, want, a, b, NULL));
+        float got[24], ref[24];
+        CHECK_OK(gpucore_copy_to_host(got, sizeof got, o));
+        CHECK_OK(gpucore_copy_to_host(ref, sizeof ref, want));
+        CHECK(memcmp(got, ref, sizeof got) == 0);
+        gpucore_tensor_destroy(o);
+        gpucore_tensor_destroy(want);
+    }
+    gpucore_memory_stats before, after;
+    before.struct_size = after.struct_size = (int64_t)sizeof before;
+    CHECK_OK(gpucore_memory_get_stats(ctx, GPUCORE_MEMORY_DEVICE, &before));
+    CHECK_OK(gpucore_tensor_create(ctx, GPUCORE_I32, 1, s4, &i32));
+    CHECK_OK(gpucore_tensor_create(ctx, GPUCORE_F16, 1, s4, &h));
+    o = (gpucore_tensor *)a; /* each failure must set *out to NULL */
+    CHECK_STATUS(gpucore_binary_new(GPUCORE_ADD, a, NULL, NULL, &o), GPUCORE_ERR_NULL_POINTER);
+    CHECK(o == NULL);
+    CHECK_STATUS(gpucore_binary_new(GPUCORE_ADD, a, b, NULL, NULL), GPUCORE_ERR_NULL_POINTER);
+    CHECK_STATUS(gpucore_binary_new((gpucore_binary_op)9, a, b, NULL, &o), GPUCORE_ERR_INVALID_ARGUMENT);
+    CHECK_STATUS(gpucore_binary_new(GPUCORE_ADD, i32, i32, NULL, &o), GPUCORE_ERR_DTYPE_MISMATCH);
+    CHECK(strstr(gpucore_last_error(), "'a' is i32") != NULL);
+    CHECK_STATUS(gpucore_binary_new(GPUCORE_MUL, b, h, NULL, &o), GPUCORE_ERR_DTYPE_MISMATCH);
+    gpucore_tensor *b5 = NULL;
+    CHECK_OK(gpucore_tensor_create(ctx, GPUCORE_F32, 1, s5, &b5));
+    CHECK_STATUS(gpucore_binary_new(GPUCORE_SUB, b, b5, NULL, &o), GPUCORE_ERR_SHAPE_MISMATCH);
+    CHECK(strstr(gpucore_last_error(), "sub: a has shape [4] and b has [5], which do not broadcast") != NULL);
+    CHECK(o == NULL);
+    /* a failure after the result was made (a stream of another context) frees it again */
+    gpucore_context *other = NULL;
+    gpucore_stream *foreign = NULL;
+    CHECK_OK(gpucore_context_create("cpu", &other));
+    CHECK_OK(gpucore_context_default_stream(other, &foreign));
+    CHECK_STATUS(gpucore_binary_new(GPUCORE_ADD, a, b, foreign, &o), GPUCORE_ERR_DEVICE_MISMATCH);
+    CHECK(o == NULL);
+    gpucore_context_destroy(other);
+    gpucore_tensor_destroy(i32);
+    gpucore_tensor_destroy(h);
+    gpucore_tensor_destroy(b5);
+    CHECK_OK(gpucore_context_synchronize(ctx));
+    CHECK_OK(gpucore_memory_get_stats(ctx, GPUCORE_MEMORY_DEVICE, &after));
+    CHECK(after.allocated_bytes == before.allocated_bytes);
+    CHECK_OK(gpucore_binary_new(GPUCORE_ADD, a, b, NULL, &o)); /* still usable */
+    gpucore_tensor_destroy(o);
+    gpucore_tensor_destroy(a);
+    gpucore_tensor_destroy(b);
+}
+
 static void test_bad_input(gpucore_context *ctx)
 {
     int64_t s34[2] = {3, 4}, s5[1] = {5}, s24[2] = {2, 4}, s8[1] = {8};
@@ -484,6 +548,7 @@ int main(void)
         test_cast_rounding(ctx);
         test_cast_fp8(ctx);
         test_bad_input(ctx);
+        test_binary_new(ctx);
         gpucore_context_destroy(ctx);
     }
     /* after the others, so their random data stays what it was before these ops existed */

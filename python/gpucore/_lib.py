@@ -268,6 +268,7 @@ DECLARATIONS: Dict[str, Tuple[Any, List[Any]]] = {
     # elementwise ops
     "gpucore_binary": (STATUS, [c_int, H, H, H, H]),
     "gpucore_binary_act": (STATUS, [c_int, c_int, H, H, H, H]),
+    "gpucore_binary_new": (STATUS, [c_int, H, H, H, P_H]),
     "gpucore_unary": (STATUS, [c_int, H, H, H]),
     "gpucore_scale": (STATUS, [H, H, c_double, c_double, H]),
     "gpucore_axpy": (STATUS, [H, c_double, H, H]),

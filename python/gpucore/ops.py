@@ -28,12 +28,13 @@ from typing import Any, Optional, Sequence, Tuple, Union
 import numpy as np
 
 from . import dtypes as _dt
-from ._lib import C, raise_status
+from ._lib import C, fast_function, raise_status
 from ._validate import INT32_MAX, UINT64_MAX, check_dim, to_float, to_int
 from .context import Context, Stream
 from .errors import (DeviceMismatchError, InvalidArgumentError, InvalidArgumentTypeError, NullPointerError,
                      ShapeMismatchError)
-from .tensor import Tensor, _generator, _new, empty, full  # noqa: F401  (empty: re-exported)
+from .tensor import (Tensor, _fast_clear_error, _fresh, _generator, _new, _shape_info, empty,  # noqa: F401
+                     full)  # (empty: re-exported)
 
 __all__ = [
     "cat", "add", "sub", "mul", "div", "maximum", "minimum", "exp", "log", "sqrt", "rsqrt", "abs", "neg", "square", "scale", "axpy_", "clamp",
@@ -145,7 +146,7 @@ def _scalar_affine(op: int, v: float, number_first: bool) -> Optional[Tuple[floa
 _FLOAT_DTYPES = (_dt.float32, _dt.float16, _dt.bfloat16, _dt.float64)
 
 
-_raw_binary = C.raw_gpucore_binary
+_fast_binary_new = fast_function("gpucore_binary_new")
 
 
 def _binary(op: int, a: TensorOrNumber, b: TensorOrNumber, out: Optional[Tensor],
@@ -157,12 +158,16 @@ def _binary(op: int, a: TensorOrNumber, b: TensorOrNumber, out: Optional[Tensor]
         ctx = a._ctx
         dt = a._dtype
         if b._ctx is ctx and b._dtype is dt and a._h is not None and b._h is not None and not ctx._closed:
-            sa = a._shape
-            o = _new(ctx, sa if sa == b._shape else _broadcast(sa, b._shape), dt)
-            st = _raw_binary(op, o._h, a._h, b._h, None)
+            # one C call makes the result and queues the op; the result's shape is the broadcast
+            # shape, known here once C has accepted the shapes
+            h = c_void_p()
+            _fast_clear_error()
+            st = _fast_binary_new(op, c_void_p(a._h), c_void_p(b._h), None, byref(h))
             if st:
-                raise_status(st, "gpucore_binary")
-            return o
+                raise_status(st, "gpucore_binary_new")
+            sa = a._shape
+            shape = sa if sa == b._shape else _broadcast(sa, b._shape)
+            return _fresh(ctx, h.value, shape, _shape_info(shape)[1], dt)
     if type(a) is Tensor and type(b) is Tensor and a._dtype is not b._dtype and (not a._shape) != (not b._shape) \
             and a._dtype in _FLOAT_DTYPES and b._dtype in _FLOAT_DTYPES:
         # PyTorch's promotion: a 0-d float tensor beside a dimensioned one counts as a scalar and

@@ -1,9 +1,10 @@
 /*
  * ops_elementwise.c — front-ends of the elementwise family (binary with
- * broadcasting and an optional fused activation, unary, scale, axpy, clamp,
- * activations forward/backward, cast, dropout): validate dtypes, shapes and
- * aliasing, broadcast inputs to out's shape as stride-0 views, collapse dims,
- * and dispatch one gpucore_ew_args to the backend's elementwise entry.
+ * broadcasting and an optional fused activation, binary into a new result,
+ * unary, scale, axpy, clamp, activations forward/backward, cast, dropout):
+ * validate dtypes, shapes and aliasing, broadcast inputs to out's shape as
+ * stride-0 views, collapse dims, and dispatch one gpucore_ew_args to the
+ * backend's elementwise entry.
  */
 #include <math.h>
 #include <string.h>
@@ -118,6 +119,41 @@ gpucore_status gpucore_binary(gpucore_binary_op op, gpucore_tensor *out, const g
                               const gpucore_tensor *b, gpucore_stream *stream)
 {
     return gpucore_binary_act(op, GPUCORE_ACT_NONE, out, a, b, stream);
+}
+
+gpucore_status gpucore_binary_new(gpucore_binary_op op, const gpucore_tensor *a, const gpucore_tensor *b,
+                                  gpucore_stream *stream, gpucore_tensor **out)
+{
+    if (!out) return gpucore_set_error(GPUCORE_ERR_NULL_POINTER, "binary_new: out is NULL");
+    *out = NULL;
+    gpucore_status st = ops_check_enum("binary_new", "op", "gpucore_binary_op", (int)op, 0);
+    if (st) return st;
+    const char *name = gpucore_enum_name("gpucore_binary_op", (int)op);
+    if ((st = gpucore_check_tensor(a, name, "a")) || (st = gpucore_check_tensor(b, name, "b"))) return st;
+    if ((st = ops_check_float(a, name, "a")) || (st = ops_check_same(a, "a", b, "b", name, 1))) return st;
+    /* the broadcast shape (numpy rules: dims align from the right, each equal or 1) */
+    const int nd = a->ndim > b->ndim ? a->ndim : b->ndim;
+    int64_t shape[GPUCORE_MAX_DIMS];
+    for (int d = 0; d < nd; d++) {
+        const int ia = d - (nd - a->ndim), ib = d - (nd - b->ndim);
+        const int64_t x = ia >= 0 ? a->shape[ia] : 1, y = ib >= 0 ? b->shape[ib] : 1;
+        if (x != y && x != 1 && y != 1) {
+            char sa[200], sb[200];
+            return gpucore_set_error(GPUCORE_ERR_SHAPE_MISMATCH, "%s: a has shape %s and b has %s, which do not "
+                                     "broadcast (dims align from the right; each must be equal or 1)", name,
+                                     gpucore_shape_str(a->ndim, a->shape, sa, sizeof sa),
+                                     gpucore_shape_str(b->ndim, b->shape, sb, sizeof sb));
+        }
+        shape[d] = x == 1 ? y : x;
+    }
+    gpucore_tensor *t = NULL;
+    if ((st = gpucore_tensor_create(a->ctx, (gpucore_dtype)a->dtype, nd, shape, &t))) return st;
+    if ((st = gpucore_binary(op, t, a, b, stream))) {
+        gpucore_tensor_destroy(t); /* sets no message on success: the op's message stands */
+        return st;
+    }
+    *out = t;
+    return GPUCORE_OK;
 }
 
 gpucore_status gpucore_unary(gpucore_unary_op op, gpucore_tensor *out, const gpucore_tensor *a, gpucore_stream *stream)
