@@ -33,8 +33,8 @@ from ._validate import INT32_MAX, UINT64_MAX, check_dim, to_float, to_int
 from .context import Context, Stream
 from .errors import (DeviceMismatchError, InvalidArgumentError, InvalidArgumentTypeError, NullPointerError,
                      ShapeMismatchError)
-from .tensor import (Tensor, _fast_clear_error, _fresh, _generator, _new, _shape_info, empty,  # noqa: F401
-                     full)  # (empty: re-exported)
+from .tensor import (Tensor, _fast_clear_error, _fresh, _generator, _new, _shape_cache, _shape_info,  # noqa: F401
+                     empty, full)  # (empty: re-exported)
 
 __all__ = [
     "cat", "add", "sub", "mul", "div", "maximum", "minimum", "exp", "log", "sqrt", "rsqrt", "abs", "neg", "square", "scale", "axpy_", "clamp",
@@ -147,27 +147,42 @@ _FLOAT_DTYPES = (_dt.float32, _dt.float16, _dt.bfloat16, _dt.float64)
 
 
 _fast_binary_new = fast_function("gpucore_binary_new")
+_raw_binary = C.raw_gpucore_binary
 
 
 def _binary(op: int, a: TensorOrNumber, b: TensorOrNumber, out: Optional[Tensor],
             stream: Optional[Stream]) -> Tensor:
-    if type(a) is Tensor and type(b) is Tensor and out is None and stream is None:
-        # the common case in one step: two live tensors of one open context and one dtype, a new
-        # result (the library checks dtypes and shapes again; anything else takes the path below,
-        # which says what is wrong)
+    if type(a) is Tensor and type(b) is Tensor and stream is None:
+        # the common cases in one step: two live tensors of one open context and one dtype, and a
+        # new result or an out= of their (equal) shape (the library checks dtypes and shapes; anything
+        # else takes the path below, which says what is wrong)
         ctx = a._ctx
         dt = a._dtype
         if b._ctx is ctx and b._dtype is dt and a._h is not None and b._h is not None and not ctx._closed:
+            if out is not None:
+                if type(out) is Tensor and out._h is not None and out._ctx is ctx and out._shape == a._shape == b._shape:
+                    _fast_clear_error()
+                    st = _raw_binary(op, out._h, a._h, b._h, None)
+                    if st:
+                        raise_status(st, "gpucore_binary")
+                    return out
+                return _binary_checked(op, a, b, out, stream)
             # one C call makes the result and queues the op; the result's shape is the broadcast
             # shape, known here once C has accepted the shapes
             h = c_void_p()
             _fast_clear_error()
-            st = _fast_binary_new(op, c_void_p(a._h), c_void_p(b._h), None, byref(h))
+            st = _fast_binary_new(op, a._hp, b._hp, None, byref(h))
             if st:
                 raise_status(st, "gpucore_binary_new")
             sa = a._shape
             shape = sa if sa == b._shape else _broadcast(sa, b._shape)
-            return _fresh(ctx, h.value, shape, _shape_info(shape)[1], dt)
+            return _fresh(ctx, h, shape, (_shape_cache.get(shape) or _shape_info(shape))[1], dt)
+    return _binary_checked(op, a, b, out, stream)
+
+
+def _binary_checked(op: int, a: TensorOrNumber, b: TensorOrNumber, out: Optional[Tensor],
+                    stream: Optional[Stream]) -> Tensor:
+    """_binary's full path: numbers, promotion of 0-d tensors, every argument checked."""
     if type(a) is Tensor and type(b) is Tensor and a._dtype is not b._dtype and (not a._shape) != (not b._shape) \
             and a._dtype in _FLOAT_DTYPES and b._dtype in _FLOAT_DTYPES:
         # PyTorch's promotion: a 0-d float tensor beside a dimensioned one counts as a scalar and

@@ -101,7 +101,9 @@ class Tensor:
     ``free()`` releases the handle early; the memory goes when its last view does.
     """
 
-    __slots__ = ("_h", "_ctx", "_foreign", "_keep", "_dead", "_shape", "_strides", "_dtype", "__weakref__")
+    # _hp: the handle as a c_void_p (the one C wrote it into), passed as is by the argtypes-free
+    # fast paths; meaningful only while _h is not None
+    __slots__ = ("_h", "_hp", "_ctx", "_foreign", "_keep", "_dead", "_shape", "_strides", "_dtype", "__weakref__")
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         raise TypeError("use gpucore.empty/zeros/tensor/from_numpy/from_dlpack (or a Context's methods) "
@@ -113,14 +115,14 @@ class Tensor:
         """Wrap a C handle. ``known``: (shape, DType) of a tensor this binding just created
         contiguous, so its metadata need not be read back with four more C calls."""
         if known is not None:
-            t = _fresh(ctx, handle, known[0], _shape_info(known[0])[1], known[1])
+            t = _fresh(ctx, c_void_p(handle), known[0], _shape_info(known[0])[1], known[1])
         else:
             ndim = C.gpucore_tensor_ndim(handle)
             shape = _i64_array([0] * ndim)
             strides = _i64_array([0] * ndim)
             C.gpucore_tensor_shape(handle, shape)
             C.gpucore_tensor_strides(handle, strides)
-            t = _fresh(ctx, handle, tuple(shape[i] for i in range(ndim)), tuple(strides[i] for i in range(ndim)),
+            t = _fresh(ctx, c_void_p(handle), tuple(shape[i] for i in range(ndim)), tuple(strides[i] for i in range(ndim)),
                        _dt.from_value(C.gpucore_tensor_dtype(handle)))
         t._foreign = foreign
         t._keep = keep
@@ -785,13 +787,14 @@ def _new(ctx: Context, shape: Tuple[int, ...], dt: Any) -> Tensor:
     if st:
         ctx.handle  # a closed context says so
         raise_status(st, "gpucore_tensor_create")
-    return _fresh(ctx, out.value, shape, info[1], dt)
+    return _fresh(ctx, out, shape, info[1], dt)
 
 
-def _fresh(ctx: Context, handle: int, shape: Tuple[int, ...], strides: Tuple[int, ...], dt: Any) -> Tensor:
-    """A Tensor on a new handle of ours whose metadata the caller knows."""
+def _fresh(ctx: Context, handle: c_void_p, shape: Tuple[int, ...], strides: Tuple[int, ...], dt: Any) -> Tensor:
+    """A Tensor on a new handle of ours (a c_void_p, kept) whose metadata the caller knows."""
     t = _object_new(Tensor)
-    t._h = handle
+    t._h = handle.value
+    t._hp = handle
     t._ctx = ctx
     t._foreign = False
     t._keep = None

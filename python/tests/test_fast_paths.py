@@ -50,6 +50,34 @@ def test_fast_binary_broadcasts_like_the_full_path(ctx):
         g.add(ctx.tensor(arr(2, 3)), ctx.tensor(arr(3, 2)))
 
 
+def test_fast_binary_into_out(ctx):
+    x, y = arr(2, 3, seed=7), arr(2, 3, seed=8)
+    a, b, o = ctx.tensor(x), ctx.tensor(y), ctx.empty((2, 3))
+    assert g.mul(a, b, out=o) is o
+    np.testing.assert_allclose(o.numpy(), x * y, rtol=1e-6)
+    assert g.add(a, b, out=a) is a                       # in place: out may be exactly an input
+    np.testing.assert_allclose(a.numpy(), x + y, rtol=1e-6)
+    with pytest.raises(g.ShapeMismatchError, match="out has shape"):
+        g.add(a, b, out=ctx.empty((3, 2)))
+    with pytest.raises(g.DtypeMismatchError, match="add: 'out' is f16"):
+        g.add(a, b, out=ctx.empty((2, 3), "f16"))
+    big = ctx.empty((7,))
+    lo, hi = big[0:6].reshape(2, 3), big[1:7].reshape(2, 3)
+    with pytest.raises(g.InvalidArgumentError, match="overlap"):
+        g.add(lo, lo, out=hi)                            # shifted by one element: refused by C
+    other = g.Context("cpu")
+    try:
+        with pytest.raises(g.DeviceMismatchError):
+            g.add(a, b, out=other.empty((2, 3)))
+    finally:
+        other.close()
+    o.free()
+    with pytest.raises(g.InvalidHandleError, match="freed"):
+        g.add(a, b, out=o)
+    with pytest.raises(g.InvalidArgumentTypeError):
+        g.add(a, b, out=np.zeros((2, 3), np.float32))
+
+
 def test_fast_paths_raise_the_library_message(ctx):
     i = ctx.tensor(np.arange(4, dtype=np.int32))
     for call, what in ((lambda: g.add(i, i), "add"), (lambda: i * i, "mul"), (lambda: g.exp(i), "exp"),
