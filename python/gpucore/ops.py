@@ -177,6 +177,13 @@ def _binary(op: int, a: TensorOrNumber, b: TensorOrNumber, out: Optional[Tensor]
             sa = a._shape
             shape = sa if sa == b._shape else _broadcast(sa, b._shape)
             return _fresh(ctx, h, shape, (_shape_cache.get(shape) or _shape_info(shape))[1], dt)
+    if type(b) is float or type(b) is int:
+        # tensor op Python number, where an affine form gives exactly the same bits
+        ab = _scalar_affine(op, float(b), False) if type(a) is Tensor else None
+        if ab is not None:
+            o = _scale_fast(a, ab[0], ab[1], out, stream)
+            if o is not None:
+                return o
     return _binary_checked(op, a, b, out, stream)
 
 
@@ -343,15 +350,22 @@ def neg(input: Tensor, out: Optional[Tensor] = None, stream: Optional[Stream] = 
     return _unary(NEG, input, out, stream)
 
 
+def _scale_fast(a: Any, alpha: float, beta: float, out: Any, stream: Any) -> Optional[Tensor]:
+    """gpucore_scale on a new result where _fresh_result makes one; else None."""
+    o = _fresh_result(a, out, stream)
+    if o is not None:
+        st = _raw_scale(o._h, a._h, alpha, beta, None)
+        if st:
+            raise_status(st, "gpucore_scale")
+    return o
+
+
 def scale(input: Tensor, alpha: float = 1.0, beta: float = 0.0, out: Optional[Tensor] = None,
           stream: Optional[Stream] = None) -> Tensor:
     """alpha * input + beta, elementwise."""
     if type(alpha) is float and type(beta) is float:
-        o = _fresh_result(input, out, stream)
+        o = _scale_fast(input, alpha, beta, out, stream)
         if o is not None:
-            st = _raw_scale(o._h, input._h, alpha, beta, None)
-            if st:
-                raise_status(st, "gpucore_scale")
             return o
     a = _tensor(input, "input")
     _same_ctx(a._ctx, (out, "out"))

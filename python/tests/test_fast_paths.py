@@ -28,6 +28,9 @@ def fast_ops():
         ("neg", lambda a, b: g.neg(a), lambda x, y: -x),
         ("relu", lambda a, b: g.relu(a), lambda x, y: np.maximum(x, 0)),
         ("scale", lambda a, b: g.scale(a, 2.0, -0.5), lambda x, y: 2 * x - 0.5),
+        ("number", lambda a, b: (a * 2.0 + 1) / 4.0 - 3, lambda x, y: (x * np.float32(2) + np.float32(1)) / np.float32(4)
+         - np.float32(3)),
+        ("number_not_affine", lambda a, b: a / 3.0, lambda x, y: x / np.float32(3)),
     ]
 
 
@@ -81,7 +84,7 @@ def test_fast_binary_into_out(ctx):
 def test_fast_paths_raise_the_library_message(ctx):
     i = ctx.tensor(np.arange(4, dtype=np.int32))
     for call, what in ((lambda: g.add(i, i), "add"), (lambda: i * i, "mul"), (lambda: g.exp(i), "exp"),
-                       (lambda: g.relu(i), "activation_forward"), (lambda: g.scale(i, 2.0, 0.0), "scale")):
+                       (lambda: g.relu(i), "activation_forward"), (lambda: g.scale(i, 2.0, 0.0), "scale"), (lambda: i * 2.0, "scale")):
         with pytest.raises(g.DtypeMismatchError) as e:
             call()
         assert what in str(e.value) and "i32" in str(e.value)  # this call's message, not a stale one
@@ -119,7 +122,7 @@ def test_closed_context_on_the_fast_paths():
     a = c.tensor(arr(3))
     c.close()
     assert a.is_freed and "closed" in repr(a)
-    for call in (lambda: g.add(a, a), lambda: a * a, lambda: g.exp(a), lambda: g.gelu(a), lambda: g.scale(a, 2.0, 0.0),
+    for call in (lambda: g.add(a, a), lambda: a * a, lambda: a * 2.0, lambda: a + 1, lambda: g.exp(a), lambda: g.gelu(a), lambda: g.scale(a, 2.0, 0.0),
                  lambda: c.synchronize(), lambda: c.empty((2,)), lambda: a.handle):
         with pytest.raises(g.InvalidHandleError, match="closed"):
             call()
