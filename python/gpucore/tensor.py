@@ -203,10 +203,13 @@ class Tensor:
             pass
 
     # ---- metadata ----
+    # Shape, strides and dtype are fixed for a handle's life: the binding keeps what it knows
+    # (set at creation, or read once from C for views) instead of asking C on every access.
     @property
     def shape(self) -> Tuple[int, ...]:
         """Sizes of the dims."""
-        self.handle
+        if self._h is None or self._ctx._closed:
+            self.handle  # raises, saying why
         return self._shape
 
     def size(self, dim: Optional[int] = None) -> Union[Tuple[int, ...], int]:
@@ -218,7 +221,8 @@ class Tensor:
     @property
     def strides(self) -> Tuple[int, ...]:
         """Strides in elements (not bytes)."""
-        self.handle
+        if self._h is None or self._ctx._closed:
+            self.handle  # raises, saying why
         return self._strides
 
     def stride(self, dim: Optional[int] = None) -> Union[Tuple[int, ...], int]:
@@ -230,13 +234,14 @@ class Tensor:
     @property
     def dtype(self) -> _dt.DType:
         """The element type (a gpucore.DType)."""
-        self.handle
+        if self._h is None or self._ctx._closed:
+            self.handle  # raises, saying why
         return self._dtype
 
     @property
     def ndim(self) -> int:
         """Number of dims (0..8)."""
-        return C.gpucore_tensor_ndim(self.handle)
+        return len(self.shape)
 
     def dim(self) -> int:
         """Number of dims."""
@@ -245,17 +250,20 @@ class Tensor:
     @property
     def numel(self) -> int:
         """Number of elements."""
-        return C.gpucore_tensor_numel(self.handle)
+        n = 1
+        for d in self.shape:
+            n *= d
+        return n
 
     @property
     def nbytes(self) -> int:
         """numel * itemsize."""
-        return C.gpucore_tensor_nbytes(self.handle)
+        return self.numel * self._dtype.itemsize
 
     @property
     def itemsize(self) -> int:
         """Bytes per element."""
-        return C.gpucore_dtype_size(self.dtype.value)
+        return self.dtype.itemsize
 
     def element_size(self) -> int:
         """Bytes per element (PyTorch spelling)."""
@@ -276,15 +284,14 @@ class Tensor:
     @property
     def context(self) -> Context:
         """The context the tensor belongs to."""
-        self.handle
+        if self._h is None or self._ctx._closed:
+            self.handle  # raises, saying why
         return self._ctx
 
     @property
     def device(self) -> str:
         """The device name: "cpu" or "cuda:N"."""
-        h = c_void_p()
-        C.gpucore_tensor_context(self.handle, byref(h))
-        return C.gpucore_context_device_name(h.value).decode()
+        return self.context.device
 
     def __len__(self) -> int:
         s = self.shape

@@ -2,6 +2,7 @@
 conversion, results built from what the binding knows, no per-tensor registry): results equal
 the full path's, and every bad input still raises the library's (or the binding's) actionable
 message and leaves the library usable."""
+import ctypes
 import gc
 import importlib
 import threading
@@ -175,3 +176,26 @@ def test_fast_paths_from_threads(ctx):
     for t in ts:
         t.join()
     assert not errors, errors
+
+
+def test_metadata_kept_in_python_agrees_with_the_library(ctx):
+    """shape, strides, dtype, ndim, numel, nbytes, itemsize and device come from what the binding
+    knows; C's own answers for every way a tensor is made."""
+    from gpucore._lib import C
+    base = ctx.tensor(arr(4, 6, seed=9))
+    made = [base, base[1:, ::2], base.T, base.reshape(2, 12), base[0], ctx.empty((0, 3), "bf16"),
+            ctx.empty((), "f64"), ctx.empty((5,), "i32")[None], g.from_numpy(np.zeros((3, 2), np.float16), device=ctx),
+            base[:, :1].expand(4, 5), g.add(base, base[0]), g.relu(base.T)]
+    for t in made:
+        h = t.handle
+        nd = C.gpucore_tensor_ndim(h)
+        assert t.ndim == nd == len(t.shape)
+        assert t.numel == C.gpucore_tensor_numel(h)
+        assert t.nbytes == C.gpucore_tensor_nbytes(h)
+        assert t.itemsize == C.gpucore_dtype_size(t.dtype.value)
+        assert t.dtype.value == C.gpucore_tensor_dtype(h)
+        assert t.device == ctx.device
+        sh, st = (ctypes.c_int64 * 8)(), (ctypes.c_int64 * 8)()
+        C.gpucore_tensor_shape(h, sh)
+        C.gpucore_tensor_strides(h, st)
+        assert t.shape == tuple(sh[:nd]) and t.strides == tuple(st[:nd])
