@@ -114,16 +114,20 @@ class Tensor:
                known: Optional[Tuple[Tuple[int, ...], Any]] = None) -> "Tensor":
         """Wrap a C handle. ``known``: (shape, DType) of a tensor this binding just created
         contiguous, so its metadata need not be read back with four more C calls."""
+        hp = c_void_p(handle)
         if known is not None:
-            t = _fresh(ctx, c_void_p(handle), known[0], _shape_info(known[0])[1], known[1])
+            t = _fresh(ctx, hp, known[0], _shape_info(known[0])[1], known[1])
         else:
-            ndim = C.gpucore_tensor_ndim(handle)
-            shape = _i64_array([0] * ndim)
-            strides = _i64_array([0] * ndim)
-            C.gpucore_tensor_shape(handle, shape)
-            C.gpucore_tensor_strides(handle, strides)
-            t = _fresh(ctx, c_void_p(handle), tuple(shape[i] for i in range(ndim)), tuple(strides[i] for i in range(ndim)),
-                       _dt.from_value(C.gpucore_tensor_dtype(handle)))
+            # a view the library made: read its metadata once (argtypes-free calls on a handle
+            # the library just returned)
+            ndim = _fast_tensor_ndim(hp)
+            if ndim < 0:
+                raise InvalidHandleError("the library returned an invalid tensor handle")
+            shape, strides = _I64_MAX_DIMS(), _I64_MAX_DIMS()
+            st = _fast_tensor_shape(hp, shape) or _fast_tensor_strides(hp, strides)
+            if st:
+                raise_status(st, "gpucore_tensor_shape")
+            t = _fresh(ctx, hp, tuple(shape[:ndim]), tuple(strides[:ndim]), _dt.from_value(_fast_tensor_dtype(hp)))
         t._foreign = foreign
         t._keep = keep
         return t
@@ -434,7 +438,8 @@ class Tensor:
                 dim += 1
                 out_pos += 1
                 continue
-            if isinstance(k, bool) or not isinstance(k, numbers.Integral) and not hasattr(k, "__index__"):
+            if type(k) is not int and (isinstance(k, bool) or not isinstance(k, numbers.Integral)
+                                       and not hasattr(k, "__index__")):
                 raise InvalidArgumentTypeError("tensor indices must be ints, slices, ... or None, not %s"
                                                % type(k).__name__)
             i = to_int(k, "index")
@@ -817,6 +822,11 @@ _raw_tensor_destroy = C.raw_gpucore_tensor_destroy
 _raw_context_synchronize = C.raw_gpucore_context_synchronize
 _fast_tensor_create = fast_function("gpucore_tensor_create")
 _fast_clear_error = fast_function("gpucore_clear_error", None)
+_fast_tensor_ndim = fast_function("gpucore_tensor_ndim")
+_fast_tensor_dtype = fast_function("gpucore_tensor_dtype")
+_fast_tensor_shape = fast_function("gpucore_tensor_shape")
+_fast_tensor_strides = fast_function("gpucore_tensor_strides")
+_I64_MAX_DIMS = c_int64 * MAX_DIMS
 
 
 def zeros(shape: Any, dtype: Any = "float32", device: DeviceLike = None) -> Tensor:
