@@ -122,8 +122,9 @@ class Context:
         """Close the context: its tensors, streams and events become invalid.
 
         Memory exported to numpy arrays or DLPack consumers stays valid; the C
-        context is destroyed when the last such consumer releases it. Closing
-        twice is a no-op.
+        context is destroyed when the last such consumer releases it (until then
+        each tensor of the context gives its memory back when it is freed or
+        collected). Closing twice is a no-op.
         """
         with self._lock:
             if self._closed:

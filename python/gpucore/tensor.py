@@ -168,8 +168,8 @@ class Tensor:
         ctx = self._ctx
         if h is not None and ctx._handle is not None and not ctx._c_destroying and not _runtime.shutting_down:
             if self._foreign:
-                C.raw_gpucore_context_synchronize(ctx._handle)
-            C.raw_gpucore_tensor_destroy(h)
+                _raw_context_synchronize(ctx._handle)
+            _raw_tensor_destroy(h)
 
     def free(self) -> None:
         """Release this handle now (idempotent, also after the context was closed). Later use
