@@ -177,13 +177,17 @@ def _binary(op: int, a: TensorOrNumber, b: TensorOrNumber, out: Optional[Tensor]
             sa = a._shape
             shape = sa if sa == b._shape else _broadcast(sa, b._shape)
             return _fresh(ctx, h, shape, (_shape_cache.get(shape) or _shape_info(shape))[1], dt)
-    if type(b) is float or type(b) is int:
-        # tensor op Python number, where an affine form gives exactly the same bits
-        ab = _scalar_affine(op, float(b), False) if type(a) is Tensor else None
-        if ab is not None:
-            o = _scale_fast(a, ab[0], ab[1], out, stream)
-            if o is not None:
-                return o
+    # a tensor and a Python number, where an affine form gives exactly the same bits
+    if (type(b) is float or type(b) is int) and type(a) is Tensor:
+        t, ab = a, _scalar_affine(op, float(b), False)
+    elif (type(a) is float or type(a) is int) and type(b) is Tensor:
+        t, ab = b, _scalar_affine(op, float(a), True)
+    else:
+        t = ab = None
+    if ab is not None:
+        o = _scale_fast(t, ab[0], ab[1], out, stream)
+        if o is not None:
+            return o
     return _binary_checked(op, a, b, out, stream)
 
 

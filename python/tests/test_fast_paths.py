@@ -32,6 +32,7 @@ def fast_ops():
         ("number", lambda a, b: (a * 2.0 + 1) / 4.0 - 3, lambda x, y: (x * np.float32(2) + np.float32(1)) / np.float32(4)
          - np.float32(3)),
         ("number_not_affine", lambda a, b: a / 3.0, lambda x, y: x / np.float32(3)),
+        ("number_first", lambda a, b: 1 - 2.0 * (0.5 + a), lambda x, y: np.float32(1) - np.float32(2) * (np.float32(0.5) + x)),
     ]
 
 
@@ -123,7 +124,7 @@ def test_closed_context_on_the_fast_paths():
     a = c.tensor(arr(3))
     c.close()
     assert a.is_freed and "closed" in repr(a)
-    for call in (lambda: g.add(a, a), lambda: a * a, lambda: a * 2.0, lambda: a + 1, lambda: g.exp(a), lambda: g.gelu(a), lambda: g.scale(a, 2.0, 0.0),
+    for call in (lambda: g.add(a, a), lambda: a * a, lambda: a * 2.0, lambda: a + 1, lambda: 1 - a, lambda: g.exp(a), lambda: g.gelu(a), lambda: g.scale(a, 2.0, 0.0),
                  lambda: c.synchronize(), lambda: c.empty((2,)), lambda: a.handle):
         with pytest.raises(g.InvalidHandleError, match="closed"):
             call()
