@@ -294,22 +294,26 @@ def _fresh_result(a: Any, out: Any, stream: Any) -> Optional[Tensor]:
 
 
 def _coded_op_fast(fn: Any, name: str, code: int, a: Any, out: Any, stream: Any) -> Optional[Tensor]:
-    """fn(code, result, a, NULL) on a new result where _fresh_result makes one; else None."""
-    o = _fresh_result(a, out, stream)
-    if o is not None:
-        st = fn(code, o._h, a._h, None)
+    """The *_new call fn(code, a, NULL, &result) in one step (a live tensor of an open context, no
+    out=, no stream=); else None (the caller's full path checks the arguments)."""
+    if out is None and stream is None and type(a) is Tensor and a._h is not None and not a._ctx._closed:
+        h = c_void_p()
+        _fast_clear_error()
+        st = fn(code, a._hp, None, byref(h))
         if st:
             raise_status(st, name)
-    return o
+        shape = a._shape
+        return _fresh(a._ctx, h, shape, (_shape_cache.get(shape) or _shape_info(shape))[1], a._dtype)
+    return None
 
 
-_raw_unary = C.raw_gpucore_unary
-_raw_activation_forward = C.raw_gpucore_activation_forward
+_fast_unary_new = fast_function("gpucore_unary_new")
+_fast_activation_forward_new = fast_function("gpucore_activation_forward_new")
 _raw_scale = C.raw_gpucore_scale
 
 
 def _unary(op: int, a: Tensor, out: Optional[Tensor], stream: Optional[Stream]) -> Tensor:
-    o = _coded_op_fast(_raw_unary, "gpucore_unary", op, a, out, stream)
+    o = _coded_op_fast(_fast_unary_new, "gpucore_unary_new", op, a, out, stream)
     if o is not None:
         return o
     a = _tensor(a, "input")
@@ -414,7 +418,7 @@ def activation(input: Tensor, act: Union[str, int], out: Optional[Tensor] = None
     """act(input). act: "relu", "gelu" (erf form), "gelu_tanh", "silu", "sigmoid", "tanh"."""
     code = ACTIVATIONS.get(act) if type(act) is str else None
     if code is not None:
-        o = _coded_op_fast(_raw_activation_forward, "gpucore_activation_forward", code, input, out, stream)
+        o = _coded_op_fast(_fast_activation_forward_new, "gpucore_activation_forward_new", code, input, out, stream)
         if o is not None:
             return o
     a = _tensor(input, "input")

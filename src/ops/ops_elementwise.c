@@ -1,10 +1,10 @@
 /*
  * ops_elementwise.c — front-ends of the elementwise family (binary with
- * broadcasting and an optional fused activation, binary into a new result,
- * unary, scale, axpy, clamp, activations forward/backward, cast, dropout):
- * validate dtypes, shapes and aliasing, broadcast inputs to out's shape as
- * stride-0 views, collapse dims, and dispatch one gpucore_ew_args to the
- * backend's elementwise entry.
+ * broadcasting and an optional fused activation, unary, scale, axpy, clamp,
+ * activations forward/backward, cast, dropout; binary, unary and activation
+ * also into a new result, the *_new calls): validate dtypes, shapes and
+ * aliasing, broadcast inputs to out's shape as stride-0 views, collapse dims,
+ * and dispatch one gpucore_ew_args to the backend's elementwise entry.
  */
 #include <math.h>
 #include <string.h>
@@ -104,6 +104,31 @@ static gpucore_status ew_run(const ew_call *c, gpucore_tensor *out, const gpucor
     return st;
 }
 
+/* ew_run into a new contiguous tensor (a's context and dtype, the given shape) that goes again
+ * on failure; *out is set only on success. The caller checked a (and b). */
+static gpucore_status ew_run_new(const ew_call *c, const gpucore_tensor *a, const gpucore_tensor *b, int ndim,
+                                 const int64_t *shape, gpucore_stream *stream, gpucore_tensor **out)
+{
+    gpucore_tensor *t = NULL;
+    gpucore_status st = gpucore_tensor_create(a->ctx, (gpucore_dtype)a->dtype, ndim, shape, &t);
+    if (st) return st;
+    if ((st = ew_run(c, t, a, b, stream))) {
+        gpucore_tensor_destroy(t); /* sets no message on success: the op's message stands */
+        return st;
+    }
+    *out = t;
+    return GPUCORE_OK;
+}
+
+/* The checks every *_new entry makes before its result exists: out given, a a live float tensor. */
+static gpucore_status check_new(const char *op, const gpucore_tensor *a, gpucore_tensor **out)
+{
+    if (!out) return gpucore_set_error(GPUCORE_ERR_NULL_POINTER, "%s: out is NULL", op);
+    *out = NULL;
+    gpucore_status st = gpucore_check_tensor(a, op, "a");
+    return st ? st : ops_check_float(a, op, "a");
+}
+
 gpucore_status gpucore_binary_act(gpucore_binary_op op, gpucore_activation act, gpucore_tensor *out,
                                   const gpucore_tensor *a, const gpucore_tensor *b, gpucore_stream *stream)
 {
@@ -124,13 +149,11 @@ gpucore_status gpucore_binary(gpucore_binary_op op, gpucore_tensor *out, const g
 gpucore_status gpucore_binary_new(gpucore_binary_op op, const gpucore_tensor *a, const gpucore_tensor *b,
                                   gpucore_stream *stream, gpucore_tensor **out)
 {
-    if (!out) return gpucore_set_error(GPUCORE_ERR_NULL_POINTER, "binary_new: out is NULL");
-    *out = NULL;
     gpucore_status st = ops_check_enum("binary_new", "op", "gpucore_binary_op", (int)op, 0);
     if (st) return st;
     const char *name = gpucore_enum_name("gpucore_binary_op", (int)op);
-    if ((st = gpucore_check_tensor(a, name, "a")) || (st = gpucore_check_tensor(b, name, "b"))) return st;
-    if ((st = ops_check_float(a, name, "a")) || (st = ops_check_same(a, "a", b, "b", name, 1))) return st;
+    if ((st = check_new(name, a, out)) || (st = gpucore_check_tensor(b, name, "b"))) return st;
+    if ((st = ops_check_same(a, "a", b, "b", name, 1))) return st;
     /* the broadcast shape (numpy rules: dims align from the right, each equal or 1) */
     const int nd = a->ndim > b->ndim ? a->ndim : b->ndim;
     int64_t shape[GPUCORE_MAX_DIMS];
@@ -146,14 +169,8 @@ gpucore_status gpucore_binary_new(gpucore_binary_op op, const gpucore_tensor *a,
         }
         shape[d] = x == 1 ? y : x;
     }
-    gpucore_tensor *t = NULL;
-    if ((st = gpucore_tensor_create(a->ctx, (gpucore_dtype)a->dtype, nd, shape, &t))) return st;
-    if ((st = gpucore_binary(op, t, a, b, stream))) {
-        gpucore_tensor_destroy(t); /* sets no message on success: the op's message stands */
-        return st;
-    }
-    *out = t;
-    return GPUCORE_OK;
+    ew_call c = {.op = name, .code = GPUCORE_EW_ADD + (int)op, .broadcast = 1};
+    return ew_run_new(&c, a, b, nd, shape, stream, out);
 }
 
 gpucore_status gpucore_unary(gpucore_unary_op op, gpucore_tensor *out, const gpucore_tensor *a, gpucore_stream *stream)
@@ -162,6 +179,16 @@ gpucore_status gpucore_unary(gpucore_unary_op op, gpucore_tensor *out, const gpu
     if (st) return st;
     ew_call c = {.op = gpucore_enum_name("gpucore_unary_op", (int)op), .code = GPUCORE_EW_UNARY_FIRST + (int)op};
     return ew_run(&c, out, a, NULL, stream);
+}
+
+gpucore_status gpucore_unary_new(gpucore_unary_op op, const gpucore_tensor *a, gpucore_stream *stream,
+                                 gpucore_tensor **out)
+{
+    gpucore_status st = ops_check_enum("unary_new", "op", "gpucore_unary_op", (int)op, 0);
+    if (st) return st;
+    ew_call c = {.op = gpucore_enum_name("gpucore_unary_op", (int)op), .code = GPUCORE_EW_UNARY_FIRST + (int)op};
+    if ((st = check_new(c.op, a, out))) return st;
+    return ew_run_new(&c, a, NULL, a->ndim, a->shape, stream, out);
 }
 
 static gpucore_status check_finite(const char *op, const char *name, double v)
@@ -205,6 +232,15 @@ gpucore_status gpucore_activation_forward(gpucore_activation act, gpucore_tensor
     if (st) return st;
     ew_call c = {.op = "activation_forward", .code = GPUCORE_EW_ACT, .act = (int)act};
     return ew_run(&c, out, x, NULL, stream);
+}
+
+gpucore_status gpucore_activation_forward_new(gpucore_activation act, const gpucore_tensor *x, gpucore_stream *stream,
+                                              gpucore_tensor **out)
+{
+    gpucore_status st = ops_check_enum("activation_forward_new", "activation", "gpucore_activation", (int)act, 1);
+    if (st || (st = check_new("activation_forward", x, out))) return st;
+    ew_call c = {.op = "activation_forward", .code = GPUCORE_EW_ACT, .act = (int)act};
+    return ew_run_new(&c, x, NULL, x->ndim, x->shape, stream, out);
 }
 
 gpucore_status gpucore_activation_backward(gpucore_activation act, gpucore_tensor *dx, const gpucore_tensor *dy,
