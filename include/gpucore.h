@@ -412,6 +412,13 @@ typedef enum gpucore_activation {
 /* out = a op b. */
 GPUCORE_API gpucore_status gpucore_binary(gpucore_binary_op op, gpucore_tensor *out, const gpucore_tensor *a,
                                           const gpucore_tensor *b, gpucore_stream *stream);
+/* *out = a op b on a new tensor: gpucore_tensor_create on a's context with a's dtype and the
+ * broadcast shape of a and b (contiguous), then gpucore_binary, in one call (what a binding
+ * does per op, without a second trip across its foreign-function boundary). On failure *out is
+ * NULL and nothing is left allocated; destroy the result with gpucore_tensor_destroy. The
+ * other *_new calls below do the same for their op, the result shaped like a (or x). */
+GPUCORE_API gpucore_status gpucore_binary_new(gpucore_binary_op op, const gpucore_tensor *a, const gpucore_tensor *b,
+                                              gpucore_stream *stream, gpucore_tensor **out);
 /* out = act(a op b) in one pass: bias add + activation is
  * gpucore_binary_act(GPUCORE_ADD, GPUCORE_ACT_GELU_TANH, y, x, bias, s) with bias of shape [cols]. */
 GPUCORE_API gpucore_status gpucore_binary_act(gpucore_binary_op op, gpucore_activation act, gpucore_tensor *out,
@@ -420,6 +427,9 @@ GPUCORE_API gpucore_status gpucore_binary_act(gpucore_binary_op op, gpucore_acti
 /* out = op(a). */
 GPUCORE_API gpucore_status gpucore_unary(gpucore_unary_op op, gpucore_tensor *out, const gpucore_tensor *a,
                                          gpucore_stream *stream);
+/* *out = op(a) on a new tensor shaped like a (see gpucore_binary_new). */
+GPUCORE_API gpucore_status gpucore_unary_new(gpucore_unary_op op, const gpucore_tensor *a, gpucore_stream *stream,
+                                             gpucore_tensor **out);
 /* out = alpha * a + beta. */
 GPUCORE_API gpucore_status gpucore_scale(gpucore_tensor *out, const gpucore_tensor *a, double alpha, double beta,
                                          gpucore_stream *stream);
@@ -432,6 +442,9 @@ GPUCORE_API gpucore_status gpucore_clamp(gpucore_tensor *out, const gpucore_tens
 /* out = act(x). act must not be GPUCORE_ACT_NONE. */
 GPUCORE_API gpucore_status gpucore_activation_forward(gpucore_activation act, gpucore_tensor *out,
                                                       const gpucore_tensor *x, gpucore_stream *stream);
+/* *out = act(x) on a new tensor shaped like x (see gpucore_binary_new). */
+GPUCORE_API gpucore_status gpucore_activation_forward_new(gpucore_activation act, const gpucore_tensor *x,
+                                                          gpucore_stream *stream, gpucore_tensor **out);
 /* dx = dy * act'(x), x being the forward input. dx may be dy in place. */
 GPUCORE_API gpucore_status gpucore_activation_backward(gpucore_activation act, gpucore_tensor *dx,
                                                        const gpucore_tensor *dy, const gpucore_tensor *x,

@@ -5,7 +5,7 @@
  * differences of the f64 forward), dropout (mask from Philox on the host),
  * casts between f32/f64/f16/bf16 including NaN/Inf/double rounding, fp8 casts
  * against tests/fp8_ref.h (all 256 codes out, every rounding boundary in), and bad
- * input. Each output sits in a poisoned buffer with guard bands; inputs are
+ * input; the *_new calls against create + the op. Each output sits in a poisoned buffer with guard bands; inputs are
  * fresh random data, some as non-contiguous views.
  */
 #include "ops_harness.h"
@@ -465,6 +465,117 @@ static void test_cast_fp8(gpucore_context *ctx)
     }
 }
 
+/* got (a *_new result) has want's shape, contiguous strides, dtype and bits; both destroyed. */
+static void check_new_result(gpucore_tensor *got, gpucore_tensor *want, const char *what)
+{
+    int nd = gpucore_tensor_ndim(want);
+    int64_t gs[8], ws[8], gst[8], wst[8];
+    CHECK(gpucore_tensor_ndim(got) == nd && gpucore_tensor_dtype(got) == gpucore_tensor_dtype(want));
+    CHECK_OK(gpucore_tensor_shape(got, gs));
+    CHECK_OK(gpucore_tensor_shape(want, ws));
+    CHECK_OK(gpucore_tensor_strides(got, gst));
+    CHECK_OK(gpucore_tensor_strides(want, wst));
+    CHECK(memcmp(gs, ws, sizeof(int64_t) * (size_t)nd) == 0 && memcmp(gst, wst, sizeof(int64_t) * (size_t)nd) == 0);
+    int64_t n = gpucore_tensor_nbytes(want);
+    char *g = malloc((size_t)n), *w = malloc((size_t)n);
+    CHECK_OK(gpucore_copy_to_host(g, n, got));
+    CHECK_OK(gpucore_copy_to_host(w, n, want));
+    int same = memcmp(g, w, (size_t)n) == 0;
+    if (!same) fprintf(stderr, "  %s: the *_new result differs from create + op\n", what);
+    CHECK(same);
+    free(g); free(w);
+    gpucore_tensor_destroy(got);
+    gpucore_tensor_destroy(want);
+}
+
+/* gpucore_binary_new, gpucore_unary_new, gpucore_activation_forward_new: the result
+ * gpucore_tensor_create + the op would give (shape broadcast or a's, a's dtype, contiguous,
+ * same bits); bad input leaves *out NULL and nothing allocated. */
+static void test_new_results(gpucore_context *ctx)
+{
+    int64_t s231[3] = {2, 3, 1}, s4[1] = {4}, s5[1] = {5}, s234[3] = {2, 3, 4};
+    gpucore_tensor *a = NULL, *b = NULL, *o = NULL, *want = NULL, *i32 = NULL, *h = NULL;
+    CHECK_OK(gpucore_tensor_create(ctx, GPUCORE_F32, 3, s231, &a));
+    CHECK_OK(gpucore_tensor_create(ctx, GPUCORE_F32, 1, s4, &b));
+    CHECK_OK(gpucore_random(a, GPUCORE_NORMAL, 0.0, 1.0, 11, 0, NULL));
+    CHECK_OK(gpucore_random(b, GPUCORE_NORMAL, 0.0, 1.0, 12, 0, NULL));
+    for (int op = GPUCORE_ADD; op < NBINARY; op++) {
+        CHECK_OK(gpucore_binary_new((gpucore_binary_op)op, a, b, NULL, &o));
+        CHECK_OK(gpucore_tensor_create(ctx, GPUCORE_F32, 3, s234, &want));
+        CHECK_OK(gpucore_binary((gpucore_binary_op)op, want, a, b, NULL));
+        check_new_result(o, want, "binary_new");
+    }
+    /* a transposed (strided) input: the result is still contiguous */
+    gpucore_tensor *x = NULL, *xt = NULL;
+    int64_t s35[2] = {3, 5};
+    CHECK_OK(gpucore_tensor_create(ctx, GPUCORE_BF16, 2, s35, &x));
+    CHECK_OK(gpucore_random(x, GPUCORE_NORMAL, 0.5, 1.0, 13, 0, NULL));
+    CHECK_OK(gpucore_tensor_transpose(x, 0, 1, &xt));
+    for (int op = GPUCORE_EXP; op <= GPUCORE_SQUARE; op++) {
+        CHECK_OK(gpucore_unary_new((gpucore_unary_op)op, xt, NULL, &o));
+        CHECK_OK(gpucore_tensor_create(ctx, GPUCORE_BF16, 2, (int64_t[]){5, 3}, &want));
+        CHECK_OK(gpucore_unary((gpucore_unary_op)op, want, xt, NULL));
+        check_new_result(o, want, "unary_new");
+    }
+    for (int act = GPUCORE_ACT_RELU; act <= GPUCORE_ACT_TANH; act++) {
+        CHECK_OK(gpucore_activation_forward_new((gpucore_activation)act, xt, NULL, &o));
+        CHECK_OK(gpucore_tensor_create(ctx, GPUCORE_BF16, 2, (int64_t[]){5, 3}, &want));
+        CHECK_OK(gpucore_activation_forward((gpucore_activation)act, want, xt, NULL));
+        check_new_result(o, want, "activation_forward_new");
+    }
+    gpucore_tensor_destroy(xt);
+    gpucore_tensor_destroy(x);
+    gpucore_memory_stats before, after;
+    before.struct_size = after.struct_size = (int64_t)sizeof before;
+    CHECK_OK(gpucore_memory_get_stats(ctx, GPUCORE_MEMORY_DEVICE, &before));
+    CHECK_OK(gpucore_tensor_create(ctx, GPUCORE_I32, 1, s4, &i32));
+    CHECK_OK(gpucore_tensor_create(ctx, GPUCORE_F16, 1, s4, &h));
+    o = (gpucore_tensor *)a; /* each failure must set *out to NULL */
+    CHECK_STATUS(gpucore_binary_new(GPUCORE_ADD, a, NULL, NULL, &o), GPUCORE_ERR_NULL_POINTER);
+    CHECK(o == NULL);
+    CHECK_STATUS(gpucore_binary_new(GPUCORE_ADD, a, b, NULL, NULL), GPUCORE_ERR_NULL_POINTER);
+    CHECK_STATUS(gpucore_binary_new((gpucore_binary_op)9, a, b, NULL, &o), GPUCORE_ERR_INVALID_ARGUMENT);
+    CHECK_STATUS(gpucore_binary_new(GPUCORE_ADD, i32, i32, NULL, &o), GPUCORE_ERR_DTYPE_MISMATCH);
+    CHECK(strstr(gpucore_last_error(), "'a' is i32") != NULL);
+    CHECK_STATUS(gpucore_binary_new(GPUCORE_MUL, b, h, NULL, &o), GPUCORE_ERR_DTYPE_MISMATCH);
+    gpucore_tensor *b5 = NULL;
+    CHECK_OK(gpucore_tensor_create(ctx, GPUCORE_F32, 1, s5, &b5));
+    CHECK_STATUS(gpucore_binary_new(GPUCORE_SUB, b, b5, NULL, &o), GPUCORE_ERR_SHAPE_MISMATCH);
+    CHECK(strstr(gpucore_last_error(), "sub: a has shape [4] and b has [5], which do not broadcast") != NULL);
+    CHECK(o == NULL);
+    o = (gpucore_tensor *)a;
+    CHECK_STATUS(gpucore_unary_new(GPUCORE_EXP, i32, NULL, &o), GPUCORE_ERR_DTYPE_MISMATCH);
+    CHECK(o == NULL && strstr(gpucore_last_error(), "exp: 'a' is i32") != NULL);
+    CHECK_STATUS(gpucore_unary_new((gpucore_unary_op)7, b, NULL, &o), GPUCORE_ERR_INVALID_ARGUMENT);
+    CHECK_STATUS(gpucore_unary_new(GPUCORE_EXP, NULL, NULL, &o), GPUCORE_ERR_NULL_POINTER);
+    CHECK_STATUS(gpucore_unary_new(GPUCORE_EXP, b, NULL, NULL), GPUCORE_ERR_NULL_POINTER);
+    CHECK_STATUS(gpucore_activation_forward_new(GPUCORE_ACT_NONE, b, NULL, &o), GPUCORE_ERR_INVALID_ARGUMENT);
+    CHECK_STATUS(gpucore_activation_forward_new(GPUCORE_ACT_RELU, h, NULL, NULL), GPUCORE_ERR_NULL_POINTER);
+    CHECK_STATUS(gpucore_activation_forward_new(GPUCORE_ACT_GELU_ERF, i32, NULL, &o), GPUCORE_ERR_DTYPE_MISMATCH);
+    CHECK(o == NULL);
+    /* a failure after the result was made (a stream of another context) frees it again */
+    gpucore_context *other = NULL;
+    gpucore_stream *foreign = NULL;
+    CHECK_OK(gpucore_context_create("cpu", &other));
+    CHECK_OK(gpucore_context_default_stream(other, &foreign));
+    CHECK_STATUS(gpucore_binary_new(GPUCORE_ADD, a, b, foreign, &o), GPUCORE_ERR_DEVICE_MISMATCH);
+    CHECK(o == NULL);
+    CHECK_STATUS(gpucore_unary_new(GPUCORE_NEG, a, foreign, &o), GPUCORE_ERR_DEVICE_MISMATCH);
+    CHECK_STATUS(gpucore_activation_forward_new(GPUCORE_ACT_SILU, a, foreign, &o), GPUCORE_ERR_DEVICE_MISMATCH);
+    CHECK(o == NULL);
+    gpucore_context_destroy(other);
+    gpucore_tensor_destroy(i32);
+    gpucore_tensor_destroy(h);
+    gpucore_tensor_destroy(b5);
+    CHECK_OK(gpucore_context_synchronize(ctx));
+    CHECK_OK(gpucore_memory_get_stats(ctx, GPUCORE_MEMORY_DEVICE, &after));
+    CHECK(after.allocated_bytes == before.allocated_bytes);
+    CHECK_OK(gpucore_binary_new(GPUCORE_ADD, a, b, NULL, &o)); /* still usable */
+    gpucore_tensor_destroy(o);
+    gpucore_tensor_destroy(a);
+    gpucore_tensor_destroy(b);
+}
+
 static void test_bad_input(gpucore_context *ctx)
 {
     int64_t s34[2] = {3, 4}, s5[1] = {5}, s24[2] = {2, 4}, s8[1] = {8};
@@ -562,6 +673,7 @@ int main(void)
         test_cast_f16_bits(ctx);
         test_cast_fp8(ctx);
         test_bad_input(ctx);
+        test_new_results(ctx);
         gpucore_context_destroy(ctx);
     }
     /* after the others, so their random data stays what it was before these ops existed */

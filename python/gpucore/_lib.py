@@ -268,11 +268,14 @@ DECLARATIONS: Dict[str, Tuple[Any, List[Any]]] = {
     # elementwise ops
     "gpucore_binary": (STATUS, [c_int, H, H, H, H]),
     "gpucore_binary_act": (STATUS, [c_int, c_int, H, H, H, H]),
+    "gpucore_binary_new": (STATUS, [c_int, H, H, H, P_H]),
     "gpucore_unary": (STATUS, [c_int, H, H, H]),
+    "gpucore_unary_new": (STATUS, [c_int, H, H, P_H]),
     "gpucore_scale": (STATUS, [H, H, c_double, c_double, H]),
     "gpucore_axpy": (STATUS, [H, c_double, H, H]),
     "gpucore_clamp": (STATUS, [H, H, c_double, c_double, H]),
     "gpucore_activation_forward": (STATUS, [c_int, H, H, H]),
+    "gpucore_activation_forward_new": (STATUS, [c_int, H, H, P_H]),
     "gpucore_activation_backward": (STATUS, [c_int, H, H, H, H]),
     "gpucore_cast": (STATUS, [H, H, H]),
     "gpucore_dropout": (STATUS, [H, H, c_double, c_uint64, c_uint64, H]),
@@ -553,6 +556,26 @@ def raise_status(status: int, function: str) -> None:
     name = status_string(status)
     msg = last_error() or "%s failed with %s" % (function, name)
     raise _errors.error_for_status(status, msg, status_name=name, function=function)
+
+
+def fast_function(name: str, restype: Any = c_int) -> Any:
+    """A second ctypes function object for the STATUS function `name`, with no argtypes, for
+    the binding's per-op hot paths (tensor creation, elementwise ops, synchronize).
+
+    ctypes' per-call argtypes conversion costs more than the C work of a small op (a
+    POINTER(c_int64) argument alone about 0.2 us), so a hot path passes only values it built
+    itself, which ctypes passes as they are: c_void_p objects (handles), ints of 32 bits
+    (enums, counts), None (NULL), ctypes arrays and byref() of ctypes objects. A Python int
+    too wide for a C int makes ctypes raise ArgumentError, never a truncated value. The
+    status comes back as an int (``restype``; None for a void function): the caller raises
+    with raise_status(status, name) when it is non-zero. Where the loaded library lacks the function, the stand-in of ``C`` that
+    raises NotSupportedError saying so."""
+    try:
+        fn = lib[name]  # __getitem__ makes a new object: the declared one keeps its argtypes
+    except AttributeError:
+        return getattr(C, name)
+    fn.restype = restype
+    return fn
 
 
 class _Missing:

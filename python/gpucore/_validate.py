@@ -17,6 +17,10 @@ UINT64_MAX = (1 << 64) - 1
 
 def to_int(x: Any, what: str, lo: int = INT64_MIN, hi: int = INT64_MAX) -> int:
     """x as a Python int in [lo, hi]; bools and floats are refused."""
+    if type(x) is int:  # the common case, without the ABC checks below
+        if x < lo or x > hi:
+            raise InvalidArgumentError("%s is %d; it must be in %d..%d" % (what, x, lo, hi))
+        return x
     if x is None:
         raise NullPointerError("%s is None; an integer is required" % what)
     if isinstance(x, bool) or not isinstance(x, (numbers.Integral,)) and not hasattr(x, "__index__"):
@@ -32,6 +36,8 @@ def to_int(x: Any, what: str, lo: int = INT64_MIN, hi: int = INT64_MAX) -> int:
 
 def to_float(x: Any, what: str) -> float:
     """x as a Python float (ints and numpy scalars accepted, bools refused)."""
+    if type(x) is float:  # the common case, without the ABC checks below
+        return x
     if x is None:
         raise NullPointerError("%s is None; a number is required" % what)
     if isinstance(x, bool) or not isinstance(x, numbers.Real):

@@ -19,7 +19,7 @@ from ctypes import byref, c_float, c_int, c_void_p
 from typing import Any, Dict, List, Optional, Sequence, Union
 
 from . import _runtime
-from ._lib import C
+from ._lib import C, fast_function, raise_status
 from ._validate import INT32_MAX, INT32_MIN, to_int
 from .errors import (DeviceMismatchError, InvalidArgumentTypeError, InvalidHandleError,
                      NullPointerError)
@@ -29,6 +29,7 @@ __all__ = ["Context", "Stream", "Event", "Timer", "get_context", "default_contex
 _all_contexts: "weakref.WeakSet[Context]" = weakref.WeakSet()
 _cached: Dict[str, "Context"] = {}
 _cache_lock = threading.RLock()
+_fast_context_synchronize = fast_function("gpucore_context_synchronize")
 
 
 class Context:
@@ -56,11 +57,11 @@ class Context:
             raise InvalidArgumentTypeError("device must be a string such as 'cpu' or 'cuda:0', not %s"
                                            % type(device).__name__)
         self._handle: Optional[int] = None
+        self._hp: Optional[c_void_p] = None
         self._closed = False
         self._c_destroying = False
         self._exports = 0
         self._lock = threading.RLock()
-        self._tensors: "weakref.WeakSet[Any]" = weakref.WeakSet()
         self._streams: "weakref.WeakSet[Stream]" = weakref.WeakSet()
         self._events: "weakref.WeakSet[Event]" = weakref.WeakSet()
         # Library objects bound to this context (optimizers, scalers, communicators, DDP
@@ -69,6 +70,8 @@ class Context:
         h = c_void_p()
         C.gpucore_context_create(device.encode() if device is not None else None, byref(h))
         self._handle = h.value
+        #: the handle as a c_void_p for argtypes-free hot calls (gpucore._lib.fast_function); None once closed
+        self._hp: Optional[c_void_p] = c_void_p(self._handle)
         t, i = c_int(), c_int()
         C.gpucore_context_device(self._handle, byref(t), byref(i))
         self.device_type: int = t.value
@@ -108,19 +111,26 @@ class Context:
 
     def synchronize(self) -> None:
         """Wait for all work queued on every stream of this context."""
-        C.gpucore_context_synchronize(self.handle)
+        hp = self._hp
+        if hp is None:
+            self.handle  # says the context was closed
+        st = _fast_context_synchronize(hp)
+        if st:  # the library wrote the message (a failed call always does)
+            raise_status(st, "gpucore_context_synchronize")
 
     def close(self) -> None:
         """Close the context: its tensors, streams and events become invalid.
 
         Memory exported to numpy arrays or DLPack consumers stays valid; the C
-        context is destroyed when the last such consumer releases it. Closing
-        twice is a no-op.
+        context is destroyed when the last such consumer releases it (until then
+        each tensor of the context gives its memory back when it is freed or
+        collected). Closing twice is a no-op.
         """
         with self._lock:
             if self._closed:
                 return
             self._closed = True
+            self._hp = None
             with _cache_lock:
                 for k in [k for k, v in _cached.items() if v is self]:
                     del _cached[k]
@@ -137,8 +147,8 @@ class Context:
                 ev._invalidate(destroy=True)
             for s in list(self._streams):
                 s._invalidate(destroy=deferred)
-            for t in list(self._tensors):
-                t._invalidate("its context (%s) was closed" % self.device, destroy=deferred)
+            # Tensors see the closed context themselves (Tensor.handle); after a deferred close each
+            # gives its memory back when it goes (Tensor.__del__), else the C context frees it now.
             if not deferred:
                 self._destroy_c()
 

@@ -28,12 +28,13 @@ from typing import Any, Optional, Sequence, Tuple, Union
 import numpy as np
 
 from . import dtypes as _dt
-from ._lib import C
+from ._lib import C, fast_function, raise_status
 from ._validate import INT32_MAX, UINT64_MAX, check_dim, to_float, to_int
 from .context import Context, Stream
 from .errors import (DeviceMismatchError, InvalidArgumentError, InvalidArgumentTypeError, NullPointerError,
                      ShapeMismatchError)
-from .tensor import Tensor, _generator, _new, empty, full  # noqa: F401  (empty: re-exported)
+from .tensor import (Tensor, _fast_clear_error, _fresh, _generator, _new, _shape_cache, _shape_info,  # noqa: F401
+                     empty, full)  # (empty: re-exported)
 
 __all__ = [
     "cat", "add", "sub", "mul", "div", "maximum", "minimum", "exp", "log", "sqrt", "rsqrt", "abs", "neg", "square", "scale", "axpy_", "clamp",
@@ -145,8 +146,54 @@ def _scalar_affine(op: int, v: float, number_first: bool) -> Optional[Tuple[floa
 _FLOAT_DTYPES = (_dt.float32, _dt.float16, _dt.bfloat16, _dt.float64)
 
 
+_fast_binary_new = fast_function("gpucore_binary_new")
+_raw_binary = C.raw_gpucore_binary
+
+
 def _binary(op: int, a: TensorOrNumber, b: TensorOrNumber, out: Optional[Tensor],
             stream: Optional[Stream]) -> Tensor:
+    if type(a) is Tensor and type(b) is Tensor and stream is None:
+        # the common cases in one step: two live tensors of one open context and one dtype, and a
+        # new result or an out= of their (equal) shape (the library checks dtypes and shapes; anything
+        # else takes the path below, which says what is wrong)
+        ctx = a._ctx
+        dt = a._dtype
+        if b._ctx is ctx and b._dtype is dt and a._h is not None and b._h is not None and not ctx._closed:
+            if out is not None:
+                if type(out) is Tensor and out._h is not None and out._ctx is ctx and out._shape == a._shape == b._shape:
+                    _fast_clear_error()
+                    st = _raw_binary(op, out._h, a._h, b._h, None)
+                    if st:
+                        raise_status(st, "gpucore_binary")
+                    return out
+                return _binary_checked(op, a, b, out, stream)
+            # one C call makes the result and queues the op; the result's shape is the broadcast
+            # shape, known here once C has accepted the shapes
+            h = c_void_p()
+            _fast_clear_error()
+            st = _fast_binary_new(op, a._hp, b._hp, None, byref(h))
+            if st:
+                raise_status(st, "gpucore_binary_new")
+            sa = a._shape
+            shape = sa if sa == b._shape else _broadcast(sa, b._shape)
+            return _fresh(ctx, h, shape, (_shape_cache.get(shape) or _shape_info(shape))[1], dt)
+    # a tensor and a Python number, where an affine form gives exactly the same bits
+    if (type(b) is float or type(b) is int) and type(a) is Tensor:
+        t, ab = a, _scalar_affine(op, float(b), False)
+    elif (type(a) is float or type(a) is int) and type(b) is Tensor:
+        t, ab = b, _scalar_affine(op, float(a), True)
+    else:
+        t = ab = None
+    if ab is not None:
+        o = _scale_fast(t, ab[0], ab[1], out, stream)
+        if o is not None:
+            return o
+    return _binary_checked(op, a, b, out, stream)
+
+
+def _binary_checked(op: int, a: TensorOrNumber, b: TensorOrNumber, out: Optional[Tensor],
+                    stream: Optional[Stream]) -> Tensor:
+    """_binary's full path: numbers, promotion of 0-d tensors, every argument checked."""
     if type(a) is Tensor and type(b) is Tensor and a._dtype is not b._dtype and (not a._shape) != (not b._shape) \
             and a._dtype in _FLOAT_DTYPES and b._dtype in _FLOAT_DTYPES:
         # PyTorch's promotion: a 0-d float tensor beside a dimensioned one counts as a scalar and
@@ -155,13 +202,6 @@ def _binary(op: int, a: TensorOrNumber, b: TensorOrNumber, out: Optional[Tensor]
             b = cast(b, a._dtype, stream=stream)
         else:
             a = cast(a, b._dtype, stream=stream)
-    if type(a) is Tensor and type(b) is Tensor and out is None and stream is None and a._ctx is b._ctx:
-        # the common case in one step: two tensors of one context, a new result (the library
-        # checks dtypes and shapes again; handles raise if freed)
-        ctx = a._ctx
-        o = _new(ctx, a._shape if a._shape == b._shape else _broadcast(a._shape, b._shape), a._dtype)
-        C.gpucore_binary(op, o.handle, a.handle, b.handle, None)
-        return o
     if _is_number(b) and isinstance(a, Tensor):
         ab = _scalar_affine(op, float(b), False)
         if ab is not None:
@@ -193,13 +233,13 @@ def _alpha_times(b: TensorOrNumber, alpha: Number) -> TensorOrNumber:
 def add(a: TensorOrNumber, b: TensorOrNumber, out: Optional[Tensor] = None,
         stream: Optional[Stream] = None, alpha: Number = 1) -> Tensor:
     """a + alpha * b (numpy broadcasting; either side may be a Python number)."""
-    return _binary(ADD, a, _alpha_times(b, alpha), out, stream)
+    return _binary(ADD, a, b if alpha == 1 else _alpha_times(b, alpha), out, stream)
 
 
 def sub(a: TensorOrNumber, b: TensorOrNumber, out: Optional[Tensor] = None,
         stream: Optional[Stream] = None, alpha: Number = 1) -> Tensor:
     """a - alpha * b (numpy broadcasting; either side may be a Python number)."""
-    return _binary(SUB, a, _alpha_times(b, alpha), out, stream)
+    return _binary(SUB, a, b if alpha == 1 else _alpha_times(b, alpha), out, stream)
 
 
 def mul(a: TensorOrNumber, b: TensorOrNumber, out: Optional[Tensor] = None,
@@ -244,7 +284,38 @@ def _scalar_as_tensor(a: TensorOrNumber, b: TensorOrNumber) -> Tuple[TensorOrNum
     return a, b
 
 
+def _fresh_result(a: Any, out: Any, stream: Any) -> Optional[Tensor]:
+    """The common case of a one-input op in one step: a live tensor of an open context, no out=,
+    no stream=: a new result of its shape and dtype. None otherwise (the caller's full path
+    checks the arguments and says what is wrong)."""
+    if out is None and stream is None and type(a) is Tensor and a._h is not None and not a._ctx._closed:
+        return _new(a._ctx, a._shape, a._dtype)
+    return None
+
+
+def _coded_op_fast(fn: Any, name: str, code: int, a: Any, out: Any, stream: Any) -> Optional[Tensor]:
+    """The *_new call fn(code, a, NULL, &result) in one step (a live tensor of an open context, no
+    out=, no stream=); else None (the caller's full path checks the arguments)."""
+    if out is None and stream is None and type(a) is Tensor and a._h is not None and not a._ctx._closed:
+        h = c_void_p()
+        _fast_clear_error()
+        st = fn(code, a._hp, None, byref(h))
+        if st:
+            raise_status(st, name)
+        shape = a._shape
+        return _fresh(a._ctx, h, shape, (_shape_cache.get(shape) or _shape_info(shape))[1], a._dtype)
+    return None
+
+
+_fast_unary_new = fast_function("gpucore_unary_new")
+_fast_activation_forward_new = fast_function("gpucore_activation_forward_new")
+_raw_scale = C.raw_gpucore_scale
+
+
 def _unary(op: int, a: Tensor, out: Optional[Tensor], stream: Optional[Stream]) -> Tensor:
+    o = _coded_op_fast(_fast_unary_new, "gpucore_unary_new", op, a, out, stream)
+    if o is not None:
+        return o
     a = _tensor(a, "input")
     _same_ctx(a._ctx, (out, "out"))
     o = _out(out, a.shape, a.dtype, a._ctx)
@@ -287,9 +358,23 @@ def neg(input: Tensor, out: Optional[Tensor] = None, stream: Optional[Stream] = 
     return _unary(NEG, input, out, stream)
 
 
+def _scale_fast(a: Any, alpha: float, beta: float, out: Any, stream: Any) -> Optional[Tensor]:
+    """gpucore_scale on a new result where _fresh_result makes one; else None."""
+    o = _fresh_result(a, out, stream)
+    if o is not None:
+        st = _raw_scale(o._h, a._h, alpha, beta, None)
+        if st:
+            raise_status(st, "gpucore_scale")
+    return o
+
+
 def scale(input: Tensor, alpha: float = 1.0, beta: float = 0.0, out: Optional[Tensor] = None,
           stream: Optional[Stream] = None) -> Tensor:
     """alpha * input + beta, elementwise."""
+    if type(alpha) is float and type(beta) is float:
+        o = _scale_fast(input, alpha, beta, out, stream)
+        if o is not None:
+            return o
     a = _tensor(input, "input")
     _same_ctx(a._ctx, (out, "out"))
     o = _out(out, a.shape, a.dtype, a._ctx)
@@ -331,6 +416,11 @@ def clamp(input: Tensor, min: Optional[TensorOrNumber] = None,  # noqa: A002
 def activation(input: Tensor, act: Union[str, int], out: Optional[Tensor] = None,
                stream: Optional[Stream] = None) -> Tensor:
     """act(input). act: "relu", "gelu" (erf form), "gelu_tanh", "silu", "sigmoid", "tanh"."""
+    code = ACTIVATIONS.get(act) if type(act) is str else None
+    if code is not None:
+        o = _coded_op_fast(_fast_activation_forward_new, "gpucore_activation_forward_new", code, input, out, stream)
+        if o is not None:
+            return o
     a = _tensor(input, "input")
     _same_ctx(a._ctx, (out, "out"))
     o = _out(out, a.shape, a.dtype, a._ctx)

@@ -19,7 +19,7 @@ import numpy as np
 
 from . import _runtime
 from . import dtypes as _dt
-from ._lib import C
+from ._lib import C, fast_function, raise_status
 from ._runtime import DELETER, _Keep, forget_owner, register_owner
 from ._validate import INT64_MAX, MAX_DIMS, UINT64_MAX, check_dim, to_bool, to_float, to_int, to_shape
 from .context import Context, DeviceLike, Stream, get_context
@@ -101,7 +101,9 @@ class Tensor:
     ``free()`` releases the handle early; the memory goes when its last view does.
     """
 
-    __slots__ = ("_h", "_ctx", "_foreign", "_keep", "_dead", "_shape", "_strides", "_dtype", "__weakref__")
+    # _hp: the handle as a c_void_p (the one C wrote it into), passed as is by the argtypes-free
+    # fast paths; meaningful only while _h is not None
+    __slots__ = ("_h", "_hp", "_ctx", "_foreign", "_keep", "_dead", "_shape", "_strides", "_dtype", "__weakref__")
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         raise TypeError("use gpucore.empty/zeros/tensor/from_numpy/from_dlpack (or a Context's methods) "
@@ -112,26 +114,22 @@ class Tensor:
                known: Optional[Tuple[Tuple[int, ...], Any]] = None) -> "Tensor":
         """Wrap a C handle. ``known``: (shape, DType) of a tensor this binding just created
         contiguous, so its metadata need not be read back with four more C calls."""
-        t = object.__new__(cls)
-        t._h = handle
-        t._ctx = ctx
+        hp = c_void_p(handle)
+        if known is not None:
+            t = _fresh(ctx, hp, known[0], _shape_info(known[0])[1], known[1])
+        else:
+            # a view the library made: read its metadata once (argtypes-free calls on a handle
+            # the library just returned)
+            ndim = _fast_tensor_ndim(hp)
+            if ndim < 0:
+                raise InvalidHandleError("the library returned an invalid tensor handle")
+            shape, strides = _I64_MAX_DIMS(), _I64_MAX_DIMS()
+            st = _fast_tensor_shape(hp, shape) or _fast_tensor_strides(hp, strides)
+            if st:
+                raise_status(st, "gpucore_tensor_shape")
+            t = _fresh(ctx, hp, tuple(shape[:ndim]), tuple(strides[:ndim]), _dt.from_value(_fast_tensor_dtype(hp)))
         t._foreign = foreign
         t._keep = keep
-        t._dead = None
-        if known is not None:
-            t._shape, t._dtype = known
-            t._strides = _shape_info(t._shape)[1]
-            ctx._tensors.add(t)
-            return t
-        ndim = C.gpucore_tensor_ndim(handle)
-        shape = _i64_array([0] * ndim)
-        strides = _i64_array([0] * ndim)
-        C.gpucore_tensor_shape(handle, shape)
-        C.gpucore_tensor_strides(handle, strides)
-        t._shape = tuple(shape[i] for i in range(ndim))
-        t._strides = tuple(strides[i] for i in range(ndim))
-        t._dtype = _dt.from_value(C.gpucore_tensor_dtype(handle))
-        ctx._tensors.add(t)
         return t
 
     @classmethod
@@ -147,27 +145,41 @@ class Tensor:
         return cls._adopt(ctx, out.value)
 
     # ---- handle state ----
+    # A tensor is live while it has its handle (_h) and its context is open: closing a context
+    # does not visit its tensors (no per-tensor registry to keep up on every op), each tensor
+    # sees the closed context here and in __del__.
     @property
     def handle(self) -> int:
         """The raw ``gpucore_tensor*``; raises InvalidHandleError after free() or a context close."""
         h = self._h
-        if h is None:
-            raise InvalidHandleError("tensor is not live: %s" % (self._dead or "it was freed"))
+        if h is None or self._ctx._closed:
+            raise InvalidHandleError("tensor is not live: %s" % self._why_dead())
         return h
 
-    def _invalidate(self, why: str, destroy: bool) -> None:
+    def _why_dead(self) -> str:
+        if self._h is None:
+            return self._dead or "it was freed"
+        return "its context (%s) was closed" % self._ctx.device
+
+    def _destroy_handle(self) -> None:
+        """Give the handle back to the library, where the C context still exists (after a close
+        that exports defer, the C context lives on and frees the tensor's memory now)."""
         h, self._h = self._h, None
-        self._dead = why
-        if destroy and h is not None:
+        ctx = self._ctx
+        if h is not None and ctx._handle is not None and not ctx._c_destroying and not _runtime.shutting_down:
             if self._foreign:
-                C.raw_gpucore_context_synchronize(self._ctx._handle)
-            C.raw_gpucore_tensor_destroy(h)
+                _raw_context_synchronize(ctx._handle)
+            _raw_tensor_destroy(h)
 
     def free(self) -> None:
-        """Release this handle now (idempotent). Later use raises InvalidHandleError."""
+        """Release this handle now (idempotent, also after the context was closed). Later use
+        raises InvalidHandleError."""
         if self._h is None:
             return
-        self._ctx.handle
+        if self._ctx._closed:
+            self._destroy_handle()
+            self._dead = "its context (%s) was closed" % self._ctx.device
+            return
         h, self._h = self._h, None
         self._dead = "it was freed with Tensor.free()"
         if self._foreign:
@@ -178,25 +190,30 @@ class Tensor:
     @property
     def is_freed(self) -> bool:
         """Whether the handle was released (free() or context close)."""
-        return self._h is None
+        return self._h is None or self._ctx._closed
 
     def __del__(self) -> None:
+        # _destroy_handle inlined: this runs once per op result
         try:
             h = self._h
-            if h is not None and not _runtime.shutting_down and not self._ctx._closed \
-                    and self._ctx._handle is not None:
-                self._h = None
-                if self._foreign:
-                    C.raw_gpucore_context_synchronize(self._ctx._handle)
-                C.raw_gpucore_tensor_destroy(h)
+            if h is not None:
+                ctx = self._ctx
+                if ctx._handle is not None and not ctx._c_destroying and not _runtime.shutting_down:
+                    self._h = None
+                    if self._foreign:
+                        _raw_context_synchronize(ctx._handle)
+                    _raw_tensor_destroy(h)
         except Exception:
             pass
 
     # ---- metadata ----
+    # Shape, strides and dtype are fixed for a handle's life: the binding keeps what it knows
+    # (set at creation, or read once from C for views) instead of asking C on every access.
     @property
     def shape(self) -> Tuple[int, ...]:
         """Sizes of the dims."""
-        self.handle
+        if self._h is None or self._ctx._closed:
+            self.handle  # raises, saying why
         return self._shape
 
     def size(self, dim: Optional[int] = None) -> Union[Tuple[int, ...], int]:
@@ -208,7 +225,8 @@ class Tensor:
     @property
     def strides(self) -> Tuple[int, ...]:
         """Strides in elements (not bytes)."""
-        self.handle
+        if self._h is None or self._ctx._closed:
+            self.handle  # raises, saying why
         return self._strides
 
     def stride(self, dim: Optional[int] = None) -> Union[Tuple[int, ...], int]:
@@ -220,13 +238,14 @@ class Tensor:
     @property
     def dtype(self) -> _dt.DType:
         """The element type (a gpucore.DType)."""
-        self.handle
+        if self._h is None or self._ctx._closed:
+            self.handle  # raises, saying why
         return self._dtype
 
     @property
     def ndim(self) -> int:
         """Number of dims (0..8)."""
-        return C.gpucore_tensor_ndim(self.handle)
+        return len(self.shape)
 
     def dim(self) -> int:
         """Number of dims."""
@@ -235,17 +254,20 @@ class Tensor:
     @property
     def numel(self) -> int:
         """Number of elements."""
-        return C.gpucore_tensor_numel(self.handle)
+        n = 1
+        for d in self.shape:
+            n *= d
+        return n
 
     @property
     def nbytes(self) -> int:
         """numel * itemsize."""
-        return C.gpucore_tensor_nbytes(self.handle)
+        return self.numel * self._dtype.itemsize
 
     @property
     def itemsize(self) -> int:
         """Bytes per element."""
-        return C.gpucore_dtype_size(self.dtype.value)
+        return self.dtype.itemsize
 
     def element_size(self) -> int:
         """Bytes per element (PyTorch spelling)."""
@@ -266,15 +288,14 @@ class Tensor:
     @property
     def context(self) -> Context:
         """The context the tensor belongs to."""
-        self.handle
+        if self._h is None or self._ctx._closed:
+            self.handle  # raises, saying why
         return self._ctx
 
     @property
     def device(self) -> str:
         """The device name: "cpu" or "cuda:N"."""
-        h = c_void_p()
-        C.gpucore_tensor_context(self.handle, byref(h))
-        return C.gpucore_context_device_name(h.value).decode()
+        return self.context.device
 
     def __len__(self) -> int:
         s = self.shape
@@ -287,8 +308,8 @@ class Tensor:
             yield self[i]
 
     def __repr__(self) -> str:
-        if self._h is None:
-            return "gpucore.Tensor(<invalid: %s>)" % (self._dead or "freed")
+        if self.is_freed:
+            return "gpucore.Tensor(<invalid: %s>)" % self._why_dead()
         head = "shape=%s, dtype=%s, device=%s" % (self._shape, self._dtype.long_name, self._ctx.device)
         n = 1
         for s in self._shape:
@@ -417,7 +438,8 @@ class Tensor:
                 dim += 1
                 out_pos += 1
                 continue
-            if isinstance(k, bool) or not isinstance(k, numbers.Integral) and not hasattr(k, "__index__"):
+            if type(k) is not int and (isinstance(k, bool) or not isinstance(k, numbers.Integral)
+                                       and not hasattr(k, "__index__")):
                 raise InvalidArgumentTypeError("tensor indices must be ints, slices, ... or None, not %s"
                                                % type(k).__name__)
             i = to_int(k, "index")
@@ -766,10 +788,45 @@ def empty(shape: Any, dtype: Any = "float32", device: DeviceLike = None) -> Tens
 
 
 def _new(ctx: Context, shape: Tuple[int, ...], dt: Any) -> Tensor:
-    """A new contiguous tensor from an already checked shape tuple and DType (the ops' outputs)."""
+    """A new contiguous tensor from an already checked shape tuple and DType (the ops' outputs).
+    The per-op hot path: one argtypes-free C call (ctx._hp is None once the context is closed).
+    It clears the thread's last error first, so that an op called right after on the result may
+    raise with raise_status without clearing again."""
+    info = _shape_cache.get(shape) or _shape_info(shape)
     out = c_void_p()
-    C.gpucore_tensor_create(ctx.handle, dt.value, len(shape), _shape_info(shape)[0], byref(out))
-    return Tensor._adopt(ctx, out.value, known=(shape, dt))
+    _fast_clear_error()  # one clear for this call and the op that fills the result
+    st = _fast_tensor_create(ctx._hp, dt.value, len(shape), info[0], byref(out))
+    if st:
+        ctx.handle  # a closed context says so
+        raise_status(st, "gpucore_tensor_create")
+    return _fresh(ctx, out, shape, info[1], dt)
+
+
+def _fresh(ctx: Context, handle: c_void_p, shape: Tuple[int, ...], strides: Tuple[int, ...], dt: Any) -> Tensor:
+    """A Tensor on a new handle of ours (a c_void_p, kept) whose metadata the caller knows."""
+    t = _object_new(Tensor)
+    t._h = handle.value
+    t._hp = handle
+    t._ctx = ctx
+    t._foreign = False
+    t._keep = None
+    t._dead = None
+    t._shape = shape
+    t._strides = strides
+    t._dtype = dt
+    return t
+
+
+_object_new = object.__new__
+_raw_tensor_destroy = C.raw_gpucore_tensor_destroy
+_raw_context_synchronize = C.raw_gpucore_context_synchronize
+_fast_tensor_create = fast_function("gpucore_tensor_create")
+_fast_clear_error = fast_function("gpucore_clear_error", None)
+_fast_tensor_ndim = fast_function("gpucore_tensor_ndim")
+_fast_tensor_dtype = fast_function("gpucore_tensor_dtype")
+_fast_tensor_shape = fast_function("gpucore_tensor_shape")
+_fast_tensor_strides = fast_function("gpucore_tensor_strides")
+_I64_MAX_DIMS = c_int64 * MAX_DIMS
 
 
 def zeros(shape: Any, dtype: Any = "float32", device: DeviceLike = None) -> Tensor:

@@ -1,7 +1,8 @@
 /*
  * ops_elementwise.c — front-ends of the elementwise family (binary with
  * broadcasting and an optional fused activation, unary, scale, axpy, clamp,
- * activations forward/backward, cast, dropout): validate dtypes, shapes and
+ * activations forward/backward, cast, dropout; binary, unary and activation
+ * also into a new result, the *_new calls): validate dtypes, shapes and
  * aliasing, broadcast inputs to out's shape as stride-0 views, visit dims in
  * out's memory order and merge them (view.h), and dispatch one gpucore_ew_args
  * to the backend's elementwise entry.
@@ -102,6 +103,31 @@ static gpucore_status ew_run(const ew_call *c, gpucore_tensor *out, const gpucor
     return st;
 }
 
+/* ew_run into a new contiguous tensor (a's context and dtype, the given shape) that goes again
+ * on failure; *out is set only on success. The caller checked a (and b). */
+static gpucore_status ew_run_new(const ew_call *c, const gpucore_tensor *a, const gpucore_tensor *b, int ndim,
+                                 const int64_t *shape, gpucore_stream *stream, gpucore_tensor **out)
+{
+    gpucore_tensor *t = NULL;
+    gpucore_status st = gpucore_tensor_create(a->ctx, (gpucore_dtype)a->dtype, ndim, shape, &t);
+    if (st) return st;
+    if ((st = ew_run(c, t, a, b, stream))) {
+        gpucore_tensor_destroy(t); /* sets no message on success: the op's message stands */
+        return st;
+    }
+    *out = t;
+    return GPUCORE_OK;
+}
+
+/* The checks every *_new entry makes before its result exists: out given, a a live float tensor. */
+static gpucore_status check_new(const char *op, const gpucore_tensor *a, gpucore_tensor **out)
+{
+    if (!out) return gpucore_set_error(GPUCORE_ERR_NULL_POINTER, "%s: out is NULL", op);
+    *out = NULL;
+    gpucore_status st = gpucore_check_tensor(a, op, "a");
+    return st ? st : ops_check_float(a, op, "a");
+}
+
 gpucore_status gpucore_binary_act(gpucore_binary_op op, gpucore_activation act, gpucore_tensor *out,
                                   const gpucore_tensor *a, const gpucore_tensor *b, gpucore_stream *stream)
 {
@@ -119,12 +145,49 @@ gpucore_status gpucore_binary(gpucore_binary_op op, gpucore_tensor *out, const g
     return gpucore_binary_act(op, GPUCORE_ACT_NONE, out, a, b, stream);
 }
 
+gpucore_status gpucore_binary_new(gpucore_binary_op op, const gpucore_tensor *a, const gpucore_tensor *b,
+                                  gpucore_stream *stream, gpucore_tensor **out)
+{
+    gpucore_status st = ops_check_enum("binary_new", "op", "gpucore_binary_op", (int)op, 0);
+    if (st) return st;
+    const char *name = gpucore_enum_name("gpucore_binary_op", (int)op);
+    if ((st = check_new(name, a, out)) || (st = gpucore_check_tensor(b, name, "b"))) return st;
+    if ((st = ops_check_same(a, "a", b, "b", name, 1))) return st;
+    /* the broadcast shape (numpy rules: dims align from the right, each equal or 1) */
+    const int nd = a->ndim > b->ndim ? a->ndim : b->ndim;
+    int64_t shape[GPUCORE_MAX_DIMS];
+    for (int d = 0; d < nd; d++) {
+        const int ia = d - (nd - a->ndim), ib = d - (nd - b->ndim);
+        const int64_t x = ia >= 0 ? a->shape[ia] : 1, y = ib >= 0 ? b->shape[ib] : 1;
+        if (x != y && x != 1 && y != 1) {
+            char sa[200], sb[200];
+            return gpucore_set_error(GPUCORE_ERR_SHAPE_MISMATCH, "%s: a has shape %s and b has %s, which do not "
+                                     "broadcast (dims align from the right; each must be equal or 1)", name,
+                                     gpucore_shape_str(a->ndim, a->shape, sa, sizeof sa),
+                                     gpucore_shape_str(b->ndim, b->shape, sb, sizeof sb));
+        }
+        shape[d] = x == 1 ? y : x;
+    }
+    ew_call c = {.op = name, .code = GPUCORE_EW_ADD + (int)op, .broadcast = 1};
+    return ew_run_new(&c, a, b, nd, shape, stream, out);
+}
+
 gpucore_status gpucore_unary(gpucore_unary_op op, gpucore_tensor *out, const gpucore_tensor *a, gpucore_stream *stream)
 {
     gpucore_status st = ops_check_enum("unary", "op", "gpucore_unary_op", (int)op, 0);
     if (st) return st;
     ew_call c = {.op = gpucore_enum_name("gpucore_unary_op", (int)op), .code = GPUCORE_EW_UNARY_FIRST + (int)op};
     return ew_run(&c, out, a, NULL, stream);
+}
+
+gpucore_status gpucore_unary_new(gpucore_unary_op op, const gpucore_tensor *a, gpucore_stream *stream,
+                                 gpucore_tensor **out)
+{
+    gpucore_status st = ops_check_enum("unary_new", "op", "gpucore_unary_op", (int)op, 0);
+    if (st) return st;
+    ew_call c = {.op = gpucore_enum_name("gpucore_unary_op", (int)op), .code = GPUCORE_EW_UNARY_FIRST + (int)op};
+    if ((st = check_new(c.op, a, out))) return st;
+    return ew_run_new(&c, a, NULL, a->ndim, a->shape, stream, out);
 }
 
 static gpucore_status check_finite(const char *op, const char *name, double v)
@@ -168,6 +231,15 @@ gpucore_status gpucore_activation_forward(gpucore_activation act, gpucore_tensor
     if (st) return st;
     ew_call c = {.op = "activation_forward", .code = GPUCORE_EW_ACT, .act = (int)act};
     return ew_run(&c, out, x, NULL, stream);
+}
+
+gpucore_status gpucore_activation_forward_new(gpucore_activation act, const gpucore_tensor *x, gpucore_stream *stream,
+                                              gpucore_tensor **out)
+{
+    gpucore_status st = ops_check_enum("activation_forward_new", "activation", "gpucore_activation", (int)act, 1);
+    if (st || (st = check_new("activation_forward", x, out))) return st;
+    ew_call c = {.op = "activation_forward", .code = GPUCORE_EW_ACT, .act = (int)act};
+    return ew_run_new(&c, x, NULL, x->ndim, x->shape, stream, out);
 }
 
 gpucore_status gpucore_activation_backward(gpucore_activation act, gpucore_tensor *dx, const gpucore_tensor *dy,
