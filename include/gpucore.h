@@ -945,7 +945,7 @@ GPUCORE_API gpucore_status gpucore_context_get_allow_tf32(gpucore_context *ctx, 
  * bytes 0 restores the default (32 MiB, what cuBLASLt wants on sm_90). */
 GPUCORE_API gpucore_status gpucore_matmul_set_workspace_size(gpucore_context *ctx, int64_t bytes);
 
-/* ---- matmul statistics: GEMMs on the fallback kernel (issue 18 item 4) ----
+/* ---- matmul statistics: GEMMs on the fallback kernel ----
  * Where cuBLASLt cannot serve a GEMM the CUDA backend runs a tiled fallback kernel
  * instead (same results, about 100x slower), with one WARN log per shape naming the
  * reason. These counters say how many of a context's GEMMs (matmul, linear and

@@ -25,7 +25,7 @@ from . import errors as _errors
 
 __all__ = ["C", "lib", "library_path", "DECLARATIONS", "DeviceProperties", "STATUS", "QUERY",
            "LOG_FN", "DELETER_FN", "last_error", "status_string", "MemoryStats", "ProfileEntry",
-           "MatmulOptions", "ConvOptions", "ConvStats", "OptimizerConfig", "LossScalerConfig", "DdpOptions",
+           "MatmulOptions", "MatmulStats", "ConvOptions", "ConvStats", "OptimizerConfig", "LossScalerConfig", "DdpOptions",
            "DdpTraceEvent", "CkptStats", "CKPT_FORWARD_FN", "CKPT_BACKWARD_FN", "CKPT_PACK_FN",
            "CKPT_UNPACK_FN", "CKPT_DISCARD_FN", "CKPT_SEGMENT_HOOK_FN", "CKPT_GRAD_READY_FN",
            "PIPELINE_LOSS_FN"]
@@ -116,6 +116,12 @@ class ConvOptions(ctypes.Structure):
         "stride_h", "stride_w", "pad_h", "pad_w", "dil_h", "dil_w", "groups") + [
         ("padding_same", ctypes.c_int32), ("allow_tf32", ctypes.c_int32), ("activation", ctypes.c_int32),
         ("reserved", ctypes.c_int32), ("workspace_limit", c_int64)]
+
+
+class MatmulStats(ctypes.Structure):
+    """ctypes mirror of ``gpucore_matmul_stats``."""
+    _fields_ = [("struct_size", c_int64), ("gemms", c_int64), ("fallback_gemms", c_int64),
+                ("fallback_by_reason", c_int64 * 5)]  # GPUCORE_MATMUL_FALLBACK_REASONS
 
 
 class ConvStats(ctypes.Structure):
@@ -332,6 +338,9 @@ DECLARATIONS: Dict[str, Tuple[Any, List[Any]]] = {
     "gpucore_context_set_allow_tf32": (STATUS, [H, c_int]),
     "gpucore_context_get_allow_tf32": (STATUS, [H, P_INT]),
     "gpucore_matmul_set_workspace_size": (STATUS, [H, c_int64]),
+    "gpucore_matmul_get_stats": (STATUS, [H, POINTER(MatmulStats)]),
+    "gpucore_matmul_reset_stats": (STATUS, [H]),
+    "gpucore_matmul_fallback_reason_text": (c_char_p, [c_int]),
     "gpucore_linear_forward": (STATUS, [H, H, H, c_int, H, H, H]),
     "gpucore_linear_backward": (STATUS, [H, H, H, H, H, H, H, H]),
     # convolution

@@ -21,7 +21,7 @@ from typing import Any, Optional, Sequence, Tuple, Union
 import numpy as np
 
 from . import dtypes as _dt
-from ._lib import C, ConvOptions, ConvStats, MatmulOptions
+from ._lib import C, ConvOptions, ConvStats, MatmulOptions, MatmulStats
 from ._validate import to_float, to_int
 from .context import Context, DeviceLike, Stream, get_context
 from .errors import InvalidArgumentError, InvalidArgumentTypeError, ShapeMismatchError
@@ -29,7 +29,7 @@ from .ops import _act, _opt, _out, _same_ctx, _stream, _tensor
 from .tensor import Tensor, _i64_array, empty, zeros
 
 __all__ = ["matmul", "matmul_backward", "linear", "linear_backward", "conv2d", "conv1d", "conv2d_backward",
-           "conv2d_backward_data", "conv2d_backward_filter", "conv_output_shape", "conv_stats", "EPILOGUES", "IntPair"]
+           "conv2d_backward_data", "conv2d_backward_filter", "conv_output_shape", "conv_stats", "matmul_stats", "EPILOGUES", "IntPair"]
 
 EPILOGUES = {"none": 0, "bias": 1, "relu": 2, "bias_relu": 3, "gelu": 4, "bias_gelu": 5, "dgelu": 6,
              "dgelu_bgrad": 7, "bgrad_a": 8, "bgrad_b": 9}
@@ -446,6 +446,28 @@ def conv2d_backward(grad_output: Tensor, input: Tensor, weight: Tensor, bias_gra
         dims = (0, 1, 2) if layout == "nhwc" else (0, 2, 3)
         db = _sum(dy, dim=dims[:len(dy.shape) - 1] if len(dy.shape) == 3 else dims, stream=stream)
     return dx, dw, db
+
+
+def fallback_stats(ctx: Context, stats_type, get, reset_fn, reason_text, reset: bool) -> Tuple[Any, dict]:
+    """Read one of the C library's fallback counters (``gpucore_<area>_get_stats``): the filled
+    struct, and its ``fallback_by_reason`` as {reason text: count} for the nonzero reasons;
+    ``reset``: zero the counters after reading."""
+    s = stats_type()
+    s.struct_size = ctypes.sizeof(stats_type)
+    get(ctx.handle, byref(s))
+    by = {reason_text(i).decode(): n for i, n in enumerate(s.fallback_by_reason) if n}
+    if reset:
+        reset_fn(ctx.handle)
+    return s, by
+
+
+def matmul_stats(device: DeviceLike = None, reset: bool = False) -> dict:
+    """How the device's GEMMs ran (CUDA): ``gemms`` dispatched, ``fallback_gemms`` of them on the
+    hand-written kernel because cuBLASLt offered no usable algorithm, and ``fallback_by_reason``
+    ({reason text: count}, nonzero ones). ``reset``: zero them after reading."""
+    s, by = fallback_stats(get_context(device), MatmulStats, C.gpucore_matmul_get_stats, C.gpucore_matmul_reset_stats,
+                           C.gpucore_matmul_fallback_reason_text, reset)
+    return {"gemms": s.gemms, "fallback_gemms": s.fallback_gemms, "fallback_by_reason": by}
 
 
 def conv_stats(device: DeviceLike = None) -> dict:

@@ -18,6 +18,7 @@ from ._lib import C
 from ._validate import UINT64_MAX, to_float, to_int
 from .context import DeviceLike, Stream, get_context
 from .errors import InvalidArgumentError, ShapeMismatchError
+from .nn import fallback_stats
 from .ops import _opt, _out, _same_ctx, _stream, _tensor
 from .tensor import Tensor, _generator, empty
 
@@ -44,16 +45,8 @@ def attention_stats(device: DeviceLike = None, reset: bool = False) -> dict:
     """How the device's attention calls ran (CUDA): ``cudnn_calls`` on cuDNN's SDPA engines,
     ``fallback_calls`` on the kernel although cuDNN was wanted, and ``fallback_by_reason``
     ({reason text: count}, nonzero ones). Zeros on the CPU. ``reset``: zero them after reading."""
-    ctx = get_context(device)
-    s = AttentionStats()
-    s.struct_size = ctypes.sizeof(AttentionStats)
-    C.gpucore_attention_get_stats(ctx.handle, byref(s))
-    by = {}
-    for i in range(_FALLBACK_REASONS):
-        if s.fallback_by_reason[i]:
-            by[C.gpucore_attention_fallback_reason_text(i).decode()] = s.fallback_by_reason[i]
-    if reset:
-        C.gpucore_attention_reset_stats(ctx.handle)
+    s, by = fallback_stats(get_context(device), AttentionStats, C.gpucore_attention_get_stats,
+                           C.gpucore_attention_reset_stats, C.gpucore_attention_fallback_reason_text, reset)
     return {"cudnn_calls": s.cudnn_calls, "fallback_calls": s.fallback_calls, "fallback_by_reason": by}
 
 

@@ -164,3 +164,17 @@ def test_cuda_matmul_conv_linear(cuda_ctx):
     yc = g.conv2d(cuda_ctx.tensor(x), cuda_ctx.tensor(w), padding=1, allow_tf32=False)
     assert rel(yc.numpy(), conv_ref(x.astype(np.float64), w.astype(np.float64), None, 1, 1, 1, 1)) < 1e-5
     assert g.conv_stats(cuda_ctx)["plans_cached"] >= 1
+
+
+def test_matmul_stats_count_and_reset():
+    """matmul_stats: each GEMM is counted once, none on the CPU is a fallback, reset zeroes the
+    counters after reading them, and a reason's text comes from the C table."""
+    ctx = g.Context("cpu")
+    a = ctx.empty((4, 4)).uniform_(seed=1)
+    g.matmul_stats(ctx, reset=True)
+    g.matmul(a, a)
+    g.matmul(a, a, trans_b=True)
+    assert g.matmul_stats(ctx, reset=True) == {"gemms": 2, "fallback_gemms": 0, "fallback_by_reason": {}}
+    assert g.matmul_stats(ctx)["gemms"] == 0
+    assert g.nn.C.gpucore_matmul_fallback_reason_text(99).decode() == "unknown reason"
+    ctx.close()
