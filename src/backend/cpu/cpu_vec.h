@@ -74,6 +74,9 @@ GPUCORE_HIDDEN void cpu_vec_normalize(float *y, const float *x, int64_t n, float
 typedef void (*cpu_vec_bf16_binary_fn)(uint16_t *o, const uint16_t *a, const uint16_t *b, int64_t n);
 GPUCORE_HIDDEN cpu_vec_bf16_binary_fn cpu_vec_bf16_binary(int op);
 /* n elements of dtype dt (a GPUCORE_KDT_* code) widened to f32, and f32 rounded back. */
+/* The Philox4x32-10 blocks of counters counter .. counter+nblocks-1 under seed, block b's four words
+ * at out[4b .. 4b+3]: gpucore_philox4x32_10's bits, 8 blocks at a time in AVX2 (cpu_philox.c). */
+GPUCORE_HIDDEN void cpu_vec_philox(uint64_t seed, uint64_t counter, int64_t nblocks, uint32_t *out);
 GPUCORE_HIDDEN void cpu_vec_load(float *dst, const void *src, int dt, int64_t n);
 GPUCORE_HIDDEN void cpu_vec_store(void *dst, int dt, const float *src, int64_t n);
 
