@@ -80,15 +80,15 @@ static float *row_scratch(int dt, int64_t floats, int *oom)
  * where row r of dst goes in f32 (dst itself when f32, else scratch rounded back after fn). */
 typedef void (*row_fn)(const gpucore_rows_args *p, int64_t r, const float *x, float *y, const void *extra);
 
-static gpucore_status rows_for_each(const gpucore_rows_args *p, const void *src, void *dst, row_fn fn,
-                                    const void *extra, const char *what)
+/* rows_for_each's work for the calling thread: its share of the rows inside an OpenMP
+ * region, every row when called outside one (the `omp for` is orphaned). */
+static void rows_for_each_share(const gpucore_rows_args *p, const void *src, void *dst, row_fn fn,
+                                const void *extra, int *oom)
 {
     const int64_t rows = p->rows, cols = p->cols;
     const int dt = p->dtype, f32 = dt == GPUCORE_KDT_F32, strided = p->inner > 1;
-    int oom = 0;
-#pragma omp parallel if (rows * cols > ROWS_PARALLEL_MIN)
     {
-        float *buf = row_scratch(dt, f32 && !strided ? 0 : 2 * cols, &oom);
+        float *buf = row_scratch(dt, f32 && !strided ? 0 : 2 * cols, oom);
 #pragma omp for schedule(static)
         for (int64_t r = 0; r < rows; r++) {
             if ((!f32 || strided) && !buf) continue;
@@ -104,6 +104,20 @@ static gpucore_status rows_for_each(const gpucore_rows_args *p, const void *src,
             if (!f32) cpu_vec_store((char *)dst + off * 2, dt, y, cols);
         }
         free(buf);
+    }
+}
+
+/* Small row ops run right here: entering an OpenMP region whose if() is false still costs
+ * libgomp a team set-up (an allocation and futex calls), a large part of a small op. */
+static gpucore_status rows_for_each(const gpucore_rows_args *p, const void *src, void *dst, row_fn fn,
+                                    const void *extra, const char *what)
+{
+    int oom = 0;
+    if (p->rows * p->cols > ROWS_PARALLEL_MIN) {
+#pragma omp parallel
+        rows_for_each_share(p, src, dst, fn, extra, &oom);
+    } else {
+        rows_for_each_share(p, src, dst, fn, extra, &oom);
     }
     return oom ? ROWS_OOM(what) : GPUCORE_OK;
 }
@@ -123,14 +137,12 @@ static void softmax_row(const gpucore_rows_args *p, int64_t r, const float *x, f
 
 /* Softmax backward dx = y · (dy - Σ dy·y); log-softmax backward dx = dy - exp(y) · Σ dy;
  * f32 SIMD with the sums in f64 lanes (cpu_vec.h). */
-static gpucore_status softmax_backward(const gpucore_rows_args *p)
+static void softmax_backward_share(const gpucore_rows_args *p, int *oom) /* as rows_for_each_share */
 {
     const int64_t rows = p->rows, cols = p->cols;
     const int dt = p->dtype, soft = p->op == GPUCORE_ROWS_SOFTMAX_BWD;
-    int oom = 0;
-#pragma omp parallel if (rows * cols > ROWS_PARALLEL_MIN)
     {
-        float *buf = row_scratch(dt, dt == GPUCORE_KDT_F32 ? (soft ? 0 : cols) : 3 * cols, &oom);
+        float *buf = row_scratch(dt, dt == GPUCORE_KDT_F32 ? (soft ? 0 : cols) : 3 * cols, oom);
 #pragma omp for schedule(static)
         for (int64_t r = 0; r < rows; r++) {
             if (!buf && (dt != GPUCORE_KDT_F32 || !soft)) continue;
@@ -148,6 +160,17 @@ static gpucore_status softmax_backward(const gpucore_rows_args *p)
             if (!f32) cpu_vec_store((char *)p->dx + off * 2, dt, dx, cols);
         }
         free(buf);
+    }
+}
+
+static gpucore_status softmax_backward(const gpucore_rows_args *p)
+{
+    int oom = 0;
+    if (p->rows * p->cols > ROWS_PARALLEL_MIN) {
+#pragma omp parallel
+        softmax_backward_share(p, &oom);
+    } else {
+        softmax_backward_share(p, &oom);
     }
     return oom ? ROWS_OOM("softmax_backward") : GPUCORE_OK;
 }
@@ -191,8 +214,7 @@ static gpucore_status norm_backward(const gpucore_rows_args *p)
     const int64_t rows = p->rows, cols = p->cols;
     const int dt = p->dtype, pdt = p->param_dtype, layer = p->op == GPUCORE_ROWS_LAYERNORM_BWD;
     if (p->dx) {
-#pragma omp parallel for schedule(static) if (rows * cols > ROWS_PARALLEL_MIN)
-        for (int64_t r = 0; r < rows; r++) {
+        CPU_PARALLEL_FOR(rows * cols > ROWS_PARALLEL_MIN, r, rows,
             const int64_t off = r * cols;
             const double mean = layer ? p->mean[r] : 0, rstd = p->rstd[r];
             double sg = 0, sgx = 0;
@@ -208,13 +230,11 @@ static gpucore_status norm_backward(const gpucore_rows_args *p)
                 double g = ld(p->dy, dt, off + c) * (p->gamma ? ld(p->gamma, pdt, c) : 1.0);
                 double xh = (ld(p->x, dt, off + c) - mean) * rstd;
                 st(p->dx, dt, off + c, rstd * (g - (layer ? sg : 0.0) - xh * sgx));
-            }
-        }
+            });
     }
     if (p->dgamma || p->dbeta) {
         /* column sums over rows, in row order, one thread per column block */
-#pragma omp parallel for schedule(static) if (rows * cols > ROWS_PARALLEL_MIN)
-        for (int64_t c = 0; c < cols; c++) {
+        CPU_PARALLEL_FOR(rows * cols > ROWS_PARALLEL_MIN, c, cols,
             double dg = 0, db = 0;
             for (int64_t r = 0; r < rows; r++) {
                 double g = ld(p->dy, dt, r * cols + c);
@@ -223,8 +243,7 @@ static gpucore_status norm_backward(const gpucore_rows_args *p)
                 db += g;
             }
             if (p->dgamma) st(p->dgamma, pdt, c, dg);
-            if (p->dbeta) st(p->dbeta, pdt, c, db);
-        }
+            if (p->dbeta) st(p->dbeta, pdt, c, db););
     }
     return GPUCORE_OK;
 }
