@@ -270,10 +270,29 @@ static double ce_row_loss(const gpucore_rows_args *p, int64_t r, float *counted,
     return gpucore_rows_ce_fwd_loss(p, t, probs ? 0.0f : x[t], (float)m, ls, (float)sum);
 }
 
-static gpucore_status ce_forward(const gpucore_rows_args *p)
+/* ce_forward's rows for the calling thread (as rows_for_each_share): each row's loss into
+ * p->loss (reduction none) or into per_row and cnt. */
+static void ce_forward_share(const gpucore_rows_args *p, double *per_row, float *cnt, int *oom)
 {
     const int64_t rows = p->rows, cols = p->cols;
     const int dt = p->dtype, none = p->reduction == GPUCORE_ROWS_RED_NONE;
+    const int need_buf = dt != GPUCORE_KDT_F32 || p->inner > 1;
+    float *buf = row_scratch(dt, need_buf ? cols : 0, oom);
+#pragma omp for schedule(static)
+    for (int64_t r = 0; r < rows; r++) {
+        if (need_buf && !buf) continue;
+        float counted;
+        double loss = ce_row_loss(p, r, &counted, buf);
+        if (none) st(p->loss, p->loss_dtype, r, loss);
+        else { per_row[r] = loss; cnt[r] = counted; }
+    }
+    free(buf);
+}
+
+static gpucore_status ce_forward(const gpucore_rows_args *p)
+{
+    const int64_t rows = p->rows, cols = p->cols;
+    const int none = p->reduction == GPUCORE_ROWS_RED_NONE;
     double *per_row = none ? NULL : malloc(sizeof(double) * (size_t)(rows + 1));
     float *cnt = none ? NULL : malloc(sizeof(float) * (size_t)(rows + 1));
     if (!none && (!per_row || !cnt)) {
@@ -282,19 +301,11 @@ static gpucore_status ce_forward(const gpucore_rows_args *p)
         return gpucore_set_error(GPUCORE_ERR_OUT_OF_MEMORY, "cross_entropy: out of host memory for per-row losses");
     }
     int oom = 0;
-#pragma omp parallel if (rows * cols > ROWS_PARALLEL_MIN)
-    {
-        const int need_buf = dt != GPUCORE_KDT_F32 || p->inner > 1;
-        float *buf = row_scratch(dt, need_buf ? cols : 0, &oom);
-#pragma omp for schedule(static)
-        for (int64_t r = 0; r < rows; r++) {
-            if (need_buf && !buf) continue;
-            float counted;
-            double loss = ce_row_loss(p, r, &counted, buf);
-            if (none) st(p->loss, p->loss_dtype, r, loss);
-            else { per_row[r] = loss; cnt[r] = counted; }
-        }
-        free(buf);
+    if (rows * cols > ROWS_PARALLEL_MIN) {
+#pragma omp parallel
+        ce_forward_share(p, per_row, cnt, &oom);
+    } else {
+        ce_forward_share(p, per_row, cnt, &oom);
     }
     if (!oom && !none) {
         double sum = 0, count = 0;
