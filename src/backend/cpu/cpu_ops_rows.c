@@ -364,13 +364,11 @@ static gpucore_status ce_backward(const gpucore_rows_args *p)
     if (probs) { /* Q per row, summed in class order */
         mass = malloc(sizeof(double) * (size_t)(p->rows + 1));
         if (!mass) return ROWS_OOM("cross_entropy_backward");
-#pragma omp parallel for schedule(static) if (p->rows * p->cols > ROWS_PARALLEL_MIN)
-        for (int64_t r = 0; r < p->rows; r++) {
+        CPU_PARALLEL_FOR(p->rows * p->cols > ROWS_PARALLEL_MIN, r, p->rows,
             double q = 0;
             const int64_t base = gpucore_rows_ce_base(p, r), cs_ = gpucore_rows_ce_stride(p);
             for (int64_t c = 0; c < p->cols; c++) q += gpucore_rows_ce_q(p, base + c * cs_, c, -1);
-            mass[r] = q;
-        }
+            mass[r] = q;);
         cs.mass = mass;
     }
     if (p->reduction != GPUCORE_ROWS_RED_NONE) {
@@ -390,13 +388,11 @@ static void embed_forward(const gpucore_rows_args *p)
 {
     const int64_t n = p->rows, cols = p->cols;
     const int es = p->dtype == GPUCORE_KDT_F32 ? 4 : 2;
-#pragma omp parallel for schedule(static) if (n * cols > ROWS_PARALLEL_MIN)
-    for (int64_t i = 0; i < n; i++) {
+    CPU_PARALLEL_FOR(n * cols > ROWS_PARALLEL_MIN, i, n,
         int64_t t = gpucore_rows_target(p->targets, p->target_dtype, i);
         char *dst = (char *)p->y + i * cols * es;
         if (t >= 0 && t < p->vocab) memcpy(dst, (const char *)p->x + t * cols * es, (size_t)(cols * es));
-        else for (int64_t c = 0; c < cols; c++) st(dst, p->dtype, c, NAN);
-    }
+        else for (int64_t c = 0; c < cols; c++) st(dst, p->dtype, c, NAN););
 }
 
 /* Each thread owns a block of columns of the whole table and adds the rows of dy
@@ -437,8 +433,7 @@ static void softmax_f64(const gpucore_rows_args *p)
 {
     const int64_t rows = p->rows, cols = p->cols;
     const int op = p->op, fwd = op == GPUCORE_ROWS_SOFTMAX || op == GPUCORE_ROWS_LOG_SOFTMAX;
-#pragma omp parallel for schedule(static) if (rows * cols > ROWS_PARALLEL_MIN)
-    for (int64_t r = 0; r < rows; r++) {
+    CPU_PARALLEL_FOR(rows * cols > ROWS_PARALLEL_MIN, r, rows,
         const double *v = (const double *)(fwd ? p->x : p->dy) + r * cols, *y = fwd ? NULL : (const double *)p->y + r * cols;
         double *o = (double *)(fwd ? p->y : p->dx) + r * cols;
         double a = fwd ? -INFINITY : 0.0, b = 1.0;
@@ -449,8 +444,7 @@ static void softmax_f64(const gpucore_rows_args *p)
             b = gpucore_rows_f64_sum_fix(a, sum);
         }
         const double lb = log(b);
-        for (int64_t c = 0; c < cols; c++) o[c] = gpucore_rows_f64_out(op, v[c], y ? y[c] : 0.0, a, b, lb);
-    }
+        for (int64_t c = 0; c < cols; c++) o[c] = gpucore_rows_f64_out(op, v[c], y ? y[c] : 0.0, a, b, lb););
 }
 
 static gpucore_status rows_task(void *argp)
