@@ -7,6 +7,22 @@
 
 #include "cpu_stream.h"
 
+/* for (int64_t i = 0; i < n; i++) { body }: split over the OpenMP threads (schedule static)
+ * when `parallel` is true, else a plain loop right here. Use it instead of `omp parallel for
+ * if (...)`: entering an OpenMP region whose if() is false still costs libgomp a team set-up
+ * (an allocation and futex calls), a large part of a small op. The body (which may contain
+ * commas) runs the same for each i either way. */
+#define CPU_PARALLEL_FOR(parallel, i, n, ...)                                     \
+    do {                                                                          \
+        const int64_t cpu_for_n_ = (n);                                           \
+        if (parallel) {                                                           \
+            _Pragma("omp parallel for schedule(static)")                          \
+            for (int64_t i = 0; i < cpu_for_n_; i++) { __VA_ARGS__ }              \
+        } else {                                                                  \
+            for (int64_t i = 0; i < cpu_for_n_; i++) { __VA_ARGS__ }              \
+        }                                                                         \
+    } while (0)
+
 /* cpu_plan_cache.c: a bounded (least recently used out), thread-safe cache of prepared plans
  * (oneDNN primitives and what runs them) keyed by the bytes of a key; one per context. get
  * returns the plan of key, building it with build(key, arg) on a miss (a NULL plan is cached

@@ -15,6 +15,11 @@ typedef struct strided_copy_args { gpucore_view dst, src; } strided_copy_args;
 
 #define COPY_TILE 32 /* a tile of the transposing copy: 32 x 32 elements, 4 KiB of f32 */
 
+/* One tile's loop with the element size fixed (plain loads and stores), in copy_transposed. */
+#define COPY_TILE_LOOP(T)                                                                                    \
+    for (int64_t i = i0; i < i1; i++)                                                                        \
+        for (int64_t j = j0; j < j1; j++) ((T *)d)[db + i * dst_t + j] = ((const T *)s)[sb + i + j * src_l];
+
 /* A copy that transposes: dst runs along its last dim l (stride 1) where src runs along another dim t
  * (stride 1), as x.t().contiguous() or a permute that moves the innermost dim. Element by element
  * either side is read or written a cache line per element (and, across a large tensor, a page per
@@ -38,29 +43,24 @@ static int copy_transposed(const gpucore_view *dv, const gpucore_view *sv)
     const int64_t tt = (nt + COPY_TILE - 1) / COPY_TILE, tl = (nl + COPY_TILE - 1) / COPY_TILE, es = dv->elem_size;
     char *d = dv->data;
     const char *s = sv->data;
-#pragma omp parallel for schedule(static) if (dv->numel > CPU_PARALLEL_THRESHOLD)
-    for (int64_t w = 0; w < outer * tt * tl; w++) {
+    CPU_PARALLEL_FOR(dv->numel > CPU_PARALLEL_THRESHOLD, w, outer * tt * tl,
         const int64_t o = w / (tt * tl), i0 = (w / tl) % tt * COPY_TILE, j0 = w % tl * COPY_TILE;
         const int64_t i1 = i0 + COPY_TILE < nt ? i0 + COPY_TILE : nt, j1 = j0 + COPY_TILE < nl ? j0 + COPY_TILE : nl;
         const int64_t db = no ? gpucore_strided_offset(o, no, oshape, ods) : 0;
         const int64_t sb = no ? gpucore_strided_offset(o, no, oshape, oss) : 0;
         switch (es) { /* the element size fixed per loop, so each loop is plain loads and stores */
-#define COPY_TILE_LOOP(T)                                                                                    \
-    for (int64_t i = i0; i < i1; i++)                                                                        \
-        for (int64_t j = j0; j < j1; j++) ((T *)d)[db + i * dst_t + j] = ((const T *)s)[sb + i + j * src_l];
         case 4: COPY_TILE_LOOP(uint32_t) break;
         case 2: COPY_TILE_LOOP(uint16_t) break;
         case 8: COPY_TILE_LOOP(uint64_t) break;
         case 1: COPY_TILE_LOOP(uint8_t) break;
-#undef COPY_TILE_LOOP
         default:
             for (int64_t i = i0; i < i1; i++)
                 for (int64_t j = j0; j < j1; j++)
                     memcpy(d + (db + i * dst_t + j) * es, s + (sb + i + j * src_l) * es, (size_t)es);
-        }
-    }
+        });
     return 1;
 }
+#undef COPY_TILE_LOOP
 
 static gpucore_status strided_copy_task(void *p)
 {
@@ -73,21 +73,17 @@ static gpucore_status strided_copy_task(void *p)
     const int nd = a->dst.ndim;
     if (n > 0 && a->dst.strides[nd - 1] == 1 && a->src.strides[nd - 1] == 1) { /* rows of memcpy */
         const int64_t inner = a->dst.shape[nd - 1], rows = n / inner;
-#pragma omp parallel for if (n > CPU_PARALLEL_THRESHOLD) schedule(static)
-        for (int64_t r = 0; r < rows; r++) {
+        CPU_PARALLEL_FOR(n > CPU_PARALLEL_THRESHOLD, r, rows,
             int64_t doff = gpucore_strided_offset(r * inner, nd, a->dst.shape, a->dst.strides);
             int64_t soff = gpucore_strided_offset(r * inner, nd, a->src.shape, a->src.strides);
-            memcpy(d + doff * es, s + soff * es, (size_t)(inner * es));
-        }
+            memcpy(d + doff * es, s + soff * es, (size_t)(inner * es)););
         return GPUCORE_OK;
     }
     if (n > 0 && copy_transposed(&a->dst, &a->src)) return GPUCORE_OK;
-#pragma omp parallel for if (n > CPU_PARALLEL_THRESHOLD) schedule(static)
-    for (int64_t i = 0; i < n; i++) {
+    CPU_PARALLEL_FOR(n > CPU_PARALLEL_THRESHOLD, i, n,
         int64_t doff = gpucore_strided_offset(i, a->dst.ndim, a->dst.shape, a->dst.strides);
         int64_t soff = gpucore_strided_offset(i, a->src.ndim, a->src.shape, a->src.strides);
-        memcpy(d + doff * es, s + soff * es, (size_t)es);
-    }
+        memcpy(d + doff * es, s + soff * es, (size_t)es););
     return GPUCORE_OK;
 }
 
@@ -109,11 +105,9 @@ static gpucore_status fill_task(void *p)
         memset(d, (int)(a->bits & 0xff), (size_t)n);
         return GPUCORE_OK;
     }
-#pragma omp parallel for if (n > CPU_PARALLEL_THRESHOLD) schedule(static)
-    for (int64_t i = 0; i < n; i++) {
+    CPU_PARALLEL_FOR(n > CPU_PARALLEL_THRESHOLD, i, n,
         int64_t off = a->dst.contiguous ? i : gpucore_strided_offset(i, a->dst.ndim, a->dst.shape, a->dst.strides);
-        memcpy(d + off * es, &a->bits, (size_t)es); /* little-endian: the low bytes hold the value */
-    }
+        memcpy(d + off * es, &a->bits, (size_t)es);); /* little-endian: the low bytes hold the value */
     return GPUCORE_OK;
 }
 
@@ -131,11 +125,9 @@ static gpucore_status random_task(void *p)
     random_args *a = p;
     const int64_t n = a->dst.numel, es = a->dst.elem_size;
     char *d = a->dst.data;
-#pragma omp parallel for if (n > CPU_PARALLEL_THRESHOLD / 4) schedule(static)
-    for (int64_t i = 0; i < n; i++) {
+    CPU_PARALLEL_FOR(n > CPU_PARALLEL_THRESHOLD / 4, i, n,
         int64_t off = a->dst.contiguous ? i : gpucore_strided_offset(i, a->dst.ndim, a->dst.shape, a->dst.strides);
-        gpucore_random_element(d + off * es, &a->rp, (uint64_t)i);
-    }
+        gpucore_random_element(d + off * es, &a->rp, (uint64_t)i););
     return GPUCORE_OK;
 }
 

@@ -210,48 +210,75 @@ static void cast_block(const gpucore_ew_args *p, int64_t i0, int n, int64_t *off
     }
 }
 
+/* What elementwise_task decides once per call, and the per-thread staging buffers. */
+typedef struct ew_plan {
+    const gpucore_ew_args *p;
+    gpucore_ew_layout mode[2];
+    int64_t inner[2];
+    int direct;                       /* every operand dense f32: computed in place in the tensors */
+    cpu_vec_bf16_binary_fn bf16_body; /* dense bf16 arithmetic in one vector pass, or NULL */
+} ew_plan;
+
+typedef struct ew_bufs {
+    float a[EW_BLOCK], b[EW_BLOCK], r[EW_BLOCK];
+    int64_t off[EW_BLOCK], off2[EW_BLOCK];
+} ew_bufs;
+
+/* Block blk (EW_BLOCK elements from blk * EW_BLOCK) of the op: the same work whichever
+ * thread runs it, so results do not depend on the thread count. */
+static void ew_block(const ew_plan *pl, int64_t blk, ew_bufs *w)
+{
+    const gpucore_ew_args *p = pl->p;
+    const int64_t n = p->out.numel, i0 = blk * EW_BLOCK;
+    const int len = (int)(n - i0 < EW_BLOCK ? n - i0 : EW_BLOCK);
+    if (p->op == GPUCORE_EW_CAST) {
+        cast_block(p, i0, len, w->off, w->off2);
+        return;
+    }
+    if (pl->bf16_body) {
+        pl->bf16_body((uint16_t *)p->out.data + i0, (const uint16_t *)p->in[0].data + i0,
+                      (const uint16_t *)p->in[1].data + i0, len);
+        return;
+    }
+    if (pl->direct) {
+        compute_block(p, (const float *)p->in[0].data + i0, p->nin == 2 ? (const float *)p->in[1].data + i0 : w->b,
+                      (float *)p->out.data + i0, len, i0);
+        return;
+    }
+    load_f32(&p->in[0], pl->mode[0], pl->inner[0], i0, len, w->a, w->off);
+    if (p->nin == 2) load_f32(&p->in[1], pl->mode[1], pl->inner[1], i0, len, w->b, w->off);
+    compute_block(p, w->a, w->b, w->r, len, i0);
+    store_f32(&p->out, i0, len, w->r, w->off);
+}
+
 static gpucore_status elementwise_task(void *argp)
 {
     const gpucore_ew_args *p = argp;
     const int64_t n = p->out.numel, blocks = (n + EW_BLOCK - 1) / EW_BLOCK;
-    gpucore_ew_layout mode[2] = {GPUCORE_EW_LAYOUT_STRIDED, GPUCORE_EW_LAYOUT_STRIDED};
-    int64_t inner[2] = {0, 0};
+    ew_plan pl = {p, {GPUCORE_EW_LAYOUT_STRIDED, GPUCORE_EW_LAYOUT_STRIDED}, {0, 0}, 0, NULL};
     for (int i = 0; i < p->nin; i++)
-        if (p->out.contiguous) mode[i] = gpucore_ew_input_mode(&p->out, &p->in[i], &inner[i]);
-    /* every operand dense f32: compute in place in the tensors, no staging */
-    int direct = p->op != GPUCORE_EW_CAST && p->out.contiguous && p->out.dtype == GPUCORE_KDT_F32;
-    for (int i = 0; i < p->nin; i++) direct &= mode[i] == GPUCORE_EW_LAYOUT_DENSE && p->in[i].dtype == GPUCORE_KDT_F32;
-    /* dense bf16 arithmetic: one vector pass from the tensors into the tensor (body chosen once here) */
-    cpu_vec_bf16_binary_fn bf16_body = NULL;
+        if (p->out.contiguous) pl.mode[i] = gpucore_ew_input_mode(&p->out, &p->in[i], &pl.inner[i]);
+    pl.direct = p->op != GPUCORE_EW_CAST && p->out.contiguous && p->out.dtype == GPUCORE_KDT_F32;
+    for (int i = 0; i < p->nin; i++)
+        pl.direct &= pl.mode[i] == GPUCORE_EW_LAYOUT_DENSE && p->in[i].dtype == GPUCORE_KDT_F32;
     if (p->nin == 2 && !p->act && p->out.contiguous && p->out.dtype == GPUCORE_KDT_BF16 &&
-        mode[0] == GPUCORE_EW_LAYOUT_DENSE && mode[1] == GPUCORE_EW_LAYOUT_DENSE &&
+        pl.mode[0] == GPUCORE_EW_LAYOUT_DENSE && pl.mode[1] == GPUCORE_EW_LAYOUT_DENSE &&
         p->in[0].dtype == GPUCORE_KDT_BF16 && p->in[1].dtype == GPUCORE_KDT_BF16)
-        bf16_body = cpu_vec_bf16_binary(p->op);
-#pragma omp parallel if (n > EW_PARALLEL_MIN)
+        pl.bf16_body = cpu_vec_bf16_binary(p->op);
+    /* A small op runs its blocks right here: entering an OpenMP region, even one whose if()
+     * clause is false, costs libgomp a team set-up (an allocation and futex calls) per call. */
+    if (n <= EW_PARALLEL_MIN) {
+        ew_bufs w;
+        if (p->nin < 2) memset(w.b, 0, sizeof w.b); /* unary ops never read b; zero it once anyway */
+        for (int64_t blk = 0; blk < blocks; blk++) ew_block(&pl, blk, &w);
+        return GPUCORE_OK;
+    }
+#pragma omp parallel
     {
-        float a[EW_BLOCK], b[EW_BLOCK], r[EW_BLOCK];
-        int64_t off[EW_BLOCK], off2[EW_BLOCK];
-        if (p->nin < 2) memset(b, 0, sizeof b); /* unary ops never read b; zero it once anyway */
+        ew_bufs w;
+        if (p->nin < 2) memset(w.b, 0, sizeof w.b);
 #pragma omp for schedule(static)
-        for (int64_t blk = 0; blk < blocks; blk++) {
-            const int64_t i0 = blk * EW_BLOCK;
-            const int len = (int)(n - i0 < EW_BLOCK ? n - i0 : EW_BLOCK);
-            if (p->op == GPUCORE_EW_CAST) { cast_block(p, i0, len, off, off2); continue; }
-            if (bf16_body) {
-                bf16_body((uint16_t *)p->out.data + i0, (const uint16_t *)p->in[0].data + i0,
-                          (const uint16_t *)p->in[1].data + i0, len);
-                continue;
-            }
-            if (direct) {
-                compute_block(p, (const float *)p->in[0].data + i0,
-                              p->nin == 2 ? (const float *)p->in[1].data + i0 : b, (float *)p->out.data + i0, len, i0);
-                continue;
-            }
-            load_f32(&p->in[0], mode[0], inner[0], i0, len, a, off);
-            if (p->nin == 2) load_f32(&p->in[1], mode[1], inner[1], i0, len, b, off);
-            compute_block(p, a, b, r, len, i0);
-            store_f32(&p->out, i0, len, r, off);
-        }
+        for (int64_t blk = 0; blk < blocks; blk++) ew_block(&pl, blk, &w);
     }
     return GPUCORE_OK;
 }

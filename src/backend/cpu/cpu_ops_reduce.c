@@ -95,65 +95,81 @@ static void reduce_col_chunk_sum(int op, const char *x, int dt, int es, int64_t 
     for (int64_t j = 0; j < inner; j++) { acc[j].val = dsum[j]; acc[j].idx = l1 > l0 ? l0 : -1; }
 }
 
+/* Partial result w of reduce_task (chunk w % chunks of outer index w / chunks) into part;
+ * returns 1 when out of host memory. The same work whichever thread runs it. */
+static int reduce_item(const gpucore_reduce_args *p, cpu_acc *part, int64_t chunks, int64_t w)
+{
+    const int64_t len = p->len, inner = p->inner;
+    const int64_t chunk_len = inner == 1 ? GPUCORE_RED_ROW_CHUNK : GPUCORE_RED_COL_CHUNK;
+    const int op = p->op, dt = p->in.dtype, es = p->in.elem_size;
+    const char *x = p->in.data;
+    const int64_t o = w / chunks, c = w % chunks;
+    cpu_acc *acc = part + (o * chunks + c) * inner;
+    const int64_t l0 = c * chunk_len, l1 = l0 + chunk_len < len ? l0 + chunk_len : len;
+    if (inner == 1) {
+        acc[0] = reduce_row_chunk(op, x + o * len * es, dt, es, l0, l1);
+        return 0;
+    }
+    if (inner > 1 && gpucore_red_is_sum(op)) {
+        double *dsum = malloc(sizeof(double) * (size_t)inner + 2 * sizeof(float) * (size_t)inner);
+        if (!dsum) return 1;
+        float *fbuf = (float *)(dsum + inner);
+        reduce_col_chunk_sum(op, x, dt, es, len, inner, o, l0, l1, acc, dsum, fbuf, fbuf + inner);
+        free(dsum);
+        return 0;
+    }
+    for (int64_t j = 0; j < inner; j++) { acc[j].val = 0; acc[j].idx = -1; }
+    for (int64_t l = l0; l < l1; l++) {
+        const char *row = x + ((o * len + l) * inner) * es;
+        for (int64_t j = 0; j < inner; j++) {
+            double v = dt == GPUCORE_KDT_F32 ? ((const float *)row)[j] : gpucore_load_as_f32(row + j * es, dt);
+            cpu_acc e = {v, l};
+            acc[j] = acc_combine(op, acc[j], e);
+        }
+    }
+    return 0;
+}
+
+/* Output element w of reduce_task: its chunks' partial results combined in chunk order. */
+static void reduce_output(const gpucore_reduce_args *p, const cpu_acc *part, int64_t chunks, int64_t w)
+{
+    const int64_t o = w / p->inner, j = w % p->inner;
+    cpu_acc a = {0, -1};
+    for (int64_t c = 0; c < chunks; c++) a = acc_combine(p->op, a, part[(o * chunks + c) * p->inner + j]);
+    char *out = p->out.data;
+    if (p->op == GPUCORE_RED_ARGMAX) ((int64_t *)out)[w] = a.idx;
+    else {
+        double v = p->op == GPUCORE_RED_MEAN ? a.val / (double)p->len : a.val;
+        gpucore_store_from_f32(out + w * p->out.elem_size, p->out.dtype, (float)v);
+    }
+}
+
+/* Small reductions run their loops right here: entering an OpenMP region, even one whose
+ * if() clause is false, costs libgomp a team set-up (an allocation and futex calls). */
 static gpucore_status reduce_task(void *argp)
 {
     const gpucore_reduce_args *p = argp;
     const int64_t outer = p->outer, len = p->len, inner = p->inner;
     const int64_t chunks = gpucore_reduce_chunks(len, inner);
-    const int64_t chunk_len = inner == 1 ? GPUCORE_RED_ROW_CHUNK : GPUCORE_RED_COL_CHUNK;
-    const int op = p->op, dt = p->in.dtype, es = p->in.elem_size;
-    const char *x = p->in.data;
     cpu_acc *part = malloc(sizeof(cpu_acc) * (size_t)(outer * chunks * inner));
     if (!part) return gpucore_set_error(GPUCORE_ERR_OUT_OF_MEMORY, "reduce: out of host memory for partial results");
-    const int64_t items = outer * chunks;
-    const int col_sum = inner > 1 && gpucore_red_is_sum(op);
+    const int64_t items = outer * chunks, outs = outer * inner;
     int oom = 0;
-#pragma omp parallel for schedule(static) if (outer * len * inner > 32768) /* items of equal size */
-    for (int64_t w = 0; w < items; w++) {
-        const int64_t o = w / chunks, c = w % chunks;
-        cpu_acc *acc = part + (o * chunks + c) * inner;
-        const int64_t l0 = c * chunk_len, l1 = l0 + chunk_len < len ? l0 + chunk_len : len;
-        if (inner == 1) {
-            acc[0] = reduce_row_chunk(op, x + o * len * es, dt, es, l0, l1);
-            continue;
-        }
-        if (col_sum) {
-            double *dsum = malloc(sizeof(double) * (size_t)inner + 2 * sizeof(float) * (size_t)inner);
-            if (!dsum) {
-#pragma omp atomic write
-                oom = 1;
-                continue;
-            }
-            float *fbuf = (float *)(dsum + inner);
-            reduce_col_chunk_sum(op, x, dt, es, len, inner, o, l0, l1, acc, dsum, fbuf, fbuf + inner);
-            free(dsum);
-            continue;
-        }
-        for (int64_t j = 0; j < inner; j++) { acc[j].val = 0; acc[j].idx = -1; }
-        for (int64_t l = l0; l < l1; l++) {
-            const char *row = x + ((o * len + l) * inner) * es;
-            for (int64_t j = 0; j < inner; j++) {
-                double v = dt == GPUCORE_KDT_F32 ? ((const float *)row)[j] : gpucore_load_as_f32(row + j * es, dt);
-                cpu_acc e = {v, l};
-                acc[j] = acc_combine(op, acc[j], e);
-            }
-        }
+    if (outer * len * inner <= 32768) {
+        for (int64_t w = 0; w < items; w++) oom |= reduce_item(p, part, chunks, w);
+    } else {
+#pragma omp parallel for schedule(static) reduction(| : oom) /* items of equal size */
+        for (int64_t w = 0; w < items; w++) oom |= reduce_item(p, part, chunks, w);
     }
     if (oom) {
         free(part);
         return gpucore_set_error(GPUCORE_ERR_OUT_OF_MEMORY, "reduce: out of host memory for a column accumulator");
     }
-    char *out = p->out.data;
-#pragma omp parallel for schedule(static) if (outer * inner > 4096)
-    for (int64_t w = 0; w < outer * inner; w++) {
-        const int64_t o = w / inner, j = w % inner;
-        cpu_acc a = {0, -1};
-        for (int64_t c = 0; c < chunks; c++) a = acc_combine(op, a, part[(o * chunks + c) * inner + j]);
-        if (op == GPUCORE_RED_ARGMAX) ((int64_t *)out)[w] = a.idx;
-        else {
-            double v = op == GPUCORE_RED_MEAN ? a.val / (double)len : a.val;
-            gpucore_store_from_f32(out + w * p->out.elem_size, p->out.dtype, (float)v);
-        }
+    if (outs <= 4096) {
+        for (int64_t w = 0; w < outs; w++) reduce_output(p, part, chunks, w);
+    } else {
+#pragma omp parallel for schedule(static)
+        for (int64_t w = 0; w < outs; w++) reduce_output(p, part, chunks, w);
     }
     free(part);
     return GPUCORE_OK;

@@ -80,15 +80,15 @@ static float *row_scratch(int dt, int64_t floats, int *oom)
  * where row r of dst goes in f32 (dst itself when f32, else scratch rounded back after fn). */
 typedef void (*row_fn)(const gpucore_rows_args *p, int64_t r, const float *x, float *y, const void *extra);
 
-static gpucore_status rows_for_each(const gpucore_rows_args *p, const void *src, void *dst, row_fn fn,
-                                    const void *extra, const char *what)
+/* rows_for_each's work for the calling thread: its share of the rows inside an OpenMP
+ * region, every row when called outside one (the `omp for` is orphaned). */
+static void rows_for_each_share(const gpucore_rows_args *p, const void *src, void *dst, row_fn fn,
+                                const void *extra, int *oom)
 {
     const int64_t rows = p->rows, cols = p->cols;
     const int dt = p->dtype, f32 = dt == GPUCORE_KDT_F32, strided = p->inner > 1;
-    int oom = 0;
-#pragma omp parallel if (rows * cols > ROWS_PARALLEL_MIN)
     {
-        float *buf = row_scratch(dt, f32 && !strided ? 0 : 2 * cols, &oom);
+        float *buf = row_scratch(dt, f32 && !strided ? 0 : 2 * cols, oom);
 #pragma omp for schedule(static)
         for (int64_t r = 0; r < rows; r++) {
             if ((!f32 || strided) && !buf) continue;
@@ -104,6 +104,20 @@ static gpucore_status rows_for_each(const gpucore_rows_args *p, const void *src,
             if (!f32) cpu_vec_store((char *)dst + off * 2, dt, y, cols);
         }
         free(buf);
+    }
+}
+
+/* Small row ops run right here: entering an OpenMP region whose if() is false still costs
+ * libgomp a team set-up (an allocation and futex calls), a large part of a small op. */
+static gpucore_status rows_for_each(const gpucore_rows_args *p, const void *src, void *dst, row_fn fn,
+                                    const void *extra, const char *what)
+{
+    int oom = 0;
+    if (p->rows * p->cols > ROWS_PARALLEL_MIN) {
+#pragma omp parallel
+        rows_for_each_share(p, src, dst, fn, extra, &oom);
+    } else {
+        rows_for_each_share(p, src, dst, fn, extra, &oom);
     }
     return oom ? ROWS_OOM(what) : GPUCORE_OK;
 }
@@ -123,14 +137,12 @@ static void softmax_row(const gpucore_rows_args *p, int64_t r, const float *x, f
 
 /* Softmax backward dx = y · (dy - Σ dy·y); log-softmax backward dx = dy - exp(y) · Σ dy;
  * f32 SIMD with the sums in f64 lanes (cpu_vec.h). */
-static gpucore_status softmax_backward(const gpucore_rows_args *p)
+static void softmax_backward_share(const gpucore_rows_args *p, int *oom) /* as rows_for_each_share */
 {
     const int64_t rows = p->rows, cols = p->cols;
     const int dt = p->dtype, soft = p->op == GPUCORE_ROWS_SOFTMAX_BWD;
-    int oom = 0;
-#pragma omp parallel if (rows * cols > ROWS_PARALLEL_MIN)
     {
-        float *buf = row_scratch(dt, dt == GPUCORE_KDT_F32 ? (soft ? 0 : cols) : 3 * cols, &oom);
+        float *buf = row_scratch(dt, dt == GPUCORE_KDT_F32 ? (soft ? 0 : cols) : 3 * cols, oom);
 #pragma omp for schedule(static)
         for (int64_t r = 0; r < rows; r++) {
             if (!buf && (dt != GPUCORE_KDT_F32 || !soft)) continue;
@@ -148,6 +160,17 @@ static gpucore_status softmax_backward(const gpucore_rows_args *p)
             if (!f32) cpu_vec_store((char *)p->dx + off * 2, dt, dx, cols);
         }
         free(buf);
+    }
+}
+
+static gpucore_status softmax_backward(const gpucore_rows_args *p)
+{
+    int oom = 0;
+    if (p->rows * p->cols > ROWS_PARALLEL_MIN) {
+#pragma omp parallel
+        softmax_backward_share(p, &oom);
+    } else {
+        softmax_backward_share(p, &oom);
     }
     return oom ? ROWS_OOM("softmax_backward") : GPUCORE_OK;
 }
@@ -191,8 +214,7 @@ static gpucore_status norm_backward(const gpucore_rows_args *p)
     const int64_t rows = p->rows, cols = p->cols;
     const int dt = p->dtype, pdt = p->param_dtype, layer = p->op == GPUCORE_ROWS_LAYERNORM_BWD;
     if (p->dx) {
-#pragma omp parallel for schedule(static) if (rows * cols > ROWS_PARALLEL_MIN)
-        for (int64_t r = 0; r < rows; r++) {
+        CPU_PARALLEL_FOR(rows * cols > ROWS_PARALLEL_MIN, r, rows,
             const int64_t off = r * cols;
             const double mean = layer ? p->mean[r] : 0, rstd = p->rstd[r];
             double sg = 0, sgx = 0;
@@ -208,13 +230,11 @@ static gpucore_status norm_backward(const gpucore_rows_args *p)
                 double g = ld(p->dy, dt, off + c) * (p->gamma ? ld(p->gamma, pdt, c) : 1.0);
                 double xh = (ld(p->x, dt, off + c) - mean) * rstd;
                 st(p->dx, dt, off + c, rstd * (g - (layer ? sg : 0.0) - xh * sgx));
-            }
-        }
+            });
     }
     if (p->dgamma || p->dbeta) {
         /* column sums over rows, in row order, one thread per column block */
-#pragma omp parallel for schedule(static) if (rows * cols > ROWS_PARALLEL_MIN)
-        for (int64_t c = 0; c < cols; c++) {
+        CPU_PARALLEL_FOR(rows * cols > ROWS_PARALLEL_MIN, c, cols,
             double dg = 0, db = 0;
             for (int64_t r = 0; r < rows; r++) {
                 double g = ld(p->dy, dt, r * cols + c);
@@ -223,8 +243,7 @@ static gpucore_status norm_backward(const gpucore_rows_args *p)
                 db += g;
             }
             if (p->dgamma) st(p->dgamma, pdt, c, dg);
-            if (p->dbeta) st(p->dbeta, pdt, c, db);
-        }
+            if (p->dbeta) st(p->dbeta, pdt, c, db););
     }
     return GPUCORE_OK;
 }
@@ -251,10 +270,29 @@ static double ce_row_loss(const gpucore_rows_args *p, int64_t r, float *counted,
     return gpucore_rows_ce_fwd_loss(p, t, probs ? 0.0f : x[t], (float)m, ls, (float)sum);
 }
 
-static gpucore_status ce_forward(const gpucore_rows_args *p)
+/* ce_forward's rows for the calling thread (as rows_for_each_share): each row's loss into
+ * p->loss (reduction none) or into per_row and cnt. */
+static void ce_forward_share(const gpucore_rows_args *p, double *per_row, float *cnt, int *oom)
 {
     const int64_t rows = p->rows, cols = p->cols;
     const int dt = p->dtype, none = p->reduction == GPUCORE_ROWS_RED_NONE;
+    const int need_buf = dt != GPUCORE_KDT_F32 || p->inner > 1;
+    float *buf = row_scratch(dt, need_buf ? cols : 0, oom);
+#pragma omp for schedule(static)
+    for (int64_t r = 0; r < rows; r++) {
+        if (need_buf && !buf) continue;
+        float counted;
+        double loss = ce_row_loss(p, r, &counted, buf);
+        if (none) st(p->loss, p->loss_dtype, r, loss);
+        else { per_row[r] = loss; cnt[r] = counted; }
+    }
+    free(buf);
+}
+
+static gpucore_status ce_forward(const gpucore_rows_args *p)
+{
+    const int64_t rows = p->rows, cols = p->cols;
+    const int none = p->reduction == GPUCORE_ROWS_RED_NONE;
     double *per_row = none ? NULL : malloc(sizeof(double) * (size_t)(rows + 1));
     float *cnt = none ? NULL : malloc(sizeof(float) * (size_t)(rows + 1));
     if (!none && (!per_row || !cnt)) {
@@ -263,19 +301,11 @@ static gpucore_status ce_forward(const gpucore_rows_args *p)
         return gpucore_set_error(GPUCORE_ERR_OUT_OF_MEMORY, "cross_entropy: out of host memory for per-row losses");
     }
     int oom = 0;
-#pragma omp parallel if (rows * cols > ROWS_PARALLEL_MIN)
-    {
-        const int need_buf = dt != GPUCORE_KDT_F32 || p->inner > 1;
-        float *buf = row_scratch(dt, need_buf ? cols : 0, &oom);
-#pragma omp for schedule(static)
-        for (int64_t r = 0; r < rows; r++) {
-            if (need_buf && !buf) continue;
-            float counted;
-            double loss = ce_row_loss(p, r, &counted, buf);
-            if (none) st(p->loss, p->loss_dtype, r, loss);
-            else { per_row[r] = loss; cnt[r] = counted; }
-        }
-        free(buf);
+    if (rows * cols > ROWS_PARALLEL_MIN) {
+#pragma omp parallel
+        ce_forward_share(p, per_row, cnt, &oom);
+    } else {
+        ce_forward_share(p, per_row, cnt, &oom);
     }
     if (!oom && !none) {
         double sum = 0, count = 0;
@@ -334,13 +364,11 @@ static gpucore_status ce_backward(const gpucore_rows_args *p)
     if (probs) { /* Q per row, summed in class order */
         mass = malloc(sizeof(double) * (size_t)(p->rows + 1));
         if (!mass) return ROWS_OOM("cross_entropy_backward");
-#pragma omp parallel for schedule(static) if (p->rows * p->cols > ROWS_PARALLEL_MIN)
-        for (int64_t r = 0; r < p->rows; r++) {
+        CPU_PARALLEL_FOR(p->rows * p->cols > ROWS_PARALLEL_MIN, r, p->rows,
             double q = 0;
             const int64_t base = gpucore_rows_ce_base(p, r), cs_ = gpucore_rows_ce_stride(p);
             for (int64_t c = 0; c < p->cols; c++) q += gpucore_rows_ce_q(p, base + c * cs_, c, -1);
-            mass[r] = q;
-        }
+            mass[r] = q;);
         cs.mass = mass;
     }
     if (p->reduction != GPUCORE_ROWS_RED_NONE) {
@@ -360,13 +388,11 @@ static void embed_forward(const gpucore_rows_args *p)
 {
     const int64_t n = p->rows, cols = p->cols;
     const int es = p->dtype == GPUCORE_KDT_F32 ? 4 : 2;
-#pragma omp parallel for schedule(static) if (n * cols > ROWS_PARALLEL_MIN)
-    for (int64_t i = 0; i < n; i++) {
+    CPU_PARALLEL_FOR(n * cols > ROWS_PARALLEL_MIN, i, n,
         int64_t t = gpucore_rows_target(p->targets, p->target_dtype, i);
         char *dst = (char *)p->y + i * cols * es;
         if (t >= 0 && t < p->vocab) memcpy(dst, (const char *)p->x + t * cols * es, (size_t)(cols * es));
-        else for (int64_t c = 0; c < cols; c++) st(dst, p->dtype, c, NAN);
-    }
+        else for (int64_t c = 0; c < cols; c++) st(dst, p->dtype, c, NAN););
 }
 
 /* Each thread owns a block of columns of the whole table and adds the rows of dy
@@ -407,8 +433,7 @@ static void softmax_f64(const gpucore_rows_args *p)
 {
     const int64_t rows = p->rows, cols = p->cols;
     const int op = p->op, fwd = op == GPUCORE_ROWS_SOFTMAX || op == GPUCORE_ROWS_LOG_SOFTMAX;
-#pragma omp parallel for schedule(static) if (rows * cols > ROWS_PARALLEL_MIN)
-    for (int64_t r = 0; r < rows; r++) {
+    CPU_PARALLEL_FOR(rows * cols > ROWS_PARALLEL_MIN, r, rows,
         const double *v = (const double *)(fwd ? p->x : p->dy) + r * cols, *y = fwd ? NULL : (const double *)p->y + r * cols;
         double *o = (double *)(fwd ? p->y : p->dx) + r * cols;
         double a = fwd ? -INFINITY : 0.0, b = 1.0;
@@ -419,8 +444,7 @@ static void softmax_f64(const gpucore_rows_args *p)
             b = gpucore_rows_f64_sum_fix(a, sum);
         }
         const double lb = log(b);
-        for (int64_t c = 0; c < cols; c++) o[c] = gpucore_rows_f64_out(op, v[c], y ? y[c] : 0.0, a, b, lb);
-    }
+        for (int64_t c = 0; c < cols; c++) o[c] = gpucore_rows_f64_out(op, v[c], y ? y[c] : 0.0, a, b, lb););
 }
 
 static gpucore_status rows_task(void *argp)
