@@ -302,28 +302,12 @@ gpucore_status gpucore_attention_backward(gpucore_tensor *dq, gpucore_tensor *dk
 /* ---- cuDNN engine statistics (the CUDA backend reports each forward's engine through args.engine_out) ---- */
 gpucore_status gpucore_attention_get_stats(gpucore_context *ctx, gpucore_attention_stats *stats)
 {
-    gpucore_status st = gpucore_check_context(ctx, "attention_get_stats");
-    if (st) return st;
-    if (!stats) return gpucore_set_error(GPUCORE_ERR_NULL_POINTER, "attention_get_stats: stats is NULL");
-    if (stats->struct_size != (int64_t)sizeof *stats)
-        return gpucore_set_error(GPUCORE_ERR_INVALID_ARGUMENT, "attention_get_stats: struct_size is %lld, expected "
-                                 "sizeof(gpucore_attention_stats) (%zu)", (long long)stats->struct_size, sizeof *stats);
-    stats->cudnn_calls = atomic_load(&ctx->attn_cudnn_calls);
-    stats->fallback_calls = 0;
-    for (int i = 0; i < GPUCORE_ATTN_FALLBACK_REASONS; i++) {
-        stats->fallback_by_reason[i] = atomic_load(&ctx->attn_fallbacks[i]);
-        stats->fallback_calls += stats->fallback_by_reason[i];
-    }
-    return GPUCORE_OK;
+    return ops_engine_stats_get(ctx, OPS_STATS_ATTENTION, stats);
 }
 
 gpucore_status gpucore_attention_reset_stats(gpucore_context *ctx)
 {
-    gpucore_status st = gpucore_check_context(ctx, "attention_reset_stats");
-    if (st) return st;
-    atomic_store(&ctx->attn_cudnn_calls, 0);
-    for (int i = 0; i < GPUCORE_ATTN_FALLBACK_REASONS; i++) atomic_store(&ctx->attn_fallbacks[i], 0);
-    return GPUCORE_OK;
+    return ops_engine_stats_reset(ctx, OPS_STATS_ATTENTION);
 }
 
 const char *gpucore_attention_fallback_reason_text(int reason)

@@ -675,28 +675,12 @@ out:
 
 gpucore_status gpucore_matmul_get_stats(gpucore_context *ctx, gpucore_matmul_stats *stats)
 {
-    gpucore_status st = gpucore_check_context(ctx, "matmul_get_stats");
-    if (st) return st;
-    if (!stats) return gpucore_set_error(GPUCORE_ERR_NULL_POINTER, "matmul_get_stats: stats is NULL");
-    if (stats->struct_size != (int64_t)sizeof *stats)
-        return gpucore_set_error(GPUCORE_ERR_INVALID_ARGUMENT, "matmul_get_stats: struct_size is %lld, expected "
-                                 "sizeof(gpucore_matmul_stats) (%zu)", (long long)stats->struct_size, sizeof *stats);
-    stats->gemms = atomic_load(&ctx->matmul_gemms);
-    stats->fallback_gemms = 0;
-    for (int i = 0; i < GPUCORE_MATMUL_FALLBACK_REASONS; i++) {
-        stats->fallback_by_reason[i] = atomic_load(&ctx->matmul_fallbacks[i]);
-        stats->fallback_gemms += stats->fallback_by_reason[i];
-    }
-    return GPUCORE_OK;
+    return ops_engine_stats_get(ctx, OPS_STATS_MATMUL, stats);
 }
 
 gpucore_status gpucore_matmul_reset_stats(gpucore_context *ctx)
 {
-    gpucore_status st = gpucore_check_context(ctx, "matmul_reset_stats");
-    if (st) return st;
-    atomic_store(&ctx->matmul_gemms, 0);
-    for (int i = 0; i < GPUCORE_MATMUL_FALLBACK_REASONS; i++) atomic_store(&ctx->matmul_fallbacks[i], 0);
-    return GPUCORE_OK;
+    return ops_engine_stats_reset(ctx, OPS_STATS_MATMUL);
 }
 
 const char *gpucore_matmul_fallback_reason_text(int reason)

@@ -4,6 +4,7 @@
  * rule (exactly in place, or no overlap at all), dim collapsing so backends
  * see the fewest dims, and contiguous staging for the row/reduction families.
  */
+#include <stddef.h>
 #include <string.h>
 #include <stdio.h>
 #include "ops_internal.h"
@@ -155,4 +156,64 @@ gpucore_status ops_check_tensor_alias(const gpucore_tensor *out, const gpucore_t
     gpucore_tensor_view_of(out, &ov);
     gpucore_tensor_view_of(in, &iv);
     return ops_check_alias(&ov, &iv, op, arg, allow_in_place);
+}
+
+/* ---- the engines' fallback statistics (matmul: cuBLASLt, attention: cuDNN SDPA) ----
+ * Both stats structs are int64 fields {struct_size, calls, fallbacks, by_reason[n]} (asserted below),
+ * and both contexts' counters are a total and one counter per reason: one reader and one reset. */
+_Static_assert(offsetof(gpucore_matmul_stats, gemms) == 1 * sizeof(int64_t) &&
+                   offsetof(gpucore_matmul_stats, fallback_gemms) == 2 * sizeof(int64_t) &&
+                   offsetof(gpucore_matmul_stats, fallback_by_reason) == 3 * sizeof(int64_t),
+               "gpucore_matmul_stats: struct_size, calls, fallbacks, by_reason");
+_Static_assert(offsetof(gpucore_attention_stats, cudnn_calls) == 1 * sizeof(int64_t) &&
+                   offsetof(gpucore_attention_stats, fallback_calls) == 2 * sizeof(int64_t) &&
+                   offsetof(gpucore_attention_stats, fallback_by_reason) == 3 * sizeof(int64_t),
+               "gpucore_attention_stats: struct_size, calls, fallbacks, by_reason");
+
+static const struct {
+    const char *get, *reset, *type;
+    size_t size;
+    int reasons;
+} engine_stats[] = {
+    [OPS_STATS_MATMUL] = {"matmul_get_stats", "matmul_reset_stats", "gpucore_matmul_stats",
+                          sizeof(gpucore_matmul_stats), GPUCORE_MATMUL_FALLBACK_REASONS},
+    [OPS_STATS_ATTENTION] = {"attention_get_stats", "attention_reset_stats", "gpucore_attention_stats",
+                             sizeof(gpucore_attention_stats), GPUCORE_ATTN_FALLBACK_REASONS},
+};
+
+/* The engine's counters in a checked context. */
+static atomic_llong *engine_counters(gpucore_context *ctx, ops_stats_engine e, atomic_llong **by_reason)
+{
+    *by_reason = e == OPS_STATS_MATMUL ? ctx->matmul_fallbacks : ctx->attn_fallbacks;
+    return e == OPS_STATS_MATMUL ? &ctx->matmul_gemms : &ctx->attn_cudnn_calls;
+}
+
+gpucore_status ops_engine_stats_get(gpucore_context *ctx, ops_stats_engine e, void *stats)
+{
+    const char *op = engine_stats[e].get;
+    gpucore_status st = gpucore_check_context(ctx, op);
+    if (st) return st;
+    if (!stats) return gpucore_set_error(GPUCORE_ERR_NULL_POINTER, "%s: stats is NULL", op);
+    int64_t *f = stats;
+    if (f[0] != (int64_t)engine_stats[e].size)
+        return gpucore_set_error(GPUCORE_ERR_INVALID_ARGUMENT, "%s: struct_size is %lld, expected sizeof(%s) (%zu)", op,
+                                 (long long)f[0], engine_stats[e].type, engine_stats[e].size);
+    atomic_llong *by;
+    f[1] = atomic_load(engine_counters(ctx, e, &by));
+    f[2] = 0;
+    for (int i = 0; i < engine_stats[e].reasons; i++) {
+        f[3 + i] = atomic_load(&by[i]);
+        f[2] += f[3 + i];
+    }
+    return GPUCORE_OK;
+}
+
+gpucore_status ops_engine_stats_reset(gpucore_context *ctx, ops_stats_engine e)
+{
+    gpucore_status st = gpucore_check_context(ctx, engine_stats[e].reset);
+    if (st) return st;
+    atomic_llong *by;
+    atomic_store(engine_counters(ctx, e, &by), 0);
+    for (int i = 0; i < engine_stats[e].reasons; i++) atomic_store(&by[i], 0);
+    return GPUCORE_OK;
 }

@@ -44,6 +44,10 @@ GPUCORE_HIDDEN gpucore_status ops_finish_output(gpucore_tensor *t, gpucore_tenso
  * needs none); release with ops_workspace_free after enqueuing the op. */
 GPUCORE_HIDDEN gpucore_status ops_workspace_alloc(gpucore_context *ctx, int64_t bytes, gpucore_stream *s, void **p);
 GPUCORE_HIDDEN void ops_workspace_free(gpucore_context *ctx, gpucore_stream *s, void *p);
+/* The engines' fallback statistics (ops_common.c): gpucore_<engine>_get_stats / _reset_stats. */
+typedef enum ops_stats_engine { OPS_STATS_MATMUL, OPS_STATS_ATTENTION } ops_stats_engine;
+GPUCORE_HIDDEN gpucore_status ops_engine_stats_get(gpucore_context *ctx, ops_stats_engine e, void *stats);
+GPUCORE_HIDDEN gpucore_status ops_engine_stats_reset(gpucore_context *ctx, ops_stats_engine e);
 /* INVALID_ARGUMENT unless value is a value of public enum `type` ("gpucore_unary_op", ...;
  * the tables of kernels/op_tables.h) and >= first; the message lists the valid names. */
 GPUCORE_HIDDEN gpucore_status ops_check_enum(const char *op, const char *what, const char *type, int value, int first);
