@@ -72,10 +72,13 @@ __attribute__((unused)) static int test_devices(const char **out, int max)
 }
 
 /* Each of the `n` test functions on a fresh context of every backend present (test_devices), in order,
- * printing "-- <backend>" first; returns check_finish(name). For tests whose main is only that loop. */
+ * printing "-- <backend>" first; check_device names the backend while they run. for_each_device is
+ * one such pass (a test may make several); run_on_devices is one pass then check_finish(name), for
+ * tests whose main is only that loop. */
 typedef void (*device_test_fn)(gpucore_context *ctx);
+static const char *check_device = "";
 static int check_finish(const char *name);
-__attribute__((unused)) static int run_on_devices(const char *name, const device_test_fn *fns, int n)
+__attribute__((unused)) static void for_each_device(const device_test_fn *fns, int n)
 {
     const char *devs[4];
     int nd = test_devices(devs, 4);
@@ -83,11 +86,29 @@ __attribute__((unused)) static int run_on_devices(const char *name, const device
         gpucore_context *ctx = NULL;
         CHECK_OK(gpucore_context_create(devs[d], &ctx));
         if (!ctx) continue;
+        check_device = devs[d];
         printf("-- %s\n", devs[d]);
         for (int i = 0; i < n; i++) fns[i](ctx);
-        gpucore_context_destroy(ctx);
+        CHECK_OK(gpucore_context_destroy(ctx));
     }
+    check_device = "";
+}
+
+__attribute__((unused)) static int run_on_devices(const char *name, const device_test_fn *fns, int n)
+{
+    for_each_device(fns, n);
     return check_finish(name);
+}
+
+/* Device bytes allocated in ctx once its work is done (the leak checks' measure). */
+__attribute__((unused)) static int64_t test_allocated_bytes(gpucore_context *ctx)
+{
+    gpucore_memory_stats m;
+    memset(&m, 0, sizeof m);
+    m.struct_size = sizeof m;
+    gpucore_context_synchronize(ctx);
+    gpucore_memory_get_stats(ctx, GPUCORE_MEMORY_DEVICE, &m);
+    return m.allocated_bytes;
 }
 
 /* ||out - ref|| / ||ref||, NaN-propagating (NaN never passes). */

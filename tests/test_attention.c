@@ -480,23 +480,14 @@ static void test_bad_input(gpucore_context *ctx)
     for (int i = 0; i < 9; i++) gpucore_tensor_destroy(ts[i]);
 }
 
+/* The per-backend cases that depend on which backend runs them (check_device). */
+static void test_memory_here(gpucore_context *ctx) { test_memory(ctx, !strcmp(check_device, "cuda-emulated")); }
+static void test_stats_here(gpucore_context *ctx) { test_stats_calls(ctx, !strcmp(check_device, "cpu")); }
+
 int main(void)
 {
     srand(2020);
     test_reference_gradients();
-    const char *devs[4];
-    int nd = test_devices(devs, 4);
-    for (int d = 0; d < nd; d++) {
-        gpucore_context *ctx = NULL;
-        CHECK_OK(gpucore_context_create(devs[d], &ctx));
-        if (!ctx) continue;
-        printf("-- %s\n", devs[d]);
-        test_cases(ctx);
-        test_split_bits(ctx);
-        test_memory(ctx, !strcmp(devs[d], "cuda-emulated"));
-        test_bad_input(ctx);
-        test_stats_calls(ctx, !strcmp(devs[d], "cpu"));
-        gpucore_context_destroy(ctx);
-    }
-    return check_finish("test_attention");
+    const device_test_fn tests[] = {test_cases, test_split_bits, test_memory_here, test_bad_input, test_stats_here};
+    return run_on_devices("test_attention", tests, (int)(sizeof tests / sizeof tests[0]));
 }

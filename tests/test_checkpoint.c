@@ -258,16 +258,6 @@ static float *step(model *m, int64_t *count, gpucore_ckpt_stats *stats)
     return out;
 }
 
-static int64_t allocated(gpucore_context *ctx)
-{
-    gpucore_memory_stats s;
-    memset(&s, 0, sizeof s);
-    s.struct_size = sizeof s;
-    gpucore_context_synchronize(ctx);
-    gpucore_memory_get_stats(ctx, GPUCORE_MEMORY_DEVICE, &s);
-    return s.allocated_bytes;
-}
-
 /* ---- custom saved-tensor hooks: a device copy (counted) ---- */
 typedef struct hook_counts { int pack, unpack, discard; } hook_counts;
 
@@ -400,7 +390,7 @@ static void test_policies(const char *dev, gpucore_context *ctx, int kind)
     CHECK(sc.calls[1][0] == st.recompute_runs && sc.calls[1][1] == st.recompute_runs && st.recompute_runs > 0);
     CHECK(sc.grads == m.np);
     free(ref);
-    int64_t before_free = allocated(ctx);
+    int64_t before_free = test_allocated_bytes(ctx);
     (void)before_free;
     model_free(&m);
 }
@@ -558,12 +548,12 @@ static void test_memory(const char *dev, gpucore_context *ctx)
     CHECK(bud.peak_allocated_bytes <= budget);
     CHECK(bud.kept > 0 && bud.kept < n);
     /* a budget smaller than one segment: an error with the numbers, nothing held */
-    int64_t base = allocated(ctx);
+    int64_t base = test_allocated_bytes(ctx);
     gpucore_tensor *y = NULL;
     CHECK_OK(gpucore_ckpt_set_policy(m.ck, GPUCORE_CKPT_BUDGET, keep.baseline_bytes + s / 2));
     CHECK_STATUS(gpucore_ckpt_forward(m.ck, m.x, &y), GPUCORE_ERR_OUT_OF_MEMORY);
     CHECK(strstr(gpucore_last_error(), "cannot be met") != NULL && strstr(gpucore_last_error(), "fc") != NULL);
-    CHECK(allocated(ctx) == base);
+    CHECK(test_allocated_bytes(ctx) == base);
     /* largest batch idea: a memory limit that keep-all exceeds but sqrt(n) fits is exercised by the benchmark */
     model_free(&m);
 }
@@ -710,10 +700,10 @@ static gpucore_status bad_bwd(gpucore_ckpt_call *call, const gpucore_tensor *dy,
 static void test_bad(const char *dev, gpucore_context *ctx)
 {
     (void)dev;
-    int64_t base = allocated(ctx);
+    int64_t base = test_allocated_bytes(ctx);
     int64_t xs[2] = {8, 16};
     gpucore_tensor *x = rand_tensor(ctx, 2, xs, 1.0), *dy = rand_tensor(ctx, 2, xs, 1.0), *y = NULL;
-    int64_t base_x = allocated(ctx);
+    int64_t base_x = test_allocated_bytes(ctx);
     struct { int mode; gpucore_ckpt_policy p; gpucore_status want; int in_forward; const char *text; } cases[] = {
         {BAD_READ_UNSAVED, GPUCORE_CKPT_KEEP_ALL, GPUCORE_ERR_INVALID_ARGUMENT, 0, "read saved tensor 1"},
         {BAD_FWD_ERROR, GPUCORE_CKPT_KEEP_ALL, GPUCORE_ERR_INVALID_ARGUMENT, 1, "forward"},
@@ -739,7 +729,7 @@ static void test_bad(const char *dev, gpucore_context *ctx)
         int named = strstr(msg, "'culprit'") && strstr(msg, cases[c].text);
         if (!named) printf("  case %zu message: %s\n", c, msg);
         CHECK(named);
-        CHECK(allocated(ctx) == base_x); /* nothing of the failed step is held */
+        CHECK(test_allocated_bytes(ctx) == base_x); /* nothing of the failed step is held */
         /* the executor is usable again: a backward without forward is refused */
         CHECK_STATUS(gpucore_ckpt_backward(ck, dy, NULL), GPUCORE_ERR_INVALID_ARGUMENT);
         CHECK_OK(gpucore_ckpt_destroy(ck));
@@ -773,7 +763,7 @@ static void test_bad(const char *dev, gpucore_context *ctx)
     CHECK_OK(gpucore_ckpt_destroy(NULL));
     gpucore_tensor_destroy(x);
     gpucore_tensor_destroy(dy);
-    CHECK(allocated(ctx) == base);
+    CHECK(test_allocated_bytes(ctx) == base);
 }
 
 int main(void)
@@ -787,7 +777,7 @@ int main(void)
             check_skipped++;
             continue;
         }
-        int64_t base = allocated(ctx);
+        int64_t base = test_allocated_bytes(ctx);
         for (int kind = 0; kind < 4; kind++) {
             char why[64];
             if (kind == CNN && strcmp(devs[d], "cuda-emulated") == 0) {
@@ -803,7 +793,7 @@ int main(void)
         test_block_bad_input(ctx);
         test_view(devs[d], ctx);
         test_bad(devs[d], ctx);
-        CHECK(allocated(ctx) == base); /* every model, step and failure released what it took */
+        CHECK(test_allocated_bytes(ctx) == base); /* every model, step and failure released what it took */
         gpucore_context_destroy(ctx);
     }
     return check_finish("test_checkpoint");

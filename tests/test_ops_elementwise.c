@@ -681,35 +681,18 @@ static void test_unary_more(gpucore_context *ctx)
             }
 }
 
+static void test_binary_arith(gpucore_context *ctx) { test_binary(ctx, GPUCORE_ADD, GPUCORE_DIV + 1); }
+static void test_binary_last(gpucore_context *ctx) { test_binary(ctx, NBINARY, NBINARY + 1); }
+static void test_binary_more(gpucore_context *ctx) { test_binary(ctx, GPUCORE_DIV_TRUNC, NBINARY); }
+
 int main(void)
 {
-    const char *devs[4];
-    int nd = test_devices(devs, 4);
-    for (int d = 0; d < nd; d++) {
-        gpucore_context *ctx = NULL;
-        CHECK_OK(gpucore_context_create(devs[d], &ctx));
-        if (!ctx) continue;
-        printf("-- %s\n", devs[d]);
-        test_binary(ctx, GPUCORE_ADD, GPUCORE_DIV + 1);
-        test_binary(ctx, NBINARY, NBINARY + 1);
-        test_unary_family(ctx);
-        test_cast(ctx);
-        test_cast_rounding(ctx);
-        test_cast_f16_bits(ctx);
-        test_cast_fp8(ctx);
-        test_bad_input(ctx);
-        test_new_results(ctx);
-        gpucore_context_destroy(ctx);
-    }
+    const device_test_fn first[] = {test_binary_arith, test_binary_last, test_unary_family, test_cast,
+                                     test_cast_rounding, test_cast_f16_bits, test_cast_fp8, test_bad_input,
+                                     test_new_results};
+    for_each_device(first, (int)(sizeof first / sizeof first[0]));
     /* after the others, so their random data stays what it was before these ops existed */
-    for (int d = 0; d < nd; d++) {
-        gpucore_context *ctx = NULL;
-        CHECK_OK(gpucore_context_create(devs[d], &ctx));
-        if (!ctx) continue;
-        test_unary_more(ctx);
-        test_binary(ctx, GPUCORE_DIV_TRUNC, NBINARY);
-        test_binary_special(ctx);
-        gpucore_context_destroy(ctx);
-    }
+    const device_test_fn later[] = {test_unary_more, test_binary_more, test_binary_special};
+    for_each_device(later, (int)(sizeof later / sizeof later[0]));
     return check_finish("test_ops_elementwise");
 }

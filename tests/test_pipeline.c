@@ -365,16 +365,6 @@ static void test_placements(const char *dev, int dropout)
     weights_free(&W);
 }
 
-static int64_t allocated(gpucore_context *ctx)
-{
-    gpucore_memory_stats m;
-    memset(&m, 0, sizeof m);
-    m.struct_size = sizeof m;
-    gpucore_context_synchronize(ctx);
-    gpucore_memory_get_stats(ctx, GPUCORE_MEMORY_DEVICE, &m);
-    return m.allocated_bytes;
-}
-
 static void test_bad_input(const char *dev)
 {
     weights W;
@@ -388,7 +378,7 @@ static void test_bad_input(const char *dev)
     gpucore_tensor *x = upload(P.ctx[0], 2, xs, xdata), *x1 = upload(P.ctx[1], 2, xs, xdata);
     gpucore_tensor *dxbad = poisoned(P.ctx[0], 2, bad);
     loss_ctx L = {upload(P.ctx[1], 2, ts, tdata), 2, 0, -1};
-    int64_t base0 = allocated(P.ctx[0]), base1 = allocated(P.ctx[1]);
+    int64_t base0 = test_allocated_bytes(P.ctx[0]), base1 = test_allocated_bytes(P.ctx[1]);
     CHECK_STATUS(gpucore_pipeline_step(P.pipe, x, 0, mse_loss, &L, NULL), GPUCORE_ERR_INVALID_ARGUMENT);
     CHECK_STATUS(gpucore_pipeline_step(P.pipe, x, B + 1, mse_loss, &L, NULL), GPUCORE_ERR_INVALID_ARGUMENT);
     CHECK_STATUS(gpucore_pipeline_step(P.pipe, x1, 2, mse_loss, &L, NULL), GPUCORE_ERR_DEVICE_MISMATCH);
@@ -399,7 +389,7 @@ static void test_bad_input(const char *dev)
     L.fail_at = 1;
     CHECK_STATUS(gpucore_pipeline_step(P.pipe, x, 2, mse_loss, &L, NULL), GPUCORE_ERR_INVALID_ARGUMENT);
     CHECK(strstr(gpucore_last_error(), "stage 1 micro-batch 1 loss callback") != NULL);
-    CHECK(allocated(P.ctx[0]) == base0 && allocated(P.ctx[1]) == base1);
+    CHECK(test_allocated_bytes(P.ctx[0]) == base0 && test_allocated_bytes(P.ctx[1]) == base1);
     L.fail_at = -1;
     CHECK_OK(gpucore_pipeline_step(P.pipe, x, 2, mse_loss, &L, NULL)); /* usable again */
     /* creation */
@@ -453,7 +443,7 @@ static void test_bad_input(const char *dev)
         CHECK_STATUS(gpucore_pipeline_step(q, x, 2, mse_loss, &L2, NULL), GPUCORE_ERR_SHAPE_MISMATCH);
         CHECK(strstr(gpucore_last_error(), "stage 1 micro-batch 0 forward") != NULL);
         CHECK(L2.calls == 0);
-        CHECK(allocated(P.ctx[0]) == base0);
+        CHECK(test_allocated_bytes(P.ctx[0]) == base0);
         CHECK_OK(gpucore_pipeline_destroy(q));
         q = NULL;
         /* a stage on a destroyed context */

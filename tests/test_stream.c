@@ -124,16 +124,6 @@ static void test_threads(gpucore_context *ctx)
 
 int main(void)
 {
-    const char *devices[4];
-    int nd = test_devices(devices, 4);
-    for (int d = 0; d < nd; d++) {
-        gpucore_context *ctx = NULL;
-        CHECK_OK(gpucore_context_create(devices[d], &ctx));
-        if (!ctx) continue;
-        printf("backend %s\n", devices[d]);
-        test_ordering(ctx);
-        test_threads(ctx);
-        CHECK_OK(gpucore_context_destroy(ctx));
-    }
-    return check_finish("test_stream");
+    const device_test_fn tests[] = {test_ordering, test_threads};
+    return run_on_devices("test_stream", tests, (int)(sizeof tests / sizeof tests[0]));
 }
