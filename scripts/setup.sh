@@ -16,6 +16,8 @@ APT_PACKAGES="$APT_PACKAGES python3-torch python3-pytest python3-hypothesis"
 # The CPU backend's speed libraries (optional in the build): SLEEF's vector exp/tanh, oneDNN's convolution.
 APT_PACKAGES="$APT_PACKAGES libsleef-dev libdnnl-dev"
 PIP_PACKAGES="numpy pytest"
+HF_PACKAGES="transformers==4.44.2 peft==0.12.0 accelerate==0.33.0 huggingface-hub==0.24.6 tokenizers==0.19.1
+  safetensors==0.4.4 regex==2024.7.24 tqdm==4.66.5 packaging==24.1 filelock==3.15.4 fsspec==2024.6.1 psutil==6.0.0"
 
 if [ "${GPUCORE_SKIP_INSTALL:-0}" != 1 ]; then
   missing=""
@@ -35,6 +37,14 @@ if [ "${GPUCORE_SKIP_INSTALL:-0}" != 1 ]; then
      && ! PYTHONPATH=build-pydeps /usr/bin/python3 -c "import expecttest" 2>/dev/null; then
     echo "setup: installing expecttest into build-pydeps/ (for torch's OpInfo samples)"
     python3 -m pip install -q --target build-pydeps expecttest || echo "setup: expecttest unavailable; the OpInfo stage will say so"
+  fi
+  # The language-model tests drive Hugging Face's own code as the reference: transformers and PEFT
+  # (pure Python) with their pure-Python dependencies, for Debian's python3 and its torch 1.13, into
+  # the same folder (no torch from pip: --no-deps, the dependencies named one by one).
+  if [ -x /usr/bin/python3 ] && ! PYTHONPATH=build-pydeps /usr/bin/python3 -c "import transformers, peft" 2>/dev/null; then
+    echo "setup: installing transformers and peft into build-pydeps/ (the language-model tests' reference)"
+    /usr/bin/python3 -m pip install -q --no-deps --target build-pydeps $HF_PACKAGES ||
+      echo "setup: transformers/peft unavailable; the language-model reference tests will say so"
   fi
   pymissing=""
   for p in $PIP_PACKAGES; do
