@@ -1,176 +1,413 @@
 #!/usr/bin/env bash
-# gpu-run.sh — what a lent GPU machine should check, in stages sized for its real window: one command
-# may run at most 10 minutes and the whole window is about 15 minutes, the machine's start included.
-# Nothing is compiled there: the sm_90 build is made HERE and travels with the working tree.
+# gpu-run.sh — the one command a lent GPU machine gets. Every step runs under ONE shared deadline
+# (GPU_RUN_TOTAL_S, default 540 s: a command may run 600 s and the whole loan is about 15 minutes,
+# its start included), most informative first, and the logs come back packed into at most 7 files
+# plus summary.txt (the device returns at most 8 files from $OUT).
 #
-#   bench/gpu-run.sh --build-here         here: configure and build for sm_90 (cuDNN/NCCL linked by the
-#                                         sonames the wheels ship: libcudnn.so.9, libnccl.so.2), then prune
-#                                         the build folder to what runs (< 64 MiB) so the device tool can
-#                                         carry it (carry: ["build-gpu"])
-#   OUT=dir bench/gpu-run.sh --stage N    on the device: stage N, or a range "1-3", each bounded by
-#                                         GPU_RUN_STAGE_S (default 470 s, under 8 minutes):
-#                                           1 doctor (gpucore-info) + smoke (quickstart, test_core)
-#                                           2 contract-sensitive tests with GPUCORE_LOG=info: matmul (every
-#                                             epilogue, misaligned bias), conv (fused and unfused), attention
-#                                             (cuDNN SDPA engine, tensor-core kernels), comm and DDP (grouped),
-#                                             and counts of fallback-GEMM and fallback-attention uses
-#                                           3 the rest of the test executables
-#                                           4 compute-sanitizer memcheck on two tests
-#                                           5 benchmarks and the PyTorch peers
-#   GPU_RUN_DRY=1 OUT=dir bench/gpu-run.sh --stage 1-5
-#                                         here, without a GPU: the stages on the contract module (tests/
-#                                         cuda_contract, build folder GPU_RUN_BUILD, default build), which
-#                                         checks this script and gives the stage timings
-# Results: $OUT/stageN/*.log, $OUT/stageN/summary.txt (rc and seconds per step), $OUT/summary.txt.
+#   bench/gpu-run.sh --build-here    here: the build that travels (built in build-gpu-work, staged
+#                                    into build-gpu: release, sm_90, no
+#                                    host-only library: OpenBLAS, Open MPI, SLEEF and oneDNN left
+#                                    out, cJSON and libgomp carried in build-gpu/bundled, the CUDA
+#                                    libraries found by soname), pruned to what runs, checked by
+#                                    the same ldd step the device runs; pytest carried in
+#                                    build-gpu/pydeps for a python3 that lacks it.
+#                                    Then on the device: run with carry ["build-gpu"].
+#   bench/gpu-run.sh --all           on the device ($OUT set by the device tool):
+#                                      1 ldd of every carried binary; machine facts
+#                                      2 doctor (gpucore-info: fails unless a CUDA device is usable)
+#                                        and smoke (quickstart on cuda, test_core)
+#                                      3 contract-sensitive tests with GPUCORE_LOG=info (matmul
+#                                        epilogues and fallbacks, conv, attention with fallback
+#                                        counts, comm and DDP with groups), fallback counts
+#                                      4 bench_matmul and bench_attention against PyTorch on the device
+#                                      5 the language-model checks against the device's transformers/PEFT
+#                                      6 the rest of the C tests and the Python tests, while time remains
+#                                      7 compute-sanitizer memcheck of two tests, while time remains
+#   bench/gpu-run.sh --phases suite,memcheck
+#                                    a second call while the machine is warm: ldd, the doctor, then
+#                                    only the phases named (contract bench models suite memcheck)
+#   GPU_RUN_DRY=1 OUT=dir bench/gpu-run.sh --all
+#                                    here, without a GPU: the same steps on the strict stand-ins
+#                                    (tests/cuda_contract of the normal build, GPU_RUN_BUILD=build);
+#                                    tests/test_gpu_run.sh checks it in CI.
+#
+# A step passes when its command exits 0; a test that runs per backend must also have run on cuda
+# ("-- cuda" in its log) and not skipped it ("SKIP cuda backend"): on the GPU machine a skip is a
+# failure. The script exits non-zero when any step failed. summary.txt is written as the steps end
+# (so a kill still leaves it); each phase's logs are packed when the phase ends, and an EXIT trap
+# packs whatever a stop left unpacked.
 set -uo pipefail
 cd "$(dirname "$0")/.."
+ROOT=$PWD
 DRY=${GPU_RUN_DRY:-0}
 if [ "$DRY" = 1 ]; then BUILD=${GPU_RUN_BUILD:-build}; else BUILD=${GPU_RUN_BUILD:-build-gpu}; fi
-STAGE_S=${GPU_RUN_STAGE_S:-470}
+TOTAL_S=${GPU_RUN_TOTAL_S:-540}
+PACK_RESERVE_S=${GPU_RUN_PACK_RESERVE_S:-12} # kept back at the end for packing the logs
 
+# --- the libraries a carried binary may need: the C and C++ runtimes, the driver, and the CUDA
+# libraries by soname (found on the device from the toolkit or the nvidia-* wheels); anything else
+# must resolve inside the carried build (our own libraries, and its bundled/ folder).
+ALLOWED_RE='^(linux-vdso|ld-linux-x86-64|libc|libm|libmvec|libdl|libpthread|librt|libstdc\+\+|libgcc_s|libcuda|libcudart|libcublas|libcublasLt|libcudnn[a-z_]*|libnccl|libnvrtc|libnvidia-ml|libnvToolsExt)\.so'
+CUDA_SONAME_RE='^(libcuda|libcudart|libcublas|libcublasLt|libcudnn[a-z_]*|libnccl|libnvrtc|libnvidia-ml|libnvToolsExt)\.so'
+
+# ldd_check DIR: every ELF file under DIR (the contract stand-ins excepted) against the list above.
+# Prints one line per binary with a dependency outside it, then a closing line; returns 1 if any.
+# (LDD_HERE=1: a CUDA library that is not found is accepted: the device finds it, this machine may not.)
+ldd_check() {
+  local dir f bad=0 n=0 outside
+  dir=$(realpath -m "$1")
+  while IFS= read -r f; do
+    head -c 4 "$f" 2>/dev/null | grep -q $'\x7fELF' || continue
+    n=$((n + 1))
+    outside=$(ldd "$f" 2>/dev/null | awk -v allowed="$ALLOWED_RE" -v cuda="$CUDA_SONAME_RE" -v here="${LDD_HERE:-0}" \
+      -v inside="$dir/" '
+      { name = $1; path = ($2 == "=>") ? $3 : $1; base = name; sub(/.*\//, "", base) }
+      /statically linked|not a dynamic executable/ { next }
+      /not found/ { if (!(here == 1 && base ~ cuda)) printf " %s(not found)", base; next }
+      base ~ allowed { next }
+      index(path, inside) == 1 { next }
+      { printf " %s", base }')
+    if [ -n "$outside" ]; then
+      bad=$((bad + 1))
+      echo "${f#"$dir"/}:$outside"
+    fi
+  done < <(find "$dir" \( -name cuda_contract -o -name '*.p' -o -name meson-private -o -name pydeps \) -prune -o \
+             -type f \( -perm -u+x -o -name '*.so*' \) -print 2>/dev/null | sort)
+  echo "ldd: $n binaries, $bad with a library outside the allowed list"
+  [ "$bad" = 0 ]
+}
+
+# ldd_expect_host_libs DIR: the dry run's form of the check: succeeds when ldd_check fails and names
+# the host-only libraries the CI build links.
+ldd_expect_host_libs() {
+  local out rc
+  out=$(ldd_check "$1")
+  rc=$?
+  echo "$out"
+  [ "$rc" != 0 ] && grep -qE 'lib(openblas|mpi|dnnl|sleef)' <<<"$out"
+}
+
+# build_here: configure and build in $BUILD-work, then stage what runs (executables, shared objects,
+# the benchmark driver) into $BUILD: no objects, no meson state, no absolute path of this machine.
 build_here() {
-  local t0=$SECONDS
-  meson setup "$BUILD" -Dcuda=enabled -Dgpu_archs=90 -Dgpu_ptx_archs=90 -Dbuildtype=release -Demulated=disabled \
-    --reconfigure >/dev/null 2>&1 || meson setup "$BUILD" -Dcuda=enabled -Dgpu_archs=90 -Dgpu_ptx_archs=90 \
-    -Dbuildtype=release -Demulated=disabled || return 1
-  ninja -C "$BUILD" || return 1
-  [ -f "$BUILD/src/backend/cuda/libgpucore_cuda.so" ] || { echo "no CUDA module was built (is nvcc found?)"; return 1; }
-  # What runs there: executables and shared objects. Objects, static archives and dependency files stay here.
-  find "$BUILD" \( -name '*.o' -o -name '*.a' -o -name '*.d' -o -name '*.gcno' \) -delete
-  rm -rf "$BUILD/meson-logs" "$BUILD/fuzz"
-  echo "build-here: $(du -sh "$BUILD" | cut -f1) in $BUILD after $((SECONDS - t0)) s (the device tool carries up to 64 MiB)"
-  ldd "$BUILD/src/backend/cuda/libgpucore_cuda.so" | grep -E "cudnn|nccl|cublas" || true
-}
-
-# The CUDA libraries on the device come from the Python wheels (nvidia.*): put their lib folders on the
-# loader path (the module is linked by soname).
-wheel_libs() {
-  local d p=""
-  for m in cudnn nccl cublas cuda_runtime cuda_nvrtc; do
-    d=$(python3 -c "import importlib; print(list(importlib.import_module('nvidia.$m').__path__)[0])" 2>/dev/null)
-    [ -n "$d" ] && [ -d "$d/lib" ] && p="$p:$d/lib"
+  local t0=$SECONDS work="$BUILD-work" opts=(-Dbuildtype=release -Dcuda=enabled -Dgpu_archs=90 -Dgpu_ptx_archs=90
+    -Demulated=disabled -Dtoolkit_runpath=false -Dopenblas=disabled -Dmpi=disabled -Dsleef=disabled -Donednn=disabled
+    -Dcjson=enabled)
+  if [ -f "$work/build.ninja" ]; then meson configure "$work" "${opts[@]}" || return 1
+  else meson setup "$work" "${opts[@]}" || return 1; fi
+  ninja -C "$work" || return 1
+  [ -f "$work/src/backend/cuda/libgpucore_cuda.so" ] || { echo "no CUDA module was built (is nvcc found?)"; return 1; }
+  rm -rf "$BUILD"
+  (cd "$work" && find . \( -name '*.p' -o -name meson-private -o -name meson-logs -o -name meson-info -o -name fuzz \) -prune -o \
+      \( -type f \( -perm -u+x -o -name '*.so*' \) -o -type l -name '*.so*' \) -print |
+    grep -vE '\.(ninja|json|txt)$' | tar cf - -T -) | (mkdir -p "$BUILD" && cd "$BUILD" && tar xf -)
+  git rev-parse HEAD >"$BUILD/commit.txt" 2>/dev/null
+  # Carried libraries: what the build links that the device image has no package for (cJSON, libgomp).
+  mkdir -p "$BUILD/bundled"
+  local lib p
+  for lib in libcjson.so.1 libgomp.so.1; do
+    p=$(ldd "$BUILD/src/libgpucore.so" | awk -v l="$lib" '$1 == l {print $3}')
+    [ -n "$p" ] && cp -L "$p" "$BUILD/bundled/$lib"
   done
-  export LD_LIBRARY_PATH="${p#:}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  # pytest (pure Python) for a device python3 that has PyTorch, transformers and PEFT but not pytest
+  python3 -m pip install -q --no-deps --target "$BUILD/pydeps" pytest==8.3.3 pluggy==1.5.0 iniconfig==2.0.0 \
+    >/dev/null 2>&1 || echo "build-here: pytest not carried (pip failed); the device's own is used if present"
+  find "$BUILD/pydeps" -name __pycache__ -prune -exec rm -rf {} + 2>/dev/null
+  echo "build-here: $(du -sh "$BUILD" | cut -f1) in $BUILD, tree $(git ls-files -z | du -ch --files0-from=- | tail -1 | cut -f1) after $((SECONDS - t0)) s (the device tool carries up to 64 MiB)"
+  local abs
+  abs=$(grep -rlF "$PWD" "$BUILD" 2>/dev/null | head -3)
+  [ -z "$abs" ] || { echo "build-here: files naming this machine's path $PWD: $abs"; return 1; }
+  LD_LIBRARY_PATH="$PWD/$BUILD/bundled${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" LDD_HERE=1 ldd_check "$PWD/$BUILD"
 }
 
-# step NAME COMMAND...: log to $DIR/NAME.log, bounded by what is left of the stage; record rc and seconds.
+# The CUDA libraries on the device: the toolkit's lib64, and the nvidia-* wheels' lib folders (CUDA 13
+# wheels keep theirs under nvidia/cu13/lib; cuDNN and NCCL under nvidia/<name>/lib).
+device_libs() {
+  local p
+  p=$(python3 - <<'PY' 2>/dev/null
+import glob, os
+dirs = []
+try:
+    import nvidia
+    for root in list(nvidia.__path__):
+        dirs += sorted(glob.glob(os.path.join(root, "*", "lib")))
+except Exception:
+    pass
+print(":".join(d for d in dirs if glob.glob(os.path.join(d, "lib*.so*"))))
+PY
+)
+  for d in /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib; do [ -d "$d" ] && p="${p:+$p:}$d"; done
+  export LD_LIBRARY_PATH="$BUILD_ABS/bundled${p:+:$p}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+}
+
+# --- summary and steps -----------------------------------------------------------------------------
+FAILED=0
+say() { echo "$*" | tee -a "$OUT/summary.txt"; }
+left() { echo $((DEADLINE - PACK_RESERVE_S - SECONDS)); }
+
+# step NAME CAP_S COMMAND...: run in $PHASE_DIR/NAME.log under min(CAP_S, time left); one summary line.
 step() {
-  local name=$1 left=$((DEADLINE - SECONDS))
-  shift
-  if [ "$left" -le 5 ]; then
-    echo "$(printf '%-28s skipped: the stage ran out of time' "$name")" >>"$DIR/summary.txt"
+  local name=$1 cap=$2 l
+  shift 2
+  l=$(left)
+  if [ "$l" -le 3 ]; then
+    say "$(printf '%-34s not reached: the deadline' "$name")"
+    NOT_REACHED=$((NOT_REACHED + 1))
     return 124
   fi
-  local t0=$SECONDS
-  timeout -k 5 "$left" "$@" >"$DIR/$name.log" 2>&1
+  local bound=deadline
+  [ "$cap" -lt "$l" ] && l=$cap && bound=own
+  local t0=$SECONDS rc verdict
+  # a step that is one of this script's functions runs in a child bash (timeout runs programs only)
+  if [ "$(type -t "$1")" = function ]; then set -- bash -c '"$@"' "$1" "$@"; fi
+  timeout -k 5 "$l" "$@" >"$PHASE_DIR/$name.log" 2>&1
+  rc=$?
+  verdict=ok
+  if { [ "$rc" = 124 ] || [ "$rc" = 137 ]; } && [ "$bound" = deadline ]; then
+    say "$(printf '%-34s CUT    %4ss  stopped by the shared deadline (partial log kept)' "$name" "$((SECONDS - t0))")"
+    NOT_REACHED=$((NOT_REACHED + 1))
+    return 124
+  elif [ "$rc" = 124 ] || [ "$rc" = 137 ]; then verdict="FAIL (killed at its own ${l} s bound)"
+  elif [ "$rc" = 77 ]; then verdict="FAIL (the test skipped everything)"
+  elif [ "$rc" != 0 ]; then verdict="FAIL (rc $rc)"
+  elif grep -q "^SKIP cuda backend" "$PHASE_DIR/$name.log"; then
+    verdict="FAIL (skipped the cuda backend: $(grep -m1 '^SKIP cuda backend' "$PHASE_DIR/$name.log" | cut -c1-160))"
+  elif grep -q "^-- cpu$" "$PHASE_DIR/$name.log" && ! grep -q "^-- cuda$" "$PHASE_DIR/$name.log"; then
+    verdict="FAIL (ran per backend but never on cuda)"
+  fi
+  [ "$verdict" = ok ] || FAILED=$((FAILED + 1))
+  local tail_line
+  tail_line=$(grep -E "[0-9]+ passed|FAIL " "$PHASE_DIR/$name.log" | tail -1 | cut -c1-100)
+  say "$(printf '%-34s %-6s %4ss  %s' "$name" "${verdict%% *}" "$((SECONDS - t0))" "${verdict#ok}${tail_line:+  [$tail_line]}")"
+  [ "$verdict" = ok ]
+}
+
+PHASES_PACKED=""
+# phase N NAME: start phase N (its logs in $SCRATCH/N-NAME); pack the previous one.
+phase() {
+  pack_open
+  PHASE_DIR="$SCRATCH/$1-$2"
+  mkdir -p "$PHASE_DIR"
+  say "== $1 $2 ($(left) s left)"
+}
+pack_open() {
+  [ -n "${PHASE_DIR:-}" ] && [ -d "$PHASE_DIR" ] || return 0
+  local b
+  b=$(basename "$PHASE_DIR")
+  case " $PHASES_PACKED " in *" $b "*) return 0 ;; esac
+  tar czf "$OUT/$b.tgz" -C "$SCRATCH" "$b" 2>/dev/null
+  PHASES_PACKED="$PHASES_PACKED $b"
+}
+finish() {
   local rc=$?
-  printf '%-28s rc=%-3s %4ss\n' "$name" "$rc" "$((SECONDS - t0))" | tee -a "$DIR/summary.txt"
-  return $rc
+  trap - EXIT
+  pack_open
+  if [ -n "${OUT:-}" ] && [ -d "$OUT" ]; then
+    say "== end: $FAILED failed, ${NOT_REACHED:-0} not reached, $((SECONDS - START)) s of $TOTAL_S s; files in OUT: $(find "$OUT" -type f | wc -l)"
+    if [ "$FAILED" != 0 ]; then say "RESULT: FAIL"
+    elif [ "$rc" != 0 ]; then say "RESULT: FAIL (the script itself stopped with rc $rc)"
+    else say "RESULT: PASS$([ "${NOT_REACHED:-0}" = 0 ] || echo " (with steps not reached)")"; fi
+  fi
+  rm -rf "$SCRATCH"
+  [ "$rc" = 0 ] && [ "$FAILED" != 0 ] && rc=1
+  exit "$rc"
 }
 
 T="$BUILD/tests"
-test_exe() { [ -x "$T/$1" ] && echo "$T/$1"; }
+have() { [ -x "$T/$1" ]; }
 
-stage1() {
-  step info "$BUILD/src/tools/gpucore-info"
-  "$BUILD/src/tools/gpucore-info" --json >"$DIR/info.json" 2>/dev/null
-  [ -x "$BUILD/examples/quickstart" ] && step quickstart env GPUCORE_DEVICE=cuda "$BUILD/examples/quickstart"
-  step test_core "$T/test_core"
+phase_ldd() {
+  phase 1 ldd
+  {
+    date -u +"date %Y-%m-%dT%H:%M:%SZ"
+    echo "commit $(git rev-parse HEAD 2>/dev/null || cat "$BUILD/commit.txt" 2>/dev/null || echo unknown) build $BUILD dry=$DRY"
+    nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>&1 | head -4
+    echo "python3: $(python3 -c 'import sys, torch; print(sys.version.split()[0], "torch", torch.__version__)' 2>&1 | tail -1)"
+    echo "LD_LIBRARY_PATH=${LD_LIBRARY_PATH:-}"
+  } >"$PHASE_DIR/machine.txt"
+  sed 's/^/  /' "$PHASE_DIR/machine.txt" | head -5 | tee -a "$OUT/summary.txt"
+  if [ "$DRY" = 1 ]; then
+    # The dry build is the CI build, which links this machine's OpenBLAS, Open MPI, oneDNN, SLEEF:
+    # here the check passes when it names them (it would stop a build that carries them).
+    export LDD_HERE=1; step ldd_names_host_libs 60 ldd_expect_host_libs "$BUILD_ABS"
+    grep -oE 'lib(openblas|mpi|dnnl|sleef)[^ (]*' "$PHASE_DIR/ldd_names_host_libs.log" | sort -u | head -5 |
+      sed 's/^/  outside the list: /' | tee -a "$OUT/summary.txt"
+  else
+    export LDD_HERE=0; step ldd 60 ldd_check "$BUILD_ABS"
+    ldd "$BUILD/src/backend/cuda/libgpucore_cuda.so" >>"$PHASE_DIR/machine.txt" 2>&1
+  fi
 }
 
-stage2() {
+# The doctor must see a usable CUDA device and a passing smoke test on cuda:0.
+doctor_check() {
+  local dir=$1
+  "$BUILD/src/tools/gpucore-info" --json >"$dir/info.json" 2>"$dir/info.err"
+  "$BUILD/src/tools/gpucore-info" >"$dir/info.txt" 2>&1
+  python3 - "$dir/info.json" <<'PY'
+import json, sys
+d = json.load(open(sys.argv[1]))
+cuda, devs, smoke = d.get("cuda", {}), d.get("devices", {}), d.get("smoke test", {})
+n = int(devs.get("cuda devices", "0") or 0)
+print("cuda:", cuda.get("status"), "| devices:", n, "|", devs.get("cuda:0", "-"))
+print("libraries:", d.get("libraries"))
+print("smoke cuda:0:", smoke.get("cuda:0", "-"))
+ok = cuda.get("status") == "usable" and n >= 1 and str(smoke.get("cuda:0", "")).startswith("ok")
+if not ok:
+    print("doctor: no usable CUDA device:", cuda.get("status", "(no cuda section)"))
+sys.exit(0 if ok else 1)
+PY
+}
+
+phase_doctor() {
+  phase 2 doctor
+  if [ "$DRY" = 1 ] && [ "${GPU_RUN_DOCTOR:-}" = skip ]; then
+    say "  doctor: not run (GPU_RUN_DOCTOR=skip, a dry run's check of the later steps only)"
+    return 0
+  fi
+  if ! step doctor 45 doctor_check "$PHASE_DIR"; then
+    sed -n '1,4p' "$PHASE_DIR/doctor.log" | sed 's/^/  /' | tee -a "$OUT/summary.txt"
+    say "stop: no usable CUDA device, so no later step would run GPU code (info.txt, ldd in 1-ldd.tgz say why)"
+    return 1
+  fi
+  head -3 "$PHASE_DIR/doctor.log" | sed 's/^/  /' | tee -a "$OUT/summary.txt"
+  [ -x "$BUILD/examples/quickstart" ] && step quickstart 30 env GPUCORE_DEVICE=cuda "$BUILD/examples/quickstart"
+  step test_core 60 "$T/test_core"
+  return 0
+}
+
+phase_contract() {
+  phase 3 contract
   local t
   for t in test_matmul test_conv test_attention; do
-    test_exe $t >/dev/null && step $t env GPUCORE_LOG=info "$T/$t"
+    have $t && step $t 120 env GPUCORE_LOG=info "$T/$t"
   done
   for t in test_comm test_ddp; do
-    test_exe $t >/dev/null && step ${t}_local env GPUCORE_LOG=info "$T/$t" local
+    have $t && step ${t}_local 90 env GPUCORE_LOG=info "$T/$t" local
   done
-  [ "$DRY" = 1 ] && test_exe cuda_contract/test_cuda_contract >/dev/null &&
-    step test_cuda_contract env GPUCORE_LOG=info "$T/cuda_contract/test_cuda_contract"
-  # the fallback GEMM kernel is far slower than cuBLASLt: every use is worth a look
-  grep -h "fallback GEMM kernel" "$DIR"/*.log 2>/dev/null | sed 's/^.*matmul: //' | sort | uniq -c | sort -rn \
-    >"$DIR/fallback_gemm.txt"
-  echo "fallback GEMM plans: $(wc -l <"$DIR/fallback_gemm.txt") (listed in fallback_gemm.txt)" | tee -a "$DIR/summary.txt"
-  # attention keys cuDNN's SDPA declined (each logged once at WARN with its reason) ran on our kernels
-  grep -h "attention: .*the attention kernel" "$DIR"/*.log 2>/dev/null | sort | uniq -c | sort -rn >"$DIR/fallback_attention.txt"
-  echo "attention keys on the kernel fallback: $(wc -l <"$DIR/fallback_attention.txt") (fallback_attention.txt)" | tee -a "$DIR/summary.txt"
+  if [ "$DRY" = 1 ] && have cuda_contract/test_cuda_contract; then
+    step test_cuda_contract 120 env GPUCORE_LOG=info "$T/cuda_contract/test_cuda_contract"
+  fi
+  # the fallback GEMM kernel is far slower than cuBLASLt, and attention keys cuDNN declined ran on our
+  # kernels: every use is worth a look
+  grep -h "fallback GEMM kernel" "$PHASE_DIR"/*.log 2>/dev/null | sed 's/^.*matmul: //' | sort | uniq -c | sort -rn \
+    >"$PHASE_DIR/fallback_gemm.txt"
+  grep -h "attention: .*the attention kernel" "$PHASE_DIR"/*.log 2>/dev/null | sort | uniq -c | sort -rn \
+    >"$PHASE_DIR/fallback_attention.txt"
+  say "  fallback GEMM plans: $(wc -l <"$PHASE_DIR/fallback_gemm.txt"); attention keys on the kernel fallback: $(wc -l <"$PHASE_DIR/fallback_attention.txt")"
+  head -5 "$PHASE_DIR/fallback_gemm.txt" "$PHASE_DIR/fallback_attention.txt" 2>/dev/null | cut -c1-160 | sed 's/^/    /' >>"$OUT/summary.txt"
 }
 
-stage3() {
+# bench_figures FILE: the joined JSON lines as one summary line each
+bench_figures() {
+  python3 - "$1" <<'PY' | head -80 >>"$OUT/summary.txt"
+import json, sys
+for line in open(sys.argv[1]):
+    try:
+        r = json.loads(line)
+    except ValueError:
+        continue
+    peer = f"  {r['peer']} {r.get('peer_value'):.4g}  ratio {r.get('speedup', 0):.3g}" if "peer_value" in r else ""
+    print(f"  {r.get('bench')} {r.get('case')} {r.get('metric')}: {r.get('value'):.4g} {r.get('unit')}{peer}")
+PY
+}
+
+phase_bench() {
+  phase 4 bench
+  local cap=200
+  [ "$DRY" = 1 ] && cap=40 # the stand-ins compute every GEMM on the host: only check that they start
+  step bench 300 python3 "$BUILD/bench/gpucore-bench" --only matmul,attention --quick --device cuda --json \
+    --timeout "$cap" --out "$PHASE_DIR/bench.jsonl"
+  [ -s "$PHASE_DIR/bench.jsonl" ] && bench_figures "$PHASE_DIR/bench.jsonl"
+}
+
+# The Python tests on the device's python3 (PyTorch, transformers, PEFT); pytest from the carry if absent.
+pytest_env() {
+  local pp="$ROOT/python"
+  python3 -c "import pytest" 2>/dev/null || pp="$pp:$BUILD_ABS/pydeps"
+  [ "$DRY" = 1 ] && pp="$pp:$ROOT/build-pydeps"
+  echo "PYTHONPATH=$pp${PYTHONPATH:+:$PYTHONPATH}"
+}
+
+phase_models() {
+  phase 5 models
+  local py=python3
+  [ "$DRY" = 1 ] && py=${GPUCORE_TORCH_PYTHON:-/usr/bin/python3}
+  if [ -f python/torch_tests/test_models_hf.py ]; then
+    step models_hf 150 env "$(pytest_env)" GPUCORE_LIBRARY="$BUILD_ABS/src/libgpucore.so" GPUCORE_TEST_DEVICE=cuda \
+      "$py" -m pytest -q -p no:cacheprovider -rs python/torch_tests/test_models_hf.py
+  else
+    say "  models_hf: no python/torch_tests/test_models_hf.py in this tree"
+  fi
+}
+
+phase_suite() {
+  phase 6 suite
   local t n
   for t in "$T"/test_*; do
     n=$(basename "$t")
-    [ -x "$t" ] || continue
-    case $n in test_matmul | test_conv | test_attention | test_core | test_comm | test_ddp | *.p) continue ;; esac
-    step "$n" "$t"
+    [ -x "$t" ] && [ -f "$t" ] || continue
+    case $n in test_matmul | test_conv | test_attention | test_core | *.p | *.sh) continue ;; esac
+    case $n in test_comm | test_ddp | test_zero) step "${n}_local" 60 "$t" local; continue ;; esac
+    step "$n" 60 "$t"
   done
+  step pytest 120 env "$(pytest_env)" GPUCORE_LIBRARY="$BUILD_ABS/src/libgpucore.so" GPUCORE_DEVICE=cuda \
+    python3 -m pytest -q -p no:cacheprovider -x python/tests
 }
 
-stage4() {
+phase_memcheck() {
+  phase 7 memcheck
   local cs t
   cs=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
   if [ "$DRY" = 1 ] || [ ! -x "$cs" ]; then
-    echo "memcheck: skipped ($([ "$DRY" = 1 ] && echo 'a dry run has no GPU' || echo "no compute-sanitizer at $cs"))" |
-      tee -a "$DIR/summary.txt"
+    say "  memcheck: not run ($([ "$DRY" = 1 ] && echo 'a dry run has no GPU' || echo "no compute-sanitizer at $cs"))"
     return 0
   fi
+  # access errors only: cuBLASLt and cuDNN handles are kept for the process's life by design, which
+  # --leak-check would count as errors
   for t in test_matmul test_ops_elementwise; do
-    test_exe $t >/dev/null && step memcheck_$t "$cs" --tool memcheck --leak-check full --error-exitcode 9 "$T/$t"
+    have $t && step memcheck_$t 150 "$cs" --tool memcheck --error-exitcode 9 "$T/$t"
   done
 }
 
-stage5() {
-  local b n p
-  # a dry run computes every GEMM and convolution on the host: only check that the benchmarks start
-  [ "$DRY" = 1 ] && DEADLINE=$((SECONDS + 60))
-  if [ -x "$BUILD/bench/gpucore-bench" ]; then
-    step bench "$BUILD/bench/gpucore-bench" --quick --json --out "$DIR/bench.jsonl"
-  else
-    for b in "$BUILD"/bench/bench_*; do
-      [ -x "$b" ] || continue
-      n=$(basename "$b")
-      step "$n" sh -c "GPUCORE_DEVICE=cuda '$b' --json > '$DIR/$n.jsonl'"
-    done
-  fi
-  [ "$DRY" = 1 ] && return 0 # the peers need a GPU PyTorch
-  for p in bench/peers/torch_*.py; do
-    [ -f "$p" ] || continue
-    n=$(basename "$p" .py)
-    step "$n" sh -c "python3 '$p' --json > '$DIR/$n.jsonl'"
-  done
-}
-
+PHASES="ldd doctor contract bench models suite memcheck"
 case "${1:-}" in
---build-here) build_here; exit $? ;;
---stage) RANGE=${2:?--stage N or N-M} ;;
-*) sed -n '2,27p' "$0"; exit 2 ;;
+--build-here) BUILD=${GPU_RUN_BUILD:-build-gpu}; build_here; exit $? ;;
+--all) ;;
+--phases)
+  # a second call on a warm machine: only these phases (ldd and the doctor always run first)
+  PHASES="ldd doctor ${2:?--phases LIST, e.g. suite,memcheck}"
+  PHASES=${PHASES//,/ } ;;
+*) sed -n '2,40p' "$0"; exit 2 ;;
 esac
-OUT=${OUT:?set OUT to the folder for logs and results}
+export -f ldd_check ldd_expect_host_libs doctor_check
+export ALLOWED_RE CUDA_SONAME_RE DRY BUILD
+BUILD_ABS=$(realpath -m "$BUILD")
+START=$SECONDS
+DEADLINE=$((START + TOTAL_S))
+NOT_REACHED=0
+OUT=${OUT:?set OUT to the folder for summary.txt and the packed logs}
 mkdir -p "$OUT"
-FIRST=${RANGE%-*}
-LAST=${RANGE#*-}
+: >"$OUT/summary.txt"
+SCRATCH=$(mktemp -d "${TMPDIR:-/tmp}/gpu-run.XXXXXX")
+trap finish EXIT
+trap 'say "stopped by a signal"; exit 143' TERM INT
+say "gpu-run: phases $PHASES; dry=$DRY, build $BUILD, deadline $TOTAL_S s"
 if [ "$DRY" = 1 ]; then
-  export GPUCORE_CUDA_PLUGIN=$PWD/$BUILD/tests/cuda_contract/libgpucore_cuda_contract.so
+  export GPUCORE_CUDA_PLUGIN=$BUILD_ABS/tests/cuda_contract/libgpucore_cuda_contract.so
   # the module opens cuDNN and NCCL with dlopen; their stand-ins are inside it
   export GPUCORE_CUDNN_LIBRARY=$GPUCORE_CUDA_PLUGIN GPUCORE_NCCL_LIBRARY=$GPUCORE_CUDA_PLUGIN
-  [ -f "$GPUCORE_CUDA_PLUGIN" ] || { echo "dry run: build $BUILD's contract module first (ninja -C $BUILD)"; exit 1; }
+  [ -f "$GPUCORE_CUDA_PLUGIN" ] || { say "FAIL dry run: no contract module in $BUILD (ninja -C $BUILD first)"; FAILED=1; exit 1; }
 else
-  [ -f "$BUILD/src/backend/cuda/libgpucore_cuda.so" ] || { echo "no $BUILD: run --build-here first, carry it"; exit 1; }
-  wheel_libs
+  [ -f "$BUILD/src/backend/cuda/libgpucore_cuda.so" ] ||
+    { say "FAIL no CUDA module in $BUILD: run bench/gpu-run.sh --build-here first and carry $BUILD"; FAILED=1; exit 1; }
+  device_libs
 fi
-{
-  date -u +"date %Y-%m-%dT%H:%M:%SZ"
-  echo "commit $(git rev-parse HEAD 2>/dev/null || echo unknown) build $BUILD dry=$DRY"
-  nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null || echo "nvidia-smi: not found"
-} >"$OUT/machine.txt"
-for s in $(seq "$FIRST" "$LAST"); do
-  DIR="$OUT/stage$s"
-  mkdir -p "$DIR"
-  : >"$DIR/summary.txt"
-  DEADLINE=$((SECONDS + STAGE_S))
-  t0=$SECONDS
-  echo "== stage $s"
-  "stage$s"
-  printf 'stage %s: %ss\n' "$s" "$((SECONDS - t0))" | tee -a "$OUT/summary.txt"
+for p in $PHASES; do
+  case $p in
+  ldd) phase_ldd ;;
+  doctor) phase_doctor || exit 1 ;;
+  contract | bench | models | suite | memcheck) "phase_$p" ;;
+  *) say "FAIL unknown phase '$p' (choose from: contract bench models suite memcheck)"; FAILED=$((FAILED + 1)) ;;
+  esac
 done
+exit 0

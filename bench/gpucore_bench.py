@@ -25,12 +25,18 @@ import subprocess
 import sys
 import time
 
-BENCH_DIR = "@BENCH_DIR@"
-SOURCE_DIR = "@SOURCE_DIR@"
-BUILD_ROOT = "@BUILD_ROOT@"
+# Where this driver sits decides where the programs are: a build folder copied to another machine
+# (a GPU run carries it) still finds its programs, gpucore-info and the sources beside it. The
+# sources are where they were relative to the build, else the build folder's parent.
+BENCH_DIR = os.path.dirname(os.path.realpath(__file__))
+BUILD_ROOT = os.path.dirname(BENCH_DIR)
+SOURCE_DIR = next((d for d in (os.path.normpath(os.path.join(BENCH_DIR, "@SOURCE_REL@")), os.path.dirname(BUILD_ROOT))
+                   if os.path.isdir(os.path.join(d, "bench", "peers"))), os.path.dirname(BUILD_ROOT))
 
 # (name, argv prefix) — programs run in this order; comm runs under mpirun with 2 ranks.
 PROGRAMS = ["bench_alloc", "bench_ops", "bench_matmul", "bench_conv", "bench_optim", "bench_checkpoint", "bench_comm"]
+# Also runnable by name with --only (not in the default run: they need a GPU to say much, or minutes).
+EXTRA_PROGRAMS = ["bench_attention"]
 TIME_UNITS = {"ns", "us", "ms", "s"}
 
 
@@ -183,7 +189,7 @@ def main():
     mode = ap.add_mutually_exclusive_group()
     mode.add_argument("--quick", action="store_true", help="small sizes, under ~2 minutes on a 2-core CPU (default)")
     mode.add_argument("--full", action="store_true", help="all sizes (sizes that fill a GPU)")
-    ap.add_argument("--only", help="comma-separated benchmark names (alloc, ops, matmul, conv, optim, checkpoint, comm)")
+    ap.add_argument("--only", help="comma-separated benchmark names (alloc, ops, matmul, conv, optim, checkpoint, comm; also attention)")
     ap.add_argument("--device", default=os.environ.get("GPUCORE_DEVICE", "auto"))
     ap.add_argument("--json", action="store_true", help="print JSON lines instead of the table")
     ap.add_argument("--out", help="also write all JSON lines to this file")
@@ -194,9 +200,9 @@ def main():
     wanted = None
     if args.only:
         wanted = {w if w.startswith("bench_") else "bench_" + w for w in args.only.split(",")}
-        unknown = wanted - set(PROGRAMS)
+        unknown = wanted - set(PROGRAMS + EXTRA_PROGRAMS)
         if unknown:
-            ap.error(f"unknown benchmark(s): {', '.join(sorted(unknown))}; choose from {', '.join(PROGRAMS)}")
+            ap.error(f"unknown benchmark(s): {', '.join(sorted(unknown))}; choose from {', '.join(PROGRAMS + EXTRA_PROGRAMS)}")
 
     env = dict(os.environ, GPUCORE_DEVICE=args.device)
     # Peer scripts that drive libgpucore through its Python binding use this build's library.
@@ -208,7 +214,7 @@ def main():
     sel = facts.get("info", {}).get("selected", {}).get("device", args.device)
     progress(f"commit {facts['commit']}, device {sel}")
     rows, errors = [], {}
-    programs = [p for p in PROGRAMS if wanted is None or p in wanted]
+    programs = [p for p in PROGRAMS + EXTRA_PROGRAMS if (wanted is None and p in PROGRAMS) or (wanted and p in wanted)]
     for i, name in enumerate(programs, 1):
         exe = os.path.join(BENCH_DIR, name)
         if not os.path.exists(exe):
