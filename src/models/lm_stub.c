@@ -5,12 +5,6 @@
 #include "gpucore.h"
 #include "core/internal.h"
 
-gpucore_status gpucore_lm_generate(gpucore_lm *lm, const int64_t *input_ids, int64_t batch, int64_t prompt_len, int64_t max_new_tokens, int do_sample, double temperature, int64_t top_k, double top_p, uint64_t seed, int64_t eos_token_id, int64_t pad_token_id, int64_t *output_ids, int64_t *out_len)
-{
-    (void)lm; (void)input_ids; (void)batch; (void)prompt_len; (void)max_new_tokens; (void)do_sample; (void)temperature; (void)top_k; (void)top_p; (void)seed; (void)eos_token_id; (void)pad_token_id; (void)output_ids; (void)out_len;
-    return gpucore_set_error(GPUCORE_ERR_NOT_SUPPORTED, "gpucore_lm_generate: not implemented yet");
-}
-
 gpucore_status gpucore_lm_loss(gpucore_lm *lm, const gpucore_tensor *input_ids, const gpucore_tensor *labels, double *loss)
 {
     (void)lm; (void)input_ids; (void)labels; (void)loss;
