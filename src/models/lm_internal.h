@@ -164,6 +164,10 @@ GPUCORE_HIDDEN gpucore_status lm_seg_norm_fwd(gpucore_ckpt_call *call, const gpu
 GPUCORE_HIDDEN gpucore_status lm_seg_norm_bwd(gpucore_ckpt_call *call, const gpucore_tensor *dy, gpucore_tensor *dx,
                                               gpucore_stream *s, void *user);
 
+/* ---- lora_peft.c: file helpers shared with save.c ---- */
+GPUCORE_HIDDEN gpucore_status lm_make_dir(const char *folder, const char *op);
+GPUCORE_HIDDEN gpucore_status lm_write_text(const char *path, const char *text, const char *op);
+
 /* ---- forward.c ---- */
 GPUCORE_HIDDEN gpucore_status lm_rope_tables(gpucore_lm *lm);
 /* x0 = embedding(ids) (+ wpe at positions pos0..) : new [B, T, D] */
