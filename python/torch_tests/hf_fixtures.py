@@ -100,3 +100,15 @@ def logits(model, ids):
     with torch.no_grad():
         t = torch.as_tensor(ids, dtype=torch.long)
         return model(t).logits.double().numpy()
+
+
+def peft_save(peft_model, folder):
+    """PeftModel.save_pretrained(folder) without Jinja2: PEFT writes a model card from a
+    template (which needs Jinja2, absent from build-pydeps) unless README.md exists."""
+    os.makedirs(folder, exist_ok=True)
+    readme = os.path.join(folder, "README.md")
+    if not os.path.exists(readme):
+        with open(readme, "w") as f:
+            f.write("---\n---\n")
+    peft_model.save_pretrained(folder)
+    return folder

@@ -16,18 +16,40 @@ static const char *torch_dtype(int dt)
     return dt == GPUCORE_BF16 ? "bfloat16" : dt == GPUCORE_F16 ? "float16" : "float32";
 }
 
+/* config.json as read, with torch_dtype's value replaced (or the key added): the text is
+ * kept, not re-printed, so numbers keep their form (8.0 stays a float for transformers). */
+static char *with_dtype(const char *json, const char *dtype)
+{
+    const char *key = strstr(json, "\"torch_dtype\"");
+    if (key) {
+        const char *p = key + 13;
+        while (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\r') p++;
+        if (*p == ':') {
+            p++;
+            while (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\r') p++;
+            const char *end = p;
+            if (*p == '"') { end = strchr(p + 1, '"'); end = end ? end + 1 : NULL; }
+            else if (!strncmp(p, "null", 4)) end = p + 4;
+            else end = NULL;
+            if (end) return lm_strdupf("%.*s\"%s\"%s", (int)(p - json), json, dtype, end);
+        }
+    }
+    const char *brace = strchr(json, '{');
+    if (!brace) return NULL;
+    return lm_strdupf("%.*s\n  \"torch_dtype\": \"%s\",%s", (int)(brace + 1 - json), json, dtype, brace + 1);
+}
+
 static gpucore_status write_config(gpucore_lm *lm, const char *folder, const char *op)
 {
-    cJSON *root = cJSON_Parse(lm->cfg.json);
-    if (!root) return gpucore_set_error(GPUCORE_ERR_OUT_OF_MEMORY, "%s: out of host memory", op);
-    cJSON_DeleteItemFromObjectCaseSensitive(root, "torch_dtype");
-    cJSON_AddStringToObject(root, "torch_dtype", torch_dtype(lm->dtype));
-    char *text = cJSON_Print(root);
-    cJSON_Delete(root);
+    char *text = with_dtype(lm->cfg.json, torch_dtype(lm->dtype));
+    cJSON *check = text ? cJSON_Parse(text) : NULL;
     char *path = lm_strdupf("%s/config.json", folder);
-    gpucore_status st = text && path ? lm_write_text(path, text, op)
-                                     : gpucore_set_error(GPUCORE_ERR_OUT_OF_MEMORY, "%s: out of host memory", op);
-    cJSON_free(text);
+    gpucore_status st = !text || !path ? gpucore_set_error(GPUCORE_ERR_OUT_OF_MEMORY, "%s: out of host memory", op)
+                        : !check ? gpucore_set_error(GPUCORE_ERR_INTERNAL, "%s: rewriting torch_dtype in config.json "
+                                                     "gave invalid JSON", op)
+                                 : lm_write_text(path, text, op);
+    cJSON_Delete(check);
+    free(text);
     free(path);
     return st;
 }
