@@ -390,6 +390,8 @@ static void test_roundtrips(gpucore_context *ctx)
     const char *name = NULL;
     CHECK_OK(gpucore_lm_trainable(lm, 0, &name, NULL, NULL));
     CHECK(name && !strcmp(name, "base_model.model.model.layers.0.self_attn.q_proj.lora_A.weight"));
+    CHECK_OK(gpucore_lm_trainable(lm, 3, &name, NULL, NULL));
+    CHECK(name && !strcmp(name, "base_model.model.model.layers.0.mlp.down_proj.lora_B.weight"));
     const char *bad_target[1] = {"c_attn"};
     CHECK_STATUS(gpucore_lm_add_lora(lm, 2, 4.0, 0.0, bad_target, 1, 5), GPUCORE_ERR_INVALID_ARGUMENT);
     CHECK(gpucore_lm_lora_count(lm) == 2);
