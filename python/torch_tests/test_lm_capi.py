@@ -39,10 +39,10 @@ def lib():
 
 
 class Api:
-    def __init__(self, L):
+    def __init__(self, L, device="cpu"):
         self.L = L
         self.ctx = VP()
-        self.ck(L.gpucore_context_create(b"cpu", C.byref(self.ctx)))
+        self.ck(L.gpucore_context_create(device.encode(), C.byref(self.ctx)))
 
     def ck(self, st):
         if st:
@@ -176,15 +176,16 @@ def test_greedy_generation_token_for_token(api, tmp_path, arch, dtype):
     folder, hf = F.make_model(arch, tmp_path, dtype=dtype)
     m = api.load(folder)
     ids = np.random.default_rng(2).integers(0, hf.config.vocab_size, (2, 5))
+    # an explicit all-ones mask: without one, generate() masks every prompt token equal to pad_token_id
     with torch.no_grad():
-        ref = hf.generate(torch.tensor(ids), max_new_tokens=24, do_sample=False, eos_token_id=None,
-                          pad_token_id=0).numpy()
+        ref = hf.generate(torch.tensor(ids), attention_mask=torch.ones(ids.shape, dtype=torch.long),
+                          max_new_tokens=24, do_sample=False, eos_token_id=None, pad_token_id=0).numpy()
     got = api.generate(m, ids, 24)
     _same_or_near_tie(hf, got, ref, 5, dtype)
     eos = int(got[0, 9])  # a token the first row produces: it stops there, the other row runs on
     with torch.no_grad():
-        ref = hf.generate(torch.tensor(ids), max_new_tokens=24, do_sample=False, eos_token_id=eos,
-                          pad_token_id=0).numpy()
+        ref = hf.generate(torch.tensor(ids), attention_mask=torch.ones(ids.shape, dtype=torch.long),
+                          max_new_tokens=24, do_sample=False, eos_token_id=eos, pad_token_id=0).numpy()
     got = api.generate(m, ids, 24, eos=eos, pad=0)
     api.L.gpucore_lm_destroy(m)
     _same_or_near_tie(hf, got, ref, 5, dtype)
@@ -300,3 +301,42 @@ def test_sampling_frequencies(api, tmp_path, temperature, top_k, top_p):
     np.testing.assert_array_equal(again, api.generate(m, ids[:64], 3, do_sample=1, temperature=temperature,
                                                       top_k=top_k, top_p=top_p, seed=11))
     api.L.gpucore_lm_destroy(m)
+
+
+def _other_backends(L):
+    """cuda and cuda-emulated when usable here (the emulated module needs GPUCORE_EMULATED_PLUGIN)."""
+    found = []
+    for kind, spec in ((1, "cuda"), (2, "cuda-emulated")):
+        why = C.create_string_buffer(768)
+        if L.gpucore_backend_available(kind, why, C.c_size_t(768)) == 0:
+            found.append(spec)
+    return found
+
+
+@pytest.mark.parametrize("arch", F.ARCHS)
+def test_other_backends_match_transformers(lib, tmp_path, arch):
+    devices = _other_backends(lib)
+    if not devices:
+        pytest.skip("no cuda or cuda-emulated backend is usable here (set GPUCORE_EMULATED_PLUGIN for the emulated one)")
+    folder, hf = F.make_model(arch, tmp_path)
+    ids = np.random.default_rng(5).integers(1, hf.config.vocab_size, (2, 6))
+    ref_logits = F.logits(hf, ids)
+    with torch.no_grad():
+        ref_gen = hf.generate(torch.tensor(ids[:, :4]), attention_mask=torch.ones((2, 4), dtype=torch.long),
+                              max_new_tokens=8, do_sample=False, eos_token_id=None, pad_token_id=0).numpy()
+    out = hf(torch.tensor(ids), labels=torch.tensor(ids))
+    out.loss.backward()
+    ref = {n: p.grad.double().numpy() for n, p in hf.named_parameters()}
+    for dev in devices:
+        a = Api(lib, dev)
+        m = a.load(folder)
+        assert rel(a.forward(m, ids), ref_logits) < 1e-4, dev
+        np.testing.assert_array_equal(a.generate(m, ids[:, :4], 8), ref_gen)
+        a.ck(lib.gpucore_lm_set_full_finetune(m, 1))
+        loss = a.forward_backward(m, ids)
+        assert abs(loss - float(out.loss)) <= 1e-5 * abs(float(out.loss)), dev
+        for name, (_, g) in a.trainables(m).items():
+            want = ref[name].T if (arch == "gpt2" and ".c_" in name and ref[name].ndim == 2) else ref[name]
+            assert rel(a.to_np(g), want) < 1e-4, (dev, name)
+        lib.gpucore_lm_destroy(m)
+        lib.gpucore_context_destroy(a.ctx)
