@@ -2242,8 +2242,10 @@ GPUCORE_API gpucore_status gpucore_residual_norm_backward(gpucore_tensor *dx, gp
  * above, attention_bias on mistral or qwen2, GPT-2's scale_attn_by_inverse_layer_idx
  * or add_cross_attention, ... A sliding_window (mistral; qwen2 with
  * use_sliding_window) is accepted but any sequence longer than it is refused at run
- * time (INVALID_ARGUMENT naming sliding_window), as is a position past
- * max_position_embeddings.
+ * time (NOT_SUPPORTED naming sliding_window); a position past max_position_embeddings
+ * is INVALID_ARGUMENT. The base model's dropout probabilities (attn_pdrop, resid_pdrop,
+ * embd_pdrop, attention_dropout) are not applied: training runs the base as in eval
+ * mode (only LoRA dropout is drawn). A tied checkpoint's lm_head.weight is skipped.
  *
  * Activations and logits are in the model's dtype; attention, norms and
  * cross-entropy accumulate in f32 (see the ops). Calls run on the context's current
