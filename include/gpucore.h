@@ -1407,6 +1407,28 @@ GPUCORE_API gpucore_status gpucore_comm_create(gpucore_context *ctx, const void 
  * one thread issues collectives on several of these communicators, wrap each
  * round in gpucore_comm_group_start/end (else NCCL can deadlock). */
 GPUCORE_API gpucore_status gpucore_comm_create_local(gpucore_context *const *ctxs, int n, gpucore_comm **comms);
+/* A comm group on the calling thread (groups nest; the outermost end counts; an end
+ * without a start is GPUCORE_ERR_INVALID_ARGUMENT). NCCL starts a group's
+ * collectives only at its end, so between start and end, on every backend alike:
+ *   - collectives run on the communicator's group stream, after what was queued so
+ *     far on the given stream and on the communicator's stream; what reads their
+ *     results must be queued after gpucore_comm_group_end. The DDP reducer
+ *     (mark_ready, finish) and the ZeRO trainer (zero_mark_ready) do this themselves:
+ *     their casts back, copies back and shard updates are queued at the group's end.
+ *     One DDP step or ZeRO round per group; gpucore_zero_step is refused inside one.
+ *   - gpucore_comm_wait on a collective of the group, gpucore_comm_destroy of a
+ *     communicator in it, and gpucore_ddp_destroy / gpucore_zero_destroy of a reducer
+ *     or trainer with reductions in it are refused (GPUCORE_ERR_INVALID_ARGUMENT);
+ *   - memory freed (tensor destroy, gpucore_device_free, gpucore_host_free) stays
+ *     allocated until the group ends, then is freed in stream order.
+ * CUDA: a stream that waits for a grouped collective (the stream passed to it, and any
+ * stream that waits on an event recorded there afterwards) takes only event records,
+ * waits and host callbacks until the group ends (they are issued after it); a kernel,
+ * copy, matmul, conv, attention or synchronize on it is refused with
+ * GPUCORE_ERR_INVALID_ARGUMENT, as it would run before the collective. The CPU backend
+ * holds nothing back (MPI runs each collective in stream order), so such work runs
+ * there; portable code queues it after the group's end. gpucore_comm_group_end waits
+ * for NCCL to queue the group, for at most the longest timeout of its communicators. */
 GPUCORE_API gpucore_status gpucore_comm_group_start(void);
 GPUCORE_API gpucore_status gpucore_comm_group_end(void);
 /* Waits for the communicator's stream (bounded by its timeout), then frees it. */

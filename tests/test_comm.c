@@ -440,6 +440,98 @@ static void scratch_after_reuse(const char *dev)
     CHECK_OK(gpucore_context_destroy(ctx));
 }
 
+static int64_t allocated_bytes(gpucore_context *ctx)
+{
+    gpucore_memory_stats ms;
+    memset(&ms, 0, sizeof ms);
+    ms.struct_size = sizeof ms;
+    CHECK_OK(gpucore_memory_get_stats(ctx, GPUCORE_MEMORY_DEVICE, &ms));
+    return ms.allocated_bytes;
+}
+
+/* One thread drives n local ranks inside a comm group. NCCL starts a group's collectives only at ncclGroupEnd
+ * (nccl.h:555, 565), so until then (on every backend alike): a wait for them is refused, the communicator
+ * cannot be destroyed, and a freed input stays allocated (a new tensor filled meanwhile must not be handed its
+ * memory: the held allreduce would read the fill; before the fix the allocator's event, recorded on a held
+ * stream, read as complete and the block came back at once). On CUDA, a kernel, copy or host synchronize on
+ * the stream that waits for the collective is refused with a message (it would run first). */
+static void grouped_rules(const char *const *devs, int n)
+{
+    enum { N = 4099, MAXR = 2 };
+    gpucore_context *ctx[MAXR] = {NULL, NULL};
+    gpucore_comm *comm[MAXR] = {NULL, NULL};
+    gpucore_stream *a[MAXR] = {NULL, NULL};
+    gpucore_tensor *t[MAXR] = {NULL, NULL}, *o[MAXR] = {NULL, NULL}, *u[MAXR] = {NULL, NULL};
+    for (int r = 0; r < n; r++)
+        if (gpucore_context_create(devs[r], &ctx[r])) {
+            printf("SKIP grouped rules on %d ranks (%s): %s\n", n, devs[r], gpucore_last_error());
+            check_skipped++;
+            gpucore_clear_error();
+            for (int q = 0; q < r; q++) gpucore_context_destroy(ctx[q]);
+            return;
+        }
+    CHECK_OK(gpucore_comm_create_local(ctx, n, comm));
+    if (!comm[0]) { for (int r = 0; r < n; r++) gpucore_context_destroy(ctx[r]); return; }
+    const int cuda = !strncmp(devs[0], "cuda", 4);
+    int64_t len = N;
+    float *h = malloc(sizeof(float) * N);
+    uint64_t seed = 0x5eed0001u;
+    float *want = calloc(N, sizeof(float));
+    for (int r = 0; r < n; r++) {
+        CHECK_OK(gpucore_stream_create(ctx[r], 0, &a[r]));
+        CHECK_OK(gpucore_tensor_create(ctx[r], GPUCORE_F32, 1, &len, &t[r]));
+        CHECK_OK(gpucore_tensor_create(ctx[r], GPUCORE_F32, 1, &len, &o[r]));
+        for (int i = 0; i < N; i++) {
+            seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+            h[i] = (float)((int)(seed >> 40) % 2001 - 1000) / 8.0f; /* exact in f32 sums */
+            want[i] += h[i];
+        }
+        CHECK_OK(gpucore_copy_from_host(t[r], h, sizeof(float) * N));
+    }
+    CHECK_STATUS(gpucore_comm_group_end(), GPUCORE_ERR_INVALID_ARGUMENT); /* no group is open */
+    CHECK_OK(gpucore_comm_group_start());
+    int64_t before[MAXR];
+    for (int r = 0; r < n; r++) {
+        CHECK_OK(gpucore_comm_allreduce(comm[r], o[r], t[r], GPUCORE_REDUCE_SUM, a[r]));
+        CHECK_OK(gpucore_tensor_record_stream(t[r], a[r]));
+        before[r] = allocated_bytes(ctx[r]);
+        gpucore_tensor_destroy(t[r]);
+        CHECK(allocated_bytes(ctx[r]) == before[r]); /* held until the group ends */
+        CHECK_OK(gpucore_tensor_create(ctx[r], GPUCORE_F32, 1, &len, &u[r]));
+        CHECK_OK(gpucore_fill(u[r], -777.0, NULL)); /* the current stream: not held */
+    }
+    CHECK_STATUS(gpucore_comm_wait(comm[0], 0, 1.0), GPUCORE_ERR_INVALID_ARGUMENT);
+    CHECK_STATUS(gpucore_comm_destroy(comm[0]), GPUCORE_ERR_INVALID_ARGUMENT);
+    if (cuda) {
+        CHECK_STATUS(gpucore_fill(o[0], 0.0, a[0]), GPUCORE_ERR_INVALID_ARGUMENT);
+        CHECK(strstr(gpucore_last_error(), "comm_group_end") != NULL);
+        CHECK_STATUS(gpucore_copy(o[0], u[0], a[0]), GPUCORE_ERR_INVALID_ARGUMENT);
+        CHECK_STATUS(gpucore_stream_synchronize(a[0]), GPUCORE_ERR_INVALID_ARGUMENT);
+    }
+    CHECK_OK(gpucore_comm_group_end());
+    for (int r = 0; r < n; r++) {
+        CHECK(allocated_bytes(ctx[r]) < before[r] + (int64_t)sizeof(float) * N); /* t's block is free now */
+        CHECK_OK(gpucore_stream_synchronize(a[r]));
+        CHECK_OK(gpucore_copy_to_host(h, sizeof(float) * N, o[r]));
+        int bad = 0;
+        for (int i = 0; i < N; i++) bad += h[i] != want[i];
+        CHECK(bad == 0);
+        if (bad) fprintf(stderr, "  grouped allreduce on %s, %d rank(s): rank %d has %d wrong sums ([0] = %g, want %g)\n",
+                         devs[0], n, r, bad, h[0], want[0]);
+        CHECK_OK(gpucore_comm_wait(comm[r], 0, 30));
+    }
+    printf("%s: %d rank(s): a comm group's rules checked\n", devs[0], n);
+    free(h);
+    free(want);
+    for (int r = 0; r < n; r++) {
+        gpucore_tensor_destroy(o[r]);
+        gpucore_tensor_destroy(u[r]);
+        CHECK_OK(gpucore_stream_destroy(a[r]));
+        CHECK_OK(gpucore_comm_destroy(comm[r]));
+    }
+    for (int r = 0; r < n; r++) CHECK_OK(gpucore_context_destroy(ctx[r]));
+}
+
 static int run_local(void)
 {
     const char *devs[4];
@@ -473,6 +565,11 @@ static int run_local(void)
         CHECK_STATUS(gpucore_comm_barrier(comm, NULL), GPUCORE_ERR_INVALID_HANDLE);
         CHECK_OK(gpucore_context_destroy(ctx));
         if (!strcmp(devs[d], "cpu")) scratch_after_reuse(devs[d]);
+        grouped_rules(&devs[d], 1);
+        if (!strcmp(devs[d], "cuda")) {
+            const char *two[2] = {"cuda:0", "cuda:1"};
+            grouped_rules(two, 2);
+        }
     }
 #ifndef TEST_HAVE_MPI
     gpucore_context *ctx = NULL;

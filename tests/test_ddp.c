@@ -2,7 +2,8 @@
  * test_ddp.c — the DDP gradient reducer.
  *
  *   test_ddp local   1-rank communicator (no MPI): buckets, launch order, overlap,
- *                    no_sync, compression, bad input.
+ *                    no_sync, compression, bad input; steps inside a comm group on every
+ *                    backend (and two local CUDA ranks driven by one thread).
  *   test_ddp mpi     under mpirun -np N: linear least squares trained for several
  *                    steps with each rank on its own shard of the batch must match a
  *                    single-process run on the whole batch (run by every rank with a
@@ -419,6 +420,98 @@ static void test_finish_two_local_ranks(void)
     }
 }
 
+/* One thread drives every rank, each step's reductions inside one comm group (the README's one-process
+ * recipe), with a bf16 wire and several buckets. NCCL starts a group's collectives only at ncclGroupEnd
+ * (nccl.h:555, 565), so the casts back from the wire and the copies back into the gradients must run after
+ * it; before the fix they ran first, leaving each rank its own, unreduced gradient (and the stand-in flags the
+ * kernels and copies queued on the held stream). gpucore_comm_wait on a collective of the open group cannot
+ * succeed: it is refused (it used to return at once). devs: n device names (one rank each). Every value is a
+ * small integer or half, exact in bf16, so the mean is exact. */
+static void test_grouped_steps(const char *const *devs, int n)
+{
+    enum { NG = 3, MAXR = 2 };
+    const int64_t gsize[NG] = {1500, 3001, 700};
+    gpucore_context *ctx[MAXR] = {NULL, NULL};
+    gpucore_comm *comm[MAXR] = {NULL, NULL};
+    gpucore_ddp *ddp[MAXR] = {NULL, NULL};
+    gpucore_stream *stream[MAXR] = {NULL, NULL};
+    gpucore_tensor *g[MAXR][NG] = {{NULL}};
+    for (int r = 0; r < n; r++)
+        if (gpucore_context_create(devs[r], &ctx[r])) {
+            printf("SKIP grouped ddp on %d ranks (%s): %s\n", n, devs[r], gpucore_last_error());
+            check_skipped++;
+            gpucore_clear_error();
+            for (int q = 0; q < r; q++) gpucore_context_destroy(ctx[q]);
+            return;
+        }
+    gpucore_status cst = gpucore_comm_create_local(ctx, n, comm);
+    if (cst == GPUCORE_ERR_NOT_SUPPORTED) {
+        printf("SKIP grouped ddp on %s: %s\n", devs[0], gpucore_last_error());
+        check_skipped++;
+        gpucore_clear_error();
+    }
+    CHECK(cst == GPUCORE_OK || cst == GPUCORE_ERR_NOT_SUPPORTED);
+    if (!comm[0]) { for (int r = 0; r < n; r++) gpucore_context_destroy(ctx[r]); return; }
+    gpucore_ddp_options o;
+    gpucore_ddp_options_default(&o);
+    o.first_bucket_bytes = 1024;
+    o.bucket_bytes = 4096;
+    o.wire_dtype = GPUCORE_BF16;
+    int nbuckets = 0;
+    for (int r = 0; r < n; r++) {
+        CHECK_OK(gpucore_comm_set_timeout(comm[r], 10.0));
+        CHECK_OK(gpucore_stream_create(ctx[r], 0, &stream[r]));
+        for (int i = 0; i < NG; i++) CHECK_OK(gpucore_tensor_create(ctx[r], GPUCORE_F32, 1, &gsize[i], &g[r][i]));
+        CHECK_OK(gpucore_ddp_create(comm[r], g[r], NG, &o, &ddp[r]));
+    }
+    CHECK_OK(gpucore_ddp_bucket_count(ddp[0], &nbuckets));
+    CHECK(nbuckets >= 3);
+    float *h = malloc(sizeof(float) * 3001);
+    for (int step = 0; step < 2; step++) {
+        for (int r = 0; r < n; r++)
+            for (int i = 0; i < NG; i++) {
+                for (int64_t j = 0; j < gsize[i]; j++) h[j] = grad_value(r + step + i, j);
+                CHECK_OK(gpucore_copy_from_host(g[r][i], h, gsize[i] * 4));
+            }
+        CHECK_OK(gpucore_comm_group_start());
+        for (int r = 0; r < n; r++) {
+            for (int i = NG - 1; i >= 0; i--) CHECK_OK(gpucore_ddp_mark_ready(ddp[r], i, stream[r]));
+            CHECK_OK(gpucore_ddp_finish(ddp[r], stream[r]));
+        }
+        /* the group's collectives have not started: a wait for them is refused, not answered at once */
+        CHECK_STATUS(gpucore_comm_wait(comm[0], 0, 1.0), GPUCORE_ERR_INVALID_ARGUMENT);
+        CHECK_OK(gpucore_comm_group_end());
+        for (int r = 0; r < n; r++) {
+            CHECK_OK(gpucore_stream_synchronize(stream[r]));
+            CHECK_OK(gpucore_comm_wait(comm[r], 0, 30));
+            for (int i = 0; i < NG; i++) {
+                CHECK_OK(gpucore_copy_to_host(h, gsize[i] * 4, g[r][i]));
+                int64_t bad = 0, first = -1;
+                for (int64_t j = 0; j < gsize[i]; j++) {
+                    double want = 0;
+                    for (int q = 0; q < n; q++) want += (double)grad_value(q + step + i, j) / n;
+                    if ((double)h[j] != want && bad++ == 0) first = j;
+                }
+                CHECK(bad == 0);
+                if (bad)
+                    fprintf(stderr, "  grouped ddp, %d ranks, step %d: rank %d gradient %d has %lld of %lld elements "
+                            "not the mean (e.g. [%lld] = %g, want %g)\n", n, step, r, i, (long long)bad,
+                            (long long)gsize[i], (long long)first, h[first],
+                            (grad_value(step + i, first) + (n > 1 ? grad_value(1 + step + i, first) : 0.0f)) / n);
+            }
+        }
+    }
+    printf("%s: grouped ddp, %d rank(s), %d buckets, bf16 wire, 2 steps: checked\n", devs[0], n, nbuckets);
+    free(h);
+    for (int r = 0; r < n; r++) {
+        CHECK_OK(gpucore_ddp_destroy(ddp[r]));
+        CHECK_OK(gpucore_stream_destroy(stream[r]));
+        for (int i = 0; i < NG; i++) gpucore_tensor_destroy(g[r][i]);
+        CHECK_OK(gpucore_comm_destroy(comm[r]));
+    }
+    for (int r = 0; r < n; r++) CHECK_OK(gpucore_context_destroy(ctx[r]));
+}
+
 static int run(gpucore_comm *comm, gpucore_context *ctx, const char *name)
 {
     g_rank = gpucore_comm_rank(comm);
@@ -499,8 +592,14 @@ int main(int argc, char **argv)
     if (!strcmp(mode, "local")) {
         const char *devs[4];
         int nd = test_devices(devs, 4);
-        for (int d = 0; d < nd; d++)
+        for (int d = 0; d < nd; d++) {
             if (!strcmp(devs[d], "cuda")) test_finish_two_local_ranks();
+            test_grouped_steps(&devs[d], 1);
+            if (!strcmp(devs[d], "cuda")) {
+                const char *two[2] = {"cuda:0", "cuda:1"};
+                test_grouped_steps(two, 2);
+            }
+        }
         CHECK_OK(gpucore_comm_create_local(&ctx, 1, &comm));
         if (comm) rc = run(comm, ctx, "test_ddp local");
     } else {

@@ -362,9 +362,12 @@ gpucore_status caching_allocator_create(const caching_allocator_params *params, 
     return GPUCORE_OK;
 }
 
+static void drop_held_frees(caching_allocator *a); /* below, with the frees a comm group holds */
+
 void caching_allocator_destroy(caching_allocator *a)
 {
     if (!a) return;
+    drop_held_frees(a);
     for (int i = 0; i < a->nqueues; i++) {
         pending *p = a->queues[i].head;
         while (p) {
@@ -476,16 +479,65 @@ gpucore_status caching_allocator_alloc(caching_allocator *a, int64_t bytes, void
     return GPUCORE_OK;
 }
 
+/* ---- frees held while a comm group is open on this thread ---- */
+typedef struct held_free { caching_allocator *a; void *ptr; } held_free;
+static _Thread_local int hold_depth;
+static _Thread_local held_free *held;
+static _Thread_local size_t nheld, held_cap;
+
+static int free_is_held(caching_allocator *a, void *ptr)
+{
+    for (size_t i = 0; i < nheld; i++)
+        if (held[i].a == a && held[i].ptr == ptr) return 1;
+    return 0;
+}
+
+void caching_allocator_hold_frees(int begin)
+{
+    if (begin) { hold_depth++; return; }
+    if (hold_depth == 0 || --hold_depth > 0) return;
+    held_free *list = held;
+    size_t n = nheld;
+    held = NULL;
+    nheld = held_cap = 0;
+    for (size_t i = 0; i < n; i++)
+        if (caching_allocator_free(list[i].a, list[i].ptr) != GPUCORE_OK)
+            gpucore_log(GPUCORE_LOG_ERROR, "internal: freeing %p after a comm group: %s", list[i].ptr,
+                        gpucore_last_error());
+    free(list);
+}
+
+static void drop_held_frees(caching_allocator *a)
+{
+    size_t k = 0;
+    for (size_t i = 0; i < nheld; i++)
+        if (held[i].a != a) held[k++] = held[i];
+    nheld = k;
+}
+
 gpucore_status caching_allocator_free(caching_allocator *a, void *ptr)
 {
     if (!ptr) return GPUCORE_OK;
     pthread_mutex_lock(&a->mu);
     size_t slot = live_table_find_slot(a, (uintptr_t)ptr);
-    if (slot == SIZE_MAX) {
+    if (slot == SIZE_MAX || (hold_depth > 0 && free_is_held(a, ptr))) {
         pthread_mutex_unlock(&a->mu);
         return gpucore_set_error(GPUCORE_ERR_INVALID_ARGUMENT,
                                  "free: %p is not %s allocated by this context (freed already, or from elsewhere)",
                                  ptr, a->what);
+    }
+    if (hold_depth > 0) { /* freed when the comm group ends */
+        pthread_mutex_unlock(&a->mu);
+        if (nheld == held_cap) {
+            size_t cap = held_cap ? held_cap * 2 : 64;
+            held_free *grown = realloc(held, cap * sizeof *grown);
+            if (!grown) return gpucore_set_error(GPUCORE_ERR_OUT_OF_MEMORY, "free inside a comm group: out of host "
+                                                 "memory to hold it until the group ends");
+            held = grown;
+            held_cap = cap;
+        }
+        held[nheld++] = (held_free){a, ptr};
+        return GPUCORE_OK;
     }
     block *b = a->table[slot];
     live_table_remove_slot(a, slot);

@@ -153,6 +153,7 @@ static gpucore_status comm_wrap(gpucore_context *ctx, void *bcomm, int rank, int
     gpucore_stream *cur = NULL; /* the scratch comes from this stream's pool: its block's last use may still be
                                  * queued there, so the comm stream waits for it before the first write */
     if ((st = gpucore_stream_create(ctx, -1, &s->stream)) || (st = gpucore_event_create_untimed(ctx, &s->ev_in)) ||
+        (st = gpucore_event_create_untimed(ctx, &s->ev_group)) ||
         (st = gpucore_event_create_untimed(ctx, &s->ev_out)) ||
         (st = gpucore_tensor_create(ctx, GPUCORE_I32, 1, &one, &s->scratch)) ||
         (st = gpucore_resolve_stream(ctx, NULL, "comm_create", &cur)) || (st = gpucore_event_record(s->ev_in, cur)) ||
@@ -168,6 +169,7 @@ fail:
     if (s) {
         gpucore_tensor_destroy(s->scratch);
         gpucore_event_destroy(s->ev_in);
+        gpucore_event_destroy(s->ev_group);
         gpucore_event_destroy(s->ev_out);
         for (int i = 0; i < COMM_DONE_RING; i++) gpucore_event_destroy(s->done_ev[i]);
         gpucore_stream_destroy(s->stream);
@@ -367,26 +369,21 @@ gpucore_status gpucore_comm_create_local(gpucore_context *const *ctxs, int n, gp
     return st;
 }
 
-static gpucore_status comm_group(int begin)
+int gpucore_comm_in_open_group(const gpucore_comm *comm)
 {
-    char why[256];
-    if (gpucore_backend_available(GPUCORE_DEVICE_CUDA, why, sizeof why) != GPUCORE_OK) {
-        gpucore_clear_error();
-        return GPUCORE_OK; /* no NCCL communicator can exist: nothing to group */
-    }
-    const gpucore_backend *be = gpucore_backend_get(GPUCORE_DEVICE_CUDA);
-    if (!be || !be->comm_group) { gpucore_clear_error(); return GPUCORE_OK; }
-    return be->comm_group(begin);
+    uint64_t gen = gpucore_comm_group_generation();
+    return gen && comm->s->group_gen == gen;
 }
-
-gpucore_status gpucore_comm_group_start(void) { return comm_group(1); }
-gpucore_status gpucore_comm_group_end(void) { return comm_group(0); }
 
 gpucore_status gpucore_comm_destroy(gpucore_comm *comm)
 {
     if (!comm) return GPUCORE_OK;
     gpucore_status st = gpucore_check_comm(comm, "comm_destroy");
     if (st) return st;
+    if (gpucore_comm_in_open_group(comm))
+        return gpucore_set_error(GPUCORE_ERR_INVALID_ARGUMENT, "comm_destroy: the communicator has collectives in the "
+                                 "comm group open on this thread, which start only at gpucore_comm_group_end; end the "
+                                 "group first");
     comm_state *s = comm->s;
     /* Let queued collectives finish (each bounded by the timeout); if that is not
      * enough, abort so the stream drains instead of hanging. */
@@ -395,7 +392,9 @@ gpucore_status gpucore_comm_destroy(gpucore_comm *comm)
     comm->magic = GPUCORE_MAGIC_DEAD;
     comm->s = NULL;
     gpucore_stream_synchronize(s->stream); /* a failed collective's status is already reported */
+    gpucore_stream_destroy(s->group_stream);
     gpucore_stream_destroy(s->stream);
+    gpucore_event_destroy(s->ev_group);
     gpucore_event_destroy(s->ev_in);
     gpucore_event_destroy(s->ev_out);
     gpucore_tensor_destroy(s->scratch);
@@ -480,6 +479,10 @@ static int runs_on_producer(const comm_state *s, const gpucore_stream *producer,
 static gpucore_status order_on(comm_state *s, gpucore_stream *x)
 {
     if (!s->behind_on || s->behind_on == x) return GPUCORE_OK;
+    /* Behind the open group's own collectives (not started before gpucore_comm_group_end): what follows them
+     * on other streams is queued after the group ends (gpucore_comm_group_after); waiting now would hold x. */
+    if (s->behind_on == s->group_stream && s->group_gen && s->group_gen == gpucore_comm_group_generation())
+        return GPUCORE_OK;
     gpucore_status st = gpucore_stream_wait_event(x, s->ev_out);
     if (!st && x == s->stream) s->behind_on = NULL;
     return st;
@@ -502,10 +505,18 @@ gpucore_status gpucore_comm_submit(gpucore_comm *comm, gpucore_comm_call *call, 
     gpucore_status st;
     pthread_mutex_lock(&s->mu);
     if ((st = be->comm_check(s->bcomm))) goto out;
-    int on_producer = runs_on_producer(s, producer, wait_back);
-    gpucore_stream *run = on_producer ? producer : s->stream;
+    const uint64_t group = gpucore_comm_group_generation();
+    if (group && !s->group_stream && (st = gpucore_stream_create(s->ctx, -1, &s->group_stream))) goto out;
+    int on_producer = !group && runs_on_producer(s, producer, wait_back);
+    gpucore_stream *run = group ? s->group_stream : on_producer ? producer : s->stream;
     if ((st = order_on(s, run))) goto out;
-    if (on_producer) {
+    if (group) { /* the group stream follows the comm stream's queued work and the producer's */
+        if ((st = gpucore_event_record(s->ev_group, s->stream)) || (st = gpucore_stream_wait_event(run, s->ev_group)))
+            goto out;
+        if (producer && producer != s->stream &&
+            ((st = gpucore_event_record(s->ev_in, producer)) || (st = gpucore_stream_wait_event(run, s->ev_in))))
+            goto out;
+    } else if (on_producer) {
         if (gpucore_stream_query(s->stream) == GPUCORE_ERR_NOT_READY &&
             ((st = gpucore_event_record(s->ev_in, s->stream)) || (st = gpucore_stream_wait_event(producer, s->ev_in))))
             goto out;
@@ -534,7 +545,20 @@ gpucore_status gpucore_comm_submit(gpucore_comm *comm, gpucore_comm_call *call, 
         be->comm_abort(s->bcomm, "could not record the completion event");
         goto out;
     }
-    if (on_producer) { /* whatever queues collective work next waits for this one (order_on) */
+    if (group) {
+        /* Whatever queues collective work next (after the group) waits for this one (order_on). A producer
+         * other than the comm stream waits for it too (on CUDA that wait is held until the group ends, and so
+         * is the producer's later work: the backend refuses kernels there); the comm stream itself is ordered
+         * by order_on after the group, so its queued work keeps feeding the group's later collectives. */
+        if ((st = gpucore_event_record(s->ev_out, run))) goto out;
+        s->behind_on = run;
+        if (s->group_gen != group) {
+            s->group_gen = group;
+            s->group_first = call->seq;
+        }
+        if (wait_back && producer && producer != s->stream && (st = gpucore_stream_wait_event(producer, s->ev_out)))
+            goto out;
+    } else if (on_producer) { /* whatever queues collective work next waits for this one (order_on) */
         if ((st = gpucore_event_record(s->ev_out, producer))) goto out;
         s->behind_on = producer;
     } else if (wait_back && producer && producer != s->stream) {
@@ -577,6 +601,12 @@ gpucore_status gpucore_comm_wait(gpucore_comm *comm, uint64_t seq, double timeou
     pthread_mutex_lock(&s->mu);
     uint64_t issued = s->issued;
     uint64_t target = seq ? seq : issued;
+    if (gpucore_comm_in_open_group(comm) && target >= s->group_first && target <= issued) {
+        pthread_mutex_unlock(&s->mu);
+        return gpucore_set_error(GPUCORE_ERR_INVALID_ARGUMENT, "%s: collective #%llu belongs to the comm group open "
+                                 "on this thread, which starts its collectives only at gpucore_comm_group_end; wait "
+                                 "after ending the group", op, (unsigned long long)target);
+    }
     gpucore_event *e = NULL;
     if (target > atomic_load(&s->completed) && target <= issued) {
         /* the slot of target, or (recorded again since) a later collective's: never too early */

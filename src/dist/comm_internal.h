@@ -43,10 +43,31 @@ struct comm_state {
      * Whatever queues collective work next (another stream, the comm stream) waits on
      * ev_out first: collectives start in issue order without a wait per call. */
     gpucore_stream *behind_on;
+    /* Inside a comm group (comm_group.c) collectives run on group_stream (created at the first
+     * one), after the comm stream's queued work (ev_group) and the caller's (ev_in), and
+     * behind_on is set to it; group_gen is the generation of the group this communicator
+     * last took part in and group_first the first sequence number issued in it. */
+    gpucore_stream *group_stream;
+    gpucore_event *ev_group;
+    uint64_t group_gen, group_first;
     char mode[16];                 /* "mpi", "id", "local" for messages */
 };
 
 GPUCORE_HIDDEN gpucore_status gpucore_check_comm(const gpucore_comm *c, const char *op);
+
+/* ---- comm groups (comm_group.c) ---- */
+/* 1 while a comm group is open on this thread. */
+GPUCORE_HIDDEN int gpucore_comm_group_open(void);
+/* The open group's generation on this thread (never 0), or 0 when none is open. */
+GPUCORE_HIDDEN uint64_t gpucore_comm_group_generation(void);
+/* Work that consumes a grouped collective's result: fn(copy of the size bytes at arg) runs right
+ * after the outermost gpucore_comm_group_end has had the backend start the group (in the order
+ * queued; also when the group failed, so it can release what it holds), or at once when no group
+ * is open (then on arg itself). The copy is freed after fn. On error nothing is queued. */
+typedef gpucore_status (*gpucore_group_fn)(void *arg);
+GPUCORE_HIDDEN gpucore_status gpucore_comm_group_after(gpucore_group_fn fn, const void *arg, size_t size);
+/* 1 if comm has a collective in the group open on this thread (op names the refused call). */
+GPUCORE_HIDDEN int gpucore_comm_in_open_group(const gpucore_comm *comm);
 
 /* Queue one collective on the communicator's stream. producer: a stream whose
  * queued work the call waits for (NULL: none); wait_back: 1 to make producer

@@ -62,6 +62,8 @@ struct ddp_state {
     int64_t step;
     gpucore_event *reduced, *finished;
     int finished_recorded;
+    uint64_t group_gen;       /* the comm group (comm_group.c) a bucket of this reducer was last launched in */
+    uint64_t finished_in;     /* the comm group the last step was finished in */
     pthread_mutex_t mu;
     pthread_mutex_t trace_mu;
     gpucore_ddp_trace_event *trace;
@@ -305,6 +307,9 @@ gpucore_status gpucore_ddp_destroy(gpucore_ddp *ddp)
     if (!ddp->s || ddp->magic != GPUCORE_MAGIC_DDP)
         return gpucore_set_error(GPUCORE_ERR_INVALID_HANDLE, "ddp_destroy: the reducer was destroyed or never created");
     ddp_state *s = ddp->s;
+    if (s->group_gen && s->group_gen == gpucore_comm_group_generation())
+        return gpucore_set_error(GPUCORE_ERR_INVALID_ARGUMENT, "ddp_destroy: the reducer has reductions in the comm "
+                                 "group open on this thread; end the group first");
     ddp->magic = GPUCORE_MAGIC_DEAD;
     ddp->s = NULL;
     if (gpucore_check_comm(s->comm, "ddp_destroy") == GPUCORE_OK) gpucore_comm_wait(s->comm, s->last_seq, -1);
@@ -392,9 +397,27 @@ gpucore_status gpucore_ddp_grad_view(gpucore_ddp *ddp, int grad, gpucore_tensor 
     return st;
 }
 
+/* What follows bucket b's allreduce on stream `on`: the cast back from the wire and the traced end. Inside a
+ * comm group it runs when the group ends (gpucore_comm_group_after): NCCL starts the allreduce only then. */
+typedef struct bucket_after { ddp_state *s; int b; gpucore_stream *on; } bucket_after;
+static gpucore_status after_bucket(void *arg)
+{
+    const bucket_after *a = arg;
+    ddp_state *s = a->s;
+    ddp_bucket *k = &s->buckets[a->b];
+    gpucore_status st = GPUCORE_OK;
+    /* after a group the allreduce ran on the communicator's group stream: the comm stream follows it now */
+    if (a->on == s->comm->s->stream) st = gpucore_comm_order_stream(s->comm);
+    if (!st && k->wire) st = gpucore_cast(k->buf, k->wire, a->on);
+    if (!st && s->opt.trace) st = s->ctx->be->host_callback(s->ctx->bctx, a->on->bstream, trace_cb, &s->done_points[a->b]);
+    return st;
+}
+
 /* Queue bucket b's reduction (s->mu held): on the communication stream, or, for the
  * last bucket, on ps (the stream that marked its last gradient) as a waited-for
- * collective, so ps follows the reduction without a hand-off to the comm stream. */
+ * collective, so ps follows the reduction without a hand-off to the comm stream.
+ * Inside a comm group the cast to the wire still runs now (it feeds the allreduce
+ * and touches this bucket only); what reads the result runs when the group ends. */
 static gpucore_status launch_bucket(ddp_state *s, int b, gpucore_stream *ps)
 {
     ddp_bucket *k = &s->buckets[b];
@@ -422,10 +445,9 @@ static gpucore_status launch_bucket(ddp_state *s, int b, gpucore_stream *ps)
                               .count = v.numel, .send = v.data, .recv = v.data};
     if ((st = gpucore_comm_submit(s->comm, &call, last ? ps : NULL, last, &s->last_seq))) return st;
     if (last) s->last_on = ps;
-    if (k->wire && (st = gpucore_cast(k->buf, k->wire, on))) return st;
-    if (s->opt.trace && (st = s->ctx->be->host_callback(s->ctx->bctx, on->bstream, trace_cb, &s->done_points[b])))
-        return st;
-    return GPUCORE_OK;
+    if (gpucore_comm_group_open()) s->group_gen = gpucore_comm_group_generation();
+    bucket_after a = {s, b, on};
+    return gpucore_comm_group_after(after_bucket, &a, sizeof a);
 }
 
 gpucore_status gpucore_ddp_mark_ready(gpucore_ddp *ddp, int grad, gpucore_stream *stream)
@@ -443,6 +465,12 @@ gpucore_status gpucore_ddp_mark_ready(gpucore_ddp *ddp, int grad, gpucore_stream
     if (s->marked[grad]) {
         st = gpucore_set_error(GPUCORE_ERR_INVALID_ARGUMENT, "%s: gradient %d was already marked ready in this step "
                                "(call gpucore_ddp_finish between steps)", op, grad);
+        goto out;
+    }
+    if (s->finished_in && s->finished_in == gpucore_comm_group_generation()) {
+        st = gpucore_set_error(GPUCORE_ERR_INVALID_ARGUMENT, "%s: the last step was finished inside the comm group "
+                               "open on this thread and its reductions start only at gpucore_comm_group_end; start "
+                               "the next step after ending the group", op);
         goto out;
     }
     if (s->finished_recorded && (st = gpucore_stream_wait_event(ps, s->finished))) goto out;
@@ -468,6 +496,26 @@ out:
     return st;
 }
 
+/* The copy back into the gradients on ps, after the last bucket's reduction (ordered on last_on, after every
+ * earlier bucket's); inside a comm group it runs when the group ends. */
+typedef struct finish_after { ddp_state *s; gpucore_stream *ps; int grouped; } finish_after;
+static gpucore_status after_finish(void *arg)
+{
+    const finish_after *a = arg;
+    ddp_state *s = a->s;
+    gpucore_stream *ps = a->ps;
+    gpucore_status st = GPUCORE_OK;
+    /* after a group the earlier buckets' casts back were queued on the comm stream just now, after the last
+     * bucket's collective: ps follows them there */
+    gpucore_stream *after = a->grouped ? s->comm->s->stream : s->last_on;
+    if (after != ps &&
+        ((st = gpucore_event_record(s->reduced, after)) || (st = gpucore_stream_wait_event(ps, s->reduced))))
+        return st;
+    for (int g = 0; g < s->ngrads && !st; g++)
+        if (!s->viewed[g]) st = gpucore_copy(s->grads[g], s->slots[g], ps); /* a view already holds it */
+    return st ? st : gpucore_event_record(s->finished, ps);
+}
+
 gpucore_status gpucore_ddp_finish(gpucore_ddp *ddp, gpucore_stream *stream)
 {
     const char *op = "ddp_finish";
@@ -489,14 +537,10 @@ gpucore_status gpucore_ddp_finish(gpucore_ddp *ddp, gpucore_stream *stream)
      * reduction by an event. A failure already known is reported now; one still to come
      * is reported by the next reducer or communicator call (and gpucore_comm_wait). */
     if ((st = s->ctx->be->comm_check(s->comm->s->bcomm))) goto out;
-    /* the last bucket's reduction was ordered on last_on, after every earlier bucket's */
-    if (s->last_on != ps &&
-        ((st = gpucore_event_record(s->reduced, s->last_on)) || (st = gpucore_stream_wait_event(ps, s->reduced))))
-        goto out;
-    for (int g = 0; g < s->ngrads && !st; g++)
-        if (!s->viewed[g]) st = gpucore_copy(s->grads[g], s->slots[g], ps); /* a view already holds it */
-    if (st || (st = gpucore_event_record(s->finished, ps))) goto out;
+    finish_after a = {s, ps, s->group_gen && s->group_gen == gpucore_comm_group_generation()};
+    if ((st = gpucore_comm_group_after(after_finish, &a, sizeof a))) goto out;
     s->finished_recorded = 1;
+    s->finished_in = gpucore_comm_group_generation();
     memset(s->marked, 0, (size_t)s->ngrads);
     for (int b = 0; b < s->nbuckets; b++)
         s->buckets[b].pending = s->buckets[b].grad_end - s->buckets[b].grad_begin;

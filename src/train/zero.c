@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "zero_internal.h"
+#include "dist/comm_internal.h" /* comm groups: gpucore_comm_group_after */
 
 static gpucore_handle_pool zero_handle_pool = GPUCORE_HANDLE_POOL_INIT(sizeof(struct gpucore_zero));
 
@@ -125,6 +126,7 @@ static void zero_free(gpucore_zero *z)
     gpucore_tensor_destroy(z->norm);
     gpucore_tensor_destroy(z->coef);
     gpucore_event_destroy(z->stepped);
+    gpucore_event_destroy(z->cs_mark);
     free(z->params);
     free(z->shapes);
     free(z->ndims);
@@ -260,8 +262,10 @@ static gpucore_status create_state(gpucore_zero *z, gpucore_tensor *const *param
 {
     gpucore_stream *s = NULL;
     gpucore_status st = gpucore_resolve_stream(z->ctx, NULL, "zero_create", &s);
-    for (int i = 0; !st && i < z->count; i++) st = gpucore_event_create(z->ctx, &z->ready[i]);
-    if (!st) st = gpucore_event_create(z->ctx, &z->stepped);
+    /* ordering only, never timed (a timed event costs more to record and query) */
+    for (int i = 0; !st && i < z->count; i++) st = gpucore_event_create_untimed(z->ctx, &z->ready[i]);
+    if (!st) st = gpucore_event_create_untimed(z->ctx, &z->stepped);
+    if (!st) st = gpucore_event_create_untimed(z->ctx, &z->cs_mark);
     if (!st) st = zero_vector(z->ctx, GPUCORE_F32, 2, &z->combine);
     if (!st) st = gpucore_scalar_tensor_new(z->ctx, GPUCORE_F32, 0.0, &z->norm);
     if (!st) st = gpucore_scalar_tensor_new(z->ctx, GPUCORE_F32, 1.0, &z->coef);
@@ -283,7 +287,7 @@ static gpucore_status create_state(gpucore_zero *z, gpucore_tensor *const *param
         if (!st) st = init_shard(z, b, params, s);
         if (!st && z->stage == 1) st = zero_vector(z->ctx, (gpucore_dtype)b->dtype, zero_padded(z, b), &b->grad_full);
         if (!st && z->stage == 1) st = zero_param_views(z, b, b->grad_full, z->grad_views);
-        if (!st && z->stage == 3) st = gpucore_event_create(z->ctx, &b->gathered);
+        if (!st && z->stage == 3) st = gpucore_event_create_untimed(z->ctx, &b->gathered);
     }
     if (!st) st = gpucore_stream_synchronize(s); /* the optimizer reads the master shard */
     if (!st) st = gpucore_optimizer_create(z->ctx, &z->cfg, &z->master_flat, 1, &z->opt);
@@ -372,6 +376,9 @@ gpucore_status gpucore_zero_destroy(gpucore_zero *z)
     if (!z) return GPUCORE_OK;
     if (z->magic != GPUCORE_MAGIC_ZERO)
         return gpucore_set_error(GPUCORE_ERR_INVALID_HANDLE, "zero_destroy: the trainer was destroyed or never created");
+    if (z->group_gen && z->group_gen == gpucore_comm_group_generation())
+        return gpucore_set_error(GPUCORE_ERR_INVALID_ARGUMENT, "zero_destroy: the trainer has reductions in the comm "
+                                 "group open on this thread; end the group first");
     z->magic = GPUCORE_MAGIC_DEAD;
     if (gpucore_comm_size(z->comm) > 0) gpucore_comm_wait(z->comm, 0, -1);
     gpucore_context_synchronize(z->ctx);
@@ -431,6 +438,12 @@ gpucore_status gpucore_zero_grad(gpucore_zero *z, int param, gpucore_stream *str
                                op, param);
         goto out;
     }
+    if (b->group_gen && b->group_gen == gpucore_comm_group_generation()) {
+        st = gpucore_set_error(GPUCORE_ERR_INVALID_ARGUMENT, "%s: gradient %d's bucket was reduced in the comm group "
+                               "open on this thread, whose collectives start only at gpucore_comm_group_end; start "
+                               "the next round after ending the group", op, param);
+        goto out;
+    }
     if (z->stage >= 2 && !b->grad_full) {
         /* the full gradient of this bucket lives until its reduce-scatter */
         if ((st = zero_vector(z->ctx, (gpucore_dtype)b->dtype, zero_padded(z, b), &b->grad_full))) goto out;
@@ -439,10 +452,7 @@ gpucore_status gpucore_zero_grad(gpucore_zero *z, int param, gpucore_stream *str
     }
     if (b->zero_pending) {
         /* the previous round's reduction (or step) read this buffer on the comm stream */
-        gpucore_event *e = NULL;
-        if (!(st = gpucore_event_create(z->ctx, &e)) && !(st = gpucore_event_record(e, z->cs)))
-            st = gpucore_stream_wait_event(ps, e);
-        gpucore_event_destroy(e);
+        if (!(st = gpucore_event_record(z->cs_mark, z->cs))) st = gpucore_stream_wait_event(ps, z->cs_mark);
         if (!st && z->stepped_recorded) st = gpucore_stream_wait_event(ps, z->stepped);
         if (!st) st = gpucore_fill(b->grad_full, 0.0, ps);
         if (st) goto out;
@@ -454,6 +464,26 @@ out:
     return st;
 }
 
+/* What follows bucket k's reduce-scatter into `part` on the comm stream: accumulate it into the gradient
+ * shard, then free the scratch (and, stage 2+, the full gradient). Inside a comm group it runs when the group
+ * ends (gpucore_comm_group_after): NCCL starts the reduce-scatter only then. */
+typedef struct shard_after { gpucore_zero *z; int k; gpucore_tensor *part, *grad_full; } shard_after;
+static gpucore_status after_shard(void *arg)
+{
+    const shard_after *a = arg;
+    gpucore_zero *z = a->z;
+    zero_bucket *b = &z->b[a->k];
+    gpucore_tensor *part32 = NULL;
+    gpucore_status st = gpucore_comm_order_stream(z->comm); /* after a group: it ran on the group stream */
+    if (!st && b->dtype != GPUCORE_F32 && !(st = zero_vector_on(z->ctx, GPUCORE_F32, b->shard, z->cs, &part32)))
+        st = gpucore_cast(part32, a->part, z->cs);
+    if (!st) st = gpucore_axpy(b->gshard, 1.0, part32 ? part32 : a->part, z->cs);
+    gpucore_tensor_destroy(part32);
+    gpucore_tensor_destroy(a->part);
+    gpucore_tensor_destroy(a->grad_full); /* recorded on the comm stream: reused after the reduce-scatter */
+    return st;
+}
+
 /* Queue bucket k's reduction on the communicator's stream (z->mu held). */
 static gpucore_status launch_bucket(gpucore_zero *z, int k)
 {
@@ -461,24 +491,28 @@ static gpucore_status launch_bucket(gpucore_zero *z, int k)
     gpucore_status st = GPUCORE_OK;
     for (int i = b->begin; i < b->end && !st; i++) st = gpucore_stream_wait_event(z->cs, z->ready[i]);
     if (st) return st;
+    if (gpucore_comm_group_open()) b->group_gen = z->group_gen = gpucore_comm_group_generation();
     if (z->stage == 0) return gpucore_comm_allreduce(z->comm, b->grad_full, b->grad_full, GPUCORE_REDUCE_SUM, z->cs);
-    gpucore_tensor *part = NULL, *part32 = NULL;
+    gpucore_tensor *part = NULL;
     if ((st = gpucore_tensor_record_stream(b->grad_full, z->cs))) return st;
     /* scratch used only on the comm stream is allocated there, so its reuse is ordered by it */
     if ((st = zero_vector_on(z->ctx, (gpucore_dtype)b->dtype, b->shard, z->cs, &part))) return st;
-    st = gpucore_comm_reduce_scatter(z->comm, part, b->grad_full, GPUCORE_REDUCE_SUM, z->cs);
-    if (!st && b->dtype != GPUCORE_F32 && !(st = zero_vector_on(z->ctx, GPUCORE_F32, b->shard, z->cs, &part32)))
-        st = gpucore_cast(part32, part, z->cs);
-    if (!st) st = gpucore_axpy(b->gshard, 1.0, part32 ? part32 : part, z->cs);
-    gpucore_tensor_destroy(part32);
-    gpucore_tensor_destroy(part);
+    if ((st = gpucore_comm_reduce_scatter(z->comm, part, b->grad_full, GPUCORE_REDUCE_SUM, z->cs))) {
+        gpucore_tensor_destroy(part);
+        return st;
+    }
+    shard_after a = {z, k, part, NULL};
     if (z->stage >= 2) {
         /* only the shard survives: the full gradient goes back to the allocator after the reduce-scatter */
         zero_destroy_views(z->grad_views, b->begin, b->end);
-        gpucore_tensor_destroy(b->grad_full);
+        a.grad_full = b->grad_full;
         b->grad_full = NULL;
     } else {
         b->zero_pending = 1;
+    }
+    if ((st = gpucore_comm_group_after(after_shard, &a, sizeof a))) {
+        gpucore_tensor_destroy(a.part); /* held until the group ends, with the group's other frees */
+        gpucore_tensor_destroy(a.grad_full);
     }
     return st;
 }
@@ -613,7 +647,12 @@ gpucore_status gpucore_zero_step(gpucore_zero *z, gpucore_loss_scaler *scaler, g
     pthread_mutex_lock(&z->mu);
     int mid = 0;
     for (int i = 0; i < z->count; i++) mid |= z->marked[i];
-    if (z->no_sync && z->stage < 2)
+    if (gpucore_comm_group_open())
+        st = gpucore_set_error(GPUCORE_ERR_INVALID_ARGUMENT, "%s: inside a comm group: the step waits for the "
+                               "round's reductions and its all-gathers read the optimizer's result, so it cannot be "
+                               "one of the group's collectives; call it after gpucore_comm_group_end (one thread "
+                               "per rank needs no group)", op);
+    else if (z->no_sync && z->stage < 2)
         st = gpucore_set_error(GPUCORE_ERR_INVALID_ARGUMENT, "%s: no_sync is on, so no gradient was reduced; turn it "
                                "off for the last micro-batch", op);
     else if (mid)
@@ -628,11 +667,7 @@ gpucore_status gpucore_zero_step(gpucore_zero *z, gpucore_loss_scaler *scaler, g
     if (st) goto out;
     /* bounded by the communicator's timeout: a failed collective turns into GPUCORE_ERR_COMM */
     if ((st = gpucore_comm_wait(z->comm, gpucore_comm_last_sequence(z->comm), -1))) goto out;
-    gpucore_event *e = NULL;
-    if (!(st = gpucore_event_create(z->ctx, &e)) && !(st = gpucore_event_record(e, z->cs)))
-        st = gpucore_stream_wait_event(ps, e);
-    gpucore_event_destroy(e);
-    if (st) goto out;
+    if ((st = gpucore_event_record(z->cs_mark, z->cs)) || (st = gpucore_stream_wait_event(ps, z->cs_mark))) goto out;
     gpucore_tensor *found_inf = NULL;
     if (scaler && (st = gpucore_loss_scaler_found_inf(scaler, &found_inf))) goto out;
     double inv = z->o.average && z->size > 1 ? 1.0 / z->size : 1.0;

@@ -25,6 +25,7 @@ typedef struct zero_bucket {
     int pending;                 /* gradients not yet marked in this round */
     int zero_pending;            /* stages 0/1: grad_full must be zeroed before the next round */
     gpucore_event *gathered;     /* stage 3: recorded on the comm stream after the bucket's all-gather */
+    uint64_t group_gen;          /* the comm group (src/dist/comm_group.c) it was last reduced in */
 } zero_bucket;
 
 struct gpucore_zero {
@@ -45,6 +46,8 @@ struct gpucore_zero {
     gpucore_tensor **param_views;/* stage 3: per parameter, into param_full (NULL when not gathered) */
     gpucore_event **ready;       /* per parameter: recorded by mark_ready */
     gpucore_event *stepped;      /* recorded on the step's stream at its end */
+    gpucore_event *cs_mark;      /* recorded on the comm stream whenever another stream must follow it */
+    uint64_t group_gen;          /* the comm group a bucket was last reduced in */
     int stepped_recorded;
     int nbuckets;
     zero_bucket *b;

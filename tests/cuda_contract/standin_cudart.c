@@ -404,6 +404,20 @@ struct CUstream_st *standin_stream(const char *api, void *handle)
 
 int standin_stream_device(struct CUstream_st *s) { return s->device; }
 
+/* nccl.h:554-556 (ncclGroupStart): "Nothing will be started on the CUDA stream until ncclGroupEnd", and
+ * nccl.h:565-566 (ncclGroupEnd): "Operations on the CUDA stream depending on the NCCL operations need to be
+ * called after ncclGroupEnd". Anything queued on a stream whose collectives an open group holds (or whose
+ * non-blocking ncclGroupEnd has not settled) runs BEFORE them: a kernel or copy reads their inputs unreduced
+ * and an event or host function reports them done. Records a violation naming what was queued. */
+static void check_not_held(const char *api, struct CUstream_st *s, const char *what)
+{
+    if (standin_nccl_group_holds_stream(s))
+        standin_violation(api, "nccl.h:555,565", "%s queued on a stream whose NCCL collectives are held in an open "
+                          "group: \"Nothing will be started on the CUDA stream until ncclGroupEnd\" and \"Operations "
+                          "on the CUDA stream depending on the NCCL operations need to be called after "
+                          "ncclGroupEnd\", so it runs before them", what);
+}
+
 typedef struct task_args { standin_task_fn fn; unsigned char args[256]; } task_args;
 static gpucore_status run_task(void *p)
 {
@@ -468,6 +482,7 @@ cudaError_t cudaStreamSynchronize(cudaStream_t h)
     standin_api_enter("cudaStreamSynchronize");
     struct CUstream_st *s = standin_stream("cudaStreamSynchronize", h);
     if (!s) return fail(cudaErrorInvalidResourceHandle);
+    check_not_held("cudaStreamSynchronize", s, "a host synchronization (it returns before they start)");
     return stream_status(s, cpu_stream_synchronize(s->q));
 }
 
@@ -503,10 +518,7 @@ cudaError_t cudaLaunchHostFunc(cudaStream_t h, cudaHostFn_t fn, void *arg)
     struct CUstream_st *s = standin_stream("cudaLaunchHostFunc", h);
     if (!s) return fail(cudaErrorInvalidResourceHandle);
     if (!fn) return fail(cudaErrorInvalidValue);
-    if (standin_nccl_group_holds_stream(s))
-        standin_violation("cudaLaunchHostFunc", "nccl.h:555", "host function queued on a stream whose NCCL collectives "
-                          "are held in an open group: \"Nothing will be started on the CUDA stream until "
-                          "ncclGroupEnd\", so the callback runs before them");
+    check_not_held("cudaLaunchHostFunc", s, "a host function");
     host_fn_args a = {fn, arg};
     if (standin_stream_enqueue(s, host_fn_task, &a, sizeof a)) return fail(cudaErrorMemoryAllocation);
     return cudaSuccess;
@@ -568,10 +580,7 @@ cudaError_t cudaEventRecord(cudaEvent_t h, cudaStream_t sh)
                           "different devices\"", e->device, s->device);
         return fail(cudaErrorInvalidResourceHandle);
     }
-    if (standin_nccl_group_holds_stream(s))
-        standin_violation("cudaEventRecord", "nccl.h:555", "event recorded on a stream whose NCCL collectives are "
-                          "held in an open group: \"Nothing will be started on the CUDA stream until ncclGroupEnd\", "
-                          "so the event completes before them");
+    check_not_held("cudaEventRecord", s, "an event record (it completes before them)");
     e->recorded = 1;
     if (cpu_event_record(e->e, s->q) != GPUCORE_OK) return fail(cudaErrorMemoryAllocation);
     return cudaSuccess;
@@ -655,6 +664,7 @@ cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t bytes, enum cudaM
         return fail(cudaErrorInvalidValue);
     }
     if (bytes == 0) return cudaSuccess;
+    check_not_held("cudaMemcpyAsync", s, "a copy");
     int pd = 0, ps = 0;
     if (!check_copy_side("destination", dst, bytes, &pd) || !check_copy_side("source", src, bytes, &ps))
         return fail(cudaErrorInvalidValue);
@@ -682,6 +692,7 @@ int simt_stream_enqueue(void *stream, void *closure)
         standin_violation("<<<kernel launch>>>", "PG:stream-event", "kernel launched on a stream of device %d while "
                           "device %d is current: \"A kernel launch will fail if it is issued to a stream that is not "
                           "associated to the current device\"", s->device, current_device);
+    check_not_held("<<<kernel launch>>>", s, "a kernel launch");
     standin_count("kernel_launch");
     return standin_stream_enqueue(s, grid_task, &closure, sizeof closure);
 }

@@ -9,9 +9,11 @@
  * rank; non-blocking semantics (ncclInProgress until every rank joined; a
  * communicator is used only once it answered ncclSuccess); group nesting and
  * "Nothing will be started on the CUDA stream until ncclGroupEnd" (nccl.h:555):
- * held collectives are queued only at the outermost ncclGroupEnd, and an event
- * or host function put on such a stream meanwhile is a violation (checked by
- * the runtime stand-in through standin_nccl_group_holds_stream); datatype and
+ * held collectives are queued only at the outermost ncclGroupEnd, and a kernel
+ * launch, copy, event record, host function or stream synchronize on such a
+ * stream meanwhile is a violation (nccl.h:565: work depending on the group's
+ * operations must be queued after ncclGroupEnd; checked by the runtime stand-in
+ * through standin_nccl_group_holds_stream); datatype and
  * op; matching calls across ranks; buffer sizes; stream on the comm's device;
  * use after destroy/abort; ncclCommAbort while another thread is inside a call
  * on the same communicator.

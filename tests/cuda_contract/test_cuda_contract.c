@@ -222,7 +222,7 @@ static void test_event_inside_group(void)
     FN(ncclGetUniqueId); FN(ncclCommInitRankConfig); FN(ncclGroupStart); FN(ncclGroupEnd); FN(ncclAllReduce);
     FN(ncclCommGetAsyncError); FN(ncclCommDestroy); FN(cudaSetDevice); FN(cudaStreamCreate); FN(cudaEventCreate);
     FN(cudaEventRecord); FN(cudaStreamSynchronize); FN(cudaMalloc); FN(cudaFree); FN(cudaEventDestroy);
-    FN(cudaStreamDestroy);
+    FN(cudaStreamDestroy); FN(cudaMemcpyAsync);
     ncclUniqueId id;
     CHECK(ncclGetUniqueId_(&id) == ncclSuccess);
     ncclComm_t c[2];
@@ -250,6 +250,11 @@ static void test_event_inside_group(void)
     for (int r = 0; r < 2; r++) CHECK(ncclAllReduce_(buf[r], buf[r], 16, ncclFloat32, ncclSum, c[r], s[r]) == ncclSuccess);
     CHECK(cudaEventRecord_(ev, s[0]) == cudaSuccess); /* the break: completes before the allreduce */
     expect_violation("an event recorded inside an NCCL group", "nccl.h:555");
+    /* a copy (or a kernel) there runs before the held allreduce: it reads or overwrites unreduced data */
+    CHECK(cudaMemcpyAsync_((char *)buf[0] + 32, buf[0], 32, cudaMemcpyDefault, s[0]) == cudaSuccess);
+    expect_violation("a copy queued inside an NCCL group on the held stream", "nccl.h:555,565");
+    CHECK(cudaStreamSynchronize_(s[0]) == cudaSuccess);
+    expect_violation("synchronizing a held stream inside an NCCL group", "nccl.h:555,565");
     ncclResult_t end = ncclGroupEnd_();
     CHECK(end == ncclSuccess || end == ncclInProgress);
     for (int r = 0; r < 2; r++) {

@@ -24,6 +24,8 @@ gpucore_status kops_error(int err, const char *what) { return cuda_status((cudaE
 
 gpucore_status kops_launch_for(void *bctx, void *s, gpucore_launch *launch)
 {
+    gpucore_status held = cuda_comm_group_refuse(s, "a kernel launch");
+    if (held) return held;
     cuda_context *c = bctx;
     launch->stream = s;
     launch->sm_count = c->sm_count;
@@ -141,6 +143,8 @@ static void cuda_stream_destroy(void *bctx, void *s)
 static gpucore_status cuda_stream_synchronize(void *bctx, void *s)
 {
     (void)bctx;
+    gpucore_status held = cuda_comm_group_refuse(s, "stream_synchronize");
+    if (held) return held;
     CUDA_TRY(cudaStreamSynchronize((cudaStream_t)s), "stream_synchronize (an earlier asynchronous op may have failed)");
     return GPUCORE_OK;
 }
@@ -200,9 +204,20 @@ static gpucore_status cuda_stream_wait_event(void *bctx, void *s, void *e)
     return GPUCORE_OK;
 }
 
+/* An event whose record a comm group holds would read as complete (or as its previous record). */
+static gpucore_status held_event(void *e, const char *what)
+{
+    if (!cuda_comm_group_event_held(e)) return GPUCORE_OK;
+    return cuda_host->set_error(GPUCORE_ERR_INVALID_ARGUMENT, "%s: the event was recorded after a collective of the "
+                                "comm group open on this thread, and NCCL starts them only at ncclGroupEnd "
+                                "(nccl.h:555); ask after gpucore_comm_group_end", what);
+}
+
 static gpucore_status cuda_event_synchronize(void *bctx, void *e)
 {
     (void)bctx;
+    gpucore_status held = held_event(e, "event_synchronize");
+    if (held) return held;
     CUDA_TRY(cudaEventSynchronize((cudaEvent_t)e), "cudaEventSynchronize");
     return GPUCORE_OK;
 }
@@ -210,6 +225,8 @@ static gpucore_status cuda_event_synchronize(void *bctx, void *e)
 static gpucore_status cuda_event_query(void *bctx, void *e)
 {
     (void)bctx;
+    gpucore_status held = held_event(e, "event_query");
+    if (held) return held;
     cudaError_t err = cudaEventQuery((cudaEvent_t)e);
     if (err == cudaErrorNotReady) { cudaGetLastError(); return GPUCORE_ERR_NOT_READY; }
     CUDA_TRY(err, "cudaEventQuery");
@@ -237,10 +254,34 @@ static void cuda_range_pop(void) { nvtxRangePop(); }
 
 static gpucore_status cuda_copy(void *bctx, void *dst, const void *src, size_t bytes, void *s)
 {
+    gpucore_status held = cuda_comm_group_refuse(s, "a copy");
+    if (held) return held;
     USE_DEVICE(bctx);
     CUDA_TRY(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, (cudaStream_t)s), "cudaMemcpyAsync");
     return GPUCORE_OK;
 }
+
+/* cuBLASLt and cuDNN calls on a stream a comm group holds would run before its collectives (the kernel
+ * fallbacks are refused in kops_launch_for). */
+static gpucore_status cuda_matmul_checked(void *bctx, const gpucore_gemm_desc *desc, void *stream)
+{
+    gpucore_status held = cuda_comm_group_refuse(stream, "matmul");
+    return held ? held : cuda_matmul(bctx, desc, stream);
+}
+
+static gpucore_status cuda_attention_checked(void *bctx, const gpucore_attn_args *args, void *stream)
+{
+    gpucore_status held = cuda_comm_group_refuse(stream, "attention");
+    return held ? held : cuda_attention(bctx, args, stream);
+}
+
+#if GPUCORE_HAVE_CUDNN
+static gpucore_status cuda_conv_checked(void *bctx, const gpucore_conv_desc *desc, void *stream)
+{
+    gpucore_status held = cuda_comm_group_refuse(stream, "conv");
+    return held ? held : cuda_conv(bctx, desc, stream);
+}
+#endif
 
 static const gpucore_backend cuda_backend_table = {
     .abi = GPUCORE_BACKEND_ABI,
@@ -276,11 +317,11 @@ static const gpucore_backend cuda_backend_table = {
     .copy_strided = kops_copy_strided,
     .fill = kops_fill,
     .random = kops_random,
-    .matmul = cuda_matmul,
+    .matmul = cuda_matmul_checked,
     .elementwise = kops_elementwise,
     .reduce = kops_reduce,
     .rows = kops_rows,
-    .attention = cuda_attention,
+    .attention = cuda_attention_checked,
     .transformer = kops_transformer,
     .host_alloc = cuda_host_alloc,
     .host_free = cuda_host_free,
@@ -300,7 +341,7 @@ static const gpucore_backend cuda_backend_table = {
     .comm_group = cuda_comm_group,
 #endif
 #if GPUCORE_HAVE_CUDNN
-    .conv = cuda_conv,
+    .conv = cuda_conv_checked,
     .conv_stats = cuda_conv_stats,
 #endif
     .range_push = cuda_range_push,

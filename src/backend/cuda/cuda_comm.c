@@ -11,12 +11,22 @@
  * kernels return) and keeps a message naming rank, op, sequence number, count and
  * dtype for comm_check. Without NCCL in the build every entry says so.
  *
- * Groups (gpucore_comm_group_start/end): "Nothing will be started on the CUDA
- * stream until ncclGroupEnd" (nccl.h:555), so inside a group every event record,
- * host callback and wait that follows a collective on its stream is held on this
- * thread and issued, in order, only after ncclGroupEnd and after every
- * communicator the group touched has settled (a non-blocking ncclGroupEnd may
- * answer ncclInProgress while it still queues in the background).
+ * Groups (gpucore_comm_group_start/end, src/dist/comm_group.c): "Nothing will be
+ * started on the CUDA stream until ncclGroupEnd" (nccl.h:555) and "Operations on
+ * the CUDA stream depending on the NCCL operations need to be called after
+ * ncclGroupEnd" (nccl.h:565). A stream a grouped collective was queued on is held
+ * for the rest of the group, and so is a stream that waits on an event recorded on
+ * a held stream: event records, host callbacks and such waits there are held on this
+ * thread and issued, in order, only after ncclGroupEnd and after every communicator
+ * the group touched has settled (a non-blocking ncclGroupEnd may answer
+ * ncclInProgress while it still queues in the background); kernels, copies, library
+ * calls and host synchronizations on a held stream are refused with
+ * GPUCORE_ERR_INVALID_ARGUMENT (cuda_comm_group_refuse), since they would run before
+ * the collectives or return before them. A wait on a held stream for an event that
+ * is not held is issued at once (it makes the collectives wait for work queued
+ * elsewhere: that is how their inputs are ordered). The settling polls each
+ * communicator with its lock taken per poll only (the watchdog can abort it
+ * meanwhile) and gives up after the longest timeout of the group's collectives.
  */
 #include <pthread.h>
 #include <stdarg.h>
@@ -49,6 +59,7 @@ typedef struct cuda_comm {
     int stop;
     atomic_int failed;
     int aborted;
+    double group_timeout_s; /* the longest timeout of its collectives in the open group */
     char msg[1024];
 } cuda_comm;
 
@@ -305,20 +316,43 @@ static int group_holds(held_item it)
     return 1;
 }
 
+static int stream_held(void *stream)
+{
+    for (int i = 0; i < group_nstreams; i++)
+        if (group_streams[i] == stream) return 1;
+    return 0;
+}
+
+int cuda_comm_group_event_held(void *event)
+{
+    for (int i = 0; i < group_nheld; i++)
+        if (group_held[i].kind == HELD_EVENT_RECORD && group_held[i].event == event) return 1;
+    return 0;
+}
+
 int cuda_comm_group_defer(int kind, void *stream, void *event, gpucore_host_fn fn, void *arg)
 {
     if (group_depth == 0) return 0;
-    int hit = 0;
-    if (kind == CUDA_DEFER_WAIT_EVENT) { /* a wait on an event whose record is held must follow it */
-        for (int i = 0; i < group_nheld && !hit; i++)
-            hit = group_held[i].kind == HELD_EVENT_RECORD && group_held[i].event == event;
-    } else {
-        for (int i = 0; i < group_nstreams && !hit; i++) hit = group_streams[i] == stream;
-    }
+    /* a wait on an event whose record is held must follow it, and so must everything after it on that stream */
+    int hit = kind == CUDA_DEFER_WAIT_EVENT ? cuda_comm_group_event_held(event) : stream_held(stream);
     if (!hit) return 0;
+    if (kind == CUDA_DEFER_WAIT_EVENT && !stream_held(stream)) {
+        if (group_nstreams < GROUP_MAX) group_streams[group_nstreams++] = stream;
+        else group_overflow = 1;
+    }
     held_item it = {kind == CUDA_DEFER_EVENT_RECORD ? HELD_EVENT_RECORD : kind == CUDA_DEFER_HOST_FN ? HELD_HOST_FN
                     : HELD_WAIT_EVENT, stream, event, fn, arg, NULL, NULL};
     return group_holds(it);
+}
+
+gpucore_status cuda_comm_group_refuse(void *stream, const char *what)
+{
+    if (group_depth == 0 || !stream_held(stream)) return GPUCORE_OK;
+    return cuda_host->set_error(GPUCORE_ERR_INVALID_ARGUMENT,
+                                "%s on a stream that follows a collective of the comm group open on this thread: NCCL "
+                                "starts a group's collectives only at ncclGroupEnd (nccl.h:555, 565), so this would "
+                                "run before them (or return before they start); queue it after "
+                                "gpucore_comm_group_end", what);
 }
 
 static void pending_append(cuda_comm *c, pending_call *p)
@@ -369,6 +403,7 @@ gpucore_status cuda_comm_enqueue(void *bcomm, const gpucore_comm_call *k, void *
     if (group_depth > 0) {
         if (r == ncclInProgress) r = ncclSuccess; /* settled at the group's end */
         if (r == ncclSuccess) group_touch(c, s);
+        if (k->timeout_s > c->group_timeout_s) c->group_timeout_s = k->timeout_s;
     } else if (r == ncclInProgress) {
         r = nccl_settle(c->nc, r, k->timeout_s);
     }
@@ -439,23 +474,49 @@ void cuda_comm_destroy(void *bcomm)
     free(c);
 }
 
+/* Poll one communicator of the group until its non-blocking ncclGroupEnd settled, taking its lock for each
+ * poll only (its watchdog may abort it in between), for at most timeout_s (0: the communicator's collectives
+ * had none; 600 s). */
+static gpucore_status group_settle(cuda_comm *c, double timeout_s)
+{
+    double limit = timeout_s > 0 ? timeout_s : 600.0, deadline = comm_now_s() + limit;
+    for (;;) {
+        char why[sizeof c->msg] = "";
+        pthread_mutex_lock(&c->mu);
+        ncclResult_t r = ncclInternalError;
+        int aborted = c->aborted;
+        if (aborted) memcpy(why, c->msg, sizeof why);
+        else if (NCCL.ncclCommGetAsyncError(c->nc, &r) != ncclSuccess) r = ncclInternalError;
+        pthread_mutex_unlock(&c->mu);
+        if (aborted)
+            return cuda_host->set_error(GPUCORE_ERR_COMM, "comm_group_end: rank %d of %d was aborted while the group "
+                                        "settled: %s", c->rank, c->size, why);
+        if (r == ncclSuccess) return GPUCORE_OK;
+        if (r != ncclInProgress) return nccl_fail("ncclGroupEnd (settling a communicator of the group)", r);
+        if (comm_now_s() > deadline)
+            return cuda_host->set_error(GPUCORE_ERR_COMM, "comm_group_end: rank %d of %d did not settle within the "
+                                        "collectives' timeout of %.1f s (a peer may have died or never issued its part "
+                                        "of the group)", c->rank, c->size, limit);
+        struct timespec nap = {0, 100000};
+        nanosleep(&nap, NULL);
+    }
+}
+
 /* The outermost group end: NCCL starts the fused operation; every communicator touched settles; then the
  * held stream work is issued in the order it was asked for. */
 static gpucore_status group_finish(void)
 {
-    /* every communicator of the group is locked against its watchdog's abort while NCCL starts and settles it */
+    /* every communicator of the group is locked against its watchdog's abort while NCCL starts it */
     for (int i = 0; i < group_count; i++) pthread_mutex_lock(&group_comms[i]->mu);
     int aborted = 0;
     for (int i = 0; i < group_count; i++) aborted |= group_comms[i]->aborted;
     ncclResult_t r = NCCL.ncclGroupEnd();
+    for (int i = 0; i < group_count; i++) pthread_mutex_unlock(&group_comms[i]->mu);
     gpucore_status st = GPUCORE_OK;
     if (aborted) st = cuda_host->set_error(GPUCORE_ERR_COMM, "comm_group_end: a communicator of the group was aborted");
     else if (r != ncclSuccess && r != ncclInProgress) st = nccl_fail("ncclGroupEnd", r);
-    for (int i = 0; i < group_count && !st; i++) {
-        r = nccl_settle(group_comms[i]->nc, ncclInProgress, 600);
-        if (r != ncclSuccess) st = nccl_fail("ncclGroupEnd (settling a communicator of the group)", r);
-    }
-    for (int i = 0; i < group_count; i++) pthread_mutex_unlock(&group_comms[i]->mu);
+    for (int i = 0; i < group_count && !st; i++) st = group_settle(group_comms[i], group_comms[i]->group_timeout_s);
+    for (int i = 0; i < group_count; i++) group_comms[i]->group_timeout_s = 0;
     if (!st && group_overflow)
         st = cuda_host->set_error(GPUCORE_ERR_INVALID_ARGUMENT, "comm_group: more than %d communicators, streams or "
                                   "stream operations inside one group", GROUP_MAX);
@@ -511,5 +572,11 @@ int cuda_comm_group_defer(int kind, void *stream, void *event, gpucore_host_fn f
 {
     (void)kind; (void)stream; (void)event; (void)fn; (void)arg;
     return 0;
+}
+int cuda_comm_group_event_held(void *event) { (void)event; return 0; }
+gpucore_status cuda_comm_group_refuse(void *stream, const char *what)
+{
+    (void)stream; (void)what;
+    return GPUCORE_OK;
 }
 #endif /* GPUCORE_HAVE_NCCL */

@@ -55,9 +55,16 @@ CUDA_HIDDEN void cuda_comm_abort(void *bcomm, const char *reason);
 CUDA_HIDDEN void cuda_comm_destroy(void *bcomm);
 CUDA_HIDDEN gpucore_status cuda_comm_group(int begin);
 /* Inside a comm group on this thread, stream work that must follow the group's collectives (an event record
- * or host callback on a stream the group used, a wait on an event so held) is held until the group ends.
+ * or host callback on a stream the group holds, a wait on an event so held: its stream is held from then on)
+ * is held until the group ends.
  * Returns 1 if held (issued later), 0 if the caller issues it now. Defined with or without NCCL. */
 enum { CUDA_DEFER_EVENT_RECORD, CUDA_DEFER_HOST_FN, CUDA_DEFER_WAIT_EVENT };
 CUDA_HIDDEN int cuda_comm_group_defer(int kind, void *stream, void *event, gpucore_host_fn fn, void *arg);
+/* INVALID_ARGUMENT (message naming `what`) when `stream` is held by the comm group open on this thread: a
+ * kernel, copy or library call there would run before the group's collectives, a synchronize return before
+ * them. OK otherwise. */
+CUDA_HIDDEN gpucore_status cuda_comm_group_refuse(void *stream, const char *what);
+/* 1 if the event's record is held by the comm group open on this thread. */
+CUDA_HIDDEN int cuda_comm_group_event_held(void *event);
 
 #endif
