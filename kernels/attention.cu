@@ -404,9 +404,33 @@ __device__ __forceinline__ void att_tc_product(float *C, int ldc, const T *A, in
     }
 }
 
+/* Row pitch padding of the f32 tiles, in floats. A warp reads 4 rows x 8 lanes (row r, column lane + 8n), and
+ * a half-warp's accumulator fragment store writes 4 rows x 8 floats: with a pitch of 8 (mod 32) words those
+ * 32 words lie in 32 different banks; with 4 (mod 32) two rows share banks (2-way conflicts). The pitch stays
+ * a multiple of 4 floats (WMMA's ldm rule for f32) and at D = Dv = 128 every kernel stays under 48 KiB. */
+#define ATT_TC_F32_PAD 8
+static constexpr bool att_tc_pitch_conflict_free(int ld)
+{
+    bool used[32] = {};
+    for (int r = 0; r < 4; r++)
+        for (int lane = 0; lane < ATT_LANES; lane++) {
+            const int bank = (r * ld + lane) % 32;
+            if (used[bank]) return false;
+            used[bank] = true;
+        }
+    return ld % 4 == 0;
+}
+static constexpr bool att_tc_pitches_conflict_free()
+{
+    for (int d = 16; d <= 128; d += 16) /* ldf = Dv + pad, ldt = D + pad */
+        if (!att_tc_pitch_conflict_free(d + ATT_TC_F32_PAD)) return false;
+    return att_tc_pitch_conflict_free(ATT_TC_BK + ATT_TC_F32_PAD); /* lds */
+}
+static_assert(att_tc_pitches_conflict_free(), "f32 tile pitches of the tensor-core kernels have bank conflicts");
+
 /* Shared memory of the tensor-core kernels, in bytes, and the offsets of its parts (all multiples of
- * 32 bytes). s: f32 scores [16][lds]; f: f32 [16][ldf] (forward: the tile's P V, ldf = Dv + 4; dq: dP,
- * ldf = lds, and then dS K over s and f together, ld D + 4 <= 2 lds); q: Q [16][ldq]; o: dout [16][ldo]
+ * 32 bytes). s: f32 scores [16][lds]; f: f32 [16][ldf] (forward: the tile's P V, ldf = Dv + 8; dq: dP,
+ * ldf = lds, and then dS K over s and f together, ld D + 8 <= 2 lds); q: Q [16][ldq]; o: dout [16][ldo]
  * (dq only); kv: the K or V tile [BK][ldkv]; p: P or dS [16][ldp]; stats: D_i and lse (dq only). */
 struct att_tc_layout {
     int ldq, ldo, ldkv, lds, ldp, ldf;
@@ -418,9 +442,9 @@ static __host__ __device__ inline att_tc_layout att_tc_plan(int64_t D, int64_t D
     L.ldq = (int)D + 8; /* halves: +16 bytes against bank conflicts, still a multiple of 16 bytes */
     L.ldo = (int)Dv + 8;
     L.ldkv = (int)(D > Dv ? D : Dv) + 8;
-    L.lds = ATT_TC_BK + 4; /* floats */
+    L.lds = ATT_TC_BK + ATT_TC_F32_PAD; /* floats */
     L.ldp = ATT_TC_BK + 8;
-    L.ldf = dq ? L.lds : (int)Dv + 4;
+    L.ldf = dq ? L.lds : (int)Dv + ATT_TC_F32_PAD;
     L.s = 0;
     L.f = L.s + sizeof(float) * ATT_ROWS * L.lds;
     L.q = L.f + sizeof(float) * ATT_ROWS * L.ldf;
@@ -510,7 +534,7 @@ template <int NC, typename T>
 __global__ void __launch_bounds__(ATT_THREADS, ATT_TC_MIN_BLOCKS) attention_dq_tc_kernel(gpucore_attn_args a, int64_t nqt)
 {
     extern __shared__ __align__(128) float attn_smem[]; /* WMMA: fragment pointers 256-bit aligned */
-    const int D = (int)a.head_dim, Dv = (int)a.head_dim_v, ldt = D + 4;
+    const int D = (int)a.head_dim, Dv = (int)a.head_dim_v, ldt = D + ATT_TC_F32_PAD;
     const att_tc_layout L = att_tc_plan(D, Dv, 1);
     char *base = (char *)attn_smem;
     float *Ss = (float *)(base + L.s), *dPs = (float *)(base + L.f), *dQs = Ss;
@@ -587,9 +611,9 @@ static __host__ __device__ inline att_tc_dkv_layout att_tc_dkv_plan(int64_t D, i
     L.ldk = (int)D + 8;
     L.ldv = (int)Dv + 8;
     L.ldb = (int)(D > Dv ? D : Dv) + 8;
-    L.lds = ATT_TC_BK + 4;
+    L.lds = ATT_TC_BK + ATT_TC_F32_PAD;
     L.ldp = ATT_TC_BK + 8;
-    L.ldt = (int)(D > Dv ? D : Dv) + 4; /* <= 2 lds: the product tile fits over Sᵀ and dPᵀ */
+    L.ldt = (int)(D > Dv ? D : Dv) + ATT_TC_F32_PAD; /* <= 2 lds: the product tile fits over Sᵀ and dPᵀ */
     L.k = 0;
     L.v = L.k + 2 * ATT_ROWS * L.ldk;
     L.st = L.v + 2 * ATT_ROWS * L.ldv;
