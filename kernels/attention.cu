@@ -90,7 +90,7 @@ __device__ __forceinline__ att_qblock att_qblock_of(const gpucore_attn_args &a, 
     return q;
 }
 
-/* out[b, h, i, lane + 8n] = acc[n] / l and lse = m + log l (a row with nothing admitted: 0 and -inf). */
+/* out[b, h, i, lane + 8n] = acc[n] / l and lse = m + log l (a row with nothing admitted: 0 and -inf; a NaN score: NaN). */
 template <int NC>
 __device__ __forceinline__ void att_store_out_row(const gpucore_attn_args &a, int64_t b, int64_t h, int64_t i, int lane,
                                                   const float *acc, float m, float l)
@@ -100,17 +100,18 @@ __device__ __forceinline__ void att_store_out_row(const gpucore_attn_args &a, in
     for (int n = 0; n < NC; n++)
         if (lane + ATT_LANES * n < a.head_dim_v)
             gpucore_attn_store(&a.out, a.dtype, gpucore_attn_offset(&a.out, b, h, i, lane + ATT_LANES * n), acc[n] * inv);
-    if (lane == 0 && a.lse) a.lse[(b * a.heads + h) * a.seq_q + i] = l > 0.0f ? m + logf(l) : -INFINITY;
+    if (lane == 0 && a.lse) a.lse[(b * a.heads + h) * a.seq_q + i] = gpucore_attn_lse(m, l);
 }
 
 template <int NC>
 __global__ void __launch_bounds__(ATT_THREADS) attention_forward_kernel(gpucore_attn_args a, int BK, int64_t nqt)
 {
-    extern __shared__ float attn_smem[];
+    extern __shared__ __align__(128) float attn_smem[]; /* WMMA: fragment pointers 256-bit aligned */
     const int64_t D = a.head_dim, Dv = a.head_dim_v;
     const int ldq = (int)D + 1, ldkv = (int)(D > Dv ? D : Dv) + 1, lds = BK + 1;
-    float *Qs = attn_smem, *KVs = Qs + ATT_ROWS * ldq, *Ss = KVs + BK * ldkv;
+    float *Qs = attn_smem, *KVs = Qs + ATT_ROWS * ldq, *Ss = KVs + BK * ldkv, *Keep = Ss + ATT_ROWS * lds;
     const int r = threadIdx.x / ATT_LANES, lane = threadIdx.x % ATT_LANES;
+    const bool dropout = a.dropout_p > 0.0f;
     const int64_t total = a.batch * a.heads * nqt;
     for (int64_t blk = blockIdx.x; blk < total; blk += gridDim.x) {
         const att_qblock qb = att_qblock_of(a, blk, nqt, r);
@@ -133,6 +134,8 @@ __global__ void __launch_bounds__(ATT_THREADS) attention_forward_kernel(gpucore_
                     s = gpucore_attn_score(&a, bias == -INFINITY ? 0.0f : att_dot(Qs + r * ldq, KVs + jj * ldkv, D), bias);
                 }
                 Ss[r * lds + jj] = s;
+                /* the dropout factor once per score (by its lane), not by all 8 lanes of the row below */
+                if (dropout) Keep[r * lds + jj] = s == -INFINITY ? 0.0f : gpucore_attn_keep(&a, b, h, i, j0 + jj);
             }
             __syncthreads();
             att_load_tile(KVs, ldkv, a.v, a.dtype, b, hk, j0, nk, (int)nk, Dv);
@@ -149,7 +152,7 @@ __global__ void __launch_bounds__(ATT_THREADS) attention_forward_kernel(gpucore_
                     const float p = gpucore_attn_exp(Ss[r * lds + jj], mn);
                     l += p;
                     if (p == 0.0f) continue;
-                    att_axpy_cols<NC>(acc, p * gpucore_attn_keep(&a, b, h, i, j0 + jj), KVs + jj * ldkv, lane, Dv);
+                    att_axpy_cols<NC>(acc, dropout ? p * Keep[r * lds + jj] : p, KVs + jj * ldkv, lane, Dv);
                 }
                 m = mn;
             }
@@ -182,7 +185,7 @@ __device__ __forceinline__ void att_row_dots(const gpucore_attn_args &a, int64_t
 template <int NC>
 __global__ void __launch_bounds__(ATT_THREADS, ATT_DQ_MIN_BLOCKS) attention_dq_kernel(gpucore_attn_args a, int BK, int64_t nqt)
 {
-    extern __shared__ float attn_smem[];
+    extern __shared__ __align__(128) float attn_smem[]; /* WMMA: fragment pointers 256-bit aligned */
     const int64_t D = a.head_dim, Dv = a.head_dim_v;
     const int ldq = (int)D + 1, ldo = (int)Dv + 1, ldkv = (int)(D > Dv ? D : Dv) + 1, lds = BK + 1;
     float *Qs = attn_smem, *dOs = Qs + ATT_ROWS * ldq, *KVs = dOs + ATT_ROWS * ldo, *Ss = KVs + BK * ldkv;
@@ -273,7 +276,7 @@ __device__ __forceinline__ void att_store_dkv_row(const gpucore_attn_args &a, in
 template <int NC>
 __global__ void __launch_bounds__(ATT_THREADS) attention_dkv_kernel(gpucore_attn_args a, int BQ, int64_t nkt)
 {
-    extern __shared__ float attn_smem[];
+    extern __shared__ __align__(128) float attn_smem[]; /* WMMA: fragment pointers 256-bit aligned */
     const int64_t D = a.head_dim, Dv = a.head_dim_v, G = a.heads / a.kv_heads;
     const int ldk = (int)D + 1, ldv = (int)Dv + 1, ldb = (int)(D > Dv ? D : Dv) + 1, lds = BQ + 1;
     float *Ks = attn_smem, *Vs = Ks + ATT_ROWS * ldk, *Bs = Vs + ATT_ROWS * ldv, *Ps = Bs + BQ * ldb;
@@ -401,9 +404,33 @@ __device__ __forceinline__ void att_tc_product(float *C, int ldc, const T *A, in
     }
 }
 
+/* Row pitch padding of the f32 tiles, in floats. A warp reads 4 rows x 8 lanes (row r, column lane + 8n), and
+ * a half-warp's accumulator fragment store writes 4 rows x 8 floats: with a pitch of 8 (mod 32) words those
+ * 32 words lie in 32 different banks; with 4 (mod 32) two rows share banks (2-way conflicts). The pitch stays
+ * a multiple of 4 floats (WMMA's ldm rule for f32) and at D = Dv = 128 every kernel stays under 48 KiB. */
+#define ATT_TC_F32_PAD 8
+static constexpr bool att_tc_pitch_conflict_free(int ld)
+{
+    bool used[32] = {};
+    for (int r = 0; r < 4; r++)
+        for (int lane = 0; lane < ATT_LANES; lane++) {
+            const int bank = (r * ld + lane) % 32;
+            if (used[bank]) return false;
+            used[bank] = true;
+        }
+    return ld % 4 == 0;
+}
+static constexpr bool att_tc_pitches_conflict_free()
+{
+    for (int d = 16; d <= 128; d += 16) /* ldf = Dv + pad, ldt = D + pad */
+        if (!att_tc_pitch_conflict_free(d + ATT_TC_F32_PAD)) return false;
+    return att_tc_pitch_conflict_free(ATT_TC_BK + ATT_TC_F32_PAD); /* lds */
+}
+static_assert(att_tc_pitches_conflict_free(), "f32 tile pitches of the tensor-core kernels have bank conflicts");
+
 /* Shared memory of the tensor-core kernels, in bytes, and the offsets of its parts (all multiples of
- * 32 bytes). s: f32 scores [16][lds]; f: f32 [16][ldf] (forward: the tile's P V, ldf = Dv + 4; dq: dP,
- * ldf = lds, and then dS K over s and f together, ld D + 4 <= 2 lds); q: Q [16][ldq]; o: dout [16][ldo]
+ * 32 bytes). s: f32 scores [16][lds]; f: f32 [16][ldf] (forward: the tile's P V, ldf = Dv + 8; dq: dP,
+ * ldf = lds, and then dS K over s and f together, ld D + 8 <= 2 lds); q: Q [16][ldq]; o: dout [16][ldo]
  * (dq only); kv: the K or V tile [BK][ldkv]; p: P or dS [16][ldp]; stats: D_i and lse (dq only). */
 struct att_tc_layout {
     int ldq, ldo, ldkv, lds, ldp, ldf;
@@ -415,9 +442,9 @@ static __host__ __device__ inline att_tc_layout att_tc_plan(int64_t D, int64_t D
     L.ldq = (int)D + 8; /* halves: +16 bytes against bank conflicts, still a multiple of 16 bytes */
     L.ldo = (int)Dv + 8;
     L.ldkv = (int)(D > Dv ? D : Dv) + 8;
-    L.lds = ATT_TC_BK + 4; /* floats */
+    L.lds = ATT_TC_BK + ATT_TC_F32_PAD; /* floats */
     L.ldp = ATT_TC_BK + 8;
-    L.ldf = dq ? L.lds : (int)Dv + 4;
+    L.ldf = dq ? L.lds : (int)Dv + ATT_TC_F32_PAD;
     L.s = 0;
     L.f = L.s + sizeof(float) * ATT_ROWS * L.lds;
     L.q = L.f + sizeof(float) * ATT_ROWS * L.ldf;
@@ -436,7 +463,7 @@ static __host__ __device__ inline att_tc_layout att_tc_plan(int64_t D, int64_t D
 template <int NC, typename T>
 __global__ void __launch_bounds__(ATT_THREADS, ATT_TC_MIN_BLOCKS) attention_forward_tc_kernel(gpucore_attn_args a, int64_t nqt)
 {
-    extern __shared__ float attn_smem[];
+    extern __shared__ __align__(128) float attn_smem[]; /* WMMA: fragment pointers 256-bit aligned */
     const int D = (int)a.head_dim, Dv = (int)a.head_dim_v;
     const att_tc_layout L = att_tc_plan(D, Dv, 0);
     char *base = (char *)attn_smem;
@@ -506,8 +533,8 @@ __global__ void __launch_bounds__(ATT_THREADS, ATT_TC_MIN_BLOCKS) attention_forw
 template <int NC, typename T>
 __global__ void __launch_bounds__(ATT_THREADS, ATT_TC_MIN_BLOCKS) attention_dq_tc_kernel(gpucore_attn_args a, int64_t nqt)
 {
-    extern __shared__ float attn_smem[];
-    const int D = (int)a.head_dim, Dv = (int)a.head_dim_v, ldt = D + 4;
+    extern __shared__ __align__(128) float attn_smem[]; /* WMMA: fragment pointers 256-bit aligned */
+    const int D = (int)a.head_dim, Dv = (int)a.head_dim_v, ldt = D + ATT_TC_F32_PAD;
     const att_tc_layout L = att_tc_plan(D, Dv, 1);
     char *base = (char *)attn_smem;
     float *Ss = (float *)(base + L.s), *dPs = (float *)(base + L.f), *dQs = Ss;
@@ -584,9 +611,9 @@ static __host__ __device__ inline att_tc_dkv_layout att_tc_dkv_plan(int64_t D, i
     L.ldk = (int)D + 8;
     L.ldv = (int)Dv + 8;
     L.ldb = (int)(D > Dv ? D : Dv) + 8;
-    L.lds = ATT_TC_BK + 4;
+    L.lds = ATT_TC_BK + ATT_TC_F32_PAD;
     L.ldp = ATT_TC_BK + 8;
-    L.ldt = (int)(D > Dv ? D : Dv) + 4; /* <= 2 lds: the product tile fits over Sᵀ and dPᵀ */
+    L.ldt = (int)(D > Dv ? D : Dv) + ATT_TC_F32_PAD; /* <= 2 lds: the product tile fits over Sᵀ and dPᵀ */
     L.k = 0;
     L.v = L.k + 2 * ATT_ROWS * L.ldk;
     L.st = L.v + 2 * ATT_ROWS * L.ldv;
@@ -610,7 +637,7 @@ __device__ __forceinline__ void att_add_tile_row(float *acc, const float *T, int
 template <int NC, typename T>
 __global__ void __launch_bounds__(ATT_THREADS, ATT_TC_MIN_BLOCKS) attention_dkv_tc_kernel(gpucore_attn_args a, int64_t nkt)
 {
-    extern __shared__ float attn_smem[];
+    extern __shared__ __align__(128) float attn_smem[]; /* WMMA: fragment pointers 256-bit aligned */
     const int D = (int)a.head_dim, Dv = (int)a.head_dim_v;
     const int64_t G = a.heads / a.kv_heads;
     const att_tc_dkv_layout L = att_tc_dkv_plan(D, Dv);
@@ -713,7 +740,7 @@ template <int NC> static int attention_launch(const gpucore_launch *l, const gpu
     const int64_t nqt = (a->seq_q + ATT_ROWS - 1) / ATT_ROWS;
     if (a->op == GPUCORE_ATTN_FWD) {
         const int BK = att_tile(NC, 0);
-        size_t smem = sizeof(float) * (size_t)(ATT_ROWS * (D + 1) + BK * (dmax + 1) + ATT_ROWS * (BK + 1));
+        size_t smem = sizeof(float) * (size_t)(ATT_ROWS * (D + 1) + BK * (dmax + 1) + 2 * ATT_ROWS * (BK + 1));
         unsigned grid = gpucore_grid_for(a->batch * a->heads * nqt * ATT_THREADS, ATT_THREADS, l->sm_count);
         GPUCORE_LAUNCH(attention_forward_kernel<NC>, grid, ATT_THREADS, smem, l->stream, *a, BK, nqt);
         return GPUCORE_LAUNCH_STATUS();

@@ -123,6 +123,11 @@ GPUCORE_HD float gpucore_attn_score(const gpucore_attn_args *a, float dot, float
     return bias == -INFINITY ? -INFINITY : a->scale * dot + bias;
 }
 
+/* The log-sum-exp of a row from its running max m and normaliser l: -inf for a row with nothing
+ * admitted (l = 0); NaN when a score was NaN (l is then NaN: "l > 0" alone would hide it as -inf),
+ * as PyTorch's logsumexp. */
+GPUCORE_HD float gpucore_attn_lse(float m, float l) { return l > 0.0f || l != l ? m + logf(l) : -INFINITY; }
+
 /* exp(s - m) with exp(-inf - m) = 0 even when m is -inf (a row with nothing admitted yet). */
 GPUCORE_HD float gpucore_attn_exp(float s, float m) { return s == -INFINITY ? 0.0f : expf(s - m); }
 

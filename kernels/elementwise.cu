@@ -52,9 +52,20 @@ __global__ void ew_vec_kernel(gpucore_ew_args p, int mode_a, gpucore_fastdiv inn
             for (int k = 0; k < V; k++) b[k] = 0.0f;
         }
         float o[V];
+        if (V % 4 == 0 && p.op == GPUCORE_EW_DROPOUT) {
+            /* i0 is a multiple of 4: one generator call serves four elements (philox.h's mapping) */
 #pragma unroll
-        for (int k = 0; k < V; k++)
-            o[k] = gpucore_ew_compute(p.op, p.act, p.alpha, p.beta, p.seed, p.offset, a[k], b[k], (uint64_t)(i0 + k));
+            for (int q = 0; q < V / 4; q++) {
+                float u[4];
+                gpucore_philox_uniform4(p.seed, p.offset, (uint64_t)i0 / 4 + q, u);
+#pragma unroll
+                for (int k = 0; k < 4; k++) o[4 * q + k] = gpucore_ew_dropout(u[k], p.alpha, p.beta, a[4 * q + k]);
+            }
+        } else {
+#pragma unroll
+            for (int k = 0; k < V; k++)
+                o[k] = gpucore_ew_compute(p.op, p.act, p.alpha, p.beta, p.seed, p.offset, a[k], b[k], (uint64_t)(i0 + k));
+        }
         gpucore_stv<DT>(p.out.data, i0, o);
     }
 }

@@ -12,6 +12,12 @@
  * Column tiles run on grid.y and batches on grid.z, each grid-stride beyond
  * 65535 (so any n and batch can be launched). A second small
  * kernel computes the bias-gradient vectors (one thread per output element).
+ * gpucore_kernel_gemm_amax: max |D| of a finished GEMM into an f32 scalar, for
+ * fp8 GEMMs (cuBLASLt computes AMAX_D only for fp8 outputs, and ours are
+ * f32/f16/bf16): a block per column (grid-stride), threads down the column
+ * (coalesced, D is column-major), a block-shared then a global atomicMax on the
+ * bits of |x| (non-negative floats order as their bits; NaN wins), so the result
+ * does not depend on the order.
  */
 #include "kernels.h"
 #include "launch.h"
@@ -81,6 +87,39 @@ __global__ void gemm_bias_grad_kernel(gpucore_gemm_desc g, int64_t len)
         }
         gpucore_store_from_f32((char *)g.bias_grad + r * dsz, g.d_dtype, s);
     }
+}
+
+__global__ void gemm_amax_zero_kernel(float *amax) { *amax = 0.0f; }
+
+__global__ void gemm_amax_kernel(gpucore_gemm_desc g)
+{
+    __shared__ unsigned int block_max;
+    if (threadIdx.x == 0) block_max = 0u;
+    __syncthreads();
+    const int dsz = gpucore_gemm_dtype_size(g.d_dtype);
+    unsigned int mx = 0u;
+    for (int64_t cb = blockIdx.x; cb < g.batch * g.n; cb += gridDim.x) {
+        const int64_t bz = cb / g.n, j = cb % g.n;
+        const char *col = (const char *)g.d + (bz * g.batch_stride_d + j * g.ldd) * dsz;
+        for (int64_t i = threadIdx.x; i < g.m; i += blockDim.x) {
+            const unsigned int bits = gpucore_f32_bits(gpucore_load_as_f32(col + i * dsz, g.d_dtype)) & 0x7fffffffu;
+            mx = bits > mx ? bits : mx;
+        }
+    }
+    atomicMax(&block_max, mx);
+    __syncthreads();
+    if (threadIdx.x == 0) atomicMax((unsigned int *)g.amax_d, block_max);
+}
+
+extern "C" int gpucore_kernel_gemm_amax(const gpucore_launch *launch, const gpucore_gemm_desc *desc)
+{
+    const gpucore_gemm_desc g = *desc;
+    GPUCORE_LAUNCH(gemm_amax_zero_kernel, 1, 1, 0, launch->stream, g.amax_d);
+    int err = GPUCORE_LAUNCH_STATUS();
+    if (err || g.m <= 0 || g.n <= 0 || g.batch <= 0) return err;
+    unsigned grid = gpucore_grid_for(g.batch * g.n * GPUCORE_BLOCK_THREADS, GPUCORE_BLOCK_THREADS, launch->sm_count);
+    GPUCORE_LAUNCH(gemm_amax_kernel, grid, GPUCORE_BLOCK_THREADS, 0, launch->stream, g);
+    return GPUCORE_LAUNCH_STATUS();
 }
 
 extern "C" int gpucore_kernel_gemm_fallback(const gpucore_launch *launch, const gpucore_gemm_desc *desc)

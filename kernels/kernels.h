@@ -42,6 +42,8 @@ int gpucore_kernel_conv_bias_act(const gpucore_launch *launch, const gpucore_con
 /* gemm_fallback.cu: the tiled GEMM with epilogues (gemm_desc.h), for shapes cuBLASLt refuses and for the
  * cuda-emulated backend. f32/f16/bf16 operands only (never fp8). */
 int gpucore_kernel_gemm_fallback(const gpucore_launch *launch, const gpucore_gemm_desc *desc);
+/* gemm_fallback.cu: desc->amax_d = max |D| over desc's finished D (f32/f16/bf16; fp8 GEMMs on cuBLASLt). */
+int gpucore_kernel_gemm_amax(const gpucore_launch *launch, const gpucore_gemm_desc *desc);
 
 /* elementwise.cu: the elementwise family (op codes in elementwise_math.h). */
 int gpucore_kernel_elementwise(const gpucore_launch *launch, const gpucore_ew_args *args);

@@ -103,11 +103,28 @@ GPUCORE_HD void gpucore_portable_sincos_2pi(float u, float *sin_out, float *cos_
     }
 }
 
+/* Word j (0..3) of r. A select chain, not r.v[j]: a run-time index into the struct would put it in
+ * local memory on the GPU (a 16-byte stack frame, LDL/STL in every kernel that draws). */
+GPUCORE_HD uint32_t gpucore_philox_word(const gpucore_philox_out r, uint32_t j)
+{
+    return j == 0 ? r.v[0] : j == 1 ? r.v[1] : j == 2 ? r.v[2] : r.v[3];
+}
+
 /* Uniform [0,1) value of element i. */
 GPUCORE_HD float gpucore_philox_uniform(uint64_t seed, uint64_t offset, uint64_t i)
 {
     gpucore_philox_out r = gpucore_philox4x32_10(seed, offset + i / 4);
-    return gpucore_u32_to_unit(r.v[i % 4]);
+    return gpucore_u32_to_unit(gpucore_philox_word(r, (uint32_t)(i % 4)));
+}
+
+/* Uniform values of elements 4c .. 4c+3 (one generator call for the four). */
+GPUCORE_HD void gpucore_philox_uniform4(uint64_t seed, uint64_t offset, uint64_t c, float *u)
+{
+    gpucore_philox_out r = gpucore_philox4x32_10(seed, offset + c);
+    u[0] = gpucore_u32_to_unit(r.v[0]);
+    u[1] = gpucore_u32_to_unit(r.v[1]);
+    u[2] = gpucore_u32_to_unit(r.v[2]);
+    u[3] = gpucore_u32_to_unit(r.v[3]);
 }
 
 /* Standard normal value of element i. */

@@ -205,6 +205,7 @@ template <int DT, int OP> __device__ __forceinline__ void sm_write(const gpucore
             if (needs_x) gpucore_ldv<DT>(p.x, off + i, a);
             if (needs_dy) { gpucore_ldv<DT>(p.dy, off + i, a); gpucore_ldv<DT>(p.y, off + i, b); }
             if (OP == GPUCORE_ROWS_CE_BWD)
+#pragma unroll /* rolled, b[] would live in local memory (a 32-byte stack frame for f16/bf16) */
                 for (int k = 0; k < V; k++) b[k] = plain ? (i + k == t ? 1.0f : 0.0f) : gpucore_rows_ce_q(&p, off + i + k, i + k, t);
 #pragma unroll
             for (int k = 0; k < V; k++) o[k] = sm_out<OP>(a[k], a[k], needs_dy || OP == GPUCORE_ROWS_CE_BWD ? b[k] : 0.0f,

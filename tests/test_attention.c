@@ -419,6 +419,61 @@ static void test_memory(gpucore_context *ctx, int emulated)
     for (int i = 0; i < 9; i++) gpucore_tensor_destroy(ts[i]);
 }
 
+/* A NaN score gives that row a NaN lse and a NaN output (as PyTorch's softmax / logsumexp), not lse -inf
+ * (which would hide it: l is NaN, so "l > 0" is false); the other rows match the reference. One NaN in an
+ * additive f32 mask, f32 (the FMA kernel) and f16 at head dim 16 (the tensor-core kernel). */
+static void test_nan_score(gpucore_context *ctx)
+{
+    const att_case c = {"nan-score", 1, 2, 2, 19, 70, 16, 16, 0, 1, 0, 0.0, 0};
+    const int64_t ms[2] = {c.Sq, c.Sk}, nanrow = 5, oshape[4] = {c.B, c.H, c.Sq, c.Dv}, nl = c.B * c.H * c.Sq;
+    for (int d = 0; d < 2; d++) {
+        const gpucore_dtype dt = d ? GPUCORE_F16 : GPUCORE_F32;
+        char what[96];
+        att_ref r = {&c, (double)(float)(1.0 / sqrt((double)c.D)), NULL, NULL, NULL, NULL, NULL};
+        gpucore_tensor *q = make_operand(ctx, dt, 0, c.B, c.H, c.Sq, c.D, &r.q);
+        gpucore_tensor *k = make_operand(ctx, dt, 0, c.B, c.Hkv, c.Sk, c.D, &r.k);
+        gpucore_tensor *v = make_operand(ctx, dt, 0, c.B, c.Hkv, c.Sk, c.Dv, &r.v);
+        double *hmask = NULL;
+        gpucore_tensor *mask = make_input(ctx, GPUCORE_F32, 2, ms, 0, -2, 1, &hmask);
+        float *fm = malloc(sizeof(float) * (size_t)(c.Sq * c.Sk));
+        for (int64_t e = 0; e < c.Sq * c.Sk; e++) fm[e] = (float)hmask[e];
+        fm[nanrow * c.Sk + 41] = NAN;
+        CHECK_OK(gpucore_copy_from_host(mask, fm, (int64_t)sizeof(float) * c.Sq * c.Sk));
+        hmask[nanrow * c.Sk + 41] = 0; /* the reference sees a finite mask; row nanrow is checked apart */
+        gpucore_attention_options o;
+        gpucore_attention_options_init(&o);
+        ref_masks(&r, hmask, NULL, 0, 0);
+        guarded go = make_output(ctx, dt, 4, oshape, 0), gl = make_output(ctx, GPUCORE_F32, 1, &nl, 0);
+        CHECK_OK(gpucore_attention_forward(go.view, gl.view, q, k, v, mask, NULL, &o, NULL));
+        double *got = take_out(&go, go.view, "nan out guard"), *lse = take_out(&gl, gl.view, "nan lse guard");
+        double *rout = malloc(sizeof(double) * (size_t)(nl * c.Dv)), *rlse = malloc(sizeof(double) * (size_t)nl);
+        ref_forward(&r, rout, rlse);
+        int64_t bad_nan = 0;
+        const double seen = lse[nanrow];
+        for (int64_t h = 0; h < c.H; h++) {
+            const int64_t row = h * c.Sq + nanrow;
+            bad_nan += lse[row] == lse[row]; /* must be NaN */
+            for (int64_t y = 0; y < c.Dv; y++) {
+                bad_nan += got[row * c.Dv + y] == got[row * c.Dv + y];
+                got[row * c.Dv + y] = rout[row * c.Dv + y] = 0;
+            }
+            lse[row] = rlse[row] = 0;
+        }
+        CHECK(bad_nan == 0);
+        if (bad_nan)
+            fprintf(stderr, "  attention %s: %lld lse/out values of the rows with a NaN score are not NaN (lse %g)\n",
+                    gpucore_dtype_name(dt), (long long)bad_nan, seen);
+        snprintf(what, sizeof what, "nan-score %s other rows out", gpucore_dtype_name(dt));
+        check_close(got, rout, nl * c.Dv, tolerance_for(dt, 1), what);
+        snprintf(what, sizeof what, "nan-score %s other rows lse", gpucore_dtype_name(dt));
+        check_lse(lse, rlse, nl, what);
+        free(got); free(lse); free(rout); free(rlse); free(fm); free(hmask);
+        free(r.q); free(r.k); free(r.v); free(r.bias); free(r.keep);
+        gpucore_tensor *ts[4] = {q, k, v, mask};
+        for (int i = 0; i < 4; i++) gpucore_tensor_destroy(ts[i]);
+    }
+}
+
 /* The engine statistics: NULL handles and a wrong struct_size are refused; on the CPU nothing is counted. */
 static void test_stats_calls(gpucore_context *ctx, int is_cpu)
 {
@@ -488,6 +543,6 @@ int main(void)
 {
     srand(2020);
     test_reference_gradients();
-    const device_test_fn tests[] = {test_cases, test_split_bits, test_memory_here, test_bad_input, test_stats_here};
+    const device_test_fn tests[] = {test_cases, test_nan_score, test_split_bits, test_memory_here, test_bad_input, test_stats_here};
     return run_on_devices("test_attention", tests, (int)(sizeof tests / sizeof tests[0]));
 }

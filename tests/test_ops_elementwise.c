@@ -681,6 +681,39 @@ static void test_unary_more(gpucore_context *ctx)
             }
 }
 
+/* Dropout on aligned, contiguous tensors (the 16-byte vector kernel, which draws one Philox block
+ * per four elements, plus its scalar tail; the guarded outputs above are never 16-byte aligned)
+ * against the host's draws, exactly. */
+static void test_dropout_vector(gpucore_context *ctx)
+{
+    const int64_t n = 4099;
+    const double p = 0.4;
+    for (int di = 0; di < 3; di++) {
+        const gpucore_dtype dt = float_dtypes[di];
+        double *hx;
+        gpucore_tensor *x = make_input(ctx, dt, 1, &n, 0, -2, 2, &hx), *y = NULL;
+        CHECK_OK(gpucore_tensor_create(ctx, dt, 1, &n, &y));
+        const uint64_t seed = harness_seed++, offset = 13;
+        CHECK_OK(gpucore_dropout(y, x, p, seed, offset, NULL));
+        double *out = read_back(y);
+        int64_t bad = 0;
+        for (int64_t i = 0; i < n; i++) {
+            const int keep = gpucore_philox_uniform(seed, offset, (uint64_t)i) >= (float)p;
+            const float v = keep ? (float)hx[i] * (float)(1.0 / (1.0 - p)) : 0.0f; /* the kernel's f32 math */
+            const double want = dt == GPUCORE_F16    ? gpucore_f16_to_f32(gpucore_f32_to_f16(v))
+                                : dt == GPUCORE_BF16 ? gpucore_bf16_to_f32(gpucore_f32_to_bf16(v))
+                                                     : v;
+            bad += out[i] != want;
+        }
+        CHECK(bad == 0);
+        if (bad) fprintf(stderr, "  dropout %s vector path: %lld of %lld elements differ\n", gpucore_dtype_name(dt),
+                         (long long)bad, (long long)n);
+        free(hx); free(out);
+        gpucore_tensor_destroy(x);
+        gpucore_tensor_destroy(y);
+    }
+}
+
 static void test_binary_arith(gpucore_context *ctx) { test_binary(ctx, GPUCORE_ADD, GPUCORE_DIV + 1); }
 static void test_binary_last(gpucore_context *ctx) { test_binary(ctx, NBINARY, NBINARY + 1); }
 static void test_binary_more(gpucore_context *ctx) { test_binary(ctx, GPUCORE_DIV_TRUNC, NBINARY); }
@@ -692,7 +725,7 @@ int main(void)
                                      test_new_results};
     for_each_device(first, (int)(sizeof first / sizeof first[0]));
     /* after the others, so their random data stays what it was before these ops existed */
-    const device_test_fn later[] = {test_unary_more, test_binary_more, test_binary_special};
+    const device_test_fn later[] = {test_unary_more, test_binary_more, test_binary_special, test_dropout_vector};
     for_each_device(later, (int)(sizeof later / sizeof later[0]));
     return check_finish("test_ops_elementwise");
 }

@@ -612,6 +612,14 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t dd, const
         standin_violation(api, H ":1425", "scale/amax pointers set for non-fp8 operands");
         return CUBLAS_STATUS_INVALID_VALUE;
     }
+    /* AMAX_D is computed for fp8 outputs only (cuBLAS's fp8 type table; TransformerEngine sets it only then):
+     * "If set for an unsupported matrix data, scale, and compute type combination, calling cublasLtMatmul()
+     * will return CUBLAS_INVALID_VALUE" */
+    if (d->amax_d && !is_fp8(o->type)) {
+        standin_violation(api, H ":1476", "AMAX_D_POINTER set with a D of type %d, not fp8: an unsupported combination "
+                          "(\"calling cublasLtMatmul() will return CUBLAS_INVALID_VALUE\")", (int)o->type);
+        return CUBLAS_STATUS_INVALID_VALUE;
+    }
     mm_job *j = malloc(sizeof *j);
     if (!j) return CUBLAS_STATUS_ALLOC_FAILED;
     *j = (mm_job){*d, *a, *b, *c, *o, A, B, C, D, *(const float *)alpha, be};

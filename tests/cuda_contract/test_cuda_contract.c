@@ -638,6 +638,15 @@ static void test_fp8(void)
     CHECK_OK(gpucore_copy_to_host(&mx, sizeof mx, amax));
     CHECK(out[0] == 0x4200 && out[255] == 0x4200 && mx == 32.0f); /* 16 products of 1 x 2 = 32 in bf16 */
     expect_clean("an fp8 TN matmul");
+    /* amax over a D that is not uniform: row 5 of a is -2 (d row 5 = -64), the rest 1 (d 32) */
+    memset(ones + 5 * 16, 0xC0, 16); /* -2.0 in e4m3 */
+    CHECK_OK(gpucore_copy_from_host(a, ones, sizeof ones));
+    CHECK_OK(gpucore_fill(amax, -7.0, NULL)); /* overwritten, not folded in */
+    CHECK_OK(gpucore_matmul(a, b, d, &o, NULL));
+    CHECK_OK(gpucore_copy_to_host(&mx, sizeof mx, amax));
+    CHECK(mx == 64.0f);
+    if (mx != 64.0f) fprintf(stderr, "  fp8 matmul amax_d: %g, want 64\n", mx);
+    expect_clean("an fp8 TN matmul with amax_d");
     /* f32 output with a bias: cuBLASLt wants a bf16 bias there (cublasLt.h:1539-1546) */
     gpucore_matmul_options_init(&o);
     o.trans_b = 1;

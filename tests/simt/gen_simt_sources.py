@@ -17,7 +17,7 @@ import re
 import sys
 
 EXCLUDE = re.compile(r"GPUCORE_SIMT_EXCLUDE:\s*(.*?)\s*(?:\*/)?\s*$", re.M)
-DYNAMIC = re.compile(r"extern\s+__shared__\s+[^;{}()]*?\b([A-Za-z_]\w*)\s*\[\s*\]\s*;")
+DYNAMIC = re.compile(r"extern\s+__shared__\s+(?:__align__\s*\(\s*\d+\s*\)\s+)?[^;{}()]*?\b([A-Za-z_]\w*)\s*\[\s*\]\s*;")
 LAUNCHER = re.compile(r'extern\s+"C"\s+int\s+(gpucore_kernel_\w+)\s*\(([^)]*)\)\s*\{')
 
 

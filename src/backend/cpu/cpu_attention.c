@@ -166,7 +166,7 @@ static ATT_INLINE void forward_tile(const gpucore_attn_args *a, att_scratch *w, 
     for (int64_t r = 0; r < nq; r++) {
         const float inv = l[r] > 0.0f ? 1.0f / l[r] : 0.0f;
         for (int64_t c = 0; c < Dv; c++) w->acc[r * Dv + c] *= inv;
-        if (a->lse) a->lse[(b * a->heads + h) * a->seq_q + i0 + r] = l[r] > 0.0f ? m[r] + logf(l[r]) : -INFINITY;
+        if (a->lse) a->lse[(b * a->heads + h) * a->seq_q + i0 + r] = gpucore_attn_lse(m[r], l[r]);
     }
     unpack(&a->out, dt, b, h, i0, nq, Dv, w->acc);
 }

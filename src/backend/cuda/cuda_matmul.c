@@ -7,7 +7,7 @@
  * (device, shape, dtypes, transposes, leading dims, batch strides, epilogue,
  * TF32, pointer alignments, workspace size) in a hash table that only grows, so
  * a shape seen before costs a lookup, never a rebuild. Pointers that change
- * per call (bias, aux, fp8 scales, amax) are set on the plan's descriptor under
+ * per call (bias, aux, fp8 scales) are set on the plan's descriptor under
  * the plan's own lock just before cublasLtMatmul, which reads them when it
  * enqueues. They are also set BEFORE the heuristic runs: it derives the
  * alignment it expects from their values (cublasLt.h:1334, 1364), so their
@@ -72,8 +72,8 @@ typedef struct plan_key {
     int32_t tf32;
     int32_t align_a, align_b, align_c, align_d;
     int32_t separate_c;
-    int32_t fp8_scales; /* bit 0 scale_a, bit 1 scale_b, bit 2 amax */
-    int32_t align_bias, align_aux, align_scale_a, align_scale_b, align_amax; /* the heuristic depends on them */
+    int32_t fp8_scales; /* bit 0 scale_a, bit 1 scale_b */
+    int32_t align_bias, align_aux, align_scale_a, align_scale_b; /* the heuristic depends on them */
     int64_t m, n, k, batch;
     int64_t lda, ldb, ldc, ldd, ldaux;
     int64_t stride_a, stride_b, stride_c, stride_d, stride_aux;
@@ -184,8 +184,8 @@ static cublasStatus_t set_pointers(plan *p, const gpucore_gemm_desc *g)
         cs = cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &g->scale_a, sizeof g->scale_a);
     if (cs == CUBLAS_STATUS_SUCCESS && g->scale_b)
         cs = cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &g->scale_b, sizeof g->scale_b);
-    if (cs == CUBLAS_STATUS_SUCCESS && g->amax_d)
-        cs = cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_AMAX_D_POINTER, &g->amax_d, sizeof g->amax_d);
+    /* never AMAX_D: cuBLASLt computes it for fp8 outputs only (cublasLt.h:1476-1477, an unsupported combination
+     * is CUBLAS_STATUS_INVALID_VALUE) and ours are f32/f16/bf16; gpucore_kernel_gemm_amax reduces D instead */
     return cs;
 }
 
@@ -376,12 +376,11 @@ gpucore_status cuda_matmul(void *bctx, const gpucore_gemm_desc *g, void *stream)
     k.separate_c = g->c && g->c != g->d;
     k.align_c = alignment_of(k.separate_c ? g->c : g->d);
     k.align_d = alignment_of(g->d);
-    k.fp8_scales = (g->scale_a ? 1 : 0) | (g->scale_b ? 2 : 0) | (g->amax_d ? 4 : 0);
+    k.fp8_scales = (g->scale_a ? 1 : 0) | (g->scale_b ? 2 : 0);
     k.align_bias = alignment_of((g->epilogue & GPUCORE_GEMM_EPI_BIAS) ? g->bias : g->bias_grad);
     k.align_aux = alignment_of(g->aux);
     k.align_scale_a = alignment_of(g->scale_a);
     k.align_scale_b = alignment_of(g->scale_b);
-    k.align_amax = alignment_of(g->amax_d);
     k.m = g->m; k.n = g->n; k.k = g->k; k.batch = g->batch;
     k.lda = g->a.ld; k.ldb = g->b.ld; k.ldd = g->ldd;
     k.ldc = k.separate_c ? g->ldc : g->ldd;
@@ -417,6 +416,12 @@ gpucore_status cuda_matmul(void *bctx, const gpucore_gemm_desc *g, void *stream)
     const int fallback = p->use_fallback, reason = p->fallback_reason;
     pthread_mutex_unlock(&p->lock);
     if (cs != CUBLAS_STATUS_SUCCESS) return lt_status(cs, "cublasLtMatmul");
+    if (g->amax_d && !fallback) { /* fp8 only (src/ops/matmul.c), which has no fallback */
+        gpucore_launch l;
+        if ((st = kops_launch_for(bctx, stream, &l))) return st;
+        int err = gpucore_kernel_gemm_amax(&l, g);
+        return err ? kops_error(err, "matmul amax_d kernel launch") : GPUCORE_OK;
+    }
     if (fallback) {
         if (g->fallback_out) *g->fallback_out = reason + 1; /* counted in gpucore_matmul_stats and the profiler */
         return kops_matmul(bctx, g, stream);
