@@ -577,6 +577,13 @@ static void test_memory(const char *dev, gpucore_context *ctx)
            (long long)(bud.checkpoints + bud.recomputed));
     CHECK(bud.peak_allocated_bytes <= budget);
     CHECK(bud.kept > 0 && bud.kept < n);
+    CHECK(bud.estimated_peak_bytes >= bud.peak_allocated_bytes); /* measured segments: not optimistic */
+    /* keep-all's own peak as the budget: keep-all fits, so nothing is recomputed (each storage, and the scratch,
+     * counted once) */
+    CHECK_OK(gpucore_ckpt_set_policy(m.ck, GPUCORE_CKPT_BUDGET, keep.peak_allocated_bytes));
+    free(step(&m, &cnt, &bud));
+    CHECK(bud.kept == n && bud.recompute_runs == 0);
+    CHECK(bud.estimated_peak_bytes <= keep.peak_allocated_bytes && bud.peak_allocated_bytes <= keep.peak_allocated_bytes);
     /* a budget smaller than one segment: an error with the numbers, nothing held */
     int64_t base = test_allocated_bytes(ctx);
     gpucore_tensor *y = NULL;
