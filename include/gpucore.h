@@ -1784,10 +1784,10 @@ GPUCORE_API gpucore_status gpucore_zero_get_stats(const gpucore_zero *zero, gpuc
  * policy are bitwise identical to keep-all.
  *
  * Work runs on the context's current stream of the calling thread; callbacks get
- * it as `stream`. Memory accounting resets the allocator's peak statistics at
- * each forward (gpucore_memory_reset_peak_stats), so the step's peak is the
- * executor's to report; a second thread allocating on the same context at the
- * same time blurs the figures (not the results).
+ * it as `stream`. Memory accounting resets the allocator's peak statistics around
+ * each segment's forward and backward (gpucore_memory_reset_peak_stats), so the
+ * step's peak is the executor's to report; a second thread allocating on the same
+ * context at the same time blurs the figures (not the results).
  * Errors: a callback that returns a status other than GPUCORE_OK stops the step;
  * the executor returns that status with the message "checkpoint: segment 'name'
  * (index) forward|recompute|backward: <the callback's message>", releases
@@ -1942,7 +1942,11 @@ typedef enum gpucore_ckpt_policy {
  * whose input shape or dtype changed) is preceded by a dry run — the forward with
  * nothing kept — recording, per segment, its output bytes, the bytes it saves, and
  * its transient peak (the allocator's peak during the segment minus what was
- * allocated before). From these it simulates the step's peak for every group size
+ * allocated before: its output and its scratch, such as a CUDA matmul's workspace,
+ * which is counted while that segment runs and never as held); each backward also
+ * records every segment's backward peak, which later steps on that input use (until
+ * then: the forward's plus the input gradient). From these it simulates the step's
+ * peak, each storage counted once, for every group size
  * k = 1..n, then keeps whole groups (last first) while the estimate stays within
  * the budget, and takes the plan with the fewest recomputed segments. When even
  * the leanest plan exceeds the budget, the forward fails with

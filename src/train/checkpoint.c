@@ -15,8 +15,9 @@
  * its reservations started, and recompute and backward replay from there.
  *
  * Memory figures come from the caching allocator's statistics: the peak is reset
- * before each segment's forward and folded into the step's peak, which also gives
- * each segment's transient peak (what the budget planner simulates with).
+ * before each segment's forward and backward and folded into the step's peak, which
+ * also gives each segment's transient peaks (what the budget planner simulates with;
+ * a backward's is kept until the input's shape or dtype changes).
  *
  * This file: the executor's lifetime, segment registration, the step (forward and
  * backward passes) and the small setters. Elsewhere: checkpoint_call.c (what a
@@ -365,8 +366,11 @@ gpucore_status gpucore_ckpt_forward(gpucore_ckpt *c, const gpucore_tensor *x, gp
     memset(&s->stats, 0, sizeof s->stats);
     int64_t baseline = allocated_now(s, NULL);
     s->step_peak = baseline;
+    const int remeasure = !s->measured || !ckpt_same_shape(x, s->meas_dtype, s->meas_ndim, s->meas_shape);
+    if (remeasure) /* backward peaks were measured for another input */
+        for (int64_t i = 0; i < s->nsegs; i++) s->tops[i].bwd_known = 0;
     if (s->policy == GPUCORE_CKPT_BUDGET) {
-        if (!s->measured || !ckpt_same_shape(x, s->meas_dtype, s->meas_ndim, s->meas_shape)) {
+        if (remeasure) {
             gpucore_tensor *out = NULL;
             if ((st = forward_pass(s, x, stream, 1, &out))) { gpucore_ckpt_step_release(s); return st; }
             gpucore_tensor_destroy(out);
@@ -405,6 +409,9 @@ static gpucore_status backward_one(ckpt_state *s, gpucore_ckpt_call *call, int64
     gpucore_tensor *dx = NULL;
     gpucore_status st = GPUCORE_OK;
     const ckpt_record *r = &top->seg->rec;
+    int64_t peak = 0, before = allocated_now(s, &peak); /* the segment's backward peak, for the planner */
+    if (peak > s->step_peak) s->step_peak = peak;
+    gpucore_memory_reset_peak_stats(s->ctx, GPUCORE_MEMORY_DEVICE);
     if (i > 0) st = gpucore_tensor_create(s->ctx, (gpucore_dtype)r->in_dtype, r->in_ndim, r->in_shape, &dx);
     else dx = dx_user;
     if (!st && top->ready) st = gpucore_stream_wait_event(call->stream, top->ready);
@@ -414,6 +421,12 @@ static gpucore_status backward_one(ckpt_state *s, gpucore_ckpt_call *call, int64
     call->phase = PH_BACKWARD;
     if (!st) st = gpucore_ckpt_run_backward(call, top->seg, *g, dx);
     if (!st) st = run_hook(s, i, GPUCORE_CKPT_PHASE_BACKWARD, 1);
+    allocated_now(s, &peak);
+    if (peak > s->step_peak) s->step_peak = peak;
+    if (!st) {
+        top->bwd_transient = peak - before;
+        top->bwd_known = 1;
+    }
     top_release(s, top);
     gpucore_tensor_destroy(*g);
     *g = NULL;

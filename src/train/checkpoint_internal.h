@@ -61,7 +61,11 @@ typedef struct ckpt_top {
     gpucore_tensor *stored_input;  /* CHECKPOINT: the input held for the recompute */
     gpucore_event *ready;          /* offload: host-to-device copies of its tensors done */
     int unpacked;
-    int64_t out_bytes, saved_bytes, transient; /* measured */
+    int64_t out_bytes, saved_bytes, transient; /* measured (transient: the forward's peak above what was
+                                                    allocated before it, its output and scratch included) */
+    int64_t bwd_transient; /* measured in the last backward for this input: its peak above what was allocated
+                              before it (dx, scratch), when bwd_known */
+    int bwd_known;
     int saves_input, saves_output;
     int out_view;          /* its output shares its input's storage (a view: reshape, flatten) */
 } ckpt_top;

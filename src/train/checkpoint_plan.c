@@ -47,59 +47,99 @@ void gpucore_ckpt_plan_fixed(ckpt_state *s, int32_t *modes)
 }
 
 /* The planner's model of a step's peak above the bytes allocated at its start.
- * Bytes are counted by storage: a segment whose output is a view of its input
- * (out_view: a reshape, a flatten) adds no storage, so the input of segment i
- * lives in the storage of the last segment before it that is not a view (or in
- * x's, allocated before the step). m NULL: every segment KEPT. */
-static int input_held(const ckpt_top *t, const int32_t *m, int64_t i)
+ * Bytes are counted by storage, each once: a segment whose output is a view of its
+ * input (out_view: a reshape, a flatten) adds no storage, so the input of segment i
+ * lives in the storage of the last segment before it that is not a view (or in x's,
+ * allocated before the step), and a storage that is held already (saved, or stored
+ * as a checkpoint's input) is not counted again where it is an input or saved once
+ * more. A segment's measured peaks (forward, backward) include its scratch — a CUDA
+ * matmul's cuBLASLt workspace, a conv's — which exists only during that segment:
+ * it is counted there and nowhere else, never carried as held. m NULL: every
+ * segment KEPT. Where the model stands: the forward (g0 < 0), or the group starting
+ * at g0 being recomputed (bwd 0) or gone back through (bwd 1): its segments hold
+ * what they saved in the recompute, and its stored input is dropped once the
+ * recompute is done. */
+typedef struct sim_at {
+    int64_t g0;
+    int bwd;
+} sim_at;
+static const sim_at SIM_FORWARD = {-1, 0};
+
+static int saves_held(const int32_t *m, int64_t k, sim_at at)
+{
+    return !m || m[k] == GPUCORE_CKPT_KEPT || (at.g0 >= 0 && k >= at.g0);
+}
+
+/* Whether the storage segment i reads is held already by an earlier segment (or is x's). */
+static int input_held(const ckpt_top *t, const int32_t *m, int64_t i, sim_at at)
 {
     int64_t o = i - 1;
     while (o >= 0 && t[o].out_view) o--;
     if (o < 0) return 1;                           /* x's storage: in the baseline */
-    if ((!m || m[o] == GPUCORE_CKPT_KEPT) && t[o].saves_output) return 1;
-    for (int64_t j = o + 1; j < i; j++)            /* views of it that save it */
-        if ((!m || m[j] == GPUCORE_CKPT_KEPT) && t[j].saves_input) return 1;
+    if (saves_held(m, o, at) && t[o].saves_output) return 1;
+    for (int64_t j = o + 1; j < i; j++) {          /* views of it that save it, or store it as their input */
+        if (saves_held(m, j, at) && t[j].saves_input) return 1;
+        if (m && m[j] == GPUCORE_CKPT_CHECKPOINT && !(at.bwd && j == at.g0)) return 1;
+    }
     return 0;
 }
 
-static int64_t hold_of(const ckpt_top *t, const int32_t *m, int64_t i, int kept_as)
+static int64_t in_bytes(const ckpt_top *t, int64_t i)
 {
-    int64_t in = i > 0 ? t[i - 1].out_bytes : 0;
-    if (kept_as == GPUCORE_CKPT_KEPT) return t[i].saved_bytes + (t[i].saves_input && !input_held(t, m, i) ? in : 0);
+    return i > 0 ? t[i - 1].out_bytes : 0;
+}
+
+/* What segment i holds once it ran: its saves (kept_as KEPT, also a recomputed one at
+ * `at`) or its stored input (CHECKPOINT). */
+static int64_t hold_of(const ckpt_top *t, const int32_t *m, int64_t i, int kept_as, sim_at at)
+{
+    if (kept_as == GPUCORE_CKPT_KEPT)
+        return t[i].saved_bytes + (t[i].saves_input && !input_held(t, m, i, at) ? in_bytes(t, i) : 0);
     if (kept_as != GPUCORE_CKPT_CHECKPOINT) return 0;
-    int64_t o = i - 1;                             /* a stored input that is a view of x holds nothing new */
-    while (o >= 0 && t[o].out_view) o--;
-    return o < 0 ? 0 : in;
+    return input_held(t, m, i, at) ? 0 : in_bytes(t, i);
+}
+
+/* Segment j's backward above what is held: dy (made by the executor, except the last
+ * segment's, which is the caller's) and the measured backward peak — before a
+ * backward was measured for this input, the forward's peak plus dx. */
+static int64_t backward_need(const ckpt_top *t, int64_t n, int64_t j)
+{
+    int64_t dy = j < n - 1 ? t[j].out_bytes : 0;
+    return dy + (t[j].bwd_known ? t[j].bwd_transient : t[j].transient + in_bytes(t, j));
 }
 
 static int64_t simulate(const ckpt_top *t, const int32_t *m, int64_t n)
 {
     int64_t held = 0, peak = 0;
     for (int64_t i = 0; i < n; i++) {              /* forward */
-        int64_t in = i > 0 ? t[i - 1].out_bytes : 0;
-        int64_t p = held + in + t[i].transient;
+        int64_t p = held + (input_held(t, m, i, SIM_FORWARD) ? 0 : in_bytes(t, i)) + t[i].transient;
         if (p > peak) peak = p;
-        held += hold_of(t, m, i, m[i]);
+        held += hold_of(t, m, i, m[i], SIM_FORWARD);
     }
     int64_t below = held;                          /* backward, last segment first */
     for (int64_t e = n - 1; e >= 0;) {
         int64_t s0 = e;
         if (m[e] != GPUCORE_CKPT_KEPT)
             while (s0 > 0 && m[s0] != GPUCORE_CKPT_CHECKPOINT) s0--;
-        for (int64_t j = s0; j <= e; j++) below -= hold_of(t, m, j, m[j]);
-        int64_t grp = 0, base = below + (m[e] != GPUCORE_CKPT_KEPT ? hold_of(t, m, s0, GPUCORE_CKPT_CHECKPOINT) : 0);
-        int64_t dy = t[e].out_bytes;
-        for (int64_t j = s0; j <= e; j++) {       /* recompute (or what the forward kept) */
-            int64_t in = j > 0 ? t[j - 1].out_bytes : 0;
-            if (m[e] != GPUCORE_CKPT_KEPT && base + grp + in + t[j].transient + dy > peak)
-                peak = base + grp + in + t[j].transient + dy;
-            grp += hold_of(t, m, j, GPUCORE_CKPT_KEPT);
+        for (int64_t j = s0; j <= e; j++) below -= hold_of(t, m, j, m[j], SIM_FORWARD);
+        const sim_at rec = {s0, 0}, bwd = {s0, 1};
+        int64_t grp = 0;
+        if (m[e] != GPUCORE_CKPT_KEPT) {           /* recompute from the stored input, saving */
+            int64_t stored = hold_of(t, m, s0, GPUCORE_CKPT_CHECKPOINT, SIM_FORWARD);
+            int64_t dy = e < n - 1 ? t[e].out_bytes : 0;
+            for (int64_t j = s0; j <= e; j++) {
+                int64_t in = j == s0 || input_held(t, m, j, rec) ? 0 : in_bytes(t, j);
+                int64_t p = below + stored + grp + in + t[j].transient + dy;
+                if (p > peak) peak = p;
+                grp += j == s0 ? t[j].saved_bytes : hold_of(t, m, j, GPUCORE_CKPT_KEPT, rec); /* s0's input: stored */
+            }
         }
+        grp = 0;                                   /* the stored input is dropped: what the saves hold */
+        for (int64_t j = s0; j <= e; j++) grp += hold_of(t, m, j, GPUCORE_CKPT_KEPT, bwd);
         for (int64_t j = e; j >= s0; j--) {       /* backward of each */
-            int64_t in = j > 0 ? t[j - 1].out_bytes : 0;
-            int64_t p = base + grp + t[j].out_bytes + in + t[j].transient;
+            int64_t p = below + grp + backward_need(t, n, j);
             if (p > peak) peak = p;
-            grp -= hold_of(t, m, j, GPUCORE_CKPT_KEPT);
+            grp -= hold_of(t, m, j, GPUCORE_CKPT_KEPT, bwd);
         }
         e = s0 - 1;
     }
@@ -138,17 +178,21 @@ gpucore_status gpucore_ckpt_plan_budget(ckpt_state *s, int64_t baseline, int64_t
     }
     gpucore_status st = GPUCORE_OK;
     if (best_cost < 0) {
-        int64_t big = 0;
-        for (int64_t i = 1; i < n; i++)
-            if (s->tops[i].transient > s->tops[big].transient) big = i;
+        int64_t big = 0, big_need = 0;
+        for (int64_t i = 0; i < n; i++) {
+            int64_t need = s->tops[i].transient;
+            if (s->tops[i].bwd_known && s->tops[i].bwd_transient > need) need = s->tops[i].bwd_transient;
+            if (need > big_need) { big = i; big_need = need; }
+        }
         st = gpucore_set_error(GPUCORE_ERR_OUT_OF_MEMORY, "checkpoint '%s': a budget of %lld bytes cannot be met: %lld "
                                "bytes are allocated when the step starts (parameters, gradients, inputs) and the "
                                "leanest plan (a checkpoint every %lld segments) needs an estimated %lld more (peak "
-                               "%lld); the largest segment, '%s' (%lld), alone needs %lld bytes in its forward. Raise "
-                               "the budget to at least %lld or shrink the batch", s->name, (long long)s->param,
-                               (long long)baseline, (long long)lean_k, (long long)lean_est,
-                               (long long)(baseline + lean_est), s->tops[big].seg->name, (long long)big,
-                               (long long)s->tops[big].transient, (long long)(baseline + lean_est));
+                               "%lld); the largest segment, '%s' (%lld), alone needs %lld bytes while it runs (its "
+                               "output and scratch, such as a CUDA matmul's workspace: "
+                               "gpucore_matmul_set_workspace_size). Raise the budget to at least %lld or shrink the "
+                               "batch", s->name, (long long)s->param, (long long)baseline, (long long)lean_k,
+                               (long long)lean_est, (long long)(baseline + lean_est), s->tops[big].seg->name,
+                               (long long)big, (long long)big_need, (long long)(baseline + lean_est));
     } else {
         memcpy(s->modes, best, sizeof *best * (size_t)n);
         *estimate = baseline + best_est;
@@ -197,7 +241,7 @@ void gpucore_ckpt_measure_held(ckpt_state *s, const void *x_storage)
     const void **seen = NULL;
     for (int64_t i = 0; i < s->nsegs; i++) {
         ckpt_top *t = &s->tops[i];
-        keep_all += hold_of(s->tops, NULL, i, GPUCORE_CKPT_KEPT); /* by storage, like held */
+        keep_all += hold_of(s->tops, NULL, i, GPUCORE_CKPT_KEPT, SIM_FORWARD); /* by storage, like held */
         for (int64_t j = -1; j < t->nsaved; j++) {
             gpucore_tensor *h = j < 0 ? t->stored_input : t->saved[j].t;
             if (!h || h->storage == x_storage) continue;
