@@ -172,6 +172,8 @@ step() {
   elif [ "$rc" != 0 ]; then verdict="FAIL (rc $rc)"
   elif grep -q "^SKIP cuda backend" "$PHASE_DIR/$name.log"; then
     verdict="FAIL (skipped the cuda backend: $(grep -m1 '^SKIP cuda backend' "$PHASE_DIR/$name.log" | cut -c1-160))"
+  elif [ "$DRY" != 1 ] && grep -qiE "^SKIPPED.*(cuda|no module named|not importable)" "$PHASE_DIR/$name.log"; then
+    verdict="FAIL (pytest skipped: $(grep -m1 -iE '^SKIPPED' "$PHASE_DIR/$name.log" | cut -c1-140))"
   elif grep -q "^-- cpu$" "$PHASE_DIR/$name.log" && ! grep -q "^-- cuda$" "$PHASE_DIR/$name.log"; then
     verdict="FAIL (ran per backend but never on cuda)"
   fi
@@ -332,12 +334,15 @@ phase_models() {
   phase 5 models
   local py=python3
   [ "$DRY" = 1 ] && py=${GPUCORE_TORCH_PYTHON:-/usr/bin/python3}
-  if [ -f python/torch_tests/test_models_hf.py ]; then
-    step models_hf 150 env "$(pytest_env)" GPUCORE_LIBRARY="$BUILD_ABS/src/libgpucore.so" GPUCORE_TEST_DEVICE=cuda \
-      "$py" -m pytest -q -p no:cacheprovider -rs python/torch_tests/test_models_hf.py
-  else
-    say "  models_hf: no python/torch_tests/test_models_hf.py in this tree"
-  fi
+  local f n found=0
+  for f in python/torch_tests/test_lm_capi.py python/torch_tests/test_models_hf.py; do
+    [ -f "$f" ] || continue
+    found=1
+    n=$(basename "$f" .py)
+    step "$n" 150 env "$(pytest_env)" GPUCORE_LIBRARY="$BUILD_ABS/src/libgpucore.so" GPUCORE_TEST_DEVICE=cuda \
+      "$py" -m pytest -q -p no:cacheprovider -rs "$f"
+  done
+  [ "$found" = 1 ] || say "  models: no language-model tests in this tree"
 }
 
 phase_suite() {
