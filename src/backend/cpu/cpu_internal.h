@@ -89,9 +89,10 @@ GPUCORE_HIDDEN void cpu_comm_destroy(void *bcomm);
 
 /* cpu_conv.c: convolution (im2col + GEMM, direct depthwise) */
 GPUCORE_HIDDEN gpucore_status cpu_conv(void *bctx, const gpucore_conv_desc *desc, void *s);
-/* cpu_conv_dnnl.c: the forward through oneDNN; 1 when it computed y, 0 when the caller must
- * run the im2col + GEMM path (no oneDNN in the build, unsupported dtype or shape). */
-GPUCORE_HIDDEN int cpu_conv_dnnl_forward(cpu_context *ctx, const gpucore_conv_desc *d);
+/* cpu_conv_dnnl.c: the op of d (forward, backward data or backward filter; f32 or bf16) through
+ * oneDNN; 1 when it computed the op's output, 0 when the caller must run the im2col + GEMM path (no
+ * oneDNN in the build, f16, only oneDNN's reference loop, GPUCORE_CPU_GEMM=blas). */
+GPUCORE_HIDDEN int cpu_conv_dnnl(cpu_context *ctx, const gpucore_conv_desc *d);
 /* cpu_conv_dnnl.c: the process's oneDNN CPU engine (a dnnl_engine_t), NULL without oneDNN. */
 GPUCORE_HIDDEN void *cpu_dnnl_engine(void);
 /* cpu_matmul_dnnl.c: T (m x n, column-major, ld m, f32) = op(A)·op(B) for column-major A and B of
