@@ -13,8 +13,8 @@
  *   backward data    dcol = dY · Wp, then a gathering col2im (each dx element
  *                    sums its own taps: no scatter races, deterministic)
  *   backward filter  dWp += dYᵀ · col over the chunks
- * The f32 forward goes to oneDNN first where the build has it (cpu_conv_dnnl.c);
- * these paths are its fallback and serve every backward.
+ * f32 and bf16 go to oneDNN first where the build has it (cpu_conv_dnnl.c), all three
+ * ops; these paths are its fallback (f16, no oneDNN, GPUCORE_CPU_GEMM=blas).
  * Runs as one task on the stream's worker; OpenMP parallelises the gathers and
  * the depthwise loops; the GEMMs are cpu_sgemm's (cpu_matmul.c: OpenBLAS, or its
  * blocked loop without it).
@@ -343,7 +343,7 @@ static gpucore_status depthwise_path(const gpucore_conv_desc *d)
 static gpucore_status conv_task(void *p)
 {
     const gpucore_conv_desc *d = &((conv_args *)p)->d;
-    if (cpu_conv_dnnl_forward(((conv_args *)p)->ctx, d)) return GPUCORE_OK;
+    if (cpu_conv_dnnl(((conv_args *)p)->ctx, d)) return GPUCORE_OK;
     if (d->groups > 1 && d->c == d->groups) return depthwise_path(d);
     return gemm_path(d);
 }

@@ -89,19 +89,31 @@ GPUCORE_HIDDEN void cpu_comm_destroy(void *bcomm);
 
 /* cpu_conv.c: convolution (im2col + GEMM, direct depthwise) */
 GPUCORE_HIDDEN gpucore_status cpu_conv(void *bctx, const gpucore_conv_desc *desc, void *s);
-/* cpu_conv_dnnl.c: the forward through oneDNN; 1 when it computed y, 0 when the caller must
- * run the im2col + GEMM path (no oneDNN in the build, unsupported dtype or shape). */
-GPUCORE_HIDDEN int cpu_conv_dnnl_forward(cpu_context *ctx, const gpucore_conv_desc *d);
+/* cpu_conv_dnnl.c: the op of d (forward, backward data or backward filter; f32 or bf16) through
+ * oneDNN; 1 when it computed the op's output, 0 when the caller must run the im2col + GEMM path (no
+ * oneDNN in the build, f16, only oneDNN's reference loop, GPUCORE_CPU_GEMM=blas). */
+GPUCORE_HIDDEN int cpu_conv_dnnl(cpu_context *ctx, const gpucore_conv_desc *d);
 /* cpu_conv_dnnl.c: the process's oneDNN CPU engine (a dnnl_engine_t), NULL without oneDNN. */
 GPUCORE_HIDDEN void *cpu_dnnl_engine(void);
-/* cpu_matmul_dnnl.c: T (m x n, column-major, ld m, f32) = op(A)·op(B) for bf16 column-major A and B
- * through oneDNN's matmul (AMX/AVX512-BF16 kernels where the CPU has them); 1 when it computed T, 0
- * when oneDNN declined or is absent (the caller then uses sbgemm or widens to f32). */
-GPUCORE_HIDDEN int cpu_matmul_dnnl_bf16(cpu_context *ctx, int64_t m, int64_t n, int64_t k, const void *A, int64_t lda,
-                                        int ta, const void *B, int64_t ldb, int tb, float *T);
-/* cpu_matmul_dnnl.c: the whole desc (every batch, D in bf16 or f32, alpha, bias, ReLU/GELU fused as
- * oneDNN post-ops) for bf16 A and B; 1 when it computed D, 0 when it declined (other dtypes, C with
- * beta, aux or bias-gradient epilogues, no fast oneDNN kernel): the caller's paths then run. */
+/* cpu_matmul_dnnl.c: T (m x n, column-major, ld m, f32) = op(A)·op(B) for column-major A and B of
+ * dtype (f32 or bf16) through oneDNN's matmul (JIT kernels for the CPU's ISA: AVX2, AVX-512,
+ * AVX512-BF16, AMX); 1 when it computed T, 0 when oneDNN declined or is absent (the caller then uses
+ * OpenBLAS, or widens to f32). */
+GPUCORE_HIDDEN int cpu_matmul_dnnl_product(cpu_context *ctx, int dtype, int64_t m, int64_t n, int64_t k, const void *A,
+                                           int64_t lda, int ta, const void *B, int64_t ldb, int tb, float *T);
+/* cpu_matmul_dnnl.c: the whole desc (every batch in one primitive, D in bf16 or f32, alpha, beta with
+ * D as its addend, bias, ReLU/GELU fused as oneDNN post-ops, AUX_OUT for f32 D) for f32 or bf16 A and
+ * B, the bias gradients of A and B left to the caller (as that of D, summed from D after); 1 when it
+ * computed D, 0 when it declined (f16, a separate C, DGELU, no fast oneDNN kernel, an f32 GEMM that
+ * cpu_gemm_engine_dnnl gives to the BLAS): the caller's paths then run. */
 GPUCORE_HIDDEN int cpu_matmul_dnnl_fused(cpu_context *ctx, const gpucore_gemm_desc *g);
+/* cpu_matmul_dnnl.c: whether an f32 GEMM of this shape goes to oneDNN (1) or to OpenBLAS / the
+ * blocked loop (0): oneDNN where the build has it and the CPU has AVX2 (not under
+ * GPUCORE_CPU_PORTABLE); GPUCORE_CPU_GEMM=onednn or =blas forces one engine. */
+GPUCORE_HIDDEN int cpu_gemm_engine_dnnl(int64_t m, int64_t n, int64_t k, int64_t batch);
+/* cpu_matmul_dnnl.c: cpu_sgemm's contract through oneDNN's dnnl_sgemm (its JIT GEMM, no plan) when
+ * cpu_gemm_engine_dnnl picks oneDNN; 1 when it computed C, 0 otherwise. */
+GPUCORE_HIDDEN int cpu_sgemm_dnnl(int ta, int tb, int64_t m, int64_t n, int64_t k, float alpha, const float *A,
+                                  int64_t lda, const float *B, int64_t ldb, float beta, float *C, int64_t ldc);
 
 #endif

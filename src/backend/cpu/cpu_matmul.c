@@ -1,12 +1,16 @@
 /*
- * cpu_matmul.c — the CPU backend's GEMM: the product op(A)·op(B) from OpenBLAS
- * (sgemm for f32; sbgemm for bf16 where the OpenBLAS build has it; f16 — and bf16
- * without sbgemm — are widened to f32 exactly and go through sgemm), or from a blocked C GEMM when the build has no OpenBLAS, then
- * alpha/beta and the epilogue per element with the formulas of
- * kernels/gemm_desc.h (the ones the fallback CUDA kernel uses). bf16 GEMMs whose
- * epilogue is alpha, bias, ReLU or GELU go whole to oneDNN (cpu_matmul_dnnl.c), which
- * writes D in its dtype with the epilogue fused. Runs as a task on the stream's worker
- * thread; batches loop, OpenBLAS threads each product.
+ * cpu_matmul.c — the CPU backend's GEMM. f32 and bf16 go whole to oneDNN's matmul
+ * (cpu_matmul_dnnl.c) where the build has it: every batch in one primitive, D written
+ * in its dtype with alpha, beta (D's own addend), bias, ReLU/GELU and the
+ * pre-activation output fused, the bias gradient of D summed after. What it declines
+ * (a separate C, DGELU, f16, no oneDNN) runs here: the product op(A)·op(B) from
+ * oneDNN or OpenBLAS (sgemm for f32; sbgemm for bf16 where the OpenBLAS build has it;
+ * f16 — and bf16 without either — are widened to f32 exactly and go through
+ * cpu_sgemm), or from a blocked C GEMM when the build has neither, then alpha/beta and
+ * the epilogue per element with the formulas of kernels/gemm_desc.h (the ones the
+ * fallback CUDA kernel uses). GPUCORE_CPU_GEMM=blas (or GPUCORE_CPU_PORTABLE) sends
+ * f32 to OpenBLAS instead (the tests run both). Runs as a task on the stream's worker
+ * thread; batches loop on the OpenBLAS path, whose threads each product.
  */
 #include <dlfcn.h>
 #include <pthread.h>
@@ -122,6 +126,7 @@ gpucore_status cpu_sgemm(int ta, int tb, int64_t m, int64_t n, int64_t k, float 
                          const float *B, int64_t ldb, float beta, float *C, int64_t ldc)
 {
     if (m <= 0 || n <= 0) return GPUCORE_OK;
+    if (k > 0 && cpu_sgemm_dnnl(ta, tb, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc)) return GPUCORE_OK;
 #if GPUCORE_HAVE_OPENBLAS
     if (k > 0 && m <= 0x7fffffff && n <= 0x7fffffff && k <= 0x7fffffff && lda <= 0x7fffffff && ldb <= 0x7fffffff &&
         ldc <= 0x7fffffff) {
@@ -146,11 +151,14 @@ static gpucore_status product(cpu_context *ctx, const gpucore_gemm_desc *g, int6
         return GPUCORE_OK;
     }
     /* oneDNN's bf16 kernels need AVX512-BF16/AMX, which implies AVX2; cpu_vec_have_avx2() is also 0 under
-     * GPUCORE_CPU_PORTABLE, which so keeps the sbgemm/widening paths testable on any machine */
-    if (g->a.dtype == GPUCORE_KDT_BF16 && cpu_vec_have_avx2()) {
-        const char *A = (const char *)g->a.data + bi * g->a.batch_stride * 2;
-        const char *B = (const char *)g->b.data + bi * g->b.batch_stride * 2;
-        if (cpu_matmul_dnnl_bf16(ctx, m, n, k, A, g->a.ld, g->a.trans, B, g->b.ld, g->b.trans, T)) {
+     * GPUCORE_CPU_PORTABLE, which so keeps the sbgemm/widening paths testable on any machine (f32: see
+     * cpu_gemm_engine_dnnl) */
+    if ((g->a.dtype == GPUCORE_KDT_BF16 && cpu_vec_have_avx2()) ||
+        (g->a.dtype == GPUCORE_KDT_F32 && cpu_gemm_engine_dnnl(m, n, k, 1))) {
+        const int es = gpucore_gemm_dtype_size(g->a.dtype);
+        const char *A = (const char *)g->a.data + bi * g->a.batch_stride * es;
+        const char *B = (const char *)g->b.data + bi * g->b.batch_stride * es;
+        if (cpu_matmul_dnnl_product(ctx, g->a.dtype, m, n, k, A, g->a.ld, g->a.trans, B, g->b.ld, g->b.trans, T)) {
             *ti = 1; *tj = m;
             return GPUCORE_OK;
         }
@@ -212,6 +220,21 @@ static gpucore_status bias_grad_of_operand(const gpucore_gemm_desc *g)
     return GPUCORE_OK;
 }
 
+/* BGRAD_D: bias_grad[i] = Σ_j D(i, j) of D as stored (batch 1; the fallback kernel sums the same
+ * values), with colsum (m doubles) as the accumulator. */
+static void bias_grad_of_d(const gpucore_gemm_desc *g, const char *D, double *colsum)
+{
+    const int64_t m = g->m, n = g->n;
+    const int dsz = gpucore_gemm_dtype_size(g->d_dtype);
+#pragma omp parallel for if (m * n > CPU_MM_PARALLEL_THRESHOLD) schedule(static)
+    for (int64_t i = 0; i < m; i++) {
+        double s = 0;
+        for (int64_t j = 0; j < n; j++) s += gpucore_load_as_f32(D + (i + j * g->ldd) * dsz, g->d_dtype);
+        colsum[i] = s;
+    }
+    for (int64_t i = 0; i < m; i++) gpucore_store_from_f32((char *)g->bias_grad + i * dsz, g->d_dtype, (float)colsum[i]);
+}
+
 static gpucore_status matmul_task(void *p)
 {
     const gpucore_gemm_desc *g = &((matmul_args *)p)->g;
@@ -221,8 +244,16 @@ static gpucore_status matmul_task(void *p)
     gpucore_status st = GPUCORE_OK;
     if (g->epilogue & (GPUCORE_GEMM_EPI_BGRAD_A | GPUCORE_GEMM_EPI_BGRAD_B)) bias_grad_of_operand(g);
     if (m == 0 || n == 0) return GPUCORE_OK;
-    /* bf16 with a fusable epilogue: oneDNN writes D itself (see product() for the AVX2 test) */
-    if (g->a.dtype == GPUCORE_KDT_BF16 && cpu_vec_have_avx2() && cpu_matmul_dnnl_fused(ctx, g)) return GPUCORE_OK;
+    /* a fusable epilogue: oneDNN writes D itself (see product() for the AVX2 test; f32: cpu_gemm_engine_dnnl) */
+    if (cpu_vec_have_avx2() && cpu_matmul_dnnl_fused(ctx, g)) {
+        if (g->epilogue & GPUCORE_GEMM_EPI_BGRAD_D) {
+            double *colsum = calloc((size_t)m, sizeof(double));
+            if (!colsum) return GPUCORE_ERR_OUT_OF_MEMORY;
+            bias_grad_of_d(g, g->d, colsum);
+            free(colsum);
+        }
+        return GPUCORE_OK;
+    }
 #if GPUCORE_HAVE_OPENBLAS
     if (direct_sgemm(g)) {
         for (int64_t bi = 0; bi < g->batch; bi++)
@@ -281,17 +312,7 @@ static gpucore_status matmul_task(void *p)
                 }
             }
         }
-        if (colsum) {
-            /* bias gradient: Σ_j of D as stored (the fallback kernel sums the same values) */
-#pragma omp parallel for if (m * n > CPU_MM_PARALLEL_THRESHOLD) schedule(static)
-            for (int64_t i = 0; i < m; i++) {
-                double s = 0;
-                for (int64_t j = 0; j < n; j++) s += gpucore_load_as_f32(D + (i + j * g->ldd) * dsz, g->d_dtype);
-                colsum[i] = s;
-            }
-            for (int64_t i = 0; i < m; i++)
-                gpucore_store_from_f32((char *)g->bias_grad + i * dsz, g->d_dtype, (float)colsum[i]);
-        }
+        if (colsum) bias_grad_of_d(g, D, colsum);
     }
     free(T);
     free(colsum);
