@@ -2318,6 +2318,215 @@ GPUCORE_API gpucore_status gpucore_residual_norm_backward(gpucore_tensor *dx, gp
                                                           const gpucore_tensor *gamma, int layer_norm,
                                                           gpucore_stream *stream);
 
+/* ------------------------------------------------- language models (src/models)
+ *
+ * Decoder-only language models read from a Hugging Face folder and run with the
+ * ops above: gpt2, llama, mistral and qwen2. A model is a handle owning its
+ * weights (on one context, in one float dtype), optional LoRA adapters, gradient
+ * buffers and a checkpoint executor for training.
+ *
+ * Folder: config.json, plus model.safetensors or model.safetensors.index.json and
+ * the shards its "weight_map" names. Every tensor the config implies must be
+ * present with the shape the config gives, and no other (HF's non-persistent
+ * buffers such as GPT-2's attn.bias and rotary_emb.inv_freq are skipped); else
+ * GPUCORE_ERR_CORRUPT_FILE / SHAPE_MISMATCH naming the tensor and file. A missing
+ * file is GPUCORE_ERR_IO naming it. Nothing is left allocated on failure.
+ *
+ * Math, per architecture (what transformers 4.44 computes):
+ *   gpt2: wte + wpe (learned positions), pre-LayerNorm blocks with biases,
+ *         Conv1D weights (stored [in, out] in the file; held transposed as [out, in]
+ *         here), gelu_tanh ("gelu_new"), the head tied to wte.
+ *   llama, mistral, qwen2: token embedding, pre-RMSNorm blocks (rms_norm_eps), RoPE
+ *         (half-split pairs, rope_theta, and rope_scaling {"rope_type": "llama3",
+ *         factor, low_freq_factor, high_freq_factor, original_max_position_embeddings}),
+ *         grouped-query attention (num_key_value_heads), SwiGLU MLP (hidden_act "silu"),
+ *         tie_word_embeddings; q/k/v biases for qwen2, attention_bias / mlp_bias for
+ *         llama when the config sets them.
+ * A config field that would change the math and is not implemented is refused
+ * with GPUCORE_ERR_NOT_SUPPORTED and a message naming it: an unknown model_type,
+ * another rope_scaling type, a hidden_act / activation_function other than the
+ * above, attention_bias on mistral or qwen2, GPT-2's scale_attn_by_inverse_layer_idx
+ * or add_cross_attention, ... A sliding_window (mistral; qwen2 with
+ * use_sliding_window) is accepted but any sequence longer than it is refused at run
+ * time (INVALID_ARGUMENT naming sliding_window), as is a position past
+ * max_position_embeddings.
+ *
+ * Activations and logits are in the model's dtype; attention, norms and
+ * cross-entropy accumulate in f32 (see the ops). Calls run on the context's current
+ * stream; those returning host values (loss, generated ids) synchronize it. A model
+ * is used by one thread at a time. */
+typedef struct gpucore_lm gpucore_lm;
+/* A KV cache: per layer keys and values [batch, kv_heads, max_len, head_dim] in the
+ * model's dtype, taken from the caching allocator. */
+typedef struct gpucore_lm_cache gpucore_lm_cache;
+
+typedef enum gpucore_lm_arch {
+    GPUCORE_LM_GPT2 = 0, GPUCORE_LM_LLAMA = 1, GPUCORE_LM_MISTRAL = 2, GPUCORE_LM_QWEN2 = 3
+} gpucore_lm_arch;
+
+/* Load the model in `folder` onto ctx. dtype: -1 keeps the checkpoint's dtype (the
+ * dtype of its floating tensors; a mix is converted to the first one's), or
+ * GPUCORE_F32, GPUCORE_BF16, GPUCORE_F16 to convert on load (round to nearest
+ * even). The weights are frozen until gpucore_lm_add_lora / load_adapter /
+ * set_full_finetune. */
+GPUCORE_API gpucore_status gpucore_lm_create(gpucore_context *ctx, const char *folder, int dtype, gpucore_lm **out);
+/* Frees weights, adapters, gradients and the executor (caches stay valid handles
+ * to destroy). NULL is a no-op. */
+GPUCORE_API gpucore_status gpucore_lm_destroy(gpucore_lm *lm);
+/* The model's context (borrowed). */
+GPUCORE_API gpucore_status gpucore_lm_context(const gpucore_lm *lm, gpucore_context **ctx);
+
+/* Integer configuration values by their Hugging Face names: "arch"
+ * (gpucore_lm_arch), "dtype" (gpucore_dtype of the weights), "vocab_size",
+ * "num_hidden_layers", "hidden_size", "num_attention_heads", "num_key_value_heads",
+ * "head_dim", "intermediate_size", "max_position_embeddings", "sliding_window"
+ * (-1 none), "tie_word_embeddings" (0/1), "bos_token_id", "eos_token_id",
+ * "pad_token_id" (-1 when the config has none; the first of a list). GPT-2's
+ * n_embd, n_layer, n_head, n_positions, n_inner answer under the same names.
+ * Unknown key: INVALID_ARGUMENT. */
+GPUCORE_API gpucore_status gpucore_lm_config_int(const gpucore_lm *lm, const char *key, int64_t *value);
+/* Floating values: "rope_theta", "rms_norm_eps" (GPT-2: layer_norm_epsilon under
+ * "norm_eps" too), "rope_scaling_factor" (1 without scaling). */
+GPUCORE_API gpucore_status gpucore_lm_config_double(const gpucore_lm *lm, const char *key, double *value);
+/* "gpt2", "llama", "mistral", "qwen2"; NULL for an invalid handle. */
+GPUCORE_API const char *gpucore_lm_arch_name(const gpucore_lm *lm);
+
+/* Every base weight by its state-dict name ("model.layers.0.self_attn.q_proj.weight",
+ * "transformer.h.0.attn.c_attn.weight"), i in [0, gpucore_lm_parameter_count).
+ * *name and *param are borrowed (valid until the model is destroyed or merged).
+ * GPT-2 Conv1D weights are [out, in] here (the transpose of the file's). A tied
+ * head is listed once, under the embedding's name. */
+GPUCORE_API int64_t gpucore_lm_parameter_count(const gpucore_lm *lm); /* -1: invalid handle */
+GPUCORE_API gpucore_status gpucore_lm_parameter(gpucore_lm *lm, int64_t i, const char **name, gpucore_tensor **param);
+
+/* ---- inference ----
+ * input_ids: i32 or i64 [B, T] on the model's context (T >= 1, ids in
+ * [0, vocab_size); out-of-range ids give NaN rows). *logits: a new tensor
+ * [B, T, vocab_size] in the model's dtype (destroy it). Positions 0..T-1; no dropout. */
+GPUCORE_API gpucore_status gpucore_lm_forward(gpucore_lm *lm, const gpucore_tensor *input_ids, gpucore_tensor **logits);
+/* The same from a host array of B·T int64 ids (row-major), checked on the host. */
+GPUCORE_API gpucore_status gpucore_lm_forward_host(gpucore_lm *lm, const int64_t *input_ids, int64_t batch,
+                                                   int64_t seq, gpucore_tensor **logits);
+
+/* An empty cache for `batch` sequences of up to max_len positions
+ * (<= max_position_embeddings). */
+GPUCORE_API gpucore_status gpucore_lm_cache_create(gpucore_lm *lm, int64_t batch, int64_t max_len,
+                                                   gpucore_lm_cache **out);
+GPUCORE_API gpucore_status gpucore_lm_cache_destroy(gpucore_lm_cache *cache);
+/* Positions already held (the next token's position). */
+GPUCORE_API int64_t gpucore_lm_cache_length(const gpucore_lm_cache *cache); /* -1: invalid handle */
+/* Forget the held positions (the memory is kept). */
+GPUCORE_API gpucore_status gpucore_lm_cache_reset(gpucore_lm_cache *cache);
+/* Run input_ids [B, T] (B the cache's) at positions L..L+T-1, L the cache's length,
+ * attending to the cached keys/values plus their own (causally), appending theirs.
+ * L + T must fit in max_len. *logits: new [B, T, vocab_size]; logits NULL: not
+ * computed (the cache is still filled). last_only != 0: *logits is [B, 1, vocab_size]
+ * for the last position only. */
+GPUCORE_API gpucore_status gpucore_lm_forward_cached(gpucore_lm *lm, gpucore_lm_cache *cache,
+                                                     const gpucore_tensor *input_ids, int last_only,
+                                                     gpucore_tensor **logits);
+
+/* Generation with a KV cache: one prefill over the prompt, then one token per step
+ * (no recomputation of the prefix). input_ids: host int64 [batch, prompt_len].
+ * Greedy (do_sample 0: argmax, the first index of the maximum, as torch.argmax) or
+ * sampling: logits / temperature (> 0), then the top_k largest (0: all), then the
+ * smallest set whose probability reaches top_p (1: all; the most probable token is
+ * always kept) — transformers' TemperatureLogitsWarper, TopKLogitsWarper and
+ * TopPLogitsWarper — and a draw by inverse CDF from the Philox uniform
+ * gpucore_philox_uniform(seed, 0, step·batch + b), computed on the host in f64 from
+ * the f32 logits, so every backend draws the same. eos_token_id >= 0: a sequence that
+ * produced it gets pad_token_id (eos_token_id when pad_token_id < 0) from then on,
+ * and generation stops early when every sequence has finished (transformers'
+ * rule). output_ids: host int64 with room for batch·(prompt_len + max_new_tokens);
+ * receives [batch, *out_len] row-major (the prompt, then the new tokens), *out_len <=
+ * prompt_len + max_new_tokens. prompt_len + max_new_tokens <= max_position_embeddings. */
+GPUCORE_API gpucore_status gpucore_lm_generate(gpucore_lm *lm, const int64_t *input_ids, int64_t batch,
+                                               int64_t prompt_len, int64_t max_new_tokens, int do_sample,
+                                               double temperature, int64_t top_k, double top_p, uint64_t seed,
+                                               int64_t eos_token_id, int64_t pad_token_id, int64_t *output_ids,
+                                               int64_t *out_len);
+
+/* ---- training ----
+ * Trainable parameters: the LoRA adapters when any exist (the base frozen), else
+ * every base weight after gpucore_lm_set_full_finetune(lm, 1), else none. Each has a
+ * gradient tensor of its shape and dtype, owned by the model, overwritten by every
+ * gpucore_lm_forward_backward. Names: PEFT's adapter keys without ".default"
+ * ("base_model.model.model.layers.0.self_attn.q_proj.lora_A.weight") for LoRA, the
+ * state-dict names for full fine-tuning (as gpucore_lm_parameter; a tied head's
+ * gradient is the sum of both uses). Both tensors are borrowed: pass them to
+ * gpucore_optimizer_create / gpucore_optimizer_step. */
+GPUCORE_API int64_t gpucore_lm_trainable_count(const gpucore_lm *lm); /* -1: invalid handle */
+GPUCORE_API gpucore_status gpucore_lm_trainable(gpucore_lm *lm, int64_t i, const char **name, gpucore_tensor **param,
+                                                gpucore_tensor **grad);
+/* enable 1: every base weight trainable (allocates the gradients; refused while
+ * adapters exist: INVALID_ARGUMENT); 0: frozen again (frees them). */
+GPUCORE_API gpucore_status gpucore_lm_set_full_finetune(gpucore_lm *lm, int enable);
+
+/* Hugging Face's causal-LM loss: logits[:, :-1] against labels[:, 1:] (shifted
+ * inside), rows whose label is -100 ignored, the mean over the rest (NaN when none
+ * is counted), computed from the model-dtype logits in f32. input_ids and labels:
+ * i32/i64 [B, T] on the model's context, T >= 2 (labels NULL: input_ids). */
+GPUCORE_API gpucore_status gpucore_lm_loss(gpucore_lm *lm, const gpucore_tensor *input_ids,
+                                           const gpucore_tensor *labels, double *loss);
+/* The loss (as gpucore_lm_loss, with LoRA dropout active) and its backward: every
+ * trainable parameter's gradient is overwritten with d loss / d param. Runs the
+ * layers as checkpoint-executor segments under the policy set below. Refused
+ * (INVALID_ARGUMENT) when nothing is trainable. */
+GPUCORE_API gpucore_status gpucore_lm_forward_backward(gpucore_lm *lm, const gpucore_tensor *input_ids,
+                                                       const gpucore_tensor *labels, double *loss);
+/* Host-array forms: B·T int64 ids and labels (labels NULL: the ids). */
+GPUCORE_API gpucore_status gpucore_lm_loss_host(gpucore_lm *lm, const int64_t *input_ids, const int64_t *labels,
+                                                int64_t batch, int64_t seq, double *loss);
+GPUCORE_API gpucore_status gpucore_lm_forward_backward_host(gpucore_lm *lm, const int64_t *input_ids,
+                                                            const int64_t *labels, int64_t batch, int64_t seq,
+                                                            double *loss);
+/* Recompute policy of the training executor (gpucore_ckpt_set_policy; each layer is
+ * an attention and an MLP segment). Default KEEP_ALL. */
+GPUCORE_API gpucore_status gpucore_lm_set_checkpoint_policy(gpucore_lm *lm, gpucore_ckpt_policy policy, int64_t param);
+/* Philox seed for LoRA dropout in forward_backward (default 0); the offset restarts at 0. */
+GPUCORE_API gpucore_status gpucore_lm_set_seed(gpucore_lm *lm, uint64_t seed);
+
+/* ---- LoRA in PEFT's format ----
+ * Adapters on the linear layers named in target_modules (count names; each matched
+ * against the last component of the module name, as PEFT does for a list):
+ * q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj (llama, mistral,
+ * qwen2); c_attn, c_proj (both attn.c_proj and mlp.c_proj), c_fc (gpt2). A name that
+ * matches no module of this architecture is INVALID_ARGUMENT. y = W x + b +
+ * (lora_alpha / r) · B A dropout(x); A [r, in] drawn as PEFT's default
+ * (kaiming-uniform with a = sqrt(5): U(-1/sqrt(in), 1/sqrt(in)), from Philox under
+ * seed), B [out, r] zero, in the model's dtype. Replaces adapters already present.
+ * The base weights become frozen (full fine-tuning off). */
+GPUCORE_API gpucore_status gpucore_lm_add_lora(gpucore_lm *lm, int64_t r, double lora_alpha, double lora_dropout,
+                                               const char *const *target_modules, int64_t count, uint64_t seed);
+/* Load a PEFT adapter folder: adapter_config.json (peft_type "LORA", r, lora_alpha,
+ * lora_dropout, target_modules as a list or one regex string is refused,
+ * use_rslora / use_dora / fan_in_fan_out / rank_pattern / alpha_pattern / bias other
+ * than "none" / modules_to_save refused by name when set) + adapter_model.safetensors
+ * with keys "base_model.model.<module>.lora_A.weight" / ".lora_B.weight" (".default"
+ * tolerated before ".weight"). Every targeted module's pair must be present with
+ * shapes [r, in] / [out, r]; an unknown key is CORRUPT_FILE naming it. Converted to
+ * the model's dtype. Replaces adapters already present; on failure the model keeps
+ * the ones it had. */
+GPUCORE_API gpucore_status gpucore_lm_load_adapter(gpucore_lm *lm, const char *folder);
+/* Write the adapters as PEFT does: folder (created if absent) gets
+ * adapter_config.json (base_model_name_or_path = the loaded folder, peft_type LORA,
+ * task_type CAUSAL_LM, r, lora_alpha, lora_dropout, target_modules, bias "none",
+ * fan_in_fan_out true for gpt2) and adapter_model.safetensors (the trainable names,
+ * in the model's dtype). INVALID_ARGUMENT without adapters. */
+GPUCORE_API gpucore_status gpucore_lm_save_adapter(gpucore_lm *lm, const char *folder);
+/* W += (alpha / r) B A for every adapter, then drop the adapters (PEFT's
+ * merge_and_unload). INVALID_ARGUMENT without adapters. */
+GPUCORE_API gpucore_status gpucore_lm_merge_adapter(gpucore_lm *lm);
+/* Number of modules carrying an adapter (0: none). */
+GPUCORE_API int64_t gpucore_lm_lora_count(const gpucore_lm *lm);
+
+/* Write the base model as a Hugging Face folder (created if absent): config.json
+ * (the loaded one with torch_dtype set to the weights' dtype) and model.safetensors
+ * (state-dict names, file layout: GPT-2 Conv1D weights back to [in, out]; a tied
+ * head saved once), which transformers' from_pretrained loads. Adapters are not
+ * included (merge them first); refused with INVALID_ARGUMENT while they exist. */
+GPUCORE_API gpucore_status gpucore_lm_save_pretrained(gpucore_lm *lm, const char *folder);
+
 #ifdef __cplusplus
 }
 #endif
