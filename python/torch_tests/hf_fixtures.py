@@ -51,7 +51,7 @@ def base_config(arch, **overrides):
 
 
 def randomize(model, seed=0):
-    """Seeded random values in every parameter: matrices N(0, 1/fan_in) (embeddings N(0, 1)),
+    """Seeded random values in every parameter: matrices N(0, 1/fan_in) (embeddings N(0, 0.25)),
     biases N(0, 0.1^2), norm weights 1 + N(0, 0.1^2)."""
     gen = torch.Generator().manual_seed(seed)
     with torch.no_grad():
@@ -63,7 +63,7 @@ def randomize(model, seed=0):
                 else:
                     val = 1.0 + 0.1 * r
             elif "wte" in name or "wpe" in name or "embed_tokens" in name:
-                val = r
+                val = 0.5 * r  # a tied head reads these too: logits of a few units, not a one-hot softmax
             else:
                 # GPT-2's Conv1D stores [in, out]; nn.Linear [out, in]
                 fan_in = p.shape[0] if ".c_" in name else p.shape[1]

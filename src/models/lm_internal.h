@@ -1,0 +1,180 @@
+/*
+ * lm_internal.h — the language-model layer's shared types: the parsed config, a
+ * linear layer (frozen or trainable weight, optional bias, optional LoRA pair), a
+ * decoder layer, the parameter registry that names every tensor as Hugging Face
+ * does, and the model handle. Built only from the public ops, train and io calls.
+ */
+#ifndef GPUCORE_LM_INTERNAL_H
+#define GPUCORE_LM_INTERNAL_H
+
+#include <stdint.h>
+#include "gpucore.h"
+#include "core/internal.h"
+#include "gpucore_config.h"
+
+#define LM_MAGIC 0x1A4E0D31u
+#define LM_CACHE_MAGIC 0x1AC4C4E1u
+#define LM_IGNORE_INDEX (-100)
+
+typedef struct lm_config {
+    int arch;                      /* gpucore_lm_arch */
+    int64_t vocab, layers, hidden, heads, kv_heads, head_dim, inter, max_pos;
+    int64_t sliding_window;        /* -1: none in use */
+    int tie;                       /* head = embedding */
+    int qkv_bias, o_bias, mlp_bias; /* linear biases (gpt2: all) */
+    int layer_norm;                /* 1: LayerNorm with bias (gpt2), 0: RMSNorm */
+    double eps;
+    double rope_theta;             /* 0: no RoPE (gpt2) */
+    int rope_llama3;
+    double rs_factor, rs_low, rs_high;
+    int64_t rs_orig;
+    int64_t bos, eos, pad;         /* -1: none */
+    int file_dtype;                /* torch_dtype of config.json, or -1 */
+    char *json;                    /* config.json text as read (save_pretrained rewrites it) */
+} lm_config;
+
+/* y = x·Wᵀ + b (+ scale·B·A·drop(x)). W [out, in] as held (GPT-2's Conv1D transposed on load). */
+typedef struct lm_linear {
+    gpucore_tensor *w, *b;         /* b NULL: no bias */
+    gpucore_tensor *dw, *db;       /* full fine-tuning gradients, else NULL */
+    gpucore_tensor *la, *lb;       /* LoRA A [r, in], B [out, r]; NULL: no adapter */
+    gpucore_tensor *dla, *dlb;
+    int64_t in, out;
+    char *module;                  /* "model.layers.0.self_attn.q_proj" */
+    const char *leaf;              /* last component: "q_proj" */
+    int conv1d;                    /* stored [in, out] in the file (GPT-2) */
+} lm_linear;
+
+/* Attention linears: gpt2 {c_attn (q|k|v fused), c_proj}; others {q, k, v, o}.
+ * MLP linears: gpt2 {c_fc, c_proj}; others {gate, up, down}. */
+typedef struct lm_layer {
+    struct gpucore_lm *lm;
+    int64_t index;
+    gpucore_tensor *n1_w, *n1_b, *n2_w, *n2_b;
+    gpucore_tensor *dn1_w, *dn1_b, *dn2_w, *dn2_b;
+    lm_linear attn[4], mlp[3];
+    int n_attn, n_mlp;
+} lm_layer;
+
+/* One named tensor: where the model holds it, its gradient slot, its shape in the file. */
+typedef struct lm_param {
+    char *name;
+    gpucore_tensor **slot, **grad;
+    int ndim;
+    int64_t shape[2];              /* as held */
+    int transposed;                /* file holds shape reversed (Conv1D) */
+} lm_param;
+
+/* A trainable tensor as listed by gpucore_lm_trainable. */
+typedef struct lm_trainable {
+    char *name;
+    gpucore_tensor *param, *grad;
+} lm_trainable;
+
+struct gpucore_lm {
+    uint32_t magic;
+    gpucore_context *ctx;
+    char *folder;
+    lm_config cfg;
+    int dtype;                     /* of every weight and activation */
+    gpucore_tensor *wte, *wpe, *nf_w, *nf_b, *head; /* head NULL when tied */
+    gpucore_tensor *dwte, *dwpe, *dnf_w, *dnf_b, *dhead;
+    gpucore_tensor *rope_cos, *rope_sin;            /* f32 [max_pos, head_dim/2] or NULL */
+    lm_layer *layer;
+    lm_param *params;
+    int64_t n_params;
+    int full_ft;
+    /* LoRA */
+    int64_t lora_r, lora_count;
+    double lora_alpha, lora_dropout;
+    char **lora_targets;
+    int64_t n_lora_targets;
+    lm_trainable *train;
+    int64_t n_train;
+    /* training executor (created on first use) */
+    gpucore_ckpt *ckpt;
+    int ckpt_policy;
+    int64_t ckpt_param;
+    uint64_t seed;
+    int training;                  /* forward_backward in progress: LoRA dropout on */
+};
+
+struct gpucore_lm_cache {
+    uint32_t magic;
+    gpucore_lm *lm;
+    int64_t batch, max_len, len, lm_layers;
+    gpucore_tensor **k, **v;       /* per layer [B, kv_heads, max_len, head_dim] */
+};
+
+/* ---- config.c ---- */
+GPUCORE_HIDDEN gpucore_status lm_config_read(const char *folder, lm_config *cfg);
+GPUCORE_HIDDEN void lm_config_free(lm_config *cfg);
+/* Read and parse a JSON object file: *text (free) and *json (a cJSON*, cJSON_Delete). */
+GPUCORE_HIDDEN gpucore_status lm_read_json(const char *path, char **text, void **json, const char *op);
+/* The math refuses sequences past max_position_embeddings or an active sliding window. */
+GPUCORE_HIDDEN gpucore_status lm_check_length(const gpucore_lm *lm, int64_t total, const char *op);
+
+/* ---- weights.c: the registry of named tensors and loading them ---- */
+GPUCORE_HIDDEN gpucore_status lm_build_registry(gpucore_lm *lm);
+GPUCORE_HIDDEN gpucore_status lm_load_weights(gpucore_lm *lm, int dtype);
+GPUCORE_HIDDEN void lm_free_weights(gpucore_lm *lm);
+/* ---- lm.c: the handle, queries, shared helpers ---- */
+GPUCORE_HIDDEN gpucore_status lm_check(const gpucore_lm *lm, const char *op);
+/* printf into a new heap string (NULL on OOM). */
+GPUCORE_HIDDEN char *lm_strdupf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+GPUCORE_HIDDEN void lm_destroy_tensor(gpucore_tensor **t);
+/* A new contiguous tensor of t's shape and the given dtype, holding t (cast), or the
+ * transpose of a 2-d t when transpose != 0. */
+GPUCORE_HIDDEN gpucore_status lm_convert(gpucore_tensor *t, int dtype, int transpose, gpucore_tensor **out);
+GPUCORE_HIDDEN gpucore_status lm_new(gpucore_lm *lm, int dtype, int ndim, const int64_t *shape, gpucore_tensor **out);
+/* Ids from the host (checked against vocab) as an i64 [B, T] tensor. */
+GPUCORE_HIDDEN gpucore_status lm_ids_from_host(gpucore_lm *lm, const int64_t *ids, int64_t batch, int64_t seq,
+                                               const char *op, gpucore_tensor **out);
+GPUCORE_HIDDEN gpucore_status lm_check_ids(const gpucore_lm *lm, const gpucore_tensor *ids, const char *what,
+                                           const char *op);
+/* Rebuild the trainable list from the adapters / full fine-tuning state. */
+GPUCORE_HIDDEN gpucore_status lm_rebuild_trainable(gpucore_lm *lm);
+GPUCORE_HIDDEN void lm_free_trainable(gpucore_lm *lm);
+/* Visit every linear of the model. */
+typedef gpucore_status (*lm_linear_fn)(gpucore_lm *lm, lm_linear *l, void *user);
+GPUCORE_HIDDEN gpucore_status lm_for_each_linear(gpucore_lm *lm, lm_linear_fn fn, void *user);
+
+/* ---- layers.c: segments (call NULL: inference, nothing saved) ---- */
+typedef struct lm_run {
+    gpucore_lm_cache *cache;       /* NULL: no cache */
+    int64_t pos0;                  /* position of the first token */
+} lm_run;
+GPUCORE_HIDDEN gpucore_status lm_attention_forward(lm_layer *L, gpucore_ckpt_call *call, const lm_run *run,
+                                                   const gpucore_tensor *x, gpucore_tensor **y, gpucore_stream *s);
+GPUCORE_HIDDEN gpucore_status lm_mlp_forward(lm_layer *L, gpucore_ckpt_call *call, const gpucore_tensor *x,
+                                             gpucore_tensor **y, gpucore_stream *s);
+GPUCORE_HIDDEN gpucore_status lm_final_norm_forward(gpucore_lm *lm, gpucore_ckpt_call *call, const gpucore_tensor *x,
+                                                    gpucore_tensor **y, gpucore_stream *s);
+/* checkpoint-executor callbacks (user: lm_layer* / gpucore_lm*) */
+GPUCORE_HIDDEN gpucore_status lm_seg_attention_fwd(gpucore_ckpt_call *call, const gpucore_tensor *x,
+                                                   gpucore_tensor **y, gpucore_stream *s, void *user);
+GPUCORE_HIDDEN gpucore_status lm_seg_attention_bwd(gpucore_ckpt_call *call, const gpucore_tensor *dy,
+                                                   gpucore_tensor *dx, gpucore_stream *s, void *user);
+GPUCORE_HIDDEN gpucore_status lm_seg_mlp_fwd(gpucore_ckpt_call *call, const gpucore_tensor *x, gpucore_tensor **y,
+                                             gpucore_stream *s, void *user);
+GPUCORE_HIDDEN gpucore_status lm_seg_mlp_bwd(gpucore_ckpt_call *call, const gpucore_tensor *dy, gpucore_tensor *dx,
+                                             gpucore_stream *s, void *user);
+GPUCORE_HIDDEN gpucore_status lm_seg_norm_fwd(gpucore_ckpt_call *call, const gpucore_tensor *x, gpucore_tensor **y,
+                                              gpucore_stream *s, void *user);
+GPUCORE_HIDDEN gpucore_status lm_seg_norm_bwd(gpucore_ckpt_call *call, const gpucore_tensor *dy, gpucore_tensor *dx,
+                                              gpucore_stream *s, void *user);
+
+/* ---- lora_peft.c: file helpers shared with save.c ---- */
+GPUCORE_HIDDEN gpucore_status lm_make_dir(const char *folder, const char *op);
+GPUCORE_HIDDEN gpucore_status lm_write_text(const char *path, const char *text, const char *op);
+
+/* ---- forward.c ---- */
+GPUCORE_HIDDEN gpucore_status lm_rope_tables(gpucore_lm *lm);
+/* x0 = embedding(ids) (+ wpe at positions pos0..) : new [B, T, D] */
+GPUCORE_HIDDEN gpucore_status lm_embed(gpucore_lm *lm, const gpucore_tensor *ids, int64_t pos0, gpucore_tensor **x0,
+                                       gpucore_tensor **pos_ids, gpucore_stream *s);
+GPUCORE_HIDDEN gpucore_status lm_head_forward(gpucore_lm *lm, const gpucore_tensor *h, gpucore_tensor **logits,
+                                              gpucore_stream *s);
+GPUCORE_HIDDEN const gpucore_tensor *lm_head_weight(const gpucore_lm *lm);
+
+#endif

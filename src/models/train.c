@@ -1,0 +1,229 @@
+/*
+ * train.c — Hugging Face's causal-LM loss (labels shifted inside, -100 ignored,
+ * the mean over the counted positions) and its backward. Training runs the layers
+ * as checkpoint-executor segments (an attention and an MLP segment per layer and
+ * the final norm), so every recompute policy applies; the embeddings, the head and
+ * the loss run around the executor, and their gradients (full fine-tuning) are
+ * added here, a tied head's being the sum of its two uses.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+#include "lm_internal.h"
+
+static gpucore_status ensure_ckpt(gpucore_lm *lm)
+{
+    if (lm->ckpt) return GPUCORE_OK;
+    gpucore_ckpt *ck = NULL;
+    gpucore_status st = gpucore_ckpt_create(lm->ctx, "language model", &ck);
+    char name[64];
+    for (int64_t i = 0; i < lm->cfg.layers && !st; i++) {
+        snprintf(name, sizeof name, "layer %lld attention", (long long)i);
+        st = gpucore_ckpt_add_custom(ck, name, lm_seg_attention_fwd, lm_seg_attention_bwd, &lm->layer[i]);
+        snprintf(name, sizeof name, "layer %lld mlp", (long long)i);
+        if (!st) st = gpucore_ckpt_add_custom(ck, name, lm_seg_mlp_fwd, lm_seg_mlp_bwd, &lm->layer[i]);
+    }
+    if (!st) st = gpucore_ckpt_add_custom(ck, "final norm", lm_seg_norm_fwd, lm_seg_norm_bwd, lm);
+    if (!st) st = gpucore_ckpt_set_policy(ck, (gpucore_ckpt_policy)lm->ckpt_policy, lm->ckpt_param);
+    if (!st) st = gpucore_ckpt_set_seed(ck, lm->seed, 0);
+    if (st) { gpucore_ckpt_destroy(ck); return st; }
+    lm->ckpt = ck;
+    return GPUCORE_OK;
+}
+
+gpucore_status gpucore_lm_set_checkpoint_policy(gpucore_lm *lm, gpucore_ckpt_policy policy, int64_t param)
+{
+    const char *op = "gpucore_lm_set_checkpoint_policy";
+    gpucore_status st = lm_check(lm, op);
+    if (st) return st;
+    if ((int)policy < GPUCORE_CKPT_KEEP_ALL || (int)policy > GPUCORE_CKPT_BUDGET)
+        return gpucore_set_error(GPUCORE_ERR_INVALID_ARGUMENT, "%s: unknown policy %d", op, (int)policy);
+    if (lm->ckpt && (st = gpucore_ckpt_set_policy(lm->ckpt, policy, param))) return st;
+    lm->ckpt_policy = policy;
+    lm->ckpt_param = param;
+    return GPUCORE_OK;
+}
+
+gpucore_status gpucore_lm_set_seed(gpucore_lm *lm, uint64_t seed)
+{
+    gpucore_status st = lm_check(lm, "gpucore_lm_set_seed");
+    if (st) return st;
+    lm->seed = seed;
+    return lm->ckpt ? gpucore_ckpt_set_seed(lm->ckpt, seed, 0) : GPUCORE_OK;
+}
+
+/* targets[:, t] = labels[:, t + 1], targets[:, T-1] = -100. */
+static gpucore_status shift_labels(gpucore_lm *lm, const gpucore_tensor *labels, gpucore_tensor **targets)
+{
+    int64_t T = labels->shape[1];
+    gpucore_tensor *dst = NULL, *src = NULL;
+    gpucore_status st = gpucore_tensor_create(lm->ctx, (gpucore_dtype)labels->dtype, 2, labels->shape, targets);
+    if (!st) st = gpucore_fill(*targets, LM_IGNORE_INDEX, NULL);
+    if (!st) st = gpucore_tensor_slice(*targets, 1, 0, T - 1, 1, &dst);
+    if (!st) st = gpucore_tensor_slice((gpucore_tensor *)labels, 1, 1, T, 1, &src);
+    if (!st) st = gpucore_copy(dst, src, NULL);
+    gpucore_tensor_destroy(dst);
+    gpucore_tensor_destroy(src);
+    if (st) lm_destroy_tensor(targets);
+    return st;
+}
+
+static gpucore_status check_batch(gpucore_lm *lm, const gpucore_tensor *ids, const gpucore_tensor *labels, const char *op)
+{
+    gpucore_status st = lm_check_ids(lm, ids, "input_ids", op);
+    if (st) return st;
+    if (labels && (st = lm_check_ids(lm, labels, "labels", op))) return st;
+    if (labels && (labels->shape[0] != ids->shape[0] || labels->shape[1] != ids->shape[1]))
+        return gpucore_set_error(GPUCORE_ERR_SHAPE_MISMATCH, "%s: labels [%lld, %lld] differ from input_ids [%lld, %lld]",
+                                 op, (long long)labels->shape[0], (long long)labels->shape[1],
+                                 (long long)ids->shape[0], (long long)ids->shape[1]);
+    if (ids->shape[1] < 2)
+        return gpucore_set_error(GPUCORE_ERR_INVALID_ARGUMENT, "%s: the causal-LM loss needs seq >= 2 (labels are "
+                                 "shifted by one)", op);
+    return lm_check_length(lm, ids->shape[1], op);
+}
+
+static gpucore_status loss_value(gpucore_lm *lm, const gpucore_tensor *logits, const gpucore_tensor *targets,
+                                 double *loss)
+{
+    gpucore_tensor *l = NULL;
+    int64_t one = 1;
+    float v = NAN;
+    gpucore_status st = gpucore_tensor_create(lm->ctx, GPUCORE_F32, 1, &one, &l);
+    if (!st) st = gpucore_cross_entropy(l, logits, targets, LM_IGNORE_INDEX, GPUCORE_LOSS_MEAN, NULL);
+    if (!st) st = gpucore_copy_to_host(&v, 4, l);
+    gpucore_tensor_destroy(l);
+    if (!st) *loss = v;
+    return st;
+}
+
+gpucore_status gpucore_lm_loss(gpucore_lm *lm, const gpucore_tensor *input_ids, const gpucore_tensor *labels,
+                               double *loss)
+{
+    const char *op = "gpucore_lm_loss";
+    gpucore_status st = lm_check(lm, op);
+    if (st) return st;
+    if (!loss) return gpucore_set_error(GPUCORE_ERR_NULL_POINTER, "%s: loss is NULL", op);
+    if ((st = check_batch(lm, input_ids, labels, op))) return st;
+    gpucore_tensor *logits = NULL, *targets = NULL;
+    st = gpucore_lm_forward(lm, input_ids, &logits);
+    if (!st) st = shift_labels(lm, labels ? labels : input_ids, &targets);
+    if (!st) st = loss_value(lm, logits, targets, loss);
+    gpucore_tensor_destroy(logits);
+    gpucore_tensor_destroy(targets);
+    return st;
+}
+
+/* Gradients of the embeddings from dx0 [B, T, D] (full fine-tuning). */
+static gpucore_status embedding_grads(gpucore_lm *lm, const gpucore_tensor *ids, const gpucore_tensor *pos,
+                                      const gpucore_tensor *dx0)
+{
+    gpucore_tensor *tmp = NULL, *dpe = NULL;
+    gpucore_status st = GPUCORE_OK;
+    if (lm->head) {
+        st = gpucore_embedding_backward(lm->dwte, dx0, ids, NULL);
+    } else { /* tied: the head's dW is already in dwte */
+        st = gpucore_tensor_create(lm->ctx, (gpucore_dtype)lm->dtype, 2, lm->wte->shape, &tmp);
+        if (!st) st = gpucore_embedding_backward(tmp, dx0, ids, NULL);
+        if (!st) st = gpucore_axpy(lm->dwte, 1.0, tmp, NULL);
+    }
+    if (!st && lm->wpe) {
+        int64_t shape[2] = {dx0->shape[1], dx0->shape[2]};
+        st = gpucore_tensor_create(lm->ctx, (gpucore_dtype)lm->dtype, 2, shape, &dpe);
+        if (!st) st = gpucore_reduce(GPUCORE_REDUCTION_SUM, dpe, dx0, 0, NULL);
+        if (!st) st = gpucore_embedding_backward(lm->dwpe, dpe, pos, NULL);
+    }
+    gpucore_tensor_destroy(tmp);
+    gpucore_tensor_destroy(dpe);
+    return st;
+}
+
+gpucore_status gpucore_lm_forward_backward(gpucore_lm *lm, const gpucore_tensor *input_ids,
+                                           const gpucore_tensor *labels, double *loss)
+{
+    const char *op = "gpucore_lm_forward_backward";
+    gpucore_status st = lm_check(lm, op);
+    if (st) return st;
+    if (!loss) return gpucore_set_error(GPUCORE_ERR_NULL_POINTER, "%s: loss is NULL", op);
+    if ((st = check_batch(lm, input_ids, labels, op))) return st;
+    if (!lm->n_train)
+        return gpucore_set_error(GPUCORE_ERR_INVALID_ARGUMENT, "%s: nothing is trainable: add LoRA adapters "
+                                 "(gpucore_lm_add_lora / load_adapter) or call gpucore_lm_set_full_finetune", op);
+    if ((st = ensure_ckpt(lm))) return st;
+    gpucore_tensor *x0 = NULL, *pos = NULL, *y = NULL, *logits = NULL, *targets = NULL, *dloss = NULL;
+    gpucore_tensor *dlogits = NULL, *dy = NULL, *dx0 = NULL;
+    int64_t one = 1;
+    int started = 0;
+    lm->training = 1;
+    st = shift_labels(lm, labels ? labels : input_ids, &targets);
+    if (!st) st = lm_embed(lm, input_ids, 0, &x0, &pos, NULL);
+    if (!st) { st = gpucore_ckpt_forward(lm->ckpt, x0, &y); started = !st; }
+    if (!st) st = lm_head_forward(lm, y, &logits, NULL);
+    if (!st) st = loss_value(lm, logits, targets, loss);
+    if (!st) st = gpucore_tensor_create(lm->ctx, GPUCORE_F32, 1, &one, &dloss);
+    if (!st) st = gpucore_fill(dloss, 1.0, NULL);
+    if (!st) st = gpucore_tensor_create(lm->ctx, (gpucore_dtype)lm->dtype, 3, logits->shape, &dlogits);
+    if (!st) st = gpucore_cross_entropy_backward(dlogits, dloss, logits, targets, LM_IGNORE_INDEX, GPUCORE_LOSS_MEAN, NULL);
+    lm_destroy_tensor(&logits);
+    if (!st) st = gpucore_tensor_create(lm->ctx, (gpucore_dtype)lm->dtype, 3, y->shape, &dy);
+    gpucore_tensor *dhead = lm->full_ft ? (lm->head ? lm->dhead : lm->dwte) : NULL;
+    if (!st) st = gpucore_linear_backward(dlogits, y, lm_head_weight(lm), NULL, dy, dhead, NULL, NULL);
+    lm_destroy_tensor(&dlogits);
+    if (!st && lm->full_ft) st = gpucore_tensor_create(lm->ctx, (gpucore_dtype)lm->dtype, 3, x0->shape, &dx0);
+    if (!st) { st = gpucore_ckpt_backward(lm->ckpt, dy, dx0); started = 0; }
+    if (!st && lm->full_ft) st = embedding_grads(lm, input_ids, pos, dx0);
+    if (!st) st = gpucore_context_synchronize(lm->ctx);
+    if (started) gpucore_ckpt_reset(lm->ckpt);
+    lm->training = 0;
+    gpucore_tensor *all[] = {x0, pos, logits, targets, dloss, dlogits, dy, dx0};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) gpucore_tensor_destroy(all[i]);
+    return st;
+}
+
+static gpucore_status host_batch(gpucore_lm *lm, const int64_t *ids, const int64_t *labels, int64_t batch, int64_t seq,
+                                 const char *op, gpucore_tensor **ti, gpucore_tensor **tl)
+{
+    *tl = NULL;
+    gpucore_status st = lm_ids_from_host(lm, ids, batch, seq, op, ti);
+    if (st || !labels) return st;
+    for (int64_t i = 0; i < batch * seq; i++)
+        if (labels[i] != LM_IGNORE_INDEX && (labels[i] < 0 || labels[i] >= lm->cfg.vocab)) {
+            lm_destroy_tensor(ti);
+            return gpucore_set_error(GPUCORE_ERR_INVALID_ARGUMENT, "%s: label %lld at [%lld, %lld] is neither -100 nor "
+                                     "in [0, vocab_size = %lld)", op, (long long)labels[i], (long long)(i / seq),
+                                     (long long)(i % seq), (long long)lm->cfg.vocab);
+        }
+    int64_t shape[2] = {batch, seq};
+    st = gpucore_tensor_create(lm->ctx, GPUCORE_I64, 2, shape, tl);
+    if (!st) st = gpucore_copy_from_host(*tl, labels, batch * seq * 8);
+    if (st) { lm_destroy_tensor(ti); lm_destroy_tensor(tl); }
+    return st;
+}
+
+gpucore_status gpucore_lm_loss_host(gpucore_lm *lm, const int64_t *input_ids, const int64_t *labels, int64_t batch,
+                                    int64_t seq, double *loss)
+{
+    const char *op = "gpucore_lm_loss_host";
+    gpucore_status st = lm_check(lm, op);
+    if (st) return st;
+    gpucore_tensor *ti = NULL, *tl = NULL;
+    if ((st = host_batch(lm, input_ids, labels, batch, seq, op, &ti, &tl))) return st;
+    st = gpucore_lm_loss(lm, ti, tl, loss);
+    gpucore_tensor_destroy(ti);
+    gpucore_tensor_destroy(tl);
+    return st;
+}
+
+gpucore_status gpucore_lm_forward_backward_host(gpucore_lm *lm, const int64_t *input_ids, const int64_t *labels,
+                                                int64_t batch, int64_t seq, double *loss)
+{
+    const char *op = "gpucore_lm_forward_backward_host";
+    gpucore_status st = lm_check(lm, op);
+    if (st) return st;
+    gpucore_tensor *ti = NULL, *tl = NULL;
+    if ((st = host_batch(lm, input_ids, labels, batch, seq, op, &ti, &tl))) return st;
+    st = gpucore_lm_forward_backward(lm, ti, tl, loss);
+    gpucore_tensor_destroy(ti);
+    gpucore_tensor_destroy(tl);
+    return st;
+}

@@ -1,0 +1,346 @@
+/*
+ * weights.c — the mapping between Hugging Face state-dict names and the model's
+ * tensors (the registry), and loading them from model.safetensors or from the
+ * shards a model.safetensors.index.json names: every expected tensor present with
+ * the shape the config implies, no tensor left over that the model would ignore
+ * (a bias the architecture does not have, say), dtype converted and GPT-2's
+ * Conv1D weights transposed to [out, in] on the way in. On any failure everything
+ * loaded so far is released.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include "lm_internal.h"
+
+#if GPUCORE_HAVE_CJSON
+#include <cjson/cJSON.h>
+#endif
+
+static gpucore_status add_param(gpucore_lm *lm, char *name, gpucore_tensor **slot, gpucore_tensor **grad, int ndim,
+                                int64_t s0, int64_t s1, int transposed)
+{
+    if (!name) return gpucore_set_error(GPUCORE_ERR_OUT_OF_MEMORY, "gpucore_lm_create: out of host memory");
+    lm_param *p = &lm->params[lm->n_params++];
+    p->name = name;
+    p->slot = slot;
+    p->grad = grad;
+    p->ndim = ndim;
+    p->shape[0] = s0;
+    p->shape[1] = s1;
+    p->transposed = transposed;
+    return GPUCORE_OK;
+}
+
+static gpucore_status add_linear(gpucore_lm *lm, lm_linear *l, const char *module, int64_t in, int64_t out, int bias,
+                                 int conv1d)
+{
+    l->in = in;
+    l->out = out;
+    l->conv1d = conv1d;
+    l->module = lm_strdupf("%s", module);
+    if (!l->module) return gpucore_set_error(GPUCORE_ERR_OUT_OF_MEMORY, "gpucore_lm_create: out of host memory");
+    l->leaf = strrchr(l->module, '.') + 1;
+    gpucore_status st = add_param(lm, lm_strdupf("%s.weight", module), &l->w, &l->dw, 2, out, in, conv1d);
+    if (!st && bias) st = add_param(lm, lm_strdupf("%s.bias", module), &l->b, &l->db, 1, out, 0, 0);
+    return st;
+}
+
+gpucore_status lm_build_registry(gpucore_lm *lm)
+{
+    const lm_config *c = &lm->cfg;
+    int64_t n = 6 + c->layers * 18;
+    lm->params = calloc((size_t)n, sizeof *lm->params);
+    lm->layer = calloc((size_t)c->layers, sizeof *lm->layer);
+    if (!lm->params || !lm->layer) return gpucore_set_error(GPUCORE_ERR_OUT_OF_MEMORY, "gpucore_lm_create: out of host memory");
+    int64_t D = c->hidden, F = c->inter, qd = c->heads * c->head_dim, kvd = c->kv_heads * c->head_dim;
+    int gpt2 = c->arch == GPUCORE_LM_GPT2;
+    const char *pre = gpt2 ? "transformer" : "model";
+    gpucore_status st = add_param(lm, lm_strdupf("%s.%s.weight", pre, gpt2 ? "wte" : "embed_tokens"), &lm->wte,
+                                  &lm->dwte, 2, c->vocab, D, 0);
+    if (!st && gpt2) st = add_param(lm, lm_strdupf("transformer.wpe.weight"), &lm->wpe, &lm->dwpe, 2, c->max_pos, D, 0);
+    char m[160];
+    for (int64_t i = 0; i < c->layers && !st; i++) {
+        lm_layer *L = &lm->layer[i];
+        L->lm = lm;
+        L->index = i;
+        if (gpt2) {
+            L->n_attn = 2; L->n_mlp = 2;
+            st = add_param(lm, lm_strdupf("transformer.h.%lld.ln_1.weight", (long long)i), &L->n1_w, &L->dn1_w, 1, D, 0, 0);
+            if (!st) st = add_param(lm, lm_strdupf("transformer.h.%lld.ln_1.bias", (long long)i), &L->n1_b, &L->dn1_b, 1, D, 0, 0);
+            snprintf(m, sizeof m, "transformer.h.%lld.attn.c_attn", (long long)i);
+            if (!st) st = add_linear(lm, &L->attn[0], m, D, 3 * D, 1, 1);
+            snprintf(m, sizeof m, "transformer.h.%lld.attn.c_proj", (long long)i);
+            if (!st) st = add_linear(lm, &L->attn[1], m, D, D, 1, 1);
+            if (!st) st = add_param(lm, lm_strdupf("transformer.h.%lld.ln_2.weight", (long long)i), &L->n2_w, &L->dn2_w, 1, D, 0, 0);
+            if (!st) st = add_param(lm, lm_strdupf("transformer.h.%lld.ln_2.bias", (long long)i), &L->n2_b, &L->dn2_b, 1, D, 0, 0);
+            snprintf(m, sizeof m, "transformer.h.%lld.mlp.c_fc", (long long)i);
+            if (!st) st = add_linear(lm, &L->mlp[0], m, D, F, 1, 1);
+            snprintf(m, sizeof m, "transformer.h.%lld.mlp.c_proj", (long long)i);
+            if (!st) st = add_linear(lm, &L->mlp[1], m, F, D, 1, 1);
+        } else {
+            static const char *an[4] = {"q_proj", "k_proj", "v_proj", "o_proj"};
+            static const char *mn[3] = {"gate_proj", "up_proj", "down_proj"};
+            int64_t ain[4] = {D, D, D, qd}, aout[4] = {qd, kvd, kvd, D};
+            int64_t min_[3] = {D, D, F}, mout[3] = {F, F, D};
+            L->n_attn = 4; L->n_mlp = 3;
+            st = add_param(lm, lm_strdupf("model.layers.%lld.input_layernorm.weight", (long long)i), &L->n1_w, &L->dn1_w, 1, D, 0, 0);
+            for (int k = 0; k < 4 && !st; k++) {
+                snprintf(m, sizeof m, "model.layers.%lld.self_attn.%s", (long long)i, an[k]);
+                st = add_linear(lm, &L->attn[k], m, ain[k], aout[k], k < 3 ? c->qkv_bias : c->o_bias, 0);
+            }
+            if (!st) st = add_param(lm, lm_strdupf("model.layers.%lld.post_attention_layernorm.weight", (long long)i),
+                                    &L->n2_w, &L->dn2_w, 1, D, 0, 0);
+            for (int k = 0; k < 3 && !st; k++) {
+                snprintf(m, sizeof m, "model.layers.%lld.mlp.%s", (long long)i, mn[k]);
+                st = add_linear(lm, &L->mlp[k], m, min_[k], mout[k], c->mlp_bias, 0);
+            }
+        }
+    }
+    if (!st) st = add_param(lm, lm_strdupf("%s.%s.weight", pre, gpt2 ? "ln_f" : "norm"), &lm->nf_w, &lm->dnf_w, 1, D, 0, 0);
+    if (!st && gpt2) st = add_param(lm, lm_strdupf("transformer.ln_f.bias"), &lm->nf_b, &lm->dnf_b, 1, D, 0, 0);
+    if (!st && !c->tie) st = add_param(lm, lm_strdupf("lm_head.weight"), &lm->head, &lm->dhead, 2, c->vocab, D, 0);
+    return st;
+}
+
+/* ---- the files ---- */
+
+typedef struct st_source {
+    char *file;                 /* shard file name (relative) */
+    gpucore_safetensors *h;
+} st_source;
+
+typedef struct loader {
+    gpucore_lm *lm;
+    st_source *src;
+    int64_t n_src;
+    char **map_names;           /* index: tensor name -> source index */
+    int64_t *map_src, n_map;
+    int gpt2_bare;              /* GPT-2 file without the "transformer." prefix */
+} loader;
+
+static void loader_free(loader *ld)
+{
+    for (int64_t i = 0; i < ld->n_src; i++) { gpucore_safetensors_close(ld->src[i].h); free(ld->src[i].file); }
+    free(ld->src);
+    for (int64_t i = 0; i < ld->n_map; i++) free(ld->map_names[i]);
+    free(ld->map_names);
+    free(ld->map_src);
+}
+
+static gpucore_status open_source(loader *ld, const char *file, int64_t *index, const char *index_path)
+{
+    for (int64_t i = 0; i < ld->n_src; i++)
+        if (!strcmp(ld->src[i].file, file)) { *index = i; return GPUCORE_OK; }
+    if (strchr(file, '/') || !strcmp(file, "..") || !*file)
+        return gpucore_set_error(GPUCORE_ERR_CORRUPT_FILE, "gpucore_lm_create: '%s' names the shard '%s', which is not a "
+                                 "file name inside the folder", index_path, file);
+    st_source *ns = realloc(ld->src, (size_t)(ld->n_src + 1) * sizeof *ns);
+    if (!ns) return gpucore_set_error(GPUCORE_ERR_OUT_OF_MEMORY, "gpucore_lm_create: out of host memory");
+    ld->src = ns;
+    st_source *s = &ld->src[ld->n_src];
+    s->file = lm_strdupf("%s", file);
+    s->h = NULL;
+    char *path = lm_strdupf("%s/%s", ld->lm->folder, file);
+    if (!s->file || !path) { free(s->file); free(path); return gpucore_set_error(GPUCORE_ERR_OUT_OF_MEMORY, "gpucore_lm_create: out of host memory"); }
+    if (index_path && access(path, F_OK) != 0) {
+        gpucore_status st = gpucore_set_error(GPUCORE_ERR_IO, "gpucore_lm_create: the shard '%s' named by '%s' is missing",
+                                              path, index_path);
+        free(s->file); free(path);
+        return st;
+    }
+    gpucore_status st = gpucore_safetensors_open(path, &s->h);
+    free(path);
+    if (st) { free(s->file); return st; }
+    *index = ld->n_src++;
+    return GPUCORE_OK;
+}
+
+static gpucore_status read_index(loader *ld, const char *index_path)
+{
+#if GPUCORE_HAVE_CJSON
+    char *text = NULL;
+    void *jv = NULL;
+    gpucore_status st = lm_read_json(index_path, &text, &jv, "gpucore_lm_create");
+    if (st) return st;
+    free(text);
+    cJSON *root = jv;
+    const cJSON *wm = cJSON_GetObjectItemCaseSensitive(root, "weight_map");
+    if (!cJSON_IsObject(wm)) {
+        cJSON_Delete(root);
+        return gpucore_set_error(GPUCORE_ERR_CORRUPT_FILE, "gpucore_lm_create: '%s' has no \"weight_map\" object", index_path);
+    }
+    int64_t n = cJSON_GetArraySize(wm);
+    ld->map_names = calloc((size_t)(n ? n : 1), sizeof *ld->map_names);
+    ld->map_src = calloc((size_t)(n ? n : 1), sizeof *ld->map_src);
+    if (!ld->map_names || !ld->map_src) st = gpucore_set_error(GPUCORE_ERR_OUT_OF_MEMORY, "gpucore_lm_create: out of host memory");
+    const cJSON *e;
+    cJSON_ArrayForEach(e, wm) {
+        if (st) break;
+        if (!cJSON_IsString(e)) {
+            st = gpucore_set_error(GPUCORE_ERR_CORRUPT_FILE, "gpucore_lm_create: '%s': weight_map entry '%s' is not a file name",
+                                   index_path, e->string);
+            break;
+        }
+        int64_t si;
+        st = open_source(ld, e->valuestring, &si, index_path);
+        if (st) break;
+        ld->map_names[ld->n_map] = lm_strdupf("%s", e->string);
+        if (!ld->map_names[ld->n_map]) { st = gpucore_set_error(GPUCORE_ERR_OUT_OF_MEMORY, "gpucore_lm_create: out of host memory"); break; }
+        ld->map_src[ld->n_map++] = si;
+        gpucore_dtype dt;
+        int nd;
+        int64_t shp[GPUCORE_MAX_DIMS];
+        if (gpucore_safetensors_info(ld->src[si].h, e->string, &dt, &nd, shp) != GPUCORE_OK)
+            st = gpucore_set_error(GPUCORE_ERR_CORRUPT_FILE, "gpucore_lm_create: '%s' places tensor '%s' in '%s', which "
+                                   "does not hold it", index_path, e->string, e->valuestring);
+    }
+    cJSON_Delete(root);
+    return st;
+#else
+    (void)ld;
+    return gpucore_set_error(GPUCORE_ERR_NOT_SUPPORTED, "gpucore_lm_create: '%s': this build has no JSON library", index_path);
+#endif
+}
+
+/* Which source holds `name` (-1: none). */
+static int64_t find_source(const loader *ld, const char *name)
+{
+    if (ld->n_map) {
+        for (int64_t i = 0; i < ld->n_map; i++)
+            if (!strcmp(ld->map_names[i], name)) return ld->map_src[i];
+        return -1;
+    }
+    gpucore_dtype dt;
+    int nd;
+    int64_t shp[GPUCORE_MAX_DIMS];
+    return gpucore_safetensors_info(ld->src[0].h, name, &dt, &nd, shp) == GPUCORE_OK ? 0 : -1;
+}
+
+/* The name a registry tensor has in the files. */
+static const char *file_name(const loader *ld, const char *name)
+{
+    if (ld->gpt2_bare && !strncmp(name, "transformer.", 12)) return name + 12;
+    return name;
+}
+
+static int ends_with(const char *s, const char *suffix)
+{
+    size_t a = strlen(s), b = strlen(suffix);
+    return a >= b && !strcmp(s + a - b, suffix);
+}
+
+/* Tensors the files may hold that the model does not use: buffers transformers never loads. */
+static int skippable(const gpucore_lm *lm, const char *name)
+{
+    if (ends_with(name, "rotary_emb.inv_freq")) return 1;
+    if (lm->cfg.arch == GPUCORE_LM_GPT2 && (ends_with(name, ".attn.bias") || ends_with(name, ".attn.masked_bias"))) return 1;
+    if (lm->cfg.tie && !strcmp(name, "lm_head.weight")) return 1; /* tied: transformers overwrites it */
+    return 0;
+}
+
+static int is_float(gpucore_dtype dt)
+{
+    return dt == GPUCORE_F32 || dt == GPUCORE_BF16 || dt == GPUCORE_F16 || dt == GPUCORE_F64;
+}
+
+static gpucore_status load_param(loader *ld, lm_param *p, int *dtype)
+{
+    gpucore_lm *lm = ld->lm;
+    const char *fname = file_name(ld, p->name);
+    int64_t si = find_source(ld, fname);
+    if (si < 0)
+        return gpucore_set_error(GPUCORE_ERR_CORRUPT_FILE, "gpucore_lm_create: tensor '%s' is missing from %s in '%s' "
+                                 "(config.json's model needs it)", fname,
+                                 ld->n_map ? "model.safetensors.index.json's weight_map" : "model.safetensors", lm->folder);
+    gpucore_safetensors *h = ld->src[si].h;
+    gpucore_dtype dt;
+    int nd;
+    int64_t shp[GPUCORE_MAX_DIMS];
+    gpucore_status st = gpucore_safetensors_info(h, fname, &dt, &nd, shp);
+    if (st) return st;
+    if (!is_float(dt))
+        return gpucore_set_error(GPUCORE_ERR_DTYPE_MISMATCH, "gpucore_lm_create: tensor '%s' in '%s' is %s; weights must "
+                                 "be f32, bf16, f16 or f64", fname, ld->src[si].file, gpucore_dtype_name(dt));
+    int64_t want[2] = {p->shape[0], p->shape[1]};
+    if (p->transposed) { want[0] = p->shape[1]; want[1] = p->shape[0]; }
+    if (nd != p->ndim || shp[0] != want[0] || (nd == 2 && shp[1] != want[1])) {
+        char got[96], exp[96];
+        gpucore_shape_str(nd, shp, got, sizeof got);
+        gpucore_shape_str(p->ndim, want, exp, sizeof exp);
+        return gpucore_set_error(GPUCORE_ERR_SHAPE_MISMATCH, "gpucore_lm_create: tensor '%s' in '%s' has shape %s but "
+                                 "config.json implies %s", fname, ld->src[si].file, got, exp);
+    }
+    if (*dtype < 0) *dtype = dt == GPUCORE_F64 ? GPUCORE_F32 : dt;
+    gpucore_tensor *t = NULL;
+    st = gpucore_safetensors_load_tensor(h, lm->ctx, fname, &t);
+    if (st) return st;
+    if ((int)dt != *dtype || p->transposed) {
+        gpucore_tensor *c = NULL;
+        st = lm_convert(t, *dtype, p->transposed, &c);
+        gpucore_tensor_destroy(t);
+        if (st) return st;
+        t = c;
+    }
+    *p->slot = t;
+    return GPUCORE_OK;
+}
+
+/* Every tensor in the files is one the model reads (or a known buffer). */
+static gpucore_status check_leftovers(loader *ld)
+{
+    gpucore_lm *lm = ld->lm;
+    for (int64_t s = 0; s < ld->n_src; s++) {
+        int64_t n = gpucore_safetensors_count(ld->src[s].h);
+        for (int64_t i = 0; i < n; i++) {
+            const char *name = gpucore_safetensors_name(ld->src[s].h, i);
+            if (skippable(lm, name)) continue;
+            int used = 0;
+            for (int64_t k = 0; k < lm->n_params && !used; k++) used = !strcmp(file_name(ld, lm->params[k].name), name);
+            if (!used)
+                return gpucore_set_error(GPUCORE_ERR_CORRUPT_FILE, "gpucore_lm_create: '%s' holds tensor '%s', which a "
+                                         "%s model with this config.json does not have (a field such as a bias flag may "
+                                         "disagree with the weights)", ld->src[s].file, name, gpucore_lm_arch_name(lm));
+        }
+    }
+    return GPUCORE_OK;
+}
+
+gpucore_status lm_load_weights(gpucore_lm *lm, int dtype)
+{
+    loader ld;
+    memset(&ld, 0, sizeof ld);
+    ld.lm = lm;
+    char *index = lm_strdupf("%s/model.safetensors.index.json", lm->folder);
+    char *single = lm_strdupf("%s/model.safetensors", lm->folder);
+    gpucore_status st = GPUCORE_OK;
+    if (!index || !single) st = gpucore_set_error(GPUCORE_ERR_OUT_OF_MEMORY, "gpucore_lm_create: out of host memory");
+    else if (access(single, F_OK) == 0) {
+        int64_t si;
+        st = open_source(&ld, "model.safetensors", &si, NULL);
+    } else if (access(index, F_OK) == 0) {
+        st = read_index(&ld, index);
+    } else {
+        st = gpucore_set_error(GPUCORE_ERR_IO, "gpucore_lm_create: '%s' holds neither model.safetensors nor "
+                               "model.safetensors.index.json (only safetensors checkpoints are read)", lm->folder);
+    }
+    if (!st && lm->cfg.arch == GPUCORE_LM_GPT2 && find_source(&ld, "transformer.wte.weight") < 0 &&
+        find_source(&ld, "wte.weight") >= 0)
+        ld.gpt2_bare = 1;
+    for (int64_t i = 0; i < lm->n_params && !st; i++) st = load_param(&ld, &lm->params[i], &dtype);
+    if (!st) st = check_leftovers(&ld);
+    if (!st) lm->dtype = dtype;
+    loader_free(&ld);
+    free(index);
+    free(single);
+    if (st) lm_free_weights(lm);
+    return st;
+}
+
+void lm_free_weights(gpucore_lm *lm)
+{
+    for (int64_t i = 0; i < lm->n_params; i++) {
+        lm_destroy_tensor(lm->params[i].slot);
+        lm_destroy_tensor(lm->params[i].grad);
+    }
+}
