@@ -285,6 +285,7 @@ typedef struct trainer {
     const char **names;
     gpucore_tensor **params, **grads;
     gpucore_tensor *norm;
+    gpucore_tensor *loss; /* 0-d f64, for the mean loss over ranks */
 } trainer;
 
 static int path_join(char *buf, size_t len, const char *dir, const char *name)
@@ -392,6 +393,7 @@ static int setup_training(trainer *t, int64_t *start_step)
     CHECK_LM(gpucore_optimizer_config_default(GPUCORE_OPTIMIZER_ADAMW, &cfg));
     cfg.lr = o->lr;
     cfg.weight_decay = o->wd;
+    if (t->w.comm) CHECK_LM(gpucore_tensor_create(t->w.ctx, GPUCORE_F64, 0, NULL, &t->loss));
     if (t->w.comm) /* every rank starts from rank 0's values */
         for (int64_t i = 0; i < t->count; i++) CHECK_LM(gpucore_comm_broadcast(t->w.comm, t->params[i], t->params[i], 0, NULL));
     if (o->zero >= 0) {
@@ -433,6 +435,11 @@ static int train_step(trainer *t, int64_t step, double *loss, int64_t *epoch)
     CHECK_LM(gpucore_lm_forward_backward(t->lm, ids, NULL, loss));
     gpucore_tensor_destroy(ids);
     gpucore_tensor_destroy(lab);
+    if (t->w.comm) { /* the loss of the global batch: the mean of the ranks' (equal token counts) */
+        CHECK_LM(gpucore_copy_from_host(t->loss, loss, sizeof *loss));
+        CHECK_LM(gpucore_comm_allreduce(t->w.comm, t->loss, t->loss, GPUCORE_REDUCE_AVG, NULL));
+        CHECK_LM(gpucore_copy_to_host(loss, sizeof *loss, t->loss));
+    }
     if (t->zero) {
         for (int64_t i = t->count - 1; i >= 0; i--) {
             gpucore_tensor *g = NULL;
@@ -498,6 +505,7 @@ static int cmd_finetune(const lm_opts *o)
     gpucore_zero_destroy(t.zero);
     gpucore_optimizer_destroy(t.opt);
     gpucore_tensor_destroy(t.norm);
+    gpucore_tensor_destroy(t.loss);
     gpucore_lm_destroy(t.lm);
     free(t.names);
     free(t.params);

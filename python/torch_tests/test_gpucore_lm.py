@@ -133,3 +133,26 @@ def test_generate_matches_transformers(setup):
     got = np.array([r["ids"] for r in rows])
     np.testing.assert_array_equal(got, want)
     assert all(r["tokens_per_s"] > 0 for r in rows)
+
+
+def test_ddp_and_zero_under_mpirun_match_one_process(setup):
+    """2 ranks x batch 2 read the windows one process reads with batch 4 (rank r takes positions
+    2r, 2r+1 of each step's 4), so the averaged gradients and the mean loss are the same."""
+    import shutil
+    mpirun = shutil.which("mpirun")
+    if not mpirun:
+        pytest.skip("mpirun is not installed")
+    d, folder, _, data, _ = setup
+    common = ["--data", data, "--steps", 4, "--seq", 16, "--lr", 1e-2, "--seed", 2]
+    one = step_losses(run("finetune", folder, "--batch", 4, *common))
+    for mode in (["--ddp"], ["--zero", "1"], ["--zero", "2"]):
+        p = subprocess.run([mpirun, "--allow-run-as-root", "--oversubscribe", "-np", "2", exe_path(), "finetune", folder,
+                            "--batch", "2"] + mode + [str(a) for a in common] + ["--device", DEVICE, "--json"],
+                           capture_output=True, text=True, timeout=600)
+        if p.returncode != 0 and "NOT_SUPPORTED" in p.stderr:
+            pytest.skip("this build has no MPI: %s" % p.stderr.strip()[-200:])
+        assert p.returncode == 0, p.stdout + p.stderr
+        two = step_losses([json.loads(l) for l in p.stdout.splitlines() if l.startswith("{")])
+        assert sorted(two) == sorted(one)
+        for k in one:
+            assert abs(two[k] - one[k]) <= 1e-6 * abs(one[k]), (mode, k, two[k], one[k])
