@@ -400,3 +400,19 @@ def test_bad_adapters_refused_and_model_unchanged(store, tmp_path):
     assert rel(to_np(m(ids)), before) == 0.0
     with pytest.raises(gpucore.InvalidArgumentError):
         m.add_lora(r=4, target_modules=["c_attn"])  # not a module of qwen2
+
+
+def test_text_prompt_through_tokenizer_json(store, tmp_path):
+    tokenizers = pytest.importorskip("tokenizers")
+    folder, _ = hf_model(store, "mistral")
+    text_folder = shutil.copytree(folder, str(tmp_path / "with_tokenizer"))
+    vocab = {"w%d" % i: i for i in range(103)}
+    tok = tokenizers.Tokenizer(tokenizers.models.WordLevel(vocab, unk_token="w0"))
+    tok.pre_tokenizer = tokenizers.pre_tokenizers.Whitespace()
+    tok.save(os.path.join(text_folder, "tokenizer.json"))
+    m = ours(text_folder)
+    out = m.generate_text("w5 w17 w33", max_new_tokens=5, eos_token_id=-1)
+    ids = m.generate(np.array([[5, 17, 33]]), max_new_tokens=5, eos_token_id=-1)[0]
+    assert out == " ".join("w%d" % i for i in ids)
+    with pytest.raises(gpucore.NotSupportedError, match="tokenizer.json"):
+        ours(folder).generate_text("w1")
