@@ -1340,6 +1340,112 @@ GPUCORE_API gpucore_status gpucore_checkpoint_load(const char *path, const char 
                                                    gpucore_tensor *const *tensors, int64_t count,
                                                    gpucore_optimizer *opt, gpucore_loss_scaler *scaler);
 
+/* ------------------------------------------------------------ token data
+ *
+ * Datasets of token files for language-model training: memory-mapped, cut into
+ * windows of seq_len + 1 tokens, shuffled by a seeded permutation, sharded over the
+ * ranks of a data-parallel job, and copied to the device one batch ahead so that a
+ * training step never waits for its data.
+ *
+ * Files (each is checked when opened: GPUCORE_ERR_CORRUPT_FILE with a message naming
+ * the file and the problem; GPUCORE_ERR_IO when it cannot be read):
+ *   - llm.c's format: a header of 256 little-endian int32 (magic 20240520, version,
+ *     token count, the rest unused), then the tokens: uint16 (version 1) or uint32
+ *     (version 2). The file size must be exactly 1024 + count * token size.
+ *   - NumPy .npy (format 1.0, 2.0 or 3.0) holding uint16 ('<u2'), int32 ('<i4') or
+ *     uint32 ('<u4') in any shape, read as one flat stream; Fortran order only for
+ *     shapes of at most one dimension larger than 1. Other dtypes, big-endian data
+ *     and a size that disagrees with the shape are refused.
+ *   A file is recognised by its content (the .npy magic "\x93NUMPY", else llm.c's).
+ *
+ * Windows: file f's tokens x[0..n) give (n - 1) / seq_len windows; window j holds
+ * x[j*T .. j*T + T] (T + 1 tokens; consecutive windows share one token). Windows are
+ * numbered file by file (all of file 0's, then file 1's, ...). A batch is batch_size
+ * windows; with layout GPUCORE_TOKEN_LAYOUT_SHIFTED (the default) input_ids[b, t] =
+ * window[t] and labels[b, t] = window[t + 1], both [B, T] (the targets are already
+ * shifted: compare logits[b, t] with labels[b, t]); with GPUCORE_TOKEN_LAYOUT_WINDOW
+ * input_ids and labels are both the whole window, [B, T + 1] (two views of one
+ * memory), for losses that shift inside as Hugging Face's causal-LM loss does: the
+ * same T predictions.
+ *
+ * Order: epoch e uses a permutation of all windows, a Fisher-Yates shuffle driven by
+ * Philox (key seed, counter from e), the same on every machine and backend; shuffle 0
+ * keeps the windows in order. Batch k of the job (k = 0, 1, ... over all epochs)
+ * lies in epoch e = k / batches_per_epoch at step s = k % batches_per_epoch, and
+ * rank r takes the positions (s * world_size + r) * batch_size ... + batch_size - 1
+ * of epoch e's permutation. batches_per_epoch = windows / (batch_size * world_size)
+ * (the remainder is left out of that epoch, so every rank runs the same number of
+ * steps and no two ranks share a window within an epoch).
+ *
+ * Device copies: batches are gathered on the host into pinned memory (the context's
+ * pinned host pool) and copied on a stream of the dataset's own; the consumer's
+ * stream waits on an event, never the host. gpucore_token_data_next hands out the
+ * batch staged by the previous call and stages the next one, so the copy of batch
+ * k + 1 overlaps step k. The CPU backend runs the same code (its streams are
+ * asynchronous too).
+ *
+ * Resume: gpucore_token_data_position gives the index of the batch the next call of
+ * gpucore_token_data_next returns; gpucore_token_data_seek to that index in a new
+ * dataset over the same files and options gives the same batches from there on. */
+
+typedef struct gpucore_token_data gpucore_token_data;
+
+typedef enum gpucore_token_layout {
+    GPUCORE_TOKEN_LAYOUT_SHIFTED = 0, /* input_ids [B, T] = window[0..T), labels [B, T] = window[1..T] */
+    GPUCORE_TOKEN_LAYOUT_WINDOW = 1   /* input_ids = labels = the windows, [B, T + 1] */
+} gpucore_token_layout;
+
+typedef struct gpucore_token_data_options {
+    int64_t struct_size;   /* sizeof(gpucore_token_data_options) */
+    int64_t batch_size;    /* windows per batch (B), >= 1; default 8 */
+    int64_t seq_len;       /* tokens per row of input_ids (T), >= 1; default 1024 */
+    uint64_t seed;         /* shuffle seed; default 0 */
+    int32_t shuffle;       /* 1: a new permutation each epoch (default); 0: file order */
+    int32_t dtype;         /* gpucore_dtype of input_ids and labels: GPUCORE_I32 (default) or GPUCORE_I64 */
+    int32_t rank;          /* this process's rank, 0 <= rank < world_size; default 0 */
+    int32_t world_size;    /* ranks sharing the data, >= 1; default 1 */
+    int64_t vocab_size;    /* > 0: a token >= vocab_size fails the batch holding it; 0 (default): no check */
+    int32_t layout;        /* gpucore_token_layout; default GPUCORE_TOKEN_LAYOUT_SHIFTED */
+    int32_t reserved;      /* 0 */
+} gpucore_token_data_options;
+
+GPUCORE_API gpucore_status gpucore_token_data_options_default(gpucore_token_data_options *opts);
+
+/* Open `count` token files (count >= 1) for batches on ctx. Every file is mapped and
+ * checked before anything is returned; a dataset with no complete batch
+ * (batches_per_epoch 0) is refused with GPUCORE_ERR_INVALID_ARGUMENT. The first batch
+ * is staged at once. Close with gpucore_token_data_close. */
+GPUCORE_API gpucore_status gpucore_token_data_open(gpucore_context *ctx, const char *const *paths, int64_t count,
+                                                   const gpucore_token_data_options *opts, gpucore_token_data **out);
+/* Waits for the dataset's copies, then frees its buffers and unmaps its files (NULL: no-op).
+ * Tensors handed out by gpucore_token_data_next stay valid. */
+GPUCORE_API gpucore_status gpucore_token_data_close(gpucore_token_data *data);
+
+/* Sizes: tokens in all files, windows, and batches per epoch for this rank (each may be NULL). */
+GPUCORE_API gpucore_status gpucore_token_data_sizes(const gpucore_token_data *data, int64_t *tokens, int64_t *windows,
+                                                    int64_t *batches_per_epoch);
+
+/* The next batch: new tensors input_ids and labels, [batch_size, seq_len] (or
+ * [batch_size, seq_len + 1] in the window layout; owned by the
+ * caller: destroy them), ready for work queued on `stream` (NULL: current stream) after
+ * this call; use on another stream needs an event (or gpucore_tensor_record_stream and
+ * a wait). Then stages the batch after it. A batch with a token past vocab_size fails
+ * with GPUCORE_ERR_CORRUPT_FILE naming file and position; the position still advances
+ * past it. epoch and step (each may be NULL) receive the batch's epoch and step. */
+GPUCORE_API gpucore_status gpucore_token_data_next(gpucore_token_data *data, gpucore_stream *stream,
+                                                   gpucore_tensor **input_ids, gpucore_tensor **labels,
+                                                   int64_t *epoch, int64_t *step);
+
+/* The index (over all epochs) of the batch the next gpucore_token_data_next returns. */
+GPUCORE_API gpucore_status gpucore_token_data_position(const gpucore_token_data *data, int64_t *batch_index);
+/* Make batch_index (>= 0) the next batch; the batch staged before is dropped. */
+GPUCORE_API gpucore_status gpucore_token_data_seek(gpucore_token_data *data, int64_t batch_index);
+
+/* The window numbers (batch_size of them, see "Windows" above) of this rank's batch
+ * batch_index, in row order: what input_ids row b of that batch is taken from. */
+GPUCORE_API gpucore_status gpucore_token_data_batch_windows(gpucore_token_data *data, int64_t batch_index,
+                                                            int64_t *windows);
+
 /* ------------------------------------------------- collective communication
  *
  * A communicator joins `size` ranks (processes, or devices of one process) for

@@ -27,7 +27,9 @@ names: ``scaled_dot_product_attention`` (+ ``_backward``), ``rotary_embedding``,
 ``AdamW``/``SGD`` (f32 master weights for bf16/f16 params), ``LossScaler``,
 ``clip_grad_norm_``, ``save_checkpoint``/``load_checkpoint``, safetensors
 ``save_file``/``load_file``, ``CheckpointExecutor`` (activation checkpointing with
-Python-defined segments), ``Communicator``/``DDPReducer``. Memory: ``memory_stats``,
+Python-defined segments), ``Communicator``/``DDPReducer``. Language models from Hugging Face
+folders (GPT-2, Llama, Mistral, Qwen2: logits, generation, LoRA in PEFT's format, fine-tuning) and
+token-file datasets: ``gpucore.models``. Memory: ``memory_stats``,
 ``max_memory_allocated``, ``memory_snapshot``, ``empty_cache``, ``profiler``.
 """
 from __future__ import annotations
@@ -59,6 +61,7 @@ from .zero import ZeroTrainer
 from .pipeline import Pipeline
 from .checkpoint import CheckpointExecutor, CheckpointCall
 from . import transformer
+from . import models
 from .transformer import (AttentionOptions, attention_stats, scaled_dot_product_attention,
                           scaled_dot_product_attention_backward, rotary_embedding, rotary_embedding_backward,
                           glu, glu_backward, swiglu, swiglu_backward, residual_norm, residual_norm_backward)
@@ -80,7 +83,7 @@ __all__ = list(_errors_all) + [
     "safe_open", "save_checkpoint", "load_checkpoint", "Communicator", "DDPReducer", "unique_id", "comm_group",
     "zero", "ZeroTrainer", "pipeline", "Pipeline",
     "CheckpointExecutor", "CheckpointCall",
-    "transformer", "AttentionOptions", "attention_stats", "scaled_dot_product_attention",
+    "transformer", "models", "AttentionOptions", "attention_stats", "scaled_dot_product_attention",
     "scaled_dot_product_attention_backward",
     "rotary_embedding", "rotary_embedding_backward", "glu", "glu_backward", "swiglu", "swiglu_backward",
     "residual_norm", "residual_norm_backward",

@@ -21,7 +21,8 @@ COVERED_SECTIONS = ("version", "status codes", "logging", "devices", "context", 
                     "profiling", "streams: priorities and pool", "matmul", "linear", "convolution",
                     "training primitives", "safetensors", "collective communication",
                     "data-parallel gradient reducer", "gradient checkpointing", "hooks ----",
-                    "attention and transformer ops")
+                    "attention and transformer ops", "token data", "language models (src/models)",
+                    "inference ----", "training ----", "LoRA in PEFT's format ----")
 
 _BANNER = re.compile(r"^/\*\s*-{4,}\s*(.*?)\s*(?:\*/)?\s*$")
 _API_FN = re.compile(r"GPUCORE_API\s+[^;(]*?\b(gpucore_\w+)\s*\(", re.S)

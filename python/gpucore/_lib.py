@@ -26,7 +26,7 @@ from . import errors as _errors
 __all__ = ["C", "lib", "library_path", "DECLARATIONS", "DeviceProperties", "STATUS", "QUERY",
            "LOG_FN", "DELETER_FN", "last_error", "status_string", "MemoryStats", "ProfileEntry",
            "MatmulOptions", "MatmulStats", "ConvOptions", "ConvStats", "OptimizerConfig", "LossScalerConfig", "DdpOptions",
-           "DdpTraceEvent", "CkptStats", "CKPT_FORWARD_FN", "CKPT_BACKWARD_FN", "CKPT_PACK_FN",
+           "DdpTraceEvent", "TokenDataOptions", "CkptStats", "CKPT_FORWARD_FN", "CKPT_BACKWARD_FN", "CKPT_PACK_FN",
            "CKPT_UNPACK_FN", "CKPT_DISCARD_FN", "CKPT_SEGMENT_HOOK_FN", "CKPT_GRAD_READY_FN",
            "PIPELINE_LOSS_FN"]
 
@@ -166,6 +166,14 @@ class ZeroStats(ctypes.Structure):
 class DdpTraceEvent(ctypes.Structure):
     """ctypes mirror of ``gpucore_ddp_trace_event``."""
     _fields_ = [("kind", ctypes.c_int32), ("index", ctypes.c_int32), ("step", c_int64), ("time_ns", c_int64)]
+
+
+class TokenDataOptions(ctypes.Structure):
+    """ctypes mirror of ``gpucore_token_data_options``."""
+    _fields_ = [("struct_size", c_int64), ("batch_size", c_int64), ("seq_len", c_int64), ("seed", c_uint64),
+                ("shuffle", ctypes.c_int32), ("dtype", ctypes.c_int32), ("rank", ctypes.c_int32),
+                ("world_size", ctypes.c_int32), ("vocab_size", c_int64), ("layout", ctypes.c_int32),
+                ("reserved", ctypes.c_int32)]
 
 
 class CkptStats(ctypes.Structure):
@@ -488,6 +496,48 @@ DECLARATIONS: Dict[str, Tuple[Any, List[Any]]] = {
     "gpucore_lora_backward": (STATUS, [H, H, H, H, H, H, H, H, H, c_void_p, H]),
     "gpucore_lora_merge": (STATUS, [H, H, H, c_double, H]),
     "gpucore_lora_unmerge": (STATUS, [H, H, H, c_double, H]),
+    # token data (options: a TokenDataOptions by reference)
+    "gpucore_token_data_options_default": (STATUS, [c_void_p]),
+    "gpucore_token_data_open": (STATUS, [H, P_CHARP, c_int64, c_void_p, P_H]),
+    "gpucore_token_data_close": (STATUS, [H]),
+    "gpucore_token_data_sizes": (STATUS, [H, P_I64, P_I64, P_I64]),
+    "gpucore_token_data_next": (STATUS, [H, H, P_H, P_H, P_I64, P_I64]),
+    "gpucore_token_data_position": (STATUS, [H, P_I64]),
+    "gpucore_token_data_seek": (STATUS, [H, c_int64]),
+    "gpucore_token_data_batch_windows": (STATUS, [H, c_int64, P_I64]),
+    # language models (host id arrays as POINTER(c_int64); names come back as c_char_p)
+    "gpucore_lm_create": (STATUS, [H, c_char_p, c_int, P_H]),
+    "gpucore_lm_destroy": (STATUS, [H]),
+    "gpucore_lm_context": (STATUS, [H, P_H]),
+    "gpucore_lm_config_int": (STATUS, [H, c_char_p, P_I64]),
+    "gpucore_lm_config_double": (STATUS, [H, c_char_p, POINTER(c_double)]),
+    "gpucore_lm_arch_name": (c_char_p, [H]),
+    "gpucore_lm_parameter_count": (c_int64, [H]),
+    "gpucore_lm_parameter": (STATUS, [H, c_int64, P_CHARP, P_H]),
+    "gpucore_lm_forward": (STATUS, [H, H, P_H]),
+    "gpucore_lm_forward_host": (STATUS, [H, P_I64, c_int64, c_int64, P_H]),
+    "gpucore_lm_cache_create": (STATUS, [H, c_int64, c_int64, P_H]),
+    "gpucore_lm_cache_destroy": (STATUS, [H]),
+    "gpucore_lm_cache_length": (c_int64, [H]),
+    "gpucore_lm_cache_reset": (STATUS, [H]),
+    "gpucore_lm_forward_cached": (STATUS, [H, H, H, c_int, P_H]),
+    "gpucore_lm_generate": (STATUS, [H, P_I64, c_int64, c_int64, c_int64, c_int, c_double, c_int64, c_double,
+                                     c_uint64, c_int64, c_int64, P_I64, P_I64]),
+    "gpucore_lm_trainable_count": (c_int64, [H]),
+    "gpucore_lm_trainable": (STATUS, [H, c_int64, P_CHARP, P_H, P_H]),
+    "gpucore_lm_set_full_finetune": (STATUS, [H, c_int]),
+    "gpucore_lm_loss": (STATUS, [H, H, H, POINTER(c_double)]),
+    "gpucore_lm_forward_backward": (STATUS, [H, H, H, POINTER(c_double)]),
+    "gpucore_lm_loss_host": (STATUS, [H, P_I64, P_I64, c_int64, c_int64, POINTER(c_double)]),
+    "gpucore_lm_forward_backward_host": (STATUS, [H, P_I64, P_I64, c_int64, c_int64, POINTER(c_double)]),
+    "gpucore_lm_set_checkpoint_policy": (STATUS, [H, c_int, c_int64]),
+    "gpucore_lm_set_seed": (STATUS, [H, c_uint64]),
+    "gpucore_lm_add_lora": (STATUS, [H, c_int64, c_double, c_double, P_CHARP, c_int64, c_uint64]),
+    "gpucore_lm_load_adapter": (STATUS, [H, c_char_p]),
+    "gpucore_lm_save_adapter": (STATUS, [H, c_char_p]),
+    "gpucore_lm_merge_adapter": (STATUS, [H]),
+    "gpucore_lm_lora_count": (c_int64, [H]),
+    "gpucore_lm_save_pretrained": (STATUS, [H, c_char_p]),
 }
 
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import ctypes
 from ctypes import byref, c_void_p
-from typing import Any, List, Optional, Sequence, Tuple
+from typing import Any, List, Mapping, Optional, Sequence, Tuple
 
 from ._lib import C, LossScalerConfig, OptimizerConfig
 from ._validate import to_float, to_int
@@ -36,6 +36,8 @@ def _tensor_list(ts: Any, what: str, ctx: Optional[Context] = None) -> Tuple[Lis
         raise NullPointerError("%s is None; give a list of gpucore.Tensor" % what)
     if isinstance(ts, Tensor):
         ts = [ts]
+    elif isinstance(ts, Mapping):  # name -> tensor (gpucore.models' trainable_parameters() / gradients())
+        ts = list(ts.values())
     try:
         lst = list(ts)
     except TypeError:

@@ -1,0 +1,528 @@
+/*
+ * gpucore_lm.c — gpucore-lm, the command-line front of the language-model layer:
+ *
+ *   gpucore-lm generate MODEL --ids 1,2,3[;4,5,6] [--max-new N] [--sample] [--temperature T]
+ *              [--top-k K] [--top-p P] [--seed S] [--eos ID] [--adapter DIR]
+ *   gpucore-lm finetune MODEL --data FILE[,FILE...] [--lora R | --full] [--alpha A] [--dropout P]
+ *              [--targets q_proj,v_proj] [--steps N] [--batch B] [--seq T] [--lr LR]
+ *              [--weight-decay WD] [--clip C] [--seed S] [--checkpoint-policy none|all|sqrt|every:K|budget:BYTES]
+ *              [--save DIR] [--save-every N] [--resume DIR] [--ddp | --zero 0|1|2]
+ *   gpucore-lm eval MODEL --data FILE[,FILE...] [--batch B] [--seq T] [--batches N] [--adapter DIR]
+ *   common: [--device cpu|cuda|cuda:N|auto] [--dtype f32|bf16|f16] [--json] [--quiet]
+ *
+ * MODEL is a Hugging Face folder (gpt2, llama, mistral, qwen2). Token files are llm.c .bin
+ * or .npy (the library's token data: windows of --seq + 1 tokens, a seeded permutation per
+ * epoch, each rank its shard). finetune trains LoRA adapters (default, rank 8 on PEFT's
+ * default modules) or every weight (--full) with AdamW on Hugging Face's causal-LM loss.
+ * --save DIR writes DIR as a PEFT adapter folder (LoRA) or a Hugging Face model folder
+ * (--full), plus trainer.safetensors (trainable tensors and optimizer state) and
+ * trainer_state.txt (steps done, data position); --resume DIR continues from there with
+ * the same losses, bit for bit, as the run that was not interrupted (LoRA dropout is seeded
+ * per step). --ddp under mpirun averages the gradients over ranks (each rank reads its own
+ * shard; --batch is per rank); --zero 1|2 shards the optimizer state (and gradients) with
+ * the ZeRO trainer. Each step prints its loss, tokens/s and time; --json prints one JSON
+ * object per line instead. Exit status: 0 done, 1 a library call failed (the message is
+ * printed), 2 bad usage.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include "gpucore.h"
+#include "train_common.h"
+
+#define MAX_FILES 64
+#define MAX_TARGETS 16
+
+typedef struct lm_opts {
+    const char *cmd, *model, *device, *dtype, *ids, *adapter, *targets, *policy, *save, *resume;
+    const char *data[MAX_FILES];
+    int ndata, sample, full, ddp, zero, json, quiet;
+    int64_t max_new, top_k, steps, batch, seq, lora_r, save_every, eval_batches, eos;
+    double temperature, top_p, lr, wd, clip, alpha, dropout;
+    uint64_t seed;
+} lm_opts;
+
+static int rank0 = 1; /* only rank 0 prints progress */
+
+#define CHECK_LM(call)                                                                                  \
+    do {                                                                                                \
+        gpucore_status st_ = (call);                                                                    \
+        if (st_ != GPUCORE_OK) {                                                                        \
+            fprintf(stderr, "gpucore-lm: %s failed: %s: %s\n", #call, gpucore_status_string(st_),       \
+                    gpucore_last_error());                                                              \
+            return 1;                                                                                   \
+        }                                                                                               \
+    } while (0)
+
+static void usage(void)
+{
+    fprintf(stderr,
+            "usage: gpucore-lm generate MODEL --ids 1,2,3[;4,5,6] [--max-new N] [--sample] [--temperature T]\n"
+            "                  [--top-k K] [--top-p P] [--seed S] [--eos ID] [--adapter DIR]\n"
+            "       gpucore-lm finetune MODEL --data FILE[,FILE...] [--lora R | --full] [--alpha A] [--dropout P]\n"
+            "                  [--targets a,b] [--steps N] [--batch B] [--seq T] [--lr LR] [--weight-decay WD]\n"
+            "                  [--clip C] [--seed S] [--checkpoint-policy none|all|sqrt|every:K|budget:BYTES]\n"
+            "                  [--save DIR] [--save-every N] [--resume DIR] [--ddp | --zero 0|1|2]\n"
+            "       gpucore-lm eval MODEL --data FILE[,FILE...] [--batch B] [--seq T] [--batches N] [--adapter DIR]\n"
+            "       common: [--device D] [--dtype f32|bf16|f16] [--json] [--quiet]\n");
+}
+
+static int parse_args(int argc, char **argv, lm_opts *o)
+{
+    memset(o, 0, sizeof *o);
+    o->device = "auto";
+    o->max_new = 20, o->temperature = 1.0, o->top_p = 1.0, o->eos = -2;
+    o->steps = 20, o->batch = 4, o->seq = 64, o->lr = 1e-3, o->wd = 0.0;
+    o->lora_r = 8, o->alpha = 16, o->policy = "none", o->zero = -1;
+    if (argc < 3) return 1;
+    o->cmd = argv[1];
+    o->model = argv[2];
+    for (int i = 3; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+#define VAL() do { if (!v) { fprintf(stderr, "gpucore-lm: %s needs a value\n", a); return 1; } i++; } while (0)
+        if (!strcmp(a, "--ids")) { VAL(); o->ids = v; }
+        else if (!strcmp(a, "--max-new")) { VAL(); o->max_new = atoll(v); }
+        else if (!strcmp(a, "--sample")) o->sample = 1;
+        else if (!strcmp(a, "--temperature")) { VAL(); o->temperature = atof(v); }
+        else if (!strcmp(a, "--top-k")) { VAL(); o->top_k = atoll(v); }
+        else if (!strcmp(a, "--top-p")) { VAL(); o->top_p = atof(v); }
+        else if (!strcmp(a, "--seed")) { VAL(); o->seed = strtoull(v, NULL, 10); }
+        else if (!strcmp(a, "--eos")) { VAL(); o->eos = atoll(v); }
+        else if (!strcmp(a, "--adapter")) { VAL(); o->adapter = v; }
+        else if (!strcmp(a, "--data")) {
+            VAL();
+            char *copy = strdup(v), *save = NULL;
+            for (char *t = strtok_r(copy, ",", &save); t && o->ndata < MAX_FILES; t = strtok_r(NULL, ",", &save))
+                o->data[o->ndata++] = t; /* the copy lives until exit */
+        }
+        else if (!strcmp(a, "--lora")) { VAL(); o->lora_r = atoll(v); o->full = 0; }
+        else if (!strcmp(a, "--full")) o->full = 1;
+        else if (!strcmp(a, "--alpha")) { VAL(); o->alpha = atof(v); }
+        else if (!strcmp(a, "--dropout")) { VAL(); o->dropout = atof(v); }
+        else if (!strcmp(a, "--targets")) { VAL(); o->targets = v; }
+        else if (!strcmp(a, "--steps")) { VAL(); o->steps = atoll(v); }
+        else if (!strcmp(a, "--batch")) { VAL(); o->batch = atoll(v); }
+        else if (!strcmp(a, "--seq")) { VAL(); o->seq = atoll(v); }
+        else if (!strcmp(a, "--batches")) { VAL(); o->eval_batches = atoll(v); }
+        else if (!strcmp(a, "--lr")) { VAL(); o->lr = atof(v); }
+        else if (!strcmp(a, "--weight-decay")) { VAL(); o->wd = atof(v); }
+        else if (!strcmp(a, "--clip")) { VAL(); o->clip = atof(v); }
+        else if (!strcmp(a, "--checkpoint-policy")) { VAL(); o->policy = v; }
+        else if (!strcmp(a, "--save")) { VAL(); o->save = v; }
+        else if (!strcmp(a, "--save-every")) { VAL(); o->save_every = atoll(v); }
+        else if (!strcmp(a, "--resume")) { VAL(); o->resume = v; }
+        else if (!strcmp(a, "--ddp")) o->ddp = 1;
+        else if (!strcmp(a, "--zero")) { VAL(); o->zero = atoi(v); }
+        else if (!strcmp(a, "--device")) { VAL(); o->device = v; }
+        else if (!strcmp(a, "--dtype")) { VAL(); o->dtype = v; }
+        else if (!strcmp(a, "--json")) o->json = 1;
+        else if (!strcmp(a, "--quiet")) o->quiet = 1;
+        else { fprintf(stderr, "gpucore-lm: unknown option %s\n", a); return 1; }
+#undef VAL
+    }
+    if (strcmp(o->cmd, "generate") && strcmp(o->cmd, "finetune") && strcmp(o->cmd, "eval")) {
+        fprintf(stderr, "gpucore-lm: unknown command %s\n", o->cmd);
+        return 1;
+    }
+    if (!strcmp(o->cmd, "generate") && !o->ids) { fprintf(stderr, "gpucore-lm: generate needs --ids\n"); return 1; }
+    if (strcmp(o->cmd, "generate") && !o->ndata) { fprintf(stderr, "gpucore-lm: %s needs --data\n", o->cmd); return 1; }
+    if (o->ddp && o->zero >= 0) { fprintf(stderr, "gpucore-lm: --ddp and --zero exclude each other\n"); return 1; }
+    if (o->zero > 2) {
+        fprintf(stderr, "gpucore-lm: --zero %d: stage 3 needs the model's executor to gather its weights, "
+                        "which gpucore_lm does not expose; use --zero 1 or 2\n", o->zero);
+        return 1;
+    }
+    if (o->zero >= 0 && (o->save || o->resume)) {
+        fprintf(stderr, "gpucore-lm: --save/--resume are supported with --ddp or a single process, not --zero\n");
+        return 1;
+    }
+    if (o->batch < 1 || o->seq < 1 || o->steps < 0 || o->lora_r < 1) {
+        fprintf(stderr, "gpucore-lm: --batch, --seq and --lora must be >= 1, --steps >= 0\n");
+        return 1;
+    }
+    return 0;
+}
+
+static int parse_dtype(const char *s)
+{
+    if (!s) return -1;
+    if (!strcmp(s, "f32") || !strcmp(s, "float32")) return GPUCORE_F32;
+    if (!strcmp(s, "bf16") || !strcmp(s, "bfloat16")) return GPUCORE_BF16;
+    if (!strcmp(s, "f16") || !strcmp(s, "float16")) return GPUCORE_F16;
+    return -2;
+}
+
+static int open_model(const lm_opts *o, gpucore_context *ctx, gpucore_lm **lm)
+{
+    int dt = parse_dtype(o->dtype);
+    if (dt == -2) {
+        fprintf(stderr, "gpucore-lm: --dtype %s: one of f32, bf16, f16\n", o->dtype);
+        return 2;
+    }
+    CHECK_LM(gpucore_lm_create(ctx, o->model, dt, lm));
+    if (o->adapter) CHECK_LM(gpucore_lm_load_adapter(*lm, o->adapter));
+    return 0;
+}
+
+/* ---------------------------------------------------------------- generate */
+
+static int cmd_generate(const lm_opts *o)
+{
+    gpucore_context *ctx = NULL;
+    gpucore_lm *lm = NULL;
+    CHECK_LM(gpucore_context_create(o->device, &ctx));
+    int rc = open_model(o, ctx, &lm);
+    if (rc) return rc;
+    /* prompts: rows separated by ';', ids by ',' — every row the same length */
+    int64_t n = 1, rows = 1;
+    for (const char *p = o->ids; *p; p++) n += *p == ',' || *p == ';', rows += *p == ';';
+    int64_t *ids = malloc((size_t)n * sizeof *ids), count = 0, T = 0;
+    char *end = NULL;
+    for (const char *p = o->ids; *p && count < n; p = end + (*end != 0)) {
+        ids[count++] = strtoll(p, &end, 10);
+        if (end == p) { fprintf(stderr, "gpucore-lm: --ids: bad token id list \"%s\"\n", o->ids); return 2; }
+        if (*end == ';' || !*end) {
+            if (!T) T = count;
+            else if (count % T) { fprintf(stderr, "gpucore-lm: --ids: every prompt needs the same length\n"); return 2; }
+        }
+    }
+    if (count != rows * T) { fprintf(stderr, "gpucore-lm: --ids: every prompt needs the same length\n"); return 2; }
+    int64_t eos = o->eos, pad = -1, out_len = 0;
+    if (eos == -2) CHECK_LM(gpucore_lm_config_int(lm, "eos_token_id", &eos));
+    CHECK_LM(gpucore_lm_config_int(lm, "pad_token_id", &pad));
+    int64_t *out = malloc((size_t)(rows * (T + o->max_new)) * sizeof *out);
+    double t0 = train_now_s();
+    CHECK_LM(gpucore_lm_generate(lm, ids, rows, T, o->max_new, o->sample, o->temperature, o->top_k, o->top_p, o->seed,
+                                 eos, pad, out, &out_len));
+    double dt = train_now_s() - t0, tps = (double)(rows * (out_len - T)) / (dt > 0 ? dt : 1e-9);
+    for (int64_t b = 0; b < rows; b++) {
+        if (o->json) printf("{\"cmd\":\"generate\",\"row\":%" PRId64 ",\"ids\":[", b);
+        for (int64_t t = 0; t < out_len; t++) printf("%s%" PRId64, t ? (o->json ? "," : " ") : "", out[b * out_len + t]);
+        if (o->json) printf("],\"prompt_len\":%" PRId64 ",\"new_tokens\":%" PRId64 ",\"seconds\":%.6f,\"tokens_per_s\":%.2f}\n",
+                            T, out_len - T, dt, tps);
+        else printf("\n");
+    }
+    if (!o->json && !o->quiet) fprintf(stderr, "generated %" PRId64 " tokens in %.3f s (%.1f tokens/s)\n",
+                                       rows * (out_len - T), dt, tps);
+    free(ids);
+    free(out);
+    gpucore_lm_destroy(lm);
+    gpucore_context_destroy(ctx);
+    return 0;
+}
+
+/* ---------------------------------------------------------------- token data */
+
+static int open_data(const lm_opts *o, gpucore_context *ctx, gpucore_lm *lm, int shuffle, int rank, int size,
+                     gpucore_token_data **td)
+{
+    gpucore_token_data_options to;
+    gpucore_token_data_options_default(&to);
+    to.batch_size = o->batch;
+    to.seq_len = o->seq;
+    to.seed = o->seed;
+    to.shuffle = shuffle;
+    to.dtype = GPUCORE_I64;
+    to.rank = rank;
+    to.world_size = size;
+    to.layout = GPUCORE_TOKEN_LAYOUT_WINDOW; /* the model's loss shifts inside: T + 1 tokens give T predictions */
+    CHECK_LM(gpucore_lm_config_int(lm, "vocab_size", &to.vocab_size));
+    CHECK_LM(gpucore_token_data_open(ctx, o->data, o->ndata, &to, td));
+    return 0;
+}
+
+/* ---------------------------------------------------------------- eval */
+
+static int cmd_eval(const lm_opts *o)
+{
+    gpucore_context *ctx = NULL;
+    gpucore_lm *lm = NULL;
+    gpucore_token_data *td = NULL;
+    CHECK_LM(gpucore_context_create(o->device, &ctx));
+    int rc = open_model(o, ctx, &lm);
+    if (rc || (rc = open_data(o, ctx, lm, 0, 0, 1, &td))) return rc;
+    int64_t per_epoch = 0;
+    CHECK_LM(gpucore_token_data_sizes(td, NULL, NULL, &per_epoch));
+    int64_t n = o->eval_batches > 0 && o->eval_batches < per_epoch ? o->eval_batches : per_epoch;
+    double sum = 0, t0 = train_now_s();
+    for (int64_t k = 0; k < n; k++) {
+        gpucore_tensor *ids = NULL, *lab = NULL;
+        double loss = 0;
+        CHECK_LM(gpucore_token_data_next(td, NULL, &ids, &lab, NULL, NULL));
+        CHECK_LM(gpucore_lm_loss(lm, ids, NULL, &loss));
+        gpucore_tensor_destroy(ids);
+        gpucore_tensor_destroy(lab);
+        sum += loss; /* every batch predicts batch * seq tokens: the mean of means is the mean */
+        if (!o->json && !o->quiet) fprintf(stderr, "eval batch %" PRId64 "/%" PRId64 " loss %.6f\n", k + 1, n, loss);
+    }
+    double dt = train_now_s() - t0, mean = sum / (double)n, tokens = (double)(n * o->batch * o->seq);
+    if (o->json)
+        printf("{\"cmd\":\"eval\",\"batches\":%" PRId64 ",\"tokens\":%.0f,\"loss\":%.17g,\"perplexity\":%.17g,"
+               "\"seconds\":%.6f,\"tokens_per_s\":%.2f}\n", n, tokens, mean, exp(mean), dt, tokens / dt);
+    else
+        printf("eval: %" PRId64 " batches, %.0f predicted tokens, loss %.6f, perplexity %.4f, %.1f tokens/s\n", n,
+               tokens, mean, exp(mean), tokens / dt);
+    gpucore_token_data_close(td);
+    gpucore_lm_destroy(lm);
+    gpucore_context_destroy(ctx);
+    return 0;
+}
+
+/* ---------------------------------------------------------------- finetune */
+
+typedef struct trainer {
+    const lm_opts *o;
+    train_world w;
+    gpucore_lm *lm;
+    gpucore_token_data *td;
+    gpucore_optimizer *opt;
+    gpucore_zero *zero;
+    int64_t count;
+    const char **names;
+    gpucore_tensor **params, **grads;
+    gpucore_tensor *norm;
+    gpucore_tensor *loss; /* 0-d f64, for the mean loss over ranks */
+} trainer;
+
+static int path_join(char *buf, size_t len, const char *dir, const char *name)
+{
+    return snprintf(buf, len, "%s/%s", dir, name) >= (int)len;
+}
+
+/* trainer_state.txt: "key value" lines. */
+static int read_state(const char *dir, int64_t *step, int64_t *position, int64_t *full)
+{
+    char p[4096], key[64];
+    long long v;
+    path_join(p, sizeof p, dir, "trainer_state.txt");
+    FILE *f = fopen(p, "r");
+    if (!f) { fprintf(stderr, "gpucore-lm: --resume: cannot read %s: %s\n", p, strerror(errno)); return 1; }
+    int got = 0;
+    while (fscanf(f, "%63s %lld", key, &v) == 2) {
+        if (!strcmp(key, "step")) *step = v, got |= 1;
+        else if (!strcmp(key, "data_position")) *position = v, got |= 2;
+        else if (!strcmp(key, "full")) *full = v, got |= 4;
+    }
+    fclose(f);
+    if (got != 7) { fprintf(stderr, "gpucore-lm: --resume: %s lacks step, data_position or full\n", p); return 1; }
+    return 0;
+}
+
+static int save_state(trainer *t, const char *dir, int64_t step)
+{
+    if (!rank0) return 0;
+    if (mkdir(dir, 0755) != 0 && errno != EEXIST) {
+        fprintf(stderr, "gpucore-lm: --save: cannot create %s: %s\n", dir, strerror(errno));
+        return 1;
+    }
+    char p[4096], tmp[4200];
+    int64_t position = 0;
+    if (t->o->full) CHECK_LM(gpucore_lm_save_pretrained(t->lm, dir));
+    else CHECK_LM(gpucore_lm_save_adapter(t->lm, dir));
+    path_join(p, sizeof p, dir, "trainer.safetensors");
+    CHECK_LM(gpucore_checkpoint_save(p, t->names, t->params, t->count, t->opt, NULL));
+    CHECK_LM(gpucore_token_data_position(t->td, &position));
+    path_join(p, sizeof p, dir, "trainer_state.txt");
+    snprintf(tmp, sizeof tmp, "%s.tmp", p);
+    FILE *f = fopen(tmp, "w");
+    if (!f) { fprintf(stderr, "gpucore-lm: --save: cannot write %s: %s\n", tmp, strerror(errno)); return 1; }
+    fprintf(f, "step %" PRId64 "\ndata_position %" PRId64 "\nfull %d\n", step, position, t->o->full);
+    if (fclose(f) != 0 || rename(tmp, p) != 0) {
+        fprintf(stderr, "gpucore-lm: --save: cannot write %s: %s\n", p, strerror(errno));
+        return 1;
+    }
+    return 0;
+}
+
+static int split_targets(const char *s, char *buf, size_t len, const char **out, int64_t *n)
+{
+    *n = 0;
+    if (!s) return 0;
+    snprintf(buf, len, "%s", s);
+    char *save = NULL;
+    for (char *t = strtok_r(buf, ",", &save); t && *n < MAX_TARGETS; t = strtok_r(NULL, ",", &save)) out[(*n)++] = t;
+    return 0;
+}
+
+/* PEFT's default targets when --targets is not given. */
+static const char *const *default_targets(gpucore_lm *lm, int64_t *n)
+{
+    static const char *const gpt2[] = {"c_attn"}, *const others[] = {"q_proj", "v_proj"};
+    const char *arch = gpucore_lm_arch_name(lm);
+    if (arch && !strcmp(arch, "gpt2")) { *n = 1; return gpt2; }
+    *n = 2;
+    return others;
+}
+
+static int setup_training(trainer *t, int64_t *start_step)
+{
+    const lm_opts *o = t->o;
+    char tbuf[1024];
+    const char *targets[MAX_TARGETS];
+    int64_t nt = 0;
+    split_targets(o->targets, tbuf, sizeof tbuf, targets, &nt);
+    if (o->full) CHECK_LM(gpucore_lm_set_full_finetune(t->lm, 1));
+    else if (nt) CHECK_LM(gpucore_lm_add_lora(t->lm, o->lora_r, o->alpha, o->dropout, targets, nt, o->seed));
+    else {
+        const char *const *d = default_targets(t->lm, &nt);
+        CHECK_LM(gpucore_lm_add_lora(t->lm, o->lora_r, o->alpha, o->dropout, d, nt, o->seed));
+    }
+    train_policy pol;
+    if (train_parse_policy(o->policy, &pol)) {
+        fprintf(stderr, "gpucore-lm: --checkpoint-policy %s: none, all, sqrt, every:K or budget:BYTES\n", o->policy);
+        return 2;
+    }
+    int64_t param = pol.param;
+    if (pol.kind == GPUCORE_CKPT_BUDGET) { /* an activation budget on top of what is allocated now */
+        gpucore_memory_stats ms;
+        ms.struct_size = sizeof ms;
+        CHECK_LM(gpucore_memory_get_stats(t->w.ctx, GPUCORE_MEMORY_DEVICE, &ms));
+        param += ms.allocated_bytes;
+    }
+    CHECK_LM(gpucore_lm_set_checkpoint_policy(t->lm, pol.kind, param));
+    t->count = gpucore_lm_trainable_count(t->lm);
+    t->names = calloc((size_t)t->count, sizeof *t->names);
+    t->params = calloc((size_t)t->count, sizeof *t->params);
+    t->grads = calloc((size_t)t->count, sizeof *t->grads);
+    for (int64_t i = 0; i < t->count; i++) CHECK_LM(gpucore_lm_trainable(t->lm, i, &t->names[i], &t->params[i], &t->grads[i]));
+    gpucore_optimizer_config cfg;
+    CHECK_LM(gpucore_optimizer_config_default(GPUCORE_OPTIMIZER_ADAMW, &cfg));
+    cfg.lr = o->lr;
+    cfg.weight_decay = o->wd;
+    if (t->w.comm) CHECK_LM(gpucore_tensor_create(t->w.ctx, GPUCORE_F64, 0, NULL, &t->loss));
+    if (t->w.comm) /* every rank starts from rank 0's values */
+        for (int64_t i = 0; i < t->count; i++) CHECK_LM(gpucore_comm_broadcast(t->w.comm, t->params[i], t->params[i], 0, NULL));
+    if (o->zero >= 0) {
+        gpucore_zero_options zo;
+        gpucore_zero_options_default(&zo);
+        zo.stage = o->zero;
+        zo.max_grad_norm = o->clip;
+        CHECK_LM(gpucore_zero_create(t->w.comm, t->params, (int)t->count, &cfg, &zo, &t->zero));
+    } else {
+        CHECK_LM(gpucore_optimizer_create(t->w.ctx, &cfg, t->params, t->count, &t->opt));
+        if (o->clip > 0) CHECK_LM(gpucore_tensor_create(t->w.ctx, GPUCORE_F32, 0, NULL, &t->norm));
+    }
+    int rc = open_data(o, t->w.ctx, t->lm, 1, t->w.rank, t->w.size, &t->td);
+    if (rc) return rc;
+    *start_step = 0;
+    if (o->resume) {
+        int64_t position = 0, full = 0;
+        char p[4096];
+        if (read_state(o->resume, start_step, &position, &full)) return 1;
+        if (full != o->full) {
+            fprintf(stderr, "gpucore-lm: --resume %s was saved %s --full; give the same options\n", o->resume,
+                    full ? "with" : "without");
+            return 2;
+        }
+        path_join(p, sizeof p, o->resume, "trainer.safetensors");
+        CHECK_LM(gpucore_checkpoint_load(p, t->names, t->params, t->count, t->opt, NULL));
+        CHECK_LM(gpucore_token_data_seek(t->td, position));
+    }
+    return 0;
+}
+
+/* One step: batch, loss and gradients, their reduction over ranks, the update. */
+static int train_step(trainer *t, int64_t step, double *loss, int64_t *epoch)
+{
+    gpucore_tensor *ids = NULL, *lab = NULL;
+    CHECK_LM(gpucore_token_data_next(t->td, NULL, &ids, &lab, epoch, NULL));
+    /* dropout drawn from (seed, step): a resumed run draws what the uninterrupted one did */
+    CHECK_LM(gpucore_lm_set_seed(t->lm, t->o->seed + (uint64_t)step * 0x9E3779B97F4A7C15ull));
+    CHECK_LM(gpucore_lm_forward_backward(t->lm, ids, NULL, loss));
+    gpucore_tensor_destroy(ids);
+    gpucore_tensor_destroy(lab);
+    if (t->w.comm) { /* the loss of the global batch: the mean of the ranks' (equal token counts) */
+        CHECK_LM(gpucore_copy_from_host(t->loss, loss, sizeof *loss));
+        CHECK_LM(gpucore_comm_allreduce(t->w.comm, t->loss, t->loss, GPUCORE_REDUCE_AVG, NULL));
+        CHECK_LM(gpucore_copy_to_host(loss, sizeof *loss, t->loss));
+    }
+    if (t->zero) {
+        for (int64_t i = t->count - 1; i >= 0; i--) {
+            gpucore_tensor *g = NULL;
+            CHECK_LM(gpucore_zero_grad(t->zero, (int)i, NULL, &g));
+            CHECK_LM(gpucore_copy(g, t->grads[i], NULL));
+            CHECK_LM(gpucore_zero_mark_ready(t->zero, (int)i, NULL));
+        }
+        CHECK_LM(gpucore_zero_step(t->zero, NULL, NULL));
+        return 0;
+    }
+    if (t->w.comm)
+        for (int64_t i = 0; i < t->count; i++)
+            CHECK_LM(gpucore_comm_allreduce(t->w.comm, t->grads[i], t->grads[i], GPUCORE_REDUCE_AVG, NULL));
+    if (t->norm) CHECK_LM(gpucore_clip_grad_norm(t->grads, t->count, t->o->clip, t->norm, NULL, NULL));
+    CHECK_LM(gpucore_optimizer_step(t->opt, t->grads, t->count, NULL, NULL));
+    return 0;
+}
+
+static int cmd_finetune(const lm_opts *o)
+{
+    trainer t;
+    memset(&t, 0, sizeof t);
+    t.o = o;
+    int rc = train_open_world("gpucore-lm", o->device, o->ddp || o->zero >= 0, 0, 0, &t.w);
+    if (rc) return rc;
+    rank0 = t.w.rank == 0;
+    int64_t start = 0;
+    if ((rc = open_model(o, t.w.ctx, &t.lm)) || (rc = setup_training(&t, &start))) return rc;
+    double total_s = 0, last = NAN;
+    int64_t tokens_per_step = o->batch * o->seq * t.w.size, done = 0;
+    if (rank0 && !o->json && !o->quiet)
+        fprintf(stderr, "finetune %s (%s) on %s: %s, %" PRId64 " trainable tensors, %d rank(s), steps %" PRId64 "..%" PRId64 "\n",
+                o->model, gpucore_lm_arch_name(t.lm), gpucore_context_device_name(t.w.ctx), o->full ? "full" : "LoRA",
+                t.count, t.w.size, start + 1, o->steps);
+    for (int64_t step = start; step < o->steps; step++) {
+        double t0 = train_now_s(), loss = 0;
+        int64_t epoch = 0;
+        if ((rc = train_step(&t, step, &loss, &epoch))) return rc;
+        CHECK_LM(gpucore_context_synchronize(t.w.ctx));
+        double dt = train_now_s() - t0;
+        total_s += dt;
+        done++;
+        last = loss;
+        if (rank0 && o->json)
+            printf("{\"cmd\":\"finetune\",\"step\":%" PRId64 ",\"epoch\":%" PRId64 ",\"loss\":%.17g,\"ms\":%.3f,"
+                   "\"tokens_per_s\":%.2f}\n", step + 1, epoch, loss, dt * 1e3, (double)tokens_per_step / dt);
+        else if (rank0 && !o->quiet)
+            printf("step %" PRId64 "/%" PRId64 " epoch %" PRId64 " loss %.6f  %.1f ms  %.0f tokens/s\n", step + 1,
+                   o->steps, epoch, loss, dt * 1e3, (double)tokens_per_step / dt);
+        fflush(stdout);
+        if (o->save && o->save_every > 0 && (step + 1) % o->save_every == 0 && (rc = save_state(&t, o->save, step + 1)))
+            return rc;
+    }
+    if (o->save && (rc = save_state(&t, o->save, o->steps))) return rc;
+    if (rank0 && o->json)
+        printf("{\"cmd\":\"finetune\",\"steps\":%" PRId64 ",\"final_loss\":%.17g,\"tokens_per_s\":%.2f,\"ranks\":%d}\n",
+               done, last, done ? (double)(tokens_per_step * done) / total_s : 0.0, t.w.size);
+    else if (rank0 && !o->quiet)
+        printf("done: %" PRId64 " steps, final loss %.6f, %.0f tokens/s%s%s\n", done, last,
+               done ? (double)(tokens_per_step * done) / total_s : 0.0, o->save ? ", saved to " : "",
+               o->save ? o->save : "");
+    gpucore_token_data_close(t.td);
+    gpucore_zero_destroy(t.zero);
+    gpucore_optimizer_destroy(t.opt);
+    gpucore_tensor_destroy(t.norm);
+    gpucore_tensor_destroy(t.loss);
+    gpucore_lm_destroy(t.lm);
+    free(t.names);
+    free(t.params);
+    free(t.grads);
+    if (t.w.comm) gpucore_comm_destroy(t.w.comm);
+    gpucore_context_destroy(t.w.ctx);
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    lm_opts o;
+    if (parse_args(argc, argv, &o)) {
+        usage();
+        return 2;
+    }
+    if (!strcmp(o.cmd, "generate")) return cmd_generate(&o);
+    if (!strcmp(o.cmd, "eval")) return cmd_eval(&o);
+    return cmd_finetune(&o);
+}

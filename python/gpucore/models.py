@@ -1,0 +1,423 @@
+"""gpucore.models — published decoder language models (GPT-2, Llama, Mistral, Qwen2) from
+Hugging Face folders, and token-file datasets for training them.
+
+    m = gpucore.models.from_pretrained("path/to/folder", device="cpu")   # dtype: the file's
+    logits = m(np.array([[1, 2, 3]]))                 # gpucore.Tensor [B, T, vocab]
+    out = m.generate(ids, max_new_tokens=20)          # numpy int64 [B, T + new]; greedy = transformers'
+    m.add_lora(r=8, lora_alpha=16, target_modules=("q_proj", "v_proj"))
+    opt = gpucore.AdamW(m.trainable_parameters(), lr=1e-3)
+    loss = m.forward_backward(ids, labels)            # Hugging Face's causal-LM loss (shifted inside, -100 ignored)
+    opt.step(m.gradients())
+    m.save_adapter("adapter")                         # PEFT's layout: PeftModel.from_pretrained reads it
+
+``trainable_parameters()`` and ``gradients()`` are dicts with the same keys in the same order:
+PEFT's adapter keys without ``.default`` for LoRA, the state-dict names for full fine-tuning
+(``set_full_finetune(True)``); the optimizers take them directly. The math, the file checks and
+the refusals are the C library's (the "language models" section of gpucore.h); this module only
+converts arguments. :class:`TokenDataset` reads llm.c ``.bin`` and ``.npy`` token files ("token
+data" section).
+"""
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+from ctypes import byref, c_char_p, c_double, c_int64, c_void_p
+from typing import Any, Dict, Iterator, Optional, Sequence, Tuple, Union
+
+import numpy as np
+
+from . import dtypes as _dt
+from ._lib import C, TokenDataOptions
+from ._validate import to_float, to_int
+from .checkpoint import POLICIES
+from .context import Context, Stream, get_context
+from .errors import InvalidArgumentError, InvalidArgumentTypeError, NotSupportedError
+from .optim import _Owned
+from .tensor import Tensor
+
+__all__ = ["LanguageModel", "KVCache", "TokenDataset", "from_pretrained", "DEFAULT_LORA_TARGETS"]
+
+P_I64 = ctypes.POINTER(c_int64)
+
+# PEFT's default target modules per architecture (peft.utils.constants)
+DEFAULT_LORA_TARGETS = {"gpt2": ("c_attn",), "llama": ("q_proj", "v_proj"), "mistral": ("q_proj", "v_proj"),
+                        "qwen2": ("q_proj", "v_proj")}
+
+
+def _host_ids(x: Any, what: str) -> np.ndarray:
+    """A C-contiguous int64 [B, T] array from a numpy array, list or 1-d sequence ([T] -> [1, T])."""
+    try:
+        a = np.asarray(x)
+    except Exception:
+        raise InvalidArgumentTypeError("%s must be an integer numpy array, a list or a gpucore.Tensor" % what) from None
+    if a.dtype.kind not in "iu":
+        raise InvalidArgumentTypeError("%s must hold integers, not %s" % (what, a.dtype))
+    if a.ndim == 1:
+        a = a[None, :]
+    if a.ndim != 2:
+        raise InvalidArgumentError("%s must be [batch, seq], not of shape %s" % (what, a.shape))
+    return np.ascontiguousarray(a, dtype=np.int64)
+
+
+def _i64p(a: Optional[np.ndarray]) -> Any:
+    return None if a is None else a.ctypes.data_as(P_I64)
+
+
+def _enc(s: Any, what: str) -> bytes:
+    if not isinstance(s, (str, os.PathLike)):
+        raise InvalidArgumentTypeError("%s must be a path (str), not %s" % (what, type(s).__name__))
+    return os.fsencode(s)
+
+
+class KVCache(_Owned):
+    """A key/value cache of a model for ``batch`` sequences of up to ``max_len`` positions
+    (:meth:`LanguageModel.cache`). ``len(cache)`` is the number of positions held."""
+
+    _destroy_fn = "gpucore_lm_cache_destroy"
+    _what = "KV cache"
+    _close_order = 4
+
+    def __init__(self, model: "LanguageModel", batch: int, max_len: int) -> None:
+        self._h: Optional[int] = None
+        self._model = model
+        self._init_owned(model.context)
+        h = c_void_p()
+        C.gpucore_lm_cache_create(model.handle, to_int(batch, "batch", 1), to_int(max_len, "max_len", 1), byref(h))
+        self._h = h.value
+
+    def __len__(self) -> int:
+        return int(C.gpucore_lm_cache_length(self.handle))
+
+    def reset(self) -> None:
+        """Forget the held positions (the memory is kept)."""
+        C.gpucore_lm_cache_reset(self.handle)
+
+    def forward(self, input_ids: Any, last_only: bool = False) -> Tensor:
+        """Logits of input_ids at the next positions, appending their keys and values."""
+        ids = self._model._ids_tensor(input_ids, "input_ids")
+        out = c_void_p()
+        C.gpucore_lm_forward_cached(self._model.handle, self.handle, ids.handle, 1 if last_only else 0, byref(out))
+        return Tensor._adopt(self._model.context, out.value)
+
+
+class LanguageModel(_Owned):
+    """A decoder language model loaded from a Hugging Face folder (see :func:`from_pretrained`)."""
+
+    _destroy_fn = "gpucore_lm_destroy"
+    _what = "language model"
+    _close_order = 5
+
+    def __init__(self, path: Any, device: Any = None, dtype: Any = None) -> None:
+        self._h: Optional[int] = None
+        ctx = get_context(device)
+        dt = -1 if dtype is None else _dt.as_dtype(dtype).value
+        self._init_owned(ctx)
+        self.path = os.fspath(path) if isinstance(path, (str, os.PathLike)) else path
+        h = c_void_p()
+        C.gpucore_lm_create(ctx.handle, _enc(path, "path"), dt, byref(h))
+        self._h = h.value
+        self._trainable: Optional[Tuple[Dict[str, Tensor], Dict[str, Tensor]]] = None
+        try:
+            with open(os.path.join(self.path, "config.json"), encoding="utf-8") as f:
+                self.config: Dict[str, Any] = json.load(f)
+        except (OSError, ValueError):
+            self.config = {}
+
+    # ---- description ----
+    @property
+    def context(self) -> Context:
+        return self._ctx
+
+    @property
+    def arch(self) -> str:
+        """"gpt2", "llama", "mistral" or "qwen2"."""
+        return C.gpucore_lm_arch_name(self.handle).decode()
+
+    def config_int(self, key: str) -> int:
+        """An integer config value by its Hugging Face name ("vocab_size", "eos_token_id"; -1: none)."""
+        v = c_int64()
+        C.gpucore_lm_config_int(self.handle, key.encode(), byref(v))
+        return int(v.value)
+
+    def config_float(self, key: str) -> float:
+        v = c_double()
+        C.gpucore_lm_config_double(self.handle, key.encode(), byref(v))
+        return float(v.value)
+
+    @property
+    def vocab_size(self) -> int:
+        return self.config_int("vocab_size")
+
+    @property
+    def dtype(self) -> _dt.DType:
+        return _dt.from_value(self.config_int("dtype"))
+
+    def __repr__(self) -> str:
+        if self._h is None:
+            return "<gpucore.models.LanguageModel (closed)>"
+        return "<gpucore.models.LanguageModel %s %s on %s from %r>" % (self.arch, self.dtype.name,
+                                                                       self._ctx.device, self.path)
+
+    def named_parameters(self) -> Dict[str, Tensor]:
+        """Every base weight by its state-dict name (views of the model's memory; GPT-2's Conv1D
+        weights are [out, in] here, the transpose of the file's; a tied head is listed once)."""
+        out: Dict[str, Tensor] = {}
+        name, t = c_char_p(), c_void_p()
+        for i in range(int(C.gpucore_lm_parameter_count(self.handle))):
+            C.gpucore_lm_parameter(self.handle, i, byref(name), byref(t))
+            out[name.value.decode()] = Tensor._borrow(self._ctx, t.value)
+        return out
+
+    # ---- inference ----
+    def _ids_tensor(self, x: Any, what: str) -> Tensor:
+        if isinstance(x, Tensor):
+            return x
+        return self._ctx.tensor(_host_ids(x, what))
+
+    def __call__(self, input_ids: Any) -> Tensor:
+        """Logits [B, T, vocab] (a new gpucore.Tensor in the model's dtype) for ids [B, T]
+        (an integer numpy array or list, or an i32/i64 gpucore.Tensor on the model's context)."""
+        out = c_void_p()
+        if isinstance(input_ids, Tensor):
+            C.gpucore_lm_forward(self.handle, input_ids.handle, byref(out))
+        else:
+            a = _host_ids(input_ids, "input_ids")
+            C.gpucore_lm_forward_host(self.handle, _i64p(a), a.shape[0], a.shape[1], byref(out))
+        return Tensor._adopt(self._ctx, out.value)
+
+    forward = __call__
+
+    def cache(self, batch: int, max_len: int) -> KVCache:
+        """A new KV cache (:class:`KVCache`) for incremental decoding."""
+        return KVCache(self, batch, max_len)
+
+    def generate(self, input_ids: Any, max_new_tokens: int = 20, do_sample: bool = False, temperature: float = 1.0,
+                 top_k: int = 0, top_p: float = 1.0, seed: int = 0, eos_token_id: Optional[int] = None,
+                 pad_token_id: Optional[int] = None) -> np.ndarray:
+        """Prompt [B, T] then up to max_new_tokens tokens per row with a KV cache: numpy int64
+        [B, T + new]. Greedy (argmax) or sampling (temperature, top_k, top_p; Philox under seed,
+        the same draws on every backend). eos_token_id None uses the config's, as transformers'
+        generate does (a finished row gets pad_token_id, by default the config's or eos; all rows
+        finished stops early); -1 never stops."""
+        a = _host_ids(input_ids.numpy() if isinstance(input_ids, Tensor) else input_ids, "input_ids")
+        n = to_int(max_new_tokens, "max_new_tokens", 0)
+        eos = self.config_int("eos_token_id") if eos_token_id is None else to_int(eos_token_id, "eos_token_id")
+        pad = self.config_int("pad_token_id") if pad_token_id is None else to_int(pad_token_id, "pad_token_id")
+        B, T = a.shape
+        out = np.empty((B, T + n), dtype=np.int64)
+        out_len = c_int64()
+        C.gpucore_lm_generate(self.handle, _i64p(a), B, T, n, 1 if do_sample else 0, to_float(temperature, "temperature"),
+                              to_int(top_k, "top_k", 0), to_float(top_p, "top_p"), to_int(seed, "seed", 0, 2**64 - 1),
+                              eos, pad, _i64p(out), byref(out_len))
+        L = int(out_len.value)
+        return out.reshape(-1)[:B * L].reshape(B, L).copy() if L != T + n else out
+
+    # ---- training ----
+    def _invalidate(self) -> None:
+        self._trainable = None
+
+    def _trainable_dicts(self) -> Tuple[Dict[str, Tensor], Dict[str, Tensor]]:
+        if self._trainable is None:
+            params: Dict[str, Tensor] = {}
+            grads: Dict[str, Tensor] = {}
+            name, p, g = c_char_p(), c_void_p(), c_void_p()
+            for i in range(int(C.gpucore_lm_trainable_count(self.handle))):
+                C.gpucore_lm_trainable(self.handle, i, byref(name), byref(p), byref(g))
+                key = name.value.decode()
+                params[key] = Tensor._borrow(self._ctx, p.value)
+                grads[key] = Tensor._borrow(self._ctx, g.value)
+            self._trainable = (params, grads)
+        return self._trainable
+
+    def trainable_parameters(self) -> Dict[str, Tensor]:
+        """name -> parameter tensor (a view of the model's own): the LoRA adapters (PEFT's keys
+        without ".default") or, after set_full_finetune(True), every base weight (state-dict names)."""
+        return dict(self._trainable_dicts()[0])
+
+    def gradients(self) -> Dict[str, Tensor]:
+        """name -> gradient tensor, the keys of trainable_parameters(); filled by forward_backward."""
+        return dict(self._trainable_dicts()[1])
+
+    def set_full_finetune(self, enable: bool = True) -> None:
+        """Make every base weight trainable (refused while adapters exist) or frozen again."""
+        self._invalidate()
+        C.gpucore_lm_set_full_finetune(self.handle, 1 if enable else 0)
+
+    def _loss_call(self, fn: str, input_ids: Any, labels: Any) -> float:
+        loss = c_double()
+        if isinstance(input_ids, Tensor) or isinstance(labels, Tensor):
+            ids = self._ids_tensor(input_ids, "input_ids")
+            lab = None if labels is None else self._ids_tensor(labels, "labels")
+            getattr(C, "gpucore_lm_" + fn)(self.handle, ids.handle, None if lab is None else lab.handle, byref(loss))
+        else:
+            a = _host_ids(input_ids, "input_ids")
+            b = None if labels is None else _host_ids(labels, "labels")
+            if b is not None and b.shape != a.shape:
+                raise InvalidArgumentError("labels are %s but input_ids are %s; they must agree" % (b.shape, a.shape))
+            getattr(C, "gpucore_lm_%s_host" % fn)(self.handle, _i64p(a), _i64p(b), a.shape[0], a.shape[1], byref(loss))
+        return float(loss.value)
+
+    def loss(self, input_ids: Any, labels: Any = None) -> float:
+        """Hugging Face's causal-LM loss (labels shifted inside, -100 ignored; None: input_ids)."""
+        return self._loss_call("loss", input_ids, labels)
+
+    def forward_backward(self, input_ids: Any, labels: Any = None) -> float:
+        """The loss, and every trainable parameter's gradient (overwritten) in gradients()."""
+        return self._loss_call("forward_backward", input_ids, labels)
+
+    def set_checkpoint_policy(self, policy: str, param: int = 0) -> None:
+        """Recompute policy of training: "keep_all", "recompute_all", "every_k", "sqrt_n", "budget"."""
+        if policy not in POLICIES:
+            raise InvalidArgumentError("policy must be one of %s, not %r" % (", ".join(POLICIES), policy))
+        C.gpucore_lm_set_checkpoint_policy(self.handle, POLICIES[policy], to_int(param, "param"))
+
+    def set_seed(self, seed: int) -> None:
+        """Philox seed of LoRA dropout."""
+        C.gpucore_lm_set_seed(self.handle, to_int(seed, "seed", 0, 2**64 - 1))
+
+    # ---- LoRA in PEFT's format ----
+    def add_lora(self, r: int = 8, lora_alpha: float = 16, lora_dropout: float = 0.0,
+                 target_modules: Optional[Sequence[str]] = None, seed: int = 0) -> None:
+        """Adapters of rank r on the modules named (PEFT's defaults for the architecture when None:
+        q_proj, v_proj; GPT-2 c_attn), scale lora_alpha / r, A kaiming-uniform from Philox(seed), B 0."""
+        if target_modules is None:
+            target_modules = DEFAULT_LORA_TARGETS.get(self.arch, ())
+        if isinstance(target_modules, str):
+            target_modules = (target_modules,)
+        names = [str(t).encode() for t in target_modules]
+        arr = (c_char_p * max(1, len(names)))(*names)
+        self._invalidate()
+        C.gpucore_lm_add_lora(self.handle, to_int(r, "r", 1), to_float(lora_alpha, "lora_alpha"),
+                              to_float(lora_dropout, "lora_dropout"), arr, len(names), to_int(seed, "seed", 0))
+
+    def load_adapter(self, path: Any) -> None:
+        """Load a PEFT adapter folder (adapter_config.json + adapter_model.safetensors)."""
+        self._invalidate()
+        C.gpucore_lm_load_adapter(self.handle, _enc(path, "path"))
+
+    def save_adapter(self, path: Any) -> None:
+        """Write the adapters as PEFT does (PeftModel.from_pretrained loads the folder)."""
+        C.gpucore_lm_save_adapter(self.handle, _enc(path, "path"))
+
+    def merge_adapter(self) -> None:
+        """W += (alpha / r) B A for every adapter, then drop them (PEFT's merge_and_unload)."""
+        self._invalidate()
+        C.gpucore_lm_merge_adapter(self.handle)
+
+    @property
+    def lora_count(self) -> int:
+        return int(C.gpucore_lm_lora_count(self.handle))
+
+    def save_pretrained(self, path: Any) -> None:
+        """Write the model as a Hugging Face folder (config.json + model.safetensors)."""
+        C.gpucore_lm_save_pretrained(self.handle, _enc(path, "path"))
+
+    # ---- text (optional: needs the `tokenizers` package and the folder's tokenizer.json) ----
+    def tokenizer(self) -> Any:
+        """The folder's tokenizer.json as a tokenizers.Tokenizer."""
+        try:
+            import tokenizers
+        except ImportError as e:
+            raise NotSupportedError("text prompts need the 'tokenizers' package (%s); pass token ids instead" % e) \
+                from None
+        p = os.path.join(self.path, "tokenizer.json")
+        if not os.path.exists(p):
+            raise NotSupportedError("%s has no tokenizer.json; pass token ids instead" % self.path)
+        return tokenizers.Tokenizer.from_file(p)
+
+    def generate_text(self, prompt: str, max_new_tokens: int = 20, **kw: Any) -> str:
+        """generate() on the encoded prompt; returns the decoded prompt and continuation."""
+        tok = self.tokenizer()
+        ids = tok.encode(prompt).ids
+        out = self.generate(np.array([ids], dtype=np.int64), max_new_tokens=max_new_tokens, **kw)
+        return tok.decode(out[0].tolist())
+
+
+def from_pretrained(path: Any, device: Any = None, dtype: Any = None) -> LanguageModel:
+    """Load the Hugging Face folder `path` (config.json + model.safetensors, or an index and its
+    shards) onto `device` (a Context or a string; None: the default context), keeping the file's
+    dtype unless `dtype` (float32, bfloat16, float16) asks for another."""
+    return LanguageModel(path, device=device, dtype=dtype)
+
+
+_LAYOUTS = {"shifted": 0, "window": 1}
+
+
+class TokenDataset(_Owned):
+    """Batches of token windows from llm.c ``.bin`` and ``.npy`` token files (memory-mapped),
+    shuffled by a seeded permutation per epoch, sharded by (rank, world_size), copied to the
+    device one batch ahead. ``next()`` (or iteration, which never ends) gives (input_ids,
+    labels) as gpucore.Tensor: [B, T] each with labels the next tokens (layout "shifted"), or
+    both the whole [B, T + 1] windows (layout "window", for the models' loss that shifts inside).
+    ``position`` / ``seek()`` resume exactly."""
+
+    _destroy_fn = "gpucore_token_data_close"
+    _what = "token dataset"
+    _close_order = 4
+
+    def __init__(self, paths: Union[str, Sequence[str]], batch_size: int, seq_len: int, seed: int = 0,
+                 shuffle: bool = True, dtype: Any = "int64", rank: int = 0, world_size: int = 1,
+                 vocab_size: int = 0, layout: str = "shifted", device: Any = None) -> None:
+        self._h: Optional[int] = None
+        ctx = get_context(device)
+        if isinstance(paths, (str, os.PathLike)):
+            paths = [paths]
+        enc = [_enc(p, "paths[%d]" % i) for i, p in enumerate(paths)]
+        if layout not in _LAYOUTS:
+            raise InvalidArgumentError("layout must be 'shifted' or 'window', not %r" % (layout,))
+        o = TokenDataOptions()
+        o.struct_size = ctypes.sizeof(TokenDataOptions)
+        C.gpucore_token_data_options_default(byref(o))
+        o.batch_size = to_int(batch_size, "batch_size")
+        o.seq_len = to_int(seq_len, "seq_len")
+        o.seed = to_int(seed, "seed", 0, 2**64 - 1)
+        o.shuffle = 1 if shuffle else 0
+        o.dtype = _dt.as_dtype(dtype).value
+        o.rank = to_int(rank, "rank", -2**31, 2**31 - 1)
+        o.world_size = to_int(world_size, "world_size", -2**31, 2**31 - 1)
+        o.vocab_size = to_int(vocab_size, "vocab_size")
+        o.layout = _LAYOUTS[layout]
+        self._init_owned(ctx)
+        arr = (c_char_p * max(1, len(enc)))(*enc)
+        h = c_void_p()
+        C.gpucore_token_data_open(ctx.handle, arr, len(enc), byref(o), byref(h))
+        self._h = h.value
+        self.batch_size, self.seq_len = int(o.batch_size), int(o.seq_len)
+        self.epoch = self.step = -1
+        t, w, b = c_int64(), c_int64(), c_int64()
+        C.gpucore_token_data_sizes(self._h, byref(t), byref(w), byref(b))
+        self.tokens, self.windows, self.batches_per_epoch = int(t.value), int(w.value), int(b.value)
+
+    def next(self, stream: Optional[Stream] = None) -> Tuple[Tensor, Tensor]:
+        """The next (input_ids, labels); sets .epoch and .step to the batch's."""
+        ids, lab, e, s = c_void_p(), c_void_p(), c_int64(), c_int64()
+        C.gpucore_token_data_next(self.handle, self._ctx._stream_arg(stream), byref(ids), byref(lab), byref(e),
+                                  byref(s))
+        self.epoch, self.step = int(e.value), int(s.value)
+        return Tensor._adopt(self._ctx, ids.value), Tensor._adopt(self._ctx, lab.value)
+
+    def __iter__(self) -> Iterator[Tuple[Tensor, Tensor]]:
+        return self
+
+    def __next__(self) -> Tuple[Tensor, Tensor]:
+        return self.next()
+
+    def __len__(self) -> int:
+        return self.batches_per_epoch
+
+    @property
+    def position(self) -> int:
+        """Index (over all epochs) of the batch next() returns."""
+        v = c_int64()
+        C.gpucore_token_data_position(self.handle, byref(v))
+        return int(v.value)
+
+    def seek(self, batch_index: int) -> None:
+        C.gpucore_token_data_seek(self.handle, to_int(batch_index, "batch_index", 0))
+
+    def batch_windows(self, batch_index: int) -> np.ndarray:
+        """The window numbers (rows) of this rank's batch batch_index."""
+        out = np.empty(self.batch_size, dtype=np.int64)
+        C.gpucore_token_data_batch_windows(self.handle, to_int(batch_index, "batch_index", 0), _i64p(out))
+        return out

@@ -1,0 +1,158 @@
+"""gpucore-lm (examples/gpucore_lm.c) end to end against transformers and PEFT: `finetune`
+trains LoRA adapters on an llm.c token file and writes a PEFT adapter that
+PeftModel.from_pretrained loads with logits equal to ours; `--save` then `--resume` gives the
+uninterrupted run's losses and adapter bit for bit (LoRA with dropout, and full fine-tuning,
+whose saved folder transformers loads); `eval` reports the perplexity transformers computes
+over the same windows; `generate` equals transformers' greedy generate. Runs where torch,
+transformers and peft import and gpucore-lm is built beside the library GPUCORE_LIBRARY names."""
+from __future__ import annotations
+
+import copy
+import json
+import math
+import os
+import subprocess
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+peft = pytest.importorskip("peft")
+hf_fixtures = pytest.importorskip("hf_fixtures")
+
+from gpucore import models  # noqa: E402
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+DEVICE = os.environ.get("GPUCORE_TEST_DEVICE", "cpu")
+
+
+def exe_path():
+    lib = os.environ.get("GPUCORE_LIBRARY", os.path.join(ROOT, "build", "src", "libgpucore.so"))
+    exe = os.path.join(os.path.dirname(os.path.dirname(lib)), "examples", "gpucore-lm")
+    if not os.path.exists(exe):
+        pytest.skip("gpucore-lm is not built (%s)" % exe)
+    return exe
+
+
+def run(*args):
+    p = subprocess.run([exe_path()] + [str(a) for a in args] + ["--device", DEVICE, "--json"],
+                       capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, "gpucore-lm %s failed (%d):\n%s%s" % (args[0], p.returncode, p.stdout, p.stderr)
+    return [json.loads(line) for line in p.stdout.splitlines() if line.startswith("{")]
+
+
+def step_losses(rows):
+    return {r["step"]: r["loss"] for r in rows if "step" in r}
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory):
+    d = tmp_path_factory.mktemp("gpucore_lm")
+    folder, ref = hf_fixtures.make_model("llama", d)
+    tokens = np.random.default_rng().integers(0, ref.config.vocab_size, size=3000)
+    data = str(d / "train.bin")
+    header = np.zeros(256, dtype="<i4")
+    header[:3] = (20240520, 1, len(tokens))
+    with open(data, "wb") as f:
+        f.write(header.tobytes() + tokens.astype("<u2").tobytes())
+    return d, folder, ref.float().eval(), data, tokens
+
+
+LORA = ["--lora", 4, "--alpha", 8, "--targets", "q_proj,v_proj,down_proj", "--batch", 2, "--seq", 16,
+        "--lr", 1e-2, "--seed", 3, "--dropout", 0.1]
+
+
+def test_finetune_writes_a_peft_adapter_and_resumes_bit_exactly(setup):
+    d, folder, ref, data, _ = setup
+    full = run("finetune", folder, "--data", data, "--steps", 6, "--save", d / "a", *LORA)
+    losses = step_losses(full)
+    assert sorted(losses) == [1, 2, 3, 4, 5, 6] and all(math.isfinite(v) for v in losses.values())
+    assert full[-1]["tokens_per_s"] > 0
+    # PEFT reads our adapter and computes our logits
+    pm = peft.PeftModel.from_pretrained(copy.deepcopy(ref), str(d / "a")).eval()
+    m = models.from_pretrained(folder, device=DEVICE)
+    m.load_adapter(str(d / "a"))
+    ids = np.random.default_rng(1).integers(0, m.vocab_size, size=(2, 12))
+    with torch.no_grad():
+        want = pm(torch.as_tensor(ids)).logits.double().numpy()
+        base = ref(torch.as_tensor(ids)).logits.double().numpy()
+    got = m(ids).numpy(copy=True, convert=True).astype(np.float64)
+    err = np.linalg.norm(got - want) / np.linalg.norm(want)
+    moved = np.linalg.norm(base - want) / np.linalg.norm(want)
+    print("gpucore-lm adapter in PEFT: logits rel err %.3g (the adapter moved them by %.3g)" % (err, moved))
+    assert moved > 1e-3 and err < 1e-4
+    # 3 steps, save, resume for 3 more: the same losses and adapter bytes
+    first = run("finetune", folder, "--data", data, "--steps", 3, "--save", d / "b", *LORA)
+    rest = run("finetune", folder, "--data", data, "--steps", 6, "--resume", d / "b", "--save", d / "c", *LORA)
+    split = {**step_losses(first), **step_losses(rest)}
+    assert sorted(step_losses(rest)) == [4, 5, 6]
+    assert split == losses, (split, losses)
+    for name in ("adapter_model.safetensors", "trainer.safetensors"):
+        assert open(d / "a" / name, "rb").read() == open(d / "c" / name, "rb").read(), name
+
+
+def test_full_finetune_resume_and_transformers_load(setup):
+    d, folder, ref, data, _ = setup
+    args = ["--full", "--batch", 2, "--seq", 16, "--lr", 1e-3, "--seed", 5, "--checkpoint-policy", "all"]
+    whole = run("finetune", folder, "--data", data, "--steps", 4, "--save", d / "f1", *args)
+    run("finetune", folder, "--data", data, "--steps", 2, "--save", d / "f2", *args)
+    rest = run("finetune", folder, "--data", data, "--steps", 4, "--resume", d / "f2", "--save", d / "f3", *args)
+    assert {k: v for k, v in step_losses(whole).items() if k > 2} == step_losses(rest)
+    assert open(d / "f1" / "model.safetensors", "rb").read() == open(d / "f3" / "model.safetensors", "rb").read()
+    back = transformers.AutoModelForCausalLM.from_pretrained(str(d / "f1")).float().eval()
+    m = models.from_pretrained(str(d / "f1"), device=DEVICE)
+    ids = np.random.default_rng(2).integers(0, m.vocab_size, size=(2, 10))
+    with torch.no_grad():
+        want = back(torch.as_tensor(ids)).logits.double().numpy()
+    got = m(ids).numpy(copy=True).astype(np.float64)
+    assert np.linalg.norm(got - want) / np.linalg.norm(want) < 1e-5
+
+
+def test_eval_perplexity_matches_transformers(setup):
+    d, folder, ref, data, tokens = setup
+    B, T, n = 3, 20, 4
+    out = run("eval", folder, "--data", data, "--batch", B, "--seq", T, "--batches", n)[-1]
+    wins = np.array([tokens[j * T: j * T + T + 1] for j in range(n * B)], dtype=np.int64)
+    with torch.no_grad():
+        losses = [ref(torch.as_tensor(wins[k * B:(k + 1) * B]), labels=torch.as_tensor(wins[k * B:(k + 1) * B])).loss.item()
+                  for k in range(n)]
+    want = math.exp(sum(losses) / n)
+    print("gpucore-lm eval perplexity %.6f vs transformers %.6f" % (out["perplexity"], want))
+    assert abs(out["perplexity"] - want) <= 1e-5 * want
+
+
+def test_generate_matches_transformers(setup):
+    d, folder, ref, _, _ = setup
+    prompt = np.random.default_rng(3).integers(3, ref.config.vocab_size, size=(2, 4))
+    ids = ";".join(",".join(str(int(x)) for x in row) for row in prompt)
+    rows = run("generate", folder, "--ids", ids, "--max-new", 6)
+    with torch.no_grad():
+        want = ref.generate(torch.as_tensor(prompt), max_new_tokens=6, do_sample=False,
+                            pad_token_id=ref.config.eos_token_id).numpy()
+    got = np.array([r["ids"] for r in rows])
+    np.testing.assert_array_equal(got, want)
+    assert all(r["tokens_per_s"] > 0 for r in rows)
+
+
+def test_ddp_and_zero_under_mpirun_match_one_process(setup):
+    """2 ranks x batch 2 read the windows one process reads with batch 4 (rank r takes positions
+    2r, 2r+1 of each step's 4), so the averaged gradients and the mean loss are the same."""
+    import shutil
+    mpirun = shutil.which("mpirun")
+    if not mpirun:
+        pytest.skip("mpirun is not installed")
+    d, folder, _, data, _ = setup
+    common = ["--data", data, "--steps", 4, "--seq", 16, "--lr", 1e-2, "--seed", 2]
+    one = step_losses(run("finetune", folder, "--batch", 4, *common))
+    for mode in (["--ddp"], ["--zero", "1"], ["--zero", "2"]):
+        p = subprocess.run([mpirun, "--allow-run-as-root", "--oversubscribe", "-np", "2", exe_path(), "finetune", folder,
+                            "--batch", "2"] + mode + [str(a) for a in common] + ["--device", DEVICE, "--json"],
+                           capture_output=True, text=True, timeout=600)
+        if p.returncode != 0 and "NOT_SUPPORTED" in p.stderr:
+            pytest.skip("this build has no MPI: %s" % p.stderr.strip()[-200:])
+        assert p.returncode == 0, p.stdout + p.stderr
+        two = step_losses([json.loads(l) for l in p.stdout.splitlines() if l.startswith("{")])
+        assert sorted(two) == sorted(one)
+        for k in one:
+            assert abs(two[k] - one[k]) <= 1e-6 * abs(one[k]), (mode, k, two[k], one[k])
