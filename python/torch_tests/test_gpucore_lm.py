@@ -154,5 +154,9 @@ def test_ddp_and_zero_under_mpirun_match_one_process(setup):
         assert p.returncode == 0, p.stdout + p.stderr
         two = step_losses([json.loads(l) for l in p.stdout.splitlines() if l.startswith("{")])
         assert sorted(two) == sorted(one)
+        # The first step's loss sees the same weights: equal to f32 rounding. Later ones follow AdamW
+        # steps from gradients summed in another order (two ranks' halves, then the average), whose
+        # f32 differences grow with each step: 1e-5 there (a wrong average or window is off by far more).
         for k in one:
-            assert abs(two[k] - one[k]) <= 1e-6 * abs(one[k]), (mode, k, two[k], one[k])
+            tol = 1e-6 if k == min(one) else 1e-5
+            assert abs(two[k] - one[k]) <= tol * abs(one[k]), (mode, k, two[k], one[k])
