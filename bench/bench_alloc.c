@@ -1,5 +1,5 @@
 /*
- * bench_alloc.c — the caching allocator's speed (issue 3).
+ * bench_alloc.c — the caching allocator's speed.
  *
  * Cases:
  *   pair_<size>            cache-hit gpucore_device_alloc + gpucore_device_free pair, p50 and p99

@@ -13,7 +13,7 @@
  * Times are medians of event-timed runs after a warm-up; TFLOP/s counts 2·MACs.
  * On a GPU each shape also reports fwd_first_call_ms: the host wall time of the
  * first heuristic-mode forward of the shape (plan search and build, one run,
- * synchronized), the cost issue 18 item 8 cut to one engine finalize.
+ * synchronized), a cost cut to one engine finalize.
  */
 #include <stdio.h>
 #include <stdlib.h>

@@ -68,7 +68,7 @@ static gpucore_status run(void *p)
     case 6: return gpucore_reduce(GPUCORE_REDUCTION_SUM, s->out, s->a, -1, NULL);
     case 7: return gpucore_bias_grad(s->out, s->a, NULL);
     case 8: return gpucore_dropout(s->out, s->a, 0.1, 1, 0, NULL);
-    /* row family (issue 4): forward + backward pairs, timed together */
+    /* row family: forward + backward pairs, timed together */
     case 10: return gpucore_softmax(s->out, s->a, 0, NULL);
     case 11: return gpucore_softmax_backward(s->out, s->a, s->b, 0, NULL);
     case 12: { /* layer norm forward (gamma/beta f32 [cols]; mean/rstd saved) */
@@ -183,7 +183,7 @@ int main(int argc, char **argv)
             report(rcases[i].name, rcases[i].bytes, ms, peer);
         }
     }
-    /* Issue 18 items 10 and 12: strided views (dims merged on the host, multiply-high index math),
+    /* strided views (dims merged on the host, multiply-high index math),
      * f16 data (hardware conversions in the CUDA kernels) and rows of 768 / 1024 columns (a warp
      * per row). Same byte counting as above. */
     {

@@ -1,6 +1,6 @@
 /*
  * bench_submit.c — the fixed cost of one small op on the CPU backend's stream
- * (issue 19: submit and synchronize overhead): per iteration, the wall time, the
+ * (submit and synchronize overhead): per iteration, the wall time, the
  * submitting thread's CPU time and the whole process's CPU time (worker thread
  * included) of an add on 16 f32 elements, as
  *   new      gpucore_binary_new + gpucore_tensor_destroy (a binding's per-op path)

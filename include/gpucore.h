@@ -1096,7 +1096,7 @@ GPUCORE_API gpucore_status gpucore_lora_unmerge(gpucore_tensor *w, const gpucore
  * `stream` (NULL: current stream).
  *
  * CPU backend: im2col + GEMM (OpenBLAS sgemm; f16/bf16 widened to f32 exactly), a
- * direct loop for depthwise; the same results within DESIGN.md's tolerances.
+ * direct loop for depthwise; the same results within the accuracy contract's tolerances (a float64 reference).
  * CUDA backend: cuDNN 9 through its graph (backend) API. Execution plans are
  * cached per (op, dtype, shapes, strides, layout, stride/pad/dilation/groups,
  * algorithm mode, TF32, bias/ReLU, pointer alignment) in a bounded LRU cache
@@ -1667,7 +1667,7 @@ typedef struct gpucore_ddp_trace_event {
 GPUCORE_API gpucore_status gpucore_ddp_trace(gpucore_ddp *ddp, gpucore_ddp_trace_event *events, int max,
                                              int *count);
 
-/* ---- ZeRO: sharded data-parallel training (issue 21; src/train/zero*.c) ----
+/* ---- ZeRO: sharded data-parallel training (src/train/zero*.c) ----
  *
  * A sharded trainer over a communicator of N ranks (ZeRO, Rajbhandari et al. 2020).
  * Parameters are grouped into buckets in reverse order (the last parameters, whose

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# ptx_counts.sh — count the instructions issue 18 items 10 and 12 are about in
+# ptx_counts.sh — count the strided-index math and untimed-event instructions in
 # the PTX nvcc makes of kernels/*.cu: 64-bit integer division/remainder
 # (div|rem.s64|u64, the strided index math), 32-bit ones, and the hardware
 # f16/bf16 conversions (cvt to/from f16, cvt to bf16), per file and arch; and the tensor-core
-# instructions (issue 20): wmma.mma / mma.sync and wmma.load / wmma.store. No GPU needed, only nvcc.
+# instructions: wmma.mma / mma.sync and wmma.load / wmma.store. No GPU needed, only nvcc.
 #   usage: scripts/ptx_counts.sh [file.cu ...]   (default: copy.cu elementwise.cu rows.cu attention.cu)
 set -euo pipefail
 cd "$(dirname "$0")/.."

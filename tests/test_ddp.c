@@ -253,7 +253,7 @@ static int grad_is_mean(gpucore_tensor *t, int64_t n, int size)
     return ok;
 }
 
-/* Issue 18 item 11: gpucore_ddp_finish orders the copy back by events and does not
+/* gpucore_ddp_finish orders the copy back by events and does not
  * wait on the host. Rank 0's finish runs while its reduction cannot complete (the
  * other ranks join `late_s` seconds later under MPI; on one rank the reduction waits
  * on a long op on the producing stream): finish must return at once, the collective

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """torch_ops.py — libgpucore's CPU backend against PyTorch on the CPU, side by side in one
 process: the same shapes through gpucore's Python API and through torch (same thread count),
-for the op cases of issue 19 (elementwise, reductions, row ops, matmul, conv, AdamW, and the
+for the op cases (elementwise, reductions, row ops, matmul, conv, AdamW, and the
 per-op Python overhead). Prints one JSON line per case (DESIGN.md's contract: value = our
 milliseconds, peer "torch-cpu", peer_value = torch's, speedup = torch/ours, > 1: we are ahead;
 paired_speedup = the median of torch/ours over batch pairs run back to back).

@@ -335,7 +335,7 @@ def test_cat_matches_numpy_and_refuses_bad_shapes():
         gpucore.cat([], dim=0)
 
 
-# ---------------------------------------------------------------- PyTorch semantics (issue 23)
+# ---------------------------------------------------------------- PyTorch semantics
 
 def _np_softmax(x, axis=-1):
     e = np.exp(x - x.max(axis=axis, keepdims=True))

@@ -1,4 +1,4 @@
-"""PyTorch's semantics of the ops issue 23 added, against torch in float64: reductions over
+"""PyTorch's semantics of our ops, against torch in float64: reductions over
 several dims (strided input, keepdim, dim=(), 0-d and empty inputs), dtype=, torch.matmul's
 shapes (1-d operands, broadcast batch dims), div rounding modes, clamp with one or tensor
 bounds, add/sub alpha, layer_norm over several dims, cross_entropy's (N, C, d1, ...) layout,

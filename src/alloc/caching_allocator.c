@@ -78,7 +78,7 @@ static void *event_take(caching_allocator *a)
 {
     if (a->nidle) return a->idle_events[--a->nidle];
     void *e = NULL;
-    /* ordering only, never timed (issue 18 item 12) */
+    /* ordering only, never timed */
     gpucore_status (*create)(void *, void **) = a->p.be->event_create_untimed ? a->p.be->event_create_untimed
                                                                               : a->p.be->event_create;
     if (create(a->p.bctx, &e) != GPUCORE_OK) return NULL;

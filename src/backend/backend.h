@@ -24,8 +24,8 @@
 #include "attention_math.h"
 #include "transformer_math.h"
 
-/* 2: event_create_untimed in the vtable, gemm_desc.fallback_out (issue 18 items 12, 4)
- * 3: attn_args.algo and attn_args.engine_out (issue 20: cuDNN SDPA) */
+/* 2: event_create_untimed in the vtable, gemm_desc.fallback_out
+ * 3: attn_args.algo and attn_args.engine_out (cuDNN SDPA) */
 #define GPUCORE_BACKEND_ABI 3
 
 typedef void (*gpucore_host_fn)(void *arg);

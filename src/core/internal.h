@@ -204,7 +204,7 @@ GPUCORE_HIDDEN void gpucore_streams_destroy_all(gpucore_context *ctx);
 /* Release every event handle still alive in ctx (context destroy). */
 GPUCORE_HIDDEN void gpucore_events_destroy_all(gpucore_context *ctx);
 /* gpucore_event_create for an event the library only orders work with and never times (DDP, comm):
- * cudaEventDisableTiming on CUDA, cheaper to record and wait on (issue 18 item 12). */
+ * cudaEventDisableTiming on CUDA, cheaper to record and wait on. */
 GPUCORE_HIDDEN gpucore_status gpucore_event_create_untimed(gpucore_context *ctx, gpucore_event **out);
 
 #endif

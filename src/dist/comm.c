@@ -538,7 +538,7 @@ gpucore_status gpucore_comm_submit(gpucore_comm *comm, gpucore_comm_call *call, 
     if (st) goto out;
     s->issued = call->seq;
     if (seq) *seq = call->seq;
-    /* completion is an event after the collective, not a host callback (issue 18 item 11) */
+    /* completion is an event after the collective, not a host callback */
     int slot = (int)(call->seq % COMM_DONE_RING);
     s->done_seq[slot] = call->seq;
     if ((st = gpucore_event_record(s->done_ev[slot], run))) {

@@ -533,7 +533,7 @@ gpucore_status gpucore_ddp_finish(gpucore_ddp *ddp, gpucore_stream *stream)
                                    s->bucket_of[g]);
             goto out;
         }
-    /* No host wait (issue 18 item 11): the copy back is ordered after the last bucket's
+    /* No host wait: the copy back is ordered after the last bucket's
      * reduction by an event. A failure already known is reported now; one still to come
      * is reported by the next reducer or communicator call (and gpucore_comm_wait). */
     if ((st = s->ctx->be->comm_check(s->comm->s->bcomm))) goto out;

@@ -135,7 +135,7 @@ static void test_doctor_paths(void)
     expect_clean("doctor paths");
 }
 
-/* Planted break 1: the cuBLASLt heuristic asked before the bias pointer is set (the defect of issue 18
+/* Planted break 1: the cuBLASLt heuristic asked before the bias pointer is set (the defect
  * item 2), then the same problem done right, whose result is checked. */
 static void test_heuristic_before_pointers(void)
 {
@@ -397,7 +397,7 @@ static void test_cudnn_sdpa_nodes(void)
     expect_clean("destroying SDPA node pieces");
 }
 
-/* Issue 18 item 1: two ranks driven from one thread, one grouped round per step, each rank's input coming
+/* two ranks driven from one thread, one grouped round per step, each rank's input coming
  * from a user stream (so ev_in/ev_out and the completion callback are all exercised). The collectives must
  * be complete when gpucore_comm_wait returns, and no event/callback may be put on a stream before
  * ncclGroupEnd queued the collectives (nccl.h:555). */
@@ -451,7 +451,7 @@ static void count_fallback_warnings(int level, const char *message, void *user)
     if (level == GPUCORE_LOG_WARN && strstr(message, "fallback GEMM kernel")) warn_fallback_logs++;
 }
 
-/* Issue 18 item 4: when cuBLASLt has no algorithm the fallback kernel runs, with one WARN per shape, and
+/* when cuBLASLt has no algorithm the fallback kernel runs, with one WARN per shape, and
  * it takes any number of rows (before: n > 1,048,560 needed grid.y > 65535, an invalid launch). */
 static void test_fallback_gemm(void)
 {
@@ -480,7 +480,7 @@ static void test_fallback_gemm(void)
     if (bad) fprintf(stderr, "  fallback GEMM with %lld rows: %lld wrong\n", (long long)rows, (long long)bad);
     CHECK(warn_fallback_logs == 1); /* once per plan, not per call, and at WARN */
     unsetenv("STANDIN_LT_NO_ALGO");
-    /* issue 18 item 2: an algorithm cublasLtMatmul refuses is dropped for the next; all refused: fallback */
+    /* an algorithm cublasLtMatmul refuses is dropped for the next; all refused: fallback */
     int64_t s4[2] = {8, 8};
     gpucore_tensor *q = NULL, *r = NULL;
     CHECK_OK(gpucore_tensor_create(ctx, GPUCORE_F32, 2, s4, &q));
@@ -587,7 +587,7 @@ static void test_comm_paths(void)
     if (stall[0].st != GPUCORE_ERR_COMM) fprintf(stderr, "  stalled peer: rank 0 got %s\n", gpucore_status_string(stall[0].st));
     expect_clean("a peer that never issues the collective (watchdog timeout, abort)");
 
-    /* Issue 18 item 5: the watchdog aborts (timeout 0.2 s) while this rank is inside its second, slow (0.3 s)
+    /* the watchdog aborts (timeout 0.2 s) while this rank is inside its second, slow (0.3 s)
      * NCCL call: the abort must wait for the call, not free the communicator under it. */
     CHECK_OK(gpucore_comm_unique_id(ctx, id, sizeof id));
     rank_arg race[2] = {{id, 0, 2, 0.2, 0, 2, GPUCORE_OK}, {id, 1, 2, 0.2, 1, 0, GPUCORE_OK}};
@@ -607,7 +607,7 @@ static void test_comm_paths(void)
     gpucore_context_destroy(ctx);
 }
 
-/* fp8 through cuBLASLt (TN layout), and issue 18 item 3: fp8 with an f32 output and a bias. */
+/* fp8 through cuBLASLt (TN layout), and fp8 with an f32 output and a bias. */
 static void test_fp8(void)
 {
     gpucore_context *ctx = NULL;
@@ -712,7 +712,7 @@ static void test_conv_paths(void)
     expect_clean("convolution paths");
 }
 
-/* Issue 18 item 6: the first matmul on cuda:1 while another context's op left device 0 current. A cuBLASLt
+/* the first matmul on cuda:1 while another context's op left device 0 current. A cuBLASLt
  * handle belongs to the device current when it is created; the module used to create it before
  * cudaSetDevice. Latent, not failing, before that fix: the matmul's workspace allocation happens to make
  * the device current first. This guards the order. */

@@ -1,6 +1,6 @@
 /*
- * test_cuda_contract_host.c — issue 18's host-code items 4 (rest), 6 (rest), 8, 9
- * and 12 on the contract stand-ins (suite cuda-contract): each case failed
+ * test_cuda_contract_host.c — host-code cases (the fallback kernel, devices and events, plan caches, conv epilogue)
+ * on the contract stand-ins (suite cuda-contract): each case failed
  * before its fix. Run with GPUCORE_CUDA_PLUGIN set to the contract module
  * (tests/cuda_contract/meson.build); the stand-ins' counters are taken from
  * that module with dlsym.

@@ -173,7 +173,7 @@ static gpucore_status cuda_event_create(void *bctx, void **e)
     return GPUCORE_OK;
 }
 
-/* Allocator, DDP and comm events order work and are never timed (issue 18 item 12). */
+/* Allocator, DDP and comm events order work and are never timed. */
 static gpucore_status cuda_event_create_untimed(void *bctx, void **e)
 {
     USE_DEVICE(bctx);

@@ -38,7 +38,7 @@
 #include "cuda_internal.h"
 #include "dist/comm_names.h"
 #include "gpucore_config.h"
-#include "cuda_dynlib.h" /* NCCL through the loader's table (NCCL.nccl...), opened on first use (issue 18 item 7) */
+#include "cuda_dynlib.h" /* NCCL through the loader's table (NCCL.nccl...), opened on first use */
 
 #if GPUCORE_HAVE_NCCL
 typedef struct pending_call {
@@ -380,7 +380,7 @@ gpucore_status cuda_comm_enqueue(void *bcomm, const gpucore_comm_call *k, void *
     ncclDataType_t dt = nccl_type(k->dtype);
     size_t n = (size_t)k->count;
     ncclResult_t r;
-    /* c->mu serialises this thread's NCCL calls on c->nc with the watchdog's ncclCommAbort (issue 18 item 5):
+    /* c->mu serialises this thread's NCCL calls on c->nc with the watchdog's ncclCommAbort:
      * an abort frees the communicator, so it must not run while a call is inside NCCL */
     pthread_mutex_lock(&c->mu);
     if (c->aborted) {

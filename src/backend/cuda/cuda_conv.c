@@ -34,7 +34,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-/* cuDNN through the loader's table (DNN.cudnn...): cuDNN is opened on the first convolution (issue 18 item 7).
+/* cuDNN through the loader's table (DNN.cudnn...): cuDNN is opened on the first convolution.
  * The header itself declares a deprecated type (cudnnQueryRuntimeError's tag); cuda_dynlib.h includes it with
  * that warning silenced, so only our own uses trip -DCUDNN_WARN_DEPRECATED. */
 #include "cuda_conv_graph.h"
@@ -67,7 +67,7 @@ typedef struct plan_entry {
     int refs;                            /* the table's reference + callers holding it */
     uint64_t last_use;
     /* where its plans may still run (under the device's handle_lock; read alone once refs is 0):
-     * destruction waits for these events (issue 18 item 6) */
+     * destruction waits for these events */
     use_mark uses[MAX_USE_MARKS];
     int nuses;
     struct plan_entry *next_dead;        /* on the graveyard: released, plans still in flight */
@@ -81,8 +81,8 @@ static gpucore_conv_stats dev_stats[MAX_DEVICES];
 
 /* Per device: the handle executions are enqueued with (handle_lock: binding it to a stream and enqueueing),
  * and a second handle plans are searched and built with (build_lock), so a first call that finalizes
- * engines (0.1-1 s each when runtime-compiled) does not hold up other threads' convolutions (issue 18
- * item 8). cuDNN handles may not be used by two threads at once; a plan runs on any handle of its device. */
+ * engines (0.1-1 s each when runtime-compiled) does not hold up other threads' convolutions.
+ * cuDNN handles may not be used by two threads at once; a plan runs on any handle of its device. */
 static pthread_mutex_t handle_lock[MAX_DEVICES], build_lock[MAX_DEVICES];
 static cudnnHandle_t handles[MAX_DEVICES], build_handles[MAX_DEVICES];
 static pthread_once_t handle_once = PTHREAD_ONCE_INIT;
@@ -309,7 +309,7 @@ static void graveyard_reap_locked(void)
 }
 
 /* Drop a reference (caller holds cache_lock). The last one frees the entry once its plans' executions are done:
- * an evicted plan may still be running on a stream (issue 18 item 6), so until then it waits in the graveyard,
+ * an evicted plan may still be running on a stream, so until then it waits in the graveyard,
  * checked on every lookup. */
 static void entry_release_locked(plan_entry *e)
 {
@@ -423,7 +423,7 @@ static int packed_as(const int64_t e[4], const int64_t strides[4], const int ord
 }
 
 /* Bias and ReLU when no engine fused them: on a packed output (NCHW or NHWC, what the front-end allocates) the
- * row kernel of kernels/conv_epilogue.cu, with no per-element index unravel (issue 18 item 9); any other
+ * row kernel of kernels/conv_epilogue.cu, with no per-element index unravel; any other
  * strides, the elementwise kernel's strided path. */
 static gpucore_status unfused_epilogue(void *bctx, const gpucore_conv_desc *d, void *stream)
 {

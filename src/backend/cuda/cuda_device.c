@@ -180,7 +180,7 @@ gpucore_status cuda_device_properties(int index, gpucore_device_properties *p)
              prop.pciDeviceID);
     p->clock_khz = p->memory_clock_khz = p->utilization_percent = p->temperature_c = -1;
     /* Free memory from NVML: asking the runtime (cudaMemGetInfo) needs the device current, which creates its
-     * primary context, hundreds of MiB on every GPU a listing touches (issue 18 item 6). -1 without NVML. */
+     * primary context, hundreds of MiB on every GPU a listing touches. -1 without NVML. */
     p->free_memory = -1;
     void *dev = nvml_device(p->pci_bus_id);
     if (dev) {

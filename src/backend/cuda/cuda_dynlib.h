@@ -1,6 +1,6 @@
 /*
  * cuda_dynlib.h — cuDNN and NCCL, loaded by the CUDA backend module on first use
- * with dlopen (issue 18 item 7), so a machine without one keeps the rest of the
+ * with dlopen, so a machine without one keeps the rest of the
  * backend (GEMM, kernels, the other library) and reports that feature as
  * GPUCORE_ERR_NOT_SUPPORTED with a message naming the missing library.
  *

@@ -344,7 +344,7 @@ gpucore_status cuda_matmul(void *bctx, const gpucore_gemm_desc *g, void *stream)
             return cuda_host->set_error(GPUCORE_ERR_NOT_SUPPORTED, "matmul: fp8 operands need compute capability 8.9 or "
                                         "newer; cuda:%d is %d.%d", c->device, cc / 10, cc % 10);
     }
-    /* cublasLt.h:1539-1546: fp8 with an f32 output takes a bf16 bias, not D's type (issue 18 item 3) */
+    /* cublasLt.h:1539-1546: fp8 with an f32 output takes a bf16 bias, not D's type */
     if (fp8 && g->d_dtype == GPUCORE_F32 && (g->epilogue & GPUCORE_GEMM_EPI_BIAS))
         return cuda_host->set_error(GPUCORE_ERR_NOT_SUPPORTED, "matmul: fp8 operands with an f32 output take a bf16 "
                                     "bias in cuBLASLt, and the bias here is f32: use a bf16 or f16 output, or add the "
