@@ -14,6 +14,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 #include "safetensors.h"
+#include "io/io_file.h"
 #include "train/train_internal.h"
 #include "gpucore_config.h"
 #if GPUCORE_HAVE_CJSON
@@ -60,14 +61,10 @@ gpucore_status gpucore_safetensors_open(const char *path, gpucore_safetensors **
     return gpucore_set_error(GPUCORE_ERR_NOT_SUPPORTED,
                              ST "_open: this build has no JSON library (cJSON); install libcjson-dev and rebuild");
 #endif
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return gpucore_set_error(GPUCORE_ERR_IO, ST "_open: cannot open \"%s\": %s", path, strerror(errno));
-    struct stat sb;
-    if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
-        close(fd);
-        return gpucore_set_error(GPUCORE_ERR_IO, ST "_open: \"%s\" is not a regular file", path);
-    }
-    uint64_t size = (uint64_t)sb.st_size;
+    int fd;
+    uint64_t size;
+    gpucore_status ost = gpucore_io_open_regular(path, ST "_open", &fd, &size);
+    if (ost) return ost;
     uint8_t len8[8];
     if (size < 8 || read_fully(fd, len8, 8, 0) != 0) {
         close(fd);

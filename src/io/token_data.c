@@ -17,6 +17,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 #include "core/internal.h"
+#include "io/io_file.h"
 #include "philox.h"
 
 #define TD "token_data"
@@ -279,14 +280,11 @@ static gpucore_status file_open(token_file *f, const char *path, int64_t seq_len
     memset(f, 0, sizeof *f);
     f->path = strdup(path);
     if (!f->path) return gpucore_set_error(GPUCORE_ERR_OUT_OF_MEMORY, TD "_open: out of host memory");
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return gpucore_set_error(GPUCORE_ERR_IO, TD "_open: cannot open \"%s\": %s", path, strerror(errno));
-    struct stat sb;
-    if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
-        close(fd);
-        return gpucore_set_error(GPUCORE_ERR_IO, TD "_open: \"%s\" is not a regular file", path);
-    }
-    size_t size = (size_t)sb.st_size;
+    int fd;
+    uint64_t size64;
+    gpucore_status ost = gpucore_io_open_regular(path, TD "_open", &fd, &size64);
+    if (ost) return ost;
+    size_t size = (size_t)size64;
     if (size == 0) {
         close(fd);
         return gpucore_set_error(GPUCORE_ERR_CORRUPT_FILE, TD "_open: \"%s\" is empty", path);

@@ -195,14 +195,12 @@ gpucore_status gpucore_lm_merge_adapter(gpucore_lm *lm)
 /* ---- PEFT folders ---- */
 
 #if GPUCORE_HAVE_CJSON
-static gpucore_status make_dir(const char *folder, const char *op)
+GPUCORE_HIDDEN gpucore_status lm_make_dir(const char *folder, const char *op)
 {
     if (mkdir(folder, 0777) != 0 && errno != EEXIST)
         return gpucore_set_error(GPUCORE_ERR_IO, "%s: cannot create folder '%s': %s", op, folder, strerror(errno));
     return GPUCORE_OK;
 }
-
-GPUCORE_HIDDEN gpucore_status lm_make_dir(const char *folder, const char *op) { return make_dir(folder, op); }
 
 /* Write text atomically enough for a config file (temp + rename). */
 GPUCORE_HIDDEN gpucore_status lm_write_text(const char *path, const char *text, const char *op)
@@ -417,7 +415,7 @@ gpucore_status gpucore_lm_save_adapter(gpucore_lm *lm, const char *folder)
     if (st) return st;
     if (!folder) return gpucore_set_error(GPUCORE_ERR_NULL_POINTER, "%s: folder is NULL", op);
     if (!lm->lora_count) return gpucore_set_error(GPUCORE_ERR_INVALID_ARGUMENT, "%s: the model has no adapters", op);
-    if ((st = make_dir(folder, op))) return st;
+    if ((st = lm_make_dir(folder, op))) return st;
     cJSON *root = cJSON_CreateObject();
     cJSON *tm = cJSON_CreateArray();
     int bad = !root || !tm;

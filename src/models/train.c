@@ -200,30 +200,28 @@ static gpucore_status host_batch(gpucore_lm *lm, const int64_t *ids, const int64
     return st;
 }
 
-gpucore_status gpucore_lm_loss_host(gpucore_lm *lm, const int64_t *input_ids, const int64_t *labels, int64_t batch,
-                                    int64_t seq, double *loss)
+/* The host-array forms: the batch copied into tensors, then the tensor call (loss, or loss + backward). */
+static gpucore_status host_run(gpucore_lm *lm, const int64_t *input_ids, const int64_t *labels, int64_t batch,
+                               int64_t seq, double *loss, int backward, const char *op)
 {
-    const char *op = "gpucore_lm_loss_host";
     gpucore_status st = lm_check(lm, op);
     if (st) return st;
     gpucore_tensor *ti = NULL, *tl = NULL;
     if ((st = host_batch(lm, input_ids, labels, batch, seq, op, &ti, &tl))) return st;
-    st = gpucore_lm_loss(lm, ti, tl, loss);
+    st = backward ? gpucore_lm_forward_backward(lm, ti, tl, loss) : gpucore_lm_loss(lm, ti, tl, loss);
     gpucore_tensor_destroy(ti);
     gpucore_tensor_destroy(tl);
     return st;
 }
 
+gpucore_status gpucore_lm_loss_host(gpucore_lm *lm, const int64_t *input_ids, const int64_t *labels, int64_t batch,
+                                    int64_t seq, double *loss)
+{
+    return host_run(lm, input_ids, labels, batch, seq, loss, 0, "gpucore_lm_loss_host");
+}
+
 gpucore_status gpucore_lm_forward_backward_host(gpucore_lm *lm, const int64_t *input_ids, const int64_t *labels,
                                                 int64_t batch, int64_t seq, double *loss)
 {
-    const char *op = "gpucore_lm_forward_backward_host";
-    gpucore_status st = lm_check(lm, op);
-    if (st) return st;
-    gpucore_tensor *ti = NULL, *tl = NULL;
-    if ((st = host_batch(lm, input_ids, labels, batch, seq, op, &ti, &tl))) return st;
-    st = gpucore_lm_forward_backward(lm, ti, tl, loss);
-    gpucore_tensor_destroy(ti);
-    gpucore_tensor_destroy(tl);
-    return st;
+    return host_run(lm, input_ids, labels, batch, seq, loss, 1, "gpucore_lm_forward_backward_host");
 }
