@@ -2,7 +2,8 @@
  * reduce.cu — sum, mean, max, min, argmax and sum of squares over one axis of
  * a contiguous [outer, len, inner] tensor, deterministically.
  *
- * Rows (inner == 1): each row is cut into fixed chunks of GPUCORE_RED_ROW_CHUNK
+ * Rows (inner == 1) up to RED_WARP_MAX_LEN elements: one warp per row. Longer
+ * rows (inner == 1): each row is cut into fixed chunks of GPUCORE_RED_ROW_CHUNK
  * elements; a block reduces one chunk — threads stride the chunk with 16-byte
  * vector loads where the row is aligned, then a fixed warp-shuffle tree and a
  * shared-memory tree across warps. With one chunk per row the block writes the
@@ -89,6 +90,24 @@ __global__ void red_rows_kernel(gpucore_reduce_args p, int64_t chunks, int vec_o
     }
 }
 
+/* Short rows (len <= RED_WARP_MAX_LEN): one warp per row, lanes striding it, a shuffle fold,
+ * no shared memory and no block barrier, so a [1M, 8] argmax does not park 224 idle threads
+ * and two __syncthreads per row. */
+#define RED_WARP_MAX_LEN 1024
+template <int DT>
+__global__ void red_rows_warp_kernel(gpucore_reduce_args p)
+{
+    const int lane = threadIdx.x % 32, wpb = blockDim.x / 32;
+    for (int64_t row = (int64_t)blockIdx.x * wpb + threadIdx.x / 32; row < p.outer; row += (int64_t)gridDim.x * wpb) {
+        const char *rowp = (const char *)p.in.data + row * p.len * gpucore_dt_size<DT>::es;
+        gpucore_red_acc a = gpucore_red_empty();
+        for (int64_t i = lane; i < p.len; i += 32)
+            a = gpucore_red_combine(p.op, a, gpucore_red_element(p.op, gpucore_ld<DT>(rowp, i), i));
+        for (int d = 16; d > 0; d /= 2) a = gpucore_red_combine(p.op, a, red_shfl_down(a, d));
+        if (lane == 0) red_store(p, row, a);
+    }
+}
+
 /* Second pass for rows: one block folds a row's partials. */
 __global__ void red_rows_finish_kernel(gpucore_reduce_args p, int64_t chunks)
 {
@@ -135,6 +154,11 @@ static int red_launch(const gpucore_launch *l, const gpucore_reduce_args *p)
 {
     const int64_t chunks = gpucore_reduce_chunks(p->len, p->inner);
     const int es = gpucore_dt_size<DT>::es;
+    if (p->inner == 1 && p->len <= RED_WARP_MAX_LEN) {
+        unsigned grid = gpucore_grid_for(p->outer * 32, RED_THREADS, l->sm_count);
+        GPUCORE_LAUNCH(red_rows_warp_kernel<DT>, grid, RED_THREADS, 0, l->stream, *p);
+        return GPUCORE_LAUNCH_STATUS();
+    }
     if (p->inner == 1) {
         int vec_ok = ((uintptr_t)p->in.data % 16) == 0 && (p->len * es) % 16 == 0;
         unsigned grid = gpucore_grid_for(p->outer * chunks * RED_THREADS, RED_THREADS, l->sm_count);

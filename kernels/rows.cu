@@ -307,15 +307,19 @@ __global__ void __launch_bounds__(ROWS_THREADS) ce_reduce_kernel(gpucore_rows_ar
     }
 }
 
-/* CE_BWD with probability targets: Q of each row (Σ_c q_c in class order), one thread per row. */
+/* CE_BWD with probability targets: Q of each row (Σ_c q_c), one warp per row: lane k sums classes
+ * k, k+32, ... and a fixed shuffle tree folds the lanes (the same order on every run). A thread
+ * per row would walk 128k classes serially with a grid of rows/256 blocks. */
 __global__ void __launch_bounds__(ROWS_THREADS) ce_mass_kernel(gpucore_rows_args p)
 {
     float *mass = (float *)((char *)p.workspace + gpucore_rows_partials_bytes(&p)) + 4;
-    for (int64_t r = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; r < p.rows; r += (int64_t)gridDim.x * blockDim.x) {
+    const int lane = threadIdx.x % 32, wpb = blockDim.x / 32;
+    for (int64_t r = (int64_t)blockIdx.x * wpb + threadIdx.x / 32; r < p.rows; r += (int64_t)gridDim.x * wpb) {
         float q = 0.0f;
         const int64_t base = gpucore_rows_ce_base(&p, r), cs = gpucore_rows_ce_stride(&p);
-        for (int64_t c = 0; c < p.cols; c++) q += gpucore_rows_ce_q(&p, base + c * cs, c, -1);
-        mass[r] = q;
+        for (int64_t c = lane; c < p.cols; c += 32) q += gpucore_rows_ce_q(&p, base + c * cs, c, -1);
+        for (int d = 16; d > 0; d /= 2) q += __shfl_down_sync(0xffffffffu, q, d);
+        if (lane == 0) mass[r] = q;
     }
 }
 
@@ -327,7 +331,7 @@ template <int DT, int OP> static int softmax_like_launch(const gpucore_launch *l
         GPUCORE_LAUNCH(ce_reduce_kernel, 1, ROWS_THREADS, 0, l->stream, *p);
         if ((err = GPUCORE_LAUNCH_STATUS())) return err;
         if (gpucore_rows_ce_probs(p)) {
-            GPUCORE_LAUNCH(ce_mass_kernel, gpucore_grid_for(p->rows, ROWS_THREADS, l->sm_count), ROWS_THREADS, 0,
+            GPUCORE_LAUNCH(ce_mass_kernel, gpucore_grid_for(p->rows * 32, ROWS_THREADS, l->sm_count), ROWS_THREADS, 0,
                            l->stream, *p);
             if ((err = GPUCORE_LAUNCH_STATUS())) return err;
         }

@@ -8,6 +8,7 @@
 #ifndef GPUCORE_TEST_CHECK_H
 #define GPUCORE_TEST_CHECK_H
 
+#include <dlfcn.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -15,6 +16,19 @@
 #include "gpucore.h"
 
 static int check_passed, check_failed, check_skipped;
+
+/* A counter of the CUDA stand-ins (tests/cuda_contract: standin_counter, e.g. "cudaLaunchHostFunc",
+ * "peer_copy_staged"), read from the contract module that GPUCORE_CUDA_PLUGIN names (already
+ * loaded by the library); -1 on a real CUDA module, which has no stand-in. */
+static inline long check_standin_counter(const char *name)
+{
+    const char *path = getenv("GPUCORE_CUDA_PLUGIN");
+    void *mod = path ? dlopen(path, RTLD_LAZY | RTLD_NOLOAD) : NULL;
+    long (*counter)(const char *) = mod ? (long (*)(const char *))dlsym(mod, "standin_counter") : NULL;
+    long n = counter ? counter(name) : -1;
+    if (mod) dlclose(mod);
+    return n;
+}
 
 #define CHECK(cond)                                                                         \
     do {                                                                                    \

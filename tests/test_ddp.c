@@ -353,18 +353,6 @@ static void test_last_bucket_streams(gpucore_comm *comm, gpucore_context *ctx)
  * stand-in in the cuda-contract suite): rank 0 finishes before rank 1 has issued
  * its reduction at all, so rank 0's allreduce cannot complete until rank 1 joins;
  * a host wait in finish would block until the communicator's timeout and fail. */
-/* cudaLaunchHostFunc calls so far, read from the cudart stand-in inside the contract module that
- * GPUCORE_CUDA_PLUGIN names (already loaded by the library); -1 on a real CUDA module (no stand-in). */
-static long standin_host_fn_count(void)
-{
-    const char *path = getenv("GPUCORE_CUDA_PLUGIN");
-    void *mod = path ? dlopen(path, RTLD_LAZY | RTLD_NOLOAD) : NULL;
-    long (*counter)(const char *) = mod ? (long (*)(const char *))dlsym(mod, "standin_counter") : NULL;
-    long n = counter ? counter("cudaLaunchHostFunc") : -1;
-    if (mod) dlclose(mod);
-    return n;
-}
-
 static void test_finish_two_local_ranks(void)
 {
     gpucore_context *ctx[2] = {NULL, NULL};
@@ -388,7 +376,7 @@ static void test_finish_two_local_ranks(void)
         CHECK_OK(gpucore_ddp_create(comm[r], &g[r], 1, NULL, &ddp[r]));
         CHECK_OK(gpucore_stream_create(ctx[r], 0, &stream[r]));
     }
-    const long host_fns_before = standin_host_fn_count();
+    const long host_fns_before = check_standin_counter("cudaLaunchHostFunc");
     CHECK_OK(gpucore_ddp_mark_ready(ddp[0], 0, stream[0]));
     double t0 = now_s();
     CHECK_OK(gpucore_ddp_finish(ddp[0], stream[0]));
@@ -403,7 +391,7 @@ static void test_finish_two_local_ranks(void)
         CHECK_OK(gpucore_comm_wait(comm[r], 0, 30));
     }
     /* item 11: completion is ordered by events; no host function is queued per collective */
-    const long host_fns = standin_host_fn_count() - host_fns_before;
+    const long host_fns = check_standin_counter("cudaLaunchHostFunc") - host_fns_before;
     if (host_fns_before < 0) {
         printf("cuda: host functions per collective not counted (a real CUDA module, not the stand-in)\n");
     } else {

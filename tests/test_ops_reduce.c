@@ -34,6 +34,8 @@ static const rcase cases[] = {
     {1, {1}, 0, 0},
     {1, {1027}, 0, 0},
     {2, {5, 33}, 1, 0},
+    {3, {64, 9, 8}, 2, 0},          /* many short rows: a warp per row on kernel backends */
+    {2, {40, 1000}, 1, 0},          /* the longest rows a warp takes */
     {2, {5, 33}, 0, 2},             /* transposed input, reduce rows */
     {3, {3, 7, 9}, 1, 1},           /* middle axis, strided input */
     {2, {3, 20001}, -1, 0},         /* rows of several chunks (two passes) */

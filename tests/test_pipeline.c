@@ -318,6 +318,9 @@ static void test_placements(const char *dev, int dropout)
     }
     run_step(&P, 0, &ref_plain);
     unplace(&P);
+    /* Stages on two CUDA devices copy device to device: with peer access enabled at pipeline
+     * create, none of those copies may go through host memory (counted by the stand-in). */
+    const long staged0 = check_standin_counter("peer_copy_staged"), direct0 = check_standin_counter("peer_copy_direct");
     int same_stage_counts = 1, same_plain = 1, close_full = 1;
     for (int64_t M = 1; M <= 4; M++) {
         result ref;
@@ -358,6 +361,15 @@ static void test_placements(const char *dev, int dropout)
     CHECK(same_plain);
     CHECK(same_stage_counts);
     CHECK(close_full);
+    int ncuda = 0;
+    if (!strcmp(dev, "cuda") && staged0 >= 0 && gpucore_device_count(GPUCORE_DEVICE_CUDA, &ncuda) == GPUCORE_OK &&
+        ncuda >= 2) {
+        long staged = check_standin_counter("peer_copy_staged") - staged0;
+        long direct = check_standin_counter("peer_copy_direct") - direct0;
+        printf("%s: copies between cuda:0 and cuda:1: %ld peer-to-peer, %ld through host memory\n", dev, direct, staged);
+        CHECK(direct > 0);
+        CHECK(staged == 0);
+    }
     printf("%s dropout=%d: 2 and 4 stages x 1..4 micro-batches bitwise equal to %s\n", dev, dropout,
            dropout ? "the stage-by-stage chain on the same contexts" : "one context");
     result_free(&ref_full);

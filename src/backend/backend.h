@@ -26,7 +26,7 @@
 
 /* 2: event_create_untimed in the vtable, gemm_desc.fallback_out
  * 3: attn_args.algo and attn_args.engine_out (cuDNN SDPA) */
-#define GPUCORE_BACKEND_ABI 3
+#define GPUCORE_BACKEND_ABI 4
 
 typedef void (*gpucore_host_fn)(void *arg);
 
@@ -64,6 +64,10 @@ typedef struct gpucore_backend {
     gpucore_status (*device_properties)(int index, gpucore_device_properties *props);
     gpucore_status (*device_processes)(int index, int64_t *pids, int64_t *used, int max, int *count);
     gpucore_status (*can_access_peer)(int a, int b, int *can);
+    /* Optional (NULL: nothing to enable). Let the device of bctx read and write the memory of device
+     * `peer` directly (peer-to-peer over NVLink/PCIe instead of staging through the host); a pair
+     * already enabled is success. Only called where can_access_peer said yes. */
+    gpucore_status (*enable_peer_access)(void *bctx, int peer);
     gpucore_status (*component_version)(const char *component, char *buf, size_t len);
 
     /* --- per-context state --- */

@@ -116,6 +116,27 @@ static void stage_fini(pipe_stage *g)
     free(g->acc);
 }
 
+/* Stages on different devices of one backend exchange activations and gradients by
+ * device-to-device copies: where the hardware allows, let each device reach the others'
+ * memory directly (NVLink/PCIe peer-to-peer), else the driver stages every copy through host
+ * memory. A refusal (the peer limit of a large box) leaves the copies correct, only slower. */
+static void enable_stage_peers(pipe_state *p)
+{
+    for (int i = 0; i < p->n; i++) {
+        gpucore_context *a = p->st[i].ctx;
+        if (!a->be->enable_peer_access) return;
+        for (int j = 0; j < p->n; j++) {
+            gpucore_context *b = p->st[j].ctx;
+            int can = 0;
+            if (a->index == b->index || a->be->can_access_peer(a->index, b->index, &can) || !can) continue;
+            if (a->be->enable_peer_access(a->bctx, b->index))
+                gpucore_log(GPUCORE_LOG_WARN, "pipeline_create: peer access %s -> %s refused (%s); copies between "
+                            "them go through host memory", a->name, b->name, gpucore_last_error());
+        }
+    }
+    gpucore_clear_error();
+}
+
 gpucore_status gpucore_pipeline_create(gpucore_ckpt *const *stages, int count, gpucore_pipeline **out)
 {
     const char *op = "pipeline_create";
@@ -175,6 +196,7 @@ gpucore_status gpucore_pipeline_create(gpucore_ckpt *const *stages, int count, g
         gpucore_handle_release(&gpucore_tensor_pool, h);
         return st;
     }
+    enable_stage_peers(p);
     for (int i = 0; i < count; i++) {
         ckpt_state *cs = stages[i]->s;
         p->st[i].user_fn = cs->grad_ready;

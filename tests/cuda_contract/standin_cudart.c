@@ -233,6 +233,45 @@ cudaError_t cudaDeviceCanAccessPeer(int *can, int a, int b)
     return cudaSuccess;
 }
 
+/* peer_enabled[a][b]: device a may access device b's memory directly (cudaDeviceEnablePeerAccess
+ * called with a current). Copies between devices are counted "peer_copy_direct" when the
+ * stream's device has access to the other side, else "peer_copy_staged" (through host memory). */
+static atomic_int peer_enabled[MAX_DEV][MAX_DEV];
+
+cudaError_t cudaDeviceEnablePeerAccess(int peer, unsigned int flags)
+{
+    standin_api_enter("cudaDeviceEnablePeerAccess");
+    cudaError_t e = check_device("cudaDeviceEnablePeerAccess", peer);
+    if (e) return e;
+    if (flags != 0) {
+        standin_violation("cudaDeviceEnablePeerAccess", "cuda_runtime_api.h:8511",
+                          "flags %u: \"Returns ::cudaErrorInvalidValue if flags is not 0\"", flags);
+        return fail(cudaErrorInvalidValue);
+    }
+    int can = 0;
+    (void)cudaDeviceCanAccessPeer(&can, current_device, peer);
+    if (!can) {
+        standin_violation("cudaDeviceEnablePeerAccess", "cuda_runtime_api.h:8505",
+                          "device %d cannot access device %d: \"Returns ::cudaErrorInvalidDevice if "
+                          "::cudaDeviceCanAccessPeer() indicates that the current device cannot directly access "
+                          "memory from peerDevice\"", current_device, peer);
+        return fail(cudaErrorInvalidDevice);
+    }
+    if (current_device >= MAX_DEV || peer >= MAX_DEV) return fail(cudaErrorInvalidDevice);
+    if (atomic_exchange(&peer_enabled[current_device][peer], 1))
+        return fail(cudaErrorPeerAccessAlreadyEnabled); /* cuda_runtime_api.h:8508; also the last error */
+    standin_count("peer_access_enabled");
+    return cudaSuccess;
+}
+
+static void count_peer_copy(int stream_device, standin_mem_info d, standin_mem_info s)
+{
+    if (d.kind != STANDIN_MEM_DEVICE || s.kind != STANDIN_MEM_DEVICE || d.device == s.device) return;
+    int other = d.device == stream_device ? s.device : d.device;
+    int direct = stream_device < MAX_DEV && other < MAX_DEV && atomic_load(&peer_enabled[stream_device][other]);
+    standin_count(direct ? "peer_copy_direct" : "peer_copy_staged");
+}
+
 cudaError_t cudaDeviceGetStreamPriorityRange(int *least, int *greatest)
 {
     standin_api_enter("cudaDeviceGetStreamPriorityRange");
@@ -668,6 +707,7 @@ cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t bytes, enum cudaM
     int pd = 0, ps = 0;
     if (!check_copy_side("destination", dst, bytes, &pd) || !check_copy_side("source", src, bytes, &ps))
         return fail(cudaErrorInvalidValue);
+    count_peer_copy(s->device, standin_mem_find(dst), standin_mem_find(src));
     copy_args a = {dst, src, bytes};
     if (standin_stream_enqueue(s, copy_task, &a, sizeof a)) return fail(cudaErrorMemoryAllocation);
     /* Pageable host memory: the call returns only once the host buffer has been read (H2D) or

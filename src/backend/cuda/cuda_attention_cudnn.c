@@ -89,12 +89,25 @@ typedef struct graph_builder {
         if ((call) != CUDNN_STATUS_SUCCESS) { g->failed = 1; return NULL; } \
     } while (0)
 
+/* Record a descriptor for destruction with the graph. A graph larger than the arrays (a new
+ * node kind, or every option at once) fails the build instead of writing past them: the
+ * descriptor is destroyed here and the caller returns NULL (KEEP). */
 static cudnnBackendDescriptor_t keep(graph_builder *g, cudnnBackendDescriptor_t d, int is_op)
 {
-    if (is_op) g->ops[g->nops++] = d;
-    else g->all[g->n++] = d;
+    int *n = is_op ? &g->nops : &g->n;
+    int cap = is_op ? (int)(sizeof g->ops / sizeof g->ops[0]) : (int)(sizeof g->all / sizeof g->all[0]);
+    if (*n >= cap) {
+        DNN.cudnnBackendDestroyDescriptor(d);
+        g->failed = 1;
+        return NULL;
+    }
+    (is_op ? g->ops : g->all)[(*n)++] = d;
     return d;
 }
+#define KEEP(d, is_op)                           \
+    do {                                         \
+        if (!keep(g, (d), (is_op))) return NULL; \
+    } while (0)
 
 /* A tensor: uid 0 makes a virtual one; by_value: a host scalar given at execution. */
 static cudnnBackendDescriptor_t tensor(graph_builder *g, int64_t uid, cudnnDataType_t dt, const int64_t dims[4],
@@ -105,7 +118,7 @@ static cudnnBackendDescriptor_t tensor(graph_builder *g, int64_t uid, cudnnDataT
     bool virt = uid == 0, byv = by_value != 0;
     if (virt) uid = g->next_uid++;
     CK(DNN.cudnnBackendCreateDescriptor(CUDNN_BACKEND_TENSOR_DESCRIPTOR, &t));
-    keep(g, t, 0);
+    KEEP(t, 0);
     CK(DNN.cudnnBackendSetAttribute(t, CUDNN_ATTR_TENSOR_DATA_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &dt));
     CK(DNN.cudnnBackendSetAttribute(t, CUDNN_ATTR_TENSOR_DIMENSIONS, CUDNN_TYPE_INT64, 4, dims));
     CK(DNN.cudnnBackendSetAttribute(t, CUDNN_ATTR_TENSOR_STRIDES, CUDNN_TYPE_INT64, 4, strides));
@@ -133,14 +146,14 @@ static cudnnBackendDescriptor_t pointwise(graph_builder *g, cudnnPointwiseMode_t
     cudnnBackendDescriptor_t pw = NULL, op = NULL;
     cudnnDataType_t prec = mode == CUDNN_POINTWISE_GEN_INDEX ? CUDNN_DATA_INT32 : CUDNN_DATA_FLOAT;
     CK(DNN.cudnnBackendCreateDescriptor(CUDNN_BACKEND_POINTWISE_DESCRIPTOR, &pw));
-    keep(g, pw, 0);
+    KEEP(pw, 0);
     CK(DNN.cudnnBackendSetAttribute(pw, CUDNN_ATTR_POINTWISE_MODE, CUDNN_TYPE_POINTWISE_MODE, 1, &mode));
     CK(DNN.cudnnBackendSetAttribute(pw, CUDNN_ATTR_POINTWISE_MATH_PREC, CUDNN_TYPE_DATA_TYPE, 1, &prec));
     if (mode == CUDNN_POINTWISE_GEN_INDEX)
         CK(DNN.cudnnBackendSetAttribute(pw, CUDNN_ATTR_POINTWISE_AXIS, CUDNN_TYPE_INT64, 1, &axis));
     CK(DNN.cudnnBackendFinalize(pw));
     CK(DNN.cudnnBackendCreateDescriptor(CUDNN_BACKEND_OPERATION_POINTWISE_DESCRIPTOR, &op));
-    keep(g, op, 1);
+    KEEP(op, 1);
     CK(DNN.cudnnBackendSetAttribute(op, CUDNN_ATTR_OPERATION_POINTWISE_PW_DESCRIPTOR, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &pw));
     CK(DNN.cudnnBackendSetAttribute(op, CUDNN_ATTR_OPERATION_POINTWISE_XDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &x));
     if (b) CK(DNN.cudnnBackendSetAttribute(op, CUDNN_ATTR_OPERATION_POINTWISE_BDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &b));
@@ -162,12 +175,12 @@ static cudnnBackendDescriptor_t op_node(graph_builder *g, cudnnBackendDescriptor
     cudnnBackendDescriptor_t inner = NULL, op = NULL;
     cudnnDataType_t comp = CUDNN_DATA_FLOAT;
     CK(DNN.cudnnBackendCreateDescriptor(inner_type, &inner));
-    keep(g, inner, 0);
+    KEEP(inner, 0);
     if (extra_value) CK(DNN.cudnnBackendSetAttribute(inner, extra, extra_type, 1, extra_value));
     CK(DNN.cudnnBackendSetAttribute(inner, comp_attr, CUDNN_TYPE_DATA_TYPE, 1, &comp));
     CK(DNN.cudnnBackendFinalize(inner));
     CK(DNN.cudnnBackendCreateDescriptor(op_type, &op));
-    keep(g, op, 1);
+    KEEP(op, 1);
     const cudnnBackendDescriptor_t t[4] = {x, b, y, inner};
     for (int i = 0; i < 4; i++)
         if (t[i]) CK(DNN.cudnnBackendSetAttribute(op, io[i], CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &t[i]));
@@ -219,7 +232,7 @@ static cudnnBackendDescriptor_t reshape(graph_builder *g, cudnnBackendDescriptor
     if (g->failed) return NULL;
     cudnnBackendDescriptor_t op = NULL;
     if (DNN.cudnnBackendCreateDescriptor(CUDNN_BACKEND_OPERATION_RESHAPE_DESCRIPTOR, &op)) { g->failed = 1; return NULL; }
-    keep(g, op, 1);
+    KEEP(op, 1);
     if (DNN.cudnnBackendSetAttribute(op, CUDNN_ATTR_OPERATION_RESHAPE_XDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &x) ||
         DNN.cudnnBackendSetAttribute(op, CUDNN_ATTR_OPERATION_RESHAPE_YDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &y) ||
         DNN.cudnnBackendFinalize(op)) { g->failed = 1; return NULL; }

@@ -44,6 +44,11 @@ static gpucore_status use_device(void *bctx)
         if (use_st_) return use_st_;                    \
     } while (0)
 
+static gpucore_status cuda_backend_enable_peer_access(void *bctx, int peer)
+{
+    return cuda_enable_peer_access(((cuda_context *)bctx)->device, peer);
+}
+
 static gpucore_status cuda_context_init(int index, void **bctx)
 {
     cuda_context *c = calloc(1, sizeof *c);
@@ -292,6 +297,7 @@ static const gpucore_backend cuda_backend_table = {
     .device_properties = cuda_device_properties,
     .device_processes = cuda_device_processes,
     .can_access_peer = cuda_can_access_peer,
+    .enable_peer_access = cuda_backend_enable_peer_access,
     .component_version = cuda_component_version,
     .context_init = cuda_context_init,
     .context_fini = cuda_context_fini,

@@ -202,6 +202,21 @@ gpucore_status cuda_can_access_peer(int a, int b, int *can)
     return GPUCORE_OK;
 }
 
+/* cudaDeviceEnablePeerAccess acts from the current device; the already-enabled return is not a
+ * failure for us, but the runtime also leaves it as the thread's last error: clear it, or the
+ * next cudaGetLastError after a kernel launch would report it. */
+gpucore_status cuda_enable_peer_access(int device, int peer)
+{
+    CUDA_TRY(cudaSetDevice(device), "cudaSetDevice");
+    cudaError_t e = cudaDeviceEnablePeerAccess(peer, 0);
+    if (e == cudaErrorPeerAccessAlreadyEnabled) {
+        (void)cudaGetLastError();
+        return GPUCORE_OK;
+    }
+    CUDA_TRY(e, "cudaDeviceEnablePeerAccess");
+    return GPUCORE_OK;
+}
+
 /* ---- component versions ---- */
 
 gpucore_status cuda_component_version(const char *component, char *buf, size_t len)

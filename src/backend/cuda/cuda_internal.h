@@ -31,6 +31,7 @@ CUDA_HIDDEN gpucore_status cuda_device_count(int *count);
 CUDA_HIDDEN gpucore_status cuda_device_properties(int index, gpucore_device_properties *p);
 CUDA_HIDDEN gpucore_status cuda_device_processes(int index, int64_t *pids, int64_t *used, int max, int *count);
 CUDA_HIDDEN gpucore_status cuda_can_access_peer(int a, int b, int *can);
+CUDA_HIDDEN gpucore_status cuda_enable_peer_access(int device, int peer);
 CUDA_HIDDEN gpucore_status cuda_component_version(const char *component, char *buf, size_t len);
 
 /* cuda_matmul.c: cuBLASLt GEMM with cached plans; the fallback kernel where cuBLASLt has no algorithm */
