@@ -547,7 +547,7 @@ def dropout(input: Tensor, p: float = 0.5, training: bool = True, seed: Optional
         sd, off = _generator["seed"], _generator["offset"] if offset is None else to_int(offset, "offset", 0,
                                                                                         UINT64_MAX)
         C.gpucore_dropout(o.handle, a.handle, pv, sd, off, _stream(a._ctx, stream))
-        _generator["offset"] = (off + C.gpucore_random_offset_advance(o.numel, 0)) & UINT64_MAX
+        _generator["offset"] = (off + C.gpucore_random_offset_advance(o.numel(), 0)) & UINT64_MAX
     else:
         C.gpucore_dropout(o.handle, a.handle, pv, to_int(seed, "seed", 0, UINT64_MAX),
                           0 if offset is None else to_int(offset, "offset", 0, UINT64_MAX),

@@ -89,8 +89,9 @@ class Tensor:
     """A libgpucore tensor (see the module docstring for semantics).
 
     Attributes (read-only): ``shape``, ``dtype`` (a :class:`gpucore.DType`),
-    ``strides`` (elements), ``ndim``, ``numel``, ``nbytes``, ``device`` ("cpu",
-    "cuda:0"), ``context``, ``data_ptr``, ``is_contiguous``.
+    ``strides`` (elements), ``ndim``, ``nbytes``, ``device`` ("cpu", "cuda:0"),
+    ``context``; methods as in PyTorch: ``numel()``, ``dim()``, ``size()``, ``stride()``,
+    ``data_ptr()``, ``is_contiguous()``.
 
     Make tensors with :func:`gpucore.empty`, :func:`gpucore.zeros`,
     :func:`gpucore.tensor`, :func:`gpucore.from_numpy`, :func:`gpucore.from_dlpack`
@@ -251,9 +252,8 @@ class Tensor:
         """Number of dims."""
         return self.ndim
 
-    @property
     def numel(self) -> int:
-        """Number of elements."""
+        """Number of elements (a method, as torch.Tensor.numel)."""
         n = 1
         for d in self.shape:
             n *= d
@@ -261,8 +261,8 @@ class Tensor:
 
     @property
     def nbytes(self) -> int:
-        """numel * itemsize."""
-        return self.numel * self._dtype.itemsize
+        """numel() * itemsize."""
+        return self.numel() * self._dtype.itemsize
 
     @property
     def itemsize(self) -> int:
@@ -273,14 +273,13 @@ class Tensor:
         """Bytes per element (PyTorch spelling)."""
         return self.itemsize
 
-    @property
     def is_contiguous(self) -> bool:
-        """Whether the elements are dense and row-major."""
+        """Whether the elements are dense and row-major (a method, as in PyTorch)."""
         return C.gpucore_tensor_is_contiguous(self.handle) == 1
 
-    @property
     def data_ptr(self) -> int:
-        """Address of element [0, ..., 0] (a device address for CUDA tensors); 0 when empty."""
+        """Address of element [0, ..., 0] (a device address for CUDA tensors); 0 when empty
+        (a method, as in PyTorch)."""
         p = c_void_p()
         C.gpucore_tensor_data(self.handle, byref(p))
         return p.value or 0
@@ -490,7 +489,7 @@ class Tensor:
         if len(shape) == 1 and not isinstance(shape[0], numbers.Integral):
             shape = shape[0]
         sh = to_shape(shape, "shape", allow_minus_one=True)
-        src = self if self.is_contiguous else self.clone()
+        src = self if self.is_contiguous() else self.clone()
         return src.view(sh)
 
     def view(self, *shape: Any) -> "Tensor":
@@ -559,7 +558,7 @@ class Tensor:
     # ---- copies ----
     def contiguous(self) -> "Tensor":
         """Self if contiguous, else a contiguous copy."""
-        return self if self.is_contiguous else self.clone()
+        return self if self.is_contiguous() else self.clone()
 
     def clone(self) -> "Tensor":
         """A new contiguous tensor with the same values on the same context."""
@@ -655,7 +654,7 @@ class Tensor:
             if offset is not None:
                 off = to_int(offset, "offset", 0, UINT64_MAX)
             C.gpucore_random(h, dist, a, b, sd, off, s)
-            _generator["offset"] = (off + C.gpucore_random_offset_advance(self.numel, dist)) & UINT64_MAX
+            _generator["offset"] = (off + C.gpucore_random_offset_advance(self.numel(), dist)) & UINT64_MAX
         else:
             sd = to_int(seed, "seed", 0, UINT64_MAX)
             off = 0 if offset is None else to_int(offset, "offset", 0, UINT64_MAX)
@@ -698,7 +697,7 @@ class Tensor:
         if copy is False and not shareable:
             raise NotSupportedError("numpy(copy=False): the tensor is on %s; only CPU tensors can be shared "
                                     "with numpy without a copy" % self._ctx.device)
-        if copy or not shareable or self.numel == 0:
+        if copy or not shareable or self.numel() == 0:
             out = np.empty(self._shape, dtype=dt.numpy)
             C.gpucore_copy_to_host(out.ctypes.data or None, out.nbytes, h)
             return out
@@ -706,7 +705,7 @@ class Tensor:
         keep = _Keep(self._view_handle(), self._ctx, self._foreign, counts_as_export=True)
         isz = dt.itemsize
         iface = {"version": 3, "shape": self._shape, "typestr": dt.numpy.str,
-                 "data": (self.data_ptr, False), "strides": tuple(s * isz for s in self._strides)}
+                 "data": (self.data_ptr(), False), "strides": tuple(s * isz for s in self._strides)}
         return np.asarray(_ArrayExport(iface, keep))
 
     def __array__(self, dtype: Any = None, copy: Optional[bool] = None) -> np.ndarray:
@@ -719,8 +718,9 @@ class Tensor:
 
     def item(self) -> Any:
         """The value of a one-element tensor as a Python number."""
-        if self.numel != 1:
-            raise InvalidArgumentError("item(): the tensor has %d elements, not 1" % self.numel)
+        n = self.numel()
+        if n != 1:
+            raise InvalidArgumentError("item(): the tensor has %d elements, not 1" % n)
         return self.numpy(copy=True, convert=True).reshape(()).item()
 
     # ---- DLPack and the CUDA array interface (see gpucore.interop) ----

@@ -137,7 +137,7 @@ def test_freed_tensors(ctx):
     t.free()   # idempotent
     for op in (lambda: t.shape, lambda: t.numpy(), lambda: t.fill_(1), lambda: t[0], lambda: t.copy_(v),
                lambda: v.copy_(t), lambda: t.__dlpack__(), lambda: np.from_dlpack(t), lambda: t.to("cpu"),
-               lambda: t.data_ptr, lambda: gpucore.from_dlpack(t)):
+               lambda: t.data_ptr(), lambda: gpucore.from_dlpack(t)):
         with pytest.raises(gpucore.InvalidHandleError) as e:
             op()
         assert "freed" in str(e.value)
