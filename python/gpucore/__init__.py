@@ -44,13 +44,18 @@ from .device import (DeviceType, LogLevel, DeviceProperties, device_count, backe
                      versions, version, version_string, get_log_level, set_log_level, set_log_callback)
 from .context import Context, Stream, Event, Timer, get_context, default_context
 from .tensor import (Tensor, empty, zeros, ones, full, tensor, from_numpy, rand, randn, empty_like,
-                     zeros_like, manual_seed, IndexOutOfRangeError)
+                     zeros_like, ones_like, full_like, manual_seed, IndexOutOfRangeError)
 from .interop import from_dlpack, to_dlpack, cuda_array_interface
 from . import ops, nn, memory, optim, serialization, distributed, checkpoint, zero, pipeline
 from .ops import *  # noqa: F401,F403  (elementwise, activations, reductions, row ops)
 from .ops import __all__ as _ops_all
 from .nn import *  # noqa: F401,F403  (matmul, linear, conv)
 from .nn import __all__ as _nn_all
+from . import ops_compose
+from .ops_compose import *  # noqa: F401,F403  (comparisons, pow, max/min, arange, stack, where, all/any)
+from .ops_compose import __all__ as _compose_all
+from . import cuda
+from .device import backend_status
 from .memory import *  # noqa: F401,F403  (allocator statistics, buffers, profiler)
 from .memory import __all__ as _memory_all
 from .optim import SGD, AdamW, Optimizer, LossScaler, clip_grad_norm_
@@ -77,7 +82,8 @@ __all__ = list(_errors_all) + [
     "version_string", "get_log_level", "set_log_level", "set_log_callback",
     "Context", "Stream", "Event", "Timer", "get_context", "default_context",
     "Tensor", "empty", "zeros", "ones", "full", "tensor", "from_numpy", "rand", "randn", "empty_like",
-    "zeros_like", "manual_seed", "IndexOutOfRangeError", "from_dlpack", "to_dlpack", "cuda_array_interface",
+    "zeros_like", "ones_like", "full_like", "manual_seed", "IndexOutOfRangeError", "ops_compose", "cuda",
+    "backend_status", "from_dlpack", "to_dlpack", "cuda_array_interface",
     "ops", "nn", "memory", "optim", "serialization", "distributed", "checkpoint",
     "SGD", "AdamW", "Optimizer", "LossScaler", "clip_grad_norm_", "save_file", "load_file", "SafetensorsFile",
     "safe_open", "save_checkpoint", "load_checkpoint", "Communicator", "DDPReducer", "unique_id", "comm_group",
@@ -87,4 +93,4 @@ __all__ = list(_errors_all) + [
     "scaled_dot_product_attention_backward",
     "rotary_embedding", "rotary_embedding_backward", "glu", "glu_backward", "swiglu", "swiglu_backward",
     "residual_norm", "residual_norm_backward",
-] + [n for n in _ops_all + _nn_all + _memory_all if n not in ("Number", "TensorOrNumber", "IntPair")]
+] + [n for n in _ops_all + _nn_all + _memory_all + _compose_all if n not in ("Number", "TensorOrNumber", "IntPair")]

@@ -25,7 +25,7 @@ def test_bad_devices():
     with pytest.raises(gpucore.InvalidArgumentError) as e:
         gpucore.Context("tpu")
     assert "'tpu' is not one of cpu, cuda, cuda:N, auto" in str(e.value)
-    ok, why = gpucore.backend_available("cuda")
+    ok, why = gpucore.backend_status("cuda")
     if not ok:
         with pytest.raises(gpucore.BackendUnavailableError) as e:
             gpucore.Context("cuda")

@@ -173,7 +173,7 @@ def test_dlpack_with_torch_and_cupy(lib):
     except ImportError as e:
         pytest.skip("%s is not installed (%s); DLPack exchange with it is untested here" % (lib, e))
     if lib == "cupy":
-        ok, why = gpucore.backend_available("cuda")
+        ok, why = gpucore.backend_status("cuda")
         if not ok:
             pytest.skip("cupy needs CUDA: %s" % why)
         dev = "cuda"
