@@ -865,7 +865,7 @@ def _size_args(what: str, size: Tuple[Any, ...], rest_names: Sequence[str], give
             if not isinstance(n, numbers.Integral) or isinstance(n, bool):
                 raise InvalidArgumentTypeError("%s(): size %d is %r; sizes are ints (give dtype= and device= by "
                                                "keyword after varargs sizes)" % (what, i, n))
-        return to_shape(size, "size")
+        return to_shape(size, "shape")
     rest = size[1:]
     if len(rest) > len(rest_names):
         raise InvalidArgumentTypeError("%s(): %d positional arguments after the size; at most %d (%s)"
@@ -874,7 +874,7 @@ def _size_args(what: str, size: Tuple[Any, ...], rest_names: Sequence[str], give
         if given.get(name) is not None:
             raise InvalidArgumentTypeError("%s(): %s given both by position and by keyword" % (what, name))
         given[name] = v
-    return to_shape(first, "size")
+    return to_shape(first, "shape")
 
 
 def _dtype_or_f32(dtype: Any) -> Any:
