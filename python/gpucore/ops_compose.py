@@ -92,50 +92,38 @@ def _ordered(a: Tensor, b: Tensor) -> Tensor:
     return _step(scale(_binary(ADD, abs(a), abs(b), None, None), 1.0, 1.0))
 
 
+def _less(x: Tensor, y: Tensor) -> Tensor:
+    """1.0 where x < y (y - x > 0; NaN, and Inf - Inf, give 0)."""
+    return _step(_binary(SUB, y, x, None, None))
+
+
 def _compare(name: str, a: Any, b: Any) -> Tensor:
     a, b = _operands(name, a, b)
     if name == "gt":
-        return _step(_binary(SUB, a, b, None, None))
+        return _less(b, a)
     if name == "lt":
-        return _step(_binary(SUB, b, a, None, None))
+        return _less(a, b)
+    ordered = _ordered(a, b)
     if name == "ge":  # ordered and not a < b
-        return _binary(SUB, _ordered(a, b), _step(_binary(SUB, b, a, None, None)), None, None)
+        return _binary(SUB, ordered, _less(a, b), None, None)
     if name == "le":
-        return _binary(SUB, _ordered(a, b), _step(_binary(SUB, a, b, None, None)), None, None)
+        return _binary(SUB, ordered, _less(b, a), None, None)
     # ordered pairs are exactly one of <, ==, >
-    equal = _binary(SUB, _binary(SUB, _ordered(a, b), _step(_binary(SUB, a, b, None, None)), None, None),
-                    _step(_binary(SUB, b, a, None, None)), None, None)
+    equal = _binary(SUB, _binary(SUB, ordered, _less(a, b), None, None), _less(b, a), None, None)
     return equal if name == "eq" else scale(equal, -1.0, 1.0)
 
 
-def eq(input: Any, other: Any) -> Tensor:
-    """input == other elementwise as a 1.0/0.0 mask (see the module docstring); broadcasts."""
-    return _compare("eq", input, other)
+def _comparison(name: str) -> Any:
+    def f(input: Any, other: Any) -> Tensor:
+        return _compare(name, input, other)
+    f.__name__ = f.__qualname__ = name
+    f.__doc__ = ("%s elementwise as a 1.0/0.0 mask of the operands' dtype (broadcasts; either side may be a "
+                 "number; NaN as in PyTorch: only != is true for it). See gpucore.ops_compose."
+                 % _COMPARE_SPELLING[name].replace("a", "input", 1).replace("b", "other"))
+    return f
 
 
-def ne(input: Any, other: Any) -> Tensor:
-    """input != other elementwise as a 1.0/0.0 mask (NaN != anything is 1)."""
-    return _compare("ne", input, other)
-
-
-def lt(input: Any, other: Any) -> Tensor:
-    """input < other elementwise as a 1.0/0.0 mask."""
-    return _compare("lt", input, other)
-
-
-def le(input: Any, other: Any) -> Tensor:
-    """input <= other elementwise as a 1.0/0.0 mask."""
-    return _compare("le", input, other)
-
-
-def gt(input: Any, other: Any) -> Tensor:
-    """input > other elementwise as a 1.0/0.0 mask."""
-    return _compare("gt", input, other)
-
-
-def ge(input: Any, other: Any) -> Tensor:
-    """input >= other elementwise as a 1.0/0.0 mask."""
-    return _compare("ge", input, other)
+eq, ne, lt, le, gt, ge = (_comparison(n) for n in ("eq", "ne", "lt", "le", "gt", "ge"))
 
 
 def _operator(name: str) -> Any:
