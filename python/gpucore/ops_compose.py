@@ -264,6 +264,8 @@ def arange(start: float, end: Optional[float] = None, step: float = 1, dtype: An
             raise InvalidArgumentError("arange: %s is %r; it must be finite" % (what, v))
     if step == 0:
         raise InvalidArgumentError("arange: step must not be zero")
+    if (end - start) * step < 0:  # as torch (numpy would give an empty tensor)
+        raise InvalidArgumentError("arange: from %r to %r needs a step of that sign, not %r" % (start, end, step))
     integral = builtins.all(isinstance(v, numbers.Integral) for v in (start, end, step))
     dt = (_dt.int64 if integral else _dt.float32) if dtype is None else _dt.as_dtype(dtype)
     n = builtins.max(0, math.ceil((end - start) / step))

@@ -229,7 +229,9 @@ def test_arange(ctx):
     np.testing.assert_allclose(f.numpy(), np.arange(10) * 0.1, rtol=1e-6, atol=1e-7)
     b = gc.arange(4, dtype=gc.bfloat16, device=ctx)
     assert b.dtype is gc.bfloat16 and b.numpy(convert=True).tolist() == [0, 1, 2, 3]
-    assert gc.arange(3, 1).shape == (0,)
+    assert gc.arange(3, 3).shape == (0,)
+    with pytest.raises(gc.InvalidArgumentError, match="step of that sign"):
+        gc.arange(3, 1)                                                             # torch refuses too
     with pytest.raises(gc.InvalidArgumentError, match="step"):
         gc.arange(0, 3, 0)
 
