@@ -18,6 +18,12 @@ package, else the system library path. Every C function is declared once in
 message). Main types: :class:`Context`, :class:`Stream`, :class:`Event`,
 :class:`Tensor`, :class:`DType`.
 
+PyTorch habits: ``a @ b``; comparisons return 1.0/0.0 masks of the operands' dtype; ``bool``/
+``float``/``int`` of one element; ``t.t()``, ``**``, ``max``/``min``, ``arange``, ``stack``,
+``ones_like``/``full_like`` (gpucore.ops_compose; ``where`` refuses); ``t.to(dtype | device |
+tensor)``; sizes as varargs (``gpucore.randn(16, 8)``); ``numel()``/``data_ptr()``/
+``is_contiguous()`` methods; ``gpucore.cuda.is_available()``; mixed float dtypes promote.
+
 Ops (no autograd; every backward is its own function): elementwise math and
 activations (``add``, ``relu``, ``gelu``, ...), reductions (``sum``, ``mean``, ...),
 ``softmax``, ``layer_norm``, ``rms_norm``, ``cross_entropy``, ``embedding``,

@@ -5,8 +5,10 @@
   convention for flags (a loss scaler's found_inf is a 0/1 f32 tensor). So masks compose with the
   arithmetic: ``(pred == y).mean()``, ``x * (x > 0)``, ``bool(a == b)`` for one element. NaN
   compares unequal to everything (``nan != nan`` is 1), as in PyTorch. The C ops used: a - b
-  and relu's derivative (1 where its input is > 0, 0 otherwise, NaN included); a CUDA build
-  that flushes subnormal inputs to zero compares those as zero.
+  and relu's derivative (1 where its input is > 0, 0 otherwise, NaN included). This is exact
+  because a - b > 0 exactly when a > b in IEEE arithmetic with subnormals (no backend flushes
+  them; f16/bf16 differences are computed in f32 and never round to 0), and Inf - Inf is NaN
+  (not greater, not less), with ordering (neither side NaN) told apart by |a| + |b| + 1 > 0.
 * ``pow`` / ``**``: exact compositions for 0, 1, 2, 0.5, -0.5, -1 and other integer
   exponents (repeated multiplication); other exponents are exp(y * log(x)), within about
   |y * ln x| ulps of the correctly rounded result.

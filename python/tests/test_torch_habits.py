@@ -71,6 +71,21 @@ def test_comparisons_match_numpy(ctx, dtype):
                 np.testing.assert_array_equal(values(got), ref(a, b).astype(np.float32), err_msg=name)
 
 
+@pytest.mark.parametrize("dtype,tiny,ulp1,big", [(gc.float32, 2.0 ** -149, 2.0 ** -23, 3.4028234663852886e38),
+                                                   (gc.float16, 2.0 ** -24, 2.0 ** -10, 65504.0),
+                                                   (gc.bfloat16, 2.0 ** -133, 2.0 ** -7, 3.3895313892515355e38)])
+def test_comparisons_resolve_neighbours(ctx, dtype, tiny, ulp1, big):
+    # neighbouring values of each dtype (the smallest subnormal and 0, 1 and the next value up, the
+    # largest finite and Inf): a - b never rounds to 0 for a != b, so each pair is told apart
+    a = np.array([tiny, 0.0, 2 * tiny, 1.0, 1.0 + ulp1, big, np.inf, -big], np.float64)
+    b = np.array([0.0, tiny, tiny, 1.0 + ulp1, 1.0, np.inf, big, -np.inf], np.float64)
+    ta = gc.tensor(a.astype(np.float32), dtype=dtype, device=ctx)
+    tb = gc.tensor(b.astype(np.float32), dtype=dtype, device=ctx)
+    np.testing.assert_array_equal(values(ta), a.astype(np.float32))   # the values are exact in dtype
+    for name, dunder, ref in COMPARISONS:
+        np.testing.assert_array_equal(values(getattr(ta, dunder)(tb)), ref(a, b).astype(np.float32), err_msg=name)
+
+
 def test_comparisons_broadcast_and_numbers(ctx):
     rng = np.random.default_rng(1)
     a = np.round(rng.standard_normal((3, 1)), 1).astype(np.float32)
