@@ -18,6 +18,12 @@ package, else the system library path. Every C function is declared once in
 message). Main types: :class:`Context`, :class:`Stream`, :class:`Event`,
 :class:`Tensor`, :class:`DType`.
 
+PyTorch habits: ``a @ b``; comparisons return 1.0/0.0 masks of the operands' dtype; ``bool``/
+``float``/``int`` of one element; ``t.t()``, ``**``, ``max``/``min``, ``arange``, ``stack``,
+``ones_like``/``full_like`` (gpucore.ops_compose; ``where`` refuses); ``t.to(dtype | device |
+tensor)``; sizes as varargs (``gpucore.randn(16, 8)``); ``numel()``/``data_ptr()``/
+``is_contiguous()`` methods; ``gpucore.cuda.is_available()``; mixed float dtypes promote.
+
 Ops (no autograd; every backward is its own function): elementwise math and
 activations (``add``, ``relu``, ``gelu``, ...), reductions (``sum``, ``mean``, ...),
 ``softmax``, ``layer_norm``, ``rms_norm``, ``cross_entropy``, ``embedding``,
@@ -44,13 +50,18 @@ from .device import (DeviceType, LogLevel, DeviceProperties, device_count, backe
                      versions, version, version_string, get_log_level, set_log_level, set_log_callback)
 from .context import Context, Stream, Event, Timer, get_context, default_context
 from .tensor import (Tensor, empty, zeros, ones, full, tensor, from_numpy, rand, randn, empty_like,
-                     zeros_like, manual_seed, IndexOutOfRangeError)
+                     zeros_like, ones_like, full_like, manual_seed, IndexOutOfRangeError)
 from .interop import from_dlpack, to_dlpack, cuda_array_interface
 from . import ops, nn, memory, optim, serialization, distributed, checkpoint, zero, pipeline
 from .ops import *  # noqa: F401,F403  (elementwise, activations, reductions, row ops)
 from .ops import __all__ as _ops_all
 from .nn import *  # noqa: F401,F403  (matmul, linear, conv)
 from .nn import __all__ as _nn_all
+from . import ops_compose
+from .ops_compose import *  # noqa: F401,F403  (comparisons, pow, max/min, arange, stack, where, all/any)
+from .ops_compose import __all__ as _compose_all
+from . import cuda
+from .device import backend_status
 from .memory import *  # noqa: F401,F403  (allocator statistics, buffers, profiler)
 from .memory import __all__ as _memory_all
 from .optim import SGD, AdamW, Optimizer, LossScaler, clip_grad_norm_
@@ -77,7 +88,8 @@ __all__ = list(_errors_all) + [
     "version_string", "get_log_level", "set_log_level", "set_log_callback",
     "Context", "Stream", "Event", "Timer", "get_context", "default_context",
     "Tensor", "empty", "zeros", "ones", "full", "tensor", "from_numpy", "rand", "randn", "empty_like",
-    "zeros_like", "manual_seed", "IndexOutOfRangeError", "from_dlpack", "to_dlpack", "cuda_array_interface",
+    "zeros_like", "ones_like", "full_like", "manual_seed", "IndexOutOfRangeError", "ops_compose", "cuda",
+    "backend_status", "from_dlpack", "to_dlpack", "cuda_array_interface",
     "ops", "nn", "memory", "optim", "serialization", "distributed", "checkpoint",
     "SGD", "AdamW", "Optimizer", "LossScaler", "clip_grad_norm_", "save_file", "load_file", "SafetensorsFile",
     "safe_open", "save_checkpoint", "load_checkpoint", "Communicator", "DDPReducer", "unique_id", "comm_group",
@@ -87,4 +99,4 @@ __all__ = list(_errors_all) + [
     "scaled_dot_product_attention_backward",
     "rotary_embedding", "rotary_embedding_backward", "glu", "glu_backward", "swiglu", "swiglu_backward",
     "residual_norm", "residual_norm_backward",
-] + [n for n in _ops_all + _nn_all + _memory_all if n not in ("Number", "TensorOrNumber", "IntPair")]
+] + [n for n in _ops_all + _nn_all + _memory_all + _compose_all if n not in ("Number", "TensorOrNumber", "IntPair")]

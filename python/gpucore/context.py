@@ -274,20 +274,20 @@ class Context:
         return stream.handle
 
     # ---- tensor factories (see gpucore.tensor for the details) ----
-    def empty(self, shape: Any, dtype: Any = "float32") -> Any:
-        """An uninitialised contiguous tensor on this context."""
+    def empty(self, *size: Any, dtype: Any = None) -> Any:
+        """An uninitialised contiguous tensor on this context (sizes as varargs or one sequence)."""
         from .tensor import empty
-        return empty(shape, dtype, device=self)
+        return empty(*size, dtype=dtype, device=self)
 
-    def zeros(self, shape: Any, dtype: Any = "float32") -> Any:
-        """A tensor of zeros on this context."""
+    def zeros(self, *size: Any, dtype: Any = None) -> Any:
+        """A tensor of zeros on this context (sizes as varargs or one sequence)."""
         from .tensor import zeros
-        return zeros(shape, dtype, device=self)
+        return zeros(*size, dtype=dtype, device=self)
 
-    def ones(self, shape: Any, dtype: Any = "float32") -> Any:
-        """A tensor of ones on this context."""
+    def ones(self, *size: Any, dtype: Any = None) -> Any:
+        """A tensor of ones on this context (sizes as varargs or one sequence)."""
         from .tensor import ones
-        return ones(shape, dtype, device=self)
+        return ones(*size, dtype=dtype, device=self)
 
     def full(self, shape: Any, value: float, dtype: Any = "float32") -> Any:
         """A tensor filled with ``value`` on this context."""
@@ -304,13 +304,15 @@ class Context:
         from .tensor import from_numpy
         return from_numpy(array, dtype, device=self)
 
-    def rand(self, shape: Any, dtype: Any = "float32", seed: Optional[int] = None) -> Any:
-        """Uniform [0, 1) random numbers (Philox; see Tensor.uniform_)."""
-        return self.empty(shape, dtype).uniform_(0.0, 1.0, seed=seed)
+    def rand(self, *size: Any, dtype: Any = None, seed: Optional[int] = None) -> Any:
+        """Uniform [0, 1) random numbers (Philox; see Tensor.uniform_); sizes as varargs or one sequence."""
+        from .tensor import rand
+        return rand(*size, dtype=dtype, device=self, seed=seed)
 
-    def randn(self, shape: Any, dtype: Any = "float32", seed: Optional[int] = None) -> Any:
-        """Standard normal random numbers (Philox; see Tensor.normal_)."""
-        return self.empty(shape, dtype).normal_(0.0, 1.0, seed=seed)
+    def randn(self, *size: Any, dtype: Any = None, seed: Optional[int] = None) -> Any:
+        """Standard normal random numbers (Philox; see Tensor.normal_); sizes as varargs or one sequence."""
+        from .tensor import randn
+        return randn(*size, dtype=dtype, device=self, seed=seed)
 
 
 DeviceLike = Union[Context, str, None]

@@ -11,7 +11,7 @@ from ._lib import LOG_FN, C, DeviceProperties as _CProps
 from ._validate import INT32_MAX, to_int
 from .errors import InvalidArgumentError, InvalidArgumentTypeError, NotSupportedError
 
-__all__ = ["DeviceType", "LogLevel", "DeviceProperties", "device_count", "backend_available",
+__all__ = ["DeviceType", "LogLevel", "DeviceProperties", "device_count", "backend_available", "backend_status",
            "device_properties", "devices", "device_processes", "can_access_peer", "component_version",
            "versions", "version", "version_string", "COMPONENTS", "get_log_level", "set_log_level",
            "set_log_callback"]
@@ -63,11 +63,17 @@ def device_count(device_type: Any = DeviceType.CUDA) -> int:
     return n.value
 
 
-def backend_available(device_type: Any = DeviceType.CUDA) -> Tuple[bool, str]:
+def backend_status(device_type: Any = DeviceType.CUDA) -> Tuple[bool, str]:
     """(True, "") when the backend is usable here, else (False, the library's reason)."""
     buf = ctypes.create_string_buffer(1024)
     s = C.gpucore_backend_available(_device_type(device_type), buf, len(buf))
     return (s == 0, "" if s == 0 else buf.value.decode("utf-8", "replace"))
+
+
+def backend_available(device_type: Any = DeviceType.CUDA) -> bool:
+    """Whether the backend ("cpu", "cuda", a DeviceType) is usable here; :func:`backend_status`
+    also says why not."""
+    return backend_status(device_type)[0]
 
 
 @dataclass(frozen=True)

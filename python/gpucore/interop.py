@@ -196,7 +196,7 @@ def to_dlpack(t: Tensor, stream: Any = None, max_version: Optional[Tuple[int, in
         m.version.major, m.version.minor = 1, 0
         m.flags = FLAG_IS_COPIED if copied else 0
     dl = m.dl_tensor
-    dl.data = src.data_ptr or None
+    dl.data = src.data_ptr() or None
     dl.device.device_type, dl.device.device_id = dlpack_device(src)
     dl.ndim = nd
     dl.dtype.code, dl.dtype.bits, dl.dtype.lanes = code, bits, 1
@@ -356,6 +356,6 @@ def cuda_array_interface(t: Tensor) -> dict:
         raise AttributeError("__cuda_array_interface__: %s has no numpy type string" % dt.long_name)
     t.context.synchronize()
     isz = dt.itemsize
-    return {"version": 3, "shape": t.shape, "typestr": dt.numpy.str, "data": (t.data_ptr, False),
-            "strides": None if t.is_contiguous else tuple(s * isz for s in t.strides), "descr": [("", dt.numpy.str)],
+    return {"version": 3, "shape": t.shape, "typestr": dt.numpy.str, "data": (t.data_ptr(), False),
+            "strides": None if t.is_contiguous() else tuple(s * isz for s in t.strides), "descr": [("", dt.numpy.str)],
             "stream": None}

@@ -477,3 +477,25 @@ def conv_stats(device: DeviceLike = None) -> dict:
     s.struct_size = ctypes.sizeof(ConvStats)
     C.gpucore_conv_get_stats(ctx.handle, byref(s))
     return {n: getattr(s, n) for n, _ in ConvStats._fields_ if n != "struct_size"}
+
+
+# ---------------------------------------------------------------- the @ operator
+
+def _install_matmul_operator() -> None:
+    def matmul_op(self: Tensor, other: Any) -> Any:
+        if not isinstance(other, Tensor):
+            return NotImplemented
+        return matmul(self, other)
+
+    def rmatmul_op(self: Tensor, other: Any) -> Any:
+        # other @ self where other is no Tensor (numpy arrays answer @ themselves): a list or
+        # scalar data becomes a tensor of self's dtype on self's context, as torch.tensor would
+        from .tensor import tensor
+        return matmul(tensor(other, dtype=self.dtype, device=self.context), self)
+
+    Tensor.__matmul__ = matmul_op  # type: ignore[attr-defined]
+    Tensor.__rmatmul__ = rmatmul_op  # type: ignore[attr-defined]
+    Tensor.matmul = lambda self, other: matmul(self, other)  # type: ignore[attr-defined]
+
+
+_install_matmul_operator()

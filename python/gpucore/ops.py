@@ -31,8 +31,8 @@ from . import dtypes as _dt
 from ._lib import C, fast_function, raise_status
 from ._validate import INT32_MAX, UINT64_MAX, check_dim, to_float, to_int
 from .context import Context, Stream
-from .errors import (DeviceMismatchError, InvalidArgumentError, InvalidArgumentTypeError, NullPointerError,
-                     ShapeMismatchError)
+from .errors import (DeviceMismatchError, DtypeMismatchError, InvalidArgumentError, InvalidArgumentTypeError,
+                     NullPointerError, ShapeMismatchError)
 from .tensor import (Tensor, _fast_clear_error, _fresh, _generator, _new, _shape_cache, _shape_info,  # noqa: F401
                      empty, full)  # (empty: re-exported)
 
@@ -81,8 +81,11 @@ def _stream(ctx: Context, stream: Optional[Stream]) -> Optional[int]:
 def _same_ctx(ctx: Context, *pairs: Tuple[Any, str]) -> None:
     for t, what in pairs:
         if t is not None and isinstance(t, Tensor) and t._ctx is not ctx:
-            raise DeviceMismatchError("%s is on %s but the call is on %s; move it with .to()" %
-                                      (what, t._ctx.device, ctx.device))
+            # two contexts may be on one device ("cpu" and Context("cpu")): name each by its id
+            raise DeviceMismatchError("%s is on context #%d (%s) but the call is on context #%d (%s); move it "
+                                      "with .to(ctx), or make the tensors on one context "
+                                      "(gpucore.default_context() is the shared one)" %
+                                      (what, t._ctx.id, t._ctx.device, ctx.id, ctx.device))
 
 
 def _out(out: Optional[Tensor], shape: Sequence[int], dtype: Any, ctx: Context, what: str = "out") -> Tensor:
@@ -144,6 +147,30 @@ def _scalar_affine(op: int, v: float, number_first: bool) -> Optional[Tuple[floa
 
 
 _FLOAT_DTYPES = (_dt.float32, _dt.float16, _dt.bfloat16, _dt.float64)
+_ELEMENTWISE_DTYPES = (_dt.float32, _dt.float16, _dt.bfloat16)
+_BINARY_SPELLING = {ADD: "a + b", SUB: "a - b", MUL: "a * b", DIV: "a / b", DIV_TRUNC: "div(a, b, rounding_mode='trunc')",
+                    DIV_FLOOR: "a // b", MAXIMUM: "maximum(a, b)", MINIMUM: "minimum(a, b)"}
+
+
+def _promoted_dtype(what: str, dtypes: Sequence[Any]) -> Any:
+    """PyTorch's type promotion among the float dtypes the elementwise ops take: one dtype stays,
+    two of f32/f16/bf16 give f32 (f16 with bf16 too). Anything else is refused in the user's words."""
+    first = dtypes[0]
+    if all(d is first for d in dtypes):
+        return first
+    names = " and ".join(sorted({d.long_name for d in dtypes}))
+    if all(d in _ELEMENTWISE_DTYPES for d in dtypes):
+        return _dt.float32
+    if all(d in _FLOAT_DTYPES for d in dtypes):
+        raise DtypeMismatchError("%s: %s tensors would compute in float64, which gpucore's elementwise ops do not "
+                                 "take; cast the float64 one with .to(gpucore.float32)" % (what, names))
+    raise DtypeMismatchError("%s: %s differ, and gpucore's elementwise ops take float32, float16 and bfloat16 "
+                             "tensors; cast fp8 ones with .to(gpucore.float32), and convert integer ones on the "
+                             "host: gpucore.tensor(t.numpy().astype('float32'), device=t.context)" % (what, names))
+
+
+def _cast_to(t: Tensor, dt: Any, stream: Optional[Stream]) -> Tensor:
+    return t if t._dtype is dt else cast(t, dt, stream=stream)
 
 
 _fast_binary_new = fast_function("gpucore_binary_new")
@@ -216,6 +243,13 @@ def _binary_checked(op: int, a: TensorOrNumber, b: TensorOrNumber, out: Optional
     b = _tensor(b, "b")
     ctx = a._ctx
     _same_ctx(ctx, (b, "b"), (out, "out"))
+    if a._dtype is not b._dtype:
+        # PyTorch promotes (f32 + f16 is f32); an out= of another float dtype receives a cast of the
+        # result, as torch's out= does
+        dt = _promoted_dtype(_BINARY_SPELLING.get(op, "a op b"), (a._dtype, b._dtype))
+        a, b = _cast_to(a, dt, stream), _cast_to(b, dt, stream)
+        if out is not None and _tensor(out, "out")._dtype is not dt:
+            return cast(_binary_checked(op, a, b, None, stream), out._dtype, out=out, stream=stream)
     o = _out(out, _broadcast(a.shape, b.shape), a.dtype, ctx)
     C.gpucore_binary(op, o.handle, a.handle, b.handle, _stream(ctx, stream))
     return o
@@ -547,7 +581,7 @@ def dropout(input: Tensor, p: float = 0.5, training: bool = True, seed: Optional
         sd, off = _generator["seed"], _generator["offset"] if offset is None else to_int(offset, "offset", 0,
                                                                                         UINT64_MAX)
         C.gpucore_dropout(o.handle, a.handle, pv, sd, off, _stream(a._ctx, stream))
-        _generator["offset"] = (off + C.gpucore_random_offset_advance(o.numel, 0)) & UINT64_MAX
+        _generator["offset"] = (off + C.gpucore_random_offset_advance(o.numel(), 0)) & UINT64_MAX
     else:
         C.gpucore_dropout(o.handle, a.handle, pv, to_int(seed, "seed", 0, UINT64_MAX),
                           0 if offset is None else to_int(offset, "offset", 0, UINT64_MAX),
@@ -676,6 +710,10 @@ def cat(tensors: Sequence[Tensor], dim: int = 0, out: Optional[Tensor] = None,
         raise InvalidArgumentError("cat: tensors is empty; give at least one tensor")
     first = ts[0]
     _same_ctx(first._ctx, *[(t, "tensors[%d]" % i) for i, t in enumerate(ts)], (out, "out"))
+    if any(t._dtype is not first._dtype for t in ts) and out is None:
+        dt = _promoted_dtype("cat", [t._dtype for t in ts])  # PyTorch's promotion, as for a + b
+        ts = [_cast_to(t, dt, stream) for t in ts]
+        first = ts[0]
     d = check_dim(dim, len(first.shape))
     shape = list(first.shape)
     total = 0  # (this module defines its own sum)

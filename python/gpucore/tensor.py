@@ -27,7 +27,7 @@ from .errors import (DtypeMismatchError, InvalidArgumentError, InvalidArgumentTy
                      InvalidHandleError, NotSupportedError, NullPointerError, ShapeMismatchError)
 
 __all__ = ["Tensor", "empty", "zeros", "ones", "full", "tensor", "from_numpy", "rand", "randn",
-           "empty_like", "zeros_like", "manual_seed", "IndexOutOfRangeError"]
+           "empty_like", "zeros_like", "ones_like", "full_like", "manual_seed", "IndexOutOfRangeError"]
 
 UNIFORM, NORMAL = 0, 1
 
@@ -89,8 +89,9 @@ class Tensor:
     """A libgpucore tensor (see the module docstring for semantics).
 
     Attributes (read-only): ``shape``, ``dtype`` (a :class:`gpucore.DType`),
-    ``strides`` (elements), ``ndim``, ``numel``, ``nbytes``, ``device`` ("cpu",
-    "cuda:0"), ``context``, ``data_ptr``, ``is_contiguous``.
+    ``strides`` (elements), ``ndim``, ``nbytes``, ``device`` ("cpu", "cuda:0"),
+    ``context``; methods as in PyTorch: ``numel()``, ``dim()``, ``size()``, ``stride()``,
+    ``data_ptr()``, ``is_contiguous()``.
 
     Make tensors with :func:`gpucore.empty`, :func:`gpucore.zeros`,
     :func:`gpucore.tensor`, :func:`gpucore.from_numpy`, :func:`gpucore.from_dlpack`
@@ -251,9 +252,8 @@ class Tensor:
         """Number of dims."""
         return self.ndim
 
-    @property
     def numel(self) -> int:
-        """Number of elements."""
+        """Number of elements (a method, as torch.Tensor.numel)."""
         n = 1
         for d in self.shape:
             n *= d
@@ -261,8 +261,8 @@ class Tensor:
 
     @property
     def nbytes(self) -> int:
-        """numel * itemsize."""
-        return self.numel * self._dtype.itemsize
+        """numel() * itemsize."""
+        return self.numel() * self._dtype.itemsize
 
     @property
     def itemsize(self) -> int:
@@ -273,14 +273,13 @@ class Tensor:
         """Bytes per element (PyTorch spelling)."""
         return self.itemsize
 
-    @property
     def is_contiguous(self) -> bool:
-        """Whether the elements are dense and row-major."""
+        """Whether the elements are dense and row-major (a method, as in PyTorch)."""
         return C.gpucore_tensor_is_contiguous(self.handle) == 1
 
-    @property
     def data_ptr(self) -> int:
-        """Address of element [0, ..., 0] (a device address for CUDA tensors); 0 when empty."""
+        """Address of element [0, ..., 0] (a device address for CUDA tensors); 0 when empty
+        (a method, as in PyTorch)."""
         p = c_void_p()
         C.gpucore_tensor_data(self.handle, byref(p))
         return p.value or 0
@@ -490,7 +489,7 @@ class Tensor:
         if len(shape) == 1 and not isinstance(shape[0], numbers.Integral):
             shape = shape[0]
         sh = to_shape(shape, "shape", allow_minus_one=True)
-        src = self if self.is_contiguous else self.clone()
+        src = self if self.is_contiguous() else self.clone()
         return src.view(sh)
 
     def view(self, *shape: Any) -> "Tensor":
@@ -529,6 +528,15 @@ class Tensor:
         C.gpucore_tensor_permute(self.handle, perm, byref(out))
         return Tensor._adopt(self._ctx, out.value, self._foreign)
 
+    def t(self) -> "Tensor":
+        """The transpose of a tensor of at most 2 dims (a view; 0-d and 1-d come back as they are),
+        as torch.Tensor.t(); use transpose(d0, d1) or permute for more dims."""
+        nd = len(self.shape)
+        if nd > 2:
+            raise ShapeMismatchError("t() expects a tensor with <= 2 dims, but this one has %d (shape %s); use "
+                                     "transpose(dim0, dim1) or permute(...)" % (nd, self._shape))
+        return self.transpose(0, 1) if nd == 2 else self[...]
+
     @property
     def T(self) -> "Tensor":
         """All dims reversed (a view)."""
@@ -559,7 +567,7 @@ class Tensor:
     # ---- copies ----
     def contiguous(self) -> "Tensor":
         """Self if contiguous, else a contiguous copy."""
-        return self if self.is_contiguous else self.clone()
+        return self if self.is_contiguous() else self.clone()
 
     def clone(self) -> "Tensor":
         """A new contiguous tensor with the same values on the same context."""
@@ -618,17 +626,44 @@ class Tensor:
             C.gpucore_copy_to_host(out.ctypes.data or None, out.nbytes, self.handle)
         return out
 
-    def to(self, device: DeviceLike, copy: bool = False) -> "Tensor":
-        """This tensor on another context/device ("cpu", "cuda:0", a Context).
+    def to(self, *args: Any, dtype: Any = None, device: DeviceLike = None, copy: bool = False,
+           non_blocking: bool = False) -> "Tensor":
+        """This tensor with another dtype and/or on another context, as torch.Tensor.to:
+        ``to(gpucore.bfloat16)``, ``to("cpu")``, ``to(ctx)``, ``to("cuda:0", "f16")``,
+        ``to(other_tensor)`` (its dtype and context), or the keywords ``dtype=``/``device=``.
 
-        Returns self when already there (unless ``copy``); otherwise a new tensor
-        (through host memory between contexts).
+        Returns self when nothing changes (unless ``copy``). A dtype change is
+        :func:`gpucore.cast` (float dtypes); a context change copies (through host memory
+        between contexts). ``non_blocking`` is accepted for PyTorch's signature; copies between
+        contexts wait for the data either way.
         """
-        ctx = get_context(device)
+        to_bool(non_blocking, "non_blocking")
+        for a in args:
+            if isinstance(a, bool):
+                raise InvalidArgumentTypeError("to(): pass copy=/non_blocking= by keyword, not a positional %r" % a)
+            if isinstance(a, Tensor):
+                if len(args) != 1 or dtype is not None or device is not None:
+                    raise InvalidArgumentError("to(other): a tensor argument comes alone (it gives both the dtype "
+                                               "and the context)")
+                dtype, device = a.dtype, a.context
+            elif isinstance(a, Context) or (isinstance(a, str) and a.lower() not in _dt._BY_NAME):
+                if device is not None:
+                    raise InvalidArgumentError("to(): the device is given twice (%r and %r)" % (device, a))
+                device = a
+            else:
+                if dtype is not None:
+                    raise InvalidArgumentError("to(): the dtype is given twice (%r and %r)" % (dtype, a))
+                dtype = a
+        ctx = self._ctx if device is None else _context_for(device)
+        dt = self.dtype if dtype is None else _dt.as_dtype(dtype)
+        src = self
+        if dt is not self._dtype:
+            from .ops import cast
+            src = cast(self, dt)
         if ctx is self._ctx:
-            return self.clone() if copy else self
-        out = empty(self.shape, self.dtype, device=ctx)
-        return out.copy_(self)
+            return src.clone() if copy and src is self else src
+        out = empty(src.shape, dt, device=ctx)
+        return out.copy_(src)
 
     def cpu(self) -> "Tensor":
         """This tensor on the shared CPU context."""
@@ -655,7 +690,7 @@ class Tensor:
             if offset is not None:
                 off = to_int(offset, "offset", 0, UINT64_MAX)
             C.gpucore_random(h, dist, a, b, sd, off, s)
-            _generator["offset"] = (off + C.gpucore_random_offset_advance(self.numel, dist)) & UINT64_MAX
+            _generator["offset"] = (off + C.gpucore_random_offset_advance(self.numel(), dist)) & UINT64_MAX
         else:
             sd = to_int(seed, "seed", 0, UINT64_MAX)
             off = 0 if offset is None else to_int(offset, "offset", 0, UINT64_MAX)
@@ -698,7 +733,7 @@ class Tensor:
         if copy is False and not shareable:
             raise NotSupportedError("numpy(copy=False): the tensor is on %s; only CPU tensors can be shared "
                                     "with numpy without a copy" % self._ctx.device)
-        if copy or not shareable or self.numel == 0:
+        if copy or not shareable or self.numel() == 0:
             out = np.empty(self._shape, dtype=dt.numpy)
             C.gpucore_copy_to_host(out.ctypes.data or None, out.nbytes, h)
             return out
@@ -706,7 +741,7 @@ class Tensor:
         keep = _Keep(self._view_handle(), self._ctx, self._foreign, counts_as_export=True)
         isz = dt.itemsize
         iface = {"version": 3, "shape": self._shape, "typestr": dt.numpy.str,
-                 "data": (self.data_ptr, False), "strides": tuple(s * isz for s in self._strides)}
+                 "data": (self.data_ptr(), False), "strides": tuple(s * isz for s in self._strides)}
         return np.asarray(_ArrayExport(iface, keep))
 
     def __array__(self, dtype: Any = None, copy: Optional[bool] = None) -> np.ndarray:
@@ -719,9 +754,38 @@ class Tensor:
 
     def item(self) -> Any:
         """The value of a one-element tensor as a Python number."""
-        if self.numel != 1:
-            raise InvalidArgumentError("item(): the tensor has %d elements, not 1" % self.numel)
+        n = self.numel()
+        if n != 1:
+            raise InvalidArgumentError("item(): the tensor has %d elements, not 1" % n)
         return self.numpy(copy=True, convert=True).reshape(()).item()
+
+    def __bool__(self) -> bool:
+        """bool(t) of a one-element tensor (its value is not zero); more or fewer elements raise,
+        as in PyTorch (use (t != 0) with .numpy().any() / .all() for many)."""
+        n = self.numel()
+        if n != 1:
+            raise InvalidArgumentError("Boolean value of Tensor with %s is ambiguous"
+                                       % ("no values" if n == 0 else "more than one value"))
+        return bool(self.item())
+
+    def __float__(self) -> float:
+        """float(t) of a one-element tensor."""
+        return float(self._scalar("float"))
+
+    def __int__(self) -> int:
+        """int(t) of a one-element tensor (truncated toward zero, as int() of a float)."""
+        return int(self._scalar("int"))
+
+    def _scalar(self, what: str) -> Any:
+        n = self.numel()
+        if n != 1:
+            raise InvalidArgumentError("%s(): only a tensor of one element converts to a Python scalar; this one "
+                                       "has %d (shape %s)" % (what, n, self._shape))
+        return self.item()
+
+    # The comparison operators (gpucore.ops) return tensors, so == is no identity test; hashing stays
+    # by identity (as torch.Tensor), so tensors still work as dict keys and in sets.
+    __hash__ = object.__hash__
 
     # ---- DLPack and the CUDA array interface (see gpucore.interop) ----
     def __dlpack__(self, *, stream: Any = None, max_version: Optional[Tuple[int, int]] = None,
@@ -740,6 +804,17 @@ class Tensor:
         """Version-3 CUDA array interface of a CUDA tensor (AttributeError elsewhere)."""
         from .interop import cuda_array_interface
         return cuda_array_interface(self)
+
+
+def _context_for(device: DeviceLike) -> Context:
+    """get_context for to(): a string that names no device says it is neither a dtype nor a device."""
+    try:
+        return get_context(device)
+    except InvalidArgumentError as e:
+        if not isinstance(device, str) or isinstance(e, InvalidArgumentTypeError):
+            raise
+        raise InvalidArgumentError("to(%r): neither a dtype (e.g. gpucore.bfloat16, 'float16') nor a device "
+                                   "('cpu', 'cuda', 'cuda:N', a Context): %s" % (device, e)) from None
 
 
 # ---- host data for copies ----
@@ -776,15 +851,49 @@ def _host_array_for(t: Tensor, src: Any, what: str) -> np.ndarray:
 
 # ---- factories ----
 
-def empty(shape: Any, dtype: Any = "float32", device: DeviceLike = None) -> Tensor:
+def _size_args(what: str, size: Tuple[Any, ...], rest_names: Sequence[str], given: Dict[str, Any]) -> Tuple[int, ...]:
+    """PyTorch's size arguments: the sizes as varargs (``empty(2, 3)``) or as one sequence
+    (``empty((2, 3))``, ``empty([2, 3])``). After a sequence, further positional arguments are
+    the older positional parameters named in rest_names (dtype, device, ...), stored into given
+    (a keyword given as well is an error)."""
+    if not size:
+        raise InvalidArgumentTypeError("%s(): give the sizes, e.g. %s(2, 3) or %s((2, 3)); %s(()) makes a 0-d "
+                                       "tensor" % (what, what, what, what))
+    first = size[0]
+    if isinstance(first, numbers.Integral) and not isinstance(first, bool):
+        for i, n in enumerate(size):
+            if not isinstance(n, numbers.Integral) or isinstance(n, bool):
+                raise InvalidArgumentTypeError("%s(): size %d is %r; sizes are ints (give dtype= and device= by "
+                                               "keyword after varargs sizes)" % (what, i, n))
+        return to_shape(size, "shape")
+    rest = size[1:]
+    if len(rest) > len(rest_names):
+        raise InvalidArgumentTypeError("%s(): %d positional arguments after the size; at most %d (%s)"
+                                       % (what, len(rest), len(rest_names), ", ".join(rest_names)))
+    for name, v in zip(rest_names, rest):
+        if given.get(name) is not None:
+            raise InvalidArgumentTypeError("%s(): %s given both by position and by keyword" % (what, name))
+        given[name] = v
+    return to_shape(first, "shape")
+
+
+def _dtype_or_f32(dtype: Any) -> Any:
+    return _dt.float32 if dtype is None else _dt.as_dtype(dtype)
+
+
+def empty(*size: Any, dtype: Any = None, device: DeviceLike = None) -> Tensor:
     """An uninitialised contiguous tensor.
 
     Args:
-        shape: sizes, e.g. ``(2, 3)`` (0..8 dims, each >= 0).
-        dtype: a gpucore dtype, a name ("f32", "bfloat16") or a numpy dtype.
+        size: sizes as varargs ``empty(2, 3)`` or one sequence ``empty((2, 3))`` (0..8 dims,
+            each >= 0; ``empty(())`` is 0-d). After a sequence, dtype and device may follow by
+            position (the older spelling).
+        dtype: a gpucore dtype, a name ("f32", "bfloat16") or a numpy dtype (default float32).
         device: a Context, a device string ("cpu", "cuda:0") or None (default context).
     """
-    return _new(get_context(device), to_shape(shape), _dt.as_dtype(dtype))
+    kw = {"dtype": dtype, "device": device}
+    shape = _size_args("empty", size, ("dtype", "device"), kw)
+    return _new(get_context(kw["device"]), shape, _dtype_or_f32(kw["dtype"]))
 
 
 def _new(ctx: Context, shape: Tuple[int, ...], dt: Any) -> Tensor:
@@ -829,26 +938,32 @@ _fast_tensor_strides = fast_function("gpucore_tensor_strides")
 _I64_MAX_DIMS = c_int64 * MAX_DIMS
 
 
-def zeros(shape: Any, dtype: Any = "float32", device: DeviceLike = None) -> Tensor:
-    """A tensor of zeros (see :func:`empty` for the arguments)."""
-    return empty(shape, dtype, device).fill_(0.0)
+def _filled(what: str, value: float, size: Tuple[Any, ...], dtype: Any, device: DeviceLike) -> Tensor:
+    kw = {"dtype": dtype, "device": device}
+    shape = _size_args(what, size, ("dtype", "device"), kw)
+    return _new(get_context(kw["device"]), shape, _dtype_or_f32(kw["dtype"])).fill_(value)
 
 
-def ones(shape: Any, dtype: Any = "float32", device: DeviceLike = None) -> Tensor:
-    """A tensor of ones (see :func:`empty`)."""
-    return empty(shape, dtype, device).fill_(1.0)
+def zeros(*size: Any, dtype: Any = None, device: DeviceLike = None) -> Tensor:
+    """A tensor of zeros (sizes as varargs or one sequence; see :func:`empty`)."""
+    return _filled("zeros", 0.0, size, dtype, device)
+
+
+def ones(*size: Any, dtype: Any = None, device: DeviceLike = None) -> Tensor:
+    """A tensor of ones (sizes as varargs or one sequence; see :func:`empty`)."""
+    return _filled("ones", 1.0, size, dtype, device)
 
 
 def full(shape: Any, value: float, dtype: Any = "float32", device: DeviceLike = None) -> Tensor:
-    """A tensor filled with ``value`` (see :func:`empty`)."""
-    return empty(shape, dtype, device).fill_(value)
+    """A tensor filled with ``value`` (shape a sequence, as torch.full; see :func:`empty`)."""
+    return empty(shape, dtype=dtype, device=device).fill_(value)
 
 
 def empty_like(t: Tensor, dtype: Any = None, device: DeviceLike = None) -> Tensor:
     """An uninitialised contiguous tensor with t's shape (and dtype/context unless given)."""
     if not isinstance(t, Tensor):
         raise InvalidArgumentTypeError("empty_like needs a gpucore.Tensor, not %s" % type(t).__name__)
-    return empty(t.shape, t.dtype if dtype is None else dtype, t.context if device is None else device)
+    return empty(t.shape, dtype=t.dtype if dtype is None else dtype, device=t.context if device is None else device)
 
 
 def zeros_like(t: Tensor, dtype: Any = None, device: DeviceLike = None) -> Tensor:
@@ -856,14 +971,32 @@ def zeros_like(t: Tensor, dtype: Any = None, device: DeviceLike = None) -> Tenso
     return empty_like(t, dtype, device).fill_(0.0)
 
 
-def rand(shape: Any, dtype: Any = "float32", device: DeviceLike = None, seed: Optional[int] = None) -> Tensor:
-    """Uniform [0, 1) numbers (see Tensor.uniform_)."""
-    return empty(shape, dtype, device).uniform_(0.0, 1.0, seed=seed)
+def ones_like(t: Tensor, dtype: Any = None, device: DeviceLike = None) -> Tensor:
+    """Ones with t's shape (and dtype/context unless given)."""
+    return empty_like(t, dtype, device).fill_(1.0)
 
 
-def randn(shape: Any, dtype: Any = "float32", device: DeviceLike = None, seed: Optional[int] = None) -> Tensor:
-    """Standard normal numbers (see Tensor.normal_)."""
-    return empty(shape, dtype, device).normal_(0.0, 1.0, seed=seed)
+def full_like(t: Tensor, fill_value: float, dtype: Any = None, device: DeviceLike = None) -> Tensor:
+    """``fill_value`` with t's shape (and dtype/context unless given), as torch.full_like."""
+    return empty_like(t, dtype, device).fill_(fill_value)
+
+
+def _random_tensor(what: str, dist: int, size: Tuple[Any, ...], dtype: Any, device: DeviceLike,
+                   seed: Optional[int]) -> Tensor:
+    kw = {"dtype": dtype, "device": device, "seed": seed}
+    shape = _size_args(what, size, ("dtype", "device", "seed"), kw)
+    t = _new(get_context(kw["device"]), shape, _dtype_or_f32(kw["dtype"]))
+    return t._random(dist, 0.0, 1.0, kw["seed"], None, None)
+
+
+def rand(*size: Any, dtype: Any = None, device: DeviceLike = None, seed: Optional[int] = None) -> Tensor:
+    """Uniform [0, 1) numbers (sizes as varargs or one sequence; see Tensor.uniform_)."""
+    return _random_tensor("rand", UNIFORM, size, dtype, device, seed)
+
+
+def randn(*size: Any, dtype: Any = None, device: DeviceLike = None, seed: Optional[int] = None) -> Tensor:
+    """Standard normal numbers (sizes as varargs or one sequence; see Tensor.normal_)."""
+    return _random_tensor("randn", NORMAL, size, dtype, device, seed)
 
 
 def tensor(data: Any, dtype: Any = None, device: DeviceLike = None) -> Tensor:

@@ -311,7 +311,7 @@ def lora_linear(x: Tensor, weight: Tensor, bias: Optional[Tensor], lora_a: Tenso
         sd = _generator["seed"]
         off = _generator["offset"] if offset is None else to_int(offset, "offset", 0, UINT64_MAX)
         if pv > 0:
-            _generator["offset"] = (off + C.gpucore_random_offset_advance(t.numel, 0)) & UINT64_MAX
+            _generator["offset"] = (off + C.gpucore_random_offset_advance(t.numel(), 0)) & UINT64_MAX
     else:
         sd, off = seed, 0 if offset is None else offset
     opts = _lora_options(scale, pv, sd, off, weight_scale)

@@ -17,7 +17,7 @@ def ctx():
 
 @pytest.fixture
 def cuda_ctx():
-    ok, why = gpucore.backend_available(gpucore.DeviceType.CUDA)
+    ok, why = gpucore.backend_status(gpucore.DeviceType.CUDA)
     if not ok:
         pytest.skip("CUDA backend unavailable: %s" % why)
     c = gpucore.Context("cuda")

@@ -42,7 +42,7 @@ def test_fast_results_match_numpy_and_metadata(ctx, name, fast, ref):
     a, b = ctx.tensor(x), ctx.tensor(y)
     o = fast(a, b)
     assert o.shape == (3, 5) and o.strides == (5, 1) and o.dtype is g.float32 and o.context is ctx
-    assert o.is_contiguous and o.numel == 15 and o.ndim == 2     # what C says agrees with what we set
+    assert o.is_contiguous() and o.numel() == 15 and o.ndim == 2     # what C says agrees with what we set
     np.testing.assert_allclose(o.numpy(), ref(x, y), rtol=1e-6, atol=1e-6)
 
 
@@ -191,7 +191,7 @@ def test_metadata_kept_in_python_agrees_with_the_library(ctx):
         h = t.handle
         nd = C.gpucore_tensor_ndim(h)
         assert t.ndim == nd == len(t.shape)
-        assert t.numel == C.gpucore_tensor_numel(h)
+        assert t.numel() == C.gpucore_tensor_numel(h)
         assert t.nbytes == C.gpucore_tensor_nbytes(h)
         assert t.itemsize == C.gpucore_dtype_size(t.dtype.value)
         assert t.dtype.value == C.gpucore_tensor_dtype(h)

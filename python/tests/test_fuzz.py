@@ -40,7 +40,8 @@ def test_random_api_calls_survive():
                "__dlpack__", "copy_to_numpy_", "item", "tolist", "size", "stride"]
     funcs = [gpucore.empty, gpucore.zeros, gpucore.full, gpucore.tensor, gpucore.from_numpy,
              gpucore.from_dlpack, gpucore.device_properties, gpucore.device_count, gpucore.Context,
-             gpucore.component_version, gpucore.as_dtype, gpucore.can_access_peer, gpucore.backend_available]
+             gpucore.component_version, gpucore.as_dtype, gpucore.can_access_peer, gpucore.backend_available,
+             gpucore.backend_status]
     calls = errors = 0
     deadline = time.monotonic() + budget
     while time.monotonic() < deadline:

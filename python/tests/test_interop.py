@@ -14,7 +14,7 @@ from gpucore import _runtime, interop
 def test_from_numpy_shares_memory_both_ways(ctx):
     a = np.arange(12, dtype=np.float32).reshape(3, 4)
     t = gpucore.from_numpy(a, device=ctx)
-    assert t.data_ptr == a.ctypes.data and t.shape == (3, 4) and t.strides == (4, 1)
+    assert t.data_ptr() == a.ctypes.data and t.shape == (3, 4) and t.strides == (4, 1)
     a[1, 2] = -5.0                               # numpy write -> gpucore read
     assert t.numpy()[1, 2] == -5.0
     t[0].fill_(9.0)                              # gpucore write -> numpy read
@@ -67,14 +67,14 @@ def test_from_numpy_bits_and_refusals(ctx):
     with pytest.raises(TypeError):
         gpucore.from_numpy([1, 2, 3])
     z = gpucore.from_numpy(np.zeros((0, 4), np.float32), device=ctx)
-    assert z.shape == (0, 4) and z.numel == 0
+    assert z.shape == (0, 4) and z.numel() == 0
 
 
 def test_numpy_view_is_zero_copy_and_outlives_tensor_and_context():
     c = gpucore.Context("cpu")
     t = c.empty((3, 4)).fill_(2.0)
     n = t.numpy()
-    assert n.ctypes.data == t.data_ptr
+    assert n.ctypes.data == t.data_ptr()
     n[0, 0] = 42.0                                # numpy write -> gpucore read
     assert t.numpy(copy=True)[0, 0] == 42.0
     t.fill_(3.0)                                  # gpucore write -> numpy read
@@ -96,7 +96,7 @@ def test_numpy_view_is_zero_copy_and_outlives_tensor_and_context():
 def test_np_from_dlpack_zero_copy(ctx):
     t = ctx.empty((2, 5), "f64").uniform_(seed=3)
     a = np.from_dlpack(t)
-    assert a.ctypes.data == t.data_ptr
+    assert a.ctypes.data == t.data_ptr()
     a[1, 1] = 123.0
     assert t.numpy(copy=True)[1, 1] == 123.0
     np.testing.assert_array_equal(np.from_dlpack(t.T), t.numpy().T)
@@ -114,7 +114,7 @@ def test_legacy_and_versioned_capsules(ctx):
     cap = t.__dlpack__()
     assert "dltensor" in repr(cap) and "versioned" not in repr(cap)
     u = gpucore.from_dlpack(cap)                  # gpucore -> gpucore through a capsule
-    assert u.data_ptr == t.data_ptr and u.dtype is gpucore.int32
+    assert u.data_ptr() == t.data_ptr() and u.dtype is gpucore.int32
     with pytest.raises(gpucore.InvalidArgumentError) as e:
         gpucore.from_dlpack(cap)
     assert "already consumed" in str(e.value)
@@ -131,7 +131,7 @@ def test_legacy_and_versioned_capsules(ctx):
     gc.collect()
     assert interop.live_export_count() == before
     cp = gpucore.from_dlpack(t.__dlpack__(max_version=(1, 0), copy=True))
-    assert cp.data_ptr != t.data_ptr and cp.numpy().tolist() == [4] * 6
+    assert cp.data_ptr() != t.data_ptr() and cp.numpy().tolist() == [4] * 6
     with pytest.raises(BufferError):
         ctx.empty((2,), "float8_e5m2").__dlpack__()
 
@@ -139,7 +139,7 @@ def test_legacy_and_versioned_capsules(ctx):
 def test_from_dlpack_of_numpy_zero_copy(ctx):
     a = np.linspace(0, 1, 24, dtype=np.float32).reshape(2, 3, 4)
     t = gpucore.from_dlpack(a, device=ctx)
-    assert t.data_ptr == a.ctypes.data and t.shape == a.shape
+    assert t.data_ptr() == a.ctypes.data and t.shape == a.shape
     t[1].fill_(-1.0)
     ctx.synchronize()
     assert (a[1] == -1).all()
@@ -173,7 +173,7 @@ def test_dlpack_with_torch_and_cupy(lib):
     except ImportError as e:
         pytest.skip("%s is not installed (%s); DLPack exchange with it is untested here" % (lib, e))
     if lib == "cupy":
-        ok, why = gpucore.backend_available("cuda")
+        ok, why = gpucore.backend_status("cuda")
         if not ok:
             pytest.skip("cupy needs CUDA: %s" % why)
         dev = "cuda"
@@ -197,11 +197,11 @@ def test_cuda_interop(cuda_ctx):
     t = cuda_ctx.tensor(np.arange(8, dtype=np.float32).reshape(2, 4))
     cai = t.__cuda_array_interface__
     assert cai["version"] == 3 and cai["shape"] == (2, 4) and cai["typestr"] == "<f4"
-    assert cai["data"][0] == t.data_ptr and cai["strides"] is None
+    assert cai["data"][0] == t.data_ptr() and cai["strides"] is None
     assert t.T.__cuda_array_interface__["strides"] == (4, 16)
     assert t.__dlpack_device__() == (interop.kDLCUDA, cuda_ctx.device_index)
     u = gpucore.from_dlpack(t.__dlpack__(), device=cuda_ctx)
-    assert u.data_ptr == t.data_ptr
+    assert u.data_ptr() == t.data_ptr()
     with pytest.raises(gpucore.NotSupportedError):
         t.numpy(copy=False)
     np.testing.assert_array_equal(t.numpy(), np.arange(8).reshape(2, 4))

@@ -97,7 +97,7 @@ def test_status_strings_and_last_error():
 
 def test_devices():
     assert gpucore.device_count("cpu") == 1
-    ok, why = gpucore.backend_available("cpu")
+    ok, why = gpucore.backend_status("cpu")
     assert ok and why == ""
     props = gpucore.device_properties("cpu", 0)
     assert props.type == gpucore.DeviceType.CPU and props.index == 0 and props.name
@@ -108,7 +108,7 @@ def test_devices():
     with pytest.raises(gpucore.InvalidArgumentError) as e:
         gpucore.device_properties("cpu", 5)
     assert "index 5" in str(e.value)
-    ok, why = gpucore.backend_available("cuda")
+    ok, why = gpucore.backend_status("cuda")
     if not ok:
         assert why, "an unavailable backend must say why"
         assert gpucore.device_count("cuda") == 0
@@ -117,7 +117,7 @@ def test_devices():
 
 
 def test_device_processes_and_peer():
-    ok, _ = gpucore.backend_available("cuda")
+    ok, _ = gpucore.backend_status("cuda")
     if ok:
         assert isinstance(gpucore.device_processes(0), list)
         assert gpucore.can_access_peer(0, 0) in (True, False)

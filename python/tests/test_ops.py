@@ -63,7 +63,8 @@ def test_binary_broadcast_scalars_and_operators(ctx):
         g.add(ta, ctx.tensor(arr(3)))
     with pytest.raises(g.DtypeMismatchError) as e:
         g.add(ta, ctx.tensor(a.astype(np.float64)))
-    assert e.value.function == "gpucore_binary"
+    # refused by the binding in the user's words (PyTorch would compute in float64)
+    assert e.value.function is None and "float64" in str(e.value) and "gpucore_" not in str(e.value)
     with pytest.raises(TypeError):
         g.add(ta, "x")
     with pytest.raises(g.NullPointerError):

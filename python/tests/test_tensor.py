@@ -19,8 +19,8 @@ def test_create_metadata_and_roundtrip(ctx, dt):
     assert t.shape == (3, 4, 5) and t.ndim == 3 and t.dim() == 3 and len(t) == 3
     assert t.dtype is dt and t.itemsize == dt.itemsize == t.element_size()
     assert t.strides == (20, 5, 1) and t.stride(0) == 20 and t.size(-1) == 5
-    assert t.numel == 60 and t.nbytes == 60 * dt.itemsize
-    assert t.is_contiguous and t.device == "cpu" and t.context is ctx and t.data_ptr != 0
+    assert t.numel() == 60 and t.nbytes == 60 * dt.itemsize
+    assert t.is_contiguous() and t.device == "cpu" and t.context is ctx and t.data_ptr() != 0
     np.testing.assert_array_equal(t.numpy(), a)
     np.testing.assert_array_equal(np.asarray(t), a)
     assert t.tolist() == a.tolist()
@@ -30,7 +30,7 @@ def test_factories(ctx):
     np.testing.assert_array_equal(ctx.zeros((2, 3)).numpy(), np.zeros((2, 3), np.float32))
     np.testing.assert_array_equal(ctx.ones((4,), "i64").numpy(), np.ones(4, np.int64))
     np.testing.assert_array_equal(ctx.full((2, 2), 2.5, gpucore.float64).numpy(), np.full((2, 2), 2.5))
-    assert ctx.empty((0, 3)).numel == 0 and ctx.empty((0, 3)).numpy().shape == (0, 3)
+    assert ctx.empty((0, 3)).numel() == 0 and ctx.empty((0, 3)).numpy().shape == (0, 3)
     s = ctx.tensor(3.5)
     assert s.shape == () and s.item() == 3.5 and s.dtype is gpucore.float32
     assert ctx.tensor([1, 2, 3]).dtype is gpucore.int64
@@ -86,7 +86,7 @@ def test_views_match_numpy(ctx):
     np.testing.assert_array_equal(t.permute(2, 0, 3, 1).numpy(), a.transpose(2, 0, 3, 1))
     np.testing.assert_array_equal(t.permute((1, 0, 2, 3)).numpy(), a.transpose(1, 0, 2, 3))
     np.testing.assert_array_equal(t.T.numpy(), a.T)
-    assert not t.T.is_contiguous
+    assert not t.T.is_contiguous()
     np.testing.assert_array_equal(t.T.reshape(-1).numpy(), a.T.reshape(-1))   # copies when needed
     np.testing.assert_array_equal(t.T.contiguous().numpy(), a.T)
     np.testing.assert_array_equal(t.flatten().numpy(), a.ravel())
@@ -133,7 +133,7 @@ def test_copies(ctx):
     dst2.copy_(a[:, ::2])
     np.testing.assert_array_equal(dst2.numpy(), a[:, ::2])
     c = src.clone()
-    assert c.data_ptr != src.data_ptr
+    assert c.data_ptr() != src.data_ptr()
     np.testing.assert_array_equal(c.numpy(), a)
     other = gpucore.Context("cpu")
     try:
@@ -141,7 +141,7 @@ def test_copies(ctx):
         assert moved.context is other
         np.testing.assert_array_equal(moved.numpy(), a)
         assert src.to(ctx) is src
-        assert src.to(ctx, copy=True).data_ptr != src.data_ptr
+        assert src.to(ctx, copy=True).data_ptr() != src.data_ptr()
         back = ctx.empty((5, 7)).copy_(moved)      # across contexts through the host
         np.testing.assert_array_equal(back.numpy(), a)
         np.testing.assert_array_equal(src.cpu().numpy(), a)

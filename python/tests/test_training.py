@@ -205,13 +205,13 @@ def _mlp_segments(ctx, ex, w1, b1, w2, dw1, db1, dw2, calls):
 
     def fwd(call, x):
         calls.append(("f", call.segment))
-        s, o = call.rng(g.C.gpucore_random_offset_advance(x.numel, 0))
+        s, o = call.rng(g.C.gpucore_random_offset_advance(x.numel(), 0))
         call.save(x)
         return g.dropout(x, 0.25, seed=s, offset=o)
 
     def bwd(call, dy, dx):
         calls.append(("b", call.segment))
-        s, o = call.rng(g.C.gpucore_random_offset_advance(dy.numel, 0))
+        s, o = call.rng(g.C.gpucore_random_offset_advance(dy.numel(), 0))
         assert call.saved(0).shape == dy.shape
         g.dropout_backward(dy, 0.25, s, o, out=dx)
 
