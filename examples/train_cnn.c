@@ -186,8 +186,9 @@ static int load_csv(const char *path, double holdout, dataset *d)
         }
         while (*p == ' ' || *p == '\t' || *p == '\r' || *p == '\n') p++;
         if (*p || k < 2) {
-            fprintf(stderr, "train_cnn: %s line %lld: not a comma-separated list of numbers (at \"%.20s\")\n", path,
-                    (long long)line_no, p);
+            int shown = (int)strcspn(p, "\r\n");
+            fprintf(stderr, "train_cnn: %s line %lld: not a comma-separated list of numbers (at \"%.*s\")\n", path,
+                    (long long)line_no, shown < 20 ? shown : 20, p);
             rc = 1;
             break;
         }
