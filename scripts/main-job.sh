@@ -5,12 +5,13 @@
 # and numpy peers, 3 repeats each) into a report that opens with the verdict against PyTorch;
 # then the end-to-end training example (examples/train_cnn on the UCI digits, a 20% hold-out),
 # its log, held-out accuracy and per-op profile in the report.
-#   BUILD_DIR (default build-release, configured -Dbuildtype=release), REPORT_DIR (default build/report)
+#   BUILD_DIR (default build-release, configured -Dbuildtype=release -Dtests=false), REPORT_DIR (default build/report)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD_DIR=${BUILD_DIR:-build-release}
 REPORT_DIR=${REPORT_DIR:-build/report}
-GPUCORE_SETUP_PROFILE=${GPUCORE_SETUP_PROFILE:-main} scripts/setup.sh "$BUILD_DIR" -Dbuildtype=release
+# (-Dtests=false: the main job runs the library, its tools, benchmarks and examples, not the C tests)
+GPUCORE_SETUP_PROFILE=${GPUCORE_SETUP_PROFILE:-main} scripts/setup.sh "$BUILD_DIR" -Dbuildtype=release -Dtests=false
 # an existing build folder keeps its options: make it release (asserts off) before measuring
 buildtype=$(python3 -c 'import json, sys; print(next(o["value"] for o in json.load(open(sys.argv[1])) if o["name"] == "buildtype"))' \
   "$BUILD_DIR/meson-info/intro-buildoptions.json" 2>/dev/null || echo unknown)
