@@ -12,7 +12,8 @@ ratio is peer/ours, for rate-like units ours/peer).
   gpucore-bench [--quick | --full] [--only NAME[,NAME]] [--device cpu|cuda|...] [--json]
                 [--out FILE.jsonl] [--report DIR] [--repeats N]
 
-Each program and its peer scripts run --repeats times (default 3), alternating, so a slow spell of a
+Each program and its peer scripts run --repeats times (default 3 with --report, whose tables state
+the noise; 1 otherwise), alternating, so a slow spell of a
 shared machine reaches both sides; every figure is the median over the repeats, with its min, max
 and relative spread ((max - min) / median), and each ratio the median of the repeats' ratios.
 The peer scripts run under the Python whose PyTorch is newest (this Python or Debian's
@@ -459,8 +460,11 @@ def main():
     ap.add_argument("--out", help="also write all JSON lines to this file")
     ap.add_argument("--report", help="write report.md and SVG charts into this folder")
     ap.add_argument("--timeout", type=int, default=600, help="seconds per program")
-    ap.add_argument("--repeats", type=int, default=3, help="runs of each program and its peers (figures: medians; default 3)")
+    ap.add_argument("--repeats", type=int, help="runs of each program and its peers (figures: medians; "
+                                                 "default 3 with --report, 1 otherwise)")
     args = ap.parse_args()
+    if args.repeats is None:
+        args.repeats = 3 if args.report else 1
     if args.repeats < 1:
         ap.error("--repeats must be at least 1")
     size = "--full" if args.full else "--quick"
