@@ -117,3 +117,15 @@ def test_pick_torch_reports_candidates(gb):
                    for c in facts["candidates"] if c.get("version"))
     assert gb.version_key("2.1.0+cpu") > gb.version_key("1.13.0a0")
     json.dumps(facts)
+
+
+def test_pick_torch_prefers_a_newer_torch_on_pythonpath(gb, tmp_path):
+    fake = tmp_path / "torch"
+    fake.mkdir()
+    (fake / "__init__.py").write_text('__version__ = "99.1.0"\n')
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in [str(tmp_path), os.environ.get("PYTHONPATH")] if p))
+    python, facts = gb.pick_torch(env)
+    chosen = facts["chosen"]
+    assert chosen["version"] == "99.1.0" and chosen["from_pythonpath"]
+    assert os.path.realpath(chosen["path"]) == os.path.realpath(str(fake))
+    assert python == chosen["python"]
