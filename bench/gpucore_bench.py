@@ -282,9 +282,11 @@ def fmt(v):
 
 
 def print_table(rows, out=sys.stdout):
-    head = ["bench", "case", "device", "metric", "ours", "unit", "peer", "peer value", "ratio"]
+    head = ["bench", "case", "device", "metric", "ours", "unit", "spread", "peer", "peer value", "ratio (>1: ours ahead)"]
+    pct = lambda v: "-" if v is None else f"{100 * v:.0f}%"
     body = [[r.get("bench", ""), r.get("case", ""), r.get("device", ""), r.get("metric", ""), fmt(r.get("value")),
-             r.get("unit", ""), r.get("peer", "-"), fmt(r.get("peer_value")), fmt(r.get("speedup"))] for r in rows]
+             r.get("unit", ""), pct(spread(r)) if r.get("repeats", 1) > 1 else "-", r.get("peer", "-"),
+             fmt(r.get("peer_value")), fmt(r.get("speedup"))] for r in rows]
     widths = [max(len(str(x)) for x in col) for col in zip(head, *body)] if body else [len(h) for h in head]
     line = "  ".join(h.ljust(w) for h, w in zip(head, widths))
     print(line, file=out)
