@@ -9,7 +9,9 @@
  * stem conv, then residual blocks of conv+ReLU, conv). For each policy: the
  * step's peak allocated bytes (absolute, and above the bytes allocated when the
  * step starts: parameters, gradients, inputs), the step time (forward + backward,
- * wall clock around a synchronised step, median of 5 after a warm-up), and the
+ * wall clock around a synchronised step, median of 5 after a warm-up; before the
+ * first policy of each model, untimed keep-all steps — at least 3 and 300 ms — so
+ * that no policy pays the process's and the model's first-run costs), and the
  * largest batch that fits a memory limit (gpucore_memory_set_limit set to what
  * keep-all needs at the base batch plus a quarter; doubling, then bisection).
  * JSON lines follow DESIGN.md's contract with peer "keep_all": speedup is
@@ -221,10 +223,25 @@ static const struct { const char *name; gpucore_ckpt_policy p; int64_t k; } poli
     {"every_4", GPUCORE_CKPT_EVERY_K, 4}, {"sqrt_n", GPUCORE_CKPT_SQRT_N, 0}, {"budget", GPUCORE_CKPT_BUDGET, 0}};
 #define NPOL 5
 
+/* Untimed keep-all steps (at least 3 and 300 ms, at most 50) before the first measured policy: the
+ * first steps of a process and of a model pay for thread start-up, the allocator's cache filling
+ * and first-touch page faults, which the first policy measured (keep-all) would otherwise carry. */
+static void warm_up(model *m, int64_t batch)
+{
+    gpucore_tensor *x, *dy;
+    TRY(gpucore_ckpt_set_policy(m->ck, GPUCORE_CKPT_KEEP_ALL, 0));
+    TRY(make_io(m, batch, &x, &dy));
+    double t0 = now_ms();
+    for (int i = 0; i < 50 && (i < 3 || now_ms() - t0 < 300.0); i++) TRY(one_step(m, x, dy));
+    gpucore_tensor_destroy(x);
+    gpucore_tensor_destroy(dy);
+}
+
 static void run_case(model *m, const char *case_name, int64_t batch, int64_t unit, int64_t cap, int reps)
 {
     result r[NPOL];
     memset(r, 0, sizeof r);
+    warm_up(m, batch);
     for (int i = 0; i < NPOL; i++) {
         int64_t param = policies[i].k;
         if (policies[i].p == GPUCORE_CKPT_BUDGET) /* half-way between sqrt(n) and keep-all */

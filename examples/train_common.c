@@ -33,6 +33,18 @@ int train_parse_policy(const char *s, train_policy *p)
     return 0;
 }
 
+int train_format_policy(gpucore_ckpt_policy kind, int64_t param, char *buf, size_t size)
+{
+    switch (kind) {
+    case GPUCORE_CKPT_KEEP_ALL: snprintf(buf, size, "none"); return 0;
+    case GPUCORE_CKPT_RECOMPUTE_ALL: snprintf(buf, size, "all"); return 0;
+    case GPUCORE_CKPT_SQRT_N: snprintf(buf, size, "sqrt"); return 0;
+    case GPUCORE_CKPT_EVERY_K: if (param < 1) return 1; snprintf(buf, size, "every:%lld", (long long)param); return 0;
+    case GPUCORE_CKPT_BUDGET: if (param < 1) return 1; snprintf(buf, size, "budget:%lld", (long long)param); return 0;
+    }
+    return 1;
+}
+
 gpucore_status train_update_budget(gpucore_context *ctx, gpucore_ckpt *ck, const train_policy *p)
 {
     if (p->kind != GPUCORE_CKPT_BUDGET) return GPUCORE_OK;

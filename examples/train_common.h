@@ -1,13 +1,14 @@
 /*
  * train_common.h — what the training examples (train_cnn.c, train_gpt.c) share:
  * the counter-based batch hash (a resumed or twin run draws the same batches),
- * the --checkpoint-policy parser, the executor's grad-ready callback that feeds
+ * the --checkpoint-policy parser and printer, the executor's grad-ready callback that feeds
  * the DDP reducer, the activation budget update, the per-step peak-memory
  * bookkeeping and the closing profile print. Plain helpers over the public API.
  */
 #ifndef GPUCORE_EXAMPLES_TRAIN_COMMON_H
 #define GPUCORE_EXAMPLES_TRAIN_COMMON_H
 
+#include <stddef.h>
 #include <stdint.h>
 #include "gpucore.h"
 
@@ -18,6 +19,8 @@ uint64_t train_draw(uint64_t seed, int64_t step, int64_t sample, uint64_t i);
 /* --checkpoint-policy none|all|sqrt|every:K|budget:BYTES. Returns 0, or 1 for a bad string. */
 typedef struct train_policy { gpucore_ckpt_policy kind; int64_t param; } train_policy;
 int train_parse_policy(const char *s, train_policy *p);
+/* The policy back in that spelling (e.g. "every:4") into buf. Returns 0, or 1 for an unknown kind. */
+int train_format_policy(gpucore_ckpt_policy kind, int64_t param, char *buf, size_t size);
 /* budget:BYTES is an activation budget: the executor's counts everything allocated on
  * the context, so set it to what is allocated now plus BYTES (no-op for other policies). */
 gpucore_status train_update_budget(gpucore_context *ctx, gpucore_ckpt *ck, const train_policy *p);

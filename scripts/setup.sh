@@ -2,12 +2,17 @@
 # setup.sh — install what building and testing libgpucore needs on a fresh
 # Debian machine (apt packages, pip packages), then configure and build.
 # Skips installing when GPUCORE_SKIP_INSTALL=1 (the lent GPU machine has no
-# registry) or when everything is already present.
+# registry) or when everything is already present. GPUCORE_SETUP_PROFILE=main installs
+# only what the main job uses (the build, the benchmarks' PyTorch and numpy peers, the
+# digits for train_cnn); the default, tests, everything scripts/test.sh needs.
 #   usage: scripts/setup.sh [BUILD_DIR] [extra meson options...]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD_DIR=${1:-build}
 shift || true
+PROFILE=${GPUCORE_SETUP_PROFILE:-tests}
+case $PROFILE in tests|main) ;; *) echo "setup: GPUCORE_SETUP_PROFILE is '$PROFILE'; use tests (the default) or main" >&2; exit 2 ;; esac
+SUDO=""; [ "$(id -u)" = 0 ] || SUDO=sudo
 
 APT_PACKAGES="meson ninja-build pkg-config gcc g++ libopenblas-dev libcjson-dev libdlpack-dev libopenmpi-dev openmpi-bin clang libclang-rt-14-dev"
 # PyTorch for the CPU with pytest and hypothesis, under Debian's python3: the peer of the benchmarks and
@@ -18,6 +23,10 @@ APT_PACKAGES="$APT_PACKAGES libsleef-dev libdnnl-dev"
 PIP_PACKAGES="numpy pytest"
 HF_PACKAGES="transformers==4.44.2 peft==0.12.0 accelerate==0.33.0 huggingface-hub==0.24.6 tokenizers==0.19.1
   safetensors==0.4.4 regex==2024.7.24 tqdm==4.66.5 packaging==24.1 filelock==3.15.4 fsspec==2024.6.1 psutil==6.0.0"
+if [ "$PROFILE" = main ]; then # the main job runs no fuzzer, sanitizer build, pytest or language-model reference
+  APT_PACKAGES=$(printf '%s\n' $APT_PACKAGES | grep -vx -e clang -e 'libclang-rt-.*' -e python3-pytest -e python3-hypothesis | tr '\n' ' ')
+  PIP_PACKAGES="numpy"
+fi
 
 if [ "${GPUCORE_SKIP_INSTALL:-0}" != 1 ]; then
   missing=""
@@ -26,14 +35,13 @@ if [ "${GPUCORE_SKIP_INSTALL:-0}" != 1 ]; then
   done
   if [ -n "$missing" ]; then
     echo "setup: installing Debian packages:$missing"
-    SUDO=""; [ "$(id -u)" = 0 ] || SUDO=sudo
     $SUDO apt-get update -qq
     DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq $missing >/dev/null
   fi
   # PyTorch's operator samples (python/torch_tests) run under Debian's python3 with its
   # python3-torch; torch's test helpers import expecttest, which Debian does not package:
   # a pure-Python copy goes into a folder of its own that only that test run puts on its path.
-  if [ -x /usr/bin/python3 ] && ! /usr/bin/python3 -c "import expecttest" 2>/dev/null \
+  if [ "$PROFILE" = tests ] && [ -x /usr/bin/python3 ] && ! /usr/bin/python3 -c "import expecttest" 2>/dev/null \
      && ! PYTHONPATH=build-pydeps /usr/bin/python3 -c "import expecttest" 2>/dev/null; then
     echo "setup: installing expecttest into build-pydeps/ (for torch's OpInfo samples)"
     python3 -m pip install -q --target build-pydeps expecttest || echo "setup: expecttest unavailable; the OpInfo stage will say so"
@@ -41,7 +49,7 @@ if [ "${GPUCORE_SKIP_INSTALL:-0}" != 1 ]; then
   # The language-model tests drive Hugging Face's own code as the reference: transformers and PEFT
   # (pure Python) with their pure-Python dependencies, for Debian's python3 and its torch 1.13, into
   # the same folder (no torch from pip: --no-deps, the dependencies named one by one).
-  if [ -x /usr/bin/python3 ] && ! PYTHONPATH=build-pydeps /usr/bin/python3 -c "import transformers, peft" 2>/dev/null; then
+  if [ "$PROFILE" = tests ] && [ -x /usr/bin/python3 ] && ! PYTHONPATH=build-pydeps /usr/bin/python3 -c "import transformers, peft" 2>/dev/null; then
     echo "setup: installing transformers and peft into build-pydeps/ (the language-model tests' reference)"
     /usr/bin/python3 -m pip install -q --no-deps --target build-pydeps $HF_PACKAGES ||
       echo "setup: transformers/peft unavailable; the language-model reference tests will say so"
@@ -53,6 +61,23 @@ if [ "${GPUCORE_SKIP_INSTALL:-0}" != 1 ]; then
   if [ -n "$pymissing" ]; then
     echo "setup: installing Python packages:$pymissing"
     python3 -m pip install -q $pymissing
+  fi
+fi
+
+# The UCI digits that train_cnn learns (the main job, test_train_example): python3-sklearn's data
+# file in build-data/, copied from the installed package, else unpacked from that package's .deb
+# alone (sklearn itself and its dependencies are not needed).
+DIGITS=sklearn/datasets/data/digits.csv.gz
+if [ ! -f build-data/digits.csv.gz ]; then
+  mkdir -p build-data
+  if [ -f "/usr/lib/python3/dist-packages/$DIGITS" ]; then cp "/usr/lib/python3/dist-packages/$DIGITS" build-data/
+  elif [ "${GPUCORE_SKIP_INSTALL:-0}" != 1 ]; then
+    echo "setup: unpacking the UCI digits from python3-sklearn's package into build-data/"
+    tmp=$(mktemp -d)
+    ( cd "$tmp" && { apt-get download -qq python3-sklearn 2>/dev/null || { $SUDO apt-get update -qq && apt-get download -qq python3-sklearn; }; } &&
+      dpkg-deb -x python3-sklearn_*.deb x ) && cp "$tmp/x/usr/lib/python3/dist-packages/$DIGITS" build-data/ ||
+      echo "setup: the UCI digits are unavailable: train_cnn needs --data, test_train_example will fail"
+    rm -rf "$tmp"
   fi
 fi
 

@@ -9,6 +9,8 @@ paired_speedup = the median of torch/ours over batch pairs run back to back).
 Each side runs its op in a batch of calls, then (ours) one synchronize; the figure is the median
 over batches of the per-call time, after a warm-up, the two sides' batches alternating. Runs only on the CPU device; exits quietly
 without PyTorch (Debian's python3-torch is looked for in /usr/lib/python3/dist-packages too).
+The library is $GPUCORE_LIBRARY when set, else the checkout's own build (build-release/, then
+build/: src/libgpucore.so), else wherever the binding finds one; stderr names it and torch's version.
 
     torch_ops.py [--json] [--quick|--full] [--only SUBSTRING] [--best] [--batches N]
 
@@ -41,7 +43,20 @@ def import_torch():
     return None
 
 
+def locate_library():
+    """Point the binding at this checkout's build unless $GPUCORE_LIBRARY already names a library."""
+    if os.environ.get("GPUCORE_LIBRARY"):
+        return
+    root = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
+    for build in ("build-release", "build"):
+        lib = os.path.normpath(os.path.join(root, build, "src", "libgpucore.so"))
+        if os.path.exists(lib):
+            os.environ["GPUCORE_LIBRARY"] = lib
+            return
+
+
 def import_gpucore():
+    locate_library()
     try:
         import gpucore
         return gpucore
@@ -210,8 +225,8 @@ def main():
         return 0
     threads = os.cpu_count() or 1
     torch.set_num_threads(threads)
-    print(f"torch_ops: torch {torch.__version__} with {threads} threads against libgpucore on {ctx.device}",
-          file=sys.stderr)
+    print(f"torch_ops: torch {torch.__version__} ({os.path.dirname(torch.__file__)}) with {threads} threads against "
+          f"libgpucore on {ctx.device} ({os.environ.get('GPUCORE_LIBRARY') or 'found by the binding'})", file=sys.stderr)
     batches, budget = (9, 200.0) if full else (3, 30.0)
     if "--batches" in sys.argv:
         batches = max(1, int(sys.argv[sys.argv.index("--batches") + 1]))
@@ -222,7 +237,8 @@ def main():
             ms_o, ms_t, paired = side_by_side(ours, theirs, ctx.synchronize, calls, batches, budget, best)
         row = {"bench": "ops-torch-cpu", "case": name, "device": "cpu", "metric": "time", "value": round(ms_o, 5),
                "unit": "ms", "peer": "torch-cpu", "peer_value": round(ms_t, 5),
-               "speedup": round(ms_t / ms_o, 3) if ms_o > 0 else 0, "paired_speedup": round(paired, 3)}
+               "speedup": round(ms_t / ms_o, 3) if ms_o > 0 else 0, "paired_speedup": round(paired, 3),
+               "peer_version": torch.__version__}
         if best:
             row["statistic"] = "best of %d batches" % batches
         if as_json:
