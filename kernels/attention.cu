@@ -161,21 +161,58 @@ __global__ void __launch_bounds__(ATT_THREADS) attention_forward_kernel(gpucore_
     }
 }
 
-/* D_i = dout_i · out_i for rows [i0, i0 + nq) into Di[0..nq) (zero past nq); one thread per row. */
+/* D_i = dout_i · out_i of query row i of (b, h), summed in column order. */
+__device__ __forceinline__ float att_row_dot(const gpucore_attn_args &a, int64_t b, int64_t h, int64_t i)
+{
+    float s = 0.0f;
+    for (int64_t c = 0; c < a.head_dim_v; c++)
+        s = fmaf(gpucore_attn_load(&a.dout, a.dtype, gpucore_attn_offset(&a.dout, b, h, i, c)),
+                 gpucore_attn_load(&a.out, a.dtype, gpucore_attn_offset(&a.out, b, h, i, c)), s);
+    return s;
+}
+
+/* Every D_i once, into a.delta, before the gradient kernels: the dk/dv kernels visit each query
+ * tile once per key block, and recomputing D there costs Sk/16 passes over dout and out. A warp per
+ * row: lane k sums columns k, k+32, ... (coalesced), then a fixed shuffle tree. */
+__global__ void __launch_bounds__(ATT_THREADS) attention_delta_kernel(gpucore_attn_args a)
+{
+    const int lane = threadIdx.x % 32, wpb = blockDim.x / 32;
+    const int64_t rows = a.batch * a.heads * a.seq_q;
+    for (int64_t w = (int64_t)blockIdx.x * wpb + threadIdx.x / 32; w < rows; w += (int64_t)gridDim.x * wpb) {
+        const int64_t i = w % a.seq_q, bh = w / a.seq_q, h = bh % a.heads, b = bh / a.heads;
+        float s = 0.0f;
+        for (int64_t c = lane; c < a.head_dim_v; c += 32)
+            s = fmaf(gpucore_attn_load(&a.dout, a.dtype, gpucore_attn_offset(&a.dout, b, h, i, c)),
+                     gpucore_attn_load(&a.out, a.dtype, gpucore_attn_offset(&a.out, b, h, i, c)), s);
+        for (int d = 16; d > 0; d /= 2) s += __shfl_down_sync(0xffffffffu, s, d);
+        if (lane == 0) a.delta[w] = s;
+    }
+}
+
+/* D_i and lse_i for rows [i0, i0 + nq) into Di[0..nq), lse[0..nq) (0 and -inf past nq): read from
+ * a.delta where the launch filled it, else one thread per row computes it. */
 __device__ __forceinline__ void att_row_dots(const gpucore_attn_args &a, int64_t b, int64_t h, int64_t i0, int64_t nq,
                                              int rows, float *Di, float *lse)
 {
     for (int t = threadIdx.x; t < rows; t += blockDim.x) {
         float s = 0.0f, ls = -INFINITY;
         if (t < nq) {
-            for (int64_t c = 0; c < a.head_dim_v; c++)
-                s = fmaf(gpucore_attn_load(&a.dout, a.dtype, gpucore_attn_offset(&a.dout, b, h, i0 + t, c)),
-                         gpucore_attn_load(&a.out, a.dtype, gpucore_attn_offset(&a.out, b, h, i0 + t, c)), s);
-            ls = a.lse[(b * a.heads + h) * a.seq_q + i0 + t];
+            const int64_t row = (b * a.heads + h) * a.seq_q + i0 + t;
+            s = a.delta ? a.delta[row] : att_row_dot(a, b, h, i0 + t);
+            ls = a.lse[row];
         }
         Di[t] = s;
         lse[t] = ls;
     }
+}
+
+/* The backward's first launch: D for every row when the caller gave the scratch. */
+static int attention_delta_launch(const gpucore_launch *l, const gpucore_attn_args *a)
+{
+    if (!a->delta || a->batch * a->heads * a->seq_q == 0) return 0;
+    unsigned grid = gpucore_grid_for(a->batch * a->heads * a->seq_q * 32, ATT_THREADS, l->sm_count);
+    GPUCORE_LAUNCH(attention_delta_kernel, grid, ATT_THREADS, 0, l->stream, *a);
+    return GPUCORE_LAUNCH_STATUS();
 }
 
 /* Five blocks per SM asked for explicitly: left to itself, ptxas targets the same five blocks
@@ -717,6 +754,8 @@ template <int NC, typename T> static int attention_launch_tc(const gpucore_launc
         GPUCORE_LAUNCH(attention_forward_tc, grid, ATT_THREADS, L.bytes, l->stream, *a, nqt);
         return GPUCORE_LAUNCH_STATUS();
     }
+    int derr = attention_delta_launch(l, a);
+    if (derr) return derr;
     if (a->dq.data) {
         void (*const attention_dq_tc)(gpucore_attn_args, int64_t) = attention_dq_tc_kernel<NC, T>;
         GPUCORE_LAUNCH(attention_dq_tc, grid, ATT_THREADS, L.bytes, l->stream, *a, nqt);
@@ -745,6 +784,8 @@ template <int NC> static int attention_launch(const gpucore_launch *l, const gpu
         GPUCORE_LAUNCH(attention_forward_kernel<NC>, grid, ATT_THREADS, smem, l->stream, *a, BK, nqt);
         return GPUCORE_LAUNCH_STATUS();
     }
+    int derr = attention_delta_launch(l, a);
+    if (derr) return derr;
     const int T = att_tile(NC, 1);
     if (a->dq.data) {
         size_t smem = sizeof(float) * (size_t)(ATT_ROWS * (D + 1) + ATT_ROWS * (Dv + 1) + T * (dmax + 1) +

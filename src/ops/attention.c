@@ -199,7 +199,11 @@ static gpucore_status attention_run(gpucore_context *ctx, gpucore_attn_args *a, 
     void *prof = gpucore_prof_begin(ctx, s, op, a->op == GPUCORE_ATTN_BWD ? 2 * bytes : bytes);
     int32_t engine = 0;
     a->engine_out = &engine;
-    st = ctx->be->attention(ctx->bctx, a, s->bstream);
+    a->delta = NULL; /* the backward's D_i scratch (kernel backends; none on the CPU) */
+    if (a->op == GPUCORE_ATTN_BWD)
+        st = ops_workspace_alloc(ctx, (int64_t)sizeof(float) * a->batch * a->heads * a->seq_q, s, (void **)&a->delta);
+    if (!st) st = ctx->be->attention(ctx->bctx, a, s->bstream);
+    ops_workspace_free(ctx, s, a->delta);
     gpucore_prof_end(ctx, prof);
     /* the dispatch's outcome, counted above the vtable (as matmul's fallbacks) */
     if (!st && engine == 1) atomic_fetch_add(&ctx->attn_cudnn_calls, 1);
