@@ -58,14 +58,18 @@ static void mpi_load(void)
     mpi_tried = 1;
 }
 
-/* The loaded module, or NULL with NOT_SUPPORTED and the reason (naming op) set. */
+/* The loaded module, or NULL with NOT_SUPPORTED and the reason (naming op) set; communicator
+ * calls add that CUDA has a way without MPI. */
 static const gpucore_mpi_module *mpi_module(const char *op)
 {
+    const int comm = !strncmp(op, "comm_", 5);
     pthread_mutex_lock(&mpi_link_mu);
     if (!mpi_tried) mpi_load();
     pthread_mutex_unlock(&mpi_link_mu);
     if (!mpi_mod) {
-        gpucore_set_error(GPUCORE_ERR_NOT_SUPPORTED, "%s: MPI is not available: %s", op, mpi_failure);
+        gpucore_set_error(GPUCORE_ERR_NOT_SUPPORTED, "%s: MPI is not available: %s%s", op, mpi_failure,
+                          comm ? ". On CUDA, gpucore_comm_create with a unique id needs no MPI and works with any "
+                                 "launcher" : "");
         return NULL;
     }
     return mpi_mod;
