@@ -181,7 +181,8 @@ GPUCORE_API gpucore_status gpucore_device_can_access_peer(int cuda_a, int cuda_b
 
 /* Version of a component found at run time, as text: names are "cuda_driver",
  * "cuda_runtime" (the one this build was linked against), "cublas", "cudnn", "nccl",
- * "nvml", "openblas", "mpi", "cuda_plugin" (path of the loaded module), "build"
+ * "nvml", "openblas", "mpi", "mpi_module" (path of the loaded MPI module),
+ * "cuda_plugin" (path of the loaded module), "build"
  * (the features and CUDA architectures compiled in). NOT_SUPPORTED when absent,
  * with the reason in gpucore_last_error(). */
 GPUCORE_API gpucore_status gpucore_component_version(const char *component, char *buf, size_t buf_len);

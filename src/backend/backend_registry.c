@@ -6,19 +6,21 @@
  * loads and runs on machines with no CUDA libraries at all, and a missing
  * libcudnn or libcuda becomes a clear message instead of a loader failure.
  * The test-only cuda-emulated backend (kernel sources on the SIMT layer) is found
- * through GPUCORE_EMULATED_PLUGIN.
+ * through GPUCORE_EMULATED_PLUGIN. The search and dlopen (gpucore_module_open,
+ * module_loader.h) serve the MPI module too (src/dist/mpi_link.c).
  */
 #include <dlfcn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include "core/internal.h"
+#include "module_loader.h"
+#include "dist/comm_internal.h"
 
 const gpucore_plugin_host gpucore_plugin_host_table = {GPUCORE_BACKEND_ABI, gpucore_set_error, gpucore_log};
 
 typedef struct plugin_slot {
-    const char *env_var;
-    const char *file_name;
+    gpucore_module_spec spec;
     int tried;
     const gpucore_backend *backend;
     char failure[768];
@@ -26,8 +28,9 @@ typedef struct plugin_slot {
 } plugin_slot;
 
 static pthread_mutex_t registry_lock = PTHREAD_MUTEX_INITIALIZER;
-static plugin_slot cuda_slot = {"GPUCORE_CUDA_PLUGIN", "libgpucore_cuda.so", 0, NULL, "", ""};
-static plugin_slot emulated_slot = {"GPUCORE_EMULATED_PLUGIN", NULL, 0, NULL, "", ""};
+static plugin_slot cuda_slot = {
+    {"GPUCORE_CUDA_PLUGIN", "libgpucore_cuda.so", "backend/cuda", GPUCORE_PLUGIN_ENTRY_NAME}, 0, NULL, "", ""};
+static plugin_slot emulated_slot = {{"GPUCORE_EMULATED_PLUGIN", NULL, NULL, GPUCORE_PLUGIN_ENTRY_NAME}, 0, NULL, "", ""};
 
 /* Directory holding libgpucore.so, so the plugin beside it is found wherever installed. */
 static void library_dir(char *buf, size_t len)
@@ -42,58 +45,87 @@ static void library_dir(char *buf, size_t len)
     }
 }
 
-static int try_load(plugin_slot *slot, const char *path, char *errors, size_t errlen)
+/* "path: why" after what is there (dlerror's text already starts with the path: not twice). */
+static void append_error(char *errors, size_t errlen, const char *path, const char *why)
+{
+    size_t used = strlen(errors), n = strlen(path);
+    int named = !strncmp(why, path, n) && why[n] == ':';
+    if (used + 1 < errlen)
+        snprintf(errors + used, errlen - used, "%s%s%s%s", used ? "; " : "", named ? "" : path, named ? "" : ": ", why);
+}
+
+static int try_open(const gpucore_module_spec *spec, const char *path, gpucore_module_accept_fn accept, void *arg,
+                    char *errors, size_t errlen)
 {
     void *handle = dlopen(path, RTLD_NOW | RTLD_LOCAL);
-    size_t used = strlen(errors);
     if (!handle) {
         const char *why = dlerror();
-        snprintf(errors + used, errlen - used, "%s%s: %s", used ? "; " : "", path, why ? why : "dlopen failed");
+        append_error(errors, errlen, path, why ? why : "dlopen failed");
         return 0;
     }
-    gpucore_plugin_entry_fn entry = (gpucore_plugin_entry_fn)dlsym(handle, GPUCORE_PLUGIN_ENTRY_NAME);
-    const gpucore_backend *be = NULL;
-    if (!entry || entry(&gpucore_plugin_host_table, &be) != GPUCORE_OK || !be || be->abi != GPUCORE_BACKEND_ABI) {
-        snprintf(errors + used, errlen - used, "%s%s: not a libgpucore backend module of ABI %d", used ? "; " : "",
-                 path, GPUCORE_BACKEND_ABI);
+    void *entry = dlsym(handle, spec->entry_name);
+    char why[256] = "";
+    if (!entry) snprintf(why, sizeof why, "exports no %s: not a libgpucore module", spec->entry_name);
+    if (!entry || !accept(entry, arg, why, sizeof why)) {
+        append_error(errors, errlen, path, why[0] ? why : "refused");
         dlclose(handle);
         return 0;
     }
-    /* The module stays loaded for the life of the process (its handles may be cached anywhere). */
+    return 1; /* the module stays loaded for the life of the process (its handles may be cached anywhere) */
+}
+
+int gpucore_module_open(const gpucore_module_spec *spec, gpucore_module_accept_fn accept, void *arg, char *path,
+                        size_t path_len, char *errors, size_t errors_len)
+{
+    const char *env = spec->env_var ? getenv(spec->env_var) : NULL;
+    if (env && *env) {
+        snprintf(path, path_len, "%s", env);
+        return try_open(spec, env, accept, arg, errors, errors_len);
+    }
+    if (!spec->file_name) return 0;
+    char dir[400];
+    library_dir(dir, sizeof dir);
+    /* Beside the library, in an installed gpucore/ folder, or in the module's build-tree folder. */
+    const char *subdirs[] = {"", "/gpucore", spec->build_subdir};
+    for (int i = 0; i < 3; i++) {
+        if (!subdirs[i]) continue;
+        snprintf(path, path_len, "%s%s%s/%s", dir, i == 2 ? "/" : "", subdirs[i], spec->file_name);
+        if (try_open(spec, path, accept, arg, errors, errors_len)) return 1;
+    }
+    return 0;
+}
+
+static int accept_backend(void *entry, void *arg, char *why, size_t why_len)
+{
+    plugin_slot *slot = arg;
+    const gpucore_backend *be = NULL;
+    if (((gpucore_plugin_entry_fn)entry)(&gpucore_plugin_host_table, &be) != GPUCORE_OK || !be ||
+        be->abi != GPUCORE_BACKEND_ABI) {
+        snprintf(why, why_len, "not a libgpucore backend module of ABI %d", GPUCORE_BACKEND_ABI);
+        return 0;
+    }
     slot->backend = be;
-    snprintf(slot->path, sizeof slot->path, "%s", path);
     return 1;
 }
 
 static void load_slot(plugin_slot *slot)
 {
     char errors[700] = "";
-    const char *env = getenv(slot->env_var);
-    if (env && *env) {
-        try_load(slot, env, errors, sizeof errors);
-    } else if (slot->file_name) {
-        char dir[400], path[512];
-        library_dir(dir, sizeof dir);
-        snprintf(path, sizeof path, "%s/%s", dir, slot->file_name);
-        /* Beside the library, in an installed gpucore/ folder, or in the build tree's backend/cuda/. */
-        static const char *subdirs[] = {"", "/gpucore", "/backend/cuda"};
-        for (int i = 0; i < 3 && !slot->backend; i++) {
-            snprintf(path, sizeof path, "%s%s/%s", dir, subdirs[i], slot->file_name);
-            try_load(slot, path, errors, sizeof errors);
-        }
-    } else {
-        snprintf(errors, sizeof errors, "%s is not set (the emulated backend exists only in test builds)",
-                 slot->env_var);
-    }
-    if (!slot->backend) {
-        if (slot->file_name)
+    const char *env = getenv(slot->spec.env_var);
+    if (!gpucore_module_open(&slot->spec, accept_backend, slot, slot->path, sizeof slot->path, errors,
+                             sizeof errors)) {
+        slot->path[0] = '\0';
+        if (slot->spec.file_name)
             snprintf(slot->failure, sizeof slot->failure,
                      "the CUDA backend module could not be loaded (%s). This build may lack CUDA (meson "
                      "-Dcuda=enabled), or a CUDA library it needs is not on the loader path; set %s to the "
                      "module's path to choose one",
-                     errors, slot->env_var);
-        else
+                     errors, slot->spec.env_var);
+        else if (env && *env)
             snprintf(slot->failure, sizeof slot->failure, "%s", errors);
+        else
+            snprintf(slot->failure, sizeof slot->failure,
+                     "%s is not set (the emulated backend exists only in test builds)", slot->spec.env_var);
         gpucore_log(GPUCORE_LOG_INFO, "%s", slot->failure);
     }
     slot->tried = 1;
@@ -142,6 +174,9 @@ gpucore_status gpucore_component_version(const char *component, char *buf, size_
         snprintf(buf, buf_len, "%s", cuda_slot.path);
         return GPUCORE_OK;
     }
+    /* MPI's version and the MPI module's path come from that module (loaded here if need be). */
+    if (!strcmp(component, "mpi") || !strcmp(component, "mpi_module"))
+        return gpucore_mpi_component(component, buf, buf_len);
     /* The CPU backend knows its own components and the build; CUDA ones come from the plugin. */
     gpucore_status st = gpucore_cpu_backend()->component_version(component, buf, buf_len);
     if (st != GPUCORE_ERR_NOT_SUPPORTED) return st;

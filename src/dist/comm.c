@@ -3,9 +3,10 @@
  * create one (MPI launch, caller-supplied unique id, several local devices),
  * argument validation, sequence numbers, the dedicated communication stream and
  * its event ordering against the caller's stream, and host waits with timeouts.
- * The data moves in the backends: MPI on the CPU (src/cpu/cpu_comm.c), NCCL on
- * CUDA (src/backend/cuda/cuda_comm.c, with the watchdog). MPI start-up lives here because
- * the CUDA path also needs it to ship NCCL's unique id.
+ * The data moves in the backends: MPI on the CPU (src/backend/cpu/cpu_comm.c), NCCL on
+ * CUDA (src/backend/cuda/cuda_comm.c, with the watchdog). MPI itself is in the MPI
+ * module (src/dist/mpi/, opened on first use by mpi_link.c): the CUDA path calls it
+ * here too, to ship NCCL's unique id.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -16,91 +17,6 @@
 #include "comm_internal.h"
 #include "comm_names.h"
 #include "core/view_span.h"
-#include "gpucore_config.h"
-#if GPUCORE_HAVE_MPI
-#include <mpi.h>
-#endif
-
-/* ------------------------------------------------------------------ MPI */
-
-#if GPUCORE_HAVE_MPI
-static pthread_mutex_t mpi_init_mu = PTHREAD_MUTEX_INITIALIZER;
-static pthread_mutex_t mpi_call_mu = PTHREAD_MUTEX_INITIALIZER;
-static int mpi_need_lock;
-static atomic_int mpi_broken;
-
-static void mpi_finalize_at_exit(void)
-{
-    int finalized = 0;
-    MPI_Finalized(&finalized);
-    if (!finalized && !atomic_load(&mpi_broken)) MPI_Finalize();
-}
-#endif
-
-void gpucore_mpi_mark_broken(void)
-{
-#if GPUCORE_HAVE_MPI
-    atomic_store(&mpi_broken, 1);
-#endif
-}
-
-void gpucore_mpi_lock(void)
-{
-#if GPUCORE_HAVE_MPI
-    if (mpi_need_lock) pthread_mutex_lock(&mpi_call_mu);
-#endif
-}
-
-void gpucore_mpi_unlock(void)
-{
-#if GPUCORE_HAVE_MPI
-    if (mpi_need_lock) pthread_mutex_unlock(&mpi_call_mu);
-#endif
-}
-
-gpucore_status gpucore_mpi_world(const char *op, int *rank, int *size)
-{
-#if GPUCORE_HAVE_MPI
-    pthread_mutex_lock(&mpi_init_mu);
-    int finalized = 0, initialized = 0, provided = 0;
-    MPI_Finalized(&finalized);
-    if (finalized) {
-        pthread_mutex_unlock(&mpi_init_mu);
-        return gpucore_set_error(GPUCORE_ERR_COMM, "%s: MPI was already finalized in this process; create "
-                                 "communicators before MPI_Finalize", op);
-    }
-    MPI_Initialized(&initialized);
-    if (!initialized) {
-        if (MPI_Init_thread(NULL, NULL, MPI_THREAD_MULTIPLE, &provided) != MPI_SUCCESS) {
-            pthread_mutex_unlock(&mpi_init_mu);
-            return gpucore_set_error(GPUCORE_ERR_COMM, "%s: MPI_Init_thread failed; launch the program with "
-                                     "mpirun/srun (or check the MPI installation)", op);
-        }
-        atexit(mpi_finalize_at_exit); /* we started MPI, so we finish it */
-        gpucore_log(GPUCORE_LOG_INFO, "comm: MPI initialised by libgpucore (thread level %d)", provided);
-    } else {
-        MPI_Query_thread(&provided);
-    }
-    if (provided < MPI_THREAD_SERIALIZED) {
-        pthread_mutex_unlock(&mpi_init_mu);
-        return gpucore_set_error(GPUCORE_ERR_NOT_SUPPORTED,
-                                 "%s: MPI was initialised with thread level %d, but libgpucore calls MPI from its "
-                                 "communication thread: initialise MPI with MPI_Init_thread(..., "
-                                 "MPI_THREAD_MULTIPLE, ...) (or let libgpucore initialise it)", op, provided);
-    }
-    mpi_need_lock = provided < MPI_THREAD_MULTIPLE;
-    pthread_mutex_unlock(&mpi_init_mu);
-    MPI_Comm_rank(MPI_COMM_WORLD, rank);
-    MPI_Comm_size(MPI_COMM_WORLD, size);
-    return GPUCORE_OK;
-#else
-    (void)rank; (void)size;
-    return gpucore_set_error(GPUCORE_ERR_NOT_SUPPORTED,
-                             "%s: this build of libgpucore has no MPI (install Open MPI, e.g. libopenmpi-dev, and "
-                             "rebuild with meson -Dmpi=enabled); on CUDA, gpucore_comm_create with a unique id "
-                             "works with any launcher", op);
-#endif
-}
 
 /* -------------------------------------------------------------- helpers */
 
@@ -192,7 +108,6 @@ static gpucore_status need_comm_backend(gpucore_context *ctx, const char *op)
 
 /* ------------------------------------------------------------- creation */
 
-#if GPUCORE_HAVE_MPI
 /* Every rank learns every rank's (host, GPU) and rejects a GPU named twice, so all
  * ranks fail together instead of NCCL hanging in init. */
 static gpucore_status check_gpu_mapping(gpucore_context *ctx, int rank, int size)
@@ -210,10 +125,7 @@ static gpucore_status check_gpu_mapping(gpucore_context *ctx, int rank, int size
     mine.index = ctx->index;
     gpu_slot *all = calloc((size_t)size, sizeof *all);
     if (!all) return gpucore_set_error(GPUCORE_ERR_OUT_OF_MEMORY, "comm_create_mpi: out of host memory");
-    gpucore_mpi_lock();
-    int rc = MPI_Allgather(&mine, (int)sizeof mine, MPI_BYTE, all, (int)sizeof mine, MPI_BYTE, MPI_COMM_WORLD);
-    gpucore_mpi_unlock();
-    if (rc != MPI_SUCCESS) {
+    if (gpucore_mpi_loaded()->world_allgather(&mine, all, (int)sizeof mine)) {
         free(all);
         return gpucore_set_error(GPUCORE_ERR_COMM, "comm_create_mpi: MPI_Allgather of the GPU mapping failed");
     }
@@ -235,7 +147,6 @@ static gpucore_status check_gpu_mapping(gpucore_context *ctx, int rank, int size
     free(all);
     return GPUCORE_OK;
 }
-#endif
 
 gpucore_status gpucore_comm_create_mpi(gpucore_context *ctx, gpucore_comm **out)
 {
@@ -247,7 +158,6 @@ gpucore_status gpucore_comm_create_mpi(gpucore_context *ctx, gpucore_comm **out)
     if ((st = need_comm_backend(ctx, op))) return st;
     int rank = 0, size = 0;
     if ((st = gpucore_mpi_world(op, &rank, &size))) return st;
-#if GPUCORE_HAVE_MPI
     double timeout = comm_default_timeout();
     void *bcomm = NULL;
     if (ctx->type == GPUCORE_DEVICE_CPU) {
@@ -262,10 +172,7 @@ gpucore_status gpucore_comm_create_mpi(gpucore_context *ctx, gpucore_comm **out)
             msg.status = ctx->be->comm_unique_id ? ctx->be->comm_unique_id(msg.id) : GPUCORE_ERR_NOT_SUPPORTED;
             if (msg.status) snprintf(why, sizeof why, "%s", gpucore_last_error());
         }
-        gpucore_mpi_lock();
-        int rc = MPI_Bcast(&msg, (int)sizeof msg, MPI_BYTE, 0, MPI_COMM_WORLD);
-        gpucore_mpi_unlock();
-        if (rc != MPI_SUCCESS)
+        if (gpucore_mpi_loaded()->world_bcast(&msg, (int)sizeof msg, 0))
             return gpucore_set_error(GPUCORE_ERR_COMM, "%s: MPI_Bcast of the NCCL unique id failed", op);
         if (msg.status)
             return gpucore_set_error((gpucore_status)msg.status, "%s: rank 0 could not make the NCCL unique id%s%s",
@@ -276,9 +183,6 @@ gpucore_status gpucore_comm_create_mpi(gpucore_context *ctx, gpucore_comm **out)
     if ((st = comm_wrap(ctx, bcomm, rank, size, timeout, "mpi", out))) return st;
     gpucore_log(GPUCORE_LOG_DEBUG, "comm: rank %d of %d on %s created through MPI", rank, size, ctx->name);
     return GPUCORE_OK;
-#else
-    return GPUCORE_ERR_NOT_SUPPORTED; /* not reached: gpucore_mpi_world said why */
-#endif
 }
 
 gpucore_status gpucore_comm_unique_id(gpucore_context *ctx, void *id, size_t id_len)
@@ -468,7 +372,7 @@ uint64_t gpucore_comm_last_sequence(const gpucore_comm *comm)
  * caller's queued work and whatever the comm stream still has queued (ev_in), and
  * the comm stream follows it (ev_out), so collectives still start in issue order.
  * MPI may be called from any thread at the levels libgpucore accepts (SERIALIZED
- * through gpucore_mpi_lock, MULTIPLE). CUDA keeps NCCL on the comm stream. */
+ * through the MPI module's lock, MULTIPLE). CUDA keeps NCCL on the comm stream. */
 static int runs_on_producer(const comm_state *s, const gpucore_stream *producer, int wait_back)
 {
     return wait_back && producer && producer != s->stream && s->ctx->type == GPUCORE_DEVICE_CPU;

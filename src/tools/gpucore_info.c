@@ -233,7 +233,14 @@ int main(int argc, char **argv)
     component("libraries", "nccl");
     component("libraries", "nvml");
     component("libraries", "openblas");
-    component("libraries", "mpi");
+    /* MPI lives in a module opened on first use: say whether it loads, and why not. */
+    if (gpucore_component_version("mpi", buf, sizeof buf) == GPUCORE_OK) {
+        char path[512] = "";
+        gpucore_component_version("mpi_module", path, sizeof path);
+        put("libraries", "mpi", "available: %s (module %s)", buf, path);
+    } else {
+        put("libraries", "mpi", "unavailable: %s", gpucore_last_error());
+    }
 
     /* Layer 5: smoke tests. */
     char detail[512];

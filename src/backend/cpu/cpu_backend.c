@@ -12,9 +12,6 @@
 #if GPUCORE_HAVE_OPENBLAS
 #include <cblas.h>
 #endif
-#if GPUCORE_HAVE_MPI
-#include <mpi.h>
-#endif
 
 static gpucore_status cpu_available(char *why, size_t len)
 {
@@ -99,18 +96,6 @@ static gpucore_status cpu_component_version(const char *component, char *buf, si
         return GPUCORE_OK;
 #else
         return gpucore_set_error(GPUCORE_ERR_NOT_SUPPORTED, "this build has no OpenBLAS (a plain C GEMM is used)");
-#endif
-    }
-    if (!strcmp(component, "mpi")) {
-#if GPUCORE_HAVE_MPI
-        char v[MPI_MAX_LIBRARY_VERSION_STRING];
-        int n = 0;
-        MPI_Get_library_version(v, &n);
-        v[strcspn(v, "\n")] = '\0';
-        snprintf(buf, len, "%s", v);
-        return GPUCORE_OK;
-#else
-        return gpucore_set_error(GPUCORE_ERR_NOT_SUPPORTED, "this build has no MPI (meson -Dmpi=enabled)");
 #endif
     }
     return GPUCORE_ERR_NOT_SUPPORTED;

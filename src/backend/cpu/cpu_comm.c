@@ -1,45 +1,33 @@
 /*
- * cpu_comm.c — the CPU backend's collectives. MPI carries the data: each
+ * cpu_comm.c — the CPU backend's collectives. MPI carries the data, in the MPI
+ * module (src/dist/mpi/mpi_transport.c, loaded by gpucore_comm_create_mpi): each
  * collective is a stream task (on the communication stream, or on the caller's
- * stream when the caller waits for it: see comm.c) that starts the non-blocking
- * MPI call (MPI_Iallreduce, ...) on the tensors themselves (MPI_IN_PLACE for in
- * place, no staging copy) and polls MPI_Test until it completes or its deadline
- * passes, so collectives are asynchronous and ordered with events exactly like
- * NCCL on a CUDA stream, and a dead or stalled peer turns into GPUCORE_ERR_COMM
- * instead of a hang. The task is not pinned to the worker thread: a caller that
- * synchronizes its stream runs it on its own thread, and one queued on the caller's
- * stream is queued for the caller (cpu_stream_enqueue_for_caller: the worker is not
- * woken for it and leaves it to a synchronizing caller for a while) (MPI is called under
- * gpucore_mpi_lock, so MPI_THREAD_SERIALIZED holds too). f16 and bf16 reduce through
- * user-defined MPI ops (computed in f32, rounded to nearest even per combine).
+ * stream when the caller waits for it: see comm.c) that has the module run the
+ * non-blocking MPI calls on the tensors themselves and poll them until they
+ * complete, the call's deadline passes or the communicator is aborted, so
+ * collectives are asynchronous and ordered with events exactly like NCCL on a
+ * CUDA stream, and a dead or stalled peer turns into GPUCORE_ERR_COMM instead of a
+ * hang. The task is not pinned to the worker thread: a caller that synchronizes
+ * its stream runs it on its own thread, and one queued on the caller's stream is
+ * queued for the caller (cpu_stream_enqueue_for_caller: the worker is not woken
+ * for it and leaves it to a synchronizing caller for a while). This file keeps the
+ * communicator's state, its first failure's message and the abort flag.
  * A 1-rank communicator (gpucore_comm_create_local with one context) needs no
  * MPI at all: every collective is a copy.
  */
-#include <sched.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include "cpu_internal.h"
 #include "dist/comm_names.h"
 #include "dist/comm_internal.h"
-#include "numeric.h"
-#include "gpucore_config.h"
-#if GPUCORE_HAVE_MPI
-#include <limits.h>
-#include <mpi.h>
-#endif
 
 typedef struct cpu_comm {
     int self; /* 1-rank, no MPI */
     int rank, size;
-#if GPUCORE_HAVE_MPI
-    MPI_Comm mc;
-    MPI_Op half_ops[2][3]; /* [f16, bf16][sum, max, min] */
-#endif
-    void *scratch; /* received partial chunks (ring collectives), scratch_bytes long */
-    size_t scratch_bytes;
+    const gpucore_mpi_module *mpi; /* !self: the MPI module and its communicator */
+    void *mc;
     atomic_int failed;
     atomic_int abort_requested;
     pthread_mutex_t mu; /* guards msg */
@@ -71,27 +59,6 @@ static void call_fail(cpu_comm *c, const gpucore_comm_call *k, const char *what)
               gpucore_dtype_name((gpucore_dtype)k->dtype), comm_op_name(k->op), what);
 }
 
-/* AVG = sum, then divide in the element type (f16/bf16 through f32; i32 truncates). */
-static void divide_by(void *buf, int32_t dtype, int64_t n, int size)
-{
-    switch (dtype) {
-    case GPUCORE_F32: { float *x = buf; for (int64_t i = 0; i < n; i++) x[i] = x[i] / (float)size; break; }
-    case GPUCORE_F64: { double *x = buf; for (int64_t i = 0; i < n; i++) x[i] = x[i] / (double)size; break; }
-    case GPUCORE_I32: { int32_t *x = buf; for (int64_t i = 0; i < n; i++) x[i] = x[i] / size; break; }
-    case GPUCORE_F16: {
-        uint16_t *x = buf;
-        for (int64_t i = 0; i < n; i++) x[i] = gpucore_f32_to_f16(gpucore_f16_to_f32(x[i]) / (float)size);
-        break;
-    }
-    case GPUCORE_BF16: {
-        uint16_t *x = buf;
-        for (int64_t i = 0; i < n; i++) x[i] = gpucore_f32_to_bf16(gpucore_bf16_to_f32(x[i]) / (float)size);
-        break;
-    }
-    default: break;
-    }
-}
-
 static gpucore_status self_run(const gpucore_comm_call *k)
 {
     if (k->kind == GPUCORE_COMM_BARRIER) return GPUCORE_OK;
@@ -100,394 +67,14 @@ static gpucore_status self_run(const gpucore_comm_call *k)
     return GPUCORE_OK;
 }
 
-#if GPUCORE_HAVE_MPI
-/* ---- f16 / bf16 reductions as user MPI ops: inout[i] = in[i] op inout[i] ---- */
-#define HALF_OP(name, to_f32, from_f32, expr)                                           \
-    static void name(void *in, void *inout, int *len, MPI_Datatype *dt)                 \
-    {                                                                                   \
-        (void)dt;                                                                       \
-        const uint16_t *a = in;                                                         \
-        uint16_t *b = inout;                                                            \
-        for (int i = 0; i < *len; i++) {                                                \
-            float x = to_f32(a[i]), y = to_f32(b[i]);                                   \
-            b[i] = from_f32(expr);                                                      \
-        }                                                                               \
-    }
-HALF_OP(f16_sum, gpucore_f16_to_f32, gpucore_f32_to_f16, x + y)
-HALF_OP(f16_max, gpucore_f16_to_f32, gpucore_f32_to_f16, x > y ? x : y)
-HALF_OP(f16_min, gpucore_f16_to_f32, gpucore_f32_to_f16, x < y ? x : y)
-HALF_OP(bf16_sum, gpucore_bf16_to_f32, gpucore_f32_to_bf16, x + y)
-HALF_OP(bf16_max, gpucore_bf16_to_f32, gpucore_f32_to_bf16, x > y ? x : y)
-HALF_OP(bf16_min, gpucore_bf16_to_f32, gpucore_f32_to_bf16, x < y ? x : y)
-
-static MPI_Datatype mpi_type(int32_t dtype)
-{
-    switch (dtype) {
-    case GPUCORE_F32: return MPI_FLOAT;
-    case GPUCORE_F64: return MPI_DOUBLE;
-    case GPUCORE_I32: return MPI_INT32_T;
-    default: return MPI_UINT16_T; /* f16, bf16: reduced by the user ops */
-    }
-}
-
-static MPI_Op mpi_op(cpu_comm *c, int32_t dtype, int32_t op)
-{
-    int which = op == GPUCORE_REDUCE_MAX ? 1 : op == GPUCORE_REDUCE_MIN ? 2 : 0; /* sum and avg sum */
-    if (dtype == GPUCORE_F16) return c->half_ops[0][which];
-    if (dtype == GPUCORE_BF16) return c->half_ops[1][which];
-    return which == 1 ? MPI_MAX : which == 2 ? MPI_MIN : MPI_SUM;
-}
-
-/* How a waiting collective polls: MPI_Test back to back for WAIT_SPIN_S (a peer on
- * time completes a small collective within it), then polls that sched_yield until
- * WAIT_YIELD_S (a peer that lost its core on a loaded machine comes back within a
- * time slice or two, and a yield hands the core to whoever is runnable), then naps
- * that double from WAIT_NAP0_NS to WAIT_NAP_MAX_NS between polls. The old wait
- * yielded for a whole second: on an oversubscribed machine (2 ranks with compute
- * threads and comm workers on 2 cores) a waiter whose peer is busy computing kept
- * its share of a core all that time. A nap makes the collective at most
- * WAIT_NAP_MAX_NS late once the peer arrives (Open MPI progresses only inside MPI
- * calls); every poll still checks the abort flag and the deadline. */
-#define WAIT_SPIN_S 50e-6
-#define WAIT_YIELD_S 2e-3
-#define WAIT_NAP0_NS 50000L
-#define WAIT_NAP_MAX_NS 1000000L
-
-/* Poll n non-blocking MPI requests to completion or the call's deadline. */
-static gpucore_status mpi_wait_all(cpu_comm *c, int n, MPI_Request *req, const gpucore_comm_call *k, double start)
-{
-    double deadline = k->timeout_s > 0 ? start + k->timeout_s : -1;
-    double waited_from = -1;
-    long nap_ns = WAIT_NAP0_NS;
-    for (;;) {
-        int flag = 0;
-        gpucore_mpi_lock();
-        int rc = MPI_Testall(n, req, &flag, MPI_STATUSES_IGNORE);
-        gpucore_mpi_unlock();
-        if (rc != MPI_SUCCESS) {
-            char es[MPI_MAX_ERROR_STRING] = "", what[MPI_MAX_ERROR_STRING + 32];
-            int len = 0;
-            MPI_Error_string(rc, es, &len);
-            snprintf(what, sizeof what, "failed in MPI: %s", es);
-            call_fail(c, k, what);
-            return GPUCORE_ERR_COMM;
-        }
-        if (flag) return GPUCORE_OK;
-        if (atomic_load(&c->abort_requested)) return GPUCORE_ERR_COMM; /* message set by comm_abort */
-        double t = comm_now_s();
-        if (deadline >= 0 && t > deadline) {
-            char what[128];
-            snprintf(what, sizeof what, "did not complete within the timeout of %.1f s (a peer may have died or stalled)",
-                     k->timeout_s);
-            call_fail(c, k, what);
-            return GPUCORE_ERR_COMM;
-        }
-        if (waited_from < 0) waited_from = t;
-        if (t - waited_from < WAIT_SPIN_S) continue;
-        if (t - waited_from < WAIT_YIELD_S) {
-            sched_yield();
-            continue;
-        }
-        struct timespec nap = {0, nap_ns};
-        nanosleep(&nap, NULL);
-        if (nap_ns < WAIT_NAP_MAX_NS) nap_ns = nap_ns * 2 < WAIT_NAP_MAX_NS ? nap_ns * 2 : WAIT_NAP_MAX_NS;
-    }
-}
-
-static gpucore_status mpi_wait(cpu_comm *c, MPI_Request *req, const gpucore_comm_call *k, double start)
-{
-    return mpi_wait_all(c, 1, req, k, start);
-}
-
-static gpucore_status mpi_check_rc(cpu_comm *c, const gpucore_comm_call *k, int rc, const char *fn)
-{
-    if (rc == MPI_SUCCESS) return GPUCORE_OK;
-    char es[MPI_MAX_ERROR_STRING] = "", what[MPI_MAX_ERROR_STRING + 64];
-    int len = 0;
-    MPI_Error_string(rc, es, &len);
-    snprintf(what, sizeof what, "could not start (%s: %s)", fn, es);
-    call_fail(c, k, what);
-    return GPUCORE_ERR_COMM;
-}
-
-#define MPI_CHUNK ((int64_t)1 << 30) /* elements per call: MPI counts are int */
-
-/* ---- allreduce, reduce-scatter and all-gather over non-blocking point-to-point ----
- * Open MPI's non-blocking collectives (libnbc) reach about half the speed of its
- * blocking ones on large buffers (a reduce-scatter of 0.5 MiB took 16 ms in the GPT
- * example under ZeRO), and a blocking call cannot honour the timeout. So these run
- * as rings of Isend/Irecv polled like every collective, straight on the tensors:
- *  - reduce-scatter: p-1 steps; at each a rank adds the partial chunk its left
- *    neighbour sends to its own input chunk and passes the sum on; after the last
- *    step it holds chunk `rank`, written straight into the output (in place too);
- *  - all-gather: p-1 steps, each forwarding the chunk received the step before;
- *  - allreduce: the two in turn on one buffer (from RING_MIN_BYTES: 2(n-1)/n of it
- *    moves per rank, as in the blocking algorithms); with 2 ranks and less than
- *    SWAP_MAX_BYTES one exchange of the whole buffer instead (one round trip, not
- *    two), both ranks combining rank 0's data into rank 1's: the same bits on both,
- *    except where the whole buffer is too big for an eager message but its halves
- *    are not (EAGER_BYTES: Open MPI's shared-memory transport sends up to 4 KiB, its
- *    header included, eagerly and larger messages by rendezvous, an extra round trip
- *    and a cross-process copy): there the ring's two eager steps win (a 4 KiB
- *    allreduce took 3.6 us as one exchange, 1.6 us as a ring; MPI 1.1).
- * Each chunk is reduced in one fixed rank order and then copied, so every rank holds
- * the same bits and a run is reproducible; with 2 ranks the sum is exactly MPI's
- * (a + b). f16/bf16 reductions keep MPI's collectives with the user ops above. */
-#define RING_MIN_BYTES ((int64_t)4 << 10)
-#define SWAP_MAX_BYTES ((int64_t)64 << 10)
-#define EAGER_BYTES ((int64_t)4000)
-#define RING_TAG 0x6C71
-
-static int ring_dtype(int32_t dtype) { return dtype == GPUCORE_F32 || dtype == GPUCORE_F64 || dtype == GPUCORE_I32; }
-
-#define RING_COMBINE(T, dst, src, own, n, op)                                                       \
-    do {                                                                                            \
-        T *d_ = (T *)(dst);                                                                         \
-        const T *s_ = (const T *)(src), *o_ = (const T *)(own);                                     \
-        if ((op) == GPUCORE_REDUCE_MAX)                                                             \
-            for (int64_t i_ = 0; i_ < (n); i_++) d_[i_] = s_[i_] > o_[i_] ? s_[i_] : o_[i_];        \
-        else if ((op) == GPUCORE_REDUCE_MIN)                                                        \
-            for (int64_t i_ = 0; i_ < (n); i_++) d_[i_] = s_[i_] < o_[i_] ? s_[i_] : o_[i_];        \
-        else                                                                                        \
-            for (int64_t i_ = 0; i_ < (n); i_++) d_[i_] = s_[i_] + o_[i_];                          \
-    } while (0)
-
-/* dst = src op own, elementwise; dst may be src or own (sum and avg add: avg divides at the end). */
-static void ring_combine(int32_t dtype, int32_t op, void *dst, const void *src, const void *own, int64_t n)
-{
-    if (dtype == GPUCORE_F32) RING_COMBINE(float, dst, src, own, n, op);
-    else if (dtype == GPUCORE_F64) RING_COMBINE(double, dst, src, own, n, op);
-    else RING_COMBINE(int32_t, dst, src, own, n, op);
-}
-
-/* Scratch for received partial chunks, kept by the communicator (its collectives run
- * one at a time, in issue order) so a large call does not fault in fresh pages. */
-#define SCRATCH_KEEP_BYTES ((size_t)64 << 20)
-static void *scratch(cpu_comm *c, const gpucore_comm_call *k, size_t bytes)
-{
-    if (bytes > c->scratch_bytes) {
-        free(c->scratch);
-        c->scratch_bytes = 0;
-        if (!(c->scratch = malloc(bytes ? bytes : 1))) {
-            call_fail(c, k, "ran out of host memory for its receive buffer");
-            return NULL;
-        }
-        c->scratch_bytes = bytes;
-    }
-    return c->scratch;
-}
-
-static void scratch_trim(cpu_comm *c)
-{
-    if (c->scratch_bytes <= SCRATCH_KEEP_BYTES) return;
-    free(c->scratch);
-    c->scratch = NULL;
-    c->scratch_bytes = 0;
-}
-
-/* One step: receive nr elements from rank `from` into dst while sending ns from src to rank
- * `to`; with cp_bytes, also copy cp_bytes from cp_src to cp_dst once both are posted (the
- * peer reads src meanwhile: Open MPI's shared memory copies a large message on the receiver). */
-static gpucore_status ring_step_copying(cpu_comm *c, const gpucore_comm_call *k, double start, MPI_Datatype dt,
-                                        int from, void *dst, int64_t nr, int to, const void *src, int64_t ns,
-                                        void *cp_dst, const void *cp_src, size_t cp_bytes)
-{
-    MPI_Request req[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL};
-    gpucore_mpi_lock();
-    int rc = MPI_Irecv(dst, (int)nr, dt, from, RING_TAG, c->mc, &req[0]);
-    if (rc == MPI_SUCCESS) rc = MPI_Isend(src, (int)ns, dt, to, RING_TAG, c->mc, &req[1]);
-    gpucore_mpi_unlock();
-    gpucore_status st = mpi_check_rc(c, k, rc, "MPI_Isend/MPI_Irecv");
-    if (!st && cp_bytes) memcpy(cp_dst, cp_src, cp_bytes);
-    return st ? st : mpi_wait_all(c, 2, req, k, start);
-}
-
-static gpucore_status ring_step(cpu_comm *c, const gpucore_comm_call *k, double start, MPI_Datatype dt, int from,
-                                void *dst, int64_t nr, int to, const void *src, int64_t ns)
-{
-    return ring_step_copying(c, k, start, dt, from, dst, nr, to, src, ns, NULL, NULL, 0);
-}
-
-/* Elements [*a, *b) of chunk i (taken mod p) when n elements split into p chunks. */
-static void chunk_span(int64_t n, int p, int i, int64_t *a, int64_t *b)
-{
-    int j = (i % p + p) % p;
-    *a = (int64_t)j * n / p;
-    *b = (int64_t)(j + 1) * n / p;
-}
-
-/* Reduce-scatter of `in` (chunk j = [chunk_at(j), chunk_at(j+1))) into out, which gets
- * this rank's chunk fully reduced (out may be that chunk of in). With acc_in_place
- * (the allreduce) partial sums accumulate in `in` itself and out is ignored. */
-static gpucore_status ring_reduce_scatter(cpu_comm *c, const gpucore_comm_call *k, double start, char *in, int64_t n,
-                                          char *out, int acc_in_place)
-{
-    const int p = c->size, r = c->rank, right = (r + 1) % p, left = (r + p - 1) % p;
-    const int64_t es = gpucore_dtype_size((gpucore_dtype)k->dtype), most = n / p + 1;
-    char *tmp = scratch(c, k, (size_t)(most * es * (acc_in_place ? 1 : 2)));
-    if (!tmp) return GPUCORE_ERR_COMM;
-    MPI_Datatype dt = mpi_type(k->dtype);
-    gpucore_status st = GPUCORE_OK;
-    const char *sent = NULL; /* the partial sum passed on at the step before */
-    for (int s = 0; s < p - 1 && !st; s++) {
-        /* step s: send chunk r-s-1 (own input at s 0, else the partial sum of step s-1), receive chunk r-s-2 */
-        const int sc = r - s - 1, rcv = r - s - 2;
-        int64_t s0, s1, r0, r1;
-        chunk_span(n, p, sc, &s0, &s1);
-        chunk_span(n, p, rcv, &r0, &r1);
-        const char *src = acc_in_place || s == 0 ? in + s0 * es : sent;
-        char *got = tmp + (acc_in_place ? 0 : (s & 1) * most * es);
-        st = ring_step(c, k, start, dt, left, got, r1 - r0, right, src, s1 - s0);
-        if (st) break;
-        char *dst = acc_in_place ? in + r0 * es : s == p - 2 ? out : got; /* the last step lands chunk r in out */
-        ring_combine(k->dtype, k->op, dst, got, in + r0 * es, r1 - r0);
-        sent = got;
-    }
-    return st;
-}
-
-/* All-gather in place: buf holds n elements in p chunks; this rank's chunk `first`
- * is complete, or, with first_src, is copied from there (sent from there at step 0, and
- * copied while that step is in flight); after p-1 steps every chunk is. */
-static gpucore_status ring_all_gather(cpu_comm *c, const gpucore_comm_call *k, double start, char *buf, int64_t n,
-                                      int64_t es, MPI_Datatype dt, int first, const char *first_src)
-{
-    const int p = c->size, r = c->rank, right = (r + 1) % p, left = (r + p - 1) % p;
-    gpucore_status st = GPUCORE_OK;
-    for (int s = 0; s < p - 1 && !st; s++) {
-        const int sc = first - s, rcv = first - s - 1;
-        int64_t s0, s1, r0, r1;
-        chunk_span(n, p, sc, &s0, &s1);
-        chunk_span(n, p, rcv, &r0, &r1);
-        const int copy = s == 0 && first_src;
-        st = ring_step_copying(c, k, start, dt, left, buf + r0 * es, r1 - r0, right, copy ? first_src : buf + s0 * es,
-                               s1 - s0, buf + s0 * es, first_src, copy ? (size_t)((s1 - s0) * es) : 0);
-    }
-    (void)r;
-    return st;
-}
-
-/* Which allreduce: 2 = one exchange (2 ranks), 1 = ring, 0 = MPI_Iallreduce. */
-static int allreduce_way(const cpu_comm *c, const gpucore_comm_call *k)
-{
-    int64_t bytes = k->count * gpucore_dtype_size((gpucore_dtype)k->dtype);
-    if (c->size < 2 || !ring_dtype(k->dtype) || k->count / c->size >= (int64_t)INT_MAX / 2) return 0;
-    if (c->size == 2 && bytes < SWAP_MAX_BYTES) return bytes <= EAGER_BYTES || bytes > 2 * EAGER_BYTES ? 2 : 1;
-    return bytes >= RING_MIN_BYTES;
-}
-
-static gpucore_status swap_allreduce(cpu_comm *c, const gpucore_comm_call *k, double start)
-{
-    const int64_t es = gpucore_dtype_size((gpucore_dtype)k->dtype), n = k->count;
-    char *buf = k->recv, *tmp = scratch(c, k, (size_t)(n * es));
-    if (!tmp) return GPUCORE_ERR_COMM;
-    const int other = 1 - c->rank;
-    gpucore_status st = ring_step(c, k, start, mpi_type(k->dtype), other, tmp, n, other, k->send, n);
-    if (st) return st;
-    /* rank 0's data op rank 1's, on both ranks */
-    if (c->rank == 0) ring_combine(k->dtype, k->op, buf, k->send, tmp, n);
-    else ring_combine(k->dtype, k->op, buf, tmp, k->send, n);
-    return GPUCORE_OK;
-}
-
-static gpucore_status ring_allreduce(cpu_comm *c, const gpucore_comm_call *k, double start)
-{
-    const int64_t es = gpucore_dtype_size((gpucore_dtype)k->dtype), n = k->count;
-    char *buf = k->recv;
-    if (k->send != k->recv) memcpy(buf, k->send, (size_t)(n * es)); /* out of place: reduce in out */
-    gpucore_status st = ring_reduce_scatter(c, k, start, buf, n, NULL, 1);
-    /* the reduce-scatter leaves chunk `rank` complete here */
-    return st ? st : ring_all_gather(c, k, start, buf, n, es, mpi_type(k->dtype), c->rank, NULL);
-}
-
+/* One collective over MPI (the module sets no message: what it reports goes into ours). */
 static gpucore_status mpi_run(cpu_comm *c, const gpucore_comm_call *k)
 {
-    double start = comm_now_s();
-    int64_t es = gpucore_dtype_size((gpucore_dtype)k->dtype);
-    MPI_Datatype dt = mpi_type(k->dtype);
-    MPI_Op op = mpi_op(c, k->dtype, k->op);
-    MPI_Request req = MPI_REQUEST_NULL;
-    char *send = (char *)k->send, *recv = k->recv;
-    gpucore_status st = GPUCORE_OK;
-    int rc;
-    switch (k->kind) {
-    case GPUCORE_COMM_ALLREDUCE:
-        if (allreduce_way(c, k)) {
-            st = allreduce_way(c, k) == 2 ? swap_allreduce(c, k, start) : ring_allreduce(c, k, start);
-            break;
-        }
-        for (int64_t off = 0; off < k->count && !st; off += MPI_CHUNK) {
-            int n = (int)(k->count - off < MPI_CHUNK ? k->count - off : MPI_CHUNK);
-            const void *sp = send == recv ? MPI_IN_PLACE : send + off * es;
-            gpucore_mpi_lock();
-            rc = MPI_Iallreduce(sp, recv + off * es, n, dt, op, c->mc, &req);
-            gpucore_mpi_unlock();
-            if (!(st = mpi_check_rc(c, k, rc, "MPI_Iallreduce"))) st = mpi_wait(c, &req, k, start);
-        }
-        break;
-    case GPUCORE_COMM_REDUCE_SCATTER: {
-        if (c->size > 1 && ring_dtype(k->dtype)) { /* out may be this rank's slice of in (NCCL's in place) */
-            st = ring_reduce_scatter(c, k, start, send, k->count * c->size, recv, 0);
-            break;
-        }
-        /* NCCL's in place (out is this rank's slice of in) is not MPI's: go through a temporary */
-        int in_place = recv == send + (int64_t)c->rank * k->count * es;
-        char *dst = in_place ? malloc((size_t)(k->count * es)) : recv;
-        if (!dst) {
-            call_fail(c, k, "ran out of host memory for its temporary buffer");
-            return GPUCORE_ERR_COMM;
-        }
-        gpucore_mpi_lock();
-        rc = MPI_Ireduce_scatter_block(send, dst, (int)k->count, dt, op, c->mc, &req);
-        gpucore_mpi_unlock();
-        if (!(st = mpi_check_rc(c, k, rc, "MPI_Ireduce_scatter_block"))) st = mpi_wait(c, &req, k, start);
-        if (in_place) {
-            if (!st) memcpy(recv, dst, (size_t)(k->count * es));
-            free(dst);
-        }
-        break;
-    }
-    case GPUCORE_COMM_ALL_GATHER: {
-        char *own = recv + (int64_t)c->rank * k->count * es;
-        if (c->size > 1 && k->count * es <= INT_MAX) { /* as bytes: any dtype */
-            st = ring_all_gather(c, k, start, recv, k->count * es * c->size, 1, MPI_BYTE, c->rank,
-                                 send != own ? send : NULL);
-            break;
-        }
-        const void *sp = send == own ? MPI_IN_PLACE : send;
-        gpucore_mpi_lock();
-        rc = MPI_Iallgather(sp, (int)k->count, dt, recv, (int)k->count, dt, c->mc, &req);
-        gpucore_mpi_unlock();
-        if (!(st = mpi_check_rc(c, k, rc, "MPI_Iallgather"))) st = mpi_wait(c, &req, k, start);
-        break;
-    }
-    case GPUCORE_COMM_BROADCAST:
-        if (c->rank == k->root && send != recv) memcpy(recv, send, (size_t)(k->count * es));
-        for (int64_t off = 0; off < k->count && !st; off += MPI_CHUNK) {
-            int n = (int)(k->count - off < MPI_CHUNK ? k->count - off : MPI_CHUNK);
-            gpucore_mpi_lock();
-            rc = MPI_Ibcast(recv + off * es, n, dt, k->root, c->mc, &req);
-            gpucore_mpi_unlock();
-            if (!(st = mpi_check_rc(c, k, rc, "MPI_Ibcast"))) st = mpi_wait(c, &req, k, start);
-        }
-        break;
-    case GPUCORE_COMM_BARRIER:
-        gpucore_mpi_lock();
-        rc = MPI_Ibarrier(c->mc, &req);
-        gpucore_mpi_unlock();
-        if (!(st = mpi_check_rc(c, k, rc, "MPI_Ibarrier"))) st = mpi_wait(c, &req, k, start);
-        break;
-    default:
-        call_fail(c, k, "is not a known collective");
-        return GPUCORE_ERR_INTERNAL;
-    }
-    if (!st && k->op == GPUCORE_REDUCE_AVG &&
-        (k->kind == GPUCORE_COMM_ALLREDUCE || k->kind == GPUCORE_COMM_REDUCE_SCATTER))
-        divide_by(recv, k->dtype, k->count, c->size);
-    scratch_trim(c);
+    char what[1024];
+    gpucore_status st = c->mpi->comm_run(c->mc, k, gpucore_dtype_size((gpucore_dtype)k->dtype), what, sizeof what);
+    if (st && what[0]) call_fail(c, k, what);
     return st;
 }
-#endif
 
 typedef struct comm_task_args { cpu_comm *c; gpucore_comm_call call; } comm_task_args;
 
@@ -496,11 +83,7 @@ static gpucore_status comm_task(void *p)
     comm_task_args *a = p;
     if (atomic_load(&a->c->failed)) return GPUCORE_ERR_COMM; /* the communicator is dead: skip */
     if (a->c->self) return self_run(&a->call);
-#if GPUCORE_HAVE_MPI
     return mpi_run(a->c, &a->call);
-#else
-    return GPUCORE_ERR_NOT_SUPPORTED;
-#endif
 }
 
 gpucore_status cpu_comm_enqueue(void *bcomm, const gpucore_comm_call *call, void *stream)
@@ -551,27 +134,19 @@ gpucore_status cpu_comm_init(void *bctx, const void *id, int rank, int size, dou
     if (id)
         return gpucore_set_error(GPUCORE_ERR_NOT_SUPPORTED, "comm_create: the CPU backend's collectives run over MPI "
                                  "(no unique id): use gpucore_comm_create_mpi under mpirun/srun");
-#if GPUCORE_HAVE_MPI
+    const gpucore_mpi_module *m = gpucore_mpi_loaded(); /* comm_create_mpi loaded it */
+    if (!m) return gpucore_set_error(GPUCORE_ERR_NOT_SUPPORTED, "comm_create_mpi: MPI is not available");
     cpu_comm *c = comm_new(0, rank, size);
     if (!c) return gpucore_set_error(GPUCORE_ERR_OUT_OF_MEMORY, "comm_create_mpi: out of host memory");
-    gpucore_mpi_lock();
-    int rc = MPI_Comm_dup(MPI_COMM_WORLD, &c->mc); /* our traffic never mixes with the program's */
-    if (rc == MPI_SUCCESS) MPI_Comm_set_errhandler(c->mc, MPI_ERRORS_RETURN); /* errors are statuses, not aborts */
-    MPI_User_function *fns[2][3] = {{f16_sum, f16_max, f16_min}, {bf16_sum, bf16_max, bf16_min}};
-    for (int t = 0; t < 2 && rc == MPI_SUCCESS; t++)
-        for (int o = 0; o < 3 && rc == MPI_SUCCESS; o++) rc = MPI_Op_create(fns[t][o], 1, &c->half_ops[t][o]);
-    gpucore_mpi_unlock();
-    if (rc != MPI_SUCCESS) {
+    gpucore_status st = m->comm_create(rank, size, &c->abort_requested, &c->mc);
+    if (st) {
+        pthread_mutex_destroy(&c->mu);
         free(c);
-        return gpucore_set_error(GPUCORE_ERR_COMM, "comm_create_mpi: MPI_Comm_dup/MPI_Op_create failed on rank %d",
-                                 rank);
+        return st;
     }
+    c->mpi = m;
     *bcomm = c;
     return GPUCORE_OK;
-#else
-    (void)rank; (void)size; (void)bcomm;
-    return gpucore_set_error(GPUCORE_ERR_NOT_SUPPORTED, "comm_create_mpi: this build has no MPI");
-#endif
 }
 
 gpucore_status cpu_comm_init_local(void *const *bctxs, int n, double timeout_s, void **bcomms)
@@ -591,18 +166,9 @@ void cpu_comm_destroy(void *bcomm)
 {
     cpu_comm *c = bcomm;
     if (!c) return;
-#if GPUCORE_HAVE_MPI
-    /* A failed communicator may still have an MPI request in flight: leave MPI alone
-     * (the process is expected to end), only release our memory. */
-    if (!c->self && !atomic_load(&c->failed)) {
-        gpucore_mpi_lock();
-        for (int t = 0; t < 2; t++)
-            for (int o = 0; o < 3; o++) MPI_Op_free(&c->half_ops[t][o]);
-        MPI_Comm_free(&c->mc);
-        gpucore_mpi_unlock();
-    }
-#endif
+    /* A failed communicator may still have an MPI request in flight: the module then
+     * leaves MPI alone (the process is expected to end) and only releases memory. */
+    if (c->mpi) c->mpi->comm_destroy(c->mc, !atomic_load(&c->failed));
     pthread_mutex_destroy(&c->mu);
-    free(c->scratch);
     free(c);
 }
