@@ -406,11 +406,31 @@ static inline int att_tc_ok(const gpucore_attn_args *a)
 __device__ __forceinline__ uint16_t att_bits(__half v) { return __half_as_ushort(v); }
 __device__ __forceinline__ uint16_t att_bits(__nv_bfloat16 v) { return __bfloat16_as_ushort(v); }
 
-/* rows [row0, row0 + n) of t at (b, h) as raw 16-bit values into s[rows][ld], zero past n. */
+/* Eight 16-bit values moved as one 16-byte access (LDG.128 / STS.128). */
+struct __align__(16) att_vec8 {
+    uint32_t w[4];
+};
+
+/* rows [row0, row0 + n) of t at (b, h) as raw 16-bit values into s[rows][ld], zero past n. Rows
+ * with unit column stride, 16-byte aligned in memory and in the tile, go as 16-byte vectors with
+ * the row base computed once per vector; anything else (a transposed or odd-strided view)
+ * element by element. */
 __device__ __forceinline__ void att_load_raw(uint16_t *s, int ld, const gpucore_attn_tensor &t, int64_t b, int64_t h,
                                              int64_t row0, int64_t n, int rows, int cols)
 {
     const uint16_t *src = (const uint16_t *)t.data;
+    const int64_t base0 = gpucore_attn_offset(&t, b, h, row0, 0);
+    if (t.stride[3] == 1 && t.stride[2] % 8 == 0 && cols % 8 == 0 && ld % 8 == 0 &&
+        (uintptr_t)(src + base0) % 16 == 0 && (uintptr_t)s % 16 == 0) {
+        const int cv = cols / 8;
+        for (int e = threadIdx.x; e < rows * cv; e += blockDim.x) {
+            const int r = e / cv, c = (e - r * cv) * 8;
+            att_vec8 v = {{0u, 0u, 0u, 0u}};
+            if (r < n) v = *(const att_vec8 *)(src + base0 + (int64_t)r * t.stride[2] + c);
+            *(att_vec8 *)(s + r * ld + c) = v;
+        }
+        return;
+    }
     for (int e = threadIdx.x; e < rows * cols; e += blockDim.x) {
         const int r = e / cols, c = e % cols;
         s[r * ld + c] = r < n ? src[gpucore_attn_offset(&t, b, h, row0 + r, c)] : (uint16_t)0;
