@@ -170,6 +170,10 @@ EOF
       needed=$(readelf -d "$f" | sed -n 's/.*(NEEDED).*\[\(.*\)\]/\1/p' | tr '\n' ' ')
       runpath=$(readelf -d "$f" | sed -n 's/.*(RUNPATH).*\[\(.*\)\]/\1/p')
       echo "${f#"$PKG"/}: NEEDED ${needed}RUNPATH [${runpath}]"
+      # a run path into the build machine (its toolkit, its build folder) does not travel
+      for n in ${runpath//:/ }; do
+        case $n in '$ORIGIN'|'$ORIGIN/'*) ;; *) echo "  unexpected: ${f#"$PKG"/} has run path $n"; bad=1 ;; esac
+      done
       for n in $needed; do
         if [[ "$glibc" == *" $n "* ]]; then continue; fi
         if [ -f "$PKG/$n" ] && { [[ ":$runpath:" == *':$ORIGIN:'* ]] || [[ ":$runpath:" == *':$ORIGIN/..:'* ]]; }; then continue; fi
