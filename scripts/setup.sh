@@ -20,6 +20,8 @@ APT_PACKAGES="meson ninja-build pkg-config gcc g++ libopenblas-dev libcjson-dev 
 APT_PACKAGES="$APT_PACKAGES python3-torch python3-pytest python3-hypothesis"
 # The CPU backend's speed libraries (optional in the build): SLEEF's vector exp/tanh, oneDNN's convolution.
 APT_PACKAGES="$APT_PACKAGES libsleef-dev libdnnl-dev"
+# The install test (tests/test_install.sh): a CMake consumer, and a fresh venv for `pip install .`.
+APT_PACKAGES="$APT_PACKAGES cmake python3-venv"
 PIP_PACKAGES="numpy pytest"
 HF_PACKAGES="transformers==4.44.2 peft==0.12.0 accelerate==0.33.0 huggingface-hub==0.24.6 tokenizers==0.19.1
   safetensors==0.4.4 regex==2024.7.24 tqdm==4.66.5 packaging==24.1 filelock==3.15.4 fsspec==2024.6.1 psutil==6.0.0"

@@ -5,7 +5,9 @@
 #   3. the same C tests in a ThreadSanitizer build (OpenMP off: libgomp is not instrumented),
 #   4. bounded libFuzzer runs of the fuzz targets (scripts/fuzz.sh),
 #   5. the Python tests (pytest) against the normal build,
-#   6. PyTorch's OpInfo samples of our ops through the binding (python/torch_tests, Debian's python3 + torch).
+#   6. PyTorch's OpInfo samples of our ops through the binding (python/torch_tests, Debian's python3 + torch),
+#   7. the install paths (tests/test_install.sh): meson install with CMake and pkg-config consumers, and
+#      `pip install .` into a fresh venv (GPUCORE_SKIP_INSTALL_TEST=1 skips this stage).
 # Prints one closing line "tests: N passed, N failed, N skipped" and exits non-zero on any failure.
 # GPUCORE_SKIP_SANITIZERS=1 skips 2, 3 and 4 (used by the GPU run script); GPUCORE_SKIP_FUZZ=1 skips 4.
 set -euo pipefail
@@ -126,6 +128,25 @@ if [ -d python/torch_tests ]; then
     echo "SKIP PyTorch OpInfo samples: $TORCH_PY cannot import torch, expecttest, pytest and numpy (scripts/setup.sh installs them)"
     skipped=$((skipped + 1))
   fi
+fi
+
+# The install paths a user takes: meson install + CMake/pkg-config consumers, the wheel in a fresh venv.
+if [ "${GPUCORE_SKIP_INSTALL_TEST:-0}" != 1 ]; then
+  start=$SECONDS
+  echo "== install paths (tests/test_install.sh)"
+  set +e
+  tests/test_install.sh 2>&1 | tee "$BUILD_DIR/install-test.log"
+  rc=${PIPESTATUS[0]}
+  set -e
+  [ "$rc" = 0 ] || status=1
+  line=$(grep -E "^install: [0-9]+ passed, [0-9]+ failed" "$BUILD_DIR/install-test.log" | tail -1 || true)
+  ip=$(grep -oE '[0-9]+ passed' <<<"$line" | grep -oE '[0-9]+' || echo 0)
+  if [ -n "$line" ]; then if_=$(grep -oE '[0-9]+ failed' <<<"$line" | grep -oE '[0-9]+'); else if_=1; fi
+  is=$(grep -oE '[0-9]+ skipped' <<<"$line" | grep -oE '[0-9]+' || echo 0)
+  # a non-zero exit with no failure counted (a crash before the closing line) is still a failure
+  if [ "$rc" != 0 ] && [ "$if_" = 0 ]; then if_=1; fi
+  passed=$((passed + ip)); failed=$((failed + if_)); skipped=$((skipped + is))
+  echo "== install paths: $ip passed, $if_ failed, $is skipped in $((SECONDS - start)) s"
 fi
 
 echo "tests: $passed passed, $failed failed, $skipped skipped"

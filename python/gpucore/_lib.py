@@ -8,8 +8,9 @@ same except that ``GPUCORE_ERR_NOT_READY`` is returned instead of raised. Any
 other RESTYPE is a plain ctypes type returned as is.
 
 The library is looked for, in order: ``$GPUCORE_LIBRARY``; ``libgpucore.so`` next to
-this package; ``ctypes.util.find_library("gpucore")``; ``libgpucore.so.0`` on the
-system's library path. A failure names every path tried.
+this package (the package's own copy, which ``pip install .`` puts there);
+``ctypes.util.find_library("gpucore")``; ``libgpucore.so.0`` on the system's library
+path. A failure names every path tried.
 """
 from __future__ import annotations
 
@@ -578,8 +579,9 @@ def _load() -> Tuple[ctypes.CDLL, str]:
             tried.append("%s (%s): %s" % (path, how, e))
             if how == "$GPUCORE_LIBRARY":
                 break
-    hint = ("set GPUCORE_LIBRARY to the path of libgpucore.so (e.g. build/src/libgpucore.so after "
-            "'meson setup build && ninja -C build'), or install the library")
+    hint = ("install the package with the library inside it ('pip install .' in the libgpucore "
+            "source folder), or set GPUCORE_LIBRARY to the path of libgpucore.so (e.g. "
+            "build/src/libgpucore.so after 'meson setup build && ninja -C build')")
     if env:
         hint = "GPUCORE_LIBRARY is set to %r but that library cannot be loaded; fix or unset it" % env
     raise ImportError("gpucore: cannot load libgpucore; tried:\n  " + "\n  ".join(tried) + "\n" + hint)
