@@ -157,6 +157,10 @@ EOF
   check "import gpucore + matmul from outside the repo, the package's own libgpucore.so" wheel_import
   check "console script gpucore-info runs" bash -c "cd '$WORK/elsewhere' && env -u LD_LIBRARY_PATH -u GPUCORE_LIBRARY '$VENV/bin/gpucore-info' | grep -F 'libgpucore '"
   check "console script gpucore-lm runs (usage)" bash -c "cd '$WORK/elsewhere' && env -u LD_LIBRARY_PATH -u GPUCORE_LIBRARY '$VENV/bin/gpucore-lm' --help 2>&1 | grep -F 'gpucore-lm generate'"
+  # where this machine has Open MPI, the package carries the MPI module and the library finds it there
+  if [ -f "$PKG/libgpucore_mpi.so" ]; then
+    check "the packaged MPI module is found beside the packaged library" bash -c "cd '$WORK/elsewhere' && env -u LD_LIBRARY_PATH -u GPUCORE_LIBRARY '$VENV/bin/gpucore-info' | grep -E '^ *mpi +available.*[(]module [^)]*/gpucore/(bin/[.][.]/)?libgpucore_mpi[.]so[)]'"
+  fi
   check "py.typed and the header in the package" test -f "$PKG/py.typed" -a -f "$PKG/include/gpucore.h"
   # The packaged ELF files may need glibc's libraries, files the package carries beside
   # libgpucore.so (found through RUNPATH $ORIGIN or, for bin/, $ORIGIN/..), and for the CUDA module
@@ -177,6 +181,8 @@ EOF
       for n in $needed; do
         if [[ "$glibc" == *" $n "* ]]; then continue; fi
         if [ -f "$PKG/$n" ] && { [[ ":$runpath:" == *':$ORIGIN:'* ]] || [[ ":$runpath:" == *':$ORIGIN/..:'* ]]; }; then continue; fi
+        # the MPI module is opened only when a communicator asks for MPI: it needs the user's Open MPI
+        if [ "${f##*/}" = libgpucore_mpi.so ] && [ "$n" = libmpi.so.40 ]; then continue; fi
         if [ "${f##*/}" = libgpucore_cuda.so ]; then
           # nvcc's C++ runtime (as in every CUDA wheel) and cuBLASLt from the nvidia-cublas wheel
           case $n in libstdc++.so.6|libgcc_s.so.1) continue ;; esac
@@ -186,7 +192,7 @@ EOF
         bad=1
       done
       # and the loader agrees: nothing unresolved, bundled libraries taken from the package
-      if clean_env ldd "$f" | grep -v libcublasLt | grep -F 'not found'; then bad=1; fi
+      if clean_env ldd "$f" | grep -v -e libcublasLt -e libmpi | grep -F 'not found'; then bad=1; fi
     done
     [ "$found" -ge 3 ] || { echo "only $found ELF files in $PKG"; bad=1; }
     return $bad
