@@ -41,13 +41,27 @@
  * weighted / smoothed / probability-target mass needs them to run without spills); the warp-per-row kernels, whose loops unroll over a fixed
  * 32-lane stride, get up to 128, which they need to run without spills (scripts/ptxas_spills.sh). */
 
-/* The threads that share one row: a warp (WARP) or the whole block; lane is this
- * thread's index among them, size their count; rows (work items) first, first+step, ... */
+/* WARP == ROWS_SOLO: one thread per row (cross-entropy with the class axis second, [N, C, d...]:
+ * row r's classes are `inner` elements apart, so a warp striding one row would touch a sector
+ * per lane, while consecutive threads on consecutive rows (pixels) read consecutive addresses
+ * for each class). */
+#define ROWS_SOLO 2
+
+/* The threads that share one row: a warp (WARP 1), the whole block (WARP 0) or one thread
+ * (ROWS_SOLO); lane is this thread's index among them, size their count; rows (work items)
+ * first, first+step, ... */
 template <int WARP> struct row_group {
     int lane, size;
     int64_t first, step;
     __device__ __forceinline__ row_group()
     {
+        if (WARP == ROWS_SOLO) {
+            lane = 0;
+            size = 1;
+            first = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+            step = (int64_t)gridDim.x * blockDim.x;
+            return;
+        }
         lane = WARP ? (int)(threadIdx.x % 32) : (int)threadIdx.x;
         size = WARP ? 32 : (int)blockDim.x;
         first = WARP ? (int64_t)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32 : (int64_t)blockIdx.x;
@@ -116,7 +130,7 @@ template <int KIND> __device__ __forceinline__ pair_stat warp_fold(pair_stat v)
 
 template <int KIND, int WARP> __device__ __forceinline__ pair_stat group_fold(pair_stat v)
 {
-    return WARP ? warp_fold<KIND>(v) : block_fold<KIND>(v);
+    return WARP == ROWS_SOLO ? v : WARP ? warp_fold<KIND>(v) : block_fold<KIND>(v);
 }
 
 /* ------------------------------------------------ softmax, log-softmax, cross-entropy */
@@ -251,7 +265,7 @@ template <int DT, int WARP> __device__ __forceinline__ void ce_row_loss(const gp
 
 /* phase 0: statistics of each (row, chunk); with one chunk per row also the write pass.
  * phase 1 (chunks > 1): fold the row's chunk partials in order, then write the chunk.
- * WARP: a warp per row (chunks == 1); else a block per (row, chunk). */
+ * WARP: a warp (1) or a thread (ROWS_SOLO) per row (chunks == 1); else a block per (row, chunk). */
 template <int DT, int OP, int WARP>
 __global__ void __launch_bounds__(ROWS_THREADS, WARP ? 1 : OP == GPUCORE_ROWS_CE_BWD ? 2 : 4) softmax_like_kernel(gpucore_rows_args p, int64_t chunks, int vec, int phase)
 {
@@ -336,7 +350,10 @@ template <int DT, int OP> static int softmax_like_launch(const gpucore_launch *l
             if ((err = GPUCORE_LAUNCH_STATUS())) return err;
         }
     }
-    if (p->cols <= ROWS_WARP_MAX_COLS) { /* chunks == 1 */
+    if (p->inner > 1 && p->cols <= ROWS_WARP_MAX_COLS) { /* class axis second: a thread per row */
+        unsigned grid = gpucore_grid_for(p->rows, WARP_ROWS_THREADS, l->sm_count);
+        GPUCORE_LAUNCH((softmax_like_kernel<DT, OP, ROWS_SOLO>), grid, WARP_ROWS_THREADS, 0, l->stream, *p, chunks, vec, 0);
+    } else if (p->cols <= ROWS_WARP_MAX_COLS) { /* chunks == 1 */
         unsigned grid = gpucore_grid_for(p->rows * 32, WARP_ROWS_THREADS, l->sm_count);
         GPUCORE_LAUNCH((softmax_like_kernel<DT, OP, 1>), grid, WARP_ROWS_THREADS, 0, l->stream, *p, chunks, vec, 0);
     } else {
