@@ -161,16 +161,6 @@ __global__ void __launch_bounds__(ATT_THREADS) attention_forward_kernel(gpucore_
     }
 }
 
-/* D_i = dout_i · out_i of query row i of (b, h), summed in column order. */
-__device__ __forceinline__ float att_row_dot(const gpucore_attn_args &a, int64_t b, int64_t h, int64_t i)
-{
-    float s = 0.0f;
-    for (int64_t c = 0; c < a.head_dim_v; c++)
-        s = fmaf(gpucore_attn_load(&a.dout, a.dtype, gpucore_attn_offset(&a.dout, b, h, i, c)),
-                 gpucore_attn_load(&a.out, a.dtype, gpucore_attn_offset(&a.out, b, h, i, c)), s);
-    return s;
-}
-
 /* Every D_i once, into a.delta, before the gradient kernels: the dk/dv kernels visit each query
  * tile once per key block, and recomputing D there costs Sk/16 passes over dout and out. A warp per
  * row: lane k sums columns k, k+32, ... (coalesced), then a fixed shuffle tree. */
@@ -189,8 +179,8 @@ __global__ void __launch_bounds__(ATT_THREADS) attention_delta_kernel(gpucore_at
     }
 }
 
-/* D_i and lse_i for rows [i0, i0 + nq) into Di[0..nq), lse[0..nq) (0 and -inf past nq): read from
- * a.delta where the launch filled it, else one thread per row computes it. */
+/* D_i and lse_i for rows [i0, i0 + nq) into Di[0..nq), lse[0..nq) (0 and -inf past nq), from
+ * a.delta (attention_delta_kernel) and a.lse. */
 __device__ __forceinline__ void att_row_dots(const gpucore_attn_args &a, int64_t b, int64_t h, int64_t i0, int64_t nq,
                                              int rows, float *Di, float *lse)
 {
@@ -198,7 +188,7 @@ __device__ __forceinline__ void att_row_dots(const gpucore_attn_args &a, int64_t
         float s = 0.0f, ls = -INFINITY;
         if (t < nq) {
             const int64_t row = (b * a.heads + h) * a.seq_q + i0 + t;
-            s = a.delta ? a.delta[row] : att_row_dot(a, b, h, i0 + t);
+            s = a.delta[row];
             ls = a.lse[row];
         }
         Di[t] = s;
@@ -206,10 +196,12 @@ __device__ __forceinline__ void att_row_dots(const gpucore_attn_args &a, int64_t
     }
 }
 
-/* The backward's first launch: D for every row when the caller gave the scratch. */
+/* The backward's first launch: D for every row into the caller's scratch (required: 1, the
+ * value of cudaErrorInvalidValue, without it). */
 static int attention_delta_launch(const gpucore_launch *l, const gpucore_attn_args *a)
 {
-    if (!a->delta || a->batch * a->heads * a->seq_q == 0) return 0;
+    if (!a->delta) return 1;
+    if (a->batch * a->heads * a->seq_q == 0) return 0;
     unsigned grid = gpucore_grid_for(a->batch * a->heads * a->seq_q * 32, ATT_THREADS, l->sm_count);
     GPUCORE_LAUNCH(attention_delta_kernel, grid, ATT_THREADS, 0, l->stream, *a);
     return GPUCORE_LAUNCH_STATUS();
@@ -406,31 +398,11 @@ static inline int att_tc_ok(const gpucore_attn_args *a)
 __device__ __forceinline__ uint16_t att_bits(__half v) { return __half_as_ushort(v); }
 __device__ __forceinline__ uint16_t att_bits(__nv_bfloat16 v) { return __bfloat16_as_ushort(v); }
 
-/* Eight 16-bit values moved as one 16-byte access (LDG.128 / STS.128). */
-struct __align__(16) att_vec8 {
-    uint32_t w[4];
-};
-
-/* rows [row0, row0 + n) of t at (b, h) as raw 16-bit values into s[rows][ld], zero past n. Rows
- * with unit column stride, 16-byte aligned in memory and in the tile, go as 16-byte vectors with
- * the row base computed once per vector; anything else (a transposed or odd-strided view)
- * element by element. */
+/* rows [row0, row0 + n) of t at (b, h) as raw 16-bit values into s[rows][ld], zero past n. */
 __device__ __forceinline__ void att_load_raw(uint16_t *s, int ld, const gpucore_attn_tensor &t, int64_t b, int64_t h,
                                              int64_t row0, int64_t n, int rows, int cols)
 {
     const uint16_t *src = (const uint16_t *)t.data;
-    const int64_t base0 = gpucore_attn_offset(&t, b, h, row0, 0);
-    if (t.stride[3] == 1 && t.stride[2] % 8 == 0 && cols % 8 == 0 && ld % 8 == 0 &&
-        (uintptr_t)(src + base0) % 16 == 0 && (uintptr_t)s % 16 == 0) {
-        const int cv = cols / 8;
-        for (int e = threadIdx.x; e < rows * cv; e += blockDim.x) {
-            const int r = e / cv, c = (e - r * cv) * 8;
-            att_vec8 v = {{0u, 0u, 0u, 0u}};
-            if (r < n) v = *(const att_vec8 *)(src + base0 + (int64_t)r * t.stride[2] + c);
-            *(att_vec8 *)(s + r * ld + c) = v;
-        }
-        return;
-    }
     for (int e = threadIdx.x; e < rows * cols; e += blockDim.x) {
         const int r = e / cols, c = e % cols;
         s[r * ld + c] = r < n ? src[gpucore_attn_offset(&t, b, h, row0 + r, c)] : (uint16_t)0;

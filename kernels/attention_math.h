@@ -50,8 +50,8 @@ typedef struct gpucore_attn_args {
     gpucore_attn_tensor mask; /* broadcast to [B, H, Sq, Sk]: stride 0 on broadcast dims */
     const void *kv_len;       /* [B] valid keys per batch entry, or NULL (all Sk) */
     float *lse;               /* [B, H, Sq] */
-    float *delta;             /* BWD on kernel backends: [B, H, Sq] f32 scratch for D_i = dout_i . out_i, filled
-                               * once before dq and dk/dv read it; NULL: each block computes its rows' D_i */
+    float *delta;             /* BWD on kernel backends (required there): [B, H, Sq] f32 scratch for
+                               * D_i = dout_i . out_i, filled once before dq and dk/dv read it */
     int32_t *engine_out;      /* set by an engine-choosing backend: 1 cuDNN ran, -1 - reason: the kernel ran
                                * instead (gpucore_attention_fallback_reason); left 0 otherwise */
 } gpucore_attn_args;

@@ -267,7 +267,7 @@ template <int DT, int WARP> __device__ __forceinline__ void ce_row_loss(const gp
  * phase 1 (chunks > 1): fold the row's chunk partials in order, then write the chunk.
  * WARP: a warp (1) or a thread (ROWS_SOLO) per row (chunks == 1); else a block per (row, chunk). */
 template <int DT, int OP, int WARP>
-__global__ void __launch_bounds__(ROWS_THREADS, WARP ? 1 : OP == GPUCORE_ROWS_CE_BWD ? 2 : 4) softmax_like_kernel(gpucore_rows_args p, int64_t chunks, int vec, int phase)
+__global__ void __launch_bounds__(WARP == ROWS_SOLO ? WARP_ROWS_THREADS : ROWS_THREADS, WARP ? 1 : OP == GPUCORE_ROWS_CE_BWD ? 2 : 4) softmax_like_kernel(gpucore_rows_args p, int64_t chunks, int vec, int phase)
 {
     pair_stat *part = (pair_stat *)p.workspace;
     const row_group<WARP> g;
