@@ -30,24 +30,9 @@ import statistics
 import sys
 import time
 
+from proc_memory import peak_rss_bytes, reset_peak_rss  # beside this script
+
 NTOK = 1 << 16  # ids in bench_lm's token stream
-
-
-def peak_rss_bytes():
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) * 1024
-    return 0
-
-
-def reset_peak_rss():
-    try:
-        with open("/proc/self/clear_refs", "w") as f:
-            f.write("5")
-        return True
-    except OSError:
-        return False
 
 
 def read_ours(path):
