@@ -248,8 +248,10 @@ static int run_case(gpucore_context *ctx, const char *dir, const int64_t *tokens
     double ms[MAX_STEPS], losses[MAX_STEPS];
     char cs[64];
     snprintf(cs, sizeof cs, "B%" PRId64 " T%" PRId64 " %s", c->batch, c->seq, c->dtype_name);
-    int rss_reset = reset_peak_rss();
     gpucore_status st = GPUCORE_OK;
+    /* the previous case's cached blocks back to the system first, so the RSS peak is this case's */
+    CHECK(gpucore_memory_empty_cache(ctx, GPUCORE_MEMORY_DEVICE));
+    int rss_reset = reset_peak_rss();
     CHECK(gpucore_memory_reset_peak_stats(ctx, GPUCORE_MEMORY_DEVICE));
     CHECK(gpucore_lm_create(ctx, dir, c->dtype, &lm));
     CHECK(gpucore_lm_set_full_finetune(lm, 1));

@@ -24,6 +24,7 @@ loss_max_rel_diff_vs_libgpucore: max_s |ours_s - torch_s| / |torch_s|.
 Prints nothing and exits 0 when torch or transformers is absent, or DIR has no model.
 """
 import argparse
+import gc
 import json
 import os
 import statistics
@@ -101,6 +102,7 @@ def main():
         for T in (int(t) for t in a.seq.split(",")):
             B = a.batch
             case = "B%d T%d %s" % (B, T, dt)
+            gc.collect()  # the previous case's model and optimizer state gone before the RSS peak restarts
             rss_reset = reset_peak_rss()
             model = transformers.GPT2LMHeadModel.from_pretrained(a.dir, torch_dtype=torch.float32)
             model.train()
