@@ -6,7 +6,7 @@
  * the step time (median, min and max over the measured steps after warm-up steps),
  * MFU = 6·N_params·tokens/s over the CPU's f32 FMA peak measured here
  * (bench_fma_peak.h), the process's RSS high-water mark and the allocator's peak
- * allocated bytes during the case, and the loss of every step.
+ * allocated and reserved bytes during the case, and the loss of every step.
  *
  * The model (GPT-2's initialisation: N(0, 0.02), the residual projections scaled by
  * 1/sqrt(2·n_layer), biases 0, norms 1; no dropout) and the token ids (a seeded
@@ -311,6 +311,7 @@ static int run_case(gpucore_context *ctx, const char *dir, const int64_t *tokens
     if (mfu > 0) row(cs, "mfu", mfu, "ratio");
     if (rss > 0) row(cs, rss_reset ? "peak_rss_bytes" : "peak_rss_bytes_process", (double)rss, "bytes");
     row(cs, "peak_allocated_bytes", (double)mst.allocated_bytes_peak, "bytes");
+    row(cs, "peak_reserved_bytes", (double)mst.reserved_bytes_peak, "bytes"); /* allocated + cached segments */
     const int shown = warmup + steps < 5 ? warmup + steps : 5;
     for (int s = 0; s < shown; s++) {
         char metric[32];
