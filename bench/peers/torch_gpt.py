@@ -43,6 +43,7 @@ try:
     from torch.utils.checkpoint import checkpoint
 except ImportError:  # no PyTorch here: nothing to compare with
     sys.exit(0)
+from proc_memory import peak_rss_bytes  # noqa: E402  (beside this script)
 
 MASK64 = (1 << 64) - 1
 
@@ -158,14 +159,6 @@ class GPT:
                 x = self.mlp_block(self.attn_block(x, l), l)
         logits = rms_norm(x, p["norm_f.weight"]) @ p["head.weight"].t()
         return F.cross_entropy(logits.view(-1, logits.shape[-1]), tgt.view(-1))
-
-
-def peak_rss_bytes():
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) * 1024
-    return 0
 
 
 def compare(a):

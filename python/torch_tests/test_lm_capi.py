@@ -191,14 +191,18 @@ def test_greedy_generation_token_for_token(api, tmp_path, arch, dtype):
     _same_or_near_tie(hf, got, ref, 5, dtype)
 
 
+# (2, 9): the token-embedding gradient over the whole table; (1, 8) with an id repeated: few
+# enough ids that only their rows are summed and added (train.c's embedding_rows)
 @pytest.mark.parametrize("arch", F.ARCHS)
-def test_loss_and_full_finetuning_gradients_match_autograd(api, tmp_path, arch):
+@pytest.mark.parametrize("shape", [(2, 9), (1, 8)])
+def test_loss_and_full_finetuning_gradients_match_autograd(api, tmp_path, arch, shape):
     folder, hf = F.make_model(arch, tmp_path)
     m = api.load(folder)
-    ids = np.random.default_rng(3).integers(0, hf.config.vocab_size, (2, 9))
+    ids = np.random.default_rng(3).integers(0, hf.config.vocab_size, shape)
+    ids[-1, 5] = ids[0, 2]
     labels = ids.copy()
     labels[0, :3] = -100
-    labels[1, 5] = -100
+    labels[-1, 5] = -100
     out = hf(torch.tensor(ids), labels=torch.tensor(labels))
     out.loss.backward()
     ref = {n: p.grad.double().numpy() for n, p in hf.named_parameters()}

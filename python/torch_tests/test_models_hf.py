@@ -6,7 +6,8 @@ weights run by transformers in f32), greedy generation token for token against
 transformers' generate, KV-cache steps against the full forward, PEFT adapters both ways (one
 PEFT wrote loads with equal logits; one we train and save loads in PeftModel.from_pretrained
 with equal logits), the causal-LM loss with -100 labels and the LoRA and full fine-tuning
-gradients against autograd, save_pretrained folders that transformers loads with equal
+gradients against autograd, full fine-tuning losses over AdamW steps against
+torch.optim.AdamW's, save_pretrained folders that transformers loads with equal
 logits, and bad folders and adapters refused with a message.
 
 Runs under Debian's python3 with torch 1.13 and transformers + peft from build-pydeps;
@@ -308,6 +309,39 @@ def test_full_finetune_grads_and_save_pretrained(store, arch, tmp_path):
     mine = to_np(m(ids2))
     assert rel(mine, hf_logits(ref, ids2)) > 1e-4  # the step changed the model
     assert rel(mine, hf_logits(back, ids2)) < 1e-5
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+@pytest.mark.parametrize("shape", [(3, 12), (1, 8)])  # the embedding gradient on the whole table / on its rows
+def test_full_finetune_adamw_losses_equal_torch(store, arch, shape):
+    """Full fine-tuning with AdamW (weight decay on) for several steps, each on a new batch:
+    every step's loss equals transformers + torch.optim.AdamW's on the same weights and
+    batches at f32 tolerance (bench_lm's agreement with its peer, on a tiny model)."""
+    folder, ref = hf_model(store, arch)
+    m = ours(folder)
+    m.set_full_finetune(True)
+    opt = gpucore.AdamW(m.trainable_parameters(), lr=3e-3, betas=(0.9, 0.98), eps=1e-8, weight_decay=0.1)
+    hf = copy.deepcopy(ref).train()
+    for mod in hf.modules():  # the fixtures have no dropout; keep it that way in train mode
+        if isinstance(mod, torch.nn.Dropout):
+            mod.p = 0.0
+    topt = torch.optim.AdamW(hf.parameters(), lr=3e-3, betas=(0.9, 0.98), eps=1e-8, weight_decay=0.1)
+    got, want = [], []
+    for step in range(5):
+        ids = ids_for(m.vocab_size, B=shape[0], T=shape[1], seed=20 + step)
+        loss = hf(torch.as_tensor(ids), labels=torch.as_tensor(ids)).loss
+        topt.zero_grad(set_to_none=True)
+        loss.backward()
+        topt.step()
+        want.append(loss.item())
+        got.append(m.forward_backward(ids))
+        opt.step(m.gradients())
+    worst = max(abs(g - w) / abs(w) for g, w in zip(got, want))
+    print("%s AdamW steps: losses %s, torch %s, max rel diff %.3g" % (arch, got, want, worst))
+    # f32 rounding differences grow through AdamW's steps (a gradient element near zero can
+    # take either sign): 1e-4 relative; the steps move the loss well past it
+    assert abs(want[-1] - want[0]) > 10 * 1e-4 * abs(want[0])
+    assert worst < 1e-4, (got, want)
 
 
 def test_bf16_lora_training_loss(store):

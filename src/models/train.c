@@ -8,6 +8,7 @@
  */
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include "lm_internal.h"
 
@@ -114,15 +115,76 @@ gpucore_status gpucore_lm_loss(gpucore_lm *lm, const gpucore_tensor *input_ids, 
     return st;
 }
 
+static int cmp_i64(const void *a, const void *b)
+{
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* The token embedding's gradient on the rows the batch touches only: dwte (tied: holding the
+ * head's dW already; untied: zeroed first) += the rows of dx0 summed per id. The U distinct ids
+ * get a compact [U, D] table from gpucore_embedding_backward (ids renumbered 0..U-1: the same
+ * f32 sums in the same order as on the whole table), then each of its rows is added into its
+ * row of dwte. This skips the [vocab, D] temporary, its zeroing and the addition over the whole
+ * table (for GPT-2 124M 38.6M elements a step, a bf16 table the slowest op of a B 4, T 64 step
+ * after the GEMMs and the optimizer). *used 0: not applicable (many distinct ids, or an id out of
+ * range), nothing was done. */
+static gpucore_status embedding_rows(gpucore_lm *lm, const gpucore_tensor *ids, const gpucore_tensor *dx0, int *used)
+{
+    const int64_t B = ids->shape[0], T = ids->shape[1], N = B * T, V = lm->cfg.vocab;
+    *used = 0;
+    if (N * 8 > V) return GPUCORE_OK; /* as many rows as the table has, near enough: the whole-table path */
+    gpucore_tensor *idc = NULL, *remap = NULL, *part = NULL, *dst = NULL, *src = NULL;
+    int64_t *h = malloc((size_t)N * 3 * sizeof *h), U = 0;
+    if (!h) return gpucore_set_error(GPUCORE_ERR_OUT_OF_MEMORY, "gpucore_lm_forward_backward: out of host memory");
+    int64_t *uniq = h + N, *r = h + 2 * N;
+    const int i32 = ids->dtype == GPUCORE_I32;
+    gpucore_status st = gpucore_tensor_create(lm->ctx, (gpucore_dtype)ids->dtype, 2, ids->shape, &idc);
+    if (!st) st = gpucore_copy(idc, ids, NULL); /* contiguous */
+    if (!st) st = gpucore_copy_to_host(h, N * (i32 ? 4 : 8), idc);
+    if (st) goto done;
+    for (int64_t i = N - 1; i32 && i >= 0; i--) h[i] = ((const int32_t *)h)[i]; /* widen in place, from the end */
+    memcpy(uniq, h, (size_t)N * sizeof *h);
+    qsort(uniq, (size_t)N, sizeof *uniq, cmp_i64);
+    if (uniq[0] < 0 || uniq[N - 1] >= V) goto done; /* NaN rows: leave them to the whole-table path */
+    for (int64_t i = 0; i < N; i++)
+        if (!U || uniq[i] != uniq[U - 1]) uniq[U++] = uniq[i];
+    for (int64_t i = 0; i < N; i++) {
+        const int64_t *at = bsearch(&h[i], uniq, (size_t)U, sizeof *uniq, cmp_i64);
+        r[i] = at - uniq;
+    }
+    int64_t pshape[2] = {U, lm->cfg.hidden};
+    st = gpucore_tensor_create(lm->ctx, GPUCORE_I64, 2, ids->shape, &remap);
+    if (!st) st = gpucore_copy_from_host(remap, r, N * 8);
+    if (!st) st = gpucore_tensor_create(lm->ctx, (gpucore_dtype)lm->dtype, 2, pshape, &part);
+    if (!st) st = gpucore_embedding_backward(part, dx0, remap, NULL);
+    if (!st && lm->head) st = gpucore_fill(lm->dwte, 0.0, NULL);
+    for (int64_t j = 0; j < U && !st; j++) {
+        st = gpucore_tensor_slice(lm->dwte, 0, uniq[j], uniq[j] + 1, 1, &dst);
+        if (!st) st = gpucore_tensor_slice(part, 0, j, j + 1, 1, &src);
+        if (!st) st = gpucore_axpy(dst, 1.0, src, NULL);
+        lm_destroy_tensor(&dst);
+        lm_destroy_tensor(&src);
+    }
+    if (!st) *used = 1;
+done:
+    free(h);
+    gpucore_tensor_destroy(idc);
+    gpucore_tensor_destroy(remap);
+    gpucore_tensor_destroy(part);
+    return st;
+}
+
 /* Gradients of the embeddings from dx0 [B, T, D] (full fine-tuning). */
 static gpucore_status embedding_grads(gpucore_lm *lm, const gpucore_tensor *ids, const gpucore_tensor *pos,
                                       const gpucore_tensor *dx0)
 {
     gpucore_tensor *tmp = NULL, *dpe = NULL;
-    gpucore_status st = GPUCORE_OK;
-    if (lm->head) {
+    int rows = 0;
+    gpucore_status st = embedding_rows(lm, ids, dx0, &rows);
+    if (!st && !rows && lm->head) {
         st = gpucore_embedding_backward(lm->dwte, dx0, ids, NULL);
-    } else { /* tied: the head's dW is already in dwte */
+    } else if (!st && !rows) { /* tied: the head's dW is already in dwte */
         st = gpucore_tensor_create(lm->ctx, (gpucore_dtype)lm->dtype, 2, lm->wte->shape, &tmp);
         if (!st) st = gpucore_embedding_backward(tmp, dx0, ids, NULL);
         if (!st) st = gpucore_axpy(lm->dwte, 1.0, tmp, NULL);

@@ -92,24 +92,23 @@ static int adamw_fast(const gpucore_optim_tensor *t, const gpucore_optim_hparams
     }
     if (t->master && t->param_dtype == GPUCORE_KDT_BF16 &&
         (t->grad_dtype == GPUCORE_KDT_BF16 || t->grad_dtype == GPUCORE_KDT_F32)) {
+        /* per chunk: the gradients widened to f32, the f32 loop above on the master weights (its
+         * AVX2 copy; the same bits as element by element), then the bf16 parameters rounded from them */
         float *master = t->master;
         uint16_t *p = t->param;
-        if (t->grad_dtype == GPUCORE_KDT_BF16) {
-            const uint16_t *g = t->grad;
+        const int64_t chunks = (n + ADAMW_CHUNK - 1) / ADAMW_CHUNK;
+        const int g16 = t->grad_dtype == GPUCORE_KDT_BF16;
 #pragma omp parallel for if (n > CPU_OPTIM_PARALLEL_THRESHOLD) schedule(static)
-            for (int64_t i = 0; i < n; i++) {
-                const float w = gpucore_adamw_update(master[i], gpucore_bf16_to_f32(g[i]), &m[i], &v[i], &hp, &s);
-                master[i] = w;
-                p[i] = gpucore_f32_to_bf16(w);
-            }
-        } else {
-            const float *g = t->grad;
-#pragma omp parallel for if (n > CPU_OPTIM_PARALLEL_THRESHOLD) schedule(static)
-            for (int64_t i = 0; i < n; i++) {
-                const float w = gpucore_adamw_update(master[i], g[i], &m[i], &v[i], &hp, &s);
-                master[i] = w;
-                p[i] = gpucore_f32_to_bf16(w);
-            }
+        for (int64_t c = 0; c < chunks; c++) {
+            const int64_t i = c * ADAMW_CHUNK, len = n - i < ADAMW_CHUNK ? n - i : ADAMW_CHUNK;
+            float gbuf[ADAMW_CHUNK];
+            const float *g = gbuf;
+            if (g16)
+                for (int64_t k = 0; k < len; k++) gbuf[k] = gpucore_bf16_to_f32(((const uint16_t *)t->grad)[i + k]);
+            else
+                g = (const float *)t->grad + i;
+            adamw_f32_run(master + i, g, m + i, v + i, len, &hp, &s);
+            for (int64_t k = 0; k < len; k++) p[i + k] = gpucore_f32_to_bf16(master[i + k]);
         }
         return 1;
     }

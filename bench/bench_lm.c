@@ -1,0 +1,447 @@
+/*
+ * bench_lm.c — one full fine-tuning step of a GPT-2-124M-shaped model through the
+ * model layer (gpucore_lm_*: causal-LM loss, forward and backward, then the fused
+ * AdamW step), at (B 4, T 64) and (B 4, T 256), in f32 and in bf16 (bf16 weights,
+ * activations and gradients, the optimizer's f32 master weights). Per case: tokens/s,
+ * the step time (median, min and max over the measured steps after warm-up steps),
+ * MFU = 6·N_params·tokens/s over the CPU's f32 FMA peak measured here
+ * (bench_fma_peak.h), the process's RSS high-water mark and the allocator's peak
+ * allocated and reserved bytes during the case, and the loss of every step.
+ *
+ * The model (GPT-2's initialisation: N(0, 0.02), the residual projections scaled by
+ * 1/sqrt(2·n_layer), biases 0, norms 1; no dropout) and the token ids (a seeded
+ * splitmix64 stream) are written once into a folder, DIR (--dir, else
+ * $GPUCORE_BENCH_LM_DIR, else $TMPDIR/gpucore-bench-lm), as a Hugging Face GPT-2
+ * folder that transformers loads: the peer bench/peers/torch_lm.py trains
+ * GPT2LMHeadModel with torch.optim.AdamW from the same folder on the same batches.
+ * Step s of a (B, T) case reads the B·T ids from offset s·B·T of the stream (wrapping).
+ * This program also writes its rows to DIR/ours.jsonl (with the FMA peak and every
+ * step's loss), which the peer reads to report MFU against the same peak and the
+ * largest relative difference between its losses and ours.
+ *
+ *   bench_lm [--json] [--quick|--full] [--device cpu|cuda] [--dir DIR] [--dtype f32,bf16]
+ *            [--seq 64,256] [--batch 4] [--warmup W] [--steps N] [--lr LR] [--profile]
+ * --quick (default): 1 warm-up + 3 measured steps; --full: 2 + 10. --profile prints the
+ * library profiler's per-op table of the last measured step to stderr.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include "gpucore.h"
+#include "bench_fma_peak.h"
+#include "bench_time.h"
+
+enum { VOCAB = 50257, LAYERS = 12, WIDTH = 768, HEADS = 12, POSITIONS = 1024 };
+enum { NTOK = 1 << 16 };       /* ids in the token stream (64 steps of B 4, T 256) */
+#define FIXTURE_SEED 1234u
+#define FIXTURE_STAMP "gpt2-124m seed 1234 tokens 65536 v1"
+#define MAX_STEPS 256
+
+static int json;
+static const char *device_name;
+static double peak_gflops; /* 0: not measured (not a CPU, or no AVX2) */
+static FILE *ours_file;    /* DIR/ours.jsonl */
+
+#define CHECK(x)                                                                   \
+    do {                                                                           \
+        if ((st = (x)) != GPUCORE_OK) {                                            \
+            fprintf(stderr, "bench_lm: %s: %s\n", #x, gpucore_last_error());       \
+            goto done;                                                             \
+        }                                                                          \
+    } while (0)
+
+/* ---- the fixture: a Hugging Face GPT-2 folder and the token stream ---- */
+
+static uint64_t splitmix64(uint64_t x)
+{
+    x += 0x9E3779B97F4A7C15ull;
+    x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+    x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+    return x ^ (x >> 31);
+}
+
+/* out = dir/leaf (out has PATH_LEN bytes); nonzero when it does not fit. */
+enum { PATH_LEN = 4096 };
+static int dir_file(char *out, const char *dir, const char *leaf)
+{
+    int n = snprintf(out, PATH_LEN, "%s/%s", dir, leaf);
+    if (n < 0 || n >= PATH_LEN) { fprintf(stderr, "bench_lm: the path %s/%s is too long\n", dir, leaf); return 1; }
+    return 0;
+}
+
+static int write_text(const char *path, const char *text)
+{
+    FILE *f = fopen(path, "w");
+    if (!f) { fprintf(stderr, "bench_lm: cannot write %s: %s\n", path, strerror(errno)); return 1; }
+    int bad = fputs(text, f) < 0;
+    bad |= fclose(f) != 0;
+    if (bad) fprintf(stderr, "bench_lm: writing %s failed\n", path);
+    return bad;
+}
+
+static int read_stamp_matches(const char *dir)
+{
+    char path[PATH_LEN], buf[128] = {0};
+    if (dir_file(path, dir, "fixture.txt")) return 0;
+    FILE *f = fopen(path, "r");
+    if (!f) return 0;
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = 0;
+    buf[strcspn(buf, "\n")] = 0;
+    return !strcmp(buf, FIXTURE_STAMP);
+}
+
+/* One tensor of the file: name, shape as the file holds it (Conv1D [in, out]), its init. */
+typedef struct fx_tensor {
+    char name[96];
+    int ndim;
+    int64_t shape[2];
+    double std; /* > 0: N(0, std); 0: zeros; < 0: ones */
+} fx_tensor;
+
+static int fixture_tensors(fx_tensor *t)
+{
+    int n = 0;
+    const double s = 0.02, sp = 0.02 / sqrt(2.0 * LAYERS);
+#define T2(nm, a, b, sd) (t[n] = (fx_tensor){"", 2, {a, b}, sd}, snprintf(t[n].name, sizeof t[n].name, "%s", nm), n++)
+#define T1(nm, a, sd) (t[n] = (fx_tensor){"", 1, {a, 0}, sd}, snprintf(t[n].name, sizeof t[n].name, "%s", nm), n++)
+    T2("transformer.wte.weight", VOCAB, WIDTH, s);
+    T2("transformer.wpe.weight", POSITIONS, WIDTH, s);
+    char nm[96];
+    for (int l = 0; l < LAYERS; l++) {
+        static const struct { const char *leaf; int rows, cols; int proj; } mats[] = {
+            {"attn.c_attn", 1, 3, 0}, {"attn.c_proj", 1, 1, 1}, {"mlp.c_fc", 1, 4, 0}, {"mlp.c_proj", 4, 1, 1}};
+        snprintf(nm, sizeof nm, "transformer.h.%d.ln_1.weight", l); T1(nm, WIDTH, -1);
+        snprintf(nm, sizeof nm, "transformer.h.%d.ln_1.bias", l); T1(nm, WIDTH, 0);
+        for (int m = 0; m < 4; m++) {
+            if (m == 2) {
+                snprintf(nm, sizeof nm, "transformer.h.%d.ln_2.weight", l); T1(nm, WIDTH, -1);
+                snprintf(nm, sizeof nm, "transformer.h.%d.ln_2.bias", l); T1(nm, WIDTH, 0);
+            }
+            snprintf(nm, sizeof nm, "transformer.h.%d.%s.weight", l, mats[m].leaf);
+            T2(nm, (int64_t)mats[m].rows * WIDTH, (int64_t)mats[m].cols * WIDTH, mats[m].proj ? sp : s);
+            snprintf(nm, sizeof nm, "transformer.h.%d.%s.bias", l, mats[m].leaf);
+            T1(nm, (int64_t)mats[m].cols * WIDTH, 0);
+        }
+    }
+    T1("transformer.ln_f.weight", WIDTH, -1);
+    T1("transformer.ln_f.bias", WIDTH, 0);
+#undef T1
+#undef T2
+    return n;
+}
+
+static int make_fixture(gpucore_context *ctx, const char *dir)
+{
+    char path[PATH_LEN];
+    if (mkdir(dir, 0755) && errno != EEXIST) {
+        fprintf(stderr, "bench_lm: cannot create %s: %s\n", dir, strerror(errno));
+        return 1;
+    }
+    char config[1024];
+    snprintf(config, sizeof config,
+             "{\n  \"model_type\": \"gpt2\",\n  \"architectures\": [\"GPT2LMHeadModel\"],\n  \"vocab_size\": %d,\n"
+             "  \"n_positions\": %d,\n  \"n_embd\": %d,\n  \"n_layer\": %d,\n  \"n_head\": %d,\n"
+             "  \"activation_function\": \"gelu_new\",\n  \"resid_pdrop\": 0.0,\n  \"embd_pdrop\": 0.0,\n"
+             "  \"attn_pdrop\": 0.0,\n  \"layer_norm_epsilon\": 1e-05,\n  \"initializer_range\": 0.02,\n"
+             "  \"bos_token_id\": 50256,\n  \"eos_token_id\": 50256,\n  \"tie_word_embeddings\": true,\n"
+             "  \"torch_dtype\": \"float32\"\n}\n",
+             VOCAB, POSITIONS, WIDTH, LAYERS, HEADS);
+    if (dir_file(path, dir, "config.json")) return 1;
+    if (write_text(path, config)) return 1;
+
+    int64_t *ids = dir_file(path, dir, "tokens.i64") ? NULL : malloc(NTOK * sizeof *ids);
+    if (!ids) return 1;
+    for (int64_t i = 0; i < NTOK; i++) ids[i] = (int64_t)(splitmix64(FIXTURE_SEED ^ ((uint64_t)i << 20)) % VOCAB);
+    FILE *f = fopen(path, "wb");
+    int bad = !f || fwrite(ids, sizeof *ids, NTOK, f) != NTOK;
+    if (f) bad |= fclose(f) != 0;
+    free(ids);
+    if (bad) { fprintf(stderr, "bench_lm: writing %s failed\n", path); return 1; }
+
+    static fx_tensor fx[4 + 16 * LAYERS];
+    int n = fixture_tensors(fx);
+    gpucore_tensor *ts[4 + 16 * LAYERS] = {0};
+    const char *names[4 + 16 * LAYERS];
+    gpucore_status st = GPUCORE_OK;
+    for (int i = 0; i < n; i++) {
+        names[i] = fx[i].name;
+        CHECK(gpucore_tensor_create(ctx, GPUCORE_F32, fx[i].ndim, fx[i].shape, &ts[i]));
+        if (fx[i].std > 0) CHECK(gpucore_random(ts[i], GPUCORE_NORMAL, 0.0, fx[i].std, FIXTURE_SEED + (uint64_t)i, 0, NULL));
+        else CHECK(gpucore_fill(ts[i], fx[i].std < 0 ? 1.0 : 0.0, NULL));
+    }
+    const char *mk[1] = {"format"}, *mv[1] = {"pt"};
+    bad = dir_file(path, dir, "model.safetensors");
+    if (!bad) CHECK(gpucore_safetensors_save(path, names, ts, n, mk, mv, 1));
+    bad = bad || dir_file(path, dir, "fixture.txt") || write_text(path, FIXTURE_STAMP "\n");
+done:
+    for (int i = 0; i < n; i++) gpucore_tensor_destroy(ts[i]);
+    return st != GPUCORE_OK || bad;
+}
+
+static int64_t *read_tokens(const char *dir)
+{
+    char path[PATH_LEN];
+    if (dir_file(path, dir, "tokens.i64")) return NULL;
+    FILE *f = fopen(path, "rb");
+    int64_t *ids = malloc(NTOK * sizeof *ids);
+    if (!f || !ids || fread(ids, sizeof *ids, NTOK, f) != NTOK) {
+        fprintf(stderr, "bench_lm: cannot read %s\n", path);
+        free(ids);
+        ids = NULL;
+    }
+    if (f) fclose(f);
+    return ids;
+}
+
+/* ---- process memory: the RSS high-water mark, reset per case where Linux allows it ---- */
+
+static int64_t peak_rss_bytes(void)
+{
+    FILE *f = fopen("/proc/self/status", "r");
+    char line[256];
+    int64_t kb = -1;
+    while (f && fgets(line, sizeof line, f))
+        if (!strncmp(line, "VmHWM:", 6)) kb = strtoll(line + 6, NULL, 10);
+    if (f) fclose(f);
+    return kb < 0 ? -1 : kb * 1024;
+}
+
+static int reset_peak_rss(void)
+{
+    FILE *f = fopen("/proc/self/clear_refs", "w");
+    if (!f) return 0;
+    int ok = fputs("5", f) >= 0;
+    ok &= fclose(f) == 0;
+    return ok;
+}
+
+/* ---- one case ---- */
+
+typedef struct lm_case {
+    const char *dtype_name;
+    int dtype;
+    int64_t batch, seq;
+} lm_case;
+
+static void row(const char *cs, const char *metric, double value, const char *unit)
+{
+    char line[512];
+    snprintf(line, sizeof line, "{\"bench\":\"lm\",\"case\":\"%s\",\"device\":\"%s\",\"metric\":\"%s\",\"value\":%.10g,"
+             "\"unit\":\"%s\"}\n", cs, device_name, metric, value, unit);
+    if (json) fputs(line, stdout);
+    if (ours_file) fputs(line, ours_file);
+}
+
+static int run_case(gpucore_context *ctx, const char *dir, const int64_t *tokens, const lm_case *c, int warmup,
+                    int steps, double lr, int profile)
+{
+    gpucore_lm *lm = NULL;
+    gpucore_optimizer *opt = NULL;
+    gpucore_tensor **params = NULL, **grads = NULL;
+    int64_t *ids = NULL, count = 0, nparams = 0;
+    double ms[MAX_STEPS], losses[MAX_STEPS];
+    char cs[64];
+    snprintf(cs, sizeof cs, "B%" PRId64 " T%" PRId64 " %s", c->batch, c->seq, c->dtype_name);
+    gpucore_status st = GPUCORE_OK;
+    /* the previous case's cached blocks back to the system first, so the RSS peak is this case's */
+    CHECK(gpucore_memory_empty_cache(ctx, GPUCORE_MEMORY_DEVICE));
+    int rss_reset = reset_peak_rss();
+    CHECK(gpucore_memory_reset_peak_stats(ctx, GPUCORE_MEMORY_DEVICE));
+    CHECK(gpucore_lm_create(ctx, dir, c->dtype, &lm));
+    CHECK(gpucore_lm_set_full_finetune(lm, 1));
+    count = gpucore_lm_trainable_count(lm);
+    params = calloc((size_t)count, sizeof *params);
+    grads = calloc((size_t)count, sizeof *grads);
+    ids = malloc((size_t)(c->batch * c->seq) * sizeof *ids);
+    if (!params || !grads || !ids) { fprintf(stderr, "bench_lm: out of host memory\n"); st = GPUCORE_ERR_OUT_OF_MEMORY; goto done; }
+    for (int64_t i = 0; i < count; i++) {
+        const char *name;
+        CHECK(gpucore_lm_trainable(lm, i, &name, &params[i], &grads[i]));
+        nparams += gpucore_tensor_numel(params[i]);
+    }
+    gpucore_optimizer_config cfg;
+    CHECK(gpucore_optimizer_config_default(GPUCORE_OPTIMIZER_ADAMW, &cfg));
+    cfg.lr = lr;
+    cfg.weight_decay = 0.01; /* torch.optim.AdamW's default, the peer's */
+    CHECK(gpucore_optimizer_create(ctx, &cfg, params, count, &opt));
+    const int64_t n = c->batch * c->seq;
+    for (int s = 0; s < warmup + steps; s++) {
+        for (int64_t i = 0; i < n; i++) ids[i] = tokens[((int64_t)s * n + i) % NTOK];
+        if (profile && s == warmup + steps - 1) {
+            CHECK(gpucore_profiler_reset(ctx));
+            CHECK(gpucore_profiler_enable(ctx, 1));
+        }
+        double t0 = now_ms();
+        CHECK(gpucore_lm_forward_backward_host(lm, ids, NULL, c->batch, c->seq, &losses[s]));
+        CHECK(gpucore_optimizer_step(opt, grads, count, NULL, NULL));
+        CHECK(gpucore_context_synchronize(ctx));
+        ms[s] = now_ms() - t0;
+        if (!json) fprintf(stderr, "bench_lm: %s step %d%s: %.1f ms, loss %.6f\n", cs, s, s < warmup ? " (warm-up)" : "",
+                           ms[s], losses[s]);
+    }
+    if (profile) {
+        CHECK(gpucore_profiler_enable(ctx, 0));
+        int64_t need = 0;
+        gpucore_profiler_summary(ctx, 0, NULL, 0, &need);
+        char *text = malloc((size_t)need + 1);
+        if (text && !gpucore_profiler_summary(ctx, 0, text, need, NULL))
+            fprintf(stderr, "bench_lm: %s, last step by op:\n%s\n", cs, text);
+        free(text);
+    }
+    double sorted[MAX_STEPS];
+    memcpy(sorted, ms + warmup, (size_t)steps * sizeof *sorted);
+    qsort(sorted, (size_t)steps, sizeof *sorted, cmp_double);
+    const double med = steps % 2 ? sorted[steps / 2] : 0.5 * (sorted[steps / 2 - 1] + sorted[steps / 2]);
+    const double tps = (double)n / (med * 1e-3);
+    const double mfu = peak_gflops > 0 ? 6.0 * (double)nparams * tps / (peak_gflops * 1e9) : 0;
+    gpucore_memory_stats mst;
+    mst.struct_size = sizeof mst;
+    CHECK(gpucore_memory_get_stats(ctx, GPUCORE_MEMORY_DEVICE, &mst));
+    const int64_t rss = peak_rss_bytes();
+    row(cs, "tokens_per_s", tps, "tokens/s");
+    row(cs, "step_ms_median", med, "ms");
+    row(cs, "step_ms_min", sorted[0], "ms");
+    row(cs, "step_ms_max", sorted[steps - 1], "ms");
+    if (mfu > 0) row(cs, "mfu", mfu, "ratio");
+    if (rss > 0) row(cs, rss_reset ? "peak_rss_bytes" : "peak_rss_bytes_process", (double)rss, "bytes");
+    row(cs, "peak_allocated_bytes", (double)mst.allocated_bytes_peak, "bytes");
+    row(cs, "peak_reserved_bytes", (double)mst.reserved_bytes_peak, "bytes"); /* allocated + cached segments */
+    const int shown = warmup + steps < 5 ? warmup + steps : 5;
+    for (int s = 0; s < shown; s++) {
+        char metric[32];
+        snprintf(metric, sizeof metric, "loss_step_%d", s);
+        row(cs, metric, losses[s], "nats");
+    }
+    if (ours_file) { /* every step's loss, for the peer's agreement check */
+        fprintf(ours_file, "{\"bench\":\"lm\",\"case\":\"%s\",\"metric\":\"losses\",\"params\":%" PRId64 ",\"values\":[", cs,
+                nparams);
+        for (int s = 0; s < warmup + steps; s++) fprintf(ours_file, "%s%.9g", s ? "," : "", losses[s]);
+        fprintf(ours_file, "]}\n");
+        fflush(ours_file);
+    }
+    if (!json) {
+        char mfu_s[32] = "-", rss_s[32] = "-";
+        if (mfu > 0) snprintf(mfu_s, sizeof mfu_s, "%.1f%%", 100 * mfu);
+        if (rss > 0) snprintf(rss_s, sizeof rss_s, "%.2f GB%s", (double)rss / 1e9, rss_reset ? "" : "*");
+        printf("%-15s %9.1f %9.1f [%7.1f, %7.1f] %7s %11s %9.2f GB  ", cs, tps, med, sorted[0], sorted[steps - 1], mfu_s,
+               rss_s, (double)mst.allocated_bytes_peak / 1e9);
+        for (int s = 0; s < shown; s++) printf("%s%.5f", s ? " " : "", losses[s]);
+        printf("\n");
+        fflush(stdout);
+    }
+done:
+    gpucore_optimizer_destroy(opt);
+    gpucore_lm_destroy(lm);
+    free(params);
+    free(grads);
+    free(ids);
+    return st != GPUCORE_OK;
+}
+
+static int split_list(char *s, const char **out, int max)
+{
+    int n = 0;
+    for (char *tok = strtok(s, ","); tok && n < max; tok = strtok(NULL, ",")) out[n++] = tok;
+    return n;
+}
+
+int main(int argc, char **argv)
+{
+    const char *dev = NULL, *dir = getenv("GPUCORE_BENCH_LM_DIR");
+    char dtypes[64] = "f32,bf16", seqs[64] = "64,256", dirbuf[4096];
+    int full = 0, warmup = -1, steps = -1, profile = 0;
+    int64_t batch = 4;
+    double lr = 1e-4;
+    const char *usage = "usage: bench_lm [--json] [--quick|--full] [--device cpu|cuda] [--dir DIR] [--dtype f32,bf16] "
+                        "[--seq 64,256] [--batch B] [--warmup W] [--steps N] [--lr LR] [--profile]\n";
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(a, "--json")) json = 1;
+        else if (!strcmp(a, "--quick")) full = 0;
+        else if (!strcmp(a, "--full")) full = 1;
+        else if (!strcmp(a, "--profile")) profile = 1;
+        else if (v && !strcmp(a, "--device")) dev = v, i++;
+        else if (v && !strcmp(a, "--dir")) dir = v, i++;
+        else if (v && !strcmp(a, "--dtype")) snprintf(dtypes, sizeof dtypes, "%s", v), i++;
+        else if (v && !strcmp(a, "--seq")) snprintf(seqs, sizeof seqs, "%s", v), i++;
+        else if (v && !strcmp(a, "--batch")) batch = atoll(v), i++;
+        else if (v && !strcmp(a, "--warmup")) warmup = atoi(v), i++;
+        else if (v && !strcmp(a, "--steps")) steps = atoi(v), i++;
+        else if (v && !strcmp(a, "--lr")) lr = atof(v), i++;
+        else { fputs(usage, stderr); return 2; }
+    }
+    if (warmup < 0) warmup = full ? 2 : 1;
+    if (steps < 0) steps = full ? 10 : 3;
+    if (steps < 1 || warmup + steps > MAX_STEPS || batch < 1) {
+        fprintf(stderr, "bench_lm: --steps must be >= 1, --warmup >= 0, together <= %d, --batch >= 1\n", MAX_STEPS);
+        return 2;
+    }
+    if (!dir) {
+        const char *tmp = getenv("TMPDIR");
+        snprintf(dirbuf, sizeof dirbuf, "%s/gpucore-bench-lm", tmp && *tmp ? tmp : "/tmp");
+        dir = dirbuf;
+    }
+    const char *dtv[4], *sqv[8];
+    int ndt = split_list(dtypes, dtv, 4), nsq = split_list(seqs, sqv, 8);
+    lm_case cases[32];
+    int nc = 0;
+    for (int d = 0; d < ndt; d++) {
+        int dt = !strcmp(dtv[d], "f32") ? GPUCORE_F32 : !strcmp(dtv[d], "bf16") ? GPUCORE_BF16 : -1;
+        if (dt < 0) { fprintf(stderr, "bench_lm: --dtype %s: f32 or bf16\n", dtv[d]); return 2; }
+        for (int q = 0; q < nsq; q++) {
+            int64_t T = atoll(sqv[q]);
+            if (T < 2 || T > POSITIONS) { fprintf(stderr, "bench_lm: --seq %s: 2..%d\n", sqv[q], POSITIONS); return 2; }
+            if (batch * T > NTOK) { fprintf(stderr, "bench_lm: batch x seq over the %d-id token stream\n", NTOK); return 2; }
+            cases[nc++] = (lm_case){dtv[d], dt, batch, T};
+        }
+    }
+    gpucore_context *ctx = NULL;
+    if (gpucore_context_create(dev, &ctx)) {
+        fprintf(stderr, "bench_lm: %s\n", gpucore_last_error());
+        return 1;
+    }
+    device_name = gpucore_context_device_name(ctx);
+    gpucore_device_type type;
+    int index;
+    gpucore_context_device(ctx, &type, &index);
+    int rc = 0;
+    if (!read_stamp_matches(dir)) {
+        fprintf(stderr, "bench_lm: writing the GPT-2 124M model and token ids into %s\n", dir);
+        if (make_fixture(ctx, dir)) { gpucore_context_destroy(ctx); return 1; }
+    }
+    int64_t *tokens = read_tokens(dir);
+    if (!tokens) { gpucore_context_destroy(ctx); return 1; }
+    char path[PATH_LEN];
+    ours_file = dir_file(path, dir, "ours.jsonl") ? NULL : fopen(path, "w");
+    if (!ours_file) fprintf(stderr, "bench_lm: cannot write %s (the peer will not find our losses)\n", path);
+    online_cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    if (online_cpus < 1) online_cpus = 1;
+    int threads = 0;
+    if (type == GPUCORE_DEVICE_CPU) peak_gflops = measure_fma_peak(&threads);
+    if (peak_gflops > 0) {
+        char cs[64];
+        snprintf(cs, sizeof cs, "f32 fma peak %s x%d", peak_width == 16 ? "avx512" : "avx2", threads);
+        row(cs, "GFLOP/s", peak_gflops, "GFLOP/s");
+    }
+    if (!json) {
+        printf("bench_lm on %s: GPT-2 124M full fine-tuning (AdamW lr %g, weight decay 0.01), %d warm-up + %d measured "
+               "steps, model in %s\n", device_name, lr, warmup, steps, dir);
+        if (peak_gflops > 0)
+            printf("f32 FMA peak (%s, %d threads, per cpu-s x cores): %.1f GFLOP/s; MFU = 6 N tokens/s / peak\n",
+                   peak_width == 16 ? "AVX-512" : "AVX2", threads, peak_gflops);
+        printf("%-15s %9s %9s %18s %7s %11s %12s  %s\n", "case", "tokens/s", "step ms", "[min, max]", "MFU", "peak RSS",
+               "peak alloc", "losses of the first steps");
+    }
+    for (int i = 0; i < nc; i++) rc |= run_case(ctx, dir, tokens, &cases[i], warmup, steps, lr, profile);
+    if (!json) printf("bf16: bf16 weights, activations and gradients, f32 master weights and moments in AdamW\n");
+    if (ours_file) fclose(ours_file);
+    free(tokens);
+    gpucore_context_destroy(ctx);
+    return rc;
+}
