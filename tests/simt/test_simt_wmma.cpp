@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <new>
 #include <vector>
 #include "simt_check.h"
 #include "simt_wmma.h"
@@ -78,13 +79,33 @@ __global__ void bad_ldm_kernel(float *p)
     wmma::store_matrix_sync(p, c, 18, wmma::mem_row_major); /* 72 bytes */
 }
 
+/* WMMA fragment pointers must be 256-bit aligned (CUDA C++ Programming Guide, warp matrix
+ * functions) and the SIMT layer checks it: the host arrays the kernel reads as global memory are
+ * allocated on a 32-byte boundary (cudaMalloc's are at least 256-byte aligned), never left to
+ * malloc's 16. */
+template <typename T> struct aligned32 {
+    typedef T value_type;
+    aligned32() = default;
+    template <typename U> aligned32(const aligned32<U> &) {}
+    T *allocate(size_t n)
+    {
+        void *p = aligned_alloc(32, (n * sizeof(T) + 31) / 32 * 32);
+        if (!p) throw std::bad_alloc();
+        return (T *)p;
+    }
+    void deallocate(T *p, size_t) { free(p); }
+    template <typename U> bool operator==(const aligned32<U> &) const { return true; }
+    template <typename U> bool operator!=(const aligned32<U> &) const { return false; }
+};
+template <typename T> using dev_vector = std::vector<T, aligned32<T>>;
+
 static float rnd() { return (float)rand() / (float)RAND_MAX * 2.0f - 1.0f; }
 
 template <typename T, typename BL> static void check_gemm(const char *name, int c_colmajor)
 {
     const bool bcol = std::is_same<BL, wmma::col_major>::value;
-    std::vector<T> A(M * K), B(K * N);
-    std::vector<float> C0(M * N), C(M * N, NAN);
+    dev_vector<T> A(M * K), B(K * N);
+    dev_vector<float> C0(M * N), C(M * N, NAN);
     for (auto &x : A) x = T(rnd());
     for (auto &x : B) x = T(rnd());
     for (auto &x : C0) x = rnd();
