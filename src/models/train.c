@@ -128,11 +128,14 @@ static int cmp_i64(const void *a, const void *b)
  * row of dwte. This skips the [vocab, D] temporary, its zeroing and the addition over the whole
  * table (for GPT-2 124M 38.6M elements a step, a bf16 table the slowest op of a B 4, T 64 step
  * after the GEMMs and the optimizer). *used 0: not applicable (many distinct ids, or an id out of
- * range), nothing was done. */
+ * range, or a device context), nothing was done. The distinct ids are found on the host: on a
+ * GPU that copy would stall the step on a synchronisation, while the whole-table path there costs
+ * a memory pass at device bandwidth, so device contexts keep it. */
 static gpucore_status embedding_rows(gpucore_lm *lm, const gpucore_tensor *ids, const gpucore_tensor *dx0, int *used)
 {
     const int64_t B = ids->shape[0], T = ids->shape[1], N = B * T, V = lm->cfg.vocab;
     *used = 0;
+    if (lm->ctx->type != GPUCORE_DEVICE_CPU) return GPUCORE_OK;
     if (N * 8 > V) return GPUCORE_OK; /* as many rows as the table has, near enough: the whole-table path */
     gpucore_tensor *idc = NULL, *remap = NULL, *part = NULL, *dst = NULL, *src = NULL;
     int64_t *h = malloc((size_t)N * 3 * sizeof *h), U = 0;
