@@ -183,7 +183,8 @@ GPUCORE_API gpucore_status gpucore_device_can_access_peer(int cuda_a, int cuda_b
  * "cuda_runtime" (the one this build was linked against), "cublas", "cudnn", "nccl",
  * "nvml", "openblas", "mpi", "mpi_module" (path of the loaded MPI module),
  * "cuda_plugin" (path of the loaded module), "build"
- * (the features and CUDA architectures compiled in). NOT_SUPPORTED when absent,
+ * (the features and CUDA architectures compiled in), "openmp" (the CPU backend's
+ * thread count and how idle OpenMP threads wait: docs/DESIGN.md, thread policy). NOT_SUPPORTED when absent,
  * with the reason in gpucore_last_error(). */
 GPUCORE_API gpucore_status gpucore_component_version(const char *component, char *buf, size_t buf_len);
 

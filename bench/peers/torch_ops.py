@@ -76,7 +76,11 @@ def calls_for(fn, sync, calls, budget_ms):
     return max(1, min(calls, int(budget_ms / max(once, 1e-3)))), once
 
 
+SETTLE_S = 0.02  # longer than libgomp's default spin (300,000 pauses: 3-10 ms)
+
+
 def batch_ms(fn, sync, calls):
+    time.sleep(SETTLE_S)
     t0 = time.perf_counter()
     for _ in range(calls):
         fn()
@@ -88,7 +92,10 @@ def side_by_side(ours, theirs, sync, calls, batches, budget_ms, best=False):
     """Median (best: fastest) per-call ms of (ours, theirs), their batches alternating so that
     both sides see the same machine load, and the median over batch pairs of torch/ours (each
     pair ran back to back, so a slow spell of the machine cancels out of its ratio); a side
-    whose single call takes seconds runs one batch."""
+    whose single call takes seconds runs one batch. Each batch starts after SETTLE_S of sleep:
+    torch and this library each bring an OpenMP runtime whose idle threads may spin for
+    milliseconds after a parallel region (libgomp's default), and a batch that started while
+    the other side's threads still spun would lose a core to them for its first calls."""
     co, once_o = calls_for(ours, sync, calls, budget_ms)
     ct, once_t = calls_for(theirs, lambda: None, calls, budget_ms)
     to, tt, pairs = [], [], []

@@ -33,8 +33,8 @@ class LogLevel(enum.IntEnum):
     DEBUG = 4
 
 
-COMPONENTS = ("cuda_driver", "cuda_runtime", "cublas", "cudnn", "nccl", "nvml", "openblas", "mpi",
-              "cuda_plugin", "build")
+COMPONENTS = ("cuda_driver", "cuda_runtime", "cublas", "cudnn", "nccl", "nvml", "openblas", "openmp",
+              "mpi", "cuda_plugin", "build")
 
 
 def _device_type(t: Any) -> int:

@@ -233,6 +233,7 @@ int main(int argc, char **argv)
     component("libraries", "nccl");
     component("libraries", "nvml");
     component("libraries", "openblas");
+    component("libraries", "openmp");
     /* MPI lives in a module opened on first use: say whether it loads, and why not. */
     if (gpucore_component_version("mpi", buf, sizeof buf) == GPUCORE_OK) {
         char path[512] = "";

@@ -98,6 +98,10 @@ static gpucore_status cpu_component_version(const char *component, char *buf, si
         return gpucore_set_error(GPUCORE_ERR_NOT_SUPPORTED, "this build has no OpenBLAS (a plain C GEMM is used)");
 #endif
     }
+    if (!strcmp(component, "openmp")) {
+        snprintf(buf, len, "%s", cpu_thread_policy());
+        return GPUCORE_OK;
+    }
     return GPUCORE_ERR_NOT_SUPPORTED;
 }
 
@@ -105,6 +109,7 @@ static gpucore_status cpu_component_version(const char *component, char *buf, si
 static gpucore_status cpu_context_init(int index, void **bctx)
 {
     (void)index;
+    cpu_thread_policy_apply(); /* before the first op opens a parallel region */
     cpu_context *c = calloc(1, sizeof(cpu_context));
     const char *cap = getenv("GPUCORE_CPU_PLAN_CACHE"); /* plans per context; tests shrink it */
     const long n = cap ? strtol(cap, NULL, 10) : 0;
