@@ -2,8 +2,9 @@
  * test_stream.c — streams and events on every backend present: FIFO order on a
  * stream, cross-stream waits through events (a slow producer on one stream, a
  * consumer on another that must see its result), queries, elapsed time, the
- * per-thread current stream, and two threads using one context on their own
- * streams at once.
+ * per-thread current stream, two threads using one context on their own
+ * streams at once, and small ops on an idle CPU stream (run at once on the caller's
+ * thread) keeping their place behind queued work.
  */
 #include <pthread.h>
 #include <stdint.h>
@@ -122,8 +123,63 @@ static void test_threads(gpucore_context *ctx)
     CHECK(args[0].failures == 0 && args[1].failures == 0);
 }
 
+/* Small ops (a 16-element add, fill, copy; an event record) behind a slow op must wait for it;
+ * on an idle CPU stream they are done when the call returns (run on the caller's thread). */
+static void test_small_ops(gpucore_context *ctx)
+{
+    int64_t big = BIG, small = 16;
+    gpucore_tensor *a = NULL, *head = NULL, *s = NULL, *c = NULL;
+    gpucore_stream *st = NULL;
+    gpucore_event *e = NULL;
+    CHECK_OK(gpucore_stream_create(ctx, 0, &st));
+    CHECK_OK(gpucore_event_create(ctx, &e));
+    CHECK_OK(gpucore_tensor_create(ctx, GPUCORE_F32, 1, &big, &a));
+    CHECK_OK(gpucore_tensor_create(ctx, GPUCORE_F32, 1, &small, &s));
+    CHECK_OK(gpucore_tensor_create(ctx, GPUCORE_F32, 1, &small, &c));
+    CHECK_OK(gpucore_fill(a, 0.0, st));
+    CHECK_OK(gpucore_stream_synchronize(st));
+    CHECK_OK(gpucore_tensor_slice(a, 0, 0, small, 1, &head));
+    float want[16], got[16];
+    for (int rep = 0; rep < 20; rep++) {
+        /* slow normal fills of all of a, then small ops that read its first 16 elements */
+        for (int k = 0; k < 3; k++) CHECK_OK(gpucore_random(a, GPUCORE_NORMAL, 0, 1, 5, (uint64_t)(rep * 3 + k), st));
+        CHECK_OK(gpucore_fill(s, 2.0, st));
+        CHECK_OK(gpucore_binary(GPUCORE_ADD, c, head, s, st));
+        CHECK_OK(gpucore_copy(s, c, st));
+        CHECK_OK(gpucore_event_record(e, st));
+        CHECK_OK(gpucore_event_synchronize(e));
+        CHECK_OK(gpucore_copy_to_host(want, sizeof want, head));
+        CHECK_OK(gpucore_copy_to_host(got, sizeof got, s));
+        int same = 1;
+        for (int i = 0; i < 16; i++) same &= got[i] == want[i] + 2.0f;
+        CHECK(same);
+    }
+    /* on an idle stream: complete at return (a queued op is rarely done that soon on the CPU) */
+    gpucore_device_type type;
+    int index;
+    gpucore_context_device(ctx, &type, &index);
+    if (type == GPUCORE_DEVICE_CPU) {
+        int done = 0;
+        for (int rep = 0; rep < 50; rep++) {
+            CHECK_OK(gpucore_stream_synchronize(st));
+            CHECK_OK(gpucore_binary(GPUCORE_ADD, c, s, s, st));
+            done += gpucore_stream_query(st) == GPUCORE_OK;
+            CHECK_OK(gpucore_event_record(e, st));
+            done += gpucore_event_query(e) == GPUCORE_OK;
+        }
+        CHECK(done == 100);
+    }
+    CHECK_OK(gpucore_stream_synchronize(st));
+    gpucore_tensor_destroy(head);
+    gpucore_tensor_destroy(a);
+    gpucore_tensor_destroy(s);
+    gpucore_tensor_destroy(c);
+    gpucore_event_destroy(e);
+    gpucore_stream_destroy(st);
+}
+
 int main(void)
 {
-    const device_test_fn tests[] = {test_ordering, test_threads};
+    const device_test_fn tests[] = {test_ordering, test_threads, test_small_ops};
     return run_on_devices("test_stream", tests, (int)(sizeof tests / sizeof tests[0]));
 }

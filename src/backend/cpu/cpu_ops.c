@@ -115,7 +115,8 @@ gpucore_status cpu_fill(void *bctx, const gpucore_view *dst, uint64_t bits, void
 {
     (void)bctx;
     fill_args a = {*dst, bits};
-    return cpu_stream_enqueue(s, fill_task, &a, sizeof a);
+    return dst->numel <= 4096 ? cpu_stream_enqueue_small(s, fill_task, &a, sizeof a)
+                                                : cpu_stream_enqueue(s, fill_task, &a, sizeof a);
 }
 
 typedef struct random_args { gpucore_view dst; gpucore_random_params rp; } random_args;

@@ -286,5 +286,7 @@ static gpucore_status elementwise_task(void *argp)
 gpucore_status cpu_elementwise(void *bctx, const gpucore_ew_args *args, void *s)
 {
     (void)bctx;
-    return cpu_stream_enqueue(s, elementwise_task, args, sizeof *args);
+    /* a small op (a few microseconds, no parallel region) on an idle stream runs now */
+    return args->out.numel <= 4096 ? cpu_stream_enqueue_small(s, elementwise_task, args, sizeof *args)
+                                              : cpu_stream_enqueue(s, elementwise_task, args, sizeof *args);
 }

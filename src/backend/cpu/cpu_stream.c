@@ -28,6 +28,14 @@
  * elsewhere (event query or synchronize, another stream's wait, stream query: kick)
  * make the worker run it at once. Ordering, events and errors are as for any task.
  *
+ * Small tasks inline: cpu_stream_enqueue_small runs a task of a few microseconds on the
+ * caller's thread when the stream is idle (no queued task, none running). It holds
+ * `running` meanwhile, so neither the worker nor a synchronizing caller starts a task
+ * another thread queues during it, and signals the parked worker after it if one was.
+ * The counters do not move: the task completes before its enqueue returns, so a
+ * synchronize or event that follows it in any thread finds it done, and a worker polling
+ * for new work is not disturbed. A failure is sticky, as for a queued task.
+ *
  * Spin, then park: a worker that runs out of work, and a synchronizing caller
  * whose last outstanding task runs on another thread, first poll the queue's
  * counters (atomics, no lock) for a bounded time (CPU_STREAM_SPIN_NS) before they
@@ -326,6 +334,38 @@ gpucore_status cpu_stream_enqueue_for_caller(cpu_stream *s, cpu_task_fn fn, cons
     return enqueue(s, fn, args, args_size, TASK_FOR_CALLER);
 }
 
+/* Argument blocks up to this size run inline from a copy on the caller's stack. */
+#define CPU_STREAM_INLINE_ARGS 4096
+
+/* Run the task inline on an idle stream, else queue it as `kind`. */
+static gpucore_status inline_or_enqueue(cpu_stream *s, cpu_task_fn fn, const void *args, size_t args_size, int kind)
+{
+    if (args_size > CPU_STREAM_INLINE_ARGS) return enqueue(s, fn, args, args_size, kind);
+    pthread_mutex_lock(&s->mu);
+    if (s->head || s->running || s->stop) {
+        pthread_mutex_unlock(&s->mu);
+        return enqueue(s, fn, args, args_size, kind);
+    }
+    s->running = 1;
+    pthread_mutex_unlock(&s->mu);
+    _Alignas(16) unsigned char copy[CPU_STREAM_INLINE_ARGS]; /* the task's own copy, as a queued one has */
+    if (args_size) memcpy(copy, args, args_size);
+    gpucore_status st = fn(copy);
+    pthread_mutex_lock(&s->mu);
+    s->running = 0;
+    if (st != GPUCORE_OK && s->sticky == GPUCORE_OK) s->sticky = st;
+    const int wake = s->head && s->parked; /* queued behind us while we ran: the worker waited for `running` */
+    if (s->head && s->wake_at != UINT64_MAX) pthread_cond_broadcast(&s->done_cv); /* a synchronizer may run it */
+    pthread_mutex_unlock(&s->mu);
+    if (wake) pthread_cond_signal(&s->work_cv);
+    return GPUCORE_OK;
+}
+
+gpucore_status cpu_stream_enqueue_small(cpu_stream *s, cpu_task_fn fn, const void *args, size_t args_size)
+{
+    return inline_or_enqueue(s, fn, args, args_size, TASK_ANY);
+}
+
 gpucore_status cpu_stream_synchronize(cpu_stream *s)
 {
     pthread_mutex_lock(&s->mu);
@@ -416,7 +456,8 @@ gpucore_status cpu_event_record(cpu_event *e, cpu_stream *s)
     e->stream = s;
     pthread_mutex_unlock(&e->mu);
     atomic_fetch_add(&e->refs, 1);
-    gpucore_status st = enqueue(s, event_complete_task, &a, sizeof a, TASK_LIGHT);
+    /* an idle stream: the event completes now, on the caller's thread */
+    gpucore_status st = inline_or_enqueue(s, event_complete_task, &a, sizeof a, TASK_LIGHT);
     if (st) {
         atomic_fetch_sub(&e->refs, 1);
         /* Nothing will complete this generation: mark it done so waiters do not hang. */
@@ -562,5 +603,6 @@ gpucore_status cpu_vt_copy(void *bctx, void *dst, const void *src, size_t bytes,
 {
     (void)bctx;
     memcpy_args a = {dst, src, bytes};
-    return cpu_stream_enqueue(s, memcpy_task, &a, sizeof a);
+    return bytes <= 65536 ? cpu_stream_enqueue_small(s, memcpy_task, &a, sizeof a)
+                          : cpu_stream_enqueue(s, memcpy_task, &a, sizeof a);
 }

@@ -28,6 +28,12 @@ GPUCORE_HIDDEN gpucore_status cpu_stream_enqueue_pinned(cpu_stream *s, cpu_task_
  * then runs it on its own thread; otherwise it runs as any task, a little later. */
 GPUCORE_HIDDEN gpucore_status cpu_stream_enqueue_for_caller(cpu_stream *s, cpu_task_fn fn, const void *args,
                                                             size_t args_size);
+/* The same for a task of a few microseconds that opens no parallel region (a small
+ * elementwise op, fill or copy, an event record): when the stream is idle — nothing queued,
+ * nothing running — it runs at once on the caller's thread, as the worker would run it
+ * (errors sticky for synchronize), saving the queue's allocation and the hand-off. */
+GPUCORE_HIDDEN gpucore_status cpu_stream_enqueue_small(cpu_stream *s, cpu_task_fn fn, const void *args,
+                                                       size_t args_size);
 GPUCORE_HIDDEN gpucore_status cpu_stream_synchronize(cpu_stream *s);
 GPUCORE_HIDDEN gpucore_status cpu_stream_query(cpu_stream *s);
 
