@@ -238,6 +238,7 @@ ncclResult_t ncclCommGetAsyncError(ncclComm_t c, ncclResult_t *r)
     atomic_fetch_add(&c->busy, 1);
     if (c->cl->aborted) *r = ncclRemoteError;
     else if (!comm_ready(c)) *r = ncclInProgress;
+    else if (c->settle_pending == 2) *r = ncclInProgress; /* stalled (STANDIN_NCCL_GROUP_STALL): until aborted */
     else if (c->settle_pending) { c->settle_pending = 0; *r = ncclInProgress; } /* settles on the next query */
     else *r = ncclSuccess;
     atomic_fetch_sub(&c->busy, 1);
@@ -496,7 +497,10 @@ ncclResult_t ncclGroupEnd(void)
         queue_op(&held[i]);
         if (!c->blocking) {
             nonblocking = 1;
-            c->settle_pending = 1; /* queued "in the background": settled by ncclCommGetAsyncError */
+            /* queued "in the background": settled by ncclCommGetAsyncError; with STANDIN_NCCL_GROUP_STALL
+             * never (a peer that died while NCCL connected to it lazily at this first use: the
+             * communicator stays ncclInProgress until it is aborted) */
+            c->settle_pending = standin_env_long("STANDIN_NCCL_GROUP_STALL", 0) ? 2 : 1;
             c->settle_stream = held[i].stream;
         }
     }

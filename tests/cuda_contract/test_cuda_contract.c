@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <cublasLt.h>
 #include <cuda_runtime_api.h>
 #include <cudnn.h>
@@ -444,6 +445,61 @@ static void test_grouped_allreduce(void)
     expect_clean("grouped allreduce teardown");
 }
 
+/* A grouped allreduce whose communicators never settle (a peer died while NCCL connected to it
+ * lazily at this first use: STANDIN_NCCL_GROUP_STALL) fails within the communicators' own
+ * timeout (0.5 s here), not the 600 s default, names what happened, and leaves the library usable. */
+static double wall_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static void test_group_stall(void)
+{
+    gpucore_context *ctx[2] = {NULL, NULL};
+    gpucore_comm *comm[2] = {NULL, NULL};
+    gpucore_tensor *t[2] = {NULL, NULL};
+    CHECK_OK(gpucore_context_create("cuda:0", &ctx[0]));
+    CHECK_OK(gpucore_context_create("cuda:1", &ctx[1]));
+    if (!ctx[0] || !ctx[1]) return;
+    CHECK_OK(gpucore_comm_create_local(ctx, 2, comm));
+    for (int r = 0; r < 2; r++) {
+        int64_t n = 256;
+        CHECK_OK(gpucore_tensor_create(ctx[r], GPUCORE_F32, 1, &n, &t[r]));
+        CHECK_OK(gpucore_fill(t[r], 1.0, NULL));
+        CHECK_OK(gpucore_comm_set_timeout(comm[r], 0.5));
+    }
+    CHECK_OK(gpucore_comm_group_start());
+    for (int r = 0; r < 2; r++) CHECK_OK(gpucore_comm_allreduce(comm[r], t[r], t[r], GPUCORE_REDUCE_SUM, NULL));
+    setenv("STANDIN_NCCL_GROUP_STALL", "1", 1);
+    const double t0 = wall_s();
+    CHECK_STATUS(gpucore_comm_group_end(), GPUCORE_ERR_COMM);
+    const double took = wall_s() - t0;
+    unsetenv("STANDIN_NCCL_GROUP_STALL");
+    CHECK(took < 5.0);
+    CHECK(strstr(gpucore_last_error(), "did not settle") != NULL);
+    printf("  stalled group: comm_group_end failed after %.2f s: %s\n", took, gpucore_last_error());
+    /* the library stays usable: the failed communicators go, a new pair reduces */
+    for (int r = 0; r < 2; r++) gpucore_comm_destroy(comm[r]);
+    CHECK_OK(gpucore_comm_create_local(ctx, 2, comm));
+    for (int r = 0; r < 2; r++) CHECK_OK(gpucore_fill(t[r], 1.0, NULL)); /* undefined after the failed collective */
+    for (int r = 0; r < 2; r++) CHECK_OK(gpucore_comm_allreduce(comm[r], t[r], t[r], GPUCORE_REDUCE_SUM, NULL));
+    float host[256];
+    for (int r = 0; r < 2; r++) {
+        CHECK_OK(gpucore_comm_wait(comm[r], 0, 30));
+        CHECK_OK(gpucore_context_synchronize(ctx[r]));
+        CHECK_OK(gpucore_copy_to_host(host, sizeof host, t[r]));
+        CHECK(host[0] == 2.0f && host[255] == 2.0f);
+    }
+    for (int r = 0; r < 2; r++) {
+        CHECK_OK(gpucore_comm_destroy(comm[r]));
+        gpucore_tensor_destroy(t[r]);
+    }
+    for (int r = 0; r < 2; r++) gpucore_context_destroy(ctx[r]);
+    expect_clean("a comm group that never settles");
+}
+
 static int warn_fallback_logs;
 static void count_fallback_warnings(int level, const char *message, void *user)
 {
@@ -753,6 +809,7 @@ int main(void)
     test_cudnn_attribute_types();
     test_cudnn_sdpa_nodes();
     test_grouped_allreduce();
+    test_group_stall();
     test_fallback_gemm();
     test_device_queries();
     test_comm_paths();
