@@ -19,6 +19,7 @@
 #include "cpu_internal.h"
 #include "gpucore_config.h"
 #include "cpu_vec.h"
+#include "elementwise_math.h"
 #if GPUCORE_HAVE_OPENBLAS
 #include <cblas.h>
 #endif
@@ -278,7 +279,32 @@ static gpucore_status matmul_task(void *p)
         const char *C = g->c ? (const char *)g->c + bi * g->batch_stride_c * dsz : NULL;
         char *aux = g->aux ? (char *)g->aux + bi * g->batch_stride_aux * dsz : NULL;
         const uint32_t epi = g->epilogue;
-        if (ti == 1 && g->d_dtype == GPUCORE_KDT_F32 && !(C && g->beta != 0.0f) && !(epi & GPUCORE_GEMM_EPI_DGELU)) {
+        if (ti == 1 && epi == GPUCORE_GEMM_EPI_DGELU && !(C && g->beta != 0.0f)) {
+            /* DGELU alone (the input gradient of a GELU layer below): D = alpha·T ⊙ gelu_tanh'(aux) a
+             * column at a time through the vector math (cpu_vec_act_grad), aux and D in their dtype.
+             * The loop is threaded even with OpenBLAS in the build: oneDNN made T unless the BLAS
+             * engine was asked for (then OpenBLAS threads may still spin: CPU_MM_PARALLEL_THRESHOLD). */
+            const int threaded = m * n > 16384 && (!GPUCORE_HAVE_OPENBLAS || cpu_gemm_engine_dnnl(m, n, g->k, 1));
+            int failed = 0;
+#pragma omp parallel if (threaded) reduction(| : failed)
+            {
+                float *buf = malloc(sizeof(float) * 2 * (size_t)m);
+                failed |= !buf;
+#pragma omp for schedule(static)
+                for (int64_t j = 0; j < n; j++) {
+                    if (!buf) continue;
+                    float *acc = buf, *x = buf + m;
+                    const float *Tj = T + j * tj;
+                    for (int64_t i = 0; i < m; i++) acc[i] = g->alpha * Tj[i];
+                    cpu_vec_load(x, aux + j * g->ldaux * dsz, g->d_dtype, m);
+                    if (!cpu_vec_act_grad(GPUCORE_ACT_CODE_GELU_TANH, acc, acc, x, m))
+                        for (int64_t i = 0; i < m; i++) acc[i] = gpucore_gemm_epilogue_value(epi, acc[i], 0.0f, x[i], NULL);
+                    cpu_vec_store(D + j * g->ldd * dsz, g->d_dtype, acc, m);
+                }
+                free(buf);
+            }
+            if (failed) st = GPUCORE_ERR_OUT_OF_MEMORY;
+        } else if (ti == 1 && g->d_dtype == GPUCORE_KDT_F32 && !(C && g->beta != 0.0f) && !(epi & GPUCORE_GEMM_EPI_DGELU)) {
             /* f32 out, columns of T contiguous: the epilogue a column at a time while it is in
              * cache, GELU through the vector tanh (cpu_vec.h); same steps as the general loop */
             const float *bias = (epi & GPUCORE_GEMM_EPI_BIAS) ? (const float *)g->bias : NULL;
