@@ -71,15 +71,13 @@ int gpucore_kernel_clip_grad_norm(const gpucore_launch *launch, const gpucore_mt
  * attention_math.h defines it. No workspace. */
 int gpucore_kernel_attention(const gpucore_launch *launch, const gpucore_attn_args *args);
 /* attention_fixup.cu: the rows with no admitted key after (FWD) or before (BWD_STATS) cuDNN's SDPA graphs:
- * FWD: where stats[r] is not finite, stats[r] := -inf and out's row r := 0 (in place); BWD_STATS:
- * stats[r] := stats_in[r], +inf where that is not finite. stats: f32 [B, H, Sq] packed. */
+ * FWD: where stats[r] is not finite and row r of attn admits no key, stats[r] := -inf and attn.out's row r := 0
+ * (in place); BWD_STATS: stats[r] := attn.lse[r], +inf where that is -inf. stats: f32 [B, H, Sq] packed. */
 enum { GPUCORE_ATTN_FIXUP_FWD = 0, GPUCORE_ATTN_FIXUP_BWD_STATS = 1 };
 typedef struct gpucore_attn_fixup_args {
-    int32_t op, dtype;          /* dtype: out's (FWD) */
-    int64_t batch, heads, seq_q, head_dim_v;
+    int32_t op;
     float *stats;
-    const float *stats_in;      /* BWD_STATS */
-    gpucore_attn_tensor out;    /* FWD: [B, H, Sq, Dv] */
+    gpucore_attn_args attn; /* the call's arguments (shapes, masks, kv_len, out, lse) */
 } gpucore_attn_fixup_args;
 int gpucore_kernel_attention_fixup(const gpucore_launch *launch, const gpucore_attn_fixup_args *args);
 /* transformer.cu: RoPE, gated linear units, fused residual + norm forward (transformer_math.h). */

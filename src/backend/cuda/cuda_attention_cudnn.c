@@ -525,14 +525,8 @@ static gpucore_status fixup(void *bctx, const gpucore_attn_args *a, int op, char
     gpucore_attn_fixup_args f;
     memset(&f, 0, sizeof f);
     f.op = op;
-    f.dtype = a->dtype;
-    f.batch = a->batch;
-    f.heads = a->heads;
-    f.seq_q = a->seq_q;
-    f.head_dim_v = a->head_dim_v;
     f.stats = w->stats >= 0 ? (float *)(ws + w->stats) : a->lse;
-    f.stats_in = a->lse;
-    f.out = a->out;
+    f.attn = *a;
     int err = gpucore_kernel_attention_fixup(&l, &f);
     return err ? kops_error(err, "attention fix-up kernel launch") : GPUCORE_OK;
 }
