@@ -6,24 +6,31 @@
  * through args->engine_out (src/ops/attention.c counts it by reason) and logged
  * once per plan key at WARN.
  *
- * The graphs follow cudnn-frontend's sdpa nodes. Forward:
- *   S = matmul(Q, Kᵀ); S *= scale (by value); [S += mask]; [padding: S = select(
- *   gen_index(col) < seq_len_kv, S, -inf)]; [causal: S = select(gen_index(row) >=
- *   gen_index(col), S, -inf)]; M = max_j S; E = exp(S - M); L = Σ_j E;
- *   [stats = M + log L]; P = E / L (in the I/O dtype); O = matmul(P, V).
- * Backward (transposes as reshape nodes): S as above; P = exp(S - stats);
- *   dV = Pᵀ·dO; dP = dO·Vᵀ; Δ = Σ_d dO∘O; dS = scale·P∘(dP - Δ); dQ = dS·K; dK = dSᵀ·Q.
- * With a mask or kv_lengths a row may admit no key; our contract is out = 0,
- * lse = -inf and zero gradients there, so those graphs clamp M (stats) to
- * -FLT_MAX and L to FLT_MIN (pointwise MAX nodes) instead of giving NaN.
+ * The graphs are the ones cudnn-frontend emits (include/cudnn_frontend/node/
+ * scaled_dot_product_flash_attention.h: CompositeSDPANode, CompositeSDPABackwardNode;
+ * node/softmax.h; utils/attn_score_modifiers.h; node/diagonal_band_mask.h), node for
+ * node, since cuDNN's fused SDPA engines recognise that pattern and no other DAG
+ * (tests/cuda_contract's stand-in checks it). Forward:
+ *   S = matmul(Q, Kᵀ) (Kᵀ: K's dims/strides swapped on the tensor); S *= scale (by value); [S += mask];
+ *   [kv_lengths: S = select(S, -inf, row < seq_len_q AND col < seq_len_kv), with GEMM M/N/K overrides on the
+ *   matmuls]; [causal: S = select(S, -inf, row >= col)]; M = max_j S; E = exp(S - M); L = Σ_j E;
+ *   stats = M + log L (virtual when not wanted); P = E / L (I/O dtype); O = matmul(P, V).
+ * Backward: softmax_sum = (Σ_d dO∘O)·1 and dQ_accum non-virtual f32 (in scratch); S as above from Q and Kᵀ;
+ *   P = exp(S - stats); dV = reshape_p(P)·dO; dP = dO·Vᵀ; dS = (dP - softmax_sum)·P·scale;
+ *   dK = reshape_dS(dS)·Q; dQ_accum = dS·reshape_k(Kᵀ); dQ = IDENTITY(dQ_accum); always all three gradients.
+ * Those graphs leave a row that admits no key (kv_len 0, a fully masked row) NaN; our contract is out = 0,
+ * lse = -inf and zero gradients there: kernels/attention_fixup.cu zeroes such rows after the forward and
+ * gives the backward a copy of lse with them +inf (P = 0 across them). A call's scratch (the engine's
+ * workspace, seq_len_q, dQ_accum, softmax_sum when the front-end gave no delta, the stats copy, gradients
+ * not asked for) is one allocation from the caching allocator (args->ws_alloc), released in stream order.
  *
- * Plans are cached per key (op, shapes, strides, dtypes, mask kind, causal, algo,
- * alignments, device) and never evicted, so no plan is destroyed while it may
- * run; a key that cuDNN refused is cached as refused (logged once). A full cache
- * sends new keys to the kernel. One lock guards the cache, the per-device handle,
- * builds and enqueueing (a cuDNN handle is not for two threads at once). Only
- * engines that need no workspace are used (the attention entry has no workspace
- * allocator).
+ * Plans are cached per key (op, shapes, strides, dtypes, mask kind, causal, algo, alignments, device); a key
+ * that cuDNN refused is cached as refused (logged once). A full cache evicts its least recently used entry
+ * that no call holds (entries are held from lookup to the end of their run), after waiting for the plan's
+ * last enqueued runs (an event per stream). One lock guards the cache, the per-device handle, builds and
+ * enqueueing (a cuDNN handle is not for two threads at once); AUTOTUNE times candidates on a stream of its
+ * own, synchronizing that one only. Sequence lengths are not bucketed: a plan is for its exact dims (a
+ * bucketed plan would need padded copies of q, k, v and out).
  */
 #include <float.h>
 #include <math.h>
@@ -575,7 +582,7 @@ static float time_plan(void *bctx, cudnnHandle_t h, cudnnBackendDescriptor_t pla
             if (best < 0 || ms < best) best = ms;
         }
     }
-    cudaStreamSynchronize(stream); /* nothing of this plan in flight when the caller destroys it */
+    cudaStreamSynchronize(stream); /* (the tuning stream) nothing of this plan in flight when it is destroyed */
     if (ws) a->ws_release(a->ws_ctx, ws);
     if (e0) cudaEventDestroy(e0);
     if (e1) cudaEventDestroy(e1);
@@ -599,13 +606,23 @@ static cudnnBackendDescriptor_t make_plan(void *bctx, cudnnHandle_t h, const gpu
     float best_ms = -1.0f;
     int timed = 0;
     *ws_out = 0;
+    /* AUTOTUNE times its candidates on a stream of its own that waits for the caller's work so far: the caller's
+     * stream is neither synchronized nor given extra work (the timed runs write the call's outputs, which the
+     * real run then writes again). Without that stream the first usable engine is taken. */
+    cudaStream_t ts = NULL;
+    cudaEvent_t ready = NULL;
+    int tune = a->algo == GPUCORE_ATTN_ALGO_AUTOTUNE;
+    if (tune && (cudaStreamCreateWithPriority(&ts, cudaStreamNonBlocking, 0) != cudaSuccess ||
+                 cudaEventCreateWithFlags(&ready, cudaEventDisableTiming) != cudaSuccess ||
+                 cudaEventRecord(ready, stream) != cudaSuccess || cudaStreamWaitEvent(ts, ready, 0) != cudaSuccess))
+        tune = 0;
     for (int64_t i = 0; i < n; i++) {
         if (!conv_config_allowed(cfgs[i], &notes)) continue;
         int64_t ws = 0;
         cudnnBackendDescriptor_t plan = conv_make_plan(h, cfgs[i], &ws);
         if (!plan) continue;
-        if (a->algo != GPUCORE_ATTN_ALGO_AUTOTUNE) { best = plan; *ws_out = ws; break; }
-        float ms = time_plan(bctx, h, plan, ws, a, stream);
+        if (!tune) { best = plan; *ws_out = ws; break; }
+        float ms = time_plan(bctx, h, plan, ws, a, ts);
         timed++;
         if (ms >= 0 && (best_ms < 0 || ms < best_ms)) {
             if (best) DNN.cudnnBackendDestroyDescriptor(best);
@@ -619,6 +636,8 @@ static cudnnBackendDescriptor_t make_plan(void *bctx, cudnnHandle_t h, const gpu
     }
     for (int64_t i = 0; i < n; i++) DNN.cudnnBackendDestroyDescriptor(cfgs[i]);
     DNN.cudnnBackendDestroyDescriptor(graph);
+    if (ready) cudaEventDestroy(ready);
+    if (ts) cudaStreamDestroy(ts); /* idle: time_plan synchronized it */
     if (timed) cuda_host->log(GPUCORE_LOG_INFO, "attention: autotuned %d cuDNN engines; fastest %.3f ms", timed, best_ms);
     if (!best) *reason = GPUCORE_ATTN_FALLBACK_NO_ENGINE;
     return best;
