@@ -15,7 +15,10 @@
  * exactly once in the variant pack, device ranges for the others, every virtual
  * tensor written by a node before it is read (a topological order exists).
  * Executed: the nodes in topological order, in double with each virtual tensor
- * rounded to its dtype (f32 intermediates, a half P), on the stream's worker.
+ * rounded to its dtype (f32 intermediates, a half P), on the stream's worker, after
+ * engine 0 has scribbled over its whole workspace (its scratch).
+ * Heuristics: an engine only for cudnn-frontend's SDPA pattern (sdpa_pattern below;
+ * the reason for a refusal: standin_sdpa_refusal, counter cudnn_sdpa_pattern_refused).
  * The stand-in's engines take head dims up to 128 (heuristics offer none above).
  */
 #include <math.h>
@@ -647,6 +650,8 @@ typedef struct xt {
 
 typedef struct sdpa_job {
     desc *plan;
+    void *ws;        /* the engine's workspace: scribbled over before the graph runs, as an engine's scratch */
+    int64_t ws_need;
     int nt, nops;
     xt t[MAX_T];
     const desc *ops[MAX_OPS];
@@ -824,6 +829,9 @@ static void run_node(sdpa_job *j, const desc *op)
 static int sdpa_task(void *arg)
 {
     sdpa_job *j = *(sdpa_job **)arg;
+    /* the engine owns its workspace while it runs: anything else the caller placed there is lost (NaN floats,
+     * -1 integers), so a workspace shorter than the plan asked for corrupts what follows it */
+    if (j->ws && j->ws_need > 0) memset(j->ws, 0xff, (size_t)j->ws_need);
     for (int i = 0; i < j->nt; i++) {
         xt *t = &j->t[i];
         t->buf = calloc((size_t)t->numel, sizeof(double));
@@ -974,6 +982,8 @@ cudnnStatus_t standin_sdpa_execute(desc *plan, const desc *vp, struct CUstream_s
         free(j);
         return refuse(CUDNN_STATUS_BAD_PARAM, api, G ":1034", "the plan needs %lld bytes of workspace", (long long)ws_need);
     }
+    j->ws = ws;
+    j->ws_need = ws_need;
     standin_count("cudnn_execute");
     atomic_fetch_add(&plan->inflight, 1);
     if (standin_stream_enqueue(s, sdpa_task, &j, sizeof j)) {
