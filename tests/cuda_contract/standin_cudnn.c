@@ -60,7 +60,8 @@ cudnnStatus_t standin_dnn_decline(cudnnStatus_t s, const char *fmt, ...)
     return s;
 }
 
-size_t cudnnGetVersion(void) { return CUDNN_VERSION; }
+/* STANDIN_DNN_VERSION: the version the library reports (default the header's), for version-dependent graphs. */
+size_t cudnnGetVersion(void) { return (size_t)standin_env_long("STANDIN_DNN_VERSION", CUDNN_VERSION); }
 const char *cudnnGetErrorString(cudnnStatus_t s)
 {
     switch (s) {

@@ -551,6 +551,9 @@ static int match_backward(pmatch *p)
     if (!match_scores(p, pin(subs, 0), &r)) return 0;
     const int64_t B = r.B, H = r.H, Sq = r.Sq, Sk = r.Sk, D = tdim(r.q, 3), Dv = tdim(vt, 2);
     if (!is_input(p, pin(subs, 1), "Stats") || !is_rowstat(p, pin(subs, 1), B, H, Sq, "Stats")) return 0;
+    if (!r.seq_q && Sk % 128 != 0 && cudnnGetVersion() <= 91500)
+        return pfail(p, "backward on cuDNN <= 9.15.0 with s_kv %% 128 != 0: the frontend adds its workaround padding "
+                     "mask (seq_len_q = s_q, seq_len_kv = s_kv; CompositeSDPABackwardNode::pre_validate_node)");
     if (!is_rowstat(p, ssum, B, H, Sq, "softmax_sum (the frontend makes it non-virtual, in its workspace)")) return 0;
     if (ref(rk, CUDNN_ATTR_OPERATION_RESHAPE_XDESC, 0) != r.kt) return pfail(p, "reshape_k reads Kᵀ, bmm1's B");
     if (!dims_are(r.kt, B, H, D, Sk) || !dims_are(vt, B, H, Dv, Sk) || !dims_are(dO, B, H, Sq, Dv) ||

@@ -385,6 +385,24 @@ static void test_sdpa_cache_eviction(gpucore_context *ctx)
     expect_clean("cache eviction");
 }
 
+/* cuDNN <= 9.15.0 (the stand-in reporting 9.15.0): a backward with Sk % 128 != 0 and no kv_lengths gets the
+ * frontend's workaround padding mask (seq_len_q = Sq, seq_len_kv = Sk), and still matches f64; the stand-in
+ * refuses that backward without it. */
+static void test_sdpa_old_cudnn(gpucore_context *ctx)
+{
+    setenv("STANDIN_DNN_VERSION", "91500", 1);
+    CHECK_OK(gpucore_attention_reset_stats(ctx));
+    long refused = counter("cudnn_sdpa_pattern_refused");
+    const acase c = {GPUCORE_F16, 2, 2, 2, 23, 41, 64, 1, 0, 0, 0, 0, 0, 0}; /* a shape of its own: new plans */
+    run_case(ctx, &c, "cuDNN 9.15.0");
+    gpucore_attention_stats st = stats_of(ctx);
+    CHECK(st.cudnn_calls == 2 && st.fallback_calls == 0 && counter("cudnn_sdpa_pattern_refused") == refused);
+    if (st.cudnn_calls != 2) fprintf(stderr, "  cuDNN 9.15.0: %lld calls on cuDNN; %s\n", (long long)st.cudnn_calls,
+                                     refusal());
+    unsetenv("STANDIN_DNN_VERSION");
+    expect_clean("cuDNN 9.15.0");
+}
+
 static int sdpa_warnings;
 static void count_warnings(int level, const char *message, void *user)
 {
@@ -551,6 +569,7 @@ int main(int argc, char **argv)
     } else if (ctx) {
         test_sdpa_engine(ctx);
         test_sdpa_partial_grads(ctx);
+        test_sdpa_old_cudnn(ctx);
         test_sdpa_fallback(ctx);
         test_sdpa_threads(ctx);
         test_sdpa_cache_eviction(ctx);

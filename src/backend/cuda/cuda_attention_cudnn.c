@@ -300,6 +300,20 @@ static cudnnBackendDescriptor_t transposed(graph_builder *g, cudnnBackendDescrip
     return reshape(g, x, tensor(g, 0, dt, d, st, 16, 0));
 }
 
+/* cudnn-frontend's backward on cuDNN <= 9.15.0 with Sk % 128 != 0 and no padding mask adds one anyway
+ * (CompositeSDPABackwardNode "workaround padding mask": seq_len_q = Sq, seq_len_kv = Sk, in its workspace). */
+static int workaround_padding(const gpucore_attn_args *a)
+{
+    return a->op == GPUCORE_ATTN_BWD && !a->kv_len && a->seq_k % 128 != 0 && DNN.cudnnGetVersion &&
+           DNN.cudnnGetVersion() <= 91500; /* (cuDNN not loaded yet: the key's flag is 0, one extra build) */
+}
+
+/* The padding mask (and the GEMM overrides): kv_lengths, or the frontend's workaround. */
+static int padded(const gpucore_attn_args *a)
+{
+    return a->kv_len != NULL || workaround_padding(a);
+}
+
 /* A row may admit no key only through a mask or kv_lengths: those calls run the fix-up kernel around the graph. */
 static int may_empty_rows(const gpucore_attn_args *a)
 {
@@ -317,12 +331,12 @@ static cudnnBackendDescriptor_t scores(graph_builder *g, const gpucore_attn_args
 {
     const int64_t sd[4] = {a->batch, a->heads, a->seq_q, a->seq_k}, one[4] = {1, 1, 1, 1};
     const cudnnDataType_t f32 = CUDNN_DATA_FLOAT, i32 = CUDNN_DATA_INT32, b8 = CUDNN_DATA_BOOLEAN;
-    cudnnBackendDescriptor_t neginf = a->kv_len || a->causal ? tensor(g, UID_NEGINF, f32, one, one, 4, 1) : NULL;
+    cudnnBackendDescriptor_t neginf = padded(a) || a->causal ? tensor(g, UID_NEGINF, f32, one, one, 4, 1) : NULL;
     seq[0] = seq[1] = NULL;
-    if (a->kv_len) {
+    if (padded(a)) {
         const int64_t ld[4] = {a->batch, 1, 1, 1};
         seq[0] = tensor(g, UID_SEQ_Q, i32, ld, one, 16, 0); /* every entry Sq, written into the workspace */
-        seq[1] = tensor(g, UID_SEQ_KV, i32, ld, one, conv_align_of(a->kv_len), 0);
+        seq[1] = tensor(g, UID_SEQ_KV, i32, ld, one, a->kv_len ? conv_align_of(a->kv_len) : 16, 0);
     }
     cudnnBackendDescriptor_t s = matmul(g, tq, kt, vtensor(g, f32, sd), seq[0], seq[1], NULL);
     s = pointwise(g, CUDNN_POINTWISE_MUL, s, scale, NULL, vtensor(g, f32, sd), 0);
@@ -333,7 +347,7 @@ static cudnnBackendDescriptor_t scores(graph_builder *g, const gpucore_attn_args
         cudnnBackendDescriptor_t tm = tensor(g, UID_MASK, dnn_type(a->mask_dtype), md, ms, conv_align_of(a->mask.data), 0);
         s = pointwise(g, CUDNN_POINTWISE_ADD, s, tm, NULL, vtensor(g, f32, sd), 0);
     }
-    if (a->kv_len) {
+    if (padded(a)) {
         cudnnBackendDescriptor_t row = pointwise(g, CUDNN_POINTWISE_GEN_INDEX, s, NULL, NULL, vtensor(g, i32, sd), 2);
         cudnnBackendDescriptor_t col = pointwise(g, CUDNN_POINTWISE_GEN_INDEX, s, NULL, NULL, vtensor(g, i32, sd), 3);
         row = pointwise(g, CUDNN_POINTWISE_CMP_LT, row, seq[0], NULL, vtensor(g, b8, sd), 0);
@@ -457,7 +471,7 @@ static cudnnBackendDescriptor_t build_graph(cudnnHandle_t h, const gpucore_attn_
  * workspace, seq_len_q (kv_lengths), the stats the fix-up reads (forward without lse; the backward's copy with
  * dead rows +inf), softmax_sum (when the front-end gave no delta scratch), dQ_accum, gradients not asked for. */
 typedef struct sdpa_ws {
-    int64_t total, engine, seq_q, stats, softmax_sum, dq_accum, grad[3];
+    int64_t total, engine, seq_q, seq_kv, stats, softmax_sum, dq_accum, grad[3];
 } sdpa_ws;
 
 static void ws_layout(const gpucore_attn_args *a, int64_t engine_ws, sdpa_ws *w)
@@ -470,7 +484,8 @@ static void ws_layout(const gpucore_attn_args *a, int64_t engine_ws, sdpa_ws *w)
     int64_t at = 0;
 #define PLACE(field, cond, bytes) (w->field = (cond) ? at : -1, at += (cond) ? ((bytes) + 255) / 256 * 256 : 0)
     PLACE(engine, engine_ws > 0, engine_ws);
-    PLACE(seq_q, a->kv_len != NULL, 4 * a->batch);
+    PLACE(seq_q, padded(a), 4 * a->batch);
+    PLACE(seq_kv, workaround_padding(a), 4 * a->batch);
     PLACE(stats, bwd ? may_empty_rows(a) : !a->lse && may_empty_rows(a), 4 * rows);
     PLACE(softmax_sum, bwd && !a->delta, 4 * rows);
     PLACE(dq_accum, bwd, 4 * rows * a->head_dim);
@@ -493,11 +508,11 @@ static cudnnStatus_t execute(cudnnHandle_t h, cudnnBackendDescriptor_t plan, con
     const int bwd = a->op == GPUCORE_ATTN_BWD;
     PUT(UID_Q, a->q.data); PUT(UID_K, a->k.data); PUT(UID_V, a->v.data); PUT(UID_O, a->out.data);
     PUT(UID_SCALE, scale);
-    if (a->kv_len || a->causal) PUT(UID_NEGINF, &NEG_INF);
+    if (padded(a) || a->causal) PUT(UID_NEGINF, &NEG_INF);
     if (w->stats >= 0) PUT(UID_STATS, WS(w->stats));
     else if (a->lse) PUT(UID_STATS, a->lse);
     if (a->mask_dtype != GPUCORE_ATTN_NO_MASK) PUT(UID_MASK, a->mask.data);
-    if (a->kv_len) { PUT(UID_SEQ_Q, WS(w->seq_q)); PUT(UID_SEQ_KV, a->kv_len); }
+    if (padded(a)) { PUT(UID_SEQ_Q, WS(w->seq_q)); PUT(UID_SEQ_KV, a->kv_len ? a->kv_len : WS(w->seq_kv)); }
     if (bwd) {
         PUT(UID_DO, a->dout.data);
         PUT(UID_ONE, &ONE);
@@ -538,24 +553,28 @@ static gpucore_status fixup(void *bctx, const gpucore_attn_args *a, int op, char
     return err ? kops_error(err, "attention fix-up kernel launch") : GPUCORE_OK;
 }
 
-/* What a call needs around its graph, enqueued on stream before it: seq_len_q := Sq (kv_lengths); the backward's
- * stats copy with dead rows +inf (attention_fixup.cu). */
+/* n int32 values v at p, on stream. */
+static gpucore_status fill_i32(void *bctx, void *p, int64_t n, int64_t v, void *stream)
+{
+    gpucore_view view;
+    memset(&view, 0, sizeof view);
+    view.data = p;
+    view.dtype = GPUCORE_I32;
+    view.ndim = 1;
+    view.numel = view.shape[0] = n;
+    view.strides[0] = 1;
+    view.contiguous = 1;
+    view.elem_size = 4;
+    return kops_fill(bctx, &view, (uint32_t)v, stream);
+}
+
+/* What a call needs around its graph, enqueued on stream before it: seq_len_q := Sq (padding), seq_len_kv := Sk
+ * (the frontend's workaround padding); the backward's stats copy with dead rows +inf (attention_fixup.cu). */
 static gpucore_status prepare(void *bctx, const gpucore_attn_args *a, char *ws, const sdpa_ws *w, void *stream)
 {
     gpucore_status st = GPUCORE_OK;
-    if (a->kv_len) {
-        gpucore_view v;
-        memset(&v, 0, sizeof v);
-        v.data = ws + w->seq_q;
-        v.dtype = GPUCORE_I32;
-        v.ndim = 1;
-        v.numel = v.shape[0] = a->batch;
-        v.strides[0] = 1;
-        v.contiguous = 1;
-        v.elem_size = 4;
-        uint32_t sq = (uint32_t)a->seq_q;
-        st = kops_fill(bctx, &v, sq, stream);
-    }
+    if (w->seq_q >= 0) st = fill_i32(bctx, ws + w->seq_q, a->batch, a->seq_q, stream);
+    if (!st && w->seq_kv >= 0) st = fill_i32(bctx, ws + w->seq_kv, a->batch, a->seq_k, stream);
     if (!st && a->op == GPUCORE_ATTN_BWD && w->stats >= 0) st = fixup(bctx, a, GPUCORE_ATTN_FIXUP_BWD_STATS, ws, w, stream);
     return st;
 }
@@ -662,6 +681,7 @@ static void key_of(const gpucore_attn_args *a, int dev, sdpa_key *k)
     const int64_t dims[7] = {a->batch, a->heads, a->kv_heads, a->seq_q, a->seq_k, a->head_dim, a->head_dim_v};
     memcpy(k->dims, dims, sizeof dims);
     k->has_len |= (a->dropout_p > 0.0f) << 1; /* dropout changes the decline */
+    k->has_len |= workaround_padding(a) << 2; /* the cuDNN version changes the graph */
 }
 
 /* gpucore_attention_fallback_reason in a word or two, for the log. */
