@@ -9,7 +9,10 @@
  *     -inf) gets stats := -inf and out := 0. Only non-finite rows scan their keys.
  *   BWD_STATS: before the backward graph, a copy of lse with the -inf rows (no key)
  *     +inf, so the graph's exp(S - stats) is 0 across them (no NaN reaches dK, dV).
- * A thread per row, grid-stride.
+ *   SEQ: before a graph with the padding mask, its per-batch lengths: seq_q := Sq,
+ *     seq_kv := min(Sk, max(0, kv_len)) (Sk without kv_len), the lengths the kernel
+ *     uses (gpucore_attn_kv_valid), never past the tensors' extents.
+ * A thread per row (per batch entry for SEQ), grid-stride.
  */
 #include "kernels.h"
 #include "launch.h"
@@ -49,12 +52,23 @@ __global__ void attn_fixup_bwd_stats_kernel(gpucore_attn_fixup_args f)
     }
 }
 
+__global__ void attn_fixup_seq_kernel(gpucore_attn_fixup_args f)
+{
+    for (int64_t b = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; b < f.attn.batch; b += (int64_t)gridDim.x * blockDim.x) {
+        f.seq_q[b] = (int32_t)f.attn.seq_q;
+        f.seq_kv[b] = (int32_t)gpucore_attn_kv_valid(&f.attn, b);
+    }
+}
+
 extern "C" int gpucore_kernel_attention_fixup(const gpucore_launch *launch, const gpucore_attn_fixup_args *args)
 {
-    const int64_t rows = args->attn.batch * args->attn.heads * args->attn.seq_q;
+    const int64_t rows = args->op == GPUCORE_ATTN_FIXUP_SEQ ? args->attn.batch
+                       : args->attn.batch * args->attn.heads * args->attn.seq_q;
     if (rows <= 0) return 0;
     const unsigned grid = gpucore_grid_for(rows, GPUCORE_BLOCK_THREADS, launch->sm_count);
-    if (args->op == GPUCORE_ATTN_FIXUP_FWD)
+    if (args->op == GPUCORE_ATTN_FIXUP_SEQ)
+        GPUCORE_LAUNCH(attn_fixup_seq_kernel, grid, GPUCORE_BLOCK_THREADS, 0, launch->stream, *args);
+    else if (args->op == GPUCORE_ATTN_FIXUP_FWD)
         GPUCORE_LAUNCH(attn_fixup_fwd_kernel, grid, GPUCORE_BLOCK_THREADS, 0, launch->stream, *args);
     else
         GPUCORE_LAUNCH(attn_fixup_bwd_stats_kernel, grid, GPUCORE_BLOCK_THREADS, 0, launch->stream, *args);

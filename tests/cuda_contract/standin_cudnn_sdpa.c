@@ -782,7 +782,12 @@ static void run_node(sdpa_job *j, const desc *op)
          * stops at K */
         const xt *ov[3];
         for (int k = 0; k < 3; k++) ov[k] = in[2 + k] ? &j->t[find_t(j, in[2 + k])] : NULL;
-        const int64_t K = x->dims[3];
+        const int64_t K = x->dims[3], extent[3] = {y->dims[2], y->dims[3], K};
+        for (int k = 0; k < 3; k++) /* an override is an actual extent: inside [0, the tensor's] */
+            for (int64_t bi = 0; ov[k] && bi < ov[k]->numel; bi++)
+                if (!(ov[k]->buf[bi] >= 0 && ov[k]->buf[bi] <= (double)extent[k]))
+                    standin_violation("cudnnBackendExecute", G ":628", "GEMM %c override %g (batch %lld) outside [0, %lld]",
+                                      "MNK"[k], ov[k]->buf[bi], (long long)bi, (long long)extent[k]);
         for (int64_t e = 0; e < y->numel; e++) {
             unravel(y, e, c);
             int64_t ca[4] = {c[0], c[1], c[2], 0}, cb[4] = {c[0], c[1], 0, c[3]}, kend = K;

@@ -150,7 +150,7 @@ static void run_case(gpucore_context *ctx, const acase *c, const char *name)
     }
     int32_t lh[8];
     if (c->lens) {
-        for (int64_t b = 0; b < B; b++) lh[b] = b == 1 ? 0 : (int32_t)(Sk - 3 * b);
+        for (int64_t b = 0; b < B; b++) lh[b] = b == 1 ? 0 : b == 2 ? (int32_t)(Sk + 7) : (int32_t)(Sk - 3 * b);
         const int64_t n1[1] = {B};
         CHECK_OK(gpucore_tensor_create(ctx, GPUCORE_I32, 1, n1, &lens));
         CHECK_OK(gpucore_copy_from_host(lens, lh, B * 4));
@@ -273,7 +273,7 @@ static void test_sdpa_engine(gpucore_context *ctx)
     static const acase cases[] = {
         {GPUCORE_BF16, 2, 3, 3, 37, 45, 64, 0, 0, 0, 0, 0, 0, 0},
         {GPUCORE_F16, 1, 2, 2, 33, 33, 128, 1, 0, 0, 0, 0, 0, 0},
-        {GPUCORE_BF16, 3, 2, 2, 19, 29, 64, 1, 1, 0, 0, 1, 0, 0}, /* key lengths {29, 0, 23}, [B, S, H, D] */
+        {GPUCORE_BF16, 3, 2, 2, 19, 29, 64, 1, 1, 0, 0, 1, 0, 0}, /* key lengths {29, 0, 36 (past Sk)}, [B, S, H, D] */
         {GPUCORE_F16, 2, 2, 2, 21, 17, 64, 0, 0, 1, 0, 0, 0, 0},  /* additive mask, query row 1 fully masked */
         {GPUCORE_F16, 1, 2, 2, 16, 24, 64, 1, 1, 1, 0, 0, 0, 0},  /* all of them at once */
         {GPUCORE_BF16, 1, 2, 2, 9, 11, 64, 0, 0, 0, 0, 0, GPUCORE_ATTN_ALGO_AUTOTUNE, 0},

@@ -335,8 +335,8 @@ static cudnnBackendDescriptor_t scores(graph_builder *g, const gpucore_attn_args
     seq[0] = seq[1] = NULL;
     if (padded(a)) {
         const int64_t ld[4] = {a->batch, 1, 1, 1};
-        seq[0] = tensor(g, UID_SEQ_Q, i32, ld, one, 16, 0); /* every entry Sq, written into the workspace */
-        seq[1] = tensor(g, UID_SEQ_KV, i32, ld, one, a->kv_len ? conv_align_of(a->kv_len) : 16, 0);
+        seq[0] = tensor(g, UID_SEQ_Q, i32, ld, one, 16, 0); /* every entry Sq, in the workspace */
+        seq[1] = tensor(g, UID_SEQ_KV, i32, ld, one, 16, 0); /* kv_lengths clamped to [0, Sk], in the workspace */
     }
     cudnnBackendDescriptor_t s = matmul(g, tq, kt, vtensor(g, f32, sd), seq[0], seq[1], NULL);
     s = pointwise(g, CUDNN_POINTWISE_MUL, s, scale, NULL, vtensor(g, f32, sd), 0);
@@ -485,7 +485,7 @@ static void ws_layout(const gpucore_attn_args *a, int64_t engine_ws, sdpa_ws *w)
 #define PLACE(field, cond, bytes) (w->field = (cond) ? at : -1, at += (cond) ? ((bytes) + 255) / 256 * 256 : 0)
     PLACE(engine, engine_ws > 0, engine_ws);
     PLACE(seq_q, padded(a), 4 * a->batch);
-    PLACE(seq_kv, workaround_padding(a), 4 * a->batch);
+    PLACE(seq_kv, padded(a), 4 * a->batch);
     PLACE(stats, bwd ? may_empty_rows(a) : !a->lse && may_empty_rows(a), 4 * rows);
     PLACE(softmax_sum, bwd && !a->delta, 4 * rows);
     PLACE(dq_accum, bwd, 4 * rows * a->head_dim);
@@ -512,7 +512,7 @@ static cudnnStatus_t execute(cudnnHandle_t h, cudnnBackendDescriptor_t plan, con
     if (w->stats >= 0) PUT(UID_STATS, WS(w->stats));
     else if (a->lse) PUT(UID_STATS, a->lse);
     if (a->mask_dtype != GPUCORE_ATTN_NO_MASK) PUT(UID_MASK, a->mask.data);
-    if (padded(a)) { PUT(UID_SEQ_Q, WS(w->seq_q)); PUT(UID_SEQ_KV, a->kv_len ? a->kv_len : WS(w->seq_kv)); }
+    if (padded(a)) { PUT(UID_SEQ_Q, WS(w->seq_q)); PUT(UID_SEQ_KV, WS(w->seq_kv)); }
     if (bwd) {
         PUT(UID_DO, a->dout.data);
         PUT(UID_ONE, &ONE);
@@ -538,7 +538,8 @@ static cudnnStatus_t execute(cudnnHandle_t h, cudnnBackendDescriptor_t plan, con
 }
 
 /* The fix-up kernel (kernels/attention_fixup.cu) on stream: op FWD after the forward graph (stats in the
- * workspace or lse), BWD_STATS before the backward graph (lse into the workspace's copy). */
+ * workspace or lse), BWD_STATS before the backward graph (lse into the workspace's copy), SEQ before a padded
+ * graph (the sequence lengths into the workspace). */
 static gpucore_status fixup(void *bctx, const gpucore_attn_args *a, int op, char *ws, const sdpa_ws *w, void *stream)
 {
     gpucore_launch l;
@@ -548,33 +549,20 @@ static gpucore_status fixup(void *bctx, const gpucore_attn_args *a, int op, char
     memset(&f, 0, sizeof f);
     f.op = op;
     f.stats = w->stats >= 0 ? (float *)(ws + w->stats) : a->lse;
+    f.seq_q = w->seq_q >= 0 ? (int32_t *)(ws + w->seq_q) : NULL;
+    f.seq_kv = w->seq_kv >= 0 ? (int32_t *)(ws + w->seq_kv) : NULL;
     f.attn = *a;
     int err = gpucore_kernel_attention_fixup(&l, &f);
     return err ? kops_error(err, "attention fix-up kernel launch") : GPUCORE_OK;
 }
 
-/* n int32 values v at p, on stream. */
-static gpucore_status fill_i32(void *bctx, void *p, int64_t n, int64_t v, void *stream)
-{
-    gpucore_view view;
-    memset(&view, 0, sizeof view);
-    view.data = p;
-    view.dtype = GPUCORE_I32;
-    view.ndim = 1;
-    view.numel = view.shape[0] = n;
-    view.strides[0] = 1;
-    view.contiguous = 1;
-    view.elem_size = 4;
-    return kops_fill(bctx, &view, (uint32_t)v, stream);
-}
-
-/* What a call needs around its graph, enqueued on stream before it: seq_len_q := Sq (padding), seq_len_kv := Sk
- * (the frontend's workaround padding); the backward's stats copy with dead rows +inf (attention_fixup.cu). */
+/* What a call needs around its graph, enqueued on stream before it: the padding mask's lengths (seq_len_q := Sq,
+ * seq_len_kv := kv_lengths clamped to [0, Sk], or Sk for the frontend's workaround padding); the backward's stats
+ * copy with dead rows +inf (attention_fixup.cu). */
 static gpucore_status prepare(void *bctx, const gpucore_attn_args *a, char *ws, const sdpa_ws *w, void *stream)
 {
     gpucore_status st = GPUCORE_OK;
-    if (w->seq_q >= 0) st = fill_i32(bctx, ws + w->seq_q, a->batch, a->seq_q, stream);
-    if (!st && w->seq_kv >= 0) st = fill_i32(bctx, ws + w->seq_kv, a->batch, a->seq_k, stream);
+    if (w->seq_q >= 0) st = fixup(bctx, a, GPUCORE_ATTN_FIXUP_SEQ, ws, w, stream);
     if (!st && a->op == GPUCORE_ATTN_BWD && w->stats >= 0) st = fixup(bctx, a, GPUCORE_ATTN_FIXUP_BWD_STATS, ws, w, stream);
     return st;
 }
