@@ -505,21 +505,33 @@ static int match_forward(pmatch *p)
  *   dQ_accum = dS·reshape_k(Kᵀ) (non-virtual f32); dQ = IDENTITY(dQ_accum). */
 static int match_backward(pmatch *p)
 {
-    const desc *ident = NULL;
-    for (int i = 0; i < p->nops && !ident; i++)
-        if (pw_mode(op_at(p->graph, i)) == CUDNN_POINTWISE_IDENTITY) ident = op_at(p->graph, i);
-    if (!ident) return pfail(p, "backward: dQ = IDENTITY(dQ_accum) is missing (the frontend's matmul_dS_K writes a "
-                             "non-virtual FLOAT dQ_accum)");
-    use(p, ident);
-    const desc *dq = ref(ident, CUDNN_ATTR_OPERATION_POINTWISE_YDESC, 0), *acc = pin(ident, 0);
-    if (virt(dq)) return pfail(p, "backward: dQ must be non-virtual");
-    if (virt(acc) || tdtype(acc) != CUDNN_DATA_FLOAT)
-        return pfail(p, "backward: dQ_accum must be a non-virtual FLOAT tensor (the frontend's, in its workspace)");
-    const desc *mdq = producer(p, acc, CUDNN_BACKEND_OPERATION_MATMUL_DESCRIPTOR, -1, "matmul_dS_K");
-    if (!mdq) return 0;
+    /* dQ: matmul_dS_K reads reshape_k(Kᵀ), the one reshape of a graph input; it writes a non-virtual FLOAT dQ_accum
+     * then IDENTITY -> dQ, or (the frontend's dP-workspace variant: deterministic, dBias) dQ itself */
+    const desc *rk = NULL, *mdq = NULL, *dq = NULL, *acc = NULL;
+    for (int i = 0; i < p->nops && !rk; i++) {
+        const desc *op = op_at(p->graph, i);
+        if (op->type == CUDNN_BACKEND_OPERATION_RESHAPE_DESCRIPTOR && !virt(ref(op, CUDNN_ATTR_OPERATION_RESHAPE_XDESC, 0)))
+            rk = op;
+    }
+    if (rk) mdq = consumer(p, ref(rk, CUDNN_ATTR_OPERATION_RESHAPE_YDESC, 0), CUDNN_BACKEND_OPERATION_MATMUL_DESCRIPTOR, 1);
+    if (!rk || !mdq) return pfail(p, "backward: matmul_dS_K of dS and reshape_k(Kᵀ) is missing");
+    use(p, rk);
+    use(p, mdq);
+    const desc *c = mm(mdq, MM_C), *ident = consumer(p, c, CUDNN_BACKEND_OPERATION_POINTWISE_DESCRIPTOR, 0);
+    if (virt(c)) return pfail(p, "backward: matmul_dS_K writes a non-virtual tensor (dQ_accum or dQ)");
+    if (ident && pw_mode(ident) == CUDNN_POINTWISE_IDENTITY) {
+        use(p, ident);
+        acc = c;
+        dq = ref(ident, CUDNN_ATTR_OPERATION_POINTWISE_YDESC, 0);
+        if (tdtype(acc) != CUDNN_DATA_FLOAT || virt(dq))
+            return pfail(p, "backward: dQ_accum is non-virtual FLOAT (the frontend's, in its workspace), dQ = "
+                         "IDENTITY(dQ_accum) non-virtual");
+    } else if (tdtype(c) != CUDNN_DATA_FLOAT) {
+        dq = acc = c; /* the dP-workspace variant */
+    } else {
+        return pfail(p, "backward: a FLOAT dQ_accum needs IDENTITY -> dQ after it");
+    }
     const desc *ds = mm(mdq, MM_A), *kr = mm(mdq, MM_B);
-    const desc *rk = producer(p, kr, CUDNN_BACKEND_OPERATION_RESHAPE_DESCRIPTOR, -1, "reshape_k (Kᵀ back to K)");
-    if (!rk) return 0;
     const desc *mulscale = pwop(p, ds, CUDNN_POINTWISE_MUL, CUDNN_DATA_FLOAT, "mul_dS_attn_scale");
     if (!mulscale || !is_scalar(p, pin(mulscale, 1), CUDNN_DATA_FLOAT, "attn_scale")) return 0;
     if (tdtype(ds) != CUDNN_DATA_FLOAT) return pfail(p, "dS: a FLOAT intermediate (reshape_dS casts)");

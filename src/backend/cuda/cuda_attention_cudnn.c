@@ -17,7 +17,8 @@
  *   stats = M + log L (virtual when not wanted); P = E / L (I/O dtype); O = matmul(P, V).
  * Backward: softmax_sum = (Σ_d dO∘O)·1 and dQ_accum non-virtual f32 (in scratch); S as above from Q and Kᵀ;
  *   P = exp(S - stats); dV = reshape_p(P)·dO; dP = dO·Vᵀ; dS = (dP - softmax_sum)·P·scale;
- *   dK = reshape_dS(dS)·Q; dQ_accum = dS·reshape_k(Kᵀ); dQ = IDENTITY(dQ_accum); always all three gradients.
+ *   dK = reshape_dS(dS)·Q; dQ_accum = dS·reshape_k(Kᵀ); dQ = IDENTITY(dQ_accum) (DETERMINISTIC: dQ = dS·reshape_k(Kᵀ),
+ *   the frontend's dP-workspace variant); always all three gradients.
  * Those graphs leave a row that admits no key (kv_len 0, a fully masked row) NaN; our contract is out = 0,
  * lse = -inf and zero gradients there: kernels/attention_fixup.cu zeroes such rows after the forward and
  * gives the backward a copy of lse with them +inf (P = 0 across them). A call's scratch (the engine's
@@ -308,6 +309,13 @@ static int workaround_padding(const gpucore_attn_args *a)
            DNN.cudnnGetVersion() <= 91500; /* (cuDNN not loaded yet: the key's flag is 0, one extra build) */
 }
 
+/* The backward's dQ through a non-virtual f32 dQ_accum (then IDENTITY), as the frontend builds it, except for a
+ * deterministic backward: the frontend's dP-workspace variant writes dQ directly (no accumulation order to vary). */
+static int dq_accum(const gpucore_attn_args *a)
+{
+    return a->algo != GPUCORE_ATTN_ALGO_DETERMINISTIC;
+}
+
 /* The padding mask (and the GEMM overrides): kv_lengths, or the frontend's workaround. */
 static int padded(const gpucore_attn_args *a)
 {
@@ -402,7 +410,8 @@ static void forward_nodes(graph_builder *g, const gpucore_attn_args *a)
 /* Backward (CompositeSDPABackwardNode, no dropout): softmax_sum = (Σ_d dO∘O)·1 into a non-virtual f32
  * [B, H, Sq, 1] (the kernel backends' delta scratch); S as scores() from Q and Kᵀ; P = exp(S - stats);
  * dV = reshape_p(P)·dO; dP = dO·Vᵀ; dS = (dP - softmax_sum)·P·scale; dK = reshape_dS(dS)·Q;
- * dQ_accum = dS·reshape_k(Kᵀ) (non-virtual f32, in the workspace); dQ = IDENTITY(dQ_accum). The reshapes of P
+ * dQ_accum = dS·reshape_k(Kᵀ) (non-virtual f32, in the workspace); dQ = IDENTITY(dQ_accum) (DETERMINISTIC: dQ
+ * straight from the matmul, dq_accum()). The reshapes of P
  * and dS give [B, H, Sk, Sq] views in the I/O dtype. All three gradients always (missing ones go to the
  * workspace); with kv_lengths each matmul carries the frontend's GEMM overrides. */
 static void backward_nodes(graph_builder *g, const gpucore_attn_args *a)
@@ -436,9 +445,10 @@ static void backward_nodes(graph_builder *g, const gpucore_attn_args *a)
     ds = pointwise(g, CUDNN_POINTWISE_MUL, ds, scale, NULL, vtensor(g, f32, sd), 0);
     matmul(g, transposed(g, ds, packed_sd, dt, B, H, Sq, Sk), tq,
            operand(g, UID_DK, a->dtype, &a->dk, B, H, Sk, D, 0, NULL), seq[1], NULL, seq[0]);
-    cudnnBackendDescriptor_t acc = tensor(g, UID_DQ_ACCUM, f32, acc_d, acc_s, 16, 0);
+    cudnnBackendDescriptor_t tdq = operand(g, UID_DQ, a->dtype, &a->dq, B, H, Sq, D, 0, NULL);
+    cudnnBackendDescriptor_t acc = dq_accum(a) ? tensor(g, UID_DQ_ACCUM, f32, acc_d, acc_s, 16, 0) : tdq;
     matmul(g, ds, transposed(g, kt, kts, dt, B, H, D, Sk), acc, seq[0], NULL, seq[1]);
-    pointwise(g, CUDNN_POINTWISE_IDENTITY, acc, NULL, NULL, operand(g, UID_DQ, a->dtype, &a->dq, B, H, Sq, D, 0, NULL), 0);
+    if (dq_accum(a)) pointwise(g, CUDNN_POINTWISE_IDENTITY, acc, NULL, NULL, tdq, 0);
 }
 
 /* The graph of a (forward or backward); NULL if cuDNN refused a node. */
@@ -488,7 +498,7 @@ static void ws_layout(const gpucore_attn_args *a, int64_t engine_ws, sdpa_ws *w)
     PLACE(seq_kv, padded(a), 4 * a->batch);
     PLACE(stats, bwd ? may_empty_rows(a) : !a->lse && may_empty_rows(a), 4 * rows);
     PLACE(softmax_sum, bwd && !a->delta, 4 * rows);
-    PLACE(dq_accum, bwd, 4 * rows * a->head_dim);
+    PLACE(dq_accum, bwd && dq_accum(a), 4 * rows * a->head_dim);
     for (int i = 0; i < 3; i++) PLACE(grad[i], bwd && !g[i]->data, es * gn[i]);
 #undef PLACE
     w->total = at;
@@ -517,7 +527,7 @@ static cudnnStatus_t execute(cudnnHandle_t h, cudnnBackendDescriptor_t plan, con
         PUT(UID_DO, a->dout.data);
         PUT(UID_ONE, &ONE);
         PUT(UID_SOFTMAX_SUM, w->softmax_sum >= 0 ? WS(w->softmax_sum) : (void *)a->delta);
-        PUT(UID_DQ_ACCUM, WS(w->dq_accum));
+        if (w->dq_accum >= 0) PUT(UID_DQ_ACCUM, WS(w->dq_accum));
         PUT(UID_DQ, a->dq.data ? a->dq.data : WS(w->grad[0]));
         PUT(UID_DK, a->dk.data ? a->dk.data : WS(w->grad[1]));
         PUT(UID_DV, a->dv.data ? a->dv.data : WS(w->grad[2]));
