@@ -54,6 +54,12 @@ typedef struct gpucore_attn_args {
                                * D_i = dout_i . out_i, filled once before dq and dk/dv read it */
     int32_t *engine_out;      /* set by an engine-choosing backend: 1 cuDNN ran, -1 - reason: the kernel ran
                                * instead (gpucore_attention_fallback_reason); left 0 otherwise */
+    /* Scratch from the context's caching allocator on the op's stream, released in stream order (so right after
+     * the work is enqueued): the CUDA module's cuDNN graphs (dQ_accum, the engine's workspace). ws_alloc returns
+     * 0 or a gpucore_status; NULL: none to be had. */
+    int (*ws_alloc)(void *ws_ctx, int64_t bytes, void **ptr);
+    void (*ws_release)(void *ws_ctx, void *ptr);
+    void *ws_ctx;
 } gpucore_attn_args;
 
 GPUCORE_HD int64_t gpucore_attn_offset(const gpucore_attn_tensor *t, int64_t b, int64_t h, int64_t i, int64_t d)

@@ -70,6 +70,18 @@ int gpucore_kernel_clip_grad_norm(const gpucore_launch *launch, const gpucore_mt
 /* attention.cu: scaled dot-product attention forward (out, lse) or backward (dq and/or dk, dv);
  * attention_math.h defines it. No workspace. */
 int gpucore_kernel_attention(const gpucore_launch *launch, const gpucore_attn_args *args);
+/* attention_fixup.cu: the rows with no admitted key after (FWD) or before (BWD_STATS) cuDNN's SDPA graphs:
+ * FWD: where stats[r] is not finite and row r of attn admits no key, stats[r] := -inf and attn.out's row r := 0
+ * (in place); BWD_STATS: stats[r] := attn.lse[r], +inf where that is -inf. stats: f32 [B, H, Sq] packed.
+ * SEQ: seq_q[b] := Sq, seq_kv[b] := min(Sk, max(0, kv_len[b])) (Sk without kv_len), b < B. */
+enum { GPUCORE_ATTN_FIXUP_FWD = 0, GPUCORE_ATTN_FIXUP_BWD_STATS = 1, GPUCORE_ATTN_FIXUP_SEQ = 2 };
+typedef struct gpucore_attn_fixup_args {
+    int32_t op;
+    float *stats;
+    int32_t *seq_q, *seq_kv;
+    gpucore_attn_args attn; /* the call's arguments (shapes, masks, kv_len, out, lse) */
+} gpucore_attn_fixup_args;
+int gpucore_kernel_attention_fixup(const gpucore_launch *launch, const gpucore_attn_fixup_args *args);
 /* transformer.cu: RoPE, gated linear units, fused residual + norm forward (transformer_math.h). */
 int gpucore_kernel_transformer(const gpucore_launch *launch, const gpucore_tfm_args *args);
 

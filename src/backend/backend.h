@@ -25,8 +25,9 @@
 #include "transformer_math.h"
 
 /* 2: event_create_untimed in the vtable, gemm_desc.fallback_out
- * 3: attn_args.algo and attn_args.engine_out (cuDNN SDPA) */
-#define GPUCORE_BACKEND_ABI 4
+ * 3: attn_args.algo and attn_args.engine_out (cuDNN SDPA)
+ * 5: attn_args.ws_alloc/ws_release/ws_ctx (the cuDNN SDPA graphs' scratch) */
+#define GPUCORE_BACKEND_ABI 5
 
 typedef void (*gpucore_host_fn)(void *arg);
 

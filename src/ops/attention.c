@@ -187,6 +187,20 @@ static gpucore_status check_lse(const gpucore_tensor *lse, const gpucore_tensor 
     return GPUCORE_OK;
 }
 
+typedef struct attn_ws_ctx { gpucore_context *ctx; gpucore_stream *stream; } attn_ws_ctx;
+
+static int attn_ws_alloc(void *p, int64_t bytes, void **ptr)
+{
+    attn_ws_ctx *w = p;
+    return (int)ops_workspace_alloc(w->ctx, bytes, w->stream, ptr);
+}
+
+static void attn_ws_release(void *p, void *ptr)
+{
+    attn_ws_ctx *w = p;
+    ops_workspace_free(w->ctx, w->stream, ptr);
+}
+
 static gpucore_status attention_run(gpucore_context *ctx, gpucore_attn_args *a, gpucore_stream *stream,
                                     const char *op)
 {
@@ -199,6 +213,10 @@ static gpucore_status attention_run(gpucore_context *ctx, gpucore_attn_args *a, 
     void *prof = gpucore_prof_begin(ctx, s, op, a->op == GPUCORE_ATTN_BWD ? 2 * bytes : bytes);
     int32_t engine = 0;
     a->engine_out = &engine;
+    attn_ws_ctx wctx = {ctx, s};
+    a->ws_alloc = attn_ws_alloc;
+    a->ws_release = attn_ws_release;
+    a->ws_ctx = &wctx;
     a->delta = NULL; /* the backward's D_i scratch (kernel backends; none on the CPU) */
     if (a->op == GPUCORE_ATTN_BWD)
         st = ops_workspace_alloc(ctx, (int64_t)sizeof(float) * a->batch * a->heads * a->seq_q, s, (void **)&a->delta);

@@ -60,7 +60,8 @@ cudnnStatus_t standin_dnn_decline(cudnnStatus_t s, const char *fmt, ...)
     return s;
 }
 
-size_t cudnnGetVersion(void) { return CUDNN_VERSION; }
+/* STANDIN_DNN_VERSION: the version the library reports (default the header's), for version-dependent graphs. */
+size_t cudnnGetVersion(void) { return (size_t)standin_env_long("STANDIN_DNN_VERSION", CUDNN_VERSION); }
 const char *cudnnGetErrorString(cudnnStatus_t s)
 {
     switch (s) {
@@ -154,6 +155,9 @@ static const rule rules[] = {
     {D(OPERATION_MATMUL), A(OPERATION_MATMUL_BDESC), T(BACKEND_DESCRIPTOR), 1, 1, 1},
     {D(OPERATION_MATMUL), A(OPERATION_MATMUL_CDESC), T(BACKEND_DESCRIPTOR), 1, 1, 1},
     {D(OPERATION_MATMUL), A(OPERATION_MATMUL_DESC), T(BACKEND_DESCRIPTOR), 1, 1, 1},
+    {D(OPERATION_MATMUL), A(OPERATION_MATMUL_GEMM_M_OVERRIDE_DESC), T(BACKEND_DESCRIPTOR), 1, 1, 0},
+    {D(OPERATION_MATMUL), A(OPERATION_MATMUL_GEMM_N_OVERRIDE_DESC), T(BACKEND_DESCRIPTOR), 1, 1, 0},
+    {D(OPERATION_MATMUL), A(OPERATION_MATMUL_GEMM_K_OVERRIDE_DESC), T(BACKEND_DESCRIPTOR), 1, 1, 0},
     {D(OPERATION_RESHAPE), A(OPERATION_RESHAPE_XDESC), T(BACKEND_DESCRIPTOR), 1, 1, 1},
     {D(OPERATION_RESHAPE), A(OPERATION_RESHAPE_YDESC), T(BACKEND_DESCRIPTOR), 1, 1, 1},
     {D(REDUCTION), A(REDUCTION_OPERATOR), T(REDUCTION_OPERATOR_TYPE), 1, 1, 1},
@@ -192,8 +196,8 @@ static const rule rules[] = {
     {D(ENGINEHEUR), A(ENGINEHEUR_MODE), T(HEUR_MODE), 1, 1, 1},
     {D(EXECUTION_PLAN), CUDNN_ATTR_EXECUTION_PLAN_HANDLE, T(HANDLE), 1, 1, 1},
     {D(EXECUTION_PLAN), A(EXECUTION_PLAN_ENGINE_CONFIG), T(BACKEND_DESCRIPTOR), 1, 1, 1},
-    {D(VARIANT_PACK), A(VARIANT_PACK_UNIQUE_IDS), T(INT64), 1, 16, 1},
-    {D(VARIANT_PACK), A(VARIANT_PACK_DATA_POINTERS), T(VOID_PTR), 1, 16, 1},
+    {D(VARIANT_PACK), A(VARIANT_PACK_UNIQUE_IDS), T(INT64), 1, 32, 1},
+    {D(VARIANT_PACK), A(VARIANT_PACK_DATA_POINTERS), T(VOID_PTR), 1, 32, 1},
     {D(VARIANT_PACK), A(VARIANT_PACK_WORKSPACE), T(VOID_PTR), 1, 1, 0},
 };
 #define NRULES (int)(sizeof rules / sizeof rules[0])
@@ -401,7 +405,8 @@ cudnnStatus_t cudnnBackendGetAttribute(cudnnBackendDescriptor_t const p, cudnnBa
     }
     if (d->type == CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR && name == CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE &&
         type == CUDNN_TYPE_INT64 && requested >= 1) {
-        *(int64_t *)elems = d->engine == 0 ? ENGINE0_WS : 0;
+        *(int64_t *)elems = standin_sdpa_is_graph(d->graph) ? standin_sdpa_workspace(d->graph, d->engine)
+                          : d->engine == 0 ? ENGINE0_WS : 0;
         *count = 1;
         return CUDNN_STATUS_SUCCESS;
     }
@@ -617,7 +622,7 @@ static cudnnStatus_t backend_execute(cudnnHandle_t h, cudnnBackendDescriptor_t p
     if (!s) return CUDNN_STATUS_BAD_PARAM;
     if (standin_sdpa_is_graph(plan->graph)) {
         const attr *wsa = get_attr(vp, CUDNN_ATTR_VARIANT_PACK_WORKSPACE);
-        return standin_sdpa_execute(plan, vp, s, wsa ? *(void **)wsa->data : NULL, plan->engine == 0 ? ENGINE0_WS : 0);
+        return standin_sdpa_execute(plan, vp, s, wsa ? *(void **)wsa->data : NULL, standin_sdpa_workspace(plan->graph, plan->engine));
     }
     conv_job job;
     tinfo *tensors[8];

@@ -66,6 +66,8 @@ STANDIN_HIDDEN cudnnStatus_t standin_sdpa_finalize(desc *d);
 STANDIN_HIDDEN int standin_sdpa_is_graph(const desc *graph);
 /* How many engines the heuristics offer for an SDPA graph (0 for graphs the stand-in's engine declines). */
 STANDIN_HIDDEN int standin_sdpa_engines(const desc *graph);
+/* The workspace bytes `engine` needs for an SDPA graph (what the plan reports and execute checks). */
+STANDIN_HIDDEN int64_t standin_sdpa_workspace(const desc *graph, int engine);
 /* Check the variant pack against the graph and queue the interpreter on the stream. */
 STANDIN_HIDDEN cudnnStatus_t standin_sdpa_execute(desc *plan, const desc *vp, struct CUstream_st *s, void *ws,
                                                   int64_t ws_need);

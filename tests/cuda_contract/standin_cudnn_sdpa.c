@@ -15,10 +15,14 @@
  * exactly once in the variant pack, device ranges for the others, every virtual
  * tensor written by a node before it is read (a topological order exists).
  * Executed: the nodes in topological order, in double with each virtual tensor
- * rounded to its dtype (f32 intermediates, a half P), on the stream's worker.
+ * rounded to its dtype (f32 intermediates, a half P), on the stream's worker, after
+ * engine 0 has scribbled over its whole workspace (its scratch).
+ * Heuristics: an engine only for cudnn-frontend's SDPA pattern (sdpa_pattern below;
+ * the reason for a refusal: standin_sdpa_refusal, counter cudnn_sdpa_pattern_refused).
  * The stand-in's engines take head dims up to 128 (heuristics offer none above).
  */
 #include <math.h>
+#include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -28,6 +32,7 @@
 
 #define MAX_T 64
 #define MAX_OPS 32
+#define NODE_IN 5 /* x, b, t of a pointwise node; a, b and the M, N, K overrides of a matmul */
 
 static int64_t tdim(const desc *t, int i) { return i64(t, CUDNN_ATTR_TENSOR_DIMENSIONS, i); }
 static int tndims(const desc *t) { const attr *a = get_attr(t, CUDNN_ATTR_TENSOR_DIMENSIONS); return a ? (int)a->count : 0; }
@@ -82,7 +87,8 @@ static int64_t *reshape_map(const desc *x, const desc *y)
 static int is_binary(int m)
 {
     return m == CUDNN_POINTWISE_ADD || m == CUDNN_POINTWISE_MUL || m == CUDNN_POINTWISE_SUB || m == CUDNN_POINTWISE_DIV ||
-           m == CUDNN_POINTWISE_MAX || m == CUDNN_POINTWISE_CMP_LT || m == CUDNN_POINTWISE_CMP_GE;
+           m == CUDNN_POINTWISE_MAX || m == CUDNN_POINTWISE_CMP_LT || m == CUDNN_POINTWISE_CMP_GE ||
+           m == CUDNN_POINTWISE_LOGICAL_AND;
 }
 
 /* Each dim of x equals y's or is 1 (same rank). */
@@ -124,8 +130,10 @@ cudnnStatus_t standin_sdpa_finalize(desc *d)
             return refuse(CUDNN_STATUS_BAD_PARAM, api, G ":544", "pointwise mode %d takes x and b (" G ":544) and no t", m);
         if (m == CUDNN_POINTWISE_BINARY_SELECT && (!b || !t || tdtype(t) != CUDNN_DATA_BOOLEAN))
             return refuse(CUDNN_STATUS_BAD_PARAM, api, G ":550", "BINARY_SELECT needs x, b and a BOOLEAN t (" G ":550)");
-        if ((m == CUDNN_POINTWISE_CMP_LT || m == CUDNN_POINTWISE_CMP_GE) && tdtype(y) != CUDNN_DATA_BOOLEAN)
-            return refuse(CUDNN_STATUS_BAD_PARAM, api, G ":234", "a comparison's y must be CUDNN_DATA_BOOLEAN (" G ":234)");
+        if ((m == CUDNN_POINTWISE_CMP_LT || m == CUDNN_POINTWISE_CMP_GE || m == CUDNN_POINTWISE_LOGICAL_AND) &&
+            tdtype(y) != CUDNN_DATA_BOOLEAN)
+            return refuse(CUDNN_STATUS_BAD_PARAM, api, G ":234", "a comparison's (or LOGICAL_AND's) y must be "
+                          "CUDNN_DATA_BOOLEAN (" G ":234)");
         if (m == CUDNN_POINTWISE_GEN_INDEX) {
             const attr *ax = get_attr(pw, CUDNN_ATTR_POINTWISE_AXIS);
             if (!ax || *(int64_t *)ax->data < 0 || *(int64_t *)ax->data >= tndims(y))
@@ -144,10 +152,14 @@ cudnnStatus_t standin_sdpa_finalize(desc *d)
     }
     if (d->type == CUDNN_BACKEND_OPERATION_RESHAPE_DESCRIPTOR) {
         const desc *x = ref(d, CUDNN_ATTR_OPERATION_RESHAPE_XDESC, 0), *y = ref(d, CUDNN_ATTR_OPERATION_RESHAPE_YDESC, 0);
-        int64_t *map = tdtype(x) == tdtype(y) ? reshape_map(x, y) : NULL;
+        /* x's dtype, except between two virtual tensors: cudnn-frontend's SDPA backward gives its reshape_p and
+         * reshape_dS outputs the I/O dtype (scaled_dot_product_flash_attention.h, CompositeSDPABackwardNode) */
+        const int cast_ok = tflag(x, CUDNN_ATTR_TENSOR_IS_VIRTUAL) && tflag(y, CUDNN_ATTR_TENSOR_IS_VIRTUAL);
+        int64_t *map = tdtype(x) == tdtype(y) || cast_ok ? reshape_map(x, y) : NULL;
         if (!map)
             return refuse(CUDNN_STATUS_BAD_PARAM, api, G ":722", "reshape: y (" G ":723) must hold x's elements, of "
-                          "x's dtype, as a view of x's layout (the stand-in models 4-d views such as transposes)");
+                          "x's dtype unless both are virtual, as a view of x's layout (the stand-in models 4-d views "
+                          "such as transposes)");
         free(map);
     }
     if (d->type == CUDNN_BACKEND_REDUCTION_DESCRIPTOR) {
@@ -171,6 +183,16 @@ cudnnStatus_t standin_sdpa_finalize(desc *d)
                           "-> c [.., %lld, %lld] (" G ":623-625)", (long long)tdim(a, n - 2), (long long)tdim(a, n - 1),
                           (long long)tdim(b, n - 2), (long long)tdim(b, n - 1), (long long)tdim(c, n - 2),
                           (long long)tdim(c, n - 1));
+        static const int ovn[3] = {CUDNN_ATTR_OPERATION_MATMUL_GEMM_M_OVERRIDE_DESC,
+                                   CUDNN_ATTR_OPERATION_MATMUL_GEMM_N_OVERRIDE_DESC,
+                                   CUDNN_ATTR_OPERATION_MATMUL_GEMM_K_OVERRIDE_DESC};
+        for (int k = 0; k < 3; k++) {
+            const desc *o = ref(d, ovn[k], 0);
+            if (o && (tndims(o) != n || tdtype(o) != CUDNN_DATA_INT32 || tflag(o, CUDNN_ATTR_TENSOR_IS_VIRTUAL) ||
+                      tdim(o, 0) != tdim(c, 0) || tdim(o, n - 1) != 1 || tdim(o, n - 2) != 1 || (n > 3 && tdim(o, 1) != 1)))
+                return refuse(CUDNN_STATUS_BAD_PARAM, api, G ":628", "a GEMM %c override is a non-virtual INT32 "
+                              "[B, 1, 1, 1] tensor (one extent per batch entry)", "MNK"[k]);
+        }
         for (int i = 0; i < n - 2; i++)
             if ((tdim(a, i) != tdim(c, i) && tdim(a, i) != 1) || (tdim(b, i) != tdim(c, i) && tdim(b, i) != 1))
                 return refuse(CUDNN_STATUS_BAD_PARAM, api, G ":625", "matmul batch dim %d: a %lld, b %lld, c %lld", i,
@@ -189,8 +211,433 @@ int standin_sdpa_is_graph(const desc *graph)
     return 0;
 }
 
+/* ---- the pattern cuDNN's fused SDPA engines take ----
+ * cuDNN's fused flash-attention engines recognise the operation graphs cudnn-frontend emits
+ * (include/cudnn_frontend/node/scaled_dot_product_flash_attention.h: CompositeSDPANode for the forward,
+ * CompositeSDPABackwardNode for the backward; node/softmax.h: CompositeSoftmaxNode;
+ * utils/attn_score_modifiers.h: padding_mask; node/diagonal_band_mask.h: CompositeDiagonalBandMaskNode, the
+ * causal mask); another DAG of the same node types computes the same values but gets no engine. The matcher
+ * walks back from the outputs and accepts exactly those graphs (the scale as a by-value tensor, an optional
+ * additive bias, the padding mask, the top-left causal mask, no dropout): every node of the graph must be one of
+ * the pattern's. */
+
+static int node_io(const desc *op, const desc *in[NODE_IN], const desc **out);
+
+typedef struct pmatch {
+    const desc *graph;
+    int nops, used[MAX_OPS];
+    char why[400];
+} pmatch;
+
+static char last_refusal[480];
+
+/* The reason the last SDPA graph got no engine ("" when it matched): for the tests. */
+STANDIN_EXPORT const char *standin_sdpa_refusal(void) { return last_refusal; }
+
+static int pfail(pmatch *p, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static int pfail(pmatch *p, const char *fmt, ...)
+{
+    if (p->why[0]) return 0; /* the first reason stands */
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(p->why, sizeof p->why, fmt, ap);
+    va_end(ap);
+    return 0;
+}
+
+static int virt(const desc *t) { return tflag(t, CUDNN_ATTR_TENSOR_IS_VIRTUAL); }
+static int pw_mode(const desc *op)
+{
+    return op->type == CUDNN_BACKEND_OPERATION_POINTWISE_DESCRIPTOR
+               ? i32(ref(op, CUDNN_ATTR_OPERATION_POINTWISE_PW_DESCRIPTOR, 0), CUDNN_ATTR_POINTWISE_MODE) : -1;
+}
+static int pw_prec(const desc *op)
+{
+    return i32(ref(op, CUDNN_ATTR_OPERATION_POINTWISE_PW_DESCRIPTOR, 0), CUDNN_ATTR_POINTWISE_MATH_PREC);
+}
+static const desc *pin(const desc *op, int k)
+{
+    static const int names[3] = {CUDNN_ATTR_OPERATION_POINTWISE_XDESC, CUDNN_ATTR_OPERATION_POINTWISE_BDESC,
+                                 CUDNN_ATTR_OPERATION_POINTWISE_TDESC};
+    return ref(op, names[k], 0);
+}
+static const desc *mm(const desc *op, int name) { return ref(op, name, 0); }
+#define MM_A CUDNN_ATTR_OPERATION_MATMUL_ADESC
+#define MM_B CUDNN_ATTR_OPERATION_MATMUL_BDESC
+#define MM_C CUDNN_ATTR_OPERATION_MATMUL_CDESC
+#define MM_MO CUDNN_ATTR_OPERATION_MATMUL_GEMM_M_OVERRIDE_DESC
+#define MM_NO CUDNN_ATTR_OPERATION_MATMUL_GEMM_N_OVERRIDE_DESC
+#define MM_KO CUDNN_ATTR_OPERATION_MATMUL_GEMM_K_OVERRIDE_DESC
+
+static int dims_are(const desc *t, int64_t d0, int64_t d1, int64_t d2, int64_t d3)
+{
+    return tndims(t) == 4 && tdim(t, 0) == d0 && tdim(t, 1) == d1 && tdim(t, 2) == d2 && tdim(t, 3) == d3;
+}
+
+/* The node writing t; it must be of `type` (and pointwise `mode`, or reduction operator `mode`, when >= 0) and not
+ * matched before. NULL (with the reason) otherwise. */
+static const desc *producer(pmatch *p, const desc *t, int type, int mode, const char *what)
+{
+    if (!t) return pfail(p, "%s: a tensor is missing", what), NULL;
+    for (int i = 0; i < p->nops; i++) {
+        const desc *op = op_at(p->graph, i), *in[NODE_IN], *out;
+        if (!node_io(op, in, &out) || out != t) continue;
+        int m = op->type == CUDNN_BACKEND_OPERATION_POINTWISE_DESCRIPTOR ? pw_mode(op)
+              : op->type == CUDNN_BACKEND_OPERATION_REDUCTION_DESCRIPTOR
+                  ? i32(ref(op, CUDNN_ATTR_OPERATION_REDUCTION_DESC, 0), CUDNN_ATTR_REDUCTION_OPERATOR) : -1;
+        if (op->type != type || (mode >= 0 && m != mode))
+            return pfail(p, "%s: the frontend has a node of type %d (mode %d) here, this graph type %d (mode %d)",
+                         what, type, mode, op->type, m), NULL;
+        if (p->used[i]) return pfail(p, "%s: a node reached twice", what), NULL;
+        p->used[i] = 1;
+        return op;
+    }
+    return pfail(p, "%s: no node writes this virtual tensor", what), NULL;
+}
+
+/* A pointwise node of `mode` writing t with math precision `prec` (fp32 arithmetic, INT32 indices, BOOLEAN
+ * comparisons, as the frontend's Pointwise_attributes set them). */
+static const desc *pwop(pmatch *p, const desc *t, int mode, int prec, const char *what)
+{
+    const desc *op = producer(p, t, CUDNN_BACKEND_OPERATION_POINTWISE_DESCRIPTOR, mode, what);
+    if (op && pw_prec(op) != prec)
+        return pfail(p, "%s: math precision %d, the frontend's is %d", what, pw_prec(op), prec), NULL;
+    return op;
+}
+
+/* A graph input: non-virtual, written by no node. */
+static int is_input(pmatch *p, const desc *t, const char *what)
+{
+    if (!t || virt(t) || tflag(t, CUDNN_ATTR_TENSOR_IS_BY_VALUE))
+        return pfail(p, "%s must be a non-virtual tensor in device memory", what);
+    for (int i = 0; i < p->nops; i++) {
+        const desc *in[NODE_IN], *out;
+        if (node_io(op_at(p->graph, i), in, &out) && out == t) return pfail(p, "%s must be a graph input", what);
+    }
+    return 1;
+}
+
+static int is_scalar(pmatch *p, const desc *t, int dtype, const char *what)
+{
+    if (!t || !tflag(t, CUDNN_ATTR_TENSOR_IS_BY_VALUE) || tdtype(t) != dtype)
+        return pfail(p, "%s must be a by-value scalar of data type %d (the frontend's Tensor_attributes(value))",
+                     what, dtype);
+    return 1;
+}
+
+/* A non-virtual f32 [B, H, Sq, 1] tensor with the frontend's strides {H*Sq, Sq, 1, 1}. */
+static int is_rowstat(pmatch *p, const desc *t, int64_t B, int64_t H, int64_t Sq, const char *what)
+{
+    if (!t || virt(t) || tdtype(t) != CUDNN_DATA_FLOAT || !dims_are(t, B, H, Sq, 1) ||
+        i64(t, CUDNN_ATTR_TENSOR_STRIDES, 0) != H * Sq || i64(t, CUDNN_ATTR_TENSOR_STRIDES, 1) != Sq ||
+        i64(t, CUDNN_ATTR_TENSOR_STRIDES, 2) != 1)
+        return pfail(p, "%s must be a non-virtual FLOAT [B, H, Sq, 1] tensor, strides {H*Sq, Sq, 1, 1}", what);
+    return 1;
+}
+
+typedef struct scores_m {
+    const desc *q, *kt, *seq_q, *seq_kv; /* seq_*: the padding mask's lengths (NULL without one) */
+    int64_t B, H, Sq, Sk;
+} scores_m;
+
+/* The matmul overrides the frontend sets: with padding, m/n/k override by the sequence lengths named. */
+static int overrides(pmatch *p, const desc *op, const desc *m, const desc *n, const desc *k, const char *what)
+{
+    if (mm(op, MM_MO) != m || mm(op, MM_NO) != n || mm(op, MM_KO) != k)
+        return pfail(p, "%s: GEMM M/N/K overrides differ from the frontend's (%s)", what,
+                     m || n || k ? "the padding mask's seq_len_q / seq_len_kv" : "none without a padding mask");
+    return 1;
+}
+
+/* S = bmm1(Q, Kᵀ) · scale [+ bias] [padding mask] [causal mask], walking back from its last tensor s. */
+static int match_scores(pmatch *p, const desc *s, scores_m *r)
+{
+    memset(r, 0, sizeof *r);
+    const desc *op = producer(p, s, CUDNN_BACKEND_OPERATION_POINTWISE_DESCRIPTOR, -1, "the masked scores");
+    const desc *bias = NULL;
+    if (!op) return 0;
+    const int modes[2] = {CUDNN_POINTWISE_CMP_GE, CUDNN_POINTWISE_LOGICAL_AND}; /* causal, then padding */
+    for (int stage = 0; stage < 2 && pw_mode(op) == CUDNN_POINTWISE_BINARY_SELECT; stage++) {
+        /* CompositeDiagonalBandMaskNode (right bound 0, top-left): select(S, -inf, row >= col);
+         * padding_mask: select(S, -inf, (row < seq_len_q) AND (col < seq_len_kv)) */
+        const desc *x = pin(op, 0), *cond = pin(op, 2);
+        if (!is_scalar(p, pin(op, 1), CUDNN_DATA_FLOAT, "the mask's fill value")) return 0;
+        const desc *c = NULL;
+        for (int i = 0; i < p->nops && !c; i++) {
+            const desc *in[NODE_IN], *out;
+            if (node_io(op_at(p->graph, i), in, &out) && out == cond) c = op_at(p->graph, i);
+        }
+        int m = c ? pw_mode(c) : -1;
+        if (m == modes[0] && stage == 0) {
+            const desc *cmp = pwop(p, cond, CUDNN_POINTWISE_CMP_GE, CUDNN_DATA_BOOLEAN, "causal: row >= col");
+            if (!cmp) return 0;
+            const desc *row = pwop(p, pin(cmp, 0), CUDNN_POINTWISE_GEN_INDEX, CUDNN_DATA_FLOAT, "causal: row index");
+            const desc *col = pwop(p, pin(cmp, 1), CUDNN_POINTWISE_GEN_INDEX, CUDNN_DATA_FLOAT, "causal: col index");
+            if (!row || !col) return 0;
+            if (i64(ref(row, CUDNN_ATTR_OPERATION_POINTWISE_PW_DESCRIPTOR, 0), CUDNN_ATTR_POINTWISE_AXIS, 0) != 2 ||
+                i64(ref(col, CUDNN_ATTR_OPERATION_POINTWISE_PW_DESCRIPTOR, 0), CUDNN_ATTR_POINTWISE_AXIS, 0) != 3 ||
+                pin(row, 0) != x || pin(col, 0) != x)
+                return pfail(p, "causal: GEN_INDEX axis 2 (row) and 3 (col) of the scores the select reads");
+        } else if (m == modes[1]) {
+            const desc *and = pwop(p, cond, CUDNN_POINTWISE_LOGICAL_AND, CUDNN_DATA_BOOLEAN, "padding: row AND col");
+            if (!and) return 0;
+            const desc *lt[2], *ix[2];
+            for (int k = 0; k < 2; k++) {
+                lt[k] = pwop(p, pin(and, k), CUDNN_POINTWISE_CMP_LT, CUDNN_DATA_BOOLEAN,
+                             k ? "padding: col < seq_len_kv" : "padding: row < seq_len_q");
+                ix[k] = lt[k] ? pwop(p, pin(lt[k], 0), CUDNN_POINTWISE_GEN_INDEX, CUDNN_DATA_INT32,
+                                     k ? "padding: col index" : "padding: row index") : NULL;
+                if (!ix[k]) return 0;
+                if (i64(ref(ix[k], CUDNN_ATTR_OPERATION_POINTWISE_PW_DESCRIPTOR, 0), CUDNN_ATTR_POINTWISE_AXIS, 0) != 2 + k ||
+                    pin(ix[k], 0) != x)
+                    return pfail(p, "padding: GEN_INDEX axis %d of the scores the select reads", 2 + k);
+                const desc *len = pin(lt[k], 1);
+                if (!is_input(p, len, k ? "seq_len_kv" : "seq_len_q") || tdtype(len) != CUDNN_DATA_INT32 ||
+                    tdim(len, 1) != 1 || tdim(len, 2) != 1 || tdim(len, 3) != 1)
+                    return pfail(p, "padding: %s must be an INT32 [B, 1, 1, 1] tensor", k ? "seq_len_kv" : "seq_len_q");
+            }
+            r->seq_q = pin(lt[0], 1);
+            r->seq_kv = pin(lt[1], 1);
+            stage = 1;
+        } else {
+            return pfail(p, "a BINARY_SELECT on the scores that is neither the frontend's causal mask nor its "
+                         "padding mask (in that order from the softmax back)");
+        }
+        if (!(op = producer(p, x, CUDNN_BACKEND_OPERATION_POINTWISE_DESCRIPTOR, -1, "the scores before a mask")))
+            return 0;
+    }
+    if (pw_mode(op) == CUDNN_POINTWISE_ADD) { /* attn_score_modifiers.h bias(): S + bias */
+        bias = pin(op, 1);
+        if (!is_input(p, bias, "the bias")) return 0;
+        if (pw_prec(op) != CUDNN_DATA_FLOAT) return pfail(p, "bias add: FLOAT math");
+        if (!(op = producer(p, pin(op, 0), CUDNN_BACKEND_OPERATION_POINTWISE_DESCRIPTOR, -1, "the scaled scores")))
+            return 0;
+    }
+    if (pw_mode(op) != CUDNN_POINTWISE_MUL || pw_prec(op) != CUDNN_DATA_FLOAT)
+        return pfail(p, "the scores: bmm1 then MUL by attn_scale (FLOAT math), the frontend's attn_scale node");
+    if (!is_scalar(p, pin(op, 1), CUDNN_DATA_FLOAT, "attn_scale")) return 0;
+    const desc *bmm1 = producer(p, pin(op, 0), CUDNN_BACKEND_OPERATION_MATMUL_DESCRIPTOR, -1, "bmm1 (Q · Kᵀ)");
+    if (!bmm1) return 0;
+    r->q = mm(bmm1, MM_A);
+    r->kt = mm(bmm1, MM_B);
+    /* Q [B, H, Sq, D] and Kᵀ [B, H, D, Sk] non-virtual: K's dims and strides swapped on the tensor itself, no
+     * reshape node (CompositeSDPANode / CompositeSDPABackwardNode "maps the K->KT") */
+    if (!is_input(p, r->q, "Q") || !is_input(p, r->kt, "Kᵀ (K with dims 2 and 3 swapped on the tensor)")) return 0;
+    const desc *sc = mm(bmm1, MM_C);
+    r->B = tdim(sc, 0); r->H = tdim(sc, 1); r->Sq = tdim(sc, 2); r->Sk = tdim(sc, 3);
+    if (tdtype(sc) != CUDNN_DATA_FLOAT || !virt(sc)) return pfail(p, "bmm1's output: a virtual FLOAT tensor");
+    return overrides(p, bmm1, r->seq_q, r->seq_kv, NULL, "bmm1");
+}
+
+/* The one consumer of t of `type` with t in input slot `slot` (not matched yet), or NULL. */
+static const desc *consumer(pmatch *p, const desc *t, int type, int slot)
+{
+    for (int i = 0; i < p->nops; i++) {
+        const desc *op = op_at(p->graph, i), *in[NODE_IN], *out;
+        if (!p->used[i] && op->type == type && node_io(op, in, &out) && in[slot] == t) return op;
+    }
+    return NULL;
+}
+static void use(pmatch *p, const desc *op)
+{
+    for (int i = 0; i < p->nops; i++) if (op_at(p->graph, i) == op) p->used[i] = 1;
+}
+
+static int count_matmuls(const desc *graph)
+{
+    int n = 0;
+    for (int64_t i = 0; i < graph_ops(graph)->count; i++) n += op_at(graph, i)->type == CUDNN_BACKEND_OPERATION_MATMUL_DESCRIPTOR;
+    return n;
+}
+
+/* CompositeSDPANode: S as above; CompositeSoftmaxNode: M = max S, E = exp(S - M), L = Σ E, stats = M + log L
+ * (virtual when not requested), P = E / L in the I/O dtype; O = bmm2(P, V). */
+static int match_forward(pmatch *p)
+{
+    const desc *bmm2 = NULL;
+    for (int i = 0; i < p->nops && !bmm2; i++) {
+        const desc *op = op_at(p->graph, i);
+        if (op->type == CUDNN_BACKEND_OPERATION_MATMUL_DESCRIPTOR && !virt(mm(op, MM_C))) bmm2 = op;
+    }
+    if (!bmm2) return pfail(p, "forward: no matmul writes O");
+    use(p, bmm2);
+    const desc *o = mm(bmm2, MM_C), *v = mm(bmm2, MM_B), *pt = mm(bmm2, MM_A);
+    if (!is_input(p, v, "V")) return 0;
+    const desc *div = pwop(p, pt, CUDNN_POINTWISE_DIV, CUDNN_DATA_FLOAT, "softmax: P = E / L");
+    if (!div) return 0;
+    if (tdtype(pt) != tdtype(o)) return pfail(p, "P: the frontend gives the softmax output Q's data type");
+    const desc *e = pin(div, 0), *l = pin(div, 1);
+    const desc *exp_ = pwop(p, e, CUDNN_POINTWISE_EXP, CUDNN_DATA_FLOAT, "softmax: E = exp(S - M)");
+    const desc *sum = producer(p, l, CUDNN_BACKEND_OPERATION_REDUCTION_DESCRIPTOR, CUDNN_REDUCE_TENSOR_ADD,
+                               "softmax: L = sum E");
+    if (!exp_ || !sum) return 0;
+    if (ref(sum, CUDNN_ATTR_OPERATION_REDUCTION_XDESC, 0) != e) return pfail(p, "softmax: L sums E");
+    const desc *sub = pwop(p, pin(exp_, 0), CUDNN_POINTWISE_SUB, CUDNN_DATA_FLOAT, "softmax: S - M");
+    if (!sub) return 0;
+    const desc *s = pin(sub, 0), *m = pin(sub, 1);
+    const desc *max = producer(p, m, CUDNN_BACKEND_OPERATION_REDUCTION_DESCRIPTOR, CUDNN_REDUCE_TENSOR_MAX,
+                               "softmax: M = max S");
+    if (!max) return 0;
+    if (ref(max, CUDNN_ATTR_OPERATION_REDUCTION_XDESC, 0) != s) return pfail(p, "softmax: M is the max of S");
+    /* stats = M + log L, always emitted (virtual when the caller wants none) */
+    const desc *add = consumer(p, m, CUDNN_BACKEND_OPERATION_POINTWISE_DESCRIPTOR, 0);
+    if (!add || pw_mode(add) != CUDNN_POINTWISE_ADD || pw_prec(add) != CUDNN_DATA_FLOAT)
+        return pfail(p, "softmax: stats = ADD(M, LOG(L)) is missing (CompositeSoftmaxNode emits it, virtual when "
+                     "not requested)");
+    use(p, add);
+    const desc *log_ = pwop(p, pin(add, 1), CUDNN_POINTWISE_LOG, CUDNN_DATA_FLOAT, "softmax: log L");
+    if (!log_) return 0;
+    if (pin(log_, 0) != l) return pfail(p, "softmax: the log of L");
+    scores_m r;
+    if (!match_scores(p, s, &r)) return 0;
+    const desc *stats = ref(add, CUDNN_ATTR_OPERATION_POINTWISE_YDESC, 0);
+    if (!virt(stats) && !is_rowstat(p, stats, r.B, r.H, r.Sq, "Stats")) return 0;
+    if (!dims_are(r.q, r.B, r.H, r.Sq, tdim(r.q, 3)) || !dims_are(r.kt, r.B, r.H, tdim(r.q, 3), r.Sk) ||
+        !dims_are(v, r.B, r.H, r.Sk, tdim(o, 3)))
+        return pfail(p, "forward: Q [B, H, Sq, D], Kᵀ [B, H, D, Sk], V [B, H, Sk, Dv]");
+    /* bmm2: m override seq_len_q, k override seq_len_kv (with padding) */
+    return overrides(p, bmm2, r.seq_q, NULL, r.seq_kv, "bmm2");
+}
+
+/* CompositeSDPABackwardNode (no dropout, dQ through dQ_accum):
+ *   softmax_sum = (Σ_d dO∘O) · 1 (non-virtual f32 [B,H,Sq,1]); P = exp(S - stats) with S as the forward's;
+ *   dV = reshape_p(P)·dO; dP = dO·Vᵀ; dS = (dP - softmax_sum)·P·scale; dK = reshape_dS(dS)·Q;
+ *   dQ_accum = dS·reshape_k(Kᵀ) (non-virtual f32); dQ = IDENTITY(dQ_accum). */
+static int match_backward(pmatch *p)
+{
+    /* dQ: matmul_dS_K reads reshape_k(Kᵀ), the one reshape of a graph input; it writes a non-virtual FLOAT dQ_accum
+     * then IDENTITY -> dQ, or (the frontend's dP-workspace variant: deterministic, dBias) dQ itself */
+    const desc *rk = NULL, *mdq = NULL, *dq = NULL, *acc = NULL;
+    for (int i = 0; i < p->nops && !rk; i++) {
+        const desc *op = op_at(p->graph, i);
+        if (op->type == CUDNN_BACKEND_OPERATION_RESHAPE_DESCRIPTOR && !virt(ref(op, CUDNN_ATTR_OPERATION_RESHAPE_XDESC, 0)))
+            rk = op;
+    }
+    if (rk) mdq = consumer(p, ref(rk, CUDNN_ATTR_OPERATION_RESHAPE_YDESC, 0), CUDNN_BACKEND_OPERATION_MATMUL_DESCRIPTOR, 1);
+    if (!rk || !mdq) return pfail(p, "backward: matmul_dS_K of dS and reshape_k(Kᵀ) is missing");
+    use(p, rk);
+    use(p, mdq);
+    const desc *c = mm(mdq, MM_C), *ident = consumer(p, c, CUDNN_BACKEND_OPERATION_POINTWISE_DESCRIPTOR, 0);
+    if (virt(c)) return pfail(p, "backward: matmul_dS_K writes a non-virtual tensor (dQ_accum or dQ)");
+    if (ident && pw_mode(ident) == CUDNN_POINTWISE_IDENTITY) {
+        use(p, ident);
+        acc = c;
+        dq = ref(ident, CUDNN_ATTR_OPERATION_POINTWISE_YDESC, 0);
+        if (tdtype(acc) != CUDNN_DATA_FLOAT || virt(dq))
+            return pfail(p, "backward: dQ_accum is non-virtual FLOAT (the frontend's, in its workspace), dQ = "
+                         "IDENTITY(dQ_accum) non-virtual");
+    } else if (tdtype(c) != CUDNN_DATA_FLOAT) {
+        dq = acc = c; /* the dP-workspace variant */
+    } else {
+        return pfail(p, "backward: a FLOAT dQ_accum needs IDENTITY -> dQ after it");
+    }
+    const desc *ds = mm(mdq, MM_A), *kr = mm(mdq, MM_B);
+    const desc *mulscale = pwop(p, ds, CUDNN_POINTWISE_MUL, CUDNN_DATA_FLOAT, "mul_dS_attn_scale");
+    if (!mulscale || !is_scalar(p, pin(mulscale, 1), CUDNN_DATA_FLOAT, "attn_scale")) return 0;
+    if (tdtype(ds) != CUDNN_DATA_FLOAT) return pfail(p, "dS: a FLOAT intermediate (reshape_dS casts)");
+    const desc *mulp = pwop(p, pin(mulscale, 0), CUDNN_POINTWISE_MUL, CUDNN_DATA_FLOAT, "mul_dP_exp_s");
+    if (!mulp) return 0;
+    const desc *subd = pwop(p, pin(mulp, 0), CUDNN_POINTWISE_SUB, CUDNN_DATA_FLOAT, "sub_dP_softmax_sum");
+    if (!subd) return 0;
+    const desc *dp = pin(subd, 0), *ssum = pin(subd, 1), *pexp = pin(mulp, 1);
+    const desc *mdp = producer(p, dp, CUDNN_BACKEND_OPERATION_MATMUL_DESCRIPTOR, -1, "matmul_dO_VT");
+    if (!mdp) return 0;
+    const desc *dO = mm(mdp, MM_A), *vt = mm(mdp, MM_B);
+    if (!is_input(p, dO, "dO") || !is_input(p, vt, "Vᵀ (V with dims 2 and 3 swapped on the tensor)")) return 0;
+    /* softmax_sum: MUL(reduce_add(MUL(dO, O)), 1) into a non-virtual f32 tensor */
+    const desc *one = pwop(p, ssum, CUDNN_POINTWISE_MUL, CUDNN_DATA_FLOAT, "scale_dropout_inv (softmax_sum)");
+    if (!one || !is_scalar(p, pin(one, 1), CUDNN_DATA_FLOAT, "the one_tensor of scale_dropout_inv")) return 0;
+    const desc *red = producer(p, pin(one, 0), CUDNN_BACKEND_OPERATION_REDUCTION_DESCRIPTOR, CUDNN_REDUCE_TENSOR_ADD,
+                               "reduce_dO_o");
+    if (!red) return 0;
+    const desc *mdo = pwop(p, ref(red, CUDNN_ATTR_OPERATION_REDUCTION_XDESC, 0), CUDNN_POINTWISE_MUL, CUDNN_DATA_FLOAT,
+                           "mul_dO_O");
+    if (!mdo) return 0;
+    if (pin(mdo, 0) != dO || !is_input(p, pin(mdo, 1), "O")) return pfail(p, "mul_dO_O: dO times O");
+    /* P = exp(S - stats) */
+    const desc *ex = pwop(p, pexp, CUDNN_POINTWISE_EXP, CUDNN_DATA_FLOAT, "exp_s");
+    if (!ex) return 0;
+    const desc *subs = pwop(p, pin(ex, 0), CUDNN_POINTWISE_SUB, CUDNN_DATA_FLOAT, "sub_s_m");
+    if (!subs) return 0;
+    scores_m r;
+    if (!match_scores(p, pin(subs, 0), &r)) return 0;
+    const int64_t B = r.B, H = r.H, Sq = r.Sq, Sk = r.Sk, D = tdim(r.q, 3), Dv = tdim(vt, 2);
+    if (!is_input(p, pin(subs, 1), "Stats") || !is_rowstat(p, pin(subs, 1), B, H, Sq, "Stats")) return 0;
+    if (!r.seq_q && Sk % 128 != 0 && cudnnGetVersion() <= 91500)
+        return pfail(p, "backward on cuDNN <= 9.15.0 with s_kv %% 128 != 0: the frontend adds its workaround padding "
+                     "mask (seq_len_q = s_q, seq_len_kv = s_kv; CompositeSDPABackwardNode::pre_validate_node)");
+    if (!is_rowstat(p, ssum, B, H, Sq, "softmax_sum (the frontend makes it non-virtual, in its workspace)")) return 0;
+    if (ref(rk, CUDNN_ATTR_OPERATION_RESHAPE_XDESC, 0) != r.kt) return pfail(p, "reshape_k reads Kᵀ, bmm1's B");
+    if (!dims_are(r.kt, B, H, D, Sk) || !dims_are(vt, B, H, Dv, Sk) || !dims_are(dO, B, H, Sq, Dv) ||
+        !dims_are(acc, B, H, Sq, D) || !dims_are(kr, B, H, Sk, D) || !dims_are(dq, B, H, Sq, D))
+        return pfail(p, "backward: Kᵀ [B, H, D, Sk], Vᵀ [B, H, Dv, Sk], dO [B, H, Sq, Dv], dQ_accum and dQ "
+                     "[B, H, Sq, D]");
+    const int io = tdtype(dO);
+    /* dV = reshape_p(P) · dO; dK = reshape_dS(dS) · Q: the reshapes give [B, H, Sk, Sq] in the I/O dtype */
+    const desc *srcs[2] = {pexp, ds}, *rhs[2] = {dO, r.q};
+    const char *names[2] = {"reshape_p / matmul_pT_dO (dV)", "reshape_dS / matmul_dST_Q (dK)"};
+    for (int k = 0; k < 2; k++) {
+        const desc *rs = consumer(p, srcs[k], CUDNN_BACKEND_OPERATION_RESHAPE_DESCRIPTOR, 0);
+        if (!rs) return pfail(p, "%s: the reshape is missing", names[k]);
+        use(p, rs);
+        const desc *y = ref(rs, CUDNN_ATTR_OPERATION_RESHAPE_YDESC, 0);
+        if (!virt(y) || tdtype(y) != io || !dims_are(y, B, H, Sk, Sq))
+            return pfail(p, "%s: the reshape's output is virtual, [B, H, Sk, Sq], of the I/O data type", names[k]);
+        const desc *g = consumer(p, y, CUDNN_BACKEND_OPERATION_MATMUL_DESCRIPTOR, 0);
+        if (!g || mm(g, MM_B) != rhs[k] || virt(mm(g, MM_C))) return pfail(p, "%s: the matmul is missing", names[k]);
+        use(p, g);
+        if (!overrides(p, g, r.seq_kv, NULL, r.seq_q, names[k])) return 0;
+    }
+    if (!overrides(p, mdp, r.seq_q, r.seq_kv, NULL, "matmul_dO_VT") ||
+        !overrides(p, mdq, r.seq_q, NULL, r.seq_kv, "matmul_dS_K"))
+        return 0;
+    (void)Dv;
+    return 1;
+}
+
+/* NULL when graph is the frontend's SDPA forward or backward, else why not. */
+static const char *sdpa_pattern(const desc *graph, pmatch *p)
+{
+    memset(p, 0, sizeof *p);
+    p->graph = graph;
+    p->nops = (int)graph_ops(graph)->count;
+    if (p->nops > MAX_OPS) return "more nodes than the frontend's SDPA graphs have";
+    const int nmm = count_matmuls(graph);
+    int ok = nmm == 2 ? match_forward(p) : nmm == 5 ? match_backward(p)
+           : pfail(p, "%d matmul nodes: the frontend's forward has 2 (bmm1, bmm2), its backward 5", nmm);
+    for (int i = 0; ok && i < p->nops; i++)
+        if (!p->used[i]) ok = pfail(p, "node %d (type %d, pointwise mode %d) is not part of the frontend's pattern", i,
+                                    op_at(graph, i)->type, pw_mode(op_at(graph, i)));
+    return ok ? NULL : p->why;
+}
+
+/* The workspace engine 0 asks of an SDPA graph: shaped by the problem (4 bytes per score row, plus a page), so a
+ * caller that sizes it from anything but the plan is caught; engine 1 needs none. */
+int64_t standin_sdpa_workspace(const desc *graph, int engine)
+{
+    if (engine != 0) return 0;
+    for (int64_t i = 0; i < graph_ops(graph)->count; i++) {
+        const desc *op = op_at(graph, i);
+        if (op->type != CUDNN_BACKEND_OPERATION_MATMUL_DESCRIPTOR) continue;
+        const desc *c = mm(op, MM_C);
+        return 4096 + 4 * tdim(c, 0) * tdim(c, 1) * tdim(c, 2);
+    }
+    return 0;
+}
+
 int standin_sdpa_engines(const desc *graph)
 {
+    pmatch pm;
+    const char *why = sdpa_pattern(graph, &pm);
+    if (why) {
+        snprintf(last_refusal, sizeof last_refusal, "%s", why);
+        standin_count("cudnn_sdpa_pattern_refused");
+        if (getenv("STANDIN_VERBOSE")) fprintf(stderr, "standin cuDNN: no SDPA engine for this graph: %s\n", why);
+        standin_dnn_decline(CUDNN_STATUS_NOT_SUPPORTED, "no fused SDPA engine: the graph is not cudnn-frontend's SDPA "
+                            "pattern (include/cudnn_frontend/node/scaled_dot_product_flash_attention.h): %s", why);
+        return 0;
+    }
+    last_refusal[0] = 0;
     for (int64_t i = 0; i < graph_ops(graph)->count; i++) {
         const desc *op = op_at(graph, i);
         if (op->type != CUDNN_BACKEND_OPERATION_MATMUL_DESCRIPTOR) continue;
@@ -218,6 +665,8 @@ typedef struct xt {
 
 typedef struct sdpa_job {
     desc *plan;
+    void *ws;        /* the engine's workspace: scribbled over before the graph runs, as an engine's scratch */
+    int64_t ws_need;
     int nt, nops;
     xt t[MAX_T];
     const desc *ops[MAX_OPS];
@@ -230,12 +679,15 @@ static int find_t(sdpa_job *j, const desc *d)
 }
 
 /* The tensors a node reads (up to 3) and the one it writes. */
-static int node_io(const desc *op, const desc *in[3], const desc **out)
+static int node_io(const desc *op, const desc *in[NODE_IN], const desc **out)
 {
-    in[0] = in[1] = in[2] = NULL;
+    for (int k = 0; k < NODE_IN; k++) in[k] = NULL;
     if (op->type == CUDNN_BACKEND_OPERATION_MATMUL_DESCRIPTOR) {
         in[0] = ref(op, CUDNN_ATTR_OPERATION_MATMUL_ADESC, 0);
         in[1] = ref(op, CUDNN_ATTR_OPERATION_MATMUL_BDESC, 0);
+        in[2] = ref(op, CUDNN_ATTR_OPERATION_MATMUL_GEMM_M_OVERRIDE_DESC, 0);
+        in[3] = ref(op, CUDNN_ATTR_OPERATION_MATMUL_GEMM_N_OVERRIDE_DESC, 0);
+        in[4] = ref(op, CUDNN_ATTR_OPERATION_MATMUL_GEMM_K_OVERRIDE_DESC, 0);
         *out = ref(op, CUDNN_ATTR_OPERATION_MATMUL_CDESC, 0);
     } else if (op->type == CUDNN_BACKEND_OPERATION_REDUCTION_DESCRIPTOR) {
         in[0] = ref(op, CUDNN_ATTR_OPERATION_REDUCTION_XDESC, 0);
@@ -322,6 +774,7 @@ static double pw_apply(int m, double x, double b, double t)
     case CUDNN_POINTWISE_IDENTITY: return x;
     case CUDNN_POINTWISE_CMP_LT: return x < b;
     case CUDNN_POINTWISE_CMP_GE: return x >= b;
+    case CUDNN_POINTWISE_LOGICAL_AND: return x != 0.0 && b != 0.0;
     case CUDNN_POINTWISE_BINARY_SELECT: return t != 0.0 ? x : b;
     default: return NAN;
     }
@@ -329,26 +782,42 @@ static double pw_apply(int m, double x, double b, double t)
 
 static void run_node(sdpa_job *j, const desc *op)
 {
-    const desc *in[3], *out;
+    const desc *in[NODE_IN], *out;
     node_io(op, in, &out);
     xt *y = &j->t[find_t(j, out)];
     xt *x = &j->t[find_t(j, in[0])];
     xt *b = in[1] ? &j->t[find_t(j, in[1])] : NULL, *t = in[2] ? &j->t[find_t(j, in[2])] : NULL;
     int64_t c[4];
     if (op->type == CUDNN_BACKEND_OPERATION_MATMUL_DESCRIPTOR) {
-        const int64_t M = y->dims[2], N = y->dims[3], K = x->dims[3];
+        /* GEMM_M/N/K_OVERRIDE (cudnn_graph_v9.h:628-630): per batch entry, rows past M and columns past N are the
+         * padding value (0: cudnn-frontend sets CUDNN_ATTR_MATMUL_PADDING_VALUE only when it is not 0), the sum
+         * stops at K */
+        const xt *ov[3];
+        for (int k = 0; k < 3; k++) ov[k] = in[2 + k] ? &j->t[find_t(j, in[2 + k])] : NULL;
+        const int64_t K = x->dims[3], extent[3] = {y->dims[2], y->dims[3], K};
+        for (int k = 0; k < 3; k++) /* an override is an actual extent: inside [0, the tensor's] */
+            for (int64_t bi = 0; ov[k] && bi < ov[k]->numel; bi++)
+                if (!(ov[k]->buf[bi] >= 0 && ov[k]->buf[bi] <= (double)extent[k]))
+                    standin_violation("cudnnBackendExecute", G ":628", "GEMM %c override %g (batch %lld) outside [0, %lld]",
+                                      "MNK"[k], ov[k]->buf[bi], (long long)bi, (long long)extent[k]);
         for (int64_t e = 0; e < y->numel; e++) {
             unravel(y, e, c);
-            int64_t ca[4] = {c[0], c[1], c[2], 0}, cb[4] = {c[0], c[1], 0, c[3]};
+            int64_t ca[4] = {c[0], c[1], c[2], 0}, cb[4] = {c[0], c[1], 0, c[3]}, kend = K;
+            const int64_t cbat[4] = {c[0], 0, 0, 0};
+            if ((ov[0] && c[2] >= (int64_t)ov[0]->buf[bidx(ov[0], cbat)]) ||
+                (ov[1] && c[3] >= (int64_t)ov[1]->buf[bidx(ov[1], cbat)])) {
+                y->buf[e] = 0.0;
+                continue;
+            }
+            if (ov[2] && (int64_t)ov[2]->buf[bidx(ov[2], cbat)] < kend) kend = (int64_t)ov[2]->buf[bidx(ov[2], cbat)];
             double s = 0.0;
-            for (int64_t k = 0; k < K; k++) {
+            for (int64_t k = 0; k < kend; k++) {
                 ca[3] = k;
                 cb[2] = k;
                 s += x->buf[bidx(x, ca)] * b->buf[bidx(b, cb)];
             }
             y->buf[e] = s;
         }
-        (void)M; (void)N;
     } else if (op->type == CUDNN_BACKEND_OPERATION_RESHAPE_DESCRIPTOR) {
         int64_t *map = reshape_map(x->d, y->d); /* checked at finalize */
         for (int64_t e = 0; e < y->numel; e++) y->buf[e] = map ? x->buf[map[e]] : NAN;
@@ -380,6 +849,9 @@ static void run_node(sdpa_job *j, const desc *op)
 static int sdpa_task(void *arg)
 {
     sdpa_job *j = *(sdpa_job **)arg;
+    /* the engine owns its workspace while it runs: anything else the caller placed there is lost (NaN floats,
+     * -1 integers), so a workspace shorter than the plan asked for corrupts what follows it */
+    if (j->ws && j->ws_need > 0) memset(j->ws, 0xff, (size_t)j->ws_need);
     for (int i = 0; i < j->nt; i++) {
         xt *t = &j->t[i];
         t->buf = calloc((size_t)t->numel, sizeof(double));
@@ -398,10 +870,10 @@ static int sdpa_task(void *arg)
         progress = 0;
         for (int o = 0; o < j->nops; o++) {
             if (done[o]) continue;
-            const desc *in[3], *out;
+            const desc *in[NODE_IN], *out;
             node_io(j->ops[o], in, &out);
             int ready = 1;
-            for (int k = 0; k < 3; k++)
+            for (int k = 0; k < NODE_IN; k++)
                 if (in[k]) { const xt *t = &j->t[find_t(j, in[k])]; ready &= !t->virt || t->produced; }
             if (!ready) continue;
             run_node(j, j->ops[o]);
@@ -455,9 +927,10 @@ cudnnStatus_t standin_sdpa_execute(desc *plan, const desc *vp, struct CUstream_s
     j->plan = plan;
     const attr *ops = graph_ops(graph);
     for (int64_t i = 0; i < ops->count; i++) {
-        const desc *op = op_at(graph, i), *in[3], *out;
-        if (j->nops == MAX_OPS || !node_io(op, in, &out) || !add_tensor(j, in[0]) || !add_tensor(j, in[1]) ||
-            !add_tensor(j, in[2]) || !add_tensor(j, out)) {
+        const desc *op = op_at(graph, i), *in[NODE_IN], *out;
+        int ok = j->nops < MAX_OPS && node_io(op, in, &out) && add_tensor(j, out);
+        for (int k = 0; k < NODE_IN && ok; k++) ok = add_tensor(j, in[k]);
+        if (!ok) {
             free(j);
             return refuse(CUDNN_STATUS_NOT_SUPPORTED, api, G ":1034", "the stand-in runs SDPA graphs of up to %d "
                           "matmul/pointwise/reduction nodes over 4-d tensors; this graph is something else", MAX_OPS);
@@ -529,6 +1002,8 @@ cudnnStatus_t standin_sdpa_execute(desc *plan, const desc *vp, struct CUstream_s
         free(j);
         return refuse(CUDNN_STATUS_BAD_PARAM, api, G ":1034", "the plan needs %lld bytes of workspace", (long long)ws_need);
     }
+    j->ws = ws;
+    j->ws_need = ws_need;
     standin_count("cudnn_execute");
     atomic_fetch_add(&plan->inflight, 1);
     if (standin_stream_enqueue(s, sdpa_task, &j, sizeof j)) {

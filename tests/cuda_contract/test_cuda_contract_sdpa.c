@@ -6,7 +6,9 @@
  * entry, an additive mask with a fully masked row, odd lengths, head_dim 64/128,
  * bf16/f16, a [B, S, H, D] layout, the three engine modes), and the fallback to
  * the kernel, counted by reason, where cuDNN declines (f32, head_dim, boolean mask,
- * dropout, GQA, a graph the stand-in's engines refuse). Suite cuda-contract.
+ * dropout, GQA, a graph the stand-in's engines refuse). The stand-in gives engines only to
+ * cudnn-frontend's SDPA pattern, so every engine case also checks the graphs are that pattern; backward calls
+ * wanting some gradients; more shapes than the plan cache holds. Suite cuda-contract.
  */
 #include <math.h>
 #include <pthread.h>
@@ -148,7 +150,7 @@ static void run_case(gpucore_context *ctx, const acase *c, const char *name)
     }
     int32_t lh[8];
     if (c->lens) {
-        for (int64_t b = 0; b < B; b++) lh[b] = b == 1 ? 0 : (int32_t)(Sk - 3 * b);
+        for (int64_t b = 0; b < B; b++) lh[b] = b == 1 ? 0 : b == 2 ? (int32_t)(Sk + 7) : (int32_t)(Sk - 3 * b);
         const int64_t n1[1] = {B};
         CHECK_OK(gpucore_tensor_create(ctx, GPUCORE_I32, 1, n1, &lens));
         CHECK_OK(gpucore_copy_from_host(lens, lh, B * 4));
@@ -259,13 +261,19 @@ static gpucore_attention_stats stats_of(gpucore_context *ctx)
     return st;
 }
 
+/* The stand-in's reason for the last SDPA graph it gave no engine. */
+static const char *refusal(void)
+{
+    return ((const char *(*)(void))sym("standin_sdpa_refusal"))();
+}
+
 /* Cases cuDNN's SDPA takes: every one runs on the stand-in's graph interpreter and matches f64. */
 static void test_sdpa_engine(gpucore_context *ctx)
 {
     static const acase cases[] = {
         {GPUCORE_BF16, 2, 3, 3, 37, 45, 64, 0, 0, 0, 0, 0, 0, 0},
         {GPUCORE_F16, 1, 2, 2, 33, 33, 128, 1, 0, 0, 0, 0, 0, 0},
-        {GPUCORE_BF16, 3, 2, 2, 19, 29, 64, 1, 1, 0, 0, 1, 0, 0}, /* key lengths {29, 0, 23}, [B, S, H, D] */
+        {GPUCORE_BF16, 3, 2, 2, 19, 29, 64, 1, 1, 0, 0, 1, 0, 0}, /* key lengths {29, 0, 36 (past Sk)}, [B, S, H, D] */
         {GPUCORE_F16, 2, 2, 2, 21, 17, 64, 0, 0, 1, 0, 0, 0, 0},  /* additive mask, query row 1 fully masked */
         {GPUCORE_F16, 1, 2, 2, 16, 24, 64, 1, 1, 1, 0, 0, 0, 0},  /* all of them at once */
         {GPUCORE_BF16, 1, 2, 2, 9, 11, 64, 0, 0, 0, 0, 0, GPUCORE_ATTN_ALGO_AUTOTUNE, 0},
@@ -273,7 +281,7 @@ static void test_sdpa_engine(gpucore_context *ctx)
     };
     const int n = (int)(sizeof cases / sizeof cases[0]);
     CHECK_OK(gpucore_attention_reset_stats(ctx));
-    long before = counter("cudnn_sdpa_executed");
+    long before = counter("cudnn_sdpa_executed"), refused = counter("cudnn_sdpa_pattern_refused");
     for (int i = 0; i < n; i++) {
         char name[32];
         snprintf(name, sizeof name, "engine case %d", i);
@@ -282,11 +290,117 @@ static void test_sdpa_engine(gpucore_context *ctx)
     }
     gpucore_attention_stats st = stats_of(ctx);
     CHECK(st.cudnn_calls == 2 * n && st.fallback_calls == 0); /* each case: a forward and a backward */
+    /* every graph is cudnn-frontend's SDPA pattern: the stand-in's heuristics refused none */
+    CHECK(counter("cudnn_sdpa_pattern_refused") == refused);
+    if (counter("cudnn_sdpa_pattern_refused") != refused) fprintf(stderr, "  last refusal: %s\n", refusal());
+    CHECK(st.fallback_by_reason[GPUCORE_ATTN_FALLBACK_NO_ENGINE] == 0);
     /* autotune times its candidates: more executions than forwards */
     CHECK(counter("cudnn_sdpa_executed") - before > n);
     if (st.cudnn_calls != 2 * n)
         fprintf(stderr, "  %lld of %d calls on cuDNN, %lld fallbacks\n", (long long)st.cudnn_calls, 2 * n,
                 (long long)st.fallback_calls);
+}
+
+/* Backward calls that want some of the gradients: cuDNN still runs the full graph (the frontend's outputs are
+ * always dQ, dK, dV), the others in scratch; what is asked for is bit for bit the full backward's. */
+static void test_sdpa_partial_grads(gpucore_context *ctx)
+{
+    const int64_t B = 2, H = 2, Sq = 13, Sk = 17, D = 64, qs[4] = {B, H, Sq, D}, ks[4] = {B, H, Sk, D};
+    const int64_t ls[1] = {B * H * Sq};
+    gpucore_tensor *q, *k, *v, *o, *lse, *dout, *g[3], *p[3];
+    CHECK_OK(gpucore_tensor_create(ctx, GPUCORE_BF16, 4, qs, &q));
+    CHECK_OK(gpucore_tensor_create(ctx, GPUCORE_BF16, 4, ks, &k));
+    CHECK_OK(gpucore_tensor_create(ctx, GPUCORE_BF16, 4, ks, &v));
+    CHECK_OK(gpucore_tensor_create(ctx, GPUCORE_BF16, 4, qs, &o));
+    CHECK_OK(gpucore_tensor_create(ctx, GPUCORE_BF16, 4, qs, &dout));
+    CHECK_OK(gpucore_tensor_create(ctx, GPUCORE_F32, 1, ls, &lse));
+    gpucore_tensor *rnd[4] = {q, k, v, dout};
+    for (int i = 0; i < 4; i++) CHECK_OK(gpucore_random(rnd[i], GPUCORE_UNIFORM, -1, 1, 21 + i, 0, NULL));
+    for (int i = 0; i < 3; i++) {
+        CHECK_OK(gpucore_tensor_create(ctx, GPUCORE_BF16, 4, i ? ks : qs, &g[i]));
+        CHECK_OK(gpucore_tensor_create(ctx, GPUCORE_BF16, 4, i ? ks : qs, &p[i]));
+    }
+    gpucore_attention_options opt;
+    gpucore_attention_options_init(&opt);
+    opt.is_causal = 1;
+    CHECK_OK(gpucore_attention_reset_stats(ctx));
+    CHECK_OK(gpucore_attention_forward(o, lse, q, k, v, NULL, NULL, &opt, NULL));
+    CHECK_OK(gpucore_attention_backward(g[0], g[1], g[2], dout, q, k, v, o, lse, NULL, NULL, &opt, NULL));
+    CHECK_OK(gpucore_attention_backward(NULL, NULL, p[2], dout, q, k, v, o, lse, NULL, NULL, &opt, NULL));
+    CHECK_OK(gpucore_attention_backward(p[0], p[1], NULL, dout, q, k, v, o, lse, NULL, NULL, &opt, NULL));
+    gpucore_attention_stats st = stats_of(ctx);
+    CHECK(st.cudnn_calls == 4 && st.fallback_calls == 0);
+    uint16_t *x = malloc(2 * B * H * Sk * D), *y = malloc(2 * B * H * Sk * D);
+    for (int i = 0; i < 3; i++) {
+        const int64_t bytes = 2 * B * H * (i ? Sk : Sq) * D;
+        CHECK_OK(gpucore_copy_to_host(x, bytes, g[i]));
+        CHECK_OK(gpucore_copy_to_host(y, bytes, p[i]));
+        CHECK(memcmp(x, y, (size_t)bytes) == 0);
+        if (memcmp(x, y, (size_t)bytes)) fprintf(stderr, "  gradient %d alone differs from the full backward's\n", i);
+    }
+    free(x);
+    free(y);
+    gpucore_tensor *all[] = {q, k, v, o, lse, dout, g[0], g[1], g[2], p[0], p[1], p[2]};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) gpucore_tensor_destroy(all[i]);
+    expect_clean("partial gradients");
+}
+
+/* More shapes than the plan cache holds (variable sequence lengths): the least recently used entries are
+ * evicted, every call stays on cuDNN (none CACHE_FULL), and an evicted shape is built again when it returns. */
+static void test_sdpa_cache_eviction(gpucore_context *ctx)
+{
+    enum { SHAPES = 270 };
+    const int64_t D = 64, Sk = 8;
+    gpucore_attention_options opt;
+    gpucore_attention_options_init(&opt);
+    CHECK_OK(gpucore_attention_reset_stats(ctx));
+    gpucore_tensor *k, *v;
+    const int64_t ks[4] = {1, 1, Sk, D};
+    CHECK_OK(gpucore_tensor_create(ctx, GPUCORE_F16, 4, ks, &k));
+    CHECK_OK(gpucore_tensor_create(ctx, GPUCORE_F16, 4, ks, &v));
+    CHECK_OK(gpucore_random(k, GPUCORE_UNIFORM, -1, 1, 3, 0, NULL));
+    CHECK_OK(gpucore_random(v, GPUCORE_UNIFORM, -1, 1, 4, 0, NULL));
+    long built = 0;
+    for (int round = 0; round < 2; round++)
+        for (int64_t sq = 1; sq <= (round ? 1 : SHAPES); sq++) { /* round 1: the first shape, evicted by now */
+            const int64_t qs[4] = {1, 1, sq, D};
+            gpucore_tensor *q, *o;
+            CHECK_OK(gpucore_tensor_create(ctx, GPUCORE_F16, 4, qs, &q));
+            CHECK_OK(gpucore_tensor_create(ctx, GPUCORE_F16, 4, qs, &o));
+            CHECK_OK(gpucore_random(q, GPUCORE_UNIFORM, -1, 1, 5, 0, NULL));
+            if (round) built = counter("cudnn_plan_finalized");
+            CHECK_OK(gpucore_attention_forward(o, NULL, q, k, v, NULL, NULL, &opt, NULL));
+            if (round) CHECK(counter("cudnn_plan_finalized") > built);
+            gpucore_tensor_destroy(q);
+            gpucore_tensor_destroy(o);
+        }
+    CHECK_OK(gpucore_context_synchronize(ctx));
+    gpucore_attention_stats st = stats_of(ctx);
+    CHECK(st.cudnn_calls == SHAPES + 1 && st.fallback_calls == 0);
+    if (st.cudnn_calls != SHAPES + 1)
+        fprintf(stderr, "  %lld of %d calls on cuDNN, %lld cache-full fallbacks\n", (long long)st.cudnn_calls,
+                SHAPES + 1, (long long)st.fallback_by_reason[GPUCORE_ATTN_FALLBACK_CACHE_FULL]);
+    gpucore_tensor_destroy(k);
+    gpucore_tensor_destroy(v);
+    expect_clean("cache eviction");
+}
+
+/* cuDNN <= 9.15.0 (the stand-in reporting 9.15.0): a backward with Sk % 128 != 0 and no kv_lengths gets the
+ * frontend's workaround padding mask (seq_len_q = Sq, seq_len_kv = Sk), and still matches f64; the stand-in
+ * refuses that backward without it. */
+static void test_sdpa_old_cudnn(gpucore_context *ctx)
+{
+    setenv("STANDIN_DNN_VERSION", "91500", 1);
+    CHECK_OK(gpucore_attention_reset_stats(ctx));
+    long refused = counter("cudnn_sdpa_pattern_refused");
+    const acase c = {GPUCORE_F16, 2, 2, 2, 23, 41, 64, 1, 0, 0, 0, 0, 0, 0}; /* a shape of its own: new plans */
+    run_case(ctx, &c, "cuDNN 9.15.0");
+    gpucore_attention_stats st = stats_of(ctx);
+    CHECK(st.cudnn_calls == 2 && st.fallback_calls == 0 && counter("cudnn_sdpa_pattern_refused") == refused);
+    if (st.cudnn_calls != 2) fprintf(stderr, "  cuDNN 9.15.0: %lld calls on cuDNN; %s\n", (long long)st.cudnn_calls,
+                                     refusal());
+    unsetenv("STANDIN_DNN_VERSION");
+    expect_clean("cuDNN 9.15.0");
 }
 
 static int sdpa_warnings;
@@ -454,8 +568,11 @@ int main(int argc, char **argv)
         test_sdpa_no_cudnn(ctx);
     } else if (ctx) {
         test_sdpa_engine(ctx);
+        test_sdpa_partial_grads(ctx);
+        test_sdpa_old_cudnn(ctx);
         test_sdpa_fallback(ctx);
         test_sdpa_threads(ctx);
+        test_sdpa_cache_eviction(ctx);
     }
     if (ctx) gpucore_context_destroy(ctx);
     expect_clean("end");

@@ -6,24 +6,32 @@
  * through args->engine_out (src/ops/attention.c counts it by reason) and logged
  * once per plan key at WARN.
  *
- * The graphs follow cudnn-frontend's sdpa nodes. Forward:
- *   S = matmul(Q, Kᵀ); S *= scale (by value); [S += mask]; [padding: S = select(
- *   gen_index(col) < seq_len_kv, S, -inf)]; [causal: S = select(gen_index(row) >=
- *   gen_index(col), S, -inf)]; M = max_j S; E = exp(S - M); L = Σ_j E;
- *   [stats = M + log L]; P = E / L (in the I/O dtype); O = matmul(P, V).
- * Backward (transposes as reshape nodes): S as above; P = exp(S - stats);
- *   dV = Pᵀ·dO; dP = dO·Vᵀ; Δ = Σ_d dO∘O; dS = scale·P∘(dP - Δ); dQ = dS·K; dK = dSᵀ·Q.
- * With a mask or kv_lengths a row may admit no key; our contract is out = 0,
- * lse = -inf and zero gradients there, so those graphs clamp M (stats) to
- * -FLT_MAX and L to FLT_MIN (pointwise MAX nodes) instead of giving NaN.
+ * The graphs are the ones cudnn-frontend emits (include/cudnn_frontend/node/
+ * scaled_dot_product_flash_attention.h: CompositeSDPANode, CompositeSDPABackwardNode;
+ * node/softmax.h; utils/attn_score_modifiers.h; node/diagonal_band_mask.h), node for
+ * node, since cuDNN's fused SDPA engines recognise that pattern and no other DAG
+ * (tests/cuda_contract's stand-in checks it). Forward:
+ *   S = matmul(Q, Kᵀ) (Kᵀ: K's dims/strides swapped on the tensor); S *= scale (by value); [S += mask];
+ *   [kv_lengths: S = select(S, -inf, row < seq_len_q AND col < seq_len_kv), with GEMM M/N/K overrides on the
+ *   matmuls]; [causal: S = select(S, -inf, row >= col)]; M = max_j S; E = exp(S - M); L = Σ_j E;
+ *   stats = M + log L (virtual when not wanted); P = E / L (I/O dtype); O = matmul(P, V).
+ * Backward: softmax_sum = (Σ_d dO∘O)·1 and dQ_accum non-virtual f32 (in scratch); S as above from Q and Kᵀ;
+ *   P = exp(S - stats); dV = reshape_p(P)·dO; dP = dO·Vᵀ; dS = (dP - softmax_sum)·P·scale;
+ *   dK = reshape_dS(dS)·Q; dQ_accum = dS·reshape_k(Kᵀ); dQ = IDENTITY(dQ_accum) (DETERMINISTIC: dQ = dS·reshape_k(Kᵀ),
+ *   the frontend's dP-workspace variant); always all three gradients.
+ * Those graphs leave a row that admits no key (kv_len 0, a fully masked row) NaN; our contract is out = 0,
+ * lse = -inf and zero gradients there: kernels/attention_fixup.cu zeroes such rows after the forward and
+ * gives the backward a copy of lse with them +inf (P = 0 across them). A call's scratch (the engine's
+ * workspace, seq_len_q, dQ_accum, softmax_sum when the front-end gave no delta, the stats copy, gradients
+ * not asked for) is one allocation from the caching allocator (args->ws_alloc), released in stream order.
  *
- * Plans are cached per key (op, shapes, strides, dtypes, mask kind, causal, algo,
- * alignments, device) and never evicted, so no plan is destroyed while it may
- * run; a key that cuDNN refused is cached as refused (logged once). A full cache
- * sends new keys to the kernel. One lock guards the cache, the per-device handle,
- * builds and enqueueing (a cuDNN handle is not for two threads at once). Only
- * engines that need no workspace are used (the attention entry has no workspace
- * allocator).
+ * Plans are cached per key (op, shapes, strides, dtypes, mask kind, causal, algo, alignments, device); a key
+ * that cuDNN refused is cached as refused (logged once). A full cache evicts its least recently used entry
+ * that no call holds (entries are held from lookup to the end of their run), after waiting for the plan's
+ * last enqueued runs (an event per stream). One lock guards the cache, the per-device handle, builds and
+ * enqueueing (a cuDNN handle is not for two threads at once); AUTOTUNE times candidates on a stream of its
+ * own, synchronizing that one only. Sequence lengths are not bucketed: a plan is for its exact dims (a
+ * bucketed plan would need padded copies of q, k, v and out).
  */
 #include <float.h>
 #include <math.h>
@@ -52,8 +60,8 @@ static const cudnnBackendAttributeName_t ATTR_GRAPH_HANDLE = CUDNN_ATTR_OPERATIO
 #define SDPA_MAX_DEVICES 64
 #define SDPA_AUTOTUNE_MAX 8
 
-enum { UID_Q = 1, UID_K, UID_V, UID_O, UID_STATS, UID_MASK, UID_SEQLEN, UID_SCALE, UID_NEGINF, UID_LOWEST, UID_TINY,
-       UID_DO, UID_DQ, UID_DK, UID_DV, UID_VIRTUAL = 100 };
+enum { UID_Q = 1, UID_K, UID_V, UID_O, UID_STATS, UID_MASK, UID_SEQ_Q, UID_SEQ_KV, UID_SCALE, UID_NEGINF, UID_ONE,
+       UID_DO, UID_DQ, UID_DK, UID_DV, UID_SOFTMAX_SUM, UID_DQ_ACCUM, UID_VIRTUAL = 100 };
 
 typedef struct sdpa_key {
     int32_t op, dtype, mask_dtype, len_dtype, has_len, causal, algo, device, has_lse;
@@ -62,21 +70,28 @@ typedef struct sdpa_key {
     int64_t strides[9][4]; /* q k v out mask dout dq dk dv (0 when absent) */
 } sdpa_key;
 
+#define SDPA_USE_MARKS 8
+
 typedef struct sdpa_entry {
     sdpa_key key;
     cudnnBackendDescriptor_t plan; /* NULL: refused, reason says why */
-    int reason;
+    int64_t ws_bytes;              /* the plan's engine workspace */
+    int reason, refs;              /* refs: calls between lookup and the end of their run */
+    uint64_t last_hit;
+    int nuses;                     /* streams the plan was enqueued on, each with an event after its last run */
+    struct { cudaStream_t stream; cudaEvent_t done; } uses[SDPA_USE_MARKS];
 } sdpa_entry;
 
 static pthread_mutex_t sdpa_lock = PTHREAD_MUTEX_INITIALIZER;
 static sdpa_entry *sdpa_cache[SDPA_CAPACITY];
 static int sdpa_count, sdpa_full_warned;
+static uint64_t sdpa_clock, sdpa_evictions;
 static cudnnHandle_t sdpa_handles[SDPA_MAX_DEVICES];
 
 /* ---- the graph ---- */
 
 typedef struct graph_builder {
-    cudnnBackendDescriptor_t all[64];
+    cudnnBackendDescriptor_t all[160];
     int n;
     cudnnBackendDescriptor_t ops[32];
     int nops;
@@ -137,14 +152,13 @@ static cudnnBackendDescriptor_t vtensor(graph_builder *g, cudnnDataType_t dt, co
     return tensor(g, 0, dt, dims, s, 16, 0);
 }
 
-/* y = mode(x[, b][, t]) with fp32 math (GEN_INDEX: int32, along axis). */
-static cudnnBackendDescriptor_t pointwise(graph_builder *g, cudnnPointwiseMode_t mode, cudnnBackendDescriptor_t x,
-                                          cudnnBackendDescriptor_t b, cudnnBackendDescriptor_t t,
-                                          cudnnBackendDescriptor_t y, int64_t axis)
+/* y = mode(x[, b][, t]) with math precision prec (GEN_INDEX: along axis). */
+static cudnnBackendDescriptor_t pointwise_prec(graph_builder *g, cudnnPointwiseMode_t mode, cudnnDataType_t prec,
+                                               cudnnBackendDescriptor_t x, cudnnBackendDescriptor_t b,
+                                               cudnnBackendDescriptor_t t, cudnnBackendDescriptor_t y, int64_t axis)
 {
     if (g->failed) return NULL;
     cudnnBackendDescriptor_t pw = NULL, op = NULL;
-    cudnnDataType_t prec = mode == CUDNN_POINTWISE_GEN_INDEX ? CUDNN_DATA_INT32 : CUDNN_DATA_FLOAT;
     CK(DNN.cudnnBackendCreateDescriptor(CUDNN_BACKEND_POINTWISE_DESCRIPTOR, &pw));
     KEEP(pw, 0);
     CK(DNN.cudnnBackendSetAttribute(pw, CUDNN_ATTR_POINTWISE_MODE, CUDNN_TYPE_POINTWISE_MODE, 1, &mode));
@@ -163,13 +177,27 @@ static cudnnBackendDescriptor_t pointwise(graph_builder *g, cudnnPointwiseMode_t
     return y;
 }
 
+/* The frontend's math precisions: INT32 for the padding mask's GEN_INDEX, BOOLEAN for comparisons and
+ * LOGICAL_AND, the graph's FLOAT compute type for the rest (the causal mask's GEN_INDEX included). */
+static cudnnBackendDescriptor_t pointwise(graph_builder *g, cudnnPointwiseMode_t mode, cudnnBackendDescriptor_t x,
+                                          cudnnBackendDescriptor_t b, cudnnBackendDescriptor_t t,
+                                          cudnnBackendDescriptor_t y, int64_t axis)
+{
+    const int boolean = mode == CUDNN_POINTWISE_CMP_LT || mode == CUDNN_POINTWISE_CMP_GE ||
+                        mode == CUDNN_POINTWISE_LOGICAL_AND;
+    const cudnnDataType_t prec = boolean ? CUDNN_DATA_BOOLEAN
+                               : mode == CUDNN_POINTWISE_GEN_INDEX ? CUDNN_DATA_INT32 : CUDNN_DATA_FLOAT;
+    return pointwise_prec(g, mode, prec, x, b, t, y, axis);
+}
+
 /* A matmul or reduction node: its descriptor (inner_type: fp32 compute through comp_attr, plus one optional typed
- * attribute) and the operation (op_type) reading x [and b] into y; io names the x, b, y and descriptor attributes. */
+ * attribute) and the operation (op_type) over n tensors t[] set through io[] (the descriptor's slot: NULL in t). */
 static cudnnBackendDescriptor_t op_node(graph_builder *g, cudnnBackendDescriptorType_t inner_type,
                                         cudnnBackendAttributeName_t comp_attr, cudnnBackendAttributeName_t extra,
                                         cudnnBackendAttributeType_t extra_type, const void *extra_value,
-                                        cudnnBackendDescriptorType_t op_type, const cudnnBackendAttributeName_t io[4],
-                                        cudnnBackendDescriptor_t x, cudnnBackendDescriptor_t b, cudnnBackendDescriptor_t y)
+                                        cudnnBackendDescriptorType_t op_type, int n,
+                                        const cudnnBackendAttributeName_t io[], const cudnnBackendDescriptor_t t_in[],
+                                        cudnnBackendAttributeName_t inner_attr, cudnnBackendDescriptor_t y)
 {
     if (g->failed) return NULL;
     cudnnBackendDescriptor_t inner = NULL, op = NULL;
@@ -181,32 +209,38 @@ static cudnnBackendDescriptor_t op_node(graph_builder *g, cudnnBackendDescriptor
     CK(DNN.cudnnBackendFinalize(inner));
     CK(DNN.cudnnBackendCreateDescriptor(op_type, &op));
     KEEP(op, 1);
-    const cudnnBackendDescriptor_t t[4] = {x, b, y, inner};
-    for (int i = 0; i < 4; i++)
-        if (t[i]) CK(DNN.cudnnBackendSetAttribute(op, io[i], CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &t[i]));
+    for (int i = 0; i < n; i++)
+        if (t_in[i]) CK(DNN.cudnnBackendSetAttribute(op, io[i], CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &t_in[i]));
+    CK(DNN.cudnnBackendSetAttribute(op, inner_attr, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &inner));
     CK(DNN.cudnnBackendFinalize(op));
     return y;
 }
 
-/* c = a·b over the last two dims, fp32 compute. */
+/* c = a·b over the last two dims, fp32 compute; m, n, k: the frontend's GEMM overrides (per-batch sequence
+ * lengths, with the padding mask) or NULL. */
 static cudnnBackendDescriptor_t matmul(graph_builder *g, cudnnBackendDescriptor_t a, cudnnBackendDescriptor_t b,
-                                       cudnnBackendDescriptor_t c)
+                                       cudnnBackendDescriptor_t c, cudnnBackendDescriptor_t m,
+                                       cudnnBackendDescriptor_t n, cudnnBackendDescriptor_t k)
 {
-    static const cudnnBackendAttributeName_t io[4] = {CUDNN_ATTR_OPERATION_MATMUL_ADESC, CUDNN_ATTR_OPERATION_MATMUL_BDESC,
-                                                      CUDNN_ATTR_OPERATION_MATMUL_CDESC, CUDNN_ATTR_OPERATION_MATMUL_DESC};
+    static const cudnnBackendAttributeName_t io[6] = {
+        CUDNN_ATTR_OPERATION_MATMUL_ADESC, CUDNN_ATTR_OPERATION_MATMUL_BDESC, CUDNN_ATTR_OPERATION_MATMUL_CDESC,
+        CUDNN_ATTR_OPERATION_MATMUL_GEMM_M_OVERRIDE_DESC, CUDNN_ATTR_OPERATION_MATMUL_GEMM_N_OVERRIDE_DESC,
+        CUDNN_ATTR_OPERATION_MATMUL_GEMM_K_OVERRIDE_DESC};
+    const cudnnBackendDescriptor_t t[6] = {a, b, c, m, n, k};
     return op_node(g, CUDNN_BACKEND_MATMUL_DESCRIPTOR, CUDNN_ATTR_MATMUL_COMP_TYPE, 0, 0, NULL,
-                   CUDNN_BACKEND_OPERATION_MATMUL_DESCRIPTOR, io, a, b, c);
+                   CUDNN_BACKEND_OPERATION_MATMUL_DESCRIPTOR, 6, io, t, CUDNN_ATTR_OPERATION_MATMUL_DESC, c);
 }
 
 /* y = reduce(x) over the dims where y has extent 1, fp32 compute. */
 static cudnnBackendDescriptor_t reduction(graph_builder *g, cudnnReduceTensorOp_t how, cudnnBackendDescriptor_t x,
                                           cudnnBackendDescriptor_t y)
 {
-    static const cudnnBackendAttributeName_t io[4] = {CUDNN_ATTR_OPERATION_REDUCTION_XDESC, 0,
-                                                      CUDNN_ATTR_OPERATION_REDUCTION_YDESC,
-                                                      CUDNN_ATTR_OPERATION_REDUCTION_DESC};
+    static const cudnnBackendAttributeName_t io[2] = {CUDNN_ATTR_OPERATION_REDUCTION_XDESC,
+                                                      CUDNN_ATTR_OPERATION_REDUCTION_YDESC};
+    const cudnnBackendDescriptor_t t[2] = {x, y};
     return op_node(g, CUDNN_BACKEND_REDUCTION_DESCRIPTOR, CUDNN_ATTR_REDUCTION_COMP_TYPE, CUDNN_ATTR_REDUCTION_OPERATOR,
-                   CUDNN_TYPE_REDUCTION_OPERATOR_TYPE, &how, CUDNN_BACKEND_OPERATION_REDUCTION_DESCRIPTOR, io, x, NULL, y);
+                   CUDNN_TYPE_REDUCTION_OPERATOR_TYPE, &how, CUDNN_BACKEND_OPERATION_REDUCTION_DESCRIPTOR, 2, io, t,
+                   CUDNN_ATTR_OPERATION_REDUCTION_DESC, y);
 }
 #undef CK
 
@@ -239,37 +273,80 @@ static cudnnBackendDescriptor_t reshape(graph_builder *g, cudnnBackendDescriptor
     return y;
 }
 
-/* A non-virtual [d0, d1, d2, d3] operand; swap: its last two dims exchanged (a transposed view, no copy). */
+/* A non-virtual [d0, d1, d2, d3] operand of t (t->data NULL: packed, in the workspace); swap: its last two dims
+ * exchanged on the tensor itself (Kᵀ, Vᵀ: a view, no copy). st: the strides it got. */
 static cudnnBackendDescriptor_t operand(graph_builder *g, int64_t uid, int dtype, const gpucore_attn_tensor *t,
-                                        int64_t d0, int64_t d1, int64_t d2, int64_t d3, int swap)
+                                        int64_t d0, int64_t d1, int64_t d2, int64_t d3, int swap, int64_t st[4])
 {
     const int64_t dims[4] = {d0, d1, d2, d3};
-    const int64_t in[4] = {t->stride[0], t->stride[1], t->stride[swap ? 3 : 2], t->stride[swap ? 2 : 3]};
-    int64_t st[4];
+    int64_t in[4], own[4];
+    if (!st) st = own;
+    if (t->data) {
+        const int64_t s[4] = {t->stride[0], t->stride[1], t->stride[swap ? 3 : 2], t->stride[swap ? 2 : 3]};
+        memcpy(in, s, sizeof in);
+    } else { /* packed [d0, d1, (swap ? d3 : d2), (swap ? d2 : d3)] */
+        const int64_t r = swap ? d3 : d2, c = swap ? d2 : d3;
+        const int64_t s[4] = {d1 * r * c, r * c, swap ? 1 : c, swap ? c : 1};
+        memcpy(in, s, sizeof in);
+    }
     fix_strides(dims, in, st);
-    return tensor(g, uid, dnn_type(dtype), dims, st, conv_align_of(t->data), 0);
+    return tensor(g, uid, dnn_type(dtype), dims, st, t->data ? conv_align_of(t->data) : 16, 0);
 }
 
-/* A virtual view of x [B, H, r, c] as [B, H, c, r]: t, the operand x describes, or NULL when x is a packed
- * virtual tensor. */
-static cudnnBackendDescriptor_t transposed(graph_builder *g, cudnnBackendDescriptor_t x, const gpucore_attn_tensor *t,
+/* A virtual view of x [B, H, r, c] (strides xs) as [B, H, c, r] of data type dt. */
+static cudnnBackendDescriptor_t transposed(graph_builder *g, cudnnBackendDescriptor_t x, const int64_t xs[4],
                                            cudnnDataType_t dt, int64_t B, int64_t H, int64_t r, int64_t c)
 {
-    const int64_t xd[4] = {B, H, r, c}, packed[4] = {H * r * c, r * c, c, 1};
-    int64_t xs[4];
-    fix_strides(xd, t ? t->stride : packed, xs);
     const int64_t d[4] = {B, H, c, r}, st[4] = {xs[0], xs[1], xs[3], xs[2]};
     return reshape(g, x, tensor(g, 0, dt, d, st, 16, 0));
 }
 
-/* S = scale·q·kᵀ [+ mask], with -inf past kv_len and (causal) above the diagonal; kt is [B, H, D, Sk]. */
+/* cudnn-frontend's backward on cuDNN <= 9.15.0 with Sk % 128 != 0 and no padding mask adds one anyway
+ * (CompositeSDPABackwardNode "workaround padding mask": seq_len_q = Sq, seq_len_kv = Sk, in its workspace). */
+static int workaround_padding(const gpucore_attn_args *a)
+{
+    return a->op == GPUCORE_ATTN_BWD && !a->kv_len && a->seq_k % 128 != 0 && DNN.cudnnGetVersion &&
+           DNN.cudnnGetVersion() <= 91500; /* (cuDNN not loaded yet: the key's flag is 0, one extra build) */
+}
+
+/* The backward's dQ through a non-virtual f32 dQ_accum (then IDENTITY), as the frontend builds it, except for a
+ * deterministic backward: the frontend's dP-workspace variant writes dQ directly (no accumulation order to vary). */
+static int dq_accum(const gpucore_attn_args *a)
+{
+    return a->algo != GPUCORE_ATTN_ALGO_DETERMINISTIC;
+}
+
+/* The padding mask (and the GEMM overrides): kv_lengths, or the frontend's workaround. */
+static int padded(const gpucore_attn_args *a)
+{
+    return a->kv_len != NULL || workaround_padding(a);
+}
+
+/* A row may admit no key only through a mask or kv_lengths: those calls run the fix-up kernel around the graph. */
+static int may_empty_rows(const gpucore_attn_args *a)
+{
+    return a->mask_dtype != GPUCORE_ATTN_NO_MASK || a->kv_len != NULL;
+}
+
+/* S = scale·q·kᵀ [+ mask] [padding mask] [causal mask], as cudnn-frontend's CompositeSDPANode and
+ * CompositeSDPABackwardNode build it: bmm1 (with kv_lengths: GEMM M/N overrides seq_len_q / seq_len_kv), MUL by the
+ * by-value scale, ADD of the mask (its bias), attn_score_modifiers.h padding_mask (select(S, -inf, row < seq_len_q
+ * AND col < seq_len_kv)), the diagonal band mask of the causal case (select(S, -inf, row >= col)). kt is
+ * [B, H, D, Sk]. seq[0], seq[1]: seq_len_q, seq_len_kv (NULL without kv_lengths). */
 static cudnnBackendDescriptor_t scores(graph_builder *g, const gpucore_attn_args *a, cudnnBackendDescriptor_t tq,
-                                       cudnnBackendDescriptor_t kt, cudnnBackendDescriptor_t scale)
+                                       cudnnBackendDescriptor_t kt, cudnnBackendDescriptor_t scale,
+                                       cudnnBackendDescriptor_t seq[2])
 {
     const int64_t sd[4] = {a->batch, a->heads, a->seq_q, a->seq_k}, one[4] = {1, 1, 1, 1};
     const cudnnDataType_t f32 = CUDNN_DATA_FLOAT, i32 = CUDNN_DATA_INT32, b8 = CUDNN_DATA_BOOLEAN;
-    cudnnBackendDescriptor_t neginf = a->kv_len || a->causal ? tensor(g, UID_NEGINF, f32, one, one, 4, 1) : NULL;
-    cudnnBackendDescriptor_t s = matmul(g, tq, kt, vtensor(g, f32, sd));
+    cudnnBackendDescriptor_t neginf = padded(a) || a->causal ? tensor(g, UID_NEGINF, f32, one, one, 4, 1) : NULL;
+    seq[0] = seq[1] = NULL;
+    if (padded(a)) {
+        const int64_t ld[4] = {a->batch, 1, 1, 1};
+        seq[0] = tensor(g, UID_SEQ_Q, i32, ld, one, 16, 0); /* every entry Sq, in the workspace */
+        seq[1] = tensor(g, UID_SEQ_KV, i32, ld, one, 16, 0); /* kv_lengths clamped to [0, Sk], in the workspace */
+    }
+    cudnnBackendDescriptor_t s = matmul(g, tq, kt, vtensor(g, f32, sd), seq[0], seq[1], NULL);
     s = pointwise(g, CUDNN_POINTWISE_MUL, s, scale, NULL, vtensor(g, f32, sd), 0);
     if (a->mask_dtype != GPUCORE_ATTN_NO_MASK) {
         int64_t md[4], ms[4];
@@ -278,94 +355,100 @@ static cudnnBackendDescriptor_t scores(graph_builder *g, const gpucore_attn_args
         cudnnBackendDescriptor_t tm = tensor(g, UID_MASK, dnn_type(a->mask_dtype), md, ms, conv_align_of(a->mask.data), 0);
         s = pointwise(g, CUDNN_POINTWISE_ADD, s, tm, NULL, vtensor(g, f32, sd), 0);
     }
-    if (a->kv_len) {
-        const int64_t ld[4] = {a->batch, 1, 1, 1};
-        cudnnBackendDescriptor_t len = tensor(g, UID_SEQLEN, i32, ld, one, conv_align_of(a->kv_len), 0);
+    if (padded(a)) {
+        cudnnBackendDescriptor_t row = pointwise(g, CUDNN_POINTWISE_GEN_INDEX, s, NULL, NULL, vtensor(g, i32, sd), 2);
         cudnnBackendDescriptor_t col = pointwise(g, CUDNN_POINTWISE_GEN_INDEX, s, NULL, NULL, vtensor(g, i32, sd), 3);
-        cudnnBackendDescriptor_t ok = pointwise(g, CUDNN_POINTWISE_CMP_LT, col, len, NULL, vtensor(g, b8, sd), 0);
+        row = pointwise(g, CUDNN_POINTWISE_CMP_LT, row, seq[0], NULL, vtensor(g, b8, sd), 0);
+        col = pointwise(g, CUDNN_POINTWISE_CMP_LT, col, seq[1], NULL, vtensor(g, b8, sd), 0);
+        cudnnBackendDescriptor_t ok = pointwise(g, CUDNN_POINTWISE_LOGICAL_AND, row, col, NULL, vtensor(g, b8, sd), 0);
         s = pointwise(g, CUDNN_POINTWISE_BINARY_SELECT, s, neginf, ok, vtensor(g, f32, sd), 0);
     }
     if (a->causal) {
-        cudnnBackendDescriptor_t row = pointwise(g, CUDNN_POINTWISE_GEN_INDEX, s, NULL, NULL, vtensor(g, i32, sd), 2);
-        cudnnBackendDescriptor_t col = pointwise(g, CUDNN_POINTWISE_GEN_INDEX, s, NULL, NULL, vtensor(g, i32, sd), 3);
+        cudnnBackendDescriptor_t row = pointwise_prec(g, CUDNN_POINTWISE_GEN_INDEX, f32, s, NULL, NULL,
+                                                      vtensor(g, i32, sd), 2);
+        cudnnBackendDescriptor_t col = pointwise_prec(g, CUDNN_POINTWISE_GEN_INDEX, f32, s, NULL, NULL,
+                                                      vtensor(g, i32, sd), 3);
         cudnnBackendDescriptor_t ok = pointwise(g, CUDNN_POINTWISE_CMP_GE, row, col, NULL, vtensor(g, b8, sd), 0);
         s = pointwise(g, CUDNN_POINTWISE_BINARY_SELECT, s, neginf, ok, vtensor(g, f32, sd), 0);
     }
     return s;
 }
 
-/* A row may admit no key only through a mask or kv_lengths: then the graphs clamp what would give NaN. */
-static int needs_guard(const gpucore_attn_args *a)
+/* The [B, H, Sq, 1] f32 row statistics (lse, softmax_sum) with the frontend's strides. */
+static cudnnBackendDescriptor_t rowstat(graph_builder *g, int64_t uid, const gpucore_attn_args *a, int64_t align)
 {
-    return a->mask_dtype != GPUCORE_ATTN_NO_MASK || a->kv_len != NULL;
+    const int64_t rd[4] = {a->batch, a->heads, a->seq_q, 1}, ss[4] = {a->heads * a->seq_q, a->seq_q, 1, 1};
+    return tensor(g, uid, CUDNN_DATA_FLOAT, rd, ss, align, 0);
 }
 
-/* Forward: out (and stats = lse) from q, k, v. */
+/* Forward (CompositeSDPANode, CompositeSoftmaxNode): S as scores(); M = max_j S; E = exp(S - M); L = Σ_j E;
+ * stats = M + log L (non-virtual when lse is wanted or the fix-up reads it, virtual otherwise, as the frontend
+ * always emits it); P = E / L in the I/O dtype; O = matmul(P, V) (M/K overrides with kv_lengths). */
 static void forward_nodes(graph_builder *g, const gpucore_attn_args *a)
 {
     const int64_t B = a->batch, H = a->heads, Sq = a->seq_q, Sk = a->seq_k, D = a->head_dim, Dv = a->head_dim_v;
     const cudnnDataType_t dt = dnn_type(a->dtype), f32 = CUDNN_DATA_FLOAT;
     const int64_t sd[4] = {B, H, Sq, Sk}, rd[4] = {B, H, Sq, 1}, one[4] = {1, 1, 1, 1};
-    cudnnBackendDescriptor_t tq = operand(g, UID_Q, a->dtype, &a->q, B, H, Sq, D, 0);
-    cudnnBackendDescriptor_t kt = operand(g, UID_K, a->dtype, &a->k, B, H, D, Sk, 1); /* Kᵀ: a view */
-    cudnnBackendDescriptor_t tv = operand(g, UID_V, a->dtype, &a->v, B, H, Sk, Dv, 0);
-    cudnnBackendDescriptor_t to = operand(g, UID_O, a->dtype, &a->out, B, H, Sq, Dv, 0);
-    cudnnBackendDescriptor_t s = scores(g, a, tq, kt, tensor(g, UID_SCALE, f32, one, one, 4, 1));
+    cudnnBackendDescriptor_t seq[2];
+    cudnnBackendDescriptor_t tq = operand(g, UID_Q, a->dtype, &a->q, B, H, Sq, D, 0, NULL);
+    cudnnBackendDescriptor_t kt = operand(g, UID_K, a->dtype, &a->k, B, H, D, Sk, 1, NULL); /* Kᵀ: a view */
+    cudnnBackendDescriptor_t tv = operand(g, UID_V, a->dtype, &a->v, B, H, Sk, Dv, 0, NULL);
+    cudnnBackendDescriptor_t to = operand(g, UID_O, a->dtype, &a->out, B, H, Sq, Dv, 0, NULL);
+    cudnnBackendDescriptor_t s = scores(g, a, tq, kt, tensor(g, UID_SCALE, f32, one, one, 4, 1), seq);
     cudnnBackendDescriptor_t m = reduction(g, CUDNN_REDUCE_TENSOR_MAX, s, vtensor(g, f32, rd));
-    if (needs_guard(a))
-        m = pointwise(g, CUDNN_POINTWISE_MAX, m, tensor(g, UID_LOWEST, f32, one, one, 4, 1), NULL, vtensor(g, f32, rd), 0);
     cudnnBackendDescriptor_t e = pointwise(g, CUDNN_POINTWISE_SUB, s, m, NULL, vtensor(g, f32, sd), 0);
     e = pointwise(g, CUDNN_POINTWISE_EXP, e, NULL, NULL, vtensor(g, f32, sd), 0);
     cudnnBackendDescriptor_t l = reduction(g, CUDNN_REDUCE_TENSOR_ADD, e, vtensor(g, f32, rd));
-    if (a->lse) {
-        const int64_t ss[4] = {H * Sq, Sq, 1, 1};
-        cudnnBackendDescriptor_t stats = tensor(g, UID_STATS, f32, rd, ss, conv_align_of(a->lse), 0);
-        cudnnBackendDescriptor_t logl = pointwise(g, CUDNN_POINTWISE_LOG, l, NULL, NULL, vtensor(g, f32, rd), 0);
-        pointwise(g, CUDNN_POINTWISE_ADD, m, logl, NULL, stats, 0);
-    }
-    if (needs_guard(a))
-        l = pointwise(g, CUDNN_POINTWISE_MAX, l, tensor(g, UID_TINY, f32, one, one, 4, 1), NULL, vtensor(g, f32, rd), 0);
-    /* P in the I/O dtype: the P·V matmul of cuDNN's fused engines (and of flash attention) takes half inputs */
+    cudnnBackendDescriptor_t stats = a->lse ? rowstat(g, UID_STATS, a, conv_align_of(a->lse))
+                                   : may_empty_rows(a) ? rowstat(g, UID_STATS, a, 16) : vtensor(g, f32, rd);
+    cudnnBackendDescriptor_t logl = pointwise(g, CUDNN_POINTWISE_LOG, l, NULL, NULL, vtensor(g, f32, rd), 0);
+    pointwise(g, CUDNN_POINTWISE_ADD, m, logl, NULL, stats, 0);
     cudnnBackendDescriptor_t p = pointwise(g, CUDNN_POINTWISE_DIV, e, l, NULL, vtensor(g, dt, sd), 0);
-    matmul(g, p, tv, to);
+    matmul(g, p, tv, to, seq[0], NULL, seq[1]);
 }
 
-/* Backward: P = exp(S - stats); dV = Pᵀ·dO; dP = dO·Vᵀ; Δ = Σ_d dO∘O; dS = scale·P∘(dP - Δ); dQ = dS·K;
- * dK = dSᵀ·Q (each gradient only when wanted). */
+/* Backward (CompositeSDPABackwardNode, no dropout): softmax_sum = (Σ_d dO∘O)·1 into a non-virtual f32
+ * [B, H, Sq, 1] (the kernel backends' delta scratch); S as scores() from Q and Kᵀ; P = exp(S - stats);
+ * dV = reshape_p(P)·dO; dP = dO·Vᵀ; dS = (dP - softmax_sum)·P·scale; dK = reshape_dS(dS)·Q;
+ * dQ_accum = dS·reshape_k(Kᵀ) (non-virtual f32, in the workspace); dQ = IDENTITY(dQ_accum) (DETERMINISTIC: dQ
+ * straight from the matmul, dq_accum()). The reshapes of P
+ * and dS give [B, H, Sk, Sq] views in the I/O dtype. All three gradients always (missing ones go to the
+ * workspace); with kv_lengths each matmul carries the frontend's GEMM overrides. */
 static void backward_nodes(graph_builder *g, const gpucore_attn_args *a)
 {
     const int64_t B = a->batch, H = a->heads, Sq = a->seq_q, Sk = a->seq_k, D = a->head_dim, Dv = a->head_dim_v;
     const cudnnDataType_t dt = dnn_type(a->dtype), f32 = CUDNN_DATA_FLOAT;
     const int64_t sd[4] = {B, H, Sq, Sk}, rd[4] = {B, H, Sq, 1}, od[4] = {B, H, Sq, Dv}, one[4] = {1, 1, 1, 1};
-    const int64_t ss[4] = {H * Sq, Sq, 1, 1};
-    cudnnBackendDescriptor_t tq = operand(g, UID_Q, a->dtype, &a->q, B, H, Sq, D, 0);
-    cudnnBackendDescriptor_t tk = operand(g, UID_K, a->dtype, &a->k, B, H, Sk, D, 0);
-    cudnnBackendDescriptor_t tv = operand(g, UID_V, a->dtype, &a->v, B, H, Sk, Dv, 0);
-    cudnnBackendDescriptor_t to = operand(g, UID_O, a->dtype, &a->out, B, H, Sq, Dv, 0);
-    cudnnBackendDescriptor_t tdo = operand(g, UID_DO, a->dtype, &a->dout, B, H, Sq, Dv, 0);
-    cudnnBackendDescriptor_t stats = tensor(g, UID_STATS, f32, rd, ss, conv_align_of(a->lse), 0);
+    const int64_t packed_sd[4] = {H * Sq * Sk, Sq * Sk, Sk, 1}, acc_d[4] = {B, H, Sq, D};
+    const int64_t acc_s[4] = {H * Sq * D, Sq * D, D, 1};
+    int64_t kts[4];
+    cudnnBackendDescriptor_t seq[2];
+    cudnnBackendDescriptor_t tq = operand(g, UID_Q, a->dtype, &a->q, B, H, Sq, D, 0, NULL);
+    cudnnBackendDescriptor_t kt = operand(g, UID_K, a->dtype, &a->k, B, H, D, Sk, 1, kts);
+    cudnnBackendDescriptor_t vt = operand(g, UID_V, a->dtype, &a->v, B, H, Dv, Sk, 1, NULL);
+    cudnnBackendDescriptor_t to = operand(g, UID_O, a->dtype, &a->out, B, H, Sq, Dv, 0, NULL);
+    cudnnBackendDescriptor_t tdo = operand(g, UID_DO, a->dtype, &a->dout, B, H, Sq, Dv, 0, NULL);
+    cudnnBackendDescriptor_t stats = rowstat(g, UID_STATS, a, may_empty_rows(a) ? 16 : conv_align_of(a->lse));
     cudnnBackendDescriptor_t scale = tensor(g, UID_SCALE, f32, one, one, 4, 1);
-    cudnnBackendDescriptor_t s = scores(g, a, tq, transposed(g, tk, &a->k, dt, B, H, Sk, D), scale);
-    if (needs_guard(a)) /* a row that admits no key has stats -inf: P = exp(-inf + FLT_MAX) = 0, not NaN */
-        stats = pointwise(g, CUDNN_POINTWISE_MAX, stats, tensor(g, UID_LOWEST, f32, one, one, 4, 1), NULL,
-                          vtensor(g, f32, rd), 0);
+    cudnnBackendDescriptor_t dd = pointwise(g, CUDNN_POINTWISE_MUL, tdo, to, NULL, vtensor(g, f32, od), 0);
+    dd = reduction(g, CUDNN_REDUCE_TENSOR_ADD, dd, vtensor(g, f32, rd));
+    cudnnBackendDescriptor_t ssum = pointwise(g, CUDNN_POINTWISE_MUL, dd, tensor(g, UID_ONE, f32, one, one, 4, 1),
+                                              NULL, rowstat(g, UID_SOFTMAX_SUM, a, 16), 0);
+    cudnnBackendDescriptor_t s = scores(g, a, tq, kt, scale, seq);
     cudnnBackendDescriptor_t p = pointwise(g, CUDNN_POINTWISE_SUB, s, stats, NULL, vtensor(g, f32, sd), 0);
     p = pointwise(g, CUDNN_POINTWISE_EXP, p, NULL, NULL, vtensor(g, f32, sd), 0);
-    if (a->dv.data) {
-        cudnnBackendDescriptor_t ph = pointwise(g, CUDNN_POINTWISE_IDENTITY, p, NULL, NULL, vtensor(g, dt, sd), 0);
-        /* (P cast to the I/O dtype for the Pᵀ·dO matmul) */
-        matmul(g, transposed(g, ph, NULL, dt, B, H, Sq, Sk), tdo, operand(g, UID_DV, a->dtype, &a->dv, B, H, Sk, Dv, 0));
-    }
-    if (!a->dq.data && !a->dk.data) return;
-    cudnnBackendDescriptor_t dp = matmul(g, tdo, transposed(g, tv, &a->v, dt, B, H, Sk, Dv), vtensor(g, f32, sd));
-    cudnnBackendDescriptor_t delta = pointwise(g, CUDNN_POINTWISE_MUL, tdo, to, NULL, vtensor(g, f32, od), 0);
-    delta = reduction(g, CUDNN_REDUCE_TENSOR_ADD, delta, vtensor(g, f32, rd));
-    cudnnBackendDescriptor_t ds = pointwise(g, CUDNN_POINTWISE_SUB, dp, delta, NULL, vtensor(g, f32, sd), 0);
-    ds = pointwise(g, CUDNN_POINTWISE_MUL, p, ds, NULL, vtensor(g, f32, sd), 0);
-    ds = pointwise(g, CUDNN_POINTWISE_MUL, ds, scale, NULL, vtensor(g, dt, sd), 0);
-    if (a->dq.data) matmul(g, ds, tk, operand(g, UID_DQ, a->dtype, &a->dq, B, H, Sq, D, 0));
-    if (a->dk.data)
-        matmul(g, transposed(g, ds, NULL, dt, B, H, Sq, Sk), tq, operand(g, UID_DK, a->dtype, &a->dk, B, H, Sk, D, 0));
+    matmul(g, transposed(g, p, packed_sd, dt, B, H, Sq, Sk), tdo,
+           operand(g, UID_DV, a->dtype, &a->dv, B, H, Sk, Dv, 0, NULL), seq[1], NULL, seq[0]);
+    cudnnBackendDescriptor_t dp = matmul(g, tdo, vt, vtensor(g, f32, sd), seq[0], seq[1], NULL);
+    cudnnBackendDescriptor_t ds = pointwise(g, CUDNN_POINTWISE_SUB, dp, ssum, NULL, vtensor(g, f32, sd), 0);
+    ds = pointwise(g, CUDNN_POINTWISE_MUL, ds, p, NULL, vtensor(g, f32, sd), 0);
+    ds = pointwise(g, CUDNN_POINTWISE_MUL, ds, scale, NULL, vtensor(g, f32, sd), 0);
+    matmul(g, transposed(g, ds, packed_sd, dt, B, H, Sq, Sk), tq,
+           operand(g, UID_DK, a->dtype, &a->dk, B, H, Sk, D, 0, NULL), seq[1], NULL, seq[0]);
+    cudnnBackendDescriptor_t tdq = operand(g, UID_DQ, a->dtype, &a->dq, B, H, Sq, D, 0, NULL);
+    cudnnBackendDescriptor_t acc = dq_accum(a) ? tensor(g, UID_DQ_ACCUM, f32, acc_d, acc_s, 16, 0) : tdq;
+    matmul(g, ds, transposed(g, kt, kts, dt, B, H, D, Sk), acc, seq[0], NULL, seq[1]);
+    if (dq_accum(a)) pointwise(g, CUDNN_POINTWISE_IDENTITY, acc, NULL, NULL, tdq, 0);
 }
 
 /* The graph of a (forward or backward); NULL if cuDNN refused a node. */
@@ -394,65 +477,139 @@ static cudnnBackendDescriptor_t build_graph(cudnnHandle_t h, const gpucore_attn_
 
 /* ---- execution ---- */
 
-static const float NEG_INF = -INFINITY, LOWEST = -FLT_MAX, TINY = FLT_MIN;
+/* Where a call's scratch lies in its one workspace allocation (byte offsets, -1: not needed): the engine's own
+ * workspace, seq_len_q (kv_lengths), the stats the fix-up reads (forward without lse; the backward's copy with
+ * dead rows +inf), softmax_sum (when the front-end gave no delta scratch), dQ_accum, gradients not asked for. */
+typedef struct sdpa_ws {
+    int64_t total, engine, seq_q, seq_kv, stats, softmax_sum, dq_accum, grad[3];
+} sdpa_ws;
 
-static cudnnStatus_t execute(cudnnHandle_t h, cudnnBackendDescriptor_t plan, const gpucore_attn_args *a,
-                             const float *scale, cudaStream_t stream)
+static void ws_layout(const gpucore_attn_args *a, int64_t engine_ws, sdpa_ws *w)
 {
-    int64_t uids[16];
-    void *ptrs[16];
+    const int64_t rows = a->batch * a->heads * a->seq_q, es = a->dtype == GPUCORE_F32 ? 4 : 2;
+    const int bwd = a->op == GPUCORE_ATTN_BWD;
+    const gpucore_attn_tensor *g[3] = {&a->dq, &a->dk, &a->dv};
+    const int64_t gn[3] = {rows * a->head_dim, a->batch * a->heads * a->seq_k * a->head_dim,
+                           a->batch * a->heads * a->seq_k * a->head_dim_v};
+    int64_t at = 0;
+#define PLACE(field, cond, bytes) (w->field = (cond) ? at : -1, at += (cond) ? ((bytes) + 255) / 256 * 256 : 0)
+    PLACE(engine, engine_ws > 0, engine_ws);
+    PLACE(seq_q, padded(a), 4 * a->batch);
+    PLACE(seq_kv, padded(a), 4 * a->batch);
+    PLACE(stats, bwd ? may_empty_rows(a) : !a->lse && may_empty_rows(a), 4 * rows);
+    PLACE(softmax_sum, bwd && !a->delta, 4 * rows);
+    PLACE(dq_accum, bwd && dq_accum(a), 4 * rows * a->head_dim);
+    for (int i = 0; i < 3; i++) PLACE(grad[i], bwd && !g[i]->data, es * gn[i]);
+#undef PLACE
+    w->total = at;
+}
+
+static const float NEG_INF = -INFINITY, ONE = 1.0f;
+
+/* The variant pack holds exactly the graph's non-virtual tensors. ws: the call's workspace (w's layout). */
+static cudnnStatus_t execute(cudnnHandle_t h, cudnnBackendDescriptor_t plan, const gpucore_attn_args *a,
+                             const float *scale, char *ws, const sdpa_ws *w, cudaStream_t stream)
+{
+    int64_t uids[24];
+    void *ptrs[24];
     int n = 0;
 #define PUT(u, p) (uids[n] = (u), ptrs[n++] = (void *)(p))
+#define WS(off) ((void *)(ws + (off)))
     const int bwd = a->op == GPUCORE_ATTN_BWD;
     PUT(UID_Q, a->q.data); PUT(UID_K, a->k.data); PUT(UID_V, a->v.data); PUT(UID_O, a->out.data);
     PUT(UID_SCALE, scale);
-    if (a->kv_len || a->causal) PUT(UID_NEGINF, &NEG_INF);
-    if (a->lse) PUT(UID_STATS, a->lse);
+    if (padded(a) || a->causal) PUT(UID_NEGINF, &NEG_INF);
+    if (w->stats >= 0) PUT(UID_STATS, WS(w->stats));
+    else if (a->lse) PUT(UID_STATS, a->lse);
     if (a->mask_dtype != GPUCORE_ATTN_NO_MASK) PUT(UID_MASK, a->mask.data);
-    if (a->kv_len) PUT(UID_SEQLEN, a->kv_len);
-    if (needs_guard(a)) PUT(UID_LOWEST, &LOWEST);
-    if (needs_guard(a) && !bwd) PUT(UID_TINY, &TINY);
-    if (bwd) PUT(UID_DO, a->dout.data);
-    if (bwd && a->dq.data) PUT(UID_DQ, a->dq.data);
-    if (bwd && a->dk.data) PUT(UID_DK, a->dk.data);
-    if (bwd && a->dv.data) PUT(UID_DV, a->dv.data);
+    if (padded(a)) { PUT(UID_SEQ_Q, WS(w->seq_q)); PUT(UID_SEQ_KV, WS(w->seq_kv)); }
+    if (bwd) {
+        PUT(UID_DO, a->dout.data);
+        PUT(UID_ONE, &ONE);
+        PUT(UID_SOFTMAX_SUM, w->softmax_sum >= 0 ? WS(w->softmax_sum) : (void *)a->delta);
+        if (w->dq_accum >= 0) PUT(UID_DQ_ACCUM, WS(w->dq_accum));
+        PUT(UID_DQ, a->dq.data ? a->dq.data : WS(w->grad[0]));
+        PUT(UID_DK, a->dk.data ? a->dk.data : WS(w->grad[1]));
+        PUT(UID_DV, a->dv.data ? a->dv.data : WS(w->grad[2]));
+    }
+    void *engine_ws = w->engine >= 0 ? WS(w->engine) : NULL;
+#undef WS
 #undef PUT
     cudnnBackendDescriptor_t vp = NULL;
-    void *ws = NULL;
     cudnnStatus_t s = DNN.cudnnSetStream(h, stream);
     if (!s) s = DNN.cudnnBackendCreateDescriptor(CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR, &vp);
     if (!s) s = DNN.cudnnBackendSetAttribute(vp, CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, CUDNN_TYPE_INT64, n, uids);
     if (!s) s = DNN.cudnnBackendSetAttribute(vp, CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS, CUDNN_TYPE_VOID_PTR, n, ptrs);
-    if (!s) s = DNN.cudnnBackendSetAttribute(vp, CUDNN_ATTR_VARIANT_PACK_WORKSPACE, CUDNN_TYPE_VOID_PTR, 1, &ws);
+    if (!s) s = DNN.cudnnBackendSetAttribute(vp, CUDNN_ATTR_VARIANT_PACK_WORKSPACE, CUDNN_TYPE_VOID_PTR, 1, &engine_ws);
     if (!s) s = DNN.cudnnBackendFinalize(vp);
     if (!s) s = DNN.cudnnBackendExecute(h, plan, vp);
     if (vp) DNN.cudnnBackendDestroyDescriptor(vp);
     return s;
 }
 
-/* Best of 3 timed runs after a warm-up, in ms (< 0: failed). */
-static float time_plan(cudnnHandle_t h, cudnnBackendDescriptor_t plan, const gpucore_attn_args *a, cudaStream_t stream)
+/* The fix-up kernel (kernels/attention_fixup.cu) on stream: op FWD after the forward graph (stats in the
+ * workspace or lse), BWD_STATS before the backward graph (lse into the workspace's copy), SEQ before a padded
+ * graph (the sequence lengths into the workspace). */
+static gpucore_status fixup(void *bctx, const gpucore_attn_args *a, int op, char *ws, const sdpa_ws *w, void *stream)
+{
+    gpucore_launch l;
+    gpucore_status st = kops_launch_for(bctx, stream, &l);
+    if (st) return st;
+    gpucore_attn_fixup_args f;
+    memset(&f, 0, sizeof f);
+    f.op = op;
+    f.stats = w->stats >= 0 ? (float *)(ws + w->stats) : a->lse;
+    f.seq_q = w->seq_q >= 0 ? (int32_t *)(ws + w->seq_q) : NULL;
+    f.seq_kv = w->seq_kv >= 0 ? (int32_t *)(ws + w->seq_kv) : NULL;
+    f.attn = *a;
+    int err = gpucore_kernel_attention_fixup(&l, &f);
+    return err ? kops_error(err, "attention fix-up kernel launch") : GPUCORE_OK;
+}
+
+/* What a call needs around its graph, enqueued on stream before it: the padding mask's lengths (seq_len_q := Sq,
+ * seq_len_kv := kv_lengths clamped to [0, Sk], or Sk for the frontend's workaround padding); the backward's stats
+ * copy with dead rows +inf (attention_fixup.cu). */
+static gpucore_status prepare(void *bctx, const gpucore_attn_args *a, char *ws, const sdpa_ws *w, void *stream)
+{
+    gpucore_status st = GPUCORE_OK;
+    if (w->seq_q >= 0) st = fixup(bctx, a, GPUCORE_ATTN_FIXUP_SEQ, ws, w, stream);
+    if (!st && a->op == GPUCORE_ATTN_BWD && w->stats >= 0) st = fixup(bctx, a, GPUCORE_ATTN_FIXUP_BWD_STATS, ws, w, stream);
+    return st;
+}
+
+/* Best of 3 timed runs after a warm-up, in ms (< 0: failed), each with a workspace of its own plan's size. */
+static float time_plan(void *bctx, cudnnHandle_t h, cudnnBackendDescriptor_t plan, int64_t engine_ws,
+                       const gpucore_attn_args *a, cudaStream_t stream)
 {
     cudaEvent_t e0 = NULL, e1 = NULL;
     float best = -1.0f;
-    if (cudaEventCreate(&e0) == cudaSuccess && cudaEventCreate(&e1) == cudaSuccess &&
-        execute(h, plan, a, &a->scale, stream) == CUDNN_STATUS_SUCCESS) {
+    sdpa_ws w;
+    ws_layout(a, engine_ws, &w);
+    void *ws = NULL;
+    if (w.total > 0 && (!a->ws_alloc || a->ws_alloc(a->ws_ctx, w.total, &ws))) return -1.0f;
+    if (prepare(bctx, a, ws, &w, stream) == GPUCORE_OK && cudaEventCreate(&e0) == cudaSuccess &&
+        cudaEventCreate(&e1) == cudaSuccess && execute(h, plan, a, &a->scale, ws, &w, stream) == CUDNN_STATUS_SUCCESS) {
         for (int i = 0; i < 3; i++) {
             float ms = 0;
-            if (cudaEventRecord(e0, stream) || execute(h, plan, a, &a->scale, stream) || cudaEventRecord(e1, stream) ||
-                cudaEventSynchronize(e1) || cudaEventElapsedTime(&ms, e0, e1)) { best = -1.0f; break; }
+            if (cudaEventRecord(e0, stream) || execute(h, plan, a, &a->scale, ws, &w, stream) ||
+                cudaEventRecord(e1, stream) || cudaEventSynchronize(e1) || cudaEventElapsedTime(&ms, e0, e1)) {
+                best = -1.0f;
+                break;
+            }
             if (best < 0 || ms < best) best = ms;
         }
     }
-    cudaStreamSynchronize(stream); /* nothing of this plan in flight when the caller destroys it */
-    cudaGetLastError();
+    cudaStreamSynchronize(stream); /* (the tuning stream) nothing of this plan in flight when it is destroyed */
+    if (ws) a->ws_release(a->ws_ctx, ws);
     if (e0) cudaEventDestroy(e0);
     if (e1) cudaEventDestroy(e1);
     return best;
 }
 
-/* A plan for a's graph by a->algo, or NULL (reason set). Caller holds sdpa_lock. */
-static cudnnBackendDescriptor_t make_plan(cudnnHandle_t h, const gpucore_attn_args *a, cudaStream_t stream, int *reason)
+/* A plan for a's graph by a->algo, or NULL (reason set); *ws_out: the engine's workspace bytes. Caller holds
+ * sdpa_lock. */
+static cudnnBackendDescriptor_t make_plan(void *bctx, cudnnHandle_t h, const gpucore_attn_args *a, cudaStream_t stream,
+                                          int *reason, int64_t *ws_out)
 {
     cudnnBackendDescriptor_t graph = build_graph(h, a);
     if (!graph) { *reason = GPUCORE_ATTN_FALLBACK_NO_ENGINE; return NULL; }
@@ -465,19 +622,30 @@ static cudnnBackendDescriptor_t make_plan(cudnnHandle_t h, const gpucore_attn_ar
     notes.dtype = a->dtype;
     float best_ms = -1.0f;
     int timed = 0;
+    *ws_out = 0;
+    /* AUTOTUNE times its candidates on a stream of its own that waits for the caller's work so far: the caller's
+     * stream is neither synchronized nor given extra work (the timed runs write the call's outputs, which the
+     * real run then writes again). Without that stream the first usable engine is taken. */
+    cudaStream_t ts = NULL;
+    cudaEvent_t ready = NULL;
+    int tune = a->algo == GPUCORE_ATTN_ALGO_AUTOTUNE;
+    if (tune && (cudaStreamCreateWithPriority(&ts, cudaStreamNonBlocking, 0) != cudaSuccess ||
+                 cudaEventCreateWithFlags(&ready, cudaEventDisableTiming) != cudaSuccess ||
+                 cudaEventRecord(ready, stream) != cudaSuccess || cudaStreamWaitEvent(ts, ready, 0) != cudaSuccess))
+        tune = 0;
     for (int64_t i = 0; i < n; i++) {
         if (!conv_config_allowed(cfgs[i], &notes)) continue;
         int64_t ws = 0;
         cudnnBackendDescriptor_t plan = conv_make_plan(h, cfgs[i], &ws);
         if (!plan) continue;
-        if (ws > 0) { DNN.cudnnBackendDestroyDescriptor(plan); continue; }
-        if (a->algo != GPUCORE_ATTN_ALGO_AUTOTUNE) { best = plan; break; }
-        float ms = time_plan(h, plan, a, stream);
+        if (!tune) { best = plan; *ws_out = ws; break; }
+        float ms = time_plan(bctx, h, plan, ws, a, ts);
         timed++;
         if (ms >= 0 && (best_ms < 0 || ms < best_ms)) {
             if (best) DNN.cudnnBackendDestroyDescriptor(best);
             best = plan;
             best_ms = ms;
+            *ws_out = ws;
         } else {
             DNN.cudnnBackendDestroyDescriptor(plan);
         }
@@ -485,6 +653,8 @@ static cudnnBackendDescriptor_t make_plan(cudnnHandle_t h, const gpucore_attn_ar
     }
     for (int64_t i = 0; i < n; i++) DNN.cudnnBackendDestroyDescriptor(cfgs[i]);
     DNN.cudnnBackendDestroyDescriptor(graph);
+    if (ready) cudaEventDestroy(ready);
+    if (ts) cudaStreamDestroy(ts); /* idle: time_plan synchronized it */
     if (timed) cuda_host->log(GPUCORE_LOG_INFO, "attention: autotuned %d cuDNN engines; fastest %.3f ms", timed, best_ms);
     if (!best) *reason = GPUCORE_ATTN_FALLBACK_NO_ENGINE;
     return best;
@@ -509,6 +679,7 @@ static void key_of(const gpucore_attn_args *a, int dev, sdpa_key *k)
     const int64_t dims[7] = {a->batch, a->heads, a->kv_heads, a->seq_q, a->seq_k, a->head_dim, a->head_dim_v};
     memcpy(k->dims, dims, sizeof dims);
     k->has_len |= (a->dropout_p > 0.0f) << 1; /* dropout changes the decline */
+    k->has_len |= workaround_padding(a) << 2; /* the cuDNN version changes the graph */
 }
 
 /* gpucore_attention_fallback_reason in a word or two, for the log. */
@@ -535,14 +706,64 @@ static int decline(const gpucore_attn_args *a)
     return -1;
 }
 
-/* The entry for a's key (built on a miss), or NULL when the cache is full. Caller holds sdpa_lock. */
-static sdpa_entry *lookup_locked(const gpucore_attn_args *a, int dev, cudaStream_t stream)
+/* Wait until nothing of e's plan runs on any stream it was enqueued on, then free it (caller holds sdpa_lock). */
+static void entry_free_locked(sdpa_entry *e)
+{
+    for (int i = 0; i < e->nuses; i++) {
+        cudaEventSynchronize(e->uses[i].done);
+        cudaEventDestroy(e->uses[i].done);
+    }
+    if (e->plan) DNN.cudnnBackendDestroyDescriptor(e->plan);
+    free(e);
+}
+
+/* After enqueueing e's plan on stream (caller holds sdpa_lock): the stream's event re-recorded (stream order
+ * covers its earlier runs), a new stream a new event; with every mark taken the oldest stream is waited for. */
+static gpucore_status mark_use_locked(sdpa_entry *e, cudaStream_t stream)
+{
+    int slot = -1;
+    for (int i = 0; i < e->nuses && slot < 0; i++) if (e->uses[i].stream == stream) slot = i;
+    if (slot < 0 && e->nuses < SDPA_USE_MARKS) {
+        CUDA_TRY(cudaEventCreateWithFlags(&e->uses[e->nuses].done, cudaEventDisableTiming), "cudaEventCreateWithFlags");
+        slot = e->nuses++;
+    }
+    if (slot < 0) {
+        slot = 0;
+        CUDA_TRY(cudaEventSynchronize(e->uses[0].done), "cudaEventSynchronize");
+    }
+    e->uses[slot].stream = stream;
+    CUDA_TRY(cudaEventRecord(e->uses[slot].done, stream), "cudaEventRecord");
+    return GPUCORE_OK;
+}
+
+/* A full cache gives up its least recently used entry that no call holds (its plan waited for); 0 if every entry
+ * is held. Caller holds sdpa_lock. */
+static int evict_locked(void)
+{
+    int victim = -1;
+    for (int i = 0; i < sdpa_count; i++)
+        if (sdpa_cache[i]->refs == 0 && (victim < 0 || sdpa_cache[i]->last_hit < sdpa_cache[victim]->last_hit))
+            victim = i;
+    if (victim < 0) return 0;
+    entry_free_locked(sdpa_cache[victim]);
+    sdpa_cache[victim] = sdpa_cache[--sdpa_count];
+    sdpa_evictions++;
+    return 1;
+}
+
+/* The entry for a's key (built on a miss, evicting when full), held (refs) until entry_release; NULL when every
+ * entry of a full cache is held. Caller holds sdpa_lock. */
+static sdpa_entry *lookup_locked(void *bctx, const gpucore_attn_args *a, int dev, cudaStream_t stream)
 {
     sdpa_key key;
     key_of(a, dev, &key);
     for (int i = 0; i < sdpa_count; i++)
-        if (memcmp(&sdpa_cache[i]->key, &key, sizeof key) == 0) return sdpa_cache[i];
-    if (sdpa_count == SDPA_CAPACITY) return NULL;
+        if (memcmp(&sdpa_cache[i]->key, &key, sizeof key) == 0) {
+            sdpa_cache[i]->last_hit = ++sdpa_clock;
+            sdpa_cache[i]->refs++;
+            return sdpa_cache[i];
+        }
+    if (sdpa_count == SDPA_CAPACITY && !evict_locked()) return NULL;
     sdpa_entry *e = calloc(1, sizeof *e);
     if (!e) return NULL;
     e->key = key;
@@ -553,7 +774,7 @@ static sdpa_entry *lookup_locked(const gpucore_attn_args *a, int dev, cudaStream
             sdpa_handles[dev] = NULL;
             e->reason = GPUCORE_ATTN_FALLBACK_FAILED;
         } else {
-            e->plan = make_plan(sdpa_handles[dev], a, stream, &e->reason);
+            e->plan = make_plan(bctx, sdpa_handles[dev], a, stream, &e->reason, &e->ws_bytes);
         }
     }
     if (!e->plan)
@@ -563,8 +784,41 @@ static sdpa_entry *lookup_locked(const gpucore_attn_args *a, int dev, cudaStream
                        a->dtype == GPUCORE_F16 ? "f16" : a->dtype == GPUCORE_BF16 ? "bf16" : "f32", (long long)a->batch,
                        (long long)a->heads, (long long)a->kv_heads, (long long)a->seq_q, (long long)a->seq_k,
                        (long long)a->head_dim, (long long)a->head_dim_v, reason_word(e->reason));
+    e->last_hit = ++sdpa_clock;
+    e->refs = 1;
     sdpa_cache[sdpa_count++] = e;
     return e;
+}
+
+/* Run a on e's plan: its workspace from the caching allocator, the fill and fix-up kernels around the graph.
+ * -1 when cuDNN ran, else the fallback reason (the kernel runs); *st: a launch error of our own kernels. */
+static int run_plan(void *bctx, sdpa_entry *e, const gpucore_attn_args *a, int dev, cudaStream_t cs, gpucore_status *st)
+{
+    sdpa_ws w;
+    ws_layout(a, e->ws_bytes, &w);
+    void *ws = NULL;
+    if (w.total > 0 && (!a->ws_alloc || a->ws_alloc(a->ws_ctx, w.total, &ws))) {
+        cuda_host->log(GPUCORE_LOG_WARN, "attention: the %lld-byte workspace of cuDNN's SDPA could not be had; the "
+                       "attention kernel runs instead", (long long)w.total);
+        return GPUCORE_ATTN_FALLBACK_FAILED;
+    }
+    int reason = -1;
+    *st = prepare(bctx, a, ws, &w, cs);
+    if (!*st) {
+        pthread_mutex_lock(&sdpa_lock);
+        if (execute(sdpa_handles[dev], e->plan, a, &a->scale, ws, &w, cs) != CUDNN_STATUS_SUCCESS) {
+            reason = GPUCORE_ATTN_FALLBACK_FAILED;
+            cuda_host->log(GPUCORE_LOG_WARN, "attention: running cuDNN's SDPA plan failed; the attention kernel "
+                           "runs instead");
+        } else {
+            *st = mark_use_locked(e, cs);
+        }
+        pthread_mutex_unlock(&sdpa_lock);
+    }
+    if (!*st && reason < 0 && a->op == GPUCORE_ATTN_FWD && may_empty_rows(a))
+        *st = fixup(bctx, a, GPUCORE_ATTN_FIXUP_FWD, ws, &w, cs);
+    if (ws) a->ws_release(a->ws_ctx, ws); /* stream-ordered: reused only after this work */
+    return reason;
 }
 
 gpucore_status cuda_attention(void *bctx, const gpucore_attn_args *a, void *stream)
@@ -576,22 +830,22 @@ gpucore_status cuda_attention(void *bctx, const gpucore_attn_args *a, void *stre
     const cudaStream_t cs = (cudaStream_t)stream;
     int reason = GPUCORE_ATTN_FALLBACK_CACHE_FULL;
     pthread_mutex_lock(&sdpa_lock);
-    sdpa_entry *e = lookup_locked(a, dev, cs);
-    if (e && e->plan) {
-        reason = -1;
-        if (execute(sdpa_handles[dev], e->plan, a, &a->scale, cs) != CUDNN_STATUS_SUCCESS) {
-            reason = GPUCORE_ATTN_FALLBACK_FAILED;
-            cuda_host->log(GPUCORE_LOG_WARN, "attention: running cuDNN's SDPA plan failed; the attention kernel "
-                           "runs instead");
-        }
-    } else if (e) {
-        reason = e->reason;
-    } else if (!sdpa_full_warned) {
+    sdpa_entry *e = lookup_locked(bctx, a, dev, cs);
+    if (e && !e->plan) reason = e->reason;
+    if (!e && !sdpa_full_warned) {
         sdpa_full_warned = 1;
-        cuda_host->log(GPUCORE_LOG_WARN, "attention: the cuDNN SDPA plan cache is full (%d shapes); new shapes run "
-                       "the attention kernel", SDPA_CAPACITY);
+        cuda_host->log(GPUCORE_LOG_WARN, "attention: every entry of the cuDNN SDPA plan cache (%d shapes) is in use; "
+                       "this shape runs the attention kernel", SDPA_CAPACITY);
     }
     pthread_mutex_unlock(&sdpa_lock);
+    gpucore_status st = GPUCORE_OK;
+    if (e && e->plan) reason = run_plan(bctx, e, a, dev, cs, &st);
+    if (e) {
+        pthread_mutex_lock(&sdpa_lock);
+        e->refs--;
+        pthread_mutex_unlock(&sdpa_lock);
+    }
+    if (st) return st;
     if (reason < 0) { set_engine(a, 1); return GPUCORE_OK; }
     set_engine(a, -1 - reason);
     return kops_attention(bctx, a, stream);
