@@ -103,12 +103,12 @@ static int adamw_fast(const gpucore_optim_tensor *t, const gpucore_optim_hparams
             const int64_t i = c * ADAMW_CHUNK, len = n - i < ADAMW_CHUNK ? n - i : ADAMW_CHUNK;
             float gbuf[ADAMW_CHUNK];
             const float *g = gbuf;
-            if (g16)
-                for (int64_t k = 0; k < len; k++) gbuf[k] = gpucore_bf16_to_f32(((const uint16_t *)t->grad)[i + k]);
+            if (g16) /* widening is exact; the vector conversions give the scalar ones' bits */
+                cpu_vec_load(gbuf, (const uint16_t *)t->grad + i, GPUCORE_KDT_BF16, len);
             else
                 g = (const float *)t->grad + i;
             adamw_f32_run(master + i, g, m + i, v + i, len, &hp, &s);
-            for (int64_t k = 0; k < len; k++) p[i + k] = gpucore_f32_to_bf16(master[i + k]);
+            cpu_vec_store(p + i, GPUCORE_KDT_BF16, master + i, len);
         }
         return 1;
     }
