@@ -99,7 +99,7 @@ static gpucore_status cpu_component_version(const char *component, char *buf, si
 #endif
     }
     if (!strcmp(component, "openmp")) {
-        snprintf(buf, len, "%s", cpu_thread_policy());
+        cpu_thread_policy_describe(buf, len);
         return GPUCORE_OK;
     }
     return GPUCORE_ERR_NOT_SUPPORTED;

@@ -31,9 +31,11 @@
 typedef struct cpu_plan_cache cpu_plan_cache;
 GPUCORE_HIDDEN cpu_plan_cache *cpu_plan_cache_create(int capacity);
 /* The thread policy (cpu_threads.c): applied once, before the first CPU context's ops;
- * described for gpucore_component_version("openmp"). */
+ * ticked by the stream threads before each task (a clock read; a look at the machine every
+ * 20 ms under the adaptive policy); described for gpucore_component_version("openmp"). */
 GPUCORE_HIDDEN void cpu_thread_policy_apply(void);
-GPUCORE_HIDDEN const char *cpu_thread_policy(void);
+GPUCORE_HIDDEN void cpu_thread_policy_tick(void);
+GPUCORE_HIDDEN void cpu_thread_policy_describe(char *buf, size_t len);
 GPUCORE_HIDDEN void cpu_plan_cache_destroy(cpu_plan_cache *c);
 GPUCORE_HIDDEN void *cpu_plan_cache_get(cpu_plan_cache *c, const void *key, size_t key_len,
                                         void *(*build)(const void *key, void *arg), void *arg,

@@ -112,11 +112,17 @@ struct cpu_event {
     atomic_int refs;           /* the handle plus every queued task that names it */
 };
 
+static void (*task_hook)(void); /* cpu_stream_set_task_hook */
+
+void cpu_stream_set_task_hook(void (*fn)(void)) { __atomic_store_n(&task_hook, fn, __ATOMIC_RELAXED); }
+
 /* Run the head task (s->mu held on entry and on return; the task runs unlocked). A
  * synchronizing caller passes the count it waits for (`until`): while the next task is
  * one it will run itself, the parked worker is not woken for it. The worker passes 0. */
 static void run_head(cpu_stream *s, uint64_t until)
 {
+    void (*hook)(void) = __atomic_load_n(&task_hook, __ATOMIC_RELAXED);
+    if (hook) hook(); /* the CPU backend's thread policy looks at the machine (rate-limited) */
     cpu_task *t = s->head;
     s->running = 1;
     __atomic_store_n(&s->changes, s->changes + 1, __ATOMIC_RELEASE);

@@ -35,6 +35,9 @@ GPUCORE_HIDDEN gpucore_status cpu_stream_enqueue_for_caller(cpu_stream *s, cpu_t
 GPUCORE_HIDDEN gpucore_status cpu_stream_enqueue_small(cpu_stream *s, cpu_task_fn fn, const void *args,
                                                        size_t args_size);
 GPUCORE_HIDDEN gpucore_status cpu_stream_synchronize(cpu_stream *s);
+/* A function every stream thread calls before it runs a task (NULL: none): the CPU
+ * backend's thread policy (cpu_threads.c). It must be cheap and must not block. */
+GPUCORE_HIDDEN void cpu_stream_set_task_hook(void (*fn)(void));
 GPUCORE_HIDDEN gpucore_status cpu_stream_query(cpu_stream *s);
 
 GPUCORE_HIDDEN gpucore_status cpu_event_create(cpu_event **out);

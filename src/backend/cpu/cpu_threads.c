@@ -6,47 +6,69 @@
  * regions of our kernels and of oneDNN; OpenBLAS, when it takes a GEMM, has its own
  * threads. libgomp's default wait policy (OMP_WAIT_POLICY and GOMP_SPINCOUNT unset)
  * lets a thread that finished its share of a region spin 300,000 times (documented as
- * about 3 ms; 8 ms measured on an AMD EPYC guest) before it sleeps. When the team's
- * threads share a core — the machine is busy, a caller thread or a second stream runs
- * — the spinning thread holds the core the other one needs until the scheduler's time
- * slice ends: a 256^3 f32 GEMM took 8-12 ms instead of 0.3 ms, and bench_ops ran 2-8x
- * slower than with a short spin (bench/results).
+ * about 3 ms; 8 ms measured on an AMD EPYC guest) before it sleeps. While every
+ * runnable thread has a CPU that is what keeps a team ready for the next region; when
+ * they share CPUs — a busy machine, a Python caller thread enqueueing ops, a second
+ * stream — the spinning thread holds the core that another one needs until the
+ * scheduler's time slice ends: a 256^3 f32 GEMM took 8-12 ms instead of 0.3 ms, and
+ * bench_ops ran 2-8x slower than with a short spin.
  *
- * The library's policy is the one its streams follow (cpu_stream.c): poll briefly,
- * then sleep. libgomp offers no call to set its spin count once it has read the
- * environment, which happens when it is loaded — before this library's code runs.
- * What it does document (GOMP_SPINCOUNT in the libgomp manual): when it manages more
- * threads than there are available CPUs, it spins only 100 times. So at the first
- * CPU context this file starts one parked thread that opens a two-thread parallel
- * region once and then sleeps on a condition variable until the library is unloaded:
- * its docked OpenMP thread makes the managed count exceed the CPUs, and every idle
- * OpenMP thread of the process then sleeps after 100 spins. Cost: two sleeping
- * threads, a few microseconds to wake a sleeping team member at the next region.
+ * libgomp offers no call to set its spin count once it has read the environment, which
+ * happens when it is loaded, before this library's code runs. What it documents
+ * (GOMP_SPINCOUNT, libgomp manual) is that while it manages more threads than there are
+ * available CPUs it spins only 100 times. A parked thread that opened a two-thread
+ * region once and then sleeps on a condition variable keeps one extra OpenMP thread
+ * docked, which makes the managed count exceed the CPUs: while it exists, every idle
+ * OpenMP thread of the process sleeps after 100 spins (a few microseconds to wake it
+ * at the next region).
  *
- * Left alone: a user who set OMP_WAIT_POLICY or GOMP_SPINCOUNT (their choice wins),
- * GPUCORE_CPU_SPIN=runtime (keep the OpenMP runtime's default), one OpenMP thread
- * (nothing waits), an OpenMP runtime other than libgomp (LLVM's and Intel's read
- * KMP_BLOCKTIME instead), and builds without OpenMP. cpu_thread_policy() describes
- * what applies (component "openmp" of gpucore_component_version, gpucore-info).
+ * The policy (GPUCORE_CPU_SPIN): "adaptive", the default, looks at the number of
+ * runnable threads of the machine (/proc/loadavg) at most every CPU_SPIN_LOOK_NS,
+ * from the stream workers before a task: more runnable threads than CPUs starts the
+ * parked thread (short spins), and CPU_SPIN_CALM_NS without that ends it (libgomp's
+ * spin again). "short" keeps the parked thread for the process's life; "runtime"
+ * never starts it. Left alone as well: a user who set OMP_WAIT_POLICY or GOMP_SPINCOUNT
+ * (their choice wins), one OpenMP thread (nothing waits), an OpenMP runtime other than
+ * libgomp (LLVM's and Intel's read KMP_BLOCKTIME instead), and builds without OpenMP.
+ * cpu_thread_policy() describes what applies (component "openmp" of
+ * gpucore_component_version, gpucore-info).
  */
 #include <dlfcn.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 #include "cpu_internal.h"
+#include "cpu_stream.h"
 #ifdef _OPENMP
 #include <omp.h>
 #endif
 
+enum { SPIN_NONE, SPIN_ADAPTIVE, SPIN_SHORT }; /* what this file may do */
+#define CPU_SPIN_LOOK_NS 20000000ull   /* how often the adaptive policy looks at the machine */
+#define CPU_SPIN_CALM_NS 1000000000ull /* how long without shared CPUs before spinning again */
+
 static pthread_once_t policy_once = PTHREAD_ONCE_INIT;
-static char policy_text[256];
+static char policy_text[320];
+static int spin_mode = SPIN_NONE;
 
 #ifdef _OPENMP
 static pthread_mutex_t parked_mu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t parked_cv = PTHREAD_COND_INITIALIZER;
-static int parked_stop, parked_started;
+static int parked_stop, parked_state; /* state: 0 none, 1 starting, 2 docked (short spins), -1 failed */
 static pthread_t parked_thread;
+static long online_cpus = 1;
+static pthread_mutex_t look_mu = PTHREAD_MUTEX_INITIALIZER;
+static uint64_t look_last_ns, shared_last_ns; /* under look_mu */
+
+static uint64_t now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
 
 static void *parked_main(void *arg)
 {
@@ -58,25 +80,80 @@ static void *parked_main(void *arg)
         team++;
     }
     pthread_mutex_lock(&parked_mu);
-    parked_started = team; /* 2: a second OpenMP thread now sits docked in this thread's pool */
+    parked_state = team == 2 ? 2 : -1; /* 2: a second OpenMP thread now sits docked in this thread's pool */
     pthread_cond_broadcast(&parked_cv);
     while (!parked_stop) pthread_cond_wait(&parked_cv, &parked_mu);
     pthread_mutex_unlock(&parked_mu);
-    return NULL;
+    return NULL; /* libgomp's thread destructor releases the docked thread: its own spin count again */
 }
 
-/* Unloading the library (dlclose) ends the parked thread first: it would otherwise wake
- * into unmapped code. Its exit releases its OpenMP thread (libgomp's thread destructor). */
-__attribute__((destructor)) static void parked_end(void)
+/* Start the parked thread (parked_mu held); waits until its team docked. */
+static void parked_start_locked(void)
 {
-    pthread_mutex_lock(&parked_mu);
-    const int started = parked_started;
+    if (parked_state != 0) return;
+    parked_stop = 0;
+    parked_state = 1;
+    if (pthread_create(&parked_thread, NULL, parked_main, NULL) != 0) {
+        parked_state = -1;
+        return;
+    }
+    while (parked_state == 1) pthread_cond_wait(&parked_cv, &parked_mu);
+}
+
+/* End it (parked_mu held on entry and return). */
+static void parked_end_locked(void)
+{
+    if (parked_state != 2) return; /* none, or it failed (no thread to join) */
     parked_stop = 1;
     pthread_cond_broadcast(&parked_cv);
     pthread_mutex_unlock(&parked_mu);
-    if (started) pthread_join(parked_thread, NULL);
+    pthread_join(parked_thread, NULL);
+    pthread_mutex_lock(&parked_mu);
+    parked_state = 0;
+}
+
+/* Unloading the library (dlclose) ends the parked thread first: it would otherwise wake
+ * into unmapped code. */
+__attribute__((destructor)) static void parked_fini(void)
+{
+    pthread_mutex_lock(&parked_mu);
+    parked_end_locked();
+    pthread_mutex_unlock(&parked_mu);
+}
+
+/* Runnable threads of the machine now (the 4th field of /proc/loadavg: running/total), -1 unknown. */
+static long runnable_now(void)
+{
+    FILE *f = fopen("/proc/loadavg", "r");
+    if (!f) return -1;
+    double a, b, c;
+    long running = -1, total = 0;
+    if (fscanf(f, "%lf %lf %lf %ld/%ld", &a, &b, &c, &running, &total) != 5) running = -1;
+    fclose(f);
+    return running;
 }
 #endif
+
+void cpu_thread_policy_tick(void)
+{
+#ifdef _OPENMP
+    if (__atomic_load_n(&spin_mode, __ATOMIC_RELAXED) != SPIN_ADAPTIVE) return;
+    const uint64_t now = now_ns();
+    if (now - __atomic_load_n(&look_last_ns, __ATOMIC_RELAXED) < CPU_SPIN_LOOK_NS) return;
+    if (pthread_mutex_trylock(&look_mu) != 0) return; /* another stream looks */
+    if (now - look_last_ns >= CPU_SPIN_LOOK_NS) {
+        __atomic_store_n(&look_last_ns, now, __ATOMIC_RELAXED);
+        const long running = runnable_now();
+        const int shared = running > online_cpus;
+        if (shared) shared_last_ns = now;
+        pthread_mutex_lock(&parked_mu);
+        if (shared) parked_start_locked();
+        else if (now - shared_last_ns >= CPU_SPIN_CALM_NS) parked_end_locked();
+        pthread_mutex_unlock(&parked_mu);
+    }
+    pthread_mutex_unlock(&look_mu);
+#endif
+}
 
 static void policy_init(void)
 {
@@ -85,6 +162,8 @@ static void policy_init(void)
 #else
     const char *wait = getenv("OMP_WAIT_POLICY"), *spin = getenv("GOMP_SPINCOUNT"), *own = getenv("GPUCORE_CPU_SPIN");
     const int threads = omp_get_max_threads();
+    online_cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    if (online_cpus < 1) online_cpus = 1;
     if (wait || spin) {
         snprintf(policy_text, sizeof policy_text, "%d threads; the user's %s=%s", threads,
                  wait ? "OMP_WAIT_POLICY" : "GOMP_SPINCOUNT", wait ? wait : spin);
@@ -104,32 +183,44 @@ static void policy_init(void)
         snprintf(policy_text, sizeof policy_text, "1 thread; nothing waits");
         return;
     }
-    int ok = pthread_create(&parked_thread, NULL, parked_main, NULL) == 0;
-    if (ok) {
+    if (own && !strcmp(own, "short")) {
         pthread_mutex_lock(&parked_mu);
-        while (!parked_started) pthread_cond_wait(&parked_cv, &parked_mu);
-        ok = parked_started == 2;
+        parked_start_locked();
+        const int ok = parked_state == 2;
         pthread_mutex_unlock(&parked_mu);
-    } else {
-        pthread_mutex_lock(&parked_mu);
-        parked_started = 0;
-        pthread_mutex_unlock(&parked_mu);
+        if (ok) {
+            spin_mode = SPIN_SHORT;
+            snprintf(policy_text, sizeof policy_text,
+                     "%d threads; short spin (GPUCORE_CPU_SPIN=short): idle OpenMP threads sleep after 100 spins "
+                     "(libgomp's over-subscribed mode, engaged by one parked OpenMP thread)", threads);
+        } else {
+            snprintf(policy_text, sizeof policy_text,
+                     "%d threads; libgomp's default wait (the parked thread that shortens it could not start)", threads);
+        }
+        return;
     }
-    if (ok)
-        snprintf(policy_text, sizeof policy_text,
-                 "%d threads; short spin: idle OpenMP threads sleep after 100 spins (libgomp's over-subscribed "
-                 "mode, engaged by one parked OpenMP thread; OMP_WAIT_POLICY or GOMP_SPINCOUNT override)",
-                 threads);
-    else
-        snprintf(policy_text, sizeof policy_text,
-                 "%d threads; libgomp's default wait (the parked thread that shortens it could not start)", threads);
+    spin_mode = SPIN_ADAPTIVE;
+    cpu_stream_set_task_hook(cpu_thread_policy_tick);
+    snprintf(policy_text, sizeof policy_text,
+             "%d threads; adaptive spin: libgomp's spin while every runnable thread has a CPU, 100 spins while "
+             "CPUs are shared (one parked OpenMP thread engages libgomp's over-subscribed mode; "
+             "GPUCORE_CPU_SPIN=short|runtime, OMP_WAIT_POLICY or GOMP_SPINCOUNT choose otherwise)", threads);
 #endif
 }
 
 void cpu_thread_policy_apply(void) { pthread_once(&policy_once, policy_init); }
 
-const char *cpu_thread_policy(void)
+void cpu_thread_policy_describe(char *buf, size_t len)
 {
     cpu_thread_policy_apply();
-    return policy_text;
+    int on = 0;
+#ifdef _OPENMP
+    pthread_mutex_lock(&parked_mu);
+    on = parked_state == 2;
+    pthread_mutex_unlock(&parked_mu);
+#endif
+    if (spin_mode == SPIN_ADAPTIVE)
+        snprintf(buf, len, "%s; now: %s", policy_text, on ? "100 spins (CPUs were shared)" : "libgomp's spin");
+    else
+        snprintf(buf, len, "%s", policy_text);
 }
