@@ -333,6 +333,7 @@ typedef struct attention_task { gpucore_attn_args a; } attention_task;
 static gpucore_status attention_task_run(void *p)
 {
     const gpucore_attn_args *a = &((attention_task *)p)->a;
+    if (cpu_attention_gemm_takes(a)) return cpu_attention_gemm_run(a); /* whole-head GEMMs (cpu_attention_gemm.c) */
     const int64_t nqt = (a->seq_q + ATT_BQ - 1) / ATT_BQ, nkt = (a->seq_k + ATT_BK - 1) / ATT_BK;
     const int bwd = a->op == GPUCORE_ATTN_BWD;
     /* The backward runs fused over (b, kv head) when that gives every thread several tasks (the

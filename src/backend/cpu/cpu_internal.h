@@ -66,6 +66,9 @@ GPUCORE_HIDDEN gpucore_status cpu_matmul(void *bctx, const gpucore_gemm_desc *de
  * op(B) [k,n] (tb: B stored [n,k], ld ldb). beta == 0 never reads C. OpenBLAS sgemm where the
  * build has it and the sizes fit its int, else a blocked C loop (each element sums its k
  * terms in order). Runs on the calling thread (OpenBLAS / OpenMP thread it). */
+/* cpu_attention_gemm.c: whether attention args go through whole-head GEMMs, and that path. */
+GPUCORE_HIDDEN int cpu_attention_gemm_takes(const gpucore_attn_args *a);
+GPUCORE_HIDDEN gpucore_status cpu_attention_gemm_run(const gpucore_attn_args *a);
 GPUCORE_HIDDEN gpucore_status cpu_sgemm(int ta, int tb, int64_t m, int64_t n, int64_t k, float alpha, const float *A,
                                         int64_t lda, const float *B, int64_t ldb, float beta, float *C, int64_t ldc);
 /* tensor ops (cpu_ops_elementwise.c, cpu_ops_reduce.c, cpu_ops_rows.c) */

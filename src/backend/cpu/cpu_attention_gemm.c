@@ -1,0 +1,175 @@
+/*
+ * cpu_attention_gemm.c — attention for moderate sequence lengths through whole-head GEMMs:
+ * per (batch, head) the score matrix S = scale·Q·Kᵀ is formed at once with the backend's
+ * f32 GEMM (cpu_sgemm: oneDNN's JIT sgemm, one thread each inside the parallel loop over
+ * heads), softmaxed row by row (causal and per-batch key lengths by the row's key end),
+ * and O = P·V; the backward recomputes P from the forward's lse and runs the four
+ * products dV += Pᵀ·dO, dP = dO·Vᵀ, dQ = dS·K, dK += dSᵀ·Q with
+ * dS = scale·P ⊙ (dP − D), D_i = dO_i·O_i, per (batch, kv head) so that the query heads
+ * sharing a kv head (GQA) add into one dK/dV.
+ *
+ * The tiled kernel of cpu_attention.c stays for what this path does not take: a mask,
+ * dropout, sequences whose score matrix passes CPU_ATT_GEMM_MAX_SCORES, builds whose f32
+ * GEMM is not oneDNN's (OpenBLAS would start its own threads inside ours), and
+ * GPUCORE_CPU_ATTENTION=tiles (the tests run both). The choice does not depend on the
+ * batch or head count, so the bits of a batch equal those of its entries one at a time.
+ * Causal rows still multiply their masked half (the GEMM is
+ * so much faster than the tiles that the waste does not matter at these lengths).
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include "cpu_internal.h"
+#include "cpu_vec.h"
+#include "attention_math.h"
+
+#define CPU_ATT_GEMM_MAX_SCORES ((int64_t)1 << 20) /* Sq·Sk per head: 4 MiB of f32 scores */
+
+int cpu_attention_gemm_takes(const gpucore_attn_args *a)
+{
+    if (a->mask_dtype != GPUCORE_ATTN_NO_MASK || a->dropout_p > 0.0f) return 0;
+    if (a->seq_q * a->seq_k > CPU_ATT_GEMM_MAX_SCORES || a->seq_q == 0 || a->seq_k == 0) return 0;
+    const char *e = getenv("GPUCORE_CPU_ATTENTION");
+    if (e && !strcmp(e, "tiles")) return 0;
+    return cpu_gemm_engine_dnnl(a->seq_q, a->seq_k, a->head_dim, 1);
+}
+
+/* Rows row0.. of (b, h) of t, as f32 [n][cols]. */
+static void load_rows(const gpucore_attn_tensor *t, int dt, int64_t b, int64_t h, int64_t n, int64_t cols, float *dst)
+{
+    for (int64_t r = 0; r < n; r++) {
+        const int64_t off = gpucore_attn_offset(t, b, h, r, 0);
+        if (t->stride[3] == 1) cpu_vec_load(dst + r * cols, (const char *)t->data + off * (dt == GPUCORE_KDT_F32 ? 4 : 2), dt, cols);
+        else
+            for (int64_t c = 0; c < cols; c++) dst[r * cols + c] = gpucore_attn_load(t, dt, off + c * t->stride[3]);
+    }
+}
+
+static void store_rows(const gpucore_attn_tensor *t, int dt, int64_t b, int64_t h, int64_t n, int64_t cols, const float *src)
+{
+    for (int64_t r = 0; r < n; r++) {
+        const int64_t off = gpucore_attn_offset(t, b, h, r, 0);
+        if (t->stride[3] == 1) cpu_vec_store((char *)t->data + off * (dt == GPUCORE_KDT_F32 ? 4 : 2), dt, src + r * cols, cols);
+        else
+            for (int64_t c = 0; c < cols; c++) gpucore_attn_store(t, dt, off + c * t->stride[3], src[r * cols + c]);
+    }
+}
+
+typedef struct att_bufs { float *q, *k, *v, *o, *s, *dp, *dq, *dk, *dv, *d, *out; } att_bufs;
+
+static int bufs_alloc(att_bufs *w, const gpucore_attn_args *a)
+{
+    const size_t Sq = (size_t)a->seq_q, Sk = (size_t)a->seq_k, D = (size_t)a->head_dim, Dv = (size_t)a->head_dim_v;
+    const int bwd = a->op == GPUCORE_ATTN_BWD;
+    memset(w, 0, sizeof *w);
+    size_t n[11] = {Sq * D, Sk * D, Sk * Dv, Sq * Dv, Sq * Sk, bwd ? Sq * Sk : 0, bwd ? Sq * D : 0, bwd ? Sk * D : 0,
+                    bwd ? Sk * Dv : 0, bwd ? Sq : 0, bwd ? Sq * Dv : 0};
+    float **p[11] = {&w->q, &w->k, &w->v, &w->o, &w->s, &w->dp, &w->dq, &w->dk, &w->dv, &w->d, &w->out};
+    int ok = 1;
+    for (int i = 0; i < 11; i++)
+        if (n[i]) ok &= (*p[i] = malloc(sizeof(float) * n[i])) != NULL;
+    return ok;
+}
+
+static void bufs_free(att_bufs *w)
+{
+    free(w->q); free(w->k); free(w->v); free(w->o); free(w->s); free(w->dp); free(w->dq); free(w->dk); free(w->dv);
+    free(w->d); free(w->out);
+}
+
+/* S = scale·Q·Kᵀ of (b, h) with Q in w->q and K in w->k. */
+static void scores(const gpucore_attn_args *a, att_bufs *w)
+{
+    cpu_sgemm(0, 1, a->seq_q, a->seq_k, a->head_dim, a->scale, w->q, a->head_dim, w->k, a->head_dim, 0.0f, w->s,
+              a->seq_k);
+}
+
+static void forward_head(const gpucore_attn_args *a, att_bufs *w, int64_t b, int64_t h)
+{
+    const int64_t Sq = a->seq_q, Sk = a->seq_k, D = a->head_dim, Dv = a->head_dim_v, hk = h / (a->heads / a->kv_heads);
+    const int dt = a->dtype;
+    load_rows(&a->q, dt, b, h, Sq, D, w->q);
+    load_rows(&a->k, dt, b, hk, Sk, D, w->k);
+    load_rows(&a->v, dt, b, hk, Sk, Dv, w->v);
+    scores(a, w);
+    for (int64_t i = 0; i < Sq; i++) {
+        float *p = w->s + i * Sk;
+        const int64_t kend = gpucore_attn_key_end(a, b, i);
+        float m = -INFINITY, lse = -INFINITY;
+        if (kend > 0) {
+            for (int64_t j = 0; j < kend; j++) m = p[j] > m ? p[j] : m;
+            for (int64_t j = 0; j < kend; j++) m = p[j] != p[j] ? p[j] : m; /* a NaN score: a NaN row, as torch */
+            const float l = (float)cpu_vec_exp_sum(p, kend, m, p);
+            lse = gpucore_attn_lse(m, l);
+            cpu_vec_axpb(p, p, kend, 1.0f / l, 0.0f);
+        }
+        memset(p + kend, 0, sizeof(float) * (size_t)(Sk - kend));
+        if (a->lse) a->lse[(b * a->heads + h) * Sq + i] = lse;
+    }
+    cpu_sgemm(0, 0, Sq, Dv, Sk, 1.0f, w->s, Sk, w->v, Dv, 0.0f, w->o, Dv);
+    store_rows(&a->out, dt, b, h, Sq, Dv, w->o);
+}
+
+/* One (b, kv head): every query head of its group, dK and dV summed over them. */
+static void backward_group(const gpucore_attn_args *a, att_bufs *w, int64_t b, int64_t hk)
+{
+    const int64_t Sq = a->seq_q, Sk = a->seq_k, D = a->head_dim, Dv = a->head_dim_v, g = a->heads / a->kv_heads;
+    const int dt = a->dtype;
+    load_rows(&a->k, dt, b, hk, Sk, D, w->k);
+    load_rows(&a->v, dt, b, hk, Sk, Dv, w->v);
+    memset(w->dk, 0, sizeof(float) * (size_t)(Sk * D));
+    memset(w->dv, 0, sizeof(float) * (size_t)(Sk * Dv));
+    for (int64_t h = hk * g; h < (hk + 1) * g; h++) {
+        load_rows(&a->q, dt, b, h, Sq, D, w->q);
+        float *dO = w->o; /* the forward's O buffer holds dO here */
+        load_rows(&a->dout, dt, b, h, Sq, Dv, dO);
+        load_rows(&a->out, dt, b, h, Sq, Dv, w->out); /* O rows, only for D_i */
+        for (int64_t i = 0; i < Sq; i++) w->d[i] = (float)cpu_vec_dot(dO + i * Dv, w->out + i * Dv, Dv);
+        scores(a, w);
+        for (int64_t i = 0; i < Sq; i++) { /* P from the forward's lse; rows without keys stay 0 */
+            float *p = w->s + i * Sk;
+            const int64_t kend = gpucore_attn_key_end(a, b, i);
+            const float lse = a->lse[(b * a->heads + h) * Sq + i];
+            if (kend > 0 && lse != -INFINITY) cpu_vec_exp_sum(p, kend, lse, p);
+            else memset(p, 0, sizeof(float) * (size_t)kend);
+            memset(p + kend, 0, sizeof(float) * (size_t)(Sk - kend));
+        }
+        cpu_sgemm(1, 0, Sk, Dv, Sq, 1.0f, w->s, Sk, dO, Dv, 1.0f, w->dv, Dv);          /* dV += Pᵀ·dO */
+        cpu_sgemm(0, 1, Sq, Sk, Dv, 1.0f, dO, Dv, w->v, Dv, 0.0f, w->dp, Sk);           /* dP = dO·Vᵀ */
+        for (int64_t i = 0; i < Sq; i++) {                                                /* dS, into dP */
+            float *p = w->s + i * Sk, *ds = w->dp + i * Sk;
+            cpu_vec_mul_diff(ds, p, ds, Sk, w->d[i]);
+            cpu_vec_axpb(ds, ds, Sk, a->scale, 0.0f);
+        }
+        if (a->dq.data) {
+            cpu_sgemm(0, 0, Sq, D, Sk, 1.0f, w->dp, Sk, w->k, D, 0.0f, w->dq, D);       /* dQ = dS·K */
+            store_rows(&a->dq, dt, b, h, Sq, D, w->dq);
+        }
+        cpu_sgemm(1, 0, Sk, D, Sq, 1.0f, w->dp, Sk, w->q, D, 1.0f, w->dk, D);           /* dK += dSᵀ·Q */
+    }
+    if (a->dk.data) store_rows(&a->dk, dt, b, hk, Sk, D, w->dk);
+    if (a->dv.data) store_rows(&a->dv, dt, b, hk, Sk, Dv, w->dv);
+}
+
+gpucore_status cpu_attention_gemm_run(const gpucore_attn_args *a)
+{
+    const int bwd = a->op == GPUCORE_ATTN_BWD;
+    const int64_t tasks = bwd ? a->batch * a->kv_heads : a->batch * a->heads;
+    int failed = 0;
+#pragma omp parallel reduction(| : failed)
+    {
+        att_bufs w;
+        const int ok = bufs_alloc(&w, a);
+        failed |= !ok;
+#pragma omp for schedule(dynamic)
+        for (int64_t t = 0; t < tasks; t++) {
+            if (!ok) continue;
+            if (bwd) backward_group(a, &w, t / a->kv_heads, t % a->kv_heads);
+            else forward_head(a, &w, t / a->heads, t % a->heads);
+        }
+        bufs_free(&w);
+    }
+    if (failed)
+        return gpucore_set_error(GPUCORE_ERR_OUT_OF_MEMORY, "attention: out of host memory for the per-thread scores");
+    return GPUCORE_OK;
+}
