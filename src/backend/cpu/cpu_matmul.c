@@ -19,6 +19,9 @@
 #include "cpu_internal.h"
 #include "gpucore_config.h"
 #include "cpu_vec.h"
+#ifdef _OPENMP
+#include <omp.h>
+#endif
 #include "elementwise_math.h"
 #if GPUCORE_HAVE_OPENBLAS
 #include <cblas.h>
@@ -211,6 +214,39 @@ static gpucore_status bias_grad_of_operand(const gpucore_gemm_desc *g)
     const int of_a = (g->epilogue & GPUCORE_GEMM_EPI_BGRAD_A) != 0;
     const gpucore_gemm_operand *x = of_a ? &g->a : &g->b;
     const int64_t len = of_a ? g->m : g->n;
+    const int es = gpucore_gemm_dtype_size(x->dtype);
+    if (len > 0 && g->k > 0 && (of_a ? !x->trans : x->trans)) {
+        /* the summed index p runs across stored rows (x->ld apart) and the output index along them:
+         * stored rows added into f64 sums, p in order (the bits of the loop below), vectorised
+         * across the outputs and split over the threads by output range (OpenMP only where
+         * oneDNN, not OpenBLAS's own threads, ran the GEMMs: see the DGELU epilogue) */
+        const int threaded = len * g->k > 65536 && (!GPUCORE_HAVE_OPENBLAS || cpu_gemm_engine_dnnl(g->m, g->n, g->k, 1));
+        int failed = 0;
+#pragma omp parallel if (threaded) reduction(| : failed)
+        {
+            int nt = 1, t = 0;
+#ifdef _OPENMP
+            nt = omp_get_num_threads();
+            t = omp_get_thread_num();
+#endif
+            const int64_t r0 = len * t / nt, r1 = len * (t + 1) / nt, w = r1 - r0;
+            double *acc = w ? calloc((size_t)w, sizeof(double)) : NULL;
+            float *row = w ? malloc(sizeof(float) * (size_t)w) : NULL;
+            if (w && (!acc || !row)) failed = 1;
+            else if (w) {
+                for (int64_t p = 0; p < g->k; p++) {
+                    cpu_vec_load(row, (const char *)x->data + (p * x->ld + r0) * es, x->dtype, w);
+                    cpu_vec_add_into_f64(acc, row, w);
+                }
+                for (int64_t r = 0; r < w; r++)
+                    gpucore_store_from_f32((char *)g->bias_grad + (r0 + r) * gpucore_gemm_dtype_size(g->d_dtype),
+                                           g->d_dtype, (float)acc[r]);
+            }
+            free(acc);
+            free(row);
+        }
+        return failed ? GPUCORE_ERR_OUT_OF_MEMORY : GPUCORE_OK;
+    }
 #pragma omp parallel for if (len * g->k > CPU_MM_PARALLEL_THRESHOLD) schedule(static)
     for (int64_t r = 0; r < len; r++) {
         double s = 0;
@@ -243,7 +279,7 @@ static gpucore_status matmul_task(void *p)
     const int64_t m = g->m, n = g->n;
     const int dsz = gpucore_gemm_dtype_size(g->d_dtype);
     gpucore_status st = GPUCORE_OK;
-    if (g->epilogue & (GPUCORE_GEMM_EPI_BGRAD_A | GPUCORE_GEMM_EPI_BGRAD_B)) bias_grad_of_operand(g);
+    if ((g->epilogue & (GPUCORE_GEMM_EPI_BGRAD_A | GPUCORE_GEMM_EPI_BGRAD_B)) && (st = bias_grad_of_operand(g))) return st;
     if (m == 0 || n == 0) return GPUCORE_OK;
     /* a fusable epilogue: oneDNN writes D itself (see product() for the AVX2 test; f32: cpu_gemm_engine_dnnl) */
     if (cpu_vec_have_avx2() && cpu_matmul_dnnl_fused(ctx, g)) {
