@@ -18,8 +18,9 @@
  * score entries lane + 8m. Rows stored with one float of padding against bank
  * conflicts. Shared memory stays under 48 KiB (no opt-in).
  * Tensor cores: for f16/bf16 with head dims (D and Dv) multiples of 16 up to
- * 128, forward, dq and dk/dv run their products on WMMA (m16n16k16, f32
- * accumulate; the *_tc_kernel functions, 64-key or 64-query tiles), with the
+ * 128, forward, dq and dk/dv run their products on ldmatrix + mma.sync
+ * m16n8k16 (f32 accumulate, mma_sync.cuh; the *_tc_kernel functions, 64-key or
+ * 64-query tiles), with the
  * softmax, masks and dropout on f32 tiles in shared memory; f32, and other
  * head dims (up to 256), use the FMA loops.
  */
@@ -29,7 +30,7 @@
 #include "attention_math.h"
 #include <cuda_fp16.h>
 #include <cuda_bf16.h>
-#include <mma.h>
+#include "mma_sync.cuh"
 #include <type_traits>
 
 #define ATT_THREADS 128
@@ -106,7 +107,7 @@ __device__ __forceinline__ void att_store_out_row(const gpucore_attn_args &a, in
 template <int NC>
 __global__ void __launch_bounds__(ATT_THREADS) attention_forward_kernel(gpucore_attn_args a, int BK, int64_t nqt)
 {
-    extern __shared__ __align__(128) float attn_smem[]; /* WMMA: fragment pointers 256-bit aligned */
+    extern __shared__ __align__(128) float attn_smem[]; /* the tiles' offsets are multiples of 32 bytes from here */
     const int64_t D = a.head_dim, Dv = a.head_dim_v;
     const int ldq = (int)D + 1, ldkv = (int)(D > Dv ? D : Dv) + 1, lds = BK + 1;
     float *Qs = attn_smem, *KVs = Qs + ATT_ROWS * ldq, *Ss = KVs + BK * ldkv, *Keep = Ss + ATT_ROWS * lds;
@@ -214,7 +215,7 @@ static int attention_delta_launch(const gpucore_launch *l, const gpucore_attn_ar
 template <int NC>
 __global__ void __launch_bounds__(ATT_THREADS, ATT_DQ_MIN_BLOCKS) attention_dq_kernel(gpucore_attn_args a, int BK, int64_t nqt)
 {
-    extern __shared__ __align__(128) float attn_smem[]; /* WMMA: fragment pointers 256-bit aligned */
+    extern __shared__ __align__(128) float attn_smem[]; /* the tiles' offsets are multiples of 32 bytes from here */
     const int64_t D = a.head_dim, Dv = a.head_dim_v;
     const int ldq = (int)D + 1, ldo = (int)Dv + 1, ldkv = (int)(D > Dv ? D : Dv) + 1, lds = BK + 1;
     float *Qs = attn_smem, *dOs = Qs + ATT_ROWS * ldq, *KVs = dOs + ATT_ROWS * ldo, *Ss = KVs + BK * ldkv;
@@ -305,7 +306,7 @@ __device__ __forceinline__ void att_store_dkv_row(const gpucore_attn_args &a, in
 template <int NC>
 __global__ void __launch_bounds__(ATT_THREADS) attention_dkv_kernel(gpucore_attn_args a, int BQ, int64_t nkt)
 {
-    extern __shared__ __align__(128) float attn_smem[]; /* WMMA: fragment pointers 256-bit aligned */
+    extern __shared__ __align__(128) float attn_smem[]; /* the tiles' offsets are multiples of 32 bytes from here */
     const int64_t D = a.head_dim, Dv = a.head_dim_v, G = a.heads / a.kv_heads;
     const int ldk = (int)D + 1, ldv = (int)Dv + 1, ldb = (int)(D > Dv ? D : Dv) + 1, lds = BQ + 1;
     float *Ks = attn_smem, *Vs = Ks + ATT_ROWS * ldk, *Bs = Vs + ATT_ROWS * ldv, *Ps = Bs + BQ * ldb;
@@ -369,19 +370,18 @@ __global__ void __launch_bounds__(ATT_THREADS) attention_dkv_kernel(gpucore_attn
     }
 }
 
-/* ------------------------------------------------------------------ tensor cores (WMMA) */
+/* ---------------------------------------------------- tensor cores (ldmatrix + mma.sync) */
 /* The f16/bf16 forward for head dims that are multiples of 16 up to 128: the same block, rows,
  * lanes, masks, dropout and online softmax as attention_forward_kernel, but the two products
- * run on tensor cores through nvcuda::wmma (m16n16k16, f32 accumulate): S = Q Kᵀ for a tile of
- * ATT_TC_BK keys (warp w owns key columns 16w + 64n) and O_tile = P V (warp w owns output
- * columns 16w + 64n), each stored to shared memory as f32. Only documented fragment operations
- * are used (fill/load/mma/store), never the fragment's element layout: the per-row softmax
- * scaling happens on the f32 tiles in shared memory, where each thread owns row r, columns
- * lane + 8n, as in the FMA kernels. P is rounded to the operand type before P V (as in every
- * flash-attention kernel); l sums the unrounded probabilities. Operands are copied to shared
- * memory as their raw 16-bit values, rows past the tile zero-filled; every fragment pointer is
- * a multiple of 32 bytes from the dynamic shared memory base (which CUDA aligns far more coarsely)
- * and every ldm a multiple of 16 bytes.
+ * run on tensor cores (att_tc_product: ldmatrix + mma.sync m16n8k16, f32 accumulate): S = Q Kᵀ for
+ * a tile of ATT_TC_BK keys (warp w owns key columns 16w + 64n) and O_tile = P V (warp w owns output
+ * columns 16w + 64n), each stored to shared memory as f32. The per-row softmax scaling happens on
+ * the f32 tiles in shared memory, where each thread owns row r, columns lane + 8n, as in the FMA
+ * kernels. P is rounded to the operand type before P V (as in every flash-attention kernel); l sums
+ * the unrounded probabilities. Operands are copied to shared memory as their raw 16-bit values, rows
+ * past the tile zero-filled; every tile starts a multiple of 32 bytes from the dynamic shared memory
+ * base and every 16-bit row pitch is a multiple of 16 bytes (ldmatrix's aligned row addresses) and
+ * an odd multiple of 4 words (the 8 rows of one 8x8 matrix fall in 8 different bank quads).
  * One difference from the FMA kernels, shared with other tensor-core flash kernels: a product
  * multiplies whole tiles, so a NaN/Inf in V (forward), or in K (dq), of a key that is masked for
  * some rows reaches those rows as 0·NaN; the FMA loops skip masked keys. Keys past the key length
@@ -409,34 +409,46 @@ __device__ __forceinline__ void att_load_raw(uint16_t *s, int ld, const gpucore_
     }
 }
 
-/* C[16][16 n] (f32, ldc) = A[16][16 kt] (row-major, lda) · B for the fragments this warp owns,
- * f = warp, warp + ATT_TC_WARPS, ... < nf; B is k-by-n: col-major (Kᵀ of a row-major K tile,
- * bcol) or row-major (a V tile); kt runs over nk16 steps of 16. */
-template <typename T, typename BL>
+/* C[16][16 nf] (f32, ldc) = A[16][16 nk16] (row-major, lda) · B for the 16-column blocks f this warp owns,
+ * f = warp, warp + ATT_TC_WARPS, ... < nf; B is k-by-n, given as Bᵀ (bcol: rows are n, as a K tile for
+ * Q Kᵀ) or as B (rows are k, as a V tile for P V). Per 16-deep step: ldmatrix .x4 loads A's four 8x8
+ * quarters (lane l passes row l % 16, column 8 (l / 16)) and B's for both 8-column halves, then two
+ * mma.sync m16n8k16 (mma_sync.cuh). Lane l's accumulators c[h] are C rows l / 4 and l / 4 + 8,
+ * columns 16 f + 8 h + 2 (l % 4) and the next. */
+template <typename T, bool BCOL>
 __device__ __forceinline__ void att_tc_product(float *C, int ldc, const T *A, int lda, const T *B, int ldb, int nf,
                                                int nk16)
 {
-    using namespace nvcuda;
-    const int warp = threadIdx.x / 32;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const T *a_row = A + (lane % 16) * lda + 8 * (lane / 16);
+    /* B's quarters: matrix q = lane / 8 covers k rows 8 (q & 1) .. + 7 and n columns 8 (q >> 1) .. + 7; lane
+     * passes the row i = lane % 8 of it: a row of Bᵀ (bcol, n = i) or of B (k = i, transposed by .trans). */
+    const int i = lane % 8, kh = 8 * ((lane / 8) & 1), nh = 8 * (lane / 16);
     for (int f = warp; f < nf; f += ATT_TC_WARPS) {
-        wmma::fragment<wmma::accumulator, 16, 16, 16, float> c;
-        wmma::fragment<wmma::matrix_a, 16, 16, 16, T, wmma::row_major> fa;
-        wmma::fragment<wmma::matrix_b, 16, 16, 16, T, BL> fb;
-        wmma::fill_fragment(c, 0.0f);
+        float c[2][4] = {};
+        const T *b_row = BCOL ? B + (f * 16 + nh + i) * ldb + kh : B + (kh + i) * ldb + f * 16 + nh;
         for (int kt = 0; kt < nk16; kt++) {
-            wmma::load_matrix_sync(fa, A + kt * 16, lda);
-            if constexpr (std::is_same<BL, wmma::col_major>::value) wmma::load_matrix_sync(fb, B + f * 16 * ldb + kt * 16, ldb);
-            else wmma::load_matrix_sync(fb, B + kt * 16 * ldb + f * 16, ldb);
-            wmma::mma_sync(c, fa, fb, c);
+            uint32_t a[4], b[4];
+            mma_ldsm<4>(a, a_row + kt * 16);
+            if constexpr (BCOL) mma_ldsm<4>(b, b_row + kt * 16);
+            else mma_ldsm_trans<4>(b, b_row + kt * 16 * ldb);
+            const uint32_t b0[2] = {b[0], b[1]}, b1[2] = {b[2], b[3]};
+            mma_m16n8k16<T>(c[0], a, b0);
+            mma_m16n8k16<T>(c[1], a, b1);
         }
-        wmma::store_matrix_sync(C + f * 16, c, ldc, wmma::mem_row_major);
+        float *out = C + (lane / 4) * ldc + f * 16 + 2 * (lane % 4);
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            *(float2 *)(out + 8 * h) = make_float2(c[h][0], c[h][1]);
+            *(float2 *)(out + 8 * ldc + 8 * h) = make_float2(c[h][2], c[h][3]);
+        }
     }
 }
 
 /* Row pitch padding of the f32 tiles, in floats. A warp reads 4 rows x 8 lanes (row r, column lane + 8n), and
- * a half-warp's accumulator fragment store writes 4 rows x 8 floats: with a pitch of 8 (mod 32) words those
+ * a half-warp's float2 accumulator stores (att_tc_product) write 4 rows x 8 floats: with a pitch of 8 (mod 32) words those
  * 32 words lie in 32 different banks; with 4 (mod 32) two rows share banks (2-way conflicts). The pitch stays
- * a multiple of 4 floats (WMMA's ldm rule for f32) and at D = Dv = 128 every kernel stays under 48 KiB. */
+ * a multiple of 4 floats and at D = Dv = 128 every kernel stays under 48 KiB. */
 #define ATT_TC_F32_PAD 8
 static constexpr bool att_tc_pitch_conflict_free(int ld)
 {
@@ -492,7 +504,7 @@ static __host__ __device__ inline att_tc_layout att_tc_plan(int64_t D, int64_t D
 template <int NC, typename T>
 __global__ void __launch_bounds__(ATT_THREADS, ATT_TC_MIN_BLOCKS) attention_forward_tc_kernel(gpucore_attn_args a, int64_t nqt)
 {
-    extern __shared__ __align__(128) float attn_smem[]; /* WMMA: fragment pointers 256-bit aligned */
+    extern __shared__ __align__(128) float attn_smem[]; /* the tiles' offsets are multiples of 32 bytes from here */
     const int D = (int)a.head_dim, Dv = (int)a.head_dim_v;
     const att_tc_layout L = att_tc_plan(D, Dv, 0);
     char *base = (char *)attn_smem;
@@ -514,7 +526,7 @@ __global__ void __launch_bounds__(ATT_THREADS, ATT_TC_MIN_BLOCKS) attention_forw
             __syncthreads();
             att_load_raw(KVh, L.ldkv, a.k, b, hk, j0, nk, nk16 * 16, D);
             __syncthreads();
-            att_tc_product<T, nvcuda::wmma::col_major>(Ss, L.lds, (const T *)Qh, L.ldq, (const T *)KVh, L.ldkv, nk16,
+            att_tc_product<T, true>(Ss, L.lds, (const T *)Qh, L.ldq, (const T *)KVh, L.ldkv, nk16,
                                                        D / 16);
             __syncthreads();
             att_load_raw(KVh, L.ldkv, a.v, b, hk, j0, nk, nk16 * 16, Dv);
@@ -540,7 +552,7 @@ __global__ void __launch_bounds__(ATT_THREADS, ATT_TC_MIN_BLOCKS) attention_forw
             }
             for (int w = 1; w < ATT_LANES; w *= 2) lt += __shfl_xor_sync(0xffffffffu, lt, w);
             __syncthreads();
-            att_tc_product<T, nvcuda::wmma::row_major>(Os, L.ldf, (const T *)Ph, L.ldp, (const T *)KVh, L.ldkv, Dv / 16,
+            att_tc_product<T, false>(Os, L.ldf, (const T *)Ph, L.ldp, (const T *)KVh, L.ldkv, Dv / 16,
                                                        nk16);
             __syncthreads();
             if (mn != -INFINITY) {
@@ -557,12 +569,12 @@ __global__ void __launch_bounds__(ATT_THREADS, ATT_TC_MIN_BLOCKS) attention_forw
 }
 
 /* dq on tensor cores, for the same head dims and types: per key tile S = Q Kᵀ and dP = dout Vᵀ
- * (WMMA, f32 tiles in shared memory), dS = P (dP keep - D_i) scale per element (rounded to the
- * operand type, as P is in the forward), then dS K (WMMA) added to the row's f32 accumulators. */
+ * (tensor cores, f32 tiles in shared memory), dS = P (dP keep - D_i) scale per element (rounded to the
+ * operand type, as P is in the forward), then dS K (tensor cores) added to the row's f32 accumulators. */
 template <int NC, typename T>
 __global__ void __launch_bounds__(ATT_THREADS, ATT_TC_MIN_BLOCKS) attention_dq_tc_kernel(gpucore_attn_args a, int64_t nqt)
 {
-    extern __shared__ __align__(128) float attn_smem[]; /* WMMA: fragment pointers 256-bit aligned */
+    extern __shared__ __align__(128) float attn_smem[]; /* the tiles' offsets are multiples of 32 bytes from here */
     const int D = (int)a.head_dim, Dv = (int)a.head_dim_v, ldt = D + ATT_TC_F32_PAD;
     const att_tc_layout L = att_tc_plan(D, Dv, 1);
     char *base = (char *)attn_smem;
@@ -587,12 +599,12 @@ __global__ void __launch_bounds__(ATT_THREADS, ATT_TC_MIN_BLOCKS) attention_dq_t
             __syncthreads();
             att_load_raw(KVh, L.ldkv, a.k, qb.b, qb.hk, j0, nk, nk16 * 16, D);
             __syncthreads();
-            att_tc_product<T, nvcuda::wmma::col_major>(Ss, L.lds, (const T *)Qh, L.ldq, (const T *)KVh, L.ldkv, nk16,
+            att_tc_product<T, true>(Ss, L.lds, (const T *)Qh, L.ldq, (const T *)KVh, L.ldkv, nk16,
                                                        D / 16);
             __syncthreads();
             att_load_raw(KVh, L.ldkv, a.v, qb.b, qb.hk, j0, nk, nk16 * 16, Dv);
             __syncthreads();
-            att_tc_product<T, nvcuda::wmma::col_major>(dPs, L.ldf, (const T *)dOh, L.ldo, (const T *)KVh, L.ldkv, nk16,
+            att_tc_product<T, true>(dPs, L.ldf, (const T *)dOh, L.ldo, (const T *)KVh, L.ldkv, nk16,
                                                        Dv / 16);
             __syncthreads();
             att_load_raw(KVh, L.ldkv, a.k, qb.b, qb.hk, j0, nk, nk16 * 16, D); /* V's readers are done */
@@ -609,7 +621,7 @@ __global__ void __launch_bounds__(ATT_THREADS, ATT_TC_MIN_BLOCKS) attention_dq_t
                 dSh[r * L.ldp + jj] = att_bits((T)(ds * a.scale));
             }
             __syncthreads();
-            att_tc_product<T, nvcuda::wmma::row_major>(dQs, ldt, (const T *)dSh, L.ldp, (const T *)KVh, L.ldkv, D / 16,
+            att_tc_product<T, false>(dQs, ldt, (const T *)dSh, L.ldp, (const T *)KVh, L.ldkv, D / 16,
                                                        nk16);
             __syncthreads();
 #pragma unroll
@@ -626,9 +638,9 @@ __global__ void __launch_bounds__(ATT_THREADS, ATT_TC_MIN_BLOCKS) attention_dq_t
 }
 
 /* dk and dv on tensor cores: a block owns 16 keys of one kv head (as attention_dkv_kernel) and walks the
- * group's query heads and 64-row query tiles: Sᵀ = K Qᵀ and dPᵀ = V doutᵀ (WMMA), P̃ᵀ = Pᵀ keep and
+ * group's query heads and 64-row query tiles: Sᵀ = K Qᵀ and dPᵀ = V doutᵀ (tensor cores), P̃ᵀ = Pᵀ keep and
  * dSᵀ = Pᵀ (dPᵀ keep - D_i) scale per element (rounded to the operand type), then dv += P̃ᵀ dout and
- * dk += dSᵀ Q (WMMA) into the row's f32 accumulators. The Q/dout tile shares one buffer (Q, dout, Q
+ * dk += dSᵀ Q (tensor cores) into the row's f32 accumulators. The Q/dout tile shares one buffer (Q, dout, Q
  * again), the products' f32 tile lies over Sᵀ and dPᵀ. Shared memory (bytes), offsets multiples of 32. */
 struct att_tc_dkv_layout {
     int ldk, ldv, ldb, lds, ldp, ldt;
@@ -666,7 +678,7 @@ __device__ __forceinline__ void att_add_tile_row(float *acc, const float *T, int
 template <int NC, typename T>
 __global__ void __launch_bounds__(ATT_THREADS, ATT_TC_MIN_BLOCKS) attention_dkv_tc_kernel(gpucore_attn_args a, int64_t nkt)
 {
-    extern __shared__ __align__(128) float attn_smem[]; /* WMMA: fragment pointers 256-bit aligned */
+    extern __shared__ __align__(128) float attn_smem[]; /* the tiles' offsets are multiples of 32 bytes from here */
     const int D = (int)a.head_dim, Dv = (int)a.head_dim_v;
     const int64_t G = a.heads / a.kv_heads;
     const att_tc_dkv_layout L = att_tc_dkv_plan(D, Dv);
@@ -694,12 +706,12 @@ __global__ void __launch_bounds__(ATT_THREADS, ATT_TC_MIN_BLOCKS) attention_dkv_
                 att_load_raw(Bh, L.ldb, a.q, b, h, i0, nq, nq16 * 16, D);
                 att_row_dots(a, b, h, i0, nq, ATT_TC_BK, Di, lse);
                 __syncthreads();
-                att_tc_product<T, nvcuda::wmma::col_major>(St, L.lds, (const T *)Kh, L.ldk, (const T *)Bh, L.ldb, nq16,
+                att_tc_product<T, true>(St, L.lds, (const T *)Kh, L.ldk, (const T *)Bh, L.ldb, nq16,
                                                            D / 16);
                 __syncthreads();
                 att_load_raw(Bh, L.ldb, a.dout, b, h, i0, nq, nq16 * 16, Dv);
                 __syncthreads();
-                att_tc_product<T, nvcuda::wmma::col_major>(dPt, L.lds, (const T *)Vh, L.ldv, (const T *)Bh, L.ldb, nq16,
+                att_tc_product<T, true>(dPt, L.lds, (const T *)Vh, L.ldv, (const T *)Bh, L.ldb, nq16,
                                                            Dv / 16);
                 __syncthreads();
 #pragma unroll 1 /* rolled: unrolled, bf16 at head dim 128 needs more than the 128 registers four blocks allow */
@@ -720,13 +732,13 @@ __global__ void __launch_bounds__(ATT_THREADS, ATT_TC_MIN_BLOCKS) attention_dkv_
                     dSt[r * L.ldp + ii] = att_bits((T)(ds * a.scale));
                 }
                 __syncthreads();
-                att_tc_product<T, nvcuda::wmma::row_major>(Prod, L.ldt, (const T *)Pt, L.ldp, (const T *)Bh, L.ldb, Dv / 16,
+                att_tc_product<T, false>(Prod, L.ldt, (const T *)Pt, L.ldp, (const T *)Bh, L.ldb, Dv / 16,
                                                            nq16); /* P̃ᵀ dout */
                 __syncthreads();
                 att_add_tile_row<NC>(dv, Prod, L.ldt, r, lane, Dv);
                 att_load_raw(Bh, L.ldb, a.q, b, h, i0, nq, nq16 * 16, D); /* dout's readers are done */
                 __syncthreads();
-                att_tc_product<T, nvcuda::wmma::row_major>(Prod, L.ldt, (const T *)dSt, L.ldp, (const T *)Bh, L.ldb, D / 16,
+                att_tc_product<T, false>(Prod, L.ldt, (const T *)dSt, L.ldp, (const T *)Bh, L.ldb, D / 16,
                                                            nq16); /* dSᵀ Q */
                 __syncthreads();
                 att_add_tile_row<NC>(dk, Prod, L.ldt, r, lane, D);
