@@ -210,19 +210,19 @@ template <typename T> static void check_mma_layout(const char *name)
 }
 
 /* Misuse the layer must report. */
-__global__ void diverged_ldsm_kernel()
+__global__ void diverged_ldsm_kernel(int)
 {
     __shared__ __align__(16) uint16_t m[8][8];
     uint32_t r[1];
     if (threadIdx.x < 16) mma_ldsm<1>(r, &m[threadIdx.x % 8][0]);
 }
-__global__ void diverged_mma_kernel()
+__global__ void diverged_mma_kernel(int)
 {
     const uint32_t a[4] = {}, b[2] = {};
     float d[4] = {};
     if (threadIdx.x % 2) mma_m16n8k16<__half>(d, a, b);
 }
-__global__ void misaligned_kernel()
+__global__ void misaligned_kernel(int)
 {
     __shared__ __align__(16) uint16_t m[8][16];
     uint32_t r[4];
@@ -248,9 +248,9 @@ int main()
     check_mma_layout<__nv_bfloat16>("bf16");
 
     static __align__(16) uint16_t g[256];
-    expect_error("ldmatrix by half a warp", RUN(diverged_ldsm_kernel, 1, 32, 0), "divergent warp");
-    expect_error("mma.sync by odd lanes", RUN(diverged_mma_kernel, 1, 32, 0), "divergent warp");
-    expect_error("row address 8 bytes off", RUN(misaligned_kernel, 1, 32, 0), "16-byte aligned");
+    expect_error("ldmatrix by half a warp", RUN(diverged_ldsm_kernel, 1, 32, 0, 0), "divergent warp");
+    expect_error("mma.sync by odd lanes", RUN(diverged_mma_kernel, 1, 32, 0, 0), "divergent warp");
+    expect_error("row address 8 bytes off", RUN(misaligned_kernel, 1, 32, 0, 0), "16-byte aligned");
     expect_error("global row address", RUN(global_address_kernel, 1, 32, 0, (const uint16_t *)g), "not in shared memory");
     printf("test_simt_mma: %d passed, %d failed, 0 skipped\n", passed, failed);
     return failed ? 1 : 0;
