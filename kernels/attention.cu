@@ -568,8 +568,9 @@ __global__ void __launch_bounds__(ATT_THREADS, ATT_TC_MIN_BLOCKS) attention_forw
     }
 }
 
-/* dq on tensor cores, for the same head dims and types: per key tile S = Q Kᵀ and dP = dout Vᵀ
- * (tensor cores, f32 tiles in shared memory), dS = P (dP keep - D_i) scale per element (rounded to the
+/* dq on tensor cores, for the same head dims and types: per key tile dP = dout Vᵀ and then S = Q Kᵀ
+ * (tensor cores, f32 tiles in shared memory; in that order, so the K tile stays for dS K and each of
+ * K and V is read once per tile), dS = P (dP keep - D_i) scale per element (rounded to the
  * operand type, as P is in the forward), then dS K (tensor cores) added to the row's f32 accumulators. */
 template <int NC, typename T>
 __global__ void __launch_bounds__(ATT_THREADS, ATT_TC_MIN_BLOCKS) attention_dq_tc_kernel(gpucore_attn_args a, int64_t nqt)
@@ -597,17 +598,14 @@ __global__ void __launch_bounds__(ATT_THREADS, ATT_TC_MIN_BLOCKS) attention_dq_t
         for (int64_t j0 = 0; j0 < kend; j0 += ATT_TC_BK) {
             const int nk = (int)att_min(ATT_TC_BK, kend - j0), nk16 = (nk + 15) / 16;
             __syncthreads();
+            att_load_raw(KVh, L.ldkv, a.v, qb.b, qb.hk, j0, nk, nk16 * 16, Dv); /* V first: K stays for dS K */
+            __syncthreads();
+            att_tc_product<T, true>(dPs, L.ldf, (const T *)dOh, L.ldo, (const T *)KVh, L.ldkv, nk16, Dv / 16);
+            __syncthreads();
             att_load_raw(KVh, L.ldkv, a.k, qb.b, qb.hk, j0, nk, nk16 * 16, D);
             __syncthreads();
-            att_tc_product<T, true>(Ss, L.lds, (const T *)Qh, L.ldq, (const T *)KVh, L.ldkv, nk16,
-                                                       D / 16);
+            att_tc_product<T, true>(Ss, L.lds, (const T *)Qh, L.ldq, (const T *)KVh, L.ldkv, nk16, D / 16);
             __syncthreads();
-            att_load_raw(KVh, L.ldkv, a.v, qb.b, qb.hk, j0, nk, nk16 * 16, Dv);
-            __syncthreads();
-            att_tc_product<T, true>(dPs, L.ldf, (const T *)dOh, L.ldo, (const T *)KVh, L.ldkv, nk16,
-                                                       Dv / 16);
-            __syncthreads();
-            att_load_raw(KVh, L.ldkv, a.k, qb.b, qb.hk, j0, nk, nk16 * 16, D); /* V's readers are done */
 #pragma unroll
             for (int n = 0; n < ATT_TC_BK / ATT_LANES; n++) {
                 const int jj = lane + ATT_LANES * n;
