@@ -469,15 +469,15 @@ static constexpr bool att_tc_pitches_conflict_free()
 }
 static_assert(att_tc_pitches_conflict_free(), "f32 tile pitches of the tensor-core kernels have bank conflicts");
 
-/* Shared memory of the tensor-core kernels, in bytes, and the offsets of its parts (all multiples of
- * 32 bytes). s: f32 scores [16][lds]; f: f32 [16][ldf] (forward: the tile's P V, ldf = Dv + 8; dq: dP,
- * ldf = lds, and then dS K over s and f together, ld D + 8 <= 2 lds); q: Q [16][ldq]; o: dout [16][ldo]
- * (dq only); kv: the K or V tile [BK][ldkv]; p: P or dS [16][ldp]; stats: D_i and lse (dq only). */
+/* Shared memory of the tensor-core dq kernel, in bytes, and the offsets of its parts (all multiples of
+ * 32 bytes). s: f32 scores [16][lds]; f: f32 dP [16][ldf = lds], and then dS K over s and f together
+ * (ld D + 8 <= 2 lds); q: Q [16][ldq]; o: dout [16][ldo]; kv: the K or V tile [BK][ldkv]; p: dS [16][ldp];
+ * stats: D_i and lse. */
 struct att_tc_layout {
     int ldq, ldo, ldkv, lds, ldp, ldf;
     size_t s, f, q, o, kv, p, stats, bytes;
 };
-static __host__ __device__ inline att_tc_layout att_tc_plan(int64_t D, int64_t Dv, int dq)
+static __host__ __device__ inline att_tc_layout att_tc_plan(int64_t D, int64_t Dv)
 {
     att_tc_layout L;
     L.ldq = (int)D + 8; /* halves: +16 bytes against bank conflicts, still a multiple of 16 bytes */
@@ -485,15 +485,15 @@ static __host__ __device__ inline att_tc_layout att_tc_plan(int64_t D, int64_t D
     L.ldkv = (int)(D > Dv ? D : Dv) + 8;
     L.lds = ATT_TC_BK + ATT_TC_F32_PAD; /* floats */
     L.ldp = ATT_TC_BK + 8;
-    L.ldf = dq ? L.lds : (int)Dv + ATT_TC_F32_PAD;
+    L.ldf = L.lds;
     L.s = 0;
     L.f = L.s + sizeof(float) * ATT_ROWS * L.lds;
     L.q = L.f + sizeof(float) * ATT_ROWS * L.ldf;
     L.o = L.q + 2 * ATT_ROWS * L.ldq;
-    L.kv = L.o + (dq ? 2 * ATT_ROWS * L.ldo : 0);
+    L.kv = L.o + 2 * ATT_ROWS * L.ldo;
     L.p = L.kv + 2 * ATT_TC_BK * L.ldkv;
     L.stats = L.p + 2 * ATT_ROWS * L.ldp;
-    L.bytes = L.stats + (dq ? sizeof(float) * 2 * ATT_ROWS : 0);
+    L.bytes = L.stats + sizeof(float) * 2 * ATT_ROWS;
     return L;
 }
 
@@ -501,70 +501,151 @@ static __host__ __device__ inline att_tc_layout att_tc_plan(int64_t D, int64_t D
  * register budget (128) is no tighter than it; unbounded, ptxas aims at 6 blocks (80 registers)
  * on sm_80 for f16 and spills 52 bytes. */
 #define ATT_TC_MIN_BLOCKS 4
+/* The forward's shared memory: Q [ATT_TC_QROWS][ldq] and one K-or-V tile [ATT_TC_BK][ldkv], 16-bit. */
+#define ATT_TC_QROWS (16 * ATT_TC_WARPS) /* query rows per forward block: 16 per warp */
+static __host__ __device__ inline size_t att_tc_fwd_bytes(int64_t D, int64_t Dv, int *ldq, int *ldkv)
+{
+    *ldq = (int)D + 8;
+    *ldkv = (int)(D > Dv ? D : Dv) + 8;
+    return 2 * (size_t)ATT_TC_QROWS * *ldq + 2 * (size_t)ATT_TC_BK * *ldkv;
+}
+
+/* The tensor-core forward: a block owns ATT_TC_QROWS query rows of one (batch, head), warp w rows
+ * 16w..16w+15, and keeps its scores, probabilities and output in registers, in mma.sync's documented
+ * accumulator layout (lane l: rows l / 4 and l / 4 + 8 of the warp's 16, columns 8 n + 2 (l % 4) and the
+ * next), so each K and V tile in shared memory serves 64 query rows. Per key tile: S = Q Kᵀ (the warp's
+ * 16 x 64 block), masks, bias and the online softmax per element (the row max and sum over the 4 lanes
+ * of a row), P̃ = P keep rounded to the operand type, which is already the A fragment of P̃ V (two
+ * adjacent 8-column accumulator blocks are one 16-column A block), then O = alpha O + P̃ V. NC bounds
+ * Dv (8: Dv <= 64, 16: Dv <= 128). A row with nothing admitted yet (max -inf) changes nothing, as in
+ * attention_forward_kernel. */
+/* Dv up to 128 (NC 16): 64 output and 32 score accumulators a thread; at four blocks per SM (128
+ * registers) ptxas spills 60 bytes, at three (168) none. Each block covers 64 query rows. */
+#define ATT_TC_FWD_MIN_BLOCKS_WIDE 3
 template <int NC, typename T>
-__global__ void __launch_bounds__(ATT_THREADS, ATT_TC_MIN_BLOCKS) attention_forward_tc_kernel(gpucore_attn_args a, int64_t nqt)
+__global__ void __launch_bounds__(ATT_THREADS, NC <= 8 ? ATT_TC_MIN_BLOCKS : ATT_TC_FWD_MIN_BLOCKS_WIDE)
+    attention_forward_tc_kernel(gpucore_attn_args a, int64_t nqt)
 {
     extern __shared__ __align__(128) float attn_smem[]; /* the tiles' offsets are multiples of 32 bytes from here */
+    enum { NO = NC }; /* 8-column output blocks: Dv <= 8 NO */
     const int D = (int)a.head_dim, Dv = (int)a.head_dim_v;
-    const att_tc_layout L = att_tc_plan(D, Dv, 0);
-    char *base = (char *)attn_smem;
-    float *Ss = (float *)(base + L.s), *Os = (float *)(base + L.f);
-    uint16_t *Qh = (uint16_t *)(base + L.q), *KVh = (uint16_t *)(base + L.kv), *Ph = (uint16_t *)(base + L.p);
-    const int r = threadIdx.x / ATT_LANES, lane = threadIdx.x % ATT_LANES;
+    int ldq, ldkv;
+    (void)att_tc_fwd_bytes(D, Dv, &ldq, &ldkv);
+    uint16_t *Qh = (uint16_t *)attn_smem, *KVh = Qh + ATT_TC_QROWS * ldq;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+    const int bi = lane % 8, kh = 8 * ((lane / 8) & 1), nh = 8 * (lane / 16); /* ldmatrix row addresses */
     const int64_t total = a.batch * a.heads * nqt;
     for (int64_t blk = blockIdx.x; blk < total; blk += gridDim.x) {
-        const att_qblock qb = att_qblock_of(a, blk, nqt, r);
-        const int64_t b = qb.b, h = qb.h, hk = qb.hk, i0 = qb.i0, nq = qb.nq, i = qb.i;
-        const bool row_ok = r < nq;
-        __syncthreads(); /* the previous tile's readers are done */
-        att_load_raw(Qh, L.ldq, a.q, b, h, i0, nq, ATT_ROWS, D);
-        float m = -INFINITY, l = 0.0f, acc[NC];
-        att_zero<NC>(acc);
+        const int64_t bh = blk / nqt, b = bh / a.heads, h = bh % a.heads, hk = h / (a.heads / a.kv_heads);
+        const int64_t i0 = (blk % nqt) * ATT_TC_QROWS, nq = att_min(ATT_TC_QROWS, a.seq_q - i0);
+        const int64_t row[2] = {i0 + 16 * warp + g, i0 + 16 * warp + g + 8}; /* this lane's two rows */
+        const bool row_ok[2] = {row[0] < i0 + nq, row[1] < i0 + nq};
+        __syncthreads(); /* the previous block's readers are done */
+        att_load_raw(Qh, ldq, a.q, b, h, i0, nq, ATT_TC_QROWS, D);
+        float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f}, o[NO][4];
+#pragma unroll
+        for (int n = 0; n < NO; n++) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
+        const T *q_row = (const T *)Qh + (16 * warp + lane % 16) * ldq + 8 * (lane / 16);
         const int64_t kend = gpucore_attn_key_end(&a, b, i0 + nq - 1);
         for (int64_t j0 = 0; j0 < kend; j0 += ATT_TC_BK) {
             const int nk = (int)att_min(ATT_TC_BK, kend - j0), nk16 = (nk + 15) / 16;
             __syncthreads();
-            att_load_raw(KVh, L.ldkv, a.k, b, hk, j0, nk, nk16 * 16, D);
+            att_load_raw(KVh, ldkv, a.k, b, hk, j0, nk, nk16 * 16, D);
             __syncthreads();
-            att_tc_product<T, true>(Ss, L.lds, (const T *)Qh, L.ldq, (const T *)KVh, L.ldkv, nk16,
-                                                       D / 16);
-            __syncthreads();
-            att_load_raw(KVh, L.ldkv, a.v, b, hk, j0, nk, nk16 * 16, Dv);
-            float sv[ATT_TC_BK / ATT_LANES], mt = -INFINITY;
+            float sc[ATT_TC_BK / 8][4]; /* S: 8-key blocks */
 #pragma unroll
-            for (int n = 0; n < ATT_TC_BK / ATT_LANES; n++) {
-                const int jj = lane + ATT_LANES * n;
-                float s = -INFINITY;
-                if (row_ok && jj < nk) s = gpucore_attn_score(&a, Ss[r * L.lds + jj], gpucore_attn_bias(&a, b, h, i, j0 + jj));
-                sv[n] = s;
-                mt = fmaxf(mt, s);
+            for (int f = 0; f < ATT_TC_BK / 16; f++) {
+                float *c0 = sc[2 * f], *c1 = sc[2 * f + 1];
+                c0[0] = c0[1] = c0[2] = c0[3] = c1[0] = c1[1] = c1[2] = c1[3] = 0.0f;
+                if (f >= nk16) continue;
+                const T *k_row = (const T *)KVh + (16 * f + nh + bi) * ldkv + kh;
+                for (int kt = 0; kt < D / 16; kt++) {
+                    uint32_t fa[4], fb[4];
+                    mma_ldsm<4>(fa, q_row + 16 * kt);
+                    mma_ldsm<4>(fb, k_row + 16 * kt);
+                    const uint32_t b0[2] = {fb[0], fb[1]}, b1[2] = {fb[2], fb[3]};
+                    mma_m16n8k16<T>(sc[2 * f], fa, b0);
+                    mma_m16n8k16<T>(sc[2 * f + 1], fa, b1);
+                }
             }
-            for (int w = 1; w < ATT_LANES; w *= 2) mt = fmaxf(mt, __shfl_xor_sync(0xffffffffu, mt, w));
-            const float mn = fmaxf(m, mt);
-            float lt = 0.0f;
+            __syncthreads(); /* K's readers are done */
+            att_load_raw(KVh, ldkv, a.v, b, hk, j0, nk, nk16 * 16, Dv);
+            float mt[2] = {-INFINITY, -INFINITY};
 #pragma unroll
-            for (int n = 0; n < ATT_TC_BK / ATT_LANES; n++) {
-                const int jj = lane + ATT_LANES * n;
-                const float p = gpucore_attn_exp(sv[n], mn); /* 0 for masked keys and empty rows */
-                lt += p;
-                const T pk = (T)(p == 0.0f ? 0.0f : p * gpucore_attn_keep(&a, b, h, i, j0 + jj));
-                Ph[r * L.ldp + jj] = att_bits(pk);
+            for (int n = 0; n < ATT_TC_BK / 8; n++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    const int r = e / 2, jj = 8 * n + 2 * t + e % 2;
+                    float sv = -INFINITY;
+                    if (row_ok[r] && jj < nk) sv = gpucore_attn_score(&a, sc[n][e], gpucore_attn_bias(&a, b, h, row[r], j0 + jj));
+                    sc[n][e] = sv;
+                    mt[r] = fmaxf(mt[r], sv);
+                }
+            float mn[2], alpha[2], lt[2] = {0.0f, 0.0f};
+#pragma unroll
+            for (int r = 0; r < 2; r++) {
+                for (int w = 1; w < 4; w *= 2) mt[r] = fmaxf(mt[r], __shfl_xor_sync(0xffffffffu, mt[r], w));
+                mn[r] = fmaxf(m[r], mt[r]);
+                alpha[r] = mn[r] == -INFINITY ? 1.0f : gpucore_attn_exp(m[r], mn[r]);
             }
-            for (int w = 1; w < ATT_LANES; w *= 2) lt += __shfl_xor_sync(0xffffffffu, lt, w);
-            __syncthreads();
-            att_tc_product<T, false>(Os, L.ldf, (const T *)Ph, L.ldp, (const T *)KVh, L.ldkv, Dv / 16,
-                                                       nk16);
-            __syncthreads();
-            if (mn != -INFINITY) {
-                const float alpha = gpucore_attn_exp(m, mn);
-                l = l * alpha + lt;
+            uint32_t pa[ATT_TC_BK / 16][4]; /* P̃ as A fragments: 16-key blocks */
 #pragma unroll
-                for (int n = 0; n < NC; n++)
-                    if (lane + ATT_LANES * n < Dv) acc[n] = fmaf(acc[n], alpha, Os[r * L.ldf + lane + ATT_LANES * n]);
-                m = mn;
+            for (int n = 0; n < ATT_TC_BK / 8; n++) {
+                uint16_t pb[4];
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    const int r = e / 2, jj = 8 * n + 2 * t + e % 2;
+                    const float p = mn[r] == -INFINITY ? 0.0f : gpucore_attn_exp(sc[n][e], mn[r]);
+                    lt[r] += p;
+                    pb[e] = att_bits((T)(p == 0.0f ? 0.0f : p * gpucore_attn_keep(&a, b, h, row[r], j0 + jj)));
+                }
+                /* accumulator block n = 2 f + hf: rows g (e 0, 1) and g + 8 (e 2, 3) -> a[2 hf], a[2 hf + 1] */
+                pa[n / 2][2 * (n % 2)] = (uint32_t)pb[0] | (uint32_t)pb[1] << 16;
+                pa[n / 2][2 * (n % 2) + 1] = (uint32_t)pb[2] | (uint32_t)pb[3] << 16;
+            }
+#pragma unroll
+            for (int r = 0; r < 2; r++) {
+                for (int w = 1; w < 4; w *= 2) lt[r] += __shfl_xor_sync(0xffffffffu, lt[r], w);
+                if (mn[r] != -INFINITY) {
+                    l[r] = l[r] * alpha[r] + lt[r];
+                    m[r] = mn[r];
+                }
+            }
+#pragma unroll
+            for (int n = 0; n < NO; n++) {
+                o[n][0] *= alpha[0], o[n][1] *= alpha[0];
+                o[n][2] *= alpha[1], o[n][3] *= alpha[1];
+            }
+            __syncthreads(); /* V is in */
+#pragma unroll
+            for (int fo = 0; fo < NO / 2; fo++) {
+                if (16 * fo >= Dv) break;
+                const T *v_row = (const T *)KVh + (kh + bi) * ldkv + 16 * fo + nh;
+#pragma unroll
+                for (int f = 0; f < ATT_TC_BK / 16; f++) {
+                    if (f >= nk16) break;
+                    uint32_t fb[4];
+                    mma_ldsm_trans<4>(fb, v_row + 16 * f * ldkv);
+                    const uint32_t b0[2] = {fb[0], fb[1]}, b1[2] = {fb[2], fb[3]};
+                    mma_m16n8k16<T>(o[2 * fo], pa[f], b0);
+                    mma_m16n8k16<T>(o[2 * fo + 1], pa[f], b1);
+                }
             }
         }
-        if (row_ok) att_store_out_row<NC>(a, b, h, i, lane, acc, m, l);
+#pragma unroll
+        for (int r = 0; r < 2; r++) {
+            if (!row_ok[r]) continue;
+            const float inv = l[r] > 0.0f ? 1.0f / l[r] : 0.0f;
+#pragma unroll
+            for (int n = 0; n < NO; n++)
+#pragma unroll
+                for (int e = 0; e < 2; e++) {
+                    const int c = 8 * n + 2 * t + e;
+                    if (c < Dv)
+                        gpucore_attn_store(&a.out, a.dtype, gpucore_attn_offset(&a.out, b, h, row[r], c), o[n][2 * r + e] * inv);
+                }
+            if (t == 0 && a.lse) a.lse[(b * a.heads + h) * a.seq_q + row[r]] = gpucore_attn_lse(m[r], l[r]);
+        }
     }
 }
 
@@ -577,7 +658,7 @@ __global__ void __launch_bounds__(ATT_THREADS, ATT_TC_MIN_BLOCKS) attention_dq_t
 {
     extern __shared__ __align__(128) float attn_smem[]; /* the tiles' offsets are multiples of 32 bytes from here */
     const int D = (int)a.head_dim, Dv = (int)a.head_dim_v, ldt = D + ATT_TC_F32_PAD;
-    const att_tc_layout L = att_tc_plan(D, Dv, 1);
+    const att_tc_layout L = att_tc_plan(D, Dv);
     char *base = (char *)attn_smem;
     float *Ss = (float *)(base + L.s), *dPs = (float *)(base + L.f), *dQs = Ss;
     float *Di = (float *)(base + L.stats), *lse = Di + ATT_ROWS;
@@ -748,14 +829,18 @@ __global__ void __launch_bounds__(ATT_THREADS, ATT_TC_MIN_BLOCKS) attention_dkv_
 /* The tensor-core forward, or the tensor-core dq and dk, dv. */
 template <int NC, typename T> static int attention_launch_tc(const gpucore_launch *l, const gpucore_attn_args *a)
 {
-    const int64_t nqt = (a->seq_q + ATT_ROWS - 1) / ATT_ROWS;
-    const att_tc_layout L = att_tc_plan(a->head_dim, a->head_dim_v, a->op != GPUCORE_ATTN_FWD);
-    unsigned grid = gpucore_grid_for(a->batch * a->heads * nqt * ATT_THREADS, ATT_THREADS, l->sm_count);
     if (a->op == GPUCORE_ATTN_FWD) {
+        const int64_t nqt = (a->seq_q + ATT_TC_QROWS - 1) / ATT_TC_QROWS;
+        int ldq, ldkv;
+        const size_t bytes = att_tc_fwd_bytes(a->head_dim, a->head_dim_v, &ldq, &ldkv);
+        unsigned grid = gpucore_grid_for(a->batch * a->heads * nqt * ATT_THREADS, ATT_THREADS, l->sm_count);
         void (*const attention_forward_tc)(gpucore_attn_args, int64_t) = attention_forward_tc_kernel<NC, T>;
-        GPUCORE_LAUNCH(attention_forward_tc, grid, ATT_THREADS, L.bytes, l->stream, *a, nqt);
+        GPUCORE_LAUNCH(attention_forward_tc, grid, ATT_THREADS, bytes, l->stream, *a, nqt);
         return GPUCORE_LAUNCH_STATUS();
     }
+    const int64_t nqt = (a->seq_q + ATT_ROWS - 1) / ATT_ROWS;
+    const att_tc_layout L = att_tc_plan(a->head_dim, a->head_dim_v);
+    unsigned grid = gpucore_grid_for(a->batch * a->heads * nqt * ATT_THREADS, ATT_THREADS, l->sm_count);
     int derr = attention_delta_launch(l, a);
     if (derr) return derr;
     if (a->dq.data) {
