@@ -20,9 +20,9 @@
  * Tensor cores: for f16/bf16 with head dims (D and Dv) multiples of 16 up to
  * 128, forward, dq and dk/dv run their products on ldmatrix + mma.sync
  * m16n8k16 (f32 accumulate, mma_sync.cuh; the *_tc_kernel functions, 64-key or
- * 64-query tiles), with the
- * softmax, masks and dropout on f32 tiles in shared memory; f32, and other
- * head dims (up to 256), use the FMA loops.
+ * 64-query tiles): the forward with 64 query rows a block (16 a warp) and its
+ * softmax in registers, dq and dk/dv with their element-wise steps on f32 tiles
+ * in shared memory; f32, and other head dims (up to 256), use the FMA loops.
  */
 #include "kernels.h"
 #include "launch.h"
@@ -371,17 +371,16 @@ __global__ void __launch_bounds__(ATT_THREADS) attention_dkv_kernel(gpucore_attn
 }
 
 /* ---------------------------------------------------- tensor cores (ldmatrix + mma.sync) */
-/* The f16/bf16 forward for head dims that are multiples of 16 up to 128: the same block, rows,
- * lanes, masks, dropout and online softmax as attention_forward_kernel, but the two products
- * run on tensor cores (att_tc_product: ldmatrix + mma.sync m16n8k16, f32 accumulate): S = Q Kᵀ for
- * a tile of ATT_TC_BK keys (warp w owns key columns 16w + 64n) and O_tile = P V (warp w owns output
- * columns 16w + 64n), each stored to shared memory as f32. The per-row softmax scaling happens on
- * the f32 tiles in shared memory, where each thread owns row r, columns lane + 8n, as in the FMA
- * kernels. P is rounded to the operand type before P V (as in every flash-attention kernel); l sums
- * the unrounded probabilities. Operands are copied to shared memory as their raw 16-bit values, rows
- * past the tile zero-filled; every tile starts a multiple of 32 bytes from the dynamic shared memory
- * base and every 16-bit row pitch is a multiple of 16 bytes (ldmatrix's aligned row addresses) and
- * an odd multiple of 4 words (the 8 rows of one 8x8 matrix fall in 8 different bank quads).
+/* f16/bf16 with head dims that are multiples of 16 up to 128: the same masks, dropout and online
+ * softmax as the FMA kernels, the products on tensor cores (ldmatrix + mma.sync m16n8k16, f32
+ * accumulate, mma_sync.cuh): the forward (attention_forward_tc_kernel) in registers, dq and dk/dv
+ * through att_tc_product into f32 tiles in shared memory, where each thread owns row r, columns
+ * lane + 8n, as in the FMA kernels. P (and dS) is rounded to the operand type before its product (as
+ * in every flash-attention kernel); l sums the unrounded probabilities. Operands are copied to shared
+ * memory as their raw 16-bit values, rows past the tile zero-filled; every tile starts a multiple of
+ * 32 bytes from the dynamic shared memory base and every 16-bit row pitch is a multiple of 16 bytes
+ * (ldmatrix's aligned row addresses) and an odd multiple of 4 words (the 8 rows of one 8x8 matrix
+ * fall in 8 different bank quads).
  * One difference from the FMA kernels, shared with other tensor-core flash kernels: a product
  * multiplies whole tiles, so a NaN/Inf in V (forward), or in K (dq), of a key that is masked for
  * some rows reaches those rows as 0·NaN; the FMA loops skip masked keys. Keys past the key length
@@ -463,7 +462,7 @@ static constexpr bool att_tc_pitch_conflict_free(int ld)
 }
 static constexpr bool att_tc_pitches_conflict_free()
 {
-    for (int d = 16; d <= 128; d += 16) /* ldf = Dv + pad, ldt = D + pad */
+    for (int d = 16; d <= 128; d += 16) /* ldt = max(D, Dv) + pad */
         if (!att_tc_pitch_conflict_free(d + ATT_TC_F32_PAD)) return false;
     return att_tc_pitch_conflict_free(ATT_TC_BK + ATT_TC_F32_PAD); /* lds */
 }
