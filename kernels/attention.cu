@@ -397,6 +397,21 @@ static inline int att_tc_ok(const gpucore_attn_args *a)
 __device__ __forceinline__ uint16_t att_bits(__half v) { return __half_as_ushort(v); }
 __device__ __forceinline__ uint16_t att_bits(__nv_bfloat16 v) { return __bfloat16_as_ushort(v); }
 
+/* Row r (0: l / 4, 1: l / 4 + 8) of a warp's accumulator blocks acc[n] (columns 8 n + 2 (l % 4) and the next),
+ * times scale, into t[b, h, i, column] for columns below ncols. */
+template <int NC>
+__device__ __forceinline__ void att_store_acc_row(const gpucore_attn_tensor *t, int dt, int64_t b, int64_t h, int64_t i,
+                                                  const float (&acc)[NC][4], int r, float scale, int ncols)
+{
+    const int c0 = 2 * (threadIdx.x % 4);
+#pragma unroll
+    for (int n = 0; n < NC; n++)
+#pragma unroll
+        for (int e = 0; e < 2; e++)
+            if (8 * n + c0 + e < ncols)
+                gpucore_attn_store(t, dt, gpucore_attn_offset(t, b, h, i, 8 * n + c0 + e), acc[n][2 * r + e] * scale);
+}
+
 /* rows [row0, row0 + n) of t at (b, h) as raw 16-bit values into s[rows][ld], zero past n. */
 __device__ __forceinline__ void att_load_raw(uint16_t *s, int ld, const gpucore_attn_tensor &t, int64_t b, int64_t h,
                                              int64_t row0, int64_t n, int rows, int cols)
@@ -468,115 +483,156 @@ static constexpr bool att_tc_pitches_conflict_free()
 }
 static_assert(att_tc_pitches_conflict_free(), "f32 tile pitches of the tensor-core kernels have bank conflicts");
 
-/* Shared memory of the tensor-core dq kernel, in bytes, and the offsets of its parts (all multiples of
- * 32 bytes). s: f32 scores [16][lds]; f: f32 dP [16][ldf = lds], and then dS K over s and f together
- * (ld D + 8 <= 2 lds); q: Q [16][ldq]; o: dout [16][ldo]; kv: the K or V tile [BK][ldkv]; p: dS [16][ldp];
- * stats: D_i and lse. */
-struct att_tc_layout {
-    int ldq, ldo, ldkv, lds, ldp, ldf;
-    size_t s, f, q, o, kv, p, stats, bytes;
-};
-static __host__ __device__ inline att_tc_layout att_tc_plan(int64_t D, int64_t Dv)
-{
-    att_tc_layout L;
-    L.ldq = (int)D + 8; /* halves: +16 bytes against bank conflicts, still a multiple of 16 bytes */
-    L.ldo = (int)Dv + 8;
-    L.ldkv = (int)(D > Dv ? D : Dv) + 8;
-    L.lds = ATT_TC_BK + ATT_TC_F32_PAD; /* floats */
-    L.ldp = ATT_TC_BK + 8;
-    L.ldf = L.lds;
-    L.s = 0;
-    L.f = L.s + sizeof(float) * ATT_ROWS * L.lds;
-    L.q = L.f + sizeof(float) * ATT_ROWS * L.ldf;
-    L.o = L.q + 2 * ATT_ROWS * L.ldq;
-    L.kv = L.o + 2 * ATT_ROWS * L.ldo;
-    L.p = L.kv + 2 * ATT_TC_BK * L.ldkv;
-    L.stats = L.p + 2 * ATT_ROWS * L.ldp;
-    L.bytes = L.stats + sizeof(float) * 2 * ATT_ROWS;
-    return L;
-}
-
-/* Four blocks per SM: what shared memory allows on sm_80 at head dim 128 (36 KiB a block), so the
+/* Four blocks per SM: what shared memory allows on sm_80 at head dim 128 (dk/dv: 40 KiB a block), so the
  * register budget (128) is no tighter than it; unbounded, ptxas aims at 6 blocks (80 registers)
  * on sm_80 for f16 and spills 52 bytes. */
 #define ATT_TC_MIN_BLOCKS 4
-/* The forward's shared memory: Q [ATT_TC_QROWS][ldq] and one K-or-V tile [ATT_TC_BK][ldkv], 16-bit. */
-#define ATT_TC_QROWS (16 * ATT_TC_WARPS) /* query rows per forward block: 16 per warp */
-static __host__ __device__ inline size_t att_tc_fwd_bytes(int64_t D, int64_t Dv, int *ldq, int *ldkv)
+
+/* The row kernels (forward and dq): a block owns ATT_TC_QROWS query rows of one (batch, head), warp w
+ * rows 16w..16w+15, and keeps its products in registers in mma.sync's documented accumulator layout
+ * (lane l: rows l / 4 and l / 4 + 8 of the warp's 16, columns 8 n + 2 (l % 4) and the next), so each
+ * K and V tile in shared memory serves 64 query rows. Shared memory: Q [ATT_TC_QROWS][ldq], dout
+ * [ATT_TC_QROWS][ldo] (dq only) and one K-or-V tile [bk][ldkv], 16-bit. */
+#define ATT_TC_QROWS (16 * ATT_TC_WARPS)
+struct att_tc_rows_layout {
+    int ldq, ldo, ldkv;
+    size_t o, kv, bytes; /* byte offsets of dout and the K/V tile (Q at 0) */
+};
+static __host__ __device__ inline att_tc_rows_layout att_tc_rows_plan(int64_t D, int64_t Dv, int dq, int bk)
 {
-    *ldq = (int)D + 8;
-    *ldkv = (int)(D > Dv ? D : Dv) + 8;
-    return 2 * (size_t)ATT_TC_QROWS * *ldq + 2 * (size_t)ATT_TC_BK * *ldkv;
+    att_tc_rows_layout L;
+    L.ldq = (int)D + 8; /* halves: +16 bytes, an odd multiple of 4 words (see above) */
+    L.ldo = (int)Dv + 8;
+    L.ldkv = (int)(D > Dv ? D : Dv) + 8;
+    L.o = 2 * (size_t)ATT_TC_QROWS * L.ldq;
+    L.kv = L.o + (dq ? 2 * (size_t)ATT_TC_QROWS * L.ldo : 0);
+    L.bytes = L.kv + 2 * (size_t)bk * L.ldkv;
+    return L;
+}
+/* dq's key tile: 64 keys up to head dim 64, 32 above (Q, dout and the tile stay under 48 KiB at 128). */
+template <int NC> __host__ __device__ constexpr int att_tc_dq_bk() { return NC <= 8 ? 64 : 32; }
+
+/* c[2f + h] = the warp's 16 rows (a_row: this lane's ldmatrix row address in a row-major A) times
+ * columns 16 f + 8 h .. + 7 of Bᵀ's rows bt (row n = column n of B), over nk16 steps of 16, for
+ * f < nf (the blocks past nf are zero). */
+template <typename T, int NF>
+__device__ __forceinline__ void att_warp_abt(float (&c)[2 * NF][4], const T *a_row, const T *bt, int ldb, int nf, int nk16)
+{
+    const int lane = threadIdx.x % 32, bi = lane % 8, kh = 8 * ((lane / 8) & 1), nh = 8 * (lane / 16);
+#pragma unroll
+    for (int f = 0; f < NF; f++) {
+#pragma unroll
+        for (int e = 0; e < 4; e++) c[2 * f][e] = c[2 * f + 1][e] = 0.0f;
+        if (f >= nf) continue;
+        const T *b_row = bt + (16 * f + nh + bi) * ldb + kh;
+        for (int kt = 0; kt < nk16; kt++) {
+            uint32_t fa[4], fb[4];
+            mma_ldsm<4>(fa, a_row + 16 * kt);
+            mma_ldsm<4>(fb, b_row + 16 * kt);
+            const uint32_t b0[2] = {fb[0], fb[1]}, b1[2] = {fb[2], fb[3]};
+            mma_m16n8k16<T>(c[2 * f], fa, b0);
+            mma_m16n8k16<T>(c[2 * f + 1], fa, b1);
+        }
+    }
 }
 
-/* The tensor-core forward: a block owns ATT_TC_QROWS query rows of one (batch, head), warp w rows
- * 16w..16w+15, and keeps its scores, probabilities and output in registers, in mma.sync's documented
- * accumulator layout (lane l: rows l / 4 and l / 4 + 8 of the warp's 16, columns 8 n + 2 (l % 4) and the
- * next), so each K and V tile in shared memory serves 64 query rows. Per key tile: S = Q Kᵀ (the warp's
- * 16 x 64 block), masks, bias and the online softmax per element (the row max and sum over the 4 lanes
- * of a row), P̃ = P keep rounded to the operand type, which is already the A fragment of P̃ V (two
- * adjacent 8-column accumulator blocks are one 16-column A block), then O = alpha O + P̃ V. NC bounds
- * Dv (8: Dv <= 64, 16: Dv <= 128). A row with nothing admitted yet (max -inf) changes nothing, as in
- * attention_forward_kernel. */
-/* Dv up to 128 (NC 16): 64 output and 32 score accumulators a thread; at four blocks per SM (128
- * registers) ptxas spills 60 bytes, at three (168) none. Each block covers 64 query rows. */
-#define ATT_TC_FWD_MIN_BLOCKS_WIDE 3
+/* o[2 fo + h] += P B for 16-column blocks fo < ncols16: P the warp's 16 x (16 nk16) A fragments pa (from
+ * att_pack_a), B's rows (row k = key) at B, transposed by ldmatrix .trans. */
+template <typename T, int NO, int NK>
+__device__ __forceinline__ void att_warp_pb(float (&o)[NO][4], const uint32_t (&pa)[NK][4], const T *B, int ldb, int ncols16,
+                                            int nk16)
+{
+    const int lane = threadIdx.x % 32, bi = lane % 8, kh = 8 * ((lane / 8) & 1), nh = 8 * (lane / 16);
+#pragma unroll
+    for (int fo = 0; fo < NO / 2; fo++) {
+        if (fo >= ncols16) break;
+        const T *b_row = B + (kh + bi) * ldb + 16 * fo + nh;
+#pragma unroll
+        for (int f = 0; f < NK; f++) {
+            if (f >= nk16) break;
+            uint32_t fb[4];
+            mma_ldsm_trans<4>(fb, b_row + 16 * f * ldb);
+            const uint32_t b0[2] = {fb[0], fb[1]}, b1[2] = {fb[2], fb[3]};
+            mma_m16n8k16<T>(o[2 * fo], pa[f], b0);
+            mma_m16n8k16<T>(o[2 * fo + 1], pa[f], b1);
+        }
+    }
+}
+
+/* Accumulator block n (values v[e] rounded to the operand type as raw bits) into the A fragments of a
+ * following product: blocks 2f and 2f + 1 are one 16-column A block f; rows g (e 0, 1) and g + 8 (e 2, 3). */
+template <int NK> __device__ __forceinline__ void att_pack_a(uint32_t (&pa)[NK][4], int n, const uint16_t (&v)[4])
+{
+    pa[n / 2][2 * (n % 2)] = (uint32_t)v[0] | (uint32_t)v[1] << 16;
+    pa[n / 2][2 * (n % 2) + 1] = (uint32_t)v[2] | (uint32_t)v[3] << 16;
+}
+
+/* This block's (batch b, head h, kv head hk) and first row i0, rows nq; the lane's two rows. */
+struct att_rows_block {
+    int64_t b, h, hk, i0, nq, row[2];
+    bool ok[2];
+};
+__device__ __forceinline__ att_rows_block att_rows_block_of(const gpucore_attn_args &a, int64_t blk, int64_t nqt)
+{
+    att_rows_block q;
+    const int64_t bh = blk / nqt;
+    q.b = bh / a.heads;
+    q.h = bh % a.heads;
+    q.hk = q.h / (a.heads / a.kv_heads);
+    q.i0 = (blk % nqt) * ATT_TC_QROWS;
+    q.nq = att_min(ATT_TC_QROWS, a.seq_q - q.i0);
+    for (int r = 0; r < 2; r++) {
+        q.row[r] = q.i0 + 16 * (threadIdx.x / 32) + (threadIdx.x % 32) / 4 + 8 * r;
+        q.ok[r] = q.row[r] < q.i0 + q.nq;
+    }
+    return q;
+}
+
+/* The forward: per key tile S = Q Kᵀ (the warp's 16 x 64 block), masks, bias and the online softmax per
+ * element (the row max and sum over the 4 lanes of a row), P̃ = P keep rounded to the operand type as the
+ * A fragments of P̃ V, then O = alpha O + P̃ V. NC bounds Dv (8: Dv <= 64, 16: Dv <= 128). A row with
+ * nothing admitted yet (max -inf) changes nothing, as in attention_forward_kernel.
+ * Dv up to 128 (NC 16): 64 output and 32 score accumulators a thread; at four blocks per SM (128
+ * registers) ptxas spills 60 bytes, at three (168) none. */
+#define ATT_TC_ROWS_MIN_BLOCKS_WIDE 3
 template <int NC, typename T>
-__global__ void __launch_bounds__(ATT_THREADS, NC <= 8 ? ATT_TC_MIN_BLOCKS : ATT_TC_FWD_MIN_BLOCKS_WIDE)
+__global__ void __launch_bounds__(ATT_THREADS, NC <= 8 ? ATT_TC_MIN_BLOCKS : ATT_TC_ROWS_MIN_BLOCKS_WIDE)
     attention_forward_tc_kernel(gpucore_attn_args a, int64_t nqt)
 {
     extern __shared__ __align__(128) float attn_smem[]; /* the tiles' offsets are multiples of 32 bytes from here */
-    enum { NO = NC }; /* 8-column output blocks: Dv <= 8 NO */
+    enum { NS = ATT_TC_BK / 16 };
     const int D = (int)a.head_dim, Dv = (int)a.head_dim_v;
-    int ldq, ldkv;
-    (void)att_tc_fwd_bytes(D, Dv, &ldq, &ldkv);
-    uint16_t *Qh = (uint16_t *)attn_smem, *KVh = Qh + ATT_TC_QROWS * ldq;
-    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
-    const int bi = lane % 8, kh = 8 * ((lane / 8) & 1), nh = 8 * (lane / 16); /* ldmatrix row addresses */
+    const att_tc_rows_layout L = att_tc_rows_plan(D, Dv, 0, ATT_TC_BK);
+    uint16_t *Qh = (uint16_t *)attn_smem, *KVh = (uint16_t *)((char *)attn_smem + L.kv);
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, t = lane % 4;
+    const T *q_row = (const T *)Qh + (16 * warp + lane % 16) * L.ldq + 8 * (lane / 16);
     const int64_t total = a.batch * a.heads * nqt;
     for (int64_t blk = blockIdx.x; blk < total; blk += gridDim.x) {
-        const int64_t bh = blk / nqt, b = bh / a.heads, h = bh % a.heads, hk = h / (a.heads / a.kv_heads);
-        const int64_t i0 = (blk % nqt) * ATT_TC_QROWS, nq = att_min(ATT_TC_QROWS, a.seq_q - i0);
-        const int64_t row[2] = {i0 + 16 * warp + g, i0 + 16 * warp + g + 8}; /* this lane's two rows */
-        const bool row_ok[2] = {row[0] < i0 + nq, row[1] < i0 + nq};
+        const att_rows_block q = att_rows_block_of(a, blk, nqt);
+        const int64_t b = q.b, h = q.h;
         __syncthreads(); /* the previous block's readers are done */
-        att_load_raw(Qh, ldq, a.q, b, h, i0, nq, ATT_TC_QROWS, D);
-        float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f}, o[NO][4];
+        att_load_raw(Qh, L.ldq, a.q, b, h, q.i0, q.nq, ATT_TC_QROWS, D);
+        float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f}, o[NC][4];
 #pragma unroll
-        for (int n = 0; n < NO; n++) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
-        const T *q_row = (const T *)Qh + (16 * warp + lane % 16) * ldq + 8 * (lane / 16);
-        const int64_t kend = gpucore_attn_key_end(&a, b, i0 + nq - 1);
+        for (int n = 0; n < NC; n++) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
+        const int64_t kend = gpucore_attn_key_end(&a, b, q.i0 + q.nq - 1);
         for (int64_t j0 = 0; j0 < kend; j0 += ATT_TC_BK) {
             const int nk = (int)att_min(ATT_TC_BK, kend - j0), nk16 = (nk + 15) / 16;
             __syncthreads();
-            att_load_raw(KVh, ldkv, a.k, b, hk, j0, nk, nk16 * 16, D);
+            att_load_raw(KVh, L.ldkv, a.k, b, q.hk, j0, nk, nk16 * 16, D);
             __syncthreads();
-            float sc[ATT_TC_BK / 8][4]; /* S: 8-key blocks */
-#pragma unroll
-            for (int f = 0; f < ATT_TC_BK / 16; f++) {
-                float *c0 = sc[2 * f], *c1 = sc[2 * f + 1];
-                c0[0] = c0[1] = c0[2] = c0[3] = c1[0] = c1[1] = c1[2] = c1[3] = 0.0f;
-                if (f >= nk16) continue;
-                const T *k_row = (const T *)KVh + (16 * f + nh + bi) * ldkv + kh;
-                for (int kt = 0; kt < D / 16; kt++) {
-                    uint32_t fa[4], fb[4];
-                    mma_ldsm<4>(fa, q_row + 16 * kt);
-                    mma_ldsm<4>(fb, k_row + 16 * kt);
-                    const uint32_t b0[2] = {fb[0], fb[1]}, b1[2] = {fb[2], fb[3]};
-                    mma_m16n8k16<T>(sc[2 * f], fa, b0);
-                    mma_m16n8k16<T>(sc[2 * f + 1], fa, b1);
-                }
-            }
+            float sc[2 * NS][4];
+            att_warp_abt<T, NS>(sc, q_row, (const T *)KVh, L.ldkv, nk16, D / 16);
             __syncthreads(); /* K's readers are done */
-            att_load_raw(KVh, ldkv, a.v, b, hk, j0, nk, nk16 * 16, Dv);
+            att_load_raw(KVh, L.ldkv, a.v, b, q.hk, j0, nk, nk16 * 16, Dv);
             float mt[2] = {-INFINITY, -INFINITY};
 #pragma unroll
-            for (int n = 0; n < ATT_TC_BK / 8; n++)
+            for (int n = 0; n < 2 * NS; n++)
 #pragma unroll
                 for (int e = 0; e < 4; e++) {
                     const int r = e / 2, jj = 8 * n + 2 * t + e % 2;
                     float sv = -INFINITY;
-                    if (row_ok[r] && jj < nk) sv = gpucore_attn_score(&a, sc[n][e], gpucore_attn_bias(&a, b, h, row[r], j0 + jj));
+                    if (q.ok[r] && jj < nk) sv = gpucore_attn_score(&a, sc[n][e], gpucore_attn_bias(&a, b, h, q.row[r], j0 + jj));
                     sc[n][e] = sv;
                     mt[r] = fmaxf(mt[r], sv);
                 }
@@ -587,20 +643,18 @@ __global__ void __launch_bounds__(ATT_THREADS, NC <= 8 ? ATT_TC_MIN_BLOCKS : ATT
                 mn[r] = fmaxf(m[r], mt[r]);
                 alpha[r] = mn[r] == -INFINITY ? 1.0f : gpucore_attn_exp(m[r], mn[r]);
             }
-            uint32_t pa[ATT_TC_BK / 16][4]; /* P̃ as A fragments: 16-key blocks */
+            uint32_t pa[NS][4];
 #pragma unroll
-            for (int n = 0; n < ATT_TC_BK / 8; n++) {
+            for (int n = 0; n < 2 * NS; n++) {
                 uint16_t pb[4];
 #pragma unroll
                 for (int e = 0; e < 4; e++) {
                     const int r = e / 2, jj = 8 * n + 2 * t + e % 2;
                     const float p = mn[r] == -INFINITY ? 0.0f : gpucore_attn_exp(sc[n][e], mn[r]);
                     lt[r] += p;
-                    pb[e] = att_bits((T)(p == 0.0f ? 0.0f : p * gpucore_attn_keep(&a, b, h, row[r], j0 + jj)));
+                    pb[e] = att_bits((T)(p == 0.0f ? 0.0f : p * gpucore_attn_keep(&a, b, h, q.row[r], j0 + jj)));
                 }
-                /* accumulator block n = 2 f + hf: rows g (e 0, 1) and g + 8 (e 2, 3) -> a[2 hf], a[2 hf + 1] */
-                pa[n / 2][2 * (n % 2)] = (uint32_t)pb[0] | (uint32_t)pb[1] << 16;
-                pa[n / 2][2 * (n % 2) + 1] = (uint32_t)pb[2] | (uint32_t)pb[3] << 16;
+                att_pack_a<NS>(pa, n, pb);
             }
 #pragma unroll
             for (int r = 0; r < 2; r++) {
@@ -611,107 +665,89 @@ __global__ void __launch_bounds__(ATT_THREADS, NC <= 8 ? ATT_TC_MIN_BLOCKS : ATT
                 }
             }
 #pragma unroll
-            for (int n = 0; n < NO; n++) {
+            for (int n = 0; n < NC; n++) {
                 o[n][0] *= alpha[0], o[n][1] *= alpha[0];
                 o[n][2] *= alpha[1], o[n][3] *= alpha[1];
             }
             __syncthreads(); /* V is in */
-#pragma unroll
-            for (int fo = 0; fo < NO / 2; fo++) {
-                if (16 * fo >= Dv) break;
-                const T *v_row = (const T *)KVh + (kh + bi) * ldkv + 16 * fo + nh;
-#pragma unroll
-                for (int f = 0; f < ATT_TC_BK / 16; f++) {
-                    if (f >= nk16) break;
-                    uint32_t fb[4];
-                    mma_ldsm_trans<4>(fb, v_row + 16 * f * ldkv);
-                    const uint32_t b0[2] = {fb[0], fb[1]}, b1[2] = {fb[2], fb[3]};
-                    mma_m16n8k16<T>(o[2 * fo], pa[f], b0);
-                    mma_m16n8k16<T>(o[2 * fo + 1], pa[f], b1);
-                }
-            }
+            att_warp_pb<T, NC, NS>(o, pa, (const T *)KVh, L.ldkv, Dv / 16, nk16);
         }
 #pragma unroll
         for (int r = 0; r < 2; r++) {
-            if (!row_ok[r]) continue;
+            if (!q.ok[r]) continue;
             const float inv = l[r] > 0.0f ? 1.0f / l[r] : 0.0f;
-#pragma unroll
-            for (int n = 0; n < NO; n++)
-#pragma unroll
-                for (int e = 0; e < 2; e++) {
-                    const int c = 8 * n + 2 * t + e;
-                    if (c < Dv)
-                        gpucore_attn_store(&a.out, a.dtype, gpucore_attn_offset(&a.out, b, h, row[r], c), o[n][2 * r + e] * inv);
-                }
-            if (t == 0 && a.lse) a.lse[(b * a.heads + h) * a.seq_q + row[r]] = gpucore_attn_lse(m[r], l[r]);
+            att_store_acc_row<NC>(&a.out, a.dtype, b, h, q.row[r], o, r, inv, Dv);
+            if (t == 0 && a.lse) a.lse[(b * a.heads + h) * a.seq_q + q.row[r]] = gpucore_attn_lse(m[r], l[r]);
         }
     }
 }
 
-/* dq on tensor cores, for the same head dims and types: per key tile dP = dout Vᵀ and then S = Q Kᵀ
- * (tensor cores, f32 tiles in shared memory; in that order, so the K tile stays for dS K and each of
- * K and V is read once per tile), dS = P (dP keep - D_i) scale per element (rounded to the
- * operand type, as P is in the forward), then dS K (tensor cores) added to the row's f32 accumulators. */
+/* dq: per key tile (att_tc_dq_bk keys) dP = dout Vᵀ and then S = Q Kᵀ (in that order, so the K tile
+ * stays for dS K: each of K and V is read once per tile), dS = P (dP keep - D_i) scale per element,
+ * rounded to the operand type (as P is in the forward) as the A fragments of dS K, added to the warp's
+ * dq accumulators. NC bounds D. Three blocks per SM at both head-dim classes: at four (128 registers)
+ * ptxas spills for NC 8 (8 bytes stored, 128 loaded: dP and S over 64 keys are 64 accumulators). */
 template <int NC, typename T>
-__global__ void __launch_bounds__(ATT_THREADS, ATT_TC_MIN_BLOCKS) attention_dq_tc_kernel(gpucore_attn_args a, int64_t nqt)
+__global__ void __launch_bounds__(ATT_THREADS, ATT_TC_ROWS_MIN_BLOCKS_WIDE) attention_dq_tc_kernel(gpucore_attn_args a, int64_t nqt)
 {
     extern __shared__ __align__(128) float attn_smem[]; /* the tiles' offsets are multiples of 32 bytes from here */
-    const int D = (int)a.head_dim, Dv = (int)a.head_dim_v, ldt = D + ATT_TC_F32_PAD;
-    const att_tc_layout L = att_tc_plan(D, Dv);
-    char *base = (char *)attn_smem;
-    float *Ss = (float *)(base + L.s), *dPs = (float *)(base + L.f), *dQs = Ss;
-    float *Di = (float *)(base + L.stats), *lse = Di + ATT_ROWS;
-    uint16_t *Qh = (uint16_t *)(base + L.q), *dOh = (uint16_t *)(base + L.o), *KVh = (uint16_t *)(base + L.kv);
-    uint16_t *dSh = (uint16_t *)(base + L.p);
-    const int r = threadIdx.x / ATT_LANES, lane = threadIdx.x % ATT_LANES;
+    enum { BK = att_tc_dq_bk<NC>(), NS = BK / 16 };
+    const int D = (int)a.head_dim, Dv = (int)a.head_dim_v;
+    const att_tc_rows_layout L = att_tc_rows_plan(D, Dv, 1, BK);
+    uint16_t *Qh = (uint16_t *)attn_smem, *dOh = (uint16_t *)((char *)attn_smem + L.o);
+    uint16_t *KVh = (uint16_t *)((char *)attn_smem + L.kv);
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, t = lane % 4;
+    const int a_off = (16 * warp + lane % 16), a_col = 8 * (lane / 16);
+    const T *q_row = (const T *)Qh + a_off * L.ldq + a_col, *do_row = (const T *)dOh + a_off * L.ldo + a_col;
     const int64_t total = a.batch * a.heads * nqt;
     for (int64_t blk = blockIdx.x; blk < total; blk += gridDim.x) {
-        const att_qblock qb = att_qblock_of(a, blk, nqt, r);
-        const bool row_ok = r < qb.nq;
-        __syncthreads();
-        att_load_raw(Qh, L.ldq, a.q, qb.b, qb.h, qb.i0, qb.nq, ATT_ROWS, D);
-        att_load_raw(dOh, L.ldo, a.dout, qb.b, qb.h, qb.i0, qb.nq, ATT_ROWS, Dv);
-        att_row_dots(a, qb.b, qb.h, qb.i0, qb.nq, ATT_ROWS, Di, lse);
-        float acc[NC];
-        att_zero<NC>(acc);
-        const int64_t kend = gpucore_attn_key_end(&a, qb.b, qb.i0 + qb.nq - 1);
-        for (int64_t j0 = 0; j0 < kend; j0 += ATT_TC_BK) {
-            const int nk = (int)att_min(ATT_TC_BK, kend - j0), nk16 = (nk + 15) / 16;
-            __syncthreads();
-            att_load_raw(KVh, L.ldkv, a.v, qb.b, qb.hk, j0, nk, nk16 * 16, Dv); /* V first: K stays for dS K */
-            __syncthreads();
-            att_tc_product<T, true>(dPs, L.ldf, (const T *)dOh, L.ldo, (const T *)KVh, L.ldkv, nk16, Dv / 16);
-            __syncthreads();
-            att_load_raw(KVh, L.ldkv, a.k, qb.b, qb.hk, j0, nk, nk16 * 16, D);
-            __syncthreads();
-            att_tc_product<T, true>(Ss, L.lds, (const T *)Qh, L.ldq, (const T *)KVh, L.ldkv, nk16, D / 16);
-            __syncthreads();
-#pragma unroll
-            for (int n = 0; n < ATT_TC_BK / ATT_LANES; n++) {
-                const int jj = lane + ATT_LANES * n;
-                float ds = 0.0f;
-                if (row_ok && jj < nk) {
-                    const float bias = gpucore_attn_bias(&a, qb.b, qb.h, qb.i, j0 + jj);
-                    const float p = bias == -INFINITY ? 0.0f
-                                                      : gpucore_attn_exp(gpucore_attn_score(&a, Ss[r * L.lds + jj], bias), lse[r]);
-                    if (p != 0.0f) ds = p * (dPs[r * L.ldf + jj] * gpucore_attn_keep(&a, qb.b, qb.h, qb.i, j0 + jj) - Di[r]);
-                }
-                dSh[r * L.ldp + jj] = att_bits((T)(ds * a.scale));
-            }
-            __syncthreads();
-            att_tc_product<T, false>(dQs, ldt, (const T *)dSh, L.ldp, (const T *)KVh, L.ldkv, D / 16,
-                                                       nk16);
-            __syncthreads();
-#pragma unroll
-            for (int n = 0; n < NC; n++)
-                if (lane + ATT_LANES * n < D) acc[n] += dQs[r * ldt + lane + ATT_LANES * n];
+        const att_rows_block q = att_rows_block_of(a, blk, nqt);
+        const int64_t b = q.b, h = q.h;
+        float Di[2], lse[2], acc[NC][4];
+        for (int r = 0; r < 2; r++) {
+            const int64_t at = (b * a.heads + h) * a.seq_q + q.row[r];
+            Di[r] = q.ok[r] ? a.delta[at] : 0.0f;
+            lse[r] = q.ok[r] ? a.lse[at] : -INFINITY;
         }
-        if (row_ok)
 #pragma unroll
-            for (int n = 0; n < NC; n++)
-                if (lane + ATT_LANES * n < D)
-                    gpucore_attn_store(&a.dq, a.dtype, gpucore_attn_offset(&a.dq, qb.b, qb.h, qb.i, lane + ATT_LANES * n),
-                                       acc[n]);
+        for (int n = 0; n < NC; n++) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.0f;
+        __syncthreads(); /* the previous block's readers are done */
+        att_load_raw(Qh, L.ldq, a.q, b, h, q.i0, q.nq, ATT_TC_QROWS, D);
+        att_load_raw(dOh, L.ldo, a.dout, b, h, q.i0, q.nq, ATT_TC_QROWS, Dv);
+        const int64_t kend = gpucore_attn_key_end(&a, b, q.i0 + q.nq - 1);
+        for (int64_t j0 = 0; j0 < kend; j0 += BK) {
+            const int nk = (int)att_min(BK, kend - j0), nk16 = (nk + 15) / 16;
+            __syncthreads();
+            att_load_raw(KVh, L.ldkv, a.v, b, q.hk, j0, nk, nk16 * 16, Dv);
+            __syncthreads();
+            float dp[2 * NS][4], sc[2 * NS][4];
+            att_warp_abt<T, NS>(dp, do_row, (const T *)KVh, L.ldkv, nk16, Dv / 16);
+            __syncthreads(); /* V's readers are done */
+            att_load_raw(KVh, L.ldkv, a.k, b, q.hk, j0, nk, nk16 * 16, D);
+            __syncthreads();
+            att_warp_abt<T, NS>(sc, q_row, (const T *)KVh, L.ldkv, nk16, D / 16);
+            uint32_t dsa[NS][4];
+#pragma unroll
+            for (int n = 0; n < 2 * NS; n++) {
+                uint16_t db[4];
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    const int r = e / 2, jj = 8 * n + 2 * t + e % 2;
+                    float ds = 0.0f;
+                    if (q.ok[r] && jj < nk) {
+                        const float bias = gpucore_attn_bias(&a, b, h, q.row[r], j0 + jj);
+                        const float p = bias == -INFINITY ? 0.0f : gpucore_attn_exp(gpucore_attn_score(&a, sc[n][e], bias), lse[r]);
+                        if (p != 0.0f) ds = p * (dp[n][e] * gpucore_attn_keep(&a, b, h, q.row[r], j0 + jj) - Di[r]);
+                    }
+                    db[e] = att_bits((T)(ds * a.scale));
+                }
+                att_pack_a<NS>(dsa, n, db);
+            }
+            att_warp_pb<T, NC, NS>(acc, dsa, (const T *)KVh, L.ldkv, D / 16, nk16);
+        }
+#pragma unroll
+        for (int r = 0; r < 2; r++)
+            if (q.ok[r]) att_store_acc_row<NC>(&a.dq, a.dtype, b, h, q.row[r], acc, r, 1.0f, D);
     }
 }
 
@@ -828,23 +864,20 @@ __global__ void __launch_bounds__(ATT_THREADS, ATT_TC_MIN_BLOCKS) attention_dkv_
 /* The tensor-core forward, or the tensor-core dq and dk, dv. */
 template <int NC, typename T> static int attention_launch_tc(const gpucore_launch *l, const gpucore_attn_args *a)
 {
+    const int64_t nqt = (a->seq_q + ATT_TC_QROWS - 1) / ATT_TC_QROWS;
+    unsigned grid = gpucore_grid_for(a->batch * a->heads * nqt * ATT_THREADS, ATT_THREADS, l->sm_count);
     if (a->op == GPUCORE_ATTN_FWD) {
-        const int64_t nqt = (a->seq_q + ATT_TC_QROWS - 1) / ATT_TC_QROWS;
-        int ldq, ldkv;
-        const size_t bytes = att_tc_fwd_bytes(a->head_dim, a->head_dim_v, &ldq, &ldkv);
-        unsigned grid = gpucore_grid_for(a->batch * a->heads * nqt * ATT_THREADS, ATT_THREADS, l->sm_count);
+        const size_t bytes = att_tc_rows_plan(a->head_dim, a->head_dim_v, 0, ATT_TC_BK).bytes;
         void (*const attention_forward_tc)(gpucore_attn_args, int64_t) = attention_forward_tc_kernel<NC, T>;
         GPUCORE_LAUNCH(attention_forward_tc, grid, ATT_THREADS, bytes, l->stream, *a, nqt);
         return GPUCORE_LAUNCH_STATUS();
     }
-    const int64_t nqt = (a->seq_q + ATT_ROWS - 1) / ATT_ROWS;
-    const att_tc_layout L = att_tc_plan(a->head_dim, a->head_dim_v);
-    unsigned grid = gpucore_grid_for(a->batch * a->heads * nqt * ATT_THREADS, ATT_THREADS, l->sm_count);
     int derr = attention_delta_launch(l, a);
     if (derr) return derr;
     if (a->dq.data) {
+        const size_t bytes = att_tc_rows_plan(a->head_dim, a->head_dim_v, 1, att_tc_dq_bk<NC>()).bytes;
         void (*const attention_dq_tc)(gpucore_attn_args, int64_t) = attention_dq_tc_kernel<NC, T>;
-        GPUCORE_LAUNCH(attention_dq_tc, grid, ATT_THREADS, L.bytes, l->stream, *a, nqt);
+        GPUCORE_LAUNCH(attention_dq_tc, grid, ATT_THREADS, bytes, l->stream, *a, nqt);
         int err = GPUCORE_LAUNCH_STATUS();
         if (err) return err;
     }
