@@ -74,19 +74,21 @@ template <int NC> __device__ __forceinline__ void att_axpy_cols(float *acc, floa
         if (lane + ATT_LANES * n < ncols) acc[n] = fmaf(coef, row[lane + ATT_LANES * n], acc[n]);
 }
 
-/* Block blk of a query-row grid: batch b, head h (kv head hk = h / G), query rows [i0, i0 + nq), this thread's row i. */
+/* Block blk of a query-row grid of `rows` rows a block: batch b, head h (kv head hk = h / G), query rows
+ * [i0, i0 + nq), this thread's row i. */
 struct att_qblock {
     int64_t b, h, hk, i0, nq, i;
 };
-__device__ __forceinline__ att_qblock att_qblock_of(const gpucore_attn_args &a, int64_t blk, int64_t nqt, int r)
+__device__ __forceinline__ att_qblock att_qblock_of(const gpucore_attn_args &a, int64_t blk, int64_t nqt, int r,
+                                                    int rows = ATT_ROWS)
 {
     att_qblock q;
     const int64_t bh = blk / nqt;
     q.b = bh / a.heads;
     q.h = bh % a.heads;
     q.hk = q.h / (a.heads / a.kv_heads);
-    q.i0 = (blk % nqt) * ATT_ROWS;
-    q.nq = att_min(ATT_ROWS, a.seq_q - q.i0);
+    q.i0 = (blk % nqt) * rows;
+    q.nq = att_min(rows, a.seq_q - q.i0);
     q.i = q.i0 + r;
     return q;
 }
@@ -559,28 +561,31 @@ __device__ __forceinline__ void att_warp_pb(float (&o)[NO][4], const uint32_t (&
     }
 }
 
-/* Accumulator block n (values v[e] rounded to the operand type as raw bits) into the A fragments of a
- * following product: blocks 2f and 2f + 1 are one 16-column A block f; rows g (e 0, 1) and g + 8 (e 2, 3). */
-template <int NK> __device__ __forceinline__ void att_pack_a(uint32_t (&pa)[NK][4], int n, const uint16_t (&v)[4])
+/* pa = the A fragments (of a following product) of the values f(n, e, r, jj), raw 16-bit, over this lane's
+ * accumulator elements: block n, element e, row r = e / 2 (0: l / 4, 1: l / 4 + 8), column jj =
+ * 8 n + 2 (l % 4) + e % 2. Accumulator blocks 2f and 2f + 1 are one 16-column A block f. */
+template <int NS, typename F> __device__ __forceinline__ void att_pack_a(uint32_t (&pa)[NS][4], F f)
 {
-    pa[n / 2][2 * (n % 2)] = (uint32_t)v[0] | (uint32_t)v[1] << 16;
-    pa[n / 2][2 * (n % 2) + 1] = (uint32_t)v[2] | (uint32_t)v[3] << 16;
+    const int t = threadIdx.x % 4;
+#pragma unroll
+    for (int n = 0; n < 2 * NS; n++) {
+        uint16_t v[4];
+#pragma unroll
+        for (int e = 0; e < 4; e++) v[e] = f(n, e, e / 2, 8 * n + 2 * t + e % 2);
+        pa[n / 2][2 * (n % 2)] = (uint32_t)v[0] | (uint32_t)v[1] << 16;
+        pa[n / 2][2 * (n % 2) + 1] = (uint32_t)v[2] | (uint32_t)v[3] << 16;
+    }
 }
 
-/* This block's (batch b, head h, kv head hk) and first row i0, rows nq; the lane's two rows. */
-struct att_rows_block {
-    int64_t b, h, hk, i0, nq, row[2];
+/* A row kernel's block (att_qblock_of with ATT_TC_QROWS rows) and the lane's two rows. */
+struct att_rows_block : att_qblock {
+    int64_t row[2];
     bool ok[2];
 };
 __device__ __forceinline__ att_rows_block att_rows_block_of(const gpucore_attn_args &a, int64_t blk, int64_t nqt)
 {
     att_rows_block q;
-    const int64_t bh = blk / nqt;
-    q.b = bh / a.heads;
-    q.h = bh % a.heads;
-    q.hk = q.h / (a.heads / a.kv_heads);
-    q.i0 = (blk % nqt) * ATT_TC_QROWS;
-    q.nq = att_min(ATT_TC_QROWS, a.seq_q - q.i0);
+    static_cast<att_qblock &>(q) = att_qblock_of(a, blk, nqt, 0, ATT_TC_QROWS);
     for (int r = 0; r < 2; r++) {
         q.row[r] = q.i0 + 16 * (threadIdx.x / 32) + (threadIdx.x % 32) / 4 + 8 * r;
         q.ok[r] = q.row[r] < q.i0 + q.nq;
@@ -644,18 +649,11 @@ __global__ void __launch_bounds__(ATT_THREADS, NC <= 8 ? ATT_TC_MIN_BLOCKS : ATT
                 alpha[r] = mn[r] == -INFINITY ? 1.0f : gpucore_attn_exp(m[r], mn[r]);
             }
             uint32_t pa[NS][4];
-#pragma unroll
-            for (int n = 0; n < 2 * NS; n++) {
-                uint16_t pb[4];
-#pragma unroll
-                for (int e = 0; e < 4; e++) {
-                    const int r = e / 2, jj = 8 * n + 2 * t + e % 2;
-                    const float p = mn[r] == -INFINITY ? 0.0f : gpucore_attn_exp(sc[n][e], mn[r]);
-                    lt[r] += p;
-                    pb[e] = att_bits((T)(p == 0.0f ? 0.0f : p * gpucore_attn_keep(&a, b, h, q.row[r], j0 + jj)));
-                }
-                att_pack_a<NS>(pa, n, pb);
-            }
+            att_pack_a<NS>(pa, [&](int n, int e, int r, int jj) {
+                const float p = mn[r] == -INFINITY ? 0.0f : gpucore_attn_exp(sc[n][e], mn[r]);
+                lt[r] += p;
+                return att_bits((T)(p == 0.0f ? 0.0f : p * gpucore_attn_keep(&a, b, h, q.row[r], j0 + jj)));
+            });
 #pragma unroll
             for (int r = 0; r < 2; r++) {
                 for (int w = 1; w < 4; w *= 2) lt[r] += __shfl_xor_sync(0xffffffffu, lt[r], w);
@@ -696,7 +694,7 @@ __global__ void __launch_bounds__(ATT_THREADS, ATT_TC_ROWS_MIN_BLOCKS_WIDE) atte
     const att_tc_rows_layout L = att_tc_rows_plan(D, Dv, 1, BK);
     uint16_t *Qh = (uint16_t *)attn_smem, *dOh = (uint16_t *)((char *)attn_smem + L.o);
     uint16_t *KVh = (uint16_t *)((char *)attn_smem + L.kv);
-    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, t = lane % 4;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int a_off = (16 * warp + lane % 16), a_col = 8 * (lane / 16);
     const T *q_row = (const T *)Qh + a_off * L.ldq + a_col, *do_row = (const T *)dOh + a_off * L.ldo + a_col;
     const int64_t total = a.batch * a.heads * nqt;
@@ -727,22 +725,15 @@ __global__ void __launch_bounds__(ATT_THREADS, ATT_TC_ROWS_MIN_BLOCKS_WIDE) atte
             __syncthreads();
             att_warp_abt<T, NS>(sc, q_row, (const T *)KVh, L.ldkv, nk16, D / 16);
             uint32_t dsa[NS][4];
-#pragma unroll
-            for (int n = 0; n < 2 * NS; n++) {
-                uint16_t db[4];
-#pragma unroll
-                for (int e = 0; e < 4; e++) {
-                    const int r = e / 2, jj = 8 * n + 2 * t + e % 2;
-                    float ds = 0.0f;
-                    if (q.ok[r] && jj < nk) {
-                        const float bias = gpucore_attn_bias(&a, b, h, q.row[r], j0 + jj);
-                        const float p = bias == -INFINITY ? 0.0f : gpucore_attn_exp(gpucore_attn_score(&a, sc[n][e], bias), lse[r]);
-                        if (p != 0.0f) ds = p * (dp[n][e] * gpucore_attn_keep(&a, b, h, q.row[r], j0 + jj) - Di[r]);
-                    }
-                    db[e] = att_bits((T)(ds * a.scale));
+            att_pack_a<NS>(dsa, [&](int n, int e, int r, int jj) {
+                float ds = 0.0f;
+                if (q.ok[r] && jj < nk) {
+                    const float bias = gpucore_attn_bias(&a, b, h, q.row[r], j0 + jj);
+                    const float p = bias == -INFINITY ? 0.0f : gpucore_attn_exp(gpucore_attn_score(&a, sc[n][e], bias), lse[r]);
+                    if (p != 0.0f) ds = p * (dp[n][e] * gpucore_attn_keep(&a, b, h, q.row[r], j0 + jj) - Di[r]);
                 }
-                att_pack_a<NS>(dsa, n, db);
-            }
+                return att_bits((T)(ds * a.scale));
+            });
             att_warp_pb<T, NC, NS>(acc, dsa, (const T *)KVh, L.ldkv, D / 16, nk16);
         }
 #pragma unroll
