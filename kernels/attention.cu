@@ -20,9 +20,9 @@
  * Tensor cores: for f16/bf16 with head dims (D and Dv) multiples of 16 up to
  * 128, forward, dq and dk/dv run their products on ldmatrix + mma.sync
  * m16n8k16 (f32 accumulate, mma_sync.cuh; the *_tc_kernel functions, 64-key or
- * 64-query tiles): the forward with 64 query rows a block (16 a warp) and its
- * softmax in registers, dq and dk/dv with their element-wise steps on f32 tiles
- * in shared memory; f32, and other head dims (up to 256), use the FMA loops.
+ * 64-query tiles): the forward and dq with 64 query rows a block (16 a warp)
+ * and their element-wise steps in registers, dk/dv with them on f32 tiles in
+ * shared memory; f32, and other head dims (up to 256), use the FMA loops.
  */
 #include "kernels.h"
 #include "launch.h"
@@ -375,7 +375,7 @@ __global__ void __launch_bounds__(ATT_THREADS) attention_dkv_kernel(gpucore_attn
 /* ---------------------------------------------------- tensor cores (ldmatrix + mma.sync) */
 /* f16/bf16 with head dims that are multiples of 16 up to 128: the same masks, dropout and online
  * softmax as the FMA kernels, the products on tensor cores (ldmatrix + mma.sync m16n8k16, f32
- * accumulate, mma_sync.cuh): the forward (attention_forward_tc_kernel) in registers, dq and dk/dv
+ * accumulate, mma_sync.cuh): the forward and dq (64 query rows a block) in registers, dk/dv
  * through att_tc_product into f32 tiles in shared memory, where each thread owns row r, columns
  * lane + 8n, as in the FMA kernels. P (and dS) is rounded to the operand type before its product (as
  * in every flash-attention kernel); l sums the unrounded probabilities. Operands are copied to shared
