@@ -18,10 +18,11 @@
  * score entries lane + 8m. Rows stored with one float of padding against bank
  * conflicts. Shared memory stays under 48 KiB (no opt-in).
  * Tensor cores: for f16/bf16 with head dims (D and Dv) multiples of 16 up to
- * 128, forward, dq and dk/dv run their products on WMMA (m16n16k16, f32
- * accumulate; the *_tc_kernel functions, 64-key or 64-query tiles), with the
- * softmax, masks and dropout on f32 tiles in shared memory; f32, and other
- * head dims (up to 256), use the FMA loops.
+ * 128, forward, dq and dk/dv run their products on ldmatrix + mma.sync
+ * m16n8k16 (f32 accumulate, mma_sync.cuh; the *_tc_kernel functions, 64-key or
+ * 64-query tiles): the forward and dq with 64 query rows a block (16 a warp)
+ * and their element-wise steps in registers, dk/dv with them on f32 tiles in
+ * shared memory; f32, and other head dims (up to 256), use the FMA loops.
  */
 #include "kernels.h"
 #include "launch.h"
@@ -29,7 +30,7 @@
 #include "attention_math.h"
 #include <cuda_fp16.h>
 #include <cuda_bf16.h>
-#include <mma.h>
+#include "mma_sync.cuh"
 #include <type_traits>
 
 #define ATT_THREADS 128
@@ -73,19 +74,21 @@ template <int NC> __device__ __forceinline__ void att_axpy_cols(float *acc, floa
         if (lane + ATT_LANES * n < ncols) acc[n] = fmaf(coef, row[lane + ATT_LANES * n], acc[n]);
 }
 
-/* Block blk of a query-row grid: batch b, head h (kv head hk = h / G), query rows [i0, i0 + nq), this thread's row i. */
+/* Block blk of a query-row grid of `rows` rows a block: batch b, head h (kv head hk = h / G), query rows
+ * [i0, i0 + nq), this thread's row i. */
 struct att_qblock {
     int64_t b, h, hk, i0, nq, i;
 };
-__device__ __forceinline__ att_qblock att_qblock_of(const gpucore_attn_args &a, int64_t blk, int64_t nqt, int r)
+__device__ __forceinline__ att_qblock att_qblock_of(const gpucore_attn_args &a, int64_t blk, int64_t nqt, int r,
+                                                    int rows = ATT_ROWS)
 {
     att_qblock q;
     const int64_t bh = blk / nqt;
     q.b = bh / a.heads;
     q.h = bh % a.heads;
     q.hk = q.h / (a.heads / a.kv_heads);
-    q.i0 = (blk % nqt) * ATT_ROWS;
-    q.nq = att_min(ATT_ROWS, a.seq_q - q.i0);
+    q.i0 = (blk % nqt) * rows;
+    q.nq = att_min(rows, a.seq_q - q.i0);
     q.i = q.i0 + r;
     return q;
 }
@@ -106,7 +109,7 @@ __device__ __forceinline__ void att_store_out_row(const gpucore_attn_args &a, in
 template <int NC>
 __global__ void __launch_bounds__(ATT_THREADS) attention_forward_kernel(gpucore_attn_args a, int BK, int64_t nqt)
 {
-    extern __shared__ __align__(128) float attn_smem[]; /* WMMA: fragment pointers 256-bit aligned */
+    extern __shared__ __align__(128) float attn_smem[]; /* the tiles' offsets are multiples of 32 bytes from here */
     const int64_t D = a.head_dim, Dv = a.head_dim_v;
     const int ldq = (int)D + 1, ldkv = (int)(D > Dv ? D : Dv) + 1, lds = BK + 1;
     float *Qs = attn_smem, *KVs = Qs + ATT_ROWS * ldq, *Ss = KVs + BK * ldkv, *Keep = Ss + ATT_ROWS * lds;
@@ -214,7 +217,7 @@ static int attention_delta_launch(const gpucore_launch *l, const gpucore_attn_ar
 template <int NC>
 __global__ void __launch_bounds__(ATT_THREADS, ATT_DQ_MIN_BLOCKS) attention_dq_kernel(gpucore_attn_args a, int BK, int64_t nqt)
 {
-    extern __shared__ __align__(128) float attn_smem[]; /* WMMA: fragment pointers 256-bit aligned */
+    extern __shared__ __align__(128) float attn_smem[]; /* the tiles' offsets are multiples of 32 bytes from here */
     const int64_t D = a.head_dim, Dv = a.head_dim_v;
     const int ldq = (int)D + 1, ldo = (int)Dv + 1, ldkv = (int)(D > Dv ? D : Dv) + 1, lds = BK + 1;
     float *Qs = attn_smem, *dOs = Qs + ATT_ROWS * ldq, *KVs = dOs + ATT_ROWS * ldo, *Ss = KVs + BK * ldkv;
@@ -305,7 +308,7 @@ __device__ __forceinline__ void att_store_dkv_row(const gpucore_attn_args &a, in
 template <int NC>
 __global__ void __launch_bounds__(ATT_THREADS) attention_dkv_kernel(gpucore_attn_args a, int BQ, int64_t nkt)
 {
-    extern __shared__ __align__(128) float attn_smem[]; /* WMMA: fragment pointers 256-bit aligned */
+    extern __shared__ __align__(128) float attn_smem[]; /* the tiles' offsets are multiples of 32 bytes from here */
     const int64_t D = a.head_dim, Dv = a.head_dim_v, G = a.heads / a.kv_heads;
     const int ldk = (int)D + 1, ldv = (int)Dv + 1, ldb = (int)(D > Dv ? D : Dv) + 1, lds = BQ + 1;
     float *Ks = attn_smem, *Vs = Ks + ATT_ROWS * ldk, *Bs = Vs + ATT_ROWS * ldv, *Ps = Bs + BQ * ldb;
@@ -369,19 +372,17 @@ __global__ void __launch_bounds__(ATT_THREADS) attention_dkv_kernel(gpucore_attn
     }
 }
 
-/* ------------------------------------------------------------------ tensor cores (WMMA) */
-/* The f16/bf16 forward for head dims that are multiples of 16 up to 128: the same block, rows,
- * lanes, masks, dropout and online softmax as attention_forward_kernel, but the two products
- * run on tensor cores through nvcuda::wmma (m16n16k16, f32 accumulate): S = Q Kᵀ for a tile of
- * ATT_TC_BK keys (warp w owns key columns 16w + 64n) and O_tile = P V (warp w owns output
- * columns 16w + 64n), each stored to shared memory as f32. Only documented fragment operations
- * are used (fill/load/mma/store), never the fragment's element layout: the per-row softmax
- * scaling happens on the f32 tiles in shared memory, where each thread owns row r, columns
- * lane + 8n, as in the FMA kernels. P is rounded to the operand type before P V (as in every
- * flash-attention kernel); l sums the unrounded probabilities. Operands are copied to shared
- * memory as their raw 16-bit values, rows past the tile zero-filled; every fragment pointer is
- * a multiple of 32 bytes from the dynamic shared memory base (which CUDA aligns far more coarsely)
- * and every ldm a multiple of 16 bytes.
+/* ---------------------------------------------------- tensor cores (ldmatrix + mma.sync) */
+/* f16/bf16 with head dims that are multiples of 16 up to 128: the same masks, dropout and online
+ * softmax as the FMA kernels, the products on tensor cores (ldmatrix + mma.sync m16n8k16, f32
+ * accumulate, mma_sync.cuh): the forward and dq (64 query rows a block) in registers, dk/dv
+ * through att_tc_product into f32 tiles in shared memory, where each thread owns row r, columns
+ * lane + 8n, as in the FMA kernels. P (and dS) is rounded to the operand type before its product (as
+ * in every flash-attention kernel); l sums the unrounded probabilities. Operands are copied to shared
+ * memory as their raw 16-bit values, rows past the tile zero-filled; every tile starts a multiple of
+ * 32 bytes from the dynamic shared memory base and every 16-bit row pitch is a multiple of 16 bytes
+ * (ldmatrix's aligned row addresses) and an odd multiple of 4 words (the 8 rows of one 8x8 matrix
+ * fall in 8 different bank quads).
  * One difference from the FMA kernels, shared with other tensor-core flash kernels: a product
  * multiplies whole tiles, so a NaN/Inf in V (forward), or in K (dq), of a key that is masked for
  * some rows reaches those rows as 0·NaN; the FMA loops skip masked keys. Keys past the key length
@@ -398,6 +399,21 @@ static inline int att_tc_ok(const gpucore_attn_args *a)
 __device__ __forceinline__ uint16_t att_bits(__half v) { return __half_as_ushort(v); }
 __device__ __forceinline__ uint16_t att_bits(__nv_bfloat16 v) { return __bfloat16_as_ushort(v); }
 
+/* Row r (0: l / 4, 1: l / 4 + 8) of a warp's accumulator blocks acc[n] (columns 8 n + 2 (l % 4) and the next),
+ * times scale, into t[b, h, i, column] for columns below ncols. */
+template <int NC>
+__device__ __forceinline__ void att_store_acc_row(const gpucore_attn_tensor *t, int dt, int64_t b, int64_t h, int64_t i,
+                                                  const float (&acc)[NC][4], int r, float scale, int ncols)
+{
+    const int c0 = 2 * (threadIdx.x % 4);
+#pragma unroll
+    for (int n = 0; n < NC; n++)
+#pragma unroll
+        for (int e = 0; e < 2; e++)
+            if (8 * n + c0 + e < ncols)
+                gpucore_attn_store(t, dt, gpucore_attn_offset(t, b, h, i, 8 * n + c0 + e), acc[n][2 * r + e] * scale);
+}
+
 /* rows [row0, row0 + n) of t at (b, h) as raw 16-bit values into s[rows][ld], zero past n. */
 __device__ __forceinline__ void att_load_raw(uint16_t *s, int ld, const gpucore_attn_tensor &t, int64_t b, int64_t h,
                                              int64_t row0, int64_t n, int rows, int cols)
@@ -409,34 +425,46 @@ __device__ __forceinline__ void att_load_raw(uint16_t *s, int ld, const gpucore_
     }
 }
 
-/* C[16][16 n] (f32, ldc) = A[16][16 kt] (row-major, lda) · B for the fragments this warp owns,
- * f = warp, warp + ATT_TC_WARPS, ... < nf; B is k-by-n: col-major (Kᵀ of a row-major K tile,
- * bcol) or row-major (a V tile); kt runs over nk16 steps of 16. */
-template <typename T, typename BL>
+/* C[16][16 nf] (f32, ldc) = A[16][16 nk16] (row-major, lda) · B for the 16-column blocks f this warp owns,
+ * f = warp, warp + ATT_TC_WARPS, ... < nf; B is k-by-n, given as Bᵀ (bcol: rows are n, as a K tile for
+ * Q Kᵀ) or as B (rows are k, as a V tile for P V). Per 16-deep step: ldmatrix .x4 loads A's four 8x8
+ * quarters (lane l passes row l % 16, column 8 (l / 16)) and B's for both 8-column halves, then two
+ * mma.sync m16n8k16 (mma_sync.cuh). Lane l's accumulators c[h] are C rows l / 4 and l / 4 + 8,
+ * columns 16 f + 8 h + 2 (l % 4) and the next. */
+template <typename T, bool BCOL>
 __device__ __forceinline__ void att_tc_product(float *C, int ldc, const T *A, int lda, const T *B, int ldb, int nf,
                                                int nk16)
 {
-    using namespace nvcuda;
-    const int warp = threadIdx.x / 32;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const T *a_row = A + (lane % 16) * lda + 8 * (lane / 16);
+    /* B's quarters: matrix q = lane / 8 covers k rows 8 (q & 1) .. + 7 and n columns 8 (q >> 1) .. + 7; lane
+     * passes the row i = lane % 8 of it: a row of Bᵀ (bcol, n = i) or of B (k = i, transposed by .trans). */
+    const int i = lane % 8, kh = 8 * ((lane / 8) & 1), nh = 8 * (lane / 16);
     for (int f = warp; f < nf; f += ATT_TC_WARPS) {
-        wmma::fragment<wmma::accumulator, 16, 16, 16, float> c;
-        wmma::fragment<wmma::matrix_a, 16, 16, 16, T, wmma::row_major> fa;
-        wmma::fragment<wmma::matrix_b, 16, 16, 16, T, BL> fb;
-        wmma::fill_fragment(c, 0.0f);
+        float c[2][4] = {};
+        const T *b_row = BCOL ? B + (f * 16 + nh + i) * ldb + kh : B + (kh + i) * ldb + f * 16 + nh;
         for (int kt = 0; kt < nk16; kt++) {
-            wmma::load_matrix_sync(fa, A + kt * 16, lda);
-            if constexpr (std::is_same<BL, wmma::col_major>::value) wmma::load_matrix_sync(fb, B + f * 16 * ldb + kt * 16, ldb);
-            else wmma::load_matrix_sync(fb, B + kt * 16 * ldb + f * 16, ldb);
-            wmma::mma_sync(c, fa, fb, c);
+            uint32_t a[4], b[4];
+            mma_ldsm<4>(a, a_row + kt * 16);
+            if constexpr (BCOL) mma_ldsm<4>(b, b_row + kt * 16);
+            else mma_ldsm_trans<4>(b, b_row + kt * 16 * ldb);
+            const uint32_t b0[2] = {b[0], b[1]}, b1[2] = {b[2], b[3]};
+            mma_m16n8k16<T>(c[0], a, b0);
+            mma_m16n8k16<T>(c[1], a, b1);
         }
-        wmma::store_matrix_sync(C + f * 16, c, ldc, wmma::mem_row_major);
+        float *out = C + (lane / 4) * ldc + f * 16 + 2 * (lane % 4);
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            *(float2 *)(out + 8 * h) = make_float2(c[h][0], c[h][1]);
+            *(float2 *)(out + 8 * ldc + 8 * h) = make_float2(c[h][2], c[h][3]);
+        }
     }
 }
 
 /* Row pitch padding of the f32 tiles, in floats. A warp reads 4 rows x 8 lanes (row r, column lane + 8n), and
- * a half-warp's accumulator fragment store writes 4 rows x 8 floats: with a pitch of 8 (mod 32) words those
+ * a half-warp's float2 accumulator stores (att_tc_product) write 4 rows x 8 floats: with a pitch of 8 (mod 32) words those
  * 32 words lie in 32 different banks; with 4 (mod 32) two rows share banks (2-way conflicts). The pitch stays
- * a multiple of 4 floats (WMMA's ldm rule for f32) and at D = Dv = 128 every kernel stays under 48 KiB. */
+ * a multiple of 4 floats and at D = Dv = 128 every kernel stays under 48 KiB. */
 #define ATT_TC_F32_PAD 8
 static constexpr bool att_tc_pitch_conflict_free(int ld)
 {
@@ -451,184 +479,273 @@ static constexpr bool att_tc_pitch_conflict_free(int ld)
 }
 static constexpr bool att_tc_pitches_conflict_free()
 {
-    for (int d = 16; d <= 128; d += 16) /* ldf = Dv + pad, ldt = D + pad */
+    for (int d = 16; d <= 128; d += 16) /* ldt = max(D, Dv) + pad */
         if (!att_tc_pitch_conflict_free(d + ATT_TC_F32_PAD)) return false;
     return att_tc_pitch_conflict_free(ATT_TC_BK + ATT_TC_F32_PAD); /* lds */
 }
 static_assert(att_tc_pitches_conflict_free(), "f32 tile pitches of the tensor-core kernels have bank conflicts");
 
-/* Shared memory of the tensor-core kernels, in bytes, and the offsets of its parts (all multiples of
- * 32 bytes). s: f32 scores [16][lds]; f: f32 [16][ldf] (forward: the tile's P V, ldf = Dv + 8; dq: dP,
- * ldf = lds, and then dS K over s and f together, ld D + 8 <= 2 lds); q: Q [16][ldq]; o: dout [16][ldo]
- * (dq only); kv: the K or V tile [BK][ldkv]; p: P or dS [16][ldp]; stats: D_i and lse (dq only). */
-struct att_tc_layout {
-    int ldq, ldo, ldkv, lds, ldp, ldf;
-    size_t s, f, q, o, kv, p, stats, bytes;
-};
-static __host__ __device__ inline att_tc_layout att_tc_plan(int64_t D, int64_t Dv, int dq)
-{
-    att_tc_layout L;
-    L.ldq = (int)D + 8; /* halves: +16 bytes against bank conflicts, still a multiple of 16 bytes */
-    L.ldo = (int)Dv + 8;
-    L.ldkv = (int)(D > Dv ? D : Dv) + 8;
-    L.lds = ATT_TC_BK + ATT_TC_F32_PAD; /* floats */
-    L.ldp = ATT_TC_BK + 8;
-    L.ldf = dq ? L.lds : (int)Dv + ATT_TC_F32_PAD;
-    L.s = 0;
-    L.f = L.s + sizeof(float) * ATT_ROWS * L.lds;
-    L.q = L.f + sizeof(float) * ATT_ROWS * L.ldf;
-    L.o = L.q + 2 * ATT_ROWS * L.ldq;
-    L.kv = L.o + (dq ? 2 * ATT_ROWS * L.ldo : 0);
-    L.p = L.kv + 2 * ATT_TC_BK * L.ldkv;
-    L.stats = L.p + 2 * ATT_ROWS * L.ldp;
-    L.bytes = L.stats + (dq ? sizeof(float) * 2 * ATT_ROWS : 0);
-    return L;
-}
-
-/* Four blocks per SM: what shared memory allows on sm_80 at head dim 128 (36 KiB a block), so the
+/* Four blocks per SM: what shared memory allows on sm_80 at head dim 128 (dk/dv: 40 KiB a block), so the
  * register budget (128) is no tighter than it; unbounded, ptxas aims at 6 blocks (80 registers)
  * on sm_80 for f16 and spills 52 bytes. */
 #define ATT_TC_MIN_BLOCKS 4
-template <int NC, typename T>
-__global__ void __launch_bounds__(ATT_THREADS, ATT_TC_MIN_BLOCKS) attention_forward_tc_kernel(gpucore_attn_args a, int64_t nqt)
+
+/* The row kernels (forward and dq): a block owns ATT_TC_QROWS query rows of one (batch, head), warp w
+ * rows 16w..16w+15, and keeps its products in registers in mma.sync's documented accumulator layout
+ * (lane l: rows l / 4 and l / 4 + 8 of the warp's 16, columns 8 n + 2 (l % 4) and the next), so each
+ * K and V tile in shared memory serves 64 query rows. Shared memory: Q [ATT_TC_QROWS][ldq], dout
+ * [ATT_TC_QROWS][ldo] (dq only) and one K-or-V tile [bk][ldkv], 16-bit. */
+#define ATT_TC_QROWS (16 * ATT_TC_WARPS)
+struct att_tc_rows_layout {
+    int ldq, ldo, ldkv;
+    size_t o, kv, bytes; /* byte offsets of dout and the K/V tile (Q at 0) */
+};
+static __host__ __device__ inline att_tc_rows_layout att_tc_rows_plan(int64_t D, int64_t Dv, int dq, int bk)
 {
-    extern __shared__ __align__(128) float attn_smem[]; /* WMMA: fragment pointers 256-bit aligned */
-    const int D = (int)a.head_dim, Dv = (int)a.head_dim_v;
-    const att_tc_layout L = att_tc_plan(D, Dv, 0);
-    char *base = (char *)attn_smem;
-    float *Ss = (float *)(base + L.s), *Os = (float *)(base + L.f);
-    uint16_t *Qh = (uint16_t *)(base + L.q), *KVh = (uint16_t *)(base + L.kv), *Ph = (uint16_t *)(base + L.p);
-    const int r = threadIdx.x / ATT_LANES, lane = threadIdx.x % ATT_LANES;
-    const int64_t total = a.batch * a.heads * nqt;
-    for (int64_t blk = blockIdx.x; blk < total; blk += gridDim.x) {
-        const att_qblock qb = att_qblock_of(a, blk, nqt, r);
-        const int64_t b = qb.b, h = qb.h, hk = qb.hk, i0 = qb.i0, nq = qb.nq, i = qb.i;
-        const bool row_ok = r < nq;
-        __syncthreads(); /* the previous tile's readers are done */
-        att_load_raw(Qh, L.ldq, a.q, b, h, i0, nq, ATT_ROWS, D);
-        float m = -INFINITY, l = 0.0f, acc[NC];
-        att_zero<NC>(acc);
-        const int64_t kend = gpucore_attn_key_end(&a, b, i0 + nq - 1);
-        for (int64_t j0 = 0; j0 < kend; j0 += ATT_TC_BK) {
-            const int nk = (int)att_min(ATT_TC_BK, kend - j0), nk16 = (nk + 15) / 16;
-            __syncthreads();
-            att_load_raw(KVh, L.ldkv, a.k, b, hk, j0, nk, nk16 * 16, D);
-            __syncthreads();
-            att_tc_product<T, nvcuda::wmma::col_major>(Ss, L.lds, (const T *)Qh, L.ldq, (const T *)KVh, L.ldkv, nk16,
-                                                       D / 16);
-            __syncthreads();
-            att_load_raw(KVh, L.ldkv, a.v, b, hk, j0, nk, nk16 * 16, Dv);
-            float sv[ATT_TC_BK / ATT_LANES], mt = -INFINITY;
+    att_tc_rows_layout L;
+    L.ldq = (int)D + 8; /* halves: +16 bytes, an odd multiple of 4 words (see above) */
+    L.ldo = (int)Dv + 8;
+    L.ldkv = (int)(D > Dv ? D : Dv) + 8;
+    L.o = 2 * (size_t)ATT_TC_QROWS * L.ldq;
+    L.kv = L.o + (dq ? 2 * (size_t)ATT_TC_QROWS * L.ldo : 0);
+    L.bytes = L.kv + 2 * (size_t)bk * L.ldkv;
+    return L;
+}
+/* dq's key tile: 64 keys up to head dim 64, 32 above (Q, dout and the tile stay under 48 KiB at 128). */
+template <int NC> __host__ __device__ constexpr int att_tc_dq_bk() { return NC <= 8 ? 64 : 32; }
+
+/* c[2f + h] = the warp's 16 rows (a_row: this lane's ldmatrix row address in a row-major A) times
+ * columns 16 f + 8 h .. + 7 of Bᵀ's rows bt (row n = column n of B), over nk16 steps of 16, for
+ * f < nf (the blocks past nf are zero). */
+template <typename T, int NF>
+__device__ __forceinline__ void att_warp_abt(float (&c)[2 * NF][4], const T *a_row, const T *bt, int ldb, int nf, int nk16)
+{
+    const int lane = threadIdx.x % 32, bi = lane % 8, kh = 8 * ((lane / 8) & 1), nh = 8 * (lane / 16);
 #pragma unroll
-            for (int n = 0; n < ATT_TC_BK / ATT_LANES; n++) {
-                const int jj = lane + ATT_LANES * n;
-                float s = -INFINITY;
-                if (row_ok && jj < nk) s = gpucore_attn_score(&a, Ss[r * L.lds + jj], gpucore_attn_bias(&a, b, h, i, j0 + jj));
-                sv[n] = s;
-                mt = fmaxf(mt, s);
-            }
-            for (int w = 1; w < ATT_LANES; w *= 2) mt = fmaxf(mt, __shfl_xor_sync(0xffffffffu, mt, w));
-            const float mn = fmaxf(m, mt);
-            float lt = 0.0f;
+    for (int f = 0; f < NF; f++) {
 #pragma unroll
-            for (int n = 0; n < ATT_TC_BK / ATT_LANES; n++) {
-                const int jj = lane + ATT_LANES * n;
-                const float p = gpucore_attn_exp(sv[n], mn); /* 0 for masked keys and empty rows */
-                lt += p;
-                const T pk = (T)(p == 0.0f ? 0.0f : p * gpucore_attn_keep(&a, b, h, i, j0 + jj));
-                Ph[r * L.ldp + jj] = att_bits(pk);
-            }
-            for (int w = 1; w < ATT_LANES; w *= 2) lt += __shfl_xor_sync(0xffffffffu, lt, w);
-            __syncthreads();
-            att_tc_product<T, nvcuda::wmma::row_major>(Os, L.ldf, (const T *)Ph, L.ldp, (const T *)KVh, L.ldkv, Dv / 16,
-                                                       nk16);
-            __syncthreads();
-            if (mn != -INFINITY) {
-                const float alpha = gpucore_attn_exp(m, mn);
-                l = l * alpha + lt;
-#pragma unroll
-                for (int n = 0; n < NC; n++)
-                    if (lane + ATT_LANES * n < Dv) acc[n] = fmaf(acc[n], alpha, Os[r * L.ldf + lane + ATT_LANES * n]);
-                m = mn;
-            }
+        for (int e = 0; e < 4; e++) c[2 * f][e] = c[2 * f + 1][e] = 0.0f;
+        if (f >= nf) continue;
+        const T *b_row = bt + (16 * f + nh + bi) * ldb + kh;
+        for (int kt = 0; kt < nk16; kt++) {
+            uint32_t fa[4], fb[4];
+            mma_ldsm<4>(fa, a_row + 16 * kt);
+            mma_ldsm<4>(fb, b_row + 16 * kt);
+            const uint32_t b0[2] = {fb[0], fb[1]}, b1[2] = {fb[2], fb[3]};
+            mma_m16n8k16<T>(c[2 * f], fa, b0);
+            mma_m16n8k16<T>(c[2 * f + 1], fa, b1);
         }
-        if (row_ok) att_store_out_row<NC>(a, b, h, i, lane, acc, m, l);
     }
 }
 
-/* dq on tensor cores, for the same head dims and types: per key tile S = Q Kᵀ and dP = dout Vᵀ
- * (WMMA, f32 tiles in shared memory), dS = P (dP keep - D_i) scale per element (rounded to the
- * operand type, as P is in the forward), then dS K (WMMA) added to the row's f32 accumulators. */
-template <int NC, typename T>
-__global__ void __launch_bounds__(ATT_THREADS, ATT_TC_MIN_BLOCKS) attention_dq_tc_kernel(gpucore_attn_args a, int64_t nqt)
+/* o[2 fo + h] += P B for 16-column blocks fo < ncols16: P the warp's 16 x (16 nk16) A fragments pa (from
+ * att_pack_a), B's rows (row k = key) at B, transposed by ldmatrix .trans. */
+template <typename T, int NO, int NK>
+__device__ __forceinline__ void att_warp_pb(float (&o)[NO][4], const uint32_t (&pa)[NK][4], const T *B, int ldb, int ncols16,
+                                            int nk16)
 {
-    extern __shared__ __align__(128) float attn_smem[]; /* WMMA: fragment pointers 256-bit aligned */
-    const int D = (int)a.head_dim, Dv = (int)a.head_dim_v, ldt = D + ATT_TC_F32_PAD;
-    const att_tc_layout L = att_tc_plan(D, Dv, 1);
-    char *base = (char *)attn_smem;
-    float *Ss = (float *)(base + L.s), *dPs = (float *)(base + L.f), *dQs = Ss;
-    float *Di = (float *)(base + L.stats), *lse = Di + ATT_ROWS;
-    uint16_t *Qh = (uint16_t *)(base + L.q), *dOh = (uint16_t *)(base + L.o), *KVh = (uint16_t *)(base + L.kv);
-    uint16_t *dSh = (uint16_t *)(base + L.p);
-    const int r = threadIdx.x / ATT_LANES, lane = threadIdx.x % ATT_LANES;
+    const int lane = threadIdx.x % 32, bi = lane % 8, kh = 8 * ((lane / 8) & 1), nh = 8 * (lane / 16);
+#pragma unroll
+    for (int fo = 0; fo < NO / 2; fo++) {
+        if (fo >= ncols16) break;
+        const T *b_row = B + (kh + bi) * ldb + 16 * fo + nh;
+#pragma unroll
+        for (int f = 0; f < NK; f++) {
+            if (f >= nk16) break;
+            uint32_t fb[4];
+            mma_ldsm_trans<4>(fb, b_row + 16 * f * ldb);
+            const uint32_t b0[2] = {fb[0], fb[1]}, b1[2] = {fb[2], fb[3]};
+            mma_m16n8k16<T>(o[2 * fo], pa[f], b0);
+            mma_m16n8k16<T>(o[2 * fo + 1], pa[f], b1);
+        }
+    }
+}
+
+/* pa = the A fragments (of a following product) of the values f(n, e, r, jj), raw 16-bit, over this lane's
+ * accumulator elements: block n, element e, row r = e / 2 (0: l / 4, 1: l / 4 + 8), column jj =
+ * 8 n + 2 (l % 4) + e % 2. Accumulator blocks 2f and 2f + 1 are one 16-column A block f. */
+template <int NS, typename F> __device__ __forceinline__ void att_pack_a(uint32_t (&pa)[NS][4], F f)
+{
+    const int t = threadIdx.x % 4;
+#pragma unroll
+    for (int n = 0; n < 2 * NS; n++) {
+        uint16_t v[4];
+#pragma unroll
+        for (int e = 0; e < 4; e++) v[e] = f(n, e, e / 2, 8 * n + 2 * t + e % 2);
+        pa[n / 2][2 * (n % 2)] = (uint32_t)v[0] | (uint32_t)v[1] << 16;
+        pa[n / 2][2 * (n % 2) + 1] = (uint32_t)v[2] | (uint32_t)v[3] << 16;
+    }
+}
+
+/* A row kernel's block (att_qblock_of with ATT_TC_QROWS rows) and the lane's two rows. */
+struct att_rows_block : att_qblock {
+    int64_t row[2];
+    bool ok[2];
+};
+__device__ __forceinline__ att_rows_block att_rows_block_of(const gpucore_attn_args &a, int64_t blk, int64_t nqt)
+{
+    att_rows_block q;
+    static_cast<att_qblock &>(q) = att_qblock_of(a, blk, nqt, 0, ATT_TC_QROWS);
+    for (int r = 0; r < 2; r++) {
+        q.row[r] = q.i0 + 16 * (threadIdx.x / 32) + (threadIdx.x % 32) / 4 + 8 * r;
+        q.ok[r] = q.row[r] < q.i0 + q.nq;
+    }
+    return q;
+}
+
+/* The forward: per key tile S = Q Kᵀ (the warp's 16 x 64 block), masks, bias and the online softmax per
+ * element (the row max and sum over the 4 lanes of a row), P̃ = P keep rounded to the operand type as the
+ * A fragments of P̃ V, then O = alpha O + P̃ V. NC bounds Dv (8: Dv <= 64, 16: Dv <= 128). A row with
+ * nothing admitted yet (max -inf) changes nothing, as in attention_forward_kernel.
+ * Dv up to 128 (NC 16): 64 output and 32 score accumulators a thread; at four blocks per SM (128
+ * registers) ptxas spills 60 bytes, at three (168) none. */
+#define ATT_TC_ROWS_MIN_BLOCKS_WIDE 3
+template <int NC, typename T>
+__global__ void __launch_bounds__(ATT_THREADS, NC <= 8 ? ATT_TC_MIN_BLOCKS : ATT_TC_ROWS_MIN_BLOCKS_WIDE)
+    attention_forward_tc_kernel(gpucore_attn_args a, int64_t nqt)
+{
+    extern __shared__ __align__(128) float attn_smem[]; /* the tiles' offsets are multiples of 32 bytes from here */
+    enum { NS = ATT_TC_BK / 16 };
+    const int D = (int)a.head_dim, Dv = (int)a.head_dim_v;
+    const att_tc_rows_layout L = att_tc_rows_plan(D, Dv, 0, ATT_TC_BK);
+    uint16_t *Qh = (uint16_t *)attn_smem, *KVh = (uint16_t *)((char *)attn_smem + L.kv);
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, t = lane % 4;
+    const T *q_row = (const T *)Qh + (16 * warp + lane % 16) * L.ldq + 8 * (lane / 16);
     const int64_t total = a.batch * a.heads * nqt;
     for (int64_t blk = blockIdx.x; blk < total; blk += gridDim.x) {
-        const att_qblock qb = att_qblock_of(a, blk, nqt, r);
-        const bool row_ok = r < qb.nq;
-        __syncthreads();
-        att_load_raw(Qh, L.ldq, a.q, qb.b, qb.h, qb.i0, qb.nq, ATT_ROWS, D);
-        att_load_raw(dOh, L.ldo, a.dout, qb.b, qb.h, qb.i0, qb.nq, ATT_ROWS, Dv);
-        att_row_dots(a, qb.b, qb.h, qb.i0, qb.nq, ATT_ROWS, Di, lse);
-        float acc[NC];
-        att_zero<NC>(acc);
-        const int64_t kend = gpucore_attn_key_end(&a, qb.b, qb.i0 + qb.nq - 1);
+        const att_rows_block q = att_rows_block_of(a, blk, nqt);
+        const int64_t b = q.b, h = q.h;
+        __syncthreads(); /* the previous block's readers are done */
+        att_load_raw(Qh, L.ldq, a.q, b, h, q.i0, q.nq, ATT_TC_QROWS, D);
+        float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f}, o[NC][4];
+#pragma unroll
+        for (int n = 0; n < NC; n++) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
+        const int64_t kend = gpucore_attn_key_end(&a, b, q.i0 + q.nq - 1);
         for (int64_t j0 = 0; j0 < kend; j0 += ATT_TC_BK) {
             const int nk = (int)att_min(ATT_TC_BK, kend - j0), nk16 = (nk + 15) / 16;
             __syncthreads();
-            att_load_raw(KVh, L.ldkv, a.k, qb.b, qb.hk, j0, nk, nk16 * 16, D);
+            att_load_raw(KVh, L.ldkv, a.k, b, q.hk, j0, nk, nk16 * 16, D);
             __syncthreads();
-            att_tc_product<T, nvcuda::wmma::col_major>(Ss, L.lds, (const T *)Qh, L.ldq, (const T *)KVh, L.ldkv, nk16,
-                                                       D / 16);
-            __syncthreads();
-            att_load_raw(KVh, L.ldkv, a.v, qb.b, qb.hk, j0, nk, nk16 * 16, Dv);
-            __syncthreads();
-            att_tc_product<T, nvcuda::wmma::col_major>(dPs, L.ldf, (const T *)dOh, L.ldo, (const T *)KVh, L.ldkv, nk16,
-                                                       Dv / 16);
-            __syncthreads();
-            att_load_raw(KVh, L.ldkv, a.k, qb.b, qb.hk, j0, nk, nk16 * 16, D); /* V's readers are done */
+            float sc[2 * NS][4];
+            att_warp_abt<T, NS>(sc, q_row, (const T *)KVh, L.ldkv, nk16, D / 16);
+            __syncthreads(); /* K's readers are done */
+            att_load_raw(KVh, L.ldkv, a.v, b, q.hk, j0, nk, nk16 * 16, Dv);
+            float mt[2] = {-INFINITY, -INFINITY};
 #pragma unroll
-            for (int n = 0; n < ATT_TC_BK / ATT_LANES; n++) {
-                const int jj = lane + ATT_LANES * n;
-                float ds = 0.0f;
-                if (row_ok && jj < nk) {
-                    const float bias = gpucore_attn_bias(&a, qb.b, qb.h, qb.i, j0 + jj);
-                    const float p = bias == -INFINITY ? 0.0f
-                                                      : gpucore_attn_exp(gpucore_attn_score(&a, Ss[r * L.lds + jj], bias), lse[r]);
-                    if (p != 0.0f) ds = p * (dPs[r * L.ldf + jj] * gpucore_attn_keep(&a, qb.b, qb.h, qb.i, j0 + jj) - Di[r]);
+            for (int n = 0; n < 2 * NS; n++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    const int r = e / 2, jj = 8 * n + 2 * t + e % 2;
+                    float sv = -INFINITY;
+                    if (q.ok[r] && jj < nk) sv = gpucore_attn_score(&a, sc[n][e], gpucore_attn_bias(&a, b, h, q.row[r], j0 + jj));
+                    sc[n][e] = sv;
+                    mt[r] = fmaxf(mt[r], sv);
                 }
-                dSh[r * L.ldp + jj] = att_bits((T)(ds * a.scale));
+            float mn[2], alpha[2], lt[2] = {0.0f, 0.0f};
+#pragma unroll
+            for (int r = 0; r < 2; r++) {
+                for (int w = 1; w < 4; w *= 2) mt[r] = fmaxf(mt[r], __shfl_xor_sync(0xffffffffu, mt[r], w));
+                mn[r] = fmaxf(m[r], mt[r]);
+                alpha[r] = mn[r] == -INFINITY ? 1.0f : gpucore_attn_exp(m[r], mn[r]);
             }
-            __syncthreads();
-            att_tc_product<T, nvcuda::wmma::row_major>(dQs, ldt, (const T *)dSh, L.ldp, (const T *)KVh, L.ldkv, D / 16,
-                                                       nk16);
-            __syncthreads();
+            uint32_t pa[NS][4];
+            att_pack_a<NS>(pa, [&](int n, int e, int r, int jj) {
+                const float p = mn[r] == -INFINITY ? 0.0f : gpucore_attn_exp(sc[n][e], mn[r]);
+                lt[r] += p;
+                return att_bits((T)(p == 0.0f ? 0.0f : p * gpucore_attn_keep(&a, b, h, q.row[r], j0 + jj)));
+            });
 #pragma unroll
-            for (int n = 0; n < NC; n++)
-                if (lane + ATT_LANES * n < D) acc[n] += dQs[r * ldt + lane + ATT_LANES * n];
+            for (int r = 0; r < 2; r++) {
+                for (int w = 1; w < 4; w *= 2) lt[r] += __shfl_xor_sync(0xffffffffu, lt[r], w);
+                if (mn[r] != -INFINITY) {
+                    l[r] = l[r] * alpha[r] + lt[r];
+                    m[r] = mn[r];
+                }
+            }
+#pragma unroll
+            for (int n = 0; n < NC; n++) {
+                o[n][0] *= alpha[0], o[n][1] *= alpha[0];
+                o[n][2] *= alpha[1], o[n][3] *= alpha[1];
+            }
+            __syncthreads(); /* V is in */
+            att_warp_pb<T, NC, NS>(o, pa, (const T *)KVh, L.ldkv, Dv / 16, nk16);
         }
-        if (row_ok)
 #pragma unroll
-            for (int n = 0; n < NC; n++)
-                if (lane + ATT_LANES * n < D)
-                    gpucore_attn_store(&a.dq, a.dtype, gpucore_attn_offset(&a.dq, qb.b, qb.h, qb.i, lane + ATT_LANES * n),
-                                       acc[n]);
+        for (int r = 0; r < 2; r++) {
+            if (!q.ok[r]) continue;
+            const float inv = l[r] > 0.0f ? 1.0f / l[r] : 0.0f;
+            att_store_acc_row<NC>(&a.out, a.dtype, b, h, q.row[r], o, r, inv, Dv);
+            if (t == 0 && a.lse) a.lse[(b * a.heads + h) * a.seq_q + q.row[r]] = gpucore_attn_lse(m[r], l[r]);
+        }
+    }
+}
+
+/* dq: per key tile (att_tc_dq_bk keys) dP = dout Vᵀ and then S = Q Kᵀ (in that order, so the K tile
+ * stays for dS K: each of K and V is read once per tile), dS = P (dP keep - D_i) scale per element,
+ * rounded to the operand type (as P is in the forward) as the A fragments of dS K, added to the warp's
+ * dq accumulators. NC bounds D. Three blocks per SM at both head-dim classes: at four (128 registers)
+ * ptxas spills for NC 8 (8 bytes stored, 128 loaded: dP and S over 64 keys are 64 accumulators). */
+template <int NC, typename T>
+__global__ void __launch_bounds__(ATT_THREADS, ATT_TC_ROWS_MIN_BLOCKS_WIDE) attention_dq_tc_kernel(gpucore_attn_args a, int64_t nqt)
+{
+    extern __shared__ __align__(128) float attn_smem[]; /* the tiles' offsets are multiples of 32 bytes from here */
+    enum { BK = att_tc_dq_bk<NC>(), NS = BK / 16 };
+    const int D = (int)a.head_dim, Dv = (int)a.head_dim_v;
+    const att_tc_rows_layout L = att_tc_rows_plan(D, Dv, 1, BK);
+    uint16_t *Qh = (uint16_t *)attn_smem, *dOh = (uint16_t *)((char *)attn_smem + L.o);
+    uint16_t *KVh = (uint16_t *)((char *)attn_smem + L.kv);
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int a_off = (16 * warp + lane % 16), a_col = 8 * (lane / 16);
+    const T *q_row = (const T *)Qh + a_off * L.ldq + a_col, *do_row = (const T *)dOh + a_off * L.ldo + a_col;
+    const int64_t total = a.batch * a.heads * nqt;
+    for (int64_t blk = blockIdx.x; blk < total; blk += gridDim.x) {
+        const att_rows_block q = att_rows_block_of(a, blk, nqt);
+        const int64_t b = q.b, h = q.h;
+        float Di[2], lse[2], acc[NC][4];
+        for (int r = 0; r < 2; r++) {
+            const int64_t at = (b * a.heads + h) * a.seq_q + q.row[r];
+            Di[r] = q.ok[r] ? a.delta[at] : 0.0f;
+            lse[r] = q.ok[r] ? a.lse[at] : -INFINITY;
+        }
+#pragma unroll
+        for (int n = 0; n < NC; n++) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.0f;
+        __syncthreads(); /* the previous block's readers are done */
+        att_load_raw(Qh, L.ldq, a.q, b, h, q.i0, q.nq, ATT_TC_QROWS, D);
+        att_load_raw(dOh, L.ldo, a.dout, b, h, q.i0, q.nq, ATT_TC_QROWS, Dv);
+        const int64_t kend = gpucore_attn_key_end(&a, b, q.i0 + q.nq - 1);
+        for (int64_t j0 = 0; j0 < kend; j0 += BK) {
+            const int nk = (int)att_min(BK, kend - j0), nk16 = (nk + 15) / 16;
+            __syncthreads();
+            att_load_raw(KVh, L.ldkv, a.v, b, q.hk, j0, nk, nk16 * 16, Dv);
+            __syncthreads();
+            float dp[2 * NS][4], sc[2 * NS][4];
+            att_warp_abt<T, NS>(dp, do_row, (const T *)KVh, L.ldkv, nk16, Dv / 16);
+            __syncthreads(); /* V's readers are done */
+            att_load_raw(KVh, L.ldkv, a.k, b, q.hk, j0, nk, nk16 * 16, D);
+            __syncthreads();
+            att_warp_abt<T, NS>(sc, q_row, (const T *)KVh, L.ldkv, nk16, D / 16);
+            uint32_t dsa[NS][4];
+            att_pack_a<NS>(dsa, [&](int n, int e, int r, int jj) {
+                float ds = 0.0f;
+                if (q.ok[r] && jj < nk) {
+                    const float bias = gpucore_attn_bias(&a, b, h, q.row[r], j0 + jj);
+                    const float p = bias == -INFINITY ? 0.0f : gpucore_attn_exp(gpucore_attn_score(&a, sc[n][e], bias), lse[r]);
+                    if (p != 0.0f) ds = p * (dp[n][e] * gpucore_attn_keep(&a, b, h, q.row[r], j0 + jj) - Di[r]);
+                }
+                return att_bits((T)(ds * a.scale));
+            });
+            att_warp_pb<T, NC, NS>(acc, dsa, (const T *)KVh, L.ldkv, D / 16, nk16);
+        }
+#pragma unroll
+        for (int r = 0; r < 2; r++)
+            if (q.ok[r]) att_store_acc_row<NC>(&a.dq, a.dtype, b, h, q.row[r], acc, r, 1.0f, D);
     }
 }
 
 /* dk and dv on tensor cores: a block owns 16 keys of one kv head (as attention_dkv_kernel) and walks the
- * group's query heads and 64-row query tiles: Sᵀ = K Qᵀ and dPᵀ = V doutᵀ (WMMA), P̃ᵀ = Pᵀ keep and
+ * group's query heads and 64-row query tiles: Sᵀ = K Qᵀ and dPᵀ = V doutᵀ (tensor cores), P̃ᵀ = Pᵀ keep and
  * dSᵀ = Pᵀ (dPᵀ keep - D_i) scale per element (rounded to the operand type), then dv += P̃ᵀ dout and
- * dk += dSᵀ Q (WMMA) into the row's f32 accumulators. The Q/dout tile shares one buffer (Q, dout, Q
+ * dk += dSᵀ Q (tensor cores) into the row's f32 accumulators. The Q/dout tile shares one buffer (Q, dout, Q
  * again), the products' f32 tile lies over Sᵀ and dPᵀ. Shared memory (bytes), offsets multiples of 32. */
 struct att_tc_dkv_layout {
     int ldk, ldv, ldb, lds, ldp, ldt;
@@ -666,7 +783,7 @@ __device__ __forceinline__ void att_add_tile_row(float *acc, const float *T, int
 template <int NC, typename T>
 __global__ void __launch_bounds__(ATT_THREADS, ATT_TC_MIN_BLOCKS) attention_dkv_tc_kernel(gpucore_attn_args a, int64_t nkt)
 {
-    extern __shared__ __align__(128) float attn_smem[]; /* WMMA: fragment pointers 256-bit aligned */
+    extern __shared__ __align__(128) float attn_smem[]; /* the tiles' offsets are multiples of 32 bytes from here */
     const int D = (int)a.head_dim, Dv = (int)a.head_dim_v;
     const int64_t G = a.heads / a.kv_heads;
     const att_tc_dkv_layout L = att_tc_dkv_plan(D, Dv);
@@ -694,12 +811,12 @@ __global__ void __launch_bounds__(ATT_THREADS, ATT_TC_MIN_BLOCKS) attention_dkv_
                 att_load_raw(Bh, L.ldb, a.q, b, h, i0, nq, nq16 * 16, D);
                 att_row_dots(a, b, h, i0, nq, ATT_TC_BK, Di, lse);
                 __syncthreads();
-                att_tc_product<T, nvcuda::wmma::col_major>(St, L.lds, (const T *)Kh, L.ldk, (const T *)Bh, L.ldb, nq16,
+                att_tc_product<T, true>(St, L.lds, (const T *)Kh, L.ldk, (const T *)Bh, L.ldb, nq16,
                                                            D / 16);
                 __syncthreads();
                 att_load_raw(Bh, L.ldb, a.dout, b, h, i0, nq, nq16 * 16, Dv);
                 __syncthreads();
-                att_tc_product<T, nvcuda::wmma::col_major>(dPt, L.lds, (const T *)Vh, L.ldv, (const T *)Bh, L.ldb, nq16,
+                att_tc_product<T, true>(dPt, L.lds, (const T *)Vh, L.ldv, (const T *)Bh, L.ldb, nq16,
                                                            Dv / 16);
                 __syncthreads();
 #pragma unroll 1 /* rolled: unrolled, bf16 at head dim 128 needs more than the 128 registers four blocks allow */
@@ -720,13 +837,13 @@ __global__ void __launch_bounds__(ATT_THREADS, ATT_TC_MIN_BLOCKS) attention_dkv_
                     dSt[r * L.ldp + ii] = att_bits((T)(ds * a.scale));
                 }
                 __syncthreads();
-                att_tc_product<T, nvcuda::wmma::row_major>(Prod, L.ldt, (const T *)Pt, L.ldp, (const T *)Bh, L.ldb, Dv / 16,
+                att_tc_product<T, false>(Prod, L.ldt, (const T *)Pt, L.ldp, (const T *)Bh, L.ldb, Dv / 16,
                                                            nq16); /* P̃ᵀ dout */
                 __syncthreads();
                 att_add_tile_row<NC>(dv, Prod, L.ldt, r, lane, Dv);
                 att_load_raw(Bh, L.ldb, a.q, b, h, i0, nq, nq16 * 16, D); /* dout's readers are done */
                 __syncthreads();
-                att_tc_product<T, nvcuda::wmma::row_major>(Prod, L.ldt, (const T *)dSt, L.ldp, (const T *)Bh, L.ldb, D / 16,
+                att_tc_product<T, false>(Prod, L.ldt, (const T *)dSt, L.ldp, (const T *)Bh, L.ldb, D / 16,
                                                            nq16); /* dSᵀ Q */
                 __syncthreads();
                 att_add_tile_row<NC>(dk, Prod, L.ldt, r, lane, D);
@@ -738,19 +855,20 @@ __global__ void __launch_bounds__(ATT_THREADS, ATT_TC_MIN_BLOCKS) attention_dkv_
 /* The tensor-core forward, or the tensor-core dq and dk, dv. */
 template <int NC, typename T> static int attention_launch_tc(const gpucore_launch *l, const gpucore_attn_args *a)
 {
-    const int64_t nqt = (a->seq_q + ATT_ROWS - 1) / ATT_ROWS;
-    const att_tc_layout L = att_tc_plan(a->head_dim, a->head_dim_v, a->op != GPUCORE_ATTN_FWD);
+    const int64_t nqt = (a->seq_q + ATT_TC_QROWS - 1) / ATT_TC_QROWS;
     unsigned grid = gpucore_grid_for(a->batch * a->heads * nqt * ATT_THREADS, ATT_THREADS, l->sm_count);
     if (a->op == GPUCORE_ATTN_FWD) {
+        const size_t bytes = att_tc_rows_plan(a->head_dim, a->head_dim_v, 0, ATT_TC_BK).bytes;
         void (*const attention_forward_tc)(gpucore_attn_args, int64_t) = attention_forward_tc_kernel<NC, T>;
-        GPUCORE_LAUNCH(attention_forward_tc, grid, ATT_THREADS, L.bytes, l->stream, *a, nqt);
+        GPUCORE_LAUNCH(attention_forward_tc, grid, ATT_THREADS, bytes, l->stream, *a, nqt);
         return GPUCORE_LAUNCH_STATUS();
     }
     int derr = attention_delta_launch(l, a);
     if (derr) return derr;
     if (a->dq.data) {
+        const size_t bytes = att_tc_rows_plan(a->head_dim, a->head_dim_v, 1, att_tc_dq_bk<NC>()).bytes;
         void (*const attention_dq_tc)(gpucore_attn_args, int64_t) = attention_dq_tc_kernel<NC, T>;
-        GPUCORE_LAUNCH(attention_dq_tc, grid, ATT_THREADS, L.bytes, l->stream, *a, nqt);
+        GPUCORE_LAUNCH(attention_dq_tc, grid, ATT_THREADS, bytes, l->stream, *a, nqt);
         int err = GPUCORE_LAUNCH_STATUS();
         if (err) return err;
     }

@@ -322,7 +322,7 @@ static const att_case cases[] = {
     {"hd256",        1, 1, 1,  19, 23, 256, 256, 0, 0, 0, 0.0, 0},
     {"hd200",        1, 2, 2,  21, 18, 200, 136, 1, 0, 0, 0.1, 1},
     /* f16/bf16 with head dims that are multiples of 16 up to 128 take the CUDA kernel's
-     * tensor-core (WMMA) forward: tails of a 16-row query block and a 64-key tile, causal, GQA,
+     * tensor-core (ldmatrix + mma.sync) path: tails of a 16- or 64-row query block and a 64-key tile, causal, GQA,
      * masks, lengths, dropout and non-contiguous operands */
     {"tc-hd64",      2, 4, 2,  81, 83, 64,  64, 1, 0, 0, 0.0, 1},
     {"tc-hd128",     3, 2, 1,  37, 71, 128, 128, 0, 1, 1, 0.1, 2},
