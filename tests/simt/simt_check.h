@@ -1,6 +1,6 @@
 /*
  * simt_check.h — what the SIMT layer's own test programs (test_simt.cpp,
- * test_simt_wmma.cpp) share: a counting CHECK, RUN (launch on the NULL stream,
+ * test_simt_mma.cpp) share: a counting CHECK, RUN (launch on the NULL stream,
  * which runs the grid now, and return simt_last_error()), and expect_error
  * (a launch must fail with an execution error whose message names the cause).
  */

@@ -18,7 +18,7 @@
  * The documented rules are execution errors: all 32 lanes of the warp together
  * (.sync.aligned: a partial or diverged warp fails), ldmatrix row addresses in
  * shared memory (the block's dynamic region or a static __shared__ array) and
- * 16-byte aligned. As simt_wmma.h does, the lanes publish their operands in
+ * 16-byte aligned. The lanes publish their operands in
  * per-warp slots between two warp barriers; each lane then forms its own results.
  * The products of f16 or bf16 values are exact in f32; each d element is a float
  * sum over k of them (in k order) plus c.
