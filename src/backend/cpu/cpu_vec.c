@@ -395,21 +395,22 @@ AVX2 static inline __m256 cpu_v8_rsqrt(__m256 a) { return 1.0f / _mm256_sqrt_ps(
         }                                                                                                            \
     } while (0)
 
-/* The activations with a vector body: X(activation code suffix, vector forward, vector derivative). */
-#define CPU_V8_ACTS(X)                                                                                               \
-    X(GELU_ERF, cpu_v8_gelu_erf, cpu_v8_gelu_erf_grad)                                                               \
-    X(GELU_TANH, cpu_v8_gelu_tanh, cpu_v8_gelu_tanh_grad)                                                            \
-    X(SILU, cpu_v8_silu, cpu_v8_silu_grad)                                                                           \
-    X(SIGMOID, cpu_v8_sigmoid, cpu_v8_sigmoid_grad)                                                                  \
-    X(TANH, cpu_v8_tanh_act, cpu_v8_tanh_grad)
-/* The unary ops (libm calls in op_tables.h) with a vector body: X(op code suffix, vector function). */
-#define CPU_V8_UNARY(X) X(EXP, cpu_v8_exp) X(LOG, cpu_v8_log) X(SQRT, cpu_v8_sqrt) X(RSQRT, cpu_v8_rsqrt)
+/* The activations with a vector body: X(activation code suffix, forward, derivative), the names
+ * after the width's prefix (cpu_v8_, cpu_v16_). */
+#define CPU_VEC_ACTS(X)                                                                                              \
+    X(GELU_ERF, gelu_erf, gelu_erf_grad)                                                                             \
+    X(GELU_TANH, gelu_tanh, gelu_tanh_grad)                                                                          \
+    X(SILU, silu, silu_grad)                                                                                         \
+    X(SIGMOID, sigmoid, sigmoid_grad)                                                                                \
+    X(TANH, tanh_act, tanh_grad)
+/* The unary ops (libm calls in op_tables.h) with a vector body: X(op code suffix, function). */
+#define CPU_VEC_UNARY(X) X(EXP, exp) X(LOG, log) X(SQRT, sqrt) X(RSQRT, rsqrt)
 
 AVX2 static int act_avx2(int act, float *y, const float *x, int64_t n)
 {
     switch (act) {
-#define CPU_V8_CASE_(N, fwd, grad) case GPUCORE_ACT_CODE_##N: CPU_V8_MAP(fwd, y, x, n); return 1;
-    CPU_V8_ACTS(CPU_V8_CASE_)
+#define CPU_V8_CASE_(N, fwd, grad) case GPUCORE_ACT_CODE_##N: CPU_V8_MAP(cpu_v8_##fwd, y, x, n); return 1;
+    CPU_VEC_ACTS(CPU_V8_CASE_)
 #undef CPU_V8_CASE_
     default: return 0;
     }
@@ -418,8 +419,8 @@ AVX2 static int act_avx2(int act, float *y, const float *x, int64_t n)
 AVX2 static int act_grad_avx2(int act, float *r, const float *dy, const float *x, int64_t n)
 {
     switch (act) {
-#define CPU_V8_CASE_(N, fwd, grad) case GPUCORE_ACT_CODE_##N: CPU_V8_MAP_GRAD(grad, r, dy, x, n); return 1;
-    CPU_V8_ACTS(CPU_V8_CASE_)
+#define CPU_V8_CASE_(N, fwd, grad) case GPUCORE_ACT_CODE_##N: CPU_V8_MAP_GRAD(cpu_v8_##grad, r, dy, x, n); return 1;
+    CPU_VEC_ACTS(CPU_V8_CASE_)
 #undef CPU_V8_CASE_
     default: return 0;
     }
@@ -428,9 +429,83 @@ AVX2 static int act_grad_avx2(int act, float *r, const float *dy, const float *x
 AVX2 static int unary_avx2(int op, float *y, const float *x, int64_t n)
 {
     switch (op) {
-#define CPU_V8_CASE_(N, fn) case GPUCORE_EW_##N: CPU_V8_MAP(fn, y, x, n); return 1;
-    CPU_V8_UNARY(CPU_V8_CASE_)
+#define CPU_V8_CASE_(N, fn) case GPUCORE_EW_##N: CPU_V8_MAP(cpu_v8_##fn, y, x, n); return 1;
+    CPU_VEC_UNARY(CPU_V8_CASE_)
 #undef CPU_V8_CASE_
+    default: return 0;
+    }
+}
+
+/* The same formulas on 16 lanes where the CPU has AVX-512 (cpu_vec_have_avx512): SLEEF's avx512f
+ * exp and log (the same algorithm as its avx2 ones: the same bits lane for lane); erf and tanh
+ * are the 8-lane functions above on each half (libmvec's 16-lane ones round differently from its
+ * 8-lane ones, and were no faster here), so every body gives the AVX2 body's bits. A CPU that
+ * executes 512-bit vectors as two 256-bit halves still issues half the instructions per element. */
+AVX512 __m512 Sleef_expf16_u10avx512f(__m512);
+AVX512 __m512 Sleef_logf16_u10avx512f(__m512);
+#define cpu_v16m_exp Sleef_expf16_u10avx512f
+AVX512 static inline __m512 cpu_v16_halves(__m256 (*f)(__m256), __m512 a)
+{
+    const __m256 lo = f(_mm512_castps512_ps256(a));
+    const __m256 hi = f(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(a), 1)));
+    return _mm512_castpd_ps(_mm512_insertf64x4(_mm512_castps_pd(_mm512_castps256_ps512(lo)), _mm256_castps_pd(hi), 1));
+}
+AVX512 static inline __m512 cpu_v16m_erf(__m512 a) { return cpu_v16_halves(cpu_v8m_erf, a); }
+AVX512 static inline __m512 cpu_v16m_tanh(__m512 a) { return cpu_v16_halves(cpu_v8m_tanh, a); }
+GPUCORE_ACT_FORMULAS(AVX512 static inline, __m512, cpu_v16_, cpu_v16m_)
+AVX512 static inline __m512 cpu_v16_exp(__m512 a) { return cpu_v16m_exp(a); }
+AVX512 static inline __m512 cpu_v16_log(__m512 a) { return Sleef_logf16_u10avx512f(a); }
+AVX512 static inline __m512 cpu_v16_sqrt(__m512 a) { return _mm512_sqrt_ps(a); }
+AVX512 static inline __m512 cpu_v16_rsqrt(__m512 a) { return 1.0f / _mm512_sqrt_ps(a); }
+
+/* CPU_V8_MAP and CPU_V8_MAP_GRAD on 16 lanes: a masked load and store take the tail (the
+ * lanes past n compute on zeros and are not stored), so no element depends on its position. */
+#define CPU_V16_MAP(F, y, x, n)                                                                                      \
+    do {                                                                                                             \
+        int64_t i_ = 0;                                                                                              \
+        for (; i_ + 16 <= (n); i_ += 16) _mm512_storeu_ps((y) + i_, F(_mm512_loadu_ps((x) + i_)));                   \
+        if (i_ < (n)) {                                                                                              \
+            const __mmask16 m_ = (__mmask16)((1u << ((n) - i_)) - 1);                                                \
+            _mm512_mask_storeu_ps((y) + i_, m_, F(_mm512_maskz_loadu_ps(m_, (x) + i_)));                             \
+        }                                                                                                            \
+    } while (0)
+#define CPU_V16_MAP_GRAD(G, r, dy, x, n)                                                                             \
+    do {                                                                                                             \
+        int64_t i_ = 0;                                                                                              \
+        for (; i_ + 16 <= (n); i_ += 16)                                                                             \
+            _mm512_storeu_ps((r) + i_, _mm512_loadu_ps((dy) + i_) * G(_mm512_loadu_ps((x) + i_)));                   \
+        if (i_ < (n)) {                                                                                              \
+            const __mmask16 m_ = (__mmask16)((1u << ((n) - i_)) - 1);                                                \
+            _mm512_mask_storeu_ps((r) + i_, m_, _mm512_maskz_loadu_ps(m_, (dy) + i_) * G(_mm512_maskz_loadu_ps(m_, (x) + i_))); \
+        }                                                                                                            \
+    } while (0)
+
+AVX512 static int act_avx512(int act, float *y, const float *x, int64_t n)
+{
+    switch (act) {
+#define CPU_V16_CASE_(N, fwd, grad) case GPUCORE_ACT_CODE_##N: CPU_V16_MAP(cpu_v16_##fwd, y, x, n); return 1;
+    CPU_VEC_ACTS(CPU_V16_CASE_)
+#undef CPU_V16_CASE_
+    default: return 0;
+    }
+}
+
+AVX512 static int act_grad_avx512(int act, float *r, const float *dy, const float *x, int64_t n)
+{
+    switch (act) {
+#define CPU_V16_CASE_(N, fwd, grad) case GPUCORE_ACT_CODE_##N: CPU_V16_MAP_GRAD(cpu_v16_##grad, r, dy, x, n); return 1;
+    CPU_VEC_ACTS(CPU_V16_CASE_)
+#undef CPU_V16_CASE_
+    default: return 0;
+    }
+}
+
+AVX512 static int unary_avx512(int op, float *y, const float *x, int64_t n)
+{
+    switch (op) {
+#define CPU_V16_CASE_(N, fn) case GPUCORE_EW_##N: CPU_V16_MAP(cpu_v16_##fn, y, x, n); return 1;
+    CPU_VEC_UNARY(CPU_V16_CASE_)
+#undef CPU_V16_CASE_
     default: return 0;
     }
 }
@@ -846,6 +921,7 @@ void cpu_vec_gelu_tanh(float *y, const float *x, int64_t n)
 int cpu_vec_act(int act, float *y, const float *x, int64_t n)
 {
 #if CPU_VEC_X86 && CPU_VEC_MATH
+    if (cpu_vec_have_avx512()) return act_avx512(act, y, x, n);
     if (cpu_vec_have_avx2()) return act_avx2(act, y, x, n);
 #endif
     (void)act, (void)y, (void)x, (void)n;
@@ -855,6 +931,7 @@ int cpu_vec_act(int act, float *y, const float *x, int64_t n)
 int cpu_vec_act_grad(int act, float *r, const float *dy, const float *x, int64_t n)
 {
 #if CPU_VEC_X86 && CPU_VEC_MATH
+    if (cpu_vec_have_avx512()) return act_grad_avx512(act, r, dy, x, n);
     if (cpu_vec_have_avx2()) return act_grad_avx2(act, r, dy, x, n);
 #endif
     (void)act, (void)r, (void)dy, (void)x, (void)n;
@@ -864,6 +941,7 @@ int cpu_vec_act_grad(int act, float *r, const float *dy, const float *x, int64_t
 int cpu_vec_unary(int op, float *y, const float *x, int64_t n)
 {
 #if CPU_VEC_X86 && CPU_VEC_MATH
+    if (cpu_vec_have_avx512()) return unary_avx512(op, y, x, n);
     if (cpu_vec_have_avx2()) return unary_avx2(op, y, x, n);
 #endif
     (void)op, (void)y, (void)x, (void)n;
