@@ -51,6 +51,11 @@ __attribute__((target("avx2,fma"))) __m256 Sleef_logf8_u10avx2(__m256);
 
 #define AVX2 __attribute__((target("avx2,fma,f16c")))
 #define AVX512 __attribute__((target("avx512f,avx512bw,avx2,fma,f16c")))
+#if CPU_VEC_X86 && GPUCORE_HAVE_SLEEF
+/* SLEEF's avx512f entry points (sleef.h declares them only under __AVX512F__). */
+AVX512 __m512 Sleef_expf16_u10avx512f(__m512);
+AVX512 __m512 Sleef_logf16_u10avx512f(__m512);
+#endif
 
 #if CPU_VEC_X86
 /* Whether environment variable name is set to anything but "" or "0". */
@@ -263,6 +268,30 @@ AVX2 static double sqdev_avx2(const float *x, int64_t n, double c)
 /* max (is_max) or min with NaN tracked apart (vmaxps drops a NaN in its first operand); four
  * independent running extremes over 32 elements at a time, so the compares overlap (a max or min
  * of the same values in any grouping: the same result but for the sign of an equal zero). */
+/* The upper 8 lanes of v. */
+AVX512 static inline __m256 hi256(__m512 v) { return _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)); }
+
+/* extreme_avx2 from element i on, with the running extremes m and NaN flags so far. */
+AVX2 static float extreme_from_avx2(const float *x, int64_t i, int64_t n, int is_max, __m256 *m, __m256 nan)
+{
+    for (; i + 8 <= n; i += 8) {
+        __m256 v = _mm256_loadu_ps(x + i);
+        nan = _mm256_or_ps(nan, _mm256_cmp_ps(v, v, _CMP_UNORD_Q));
+        m[0] = is_max ? _mm256_max_ps(m[0], v) : _mm256_min_ps(m[0], v);
+    }
+    if (_mm256_movemask_ps(nan)) return NAN;
+    for (int k = 1; k < 4; k++) m[0] = is_max ? _mm256_max_ps(m[0], m[k]) : _mm256_min_ps(m[0], m[k]);
+    float l[8];
+    _mm256_storeu_ps(l, m[0]);
+    float r = l[0];
+    for (int k = 1; k < 8; k++) r = is_max ? (l[k] > r ? l[k] : r) : (l[k] < r ? l[k] : r);
+    for (; i < n; i++) {
+        if (x[i] != x[i]) return NAN;
+        r = is_max ? (x[i] > r ? x[i] : r) : (x[i] < r ? x[i] : r);
+    }
+    return r;
+}
+
 AVX2 static float extreme_avx2(const float *x, int64_t n, int is_max)
 {
     CPU_PREFETCH_ON(n, float);
@@ -279,22 +308,27 @@ AVX2 static float extreme_avx2(const float *x, int64_t n, int is_max)
         nan = _mm256_or_ps(nan, _mm256_cmp_ps(v[0], v[1], _CMP_UNORD_Q));
         nan2 = _mm256_or_ps(nan2, _mm256_cmp_ps(v[2], v[3], _CMP_UNORD_Q));
     }
-    for (; i + 8 <= n; i += 8) {
-        __m256 v = _mm256_loadu_ps(x + i);
-        nan = _mm256_or_ps(nan, _mm256_cmp_ps(v, v, _CMP_UNORD_Q));
-        m[0] = is_max ? _mm256_max_ps(m[0], v) : _mm256_min_ps(m[0], v);
+    return extreme_from_avx2(x, i, n, is_max, m, _mm256_or_ps(nan, nan2));
+}
+
+/* extreme_avx2's 32-element steps on two 16-lane vectors (its m[0..1] and m[2..3]): the same
+ * running extremes, then its tail. */
+AVX512 static float extreme_avx512(const float *x, int64_t n, int is_max)
+{
+    CPU_PREFETCH_ON(n, float);
+    const __m512 init = _mm512_set1_ps(is_max ? -INFINITY : INFINITY);
+    __m512 m0 = init, m1 = init;
+    __mmask16 nan = 0;
+    int64_t i = 0;
+    for (; i + 32 <= n; i += 32) {
+        CPU_PREFETCH_SPAN(x + i, 128);
+        const __m512 v0 = _mm512_loadu_ps(x + i), v1 = _mm512_loadu_ps(x + i + 16);
+        m0 = is_max ? _mm512_max_ps(m0, v0) : _mm512_min_ps(m0, v0);
+        m1 = is_max ? _mm512_max_ps(m1, v1) : _mm512_min_ps(m1, v1);
+        nan |= _mm512_cmp_ps_mask(v0, v1, _CMP_UNORD_Q);
     }
-    if (_mm256_movemask_ps(_mm256_or_ps(nan, nan2))) return NAN;
-    for (int k = 1; k < 4; k++) m[0] = is_max ? _mm256_max_ps(m[0], m[k]) : _mm256_min_ps(m[0], m[k]);
-    float l[8];
-    _mm256_storeu_ps(l, m[0]);
-    float r = l[0];
-    for (int k = 1; k < 8; k++) r = is_max ? (l[k] > r ? l[k] : r) : (l[k] < r ? l[k] : r);
-    for (; i < n; i++) {
-        if (x[i] != x[i]) return NAN;
-        r = is_max ? (x[i] > r ? x[i] : r) : (x[i] < r ? x[i] : r);
-    }
-    return r;
+    __m256 m[4] = {_mm512_castps512_ps256(m0), hi256(m0), _mm512_castps512_ps256(m1), hi256(m1)};
+    return extreme_from_avx2(x, i, n, is_max, m, nan ? _mm256_castsi256_ps(_mm256_set1_epi32(-1)) : _mm256_setzero_ps());
 }
 
 #define CPU_EXP_TILE 256 /* floats: a multiple of 16 */
@@ -343,6 +377,118 @@ AVX2 static void normalize_avx2(float *y, const float *x, int64_t n, float mean,
         _mm256_storeu_ps(y + i, v);
     }
     normalize_from(y, x, i, n, mean, rstd, gamma, beta);
+}
+
+/* ---- AVX-512 bodies of the row primitives: the AVX2 bodies' operations lane for lane ----
+ * The 16 f64 lanes as two 8-lane accumulators (z[0]: lanes 0-7, z[1]: lanes 8-15, the AVX2 body's
+ * a[0..1] and a[2..3]), 16 elements at a time as there, the tails handed to the AVX2 code: the same
+ * additions in the same order, so the same bits. */
+AVX512 static inline void acc16(__m512d *z, __m512 v)
+{
+    z[0] = _mm512_add_pd(z[0], _mm512_cvtps_pd(_mm512_castps512_ps256(v)));
+    z[1] = _mm512_add_pd(z[1], _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1))));
+}
+
+/* z as the AVX2 body's lanes16. */
+AVX512 static inline lanes16 lanes_from16(const __m512d *z)
+{
+    lanes16 l = {{_mm512_castpd512_pd256(z[0]), _mm512_extractf64x4_pd(z[0], 1), _mm512_castpd512_pd256(z[1]),
+                  _mm512_extractf64x4_pd(z[1], 1)}};
+    return l;
+}
+
+AVX512 static double sum_avx512(const float *x, int64_t n)
+{
+    CPU_PREFETCH_ON(n, float);
+    __m512d z[2] = {_mm512_setzero_pd(), _mm512_setzero_pd()};
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        CPU_PREFETCH_SPAN(x + i, 64);
+        acc16(z, _mm512_loadu_ps(x + i));
+    }
+    return sum_from_avx2(lanes_from16(z), x, i, n);
+}
+
+/* Σ x·y (products in f64, as acc8_prod), or Σ (x - c)² (dev: as acc8_dev). */
+AVX512 static inline void acc16_prod(__m512d *z, __m512 u, __m512 v)
+{
+    z[0] = _mm512_add_pd(z[0], _mm512_mul_pd(_mm512_cvtps_pd(_mm512_castps512_ps256(u)), _mm512_cvtps_pd(_mm512_castps512_ps256(v))));
+    z[1] = _mm512_add_pd(z[1], _mm512_mul_pd(_mm512_cvtps_pd(hi256(u)), _mm512_cvtps_pd(hi256(v))));
+}
+
+AVX512 static double dot_avx512(const float *x, const float *y, int64_t n)
+{
+    CPU_PREFETCH_ON(n, float);
+    __m512d z[2] = {_mm512_setzero_pd(), _mm512_setzero_pd()};
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        CPU_PREFETCH_SPAN(x + i, 64);
+        CPU_PREFETCH_SPAN(y + i, 64);
+        acc16_prod(z, _mm512_loadu_ps(x + i), _mm512_loadu_ps(y + i));
+    }
+    double s = fold_avx(lanes_from16(z));
+    for (; i < n; i++) s += (double)x[i] * y[i];
+    return s;
+}
+
+AVX512 static double sqdev_avx512(const float *x, int64_t n, double c)
+{
+    __m512d z[2] = {_mm512_setzero_pd(), _mm512_setzero_pd()};
+    const __m512d vc = _mm512_set1_pd(c);
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        const __m512 v = _mm512_loadu_ps(x + i);
+        const __m512d d0 = _mm512_sub_pd(_mm512_cvtps_pd(_mm512_castps512_ps256(v)), vc);
+        const __m512d d1 = _mm512_sub_pd(_mm512_cvtps_pd(hi256(v)), vc);
+        z[0] = _mm512_add_pd(z[0], _mm512_mul_pd(d0, d0));
+        z[1] = _mm512_add_pd(z[1], _mm512_mul_pd(d1, d1));
+    }
+    double s = fold_avx(lanes_from16(z));
+    for (; i < n; i++) { double d = x[i] - c; s += d * d; }
+    return s;
+}
+
+#if GPUCORE_HAVE_SLEEF
+/* exp_sum_avx2 with SLEEF's 16-lane exp (its bits) and the sums of acc16. */
+AVX512 static double exp_sum_avx512(const float *x, int64_t n, float shift, float *y)
+{
+    __m512d z[2] = {_mm512_setzero_pd(), _mm512_setzero_pd()};
+    int64_t i = 0;
+    const __m512 vs = _mm512_set1_ps(shift);
+    float tile[CPU_EXP_TILE];
+    while (i + 16 <= n) {
+        const int64_t t = n - i >= CPU_EXP_TILE ? CPU_EXP_TILE : (n - i) / 16 * 16;
+        float *e = y ? y + i : tile;
+        for (int64_t j = 0; j < t; j += 16)
+            _mm512_storeu_ps(e + j, Sleef_expf16_u10avx512f(_mm512_sub_ps(_mm512_loadu_ps(x + i + j), vs)));
+        for (int64_t j = 0; j < t; j += 16) acc16(z, _mm512_loadu_ps(e + j));
+        i += t;
+    }
+    return exp_sum_from(x, i, n, shift, y, fold_avx(lanes_from16(z)));
+}
+#endif
+
+AVX512 static void axpb_avx512(float *y, const float *x, int64_t n, float a, float b)
+{
+    const __m512 va = _mm512_set1_ps(a), vb = _mm512_set1_ps(b);
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16)
+        _mm512_storeu_ps(y + i, _mm512_add_ps(_mm512_mul_ps(_mm512_loadu_ps(x + i), va), vb));
+    axpb_avx2(y + i, x + i, n - i, a, b);
+}
+
+AVX512 static void normalize_avx512(float *y, const float *x, int64_t n, float mean, float rstd, const float *gamma,
+                                    const float *beta)
+{
+    const __m512 vm = _mm512_set1_ps(mean), vr = _mm512_set1_ps(rstd);
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        __m512 v = _mm512_mul_ps(_mm512_sub_ps(_mm512_loadu_ps(x + i), vm), vr);
+        if (gamma) v = _mm512_mul_ps(v, _mm512_loadu_ps(gamma + i));
+        if (beta) v = _mm512_add_ps(v, _mm512_loadu_ps(beta + i));
+        _mm512_storeu_ps(y + i, v);
+    }
+    normalize_avx2(y + i, x + i, n - i, mean, rstd, gamma ? gamma + i : NULL, beta ? beta + i : NULL);
 }
 
 /* activation_math.h's formulas instantiated on 8 lanes with SLEEF's 1-ulp vector exp, erf and
@@ -441,13 +587,11 @@ AVX2 static int unary_avx2(int op, float *y, const float *x, int64_t n)
  * are the 8-lane functions above on each half (libmvec's 16-lane ones round differently from its
  * 8-lane ones, and were no faster here), so every body gives the AVX2 body's bits. A CPU that
  * executes 512-bit vectors as two 256-bit halves still issues half the instructions per element. */
-AVX512 __m512 Sleef_expf16_u10avx512f(__m512);
-AVX512 __m512 Sleef_logf16_u10avx512f(__m512);
 #define cpu_v16m_exp Sleef_expf16_u10avx512f
 AVX512 static inline __m512 cpu_v16_halves(__m256 (*f)(__m256), __m512 a)
 {
     const __m256 lo = f(_mm512_castps512_ps256(a));
-    const __m256 hi = f(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(a), 1)));
+    const __m256 hi = f(hi256(a));
     return _mm512_castpd_ps(_mm512_insertf64x4(_mm512_castps_pd(_mm512_castps256_ps512(lo)), _mm256_castps_pd(hi), 1));
 }
 AVX512 static inline __m512 cpu_v16m_erf(__m512 a) { return cpu_v16_halves(cpu_v8m_erf, a); }
@@ -741,6 +885,31 @@ AVX512 static void store_bf16_avx512(uint16_t *dst, const float *src, int64_t n)
 CPU_BF16_BINARY(CPU_BF16_BINARY_BODY)
 #undef CPU_BF16_BINARY_BODY
 
+/* f32 o = a op b between dense tensors, 16 (AVX2) or 32 (AVX-512) per step: one IEEE operation per
+ * element, so the bits of the scalar formula at any width. The library is built for baseline x86-64,
+ * where the compiler's own loop takes 4 lanes. */
+#define CPU_F32_BINARY_BODY(N, name, vop8, vop16)                                                                  \
+    AVX2 static void f32_##name##_avx2(float *o, const float *a, const float *b, int64_t n)                        \
+    {                                                                                                              \
+        int64_t i = 0;                                                                                             \
+        for (; i + 16 <= n; i += 16) {                                                                             \
+            _mm256_storeu_ps(o + i, vop8(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i)));                         \
+            _mm256_storeu_ps(o + i + 8, vop8(_mm256_loadu_ps(a + i + 8), _mm256_loadu_ps(b + i + 8)));             \
+        }                                                                                                          \
+        for (; i < n; i++) o[i] = gpucore_ew_##name(a[i], b[i]);                                                   \
+    }                                                                                                              \
+    AVX512 static void f32_##name##_avx512(float *o, const float *a, const float *b, int64_t n)                    \
+    {                                                                                                              \
+        int64_t i = 0;                                                                                             \
+        for (; i + 32 <= n; i += 32) {                                                                             \
+            _mm512_storeu_ps(o + i, vop16(_mm512_loadu_ps(a + i), _mm512_loadu_ps(b + i)));                        \
+            _mm512_storeu_ps(o + i + 16, vop16(_mm512_loadu_ps(a + i + 16), _mm512_loadu_ps(b + i + 16)));         \
+        }                                                                                                          \
+        f32_##name##_avx2(o + i, a + i, b + i, n - i);                                                             \
+    }
+CPU_BF16_BINARY(CPU_F32_BINARY_BODY)
+#undef CPU_F32_BINARY_BODY
+
 /* acc += x (f32, elementwise: the same bits at any width). */
 AVX2 static void add_into_avx2(float *acc, const float *x, int64_t n)
 {
@@ -796,11 +965,29 @@ cpu_vec_bf16_binary_fn cpu_vec_bf16_binary(int op)
 #endif
 }
 
+cpu_vec_f32_binary_fn cpu_vec_f32_binary(int op)
+{
+#if CPU_VEC_X86
+    if (!cpu_vec_have_avx2()) return NULL;
+    const int wide = cpu_vec_have_avx512();
+    switch (op) {
+#define CPU_F32_BINARY_CASE(N, name, vop8, vop16) case GPUCORE_EW_##N: return wide ? f32_##name##_avx512 : f32_##name##_avx2;
+    CPU_BF16_BINARY(CPU_F32_BINARY_CASE)
+#undef CPU_F32_BINARY_CASE
+    default: return NULL;
+    }
+#else
+    (void)op;
+    return NULL;
+#endif
+}
+
 /* ---- the entry points ---- */
 
 float cpu_vec_max(const float *x, int64_t n)
 {
 #if CPU_VEC_X86
+    if (cpu_vec_have_avx512()) return extreme_avx512(x, n, 1);
     if (cpu_vec_have_avx2()) return extreme_avx2(x, n, 1);
 #endif
     float r = -INFINITY;
@@ -814,6 +1001,7 @@ float cpu_vec_max(const float *x, int64_t n)
 float cpu_vec_min(const float *x, int64_t n)
 {
 #if CPU_VEC_X86
+    if (cpu_vec_have_avx512()) return extreme_avx512(x, n, 0);
     if (cpu_vec_have_avx2()) return extreme_avx2(x, n, 0);
 #endif
     float r = INFINITY;
@@ -827,6 +1015,7 @@ float cpu_vec_min(const float *x, int64_t n)
 double cpu_vec_sum(const float *x, int64_t n)
 {
 #if CPU_VEC_X86
+    if (cpu_vec_have_avx512()) return sum_avx512(x, n);
     if (cpu_vec_have_avx2()) return sum_avx2(x, n);
 #endif
     return lanes_generic(x, NULL, n, 0, t_sum);
@@ -866,6 +1055,7 @@ double cpu_vec_sum_blocked(const float *x, int64_t n)
 double cpu_vec_sumsq(const float *x, int64_t n)
 {
 #if CPU_VEC_X86
+    if (cpu_vec_have_avx512()) return dot_avx512(x, x, n);
     if (cpu_vec_have_avx2()) return dot_avx2(x, x, n);
 #endif
     return lanes_generic(x, NULL, n, 0, t_sq);
@@ -874,6 +1064,7 @@ double cpu_vec_sumsq(const float *x, int64_t n)
 double cpu_vec_sum_sqdev(const float *x, int64_t n, double center)
 {
 #if CPU_VEC_X86
+    if (cpu_vec_have_avx512()) return sqdev_avx512(x, n, center);
     if (cpu_vec_have_avx2()) return sqdev_avx2(x, n, center);
 #endif
     return lanes_generic(x, NULL, n, center, t_dev);
@@ -882,6 +1073,7 @@ double cpu_vec_sum_sqdev(const float *x, int64_t n, double center)
 double cpu_vec_dot(const float *x, const float *y, int64_t n)
 {
 #if CPU_VEC_X86
+    if (cpu_vec_have_avx512()) return dot_avx512(x, y, n);
     if (cpu_vec_have_avx2()) return dot_avx2(x, y, n);
 #endif
     return lanes_generic(x, y, n, 0, t_dot);
@@ -890,6 +1082,9 @@ double cpu_vec_dot(const float *x, const float *y, int64_t n)
 double cpu_vec_exp_sum(const float *x, int64_t n, float shift, float *y)
 {
 #if CPU_VEC_X86
+#if GPUCORE_HAVE_SLEEF
+    if (cpu_vec_have_avx512()) return exp_sum_avx512(x, n, shift, y);
+#endif
     if (cpu_vec_have_avx2()) return exp_sum_avx2(x, n, shift, y);
 #endif
     double l[16] = {0};
@@ -907,6 +1102,7 @@ double cpu_vec_exp_sum(const float *x, int64_t n, float shift, float *y)
 void cpu_vec_axpb(float *y, const float *x, int64_t n, float a, float b)
 {
 #if CPU_VEC_X86
+    if (cpu_vec_have_avx512()) { axpb_avx512(y, x, n, a, b); return; }
     if (cpu_vec_have_avx2()) { axpb_avx2(y, x, n, a, b); return; }
 #endif
     for (int64_t i = 0; i < n; i++) y[i] = x[i] * a + b;
@@ -982,6 +1178,7 @@ void cpu_vec_normalize(float *y, const float *x, int64_t n, float mean, float rs
                        const float *beta)
 {
 #if CPU_VEC_X86
+    if (cpu_vec_have_avx512()) { normalize_avx512(y, x, n, mean, rstd, gamma, beta); return; }
     if (cpu_vec_have_avx2()) { normalize_avx2(y, x, n, mean, rstd, gamma, beta); return; }
 #endif
     normalize_from(y, x, 0, n, mean, rstd, gamma, beta);
