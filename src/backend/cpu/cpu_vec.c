@@ -164,21 +164,10 @@ static inline double lanes_generic(const float *x, const float *y, int64_t n, do
 
 /* ---- AVX2 bodies ---- */
 #if CPU_VEC_X86
-/* The first pass over a row (sum, max, dot) asks for the bytes CPU_PREFETCH ahead of what it reads,
- * a cache line at a time: rows are short and back to back, so past a row's end that is the next
- * row's start, which the hardware prefetcher, restarting at every row, fetched too late (a sum over
- * 16384 rows of 256 floats ran 2.8x slower than over 64 rows of 65536 before). Prefetches do not fault. */
-#define CPU_PREFETCH 2048
-#define CPU_PREFETCH_SPAN(p, bytes)                                                                          \
-    do {                                                                                                      \
-        if (pf_on)                                                                                            \
-            for (int pf_ = 0; pf_ < (int)(bytes); pf_ += 64)                                                  \
-                _mm_prefetch((const char *)(p) + CPU_PREFETCH + pf_, _MM_HINT_T0);                            \
-    } while (0)
-/* Rows up to this many bytes are prefetched; a longer run keeps the hardware prefetcher streaming, and
- * the prefetches would only take load slots (a sum over 16 MiB in L3 ran 10-20 % slower with them). */
-#define CPU_PREFETCH_ROW_MAX 16384
-#define CPU_PREFETCH_ON(n, T) const int pf_on = (int64_t)(n) * (int64_t)sizeof(T) <= CPU_PREFETCH_ROW_MAX
+/* No software prefetch: the first passes over a row once asked for the bytes 2 KiB ahead (into the
+ * next row, for rows of up to 16 KiB), which made row sums and maxima over 4096x1024 and 16384x256
+ * f32 (L3-resident and 64 MiB) 1.1-2x slower on an AMD EPYC with the 2 MiB pages memory.c asks for:
+ * the hardware prefetcher keeps up, the prefetches only took load slots. */
 /* The 16 lanes as four 4-lane f64 accumulators: a[0] lanes 0-3, ..., a[3] lanes 12-15. */
 typedef struct lanes16 { __m256d a[4]; } lanes16;
 
@@ -205,9 +194,7 @@ AVX2 static inline double fold_avx(lanes16 l)
 /* Elements [i, n) of Σ x added to the lanes l (16 at a time), folded, then the tail in order. */
 AVX2 static double sum_from_avx2(lanes16 l, const float *x, int64_t i, int64_t n)
 {
-    CPU_PREFETCH_ON(n - i, float);
     for (; i + 16 <= n; i += 16) {
-        CPU_PREFETCH_SPAN(x + i, 64);
         acc8(&l, 0, _mm256_loadu_ps(x + i));
         acc8(&l, 1, _mm256_loadu_ps(x + i + 8));
     }
@@ -229,12 +216,9 @@ AVX2 static inline void acc8_prod(lanes16 *l, int h, __m256 u, __m256 v)
 
 AVX2 static double dot_avx2(const float *x, const float *y, int64_t n)
 {
-    CPU_PREFETCH_ON(n, float);
     lanes16 l = lanes_zero();
     int64_t i = 0;
     for (; i + 16 <= n; i += 16) {
-        CPU_PREFETCH_SPAN(x + i, 64);
-        CPU_PREFETCH_SPAN(y + i, 64);
         acc8_prod(&l, 0, _mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i));
         acc8_prod(&l, 1, _mm256_loadu_ps(x + i + 8), _mm256_loadu_ps(y + i + 8));
     }
@@ -294,12 +278,10 @@ AVX2 static float extreme_from_avx2(const float *x, int64_t i, int64_t n, int is
 
 AVX2 static float extreme_avx2(const float *x, int64_t n, int is_max)
 {
-    CPU_PREFETCH_ON(n, float);
     const __m256 init = _mm256_set1_ps(is_max ? -INFINITY : INFINITY);
     __m256 m[4] = {init, init, init, init}, nan = _mm256_setzero_ps(), nan2 = _mm256_setzero_ps();
     int64_t i = 0;
     for (; i + 32 <= n; i += 32) {
-        CPU_PREFETCH_SPAN(x + i, 128);
         __m256 v[4];
         for (int k = 0; k < 4; k++) {
             v[k] = _mm256_loadu_ps(x + i + 8 * k);
@@ -315,13 +297,11 @@ AVX2 static float extreme_avx2(const float *x, int64_t n, int is_max)
  * running extremes, then its tail. */
 AVX512 static float extreme_avx512(const float *x, int64_t n, int is_max)
 {
-    CPU_PREFETCH_ON(n, float);
     const __m512 init = _mm512_set1_ps(is_max ? -INFINITY : INFINITY);
     __m512 m0 = init, m1 = init;
     __mmask16 nan = 0;
     int64_t i = 0;
     for (; i + 32 <= n; i += 32) {
-        CPU_PREFETCH_SPAN(x + i, 128);
         const __m512 v0 = _mm512_loadu_ps(x + i), v1 = _mm512_loadu_ps(x + i + 16);
         m0 = is_max ? _mm512_max_ps(m0, v0) : _mm512_min_ps(m0, v0);
         m1 = is_max ? _mm512_max_ps(m1, v1) : _mm512_min_ps(m1, v1);
@@ -399,11 +379,9 @@ AVX512 static inline lanes16 lanes_from16(const __m512d *z)
 
 AVX512 static double sum_avx512(const float *x, int64_t n)
 {
-    CPU_PREFETCH_ON(n, float);
     __m512d z[2] = {_mm512_setzero_pd(), _mm512_setzero_pd()};
     int64_t i = 0;
     for (; i + 16 <= n; i += 16) {
-        CPU_PREFETCH_SPAN(x + i, 64);
         acc16(z, _mm512_loadu_ps(x + i));
     }
     return sum_from_avx2(lanes_from16(z), x, i, n);
@@ -418,12 +396,9 @@ AVX512 static inline void acc16_prod(__m512d *z, __m512 u, __m512 v)
 
 AVX512 static double dot_avx512(const float *x, const float *y, int64_t n)
 {
-    CPU_PREFETCH_ON(n, float);
     __m512d z[2] = {_mm512_setzero_pd(), _mm512_setzero_pd()};
     int64_t i = 0;
     for (; i + 16 <= n; i += 16) {
-        CPU_PREFETCH_SPAN(x + i, 64);
-        CPU_PREFETCH_SPAN(y + i, 64);
         acc16_prod(z, _mm512_loadu_ps(x + i), _mm512_loadu_ps(y + i));
     }
     double s = fold_avx(lanes_from16(z));
@@ -685,12 +660,10 @@ AVX2 static inline __m256 bf16x8_widen(const uint16_t *p)
 #define CPU_SUM_BLOCKED_AVX2(name, T, LOAD8, TO_F32)                                                          \
     AVX2 static double name(const T *x, int64_t n)                                                           \
     {                                                                                                         \
-        CPU_PREFETCH_ON(n, T);                                                                                \
         lanes16 l = lanes_zero();                                                                             \
         int64_t i = 0;                                                                                        \
         for (; i + CPU_SUM_STREAMS * CPU_VEC_SUM_BLOCK <= n; i += CPU_SUM_STREAMS * CPU_VEC_SUM_BLOCK) {      \
             __m256 s0[CPU_SUM_STREAMS], s1[CPU_SUM_STREAMS];                                                  \
-            CPU_PREFETCH_SPAN(x + i, CPU_SUM_STREAMS * CPU_VEC_SUM_BLOCK * sizeof(T));                       \
             for (int b = 0; b < CPU_SUM_STREAMS; b++) {                                                       \
                 s0[b] = LOAD8(x + i + b * CPU_VEC_SUM_BLOCK);                                                 \
                 s1[b] = LOAD8(x + i + b * CPU_VEC_SUM_BLOCK + 8);                                             \
@@ -706,7 +679,6 @@ AVX2 static inline __m256 bf16x8_widen(const uint16_t *p)
             }                                                                                                 \
         }                                                                                                     \
         for (; i + CPU_VEC_SUM_BLOCK <= n; i += CPU_VEC_SUM_BLOCK) {                                          \
-            CPU_PREFETCH_SPAN(x + i, CPU_VEC_SUM_BLOCK * sizeof(T));                                         \
             __m256 s0 = LOAD8(x + i), s1 = LOAD8(x + i + 8);                                                  \
             for (int k = 16; k < CPU_VEC_SUM_BLOCK; k += 16) {                                                \
                 s0 = _mm256_add_ps(s0, LOAD8(x + i + k));                                                     \
@@ -796,20 +768,17 @@ AVX512 static inline __m512 bf16x16_widen(const uint16_t *p)
     }                                                                                                         \
     AVX512 static double name(const T *x, int64_t n)                                                         \
     {                                                                                                         \
-        CPU_PREFETCH_ON(n, T);                                                                                \
         __m512d a[2] = {_mm512_setzero_pd(), _mm512_setzero_pd()};                                            \
         int64_t i = 0;                                                                                        \
         for (; i + CPU_SUM_STREAMS * CPU_VEC_SUM_BLOCK <= n; i += CPU_SUM_STREAMS * CPU_VEC_SUM_BLOCK) {      \
             __m512 s[CPU_SUM_STREAMS];                                                                        \
             for (int b = 0; b < CPU_SUM_STREAMS; b++) s[b] = LOAD16(x + i + b * CPU_VEC_SUM_BLOCK);           \
-            CPU_PREFETCH_SPAN(x + i, CPU_SUM_STREAMS * CPU_VEC_SUM_BLOCK * sizeof(T));                       \
             for (int k = 16; k < CPU_VEC_SUM_BLOCK; k += 16)                                                  \
                 for (int b = 0; b < CPU_SUM_STREAMS; b++)                                                     \
                     s[b] = _mm512_add_ps(s[b], LOAD16(x + i + b * CPU_VEC_SUM_BLOCK + k));                    \
             for (int b = 0; b < CPU_SUM_STREAMS; b++) name##_acc(a, s[b]);                                    \
         }                                                                                                     \
         for (; i + CPU_VEC_SUM_BLOCK <= n; i += CPU_VEC_SUM_BLOCK) {                                          \
-            CPU_PREFETCH_SPAN(x + i, CPU_VEC_SUM_BLOCK * sizeof(T));                                         \
             __m512 s = LOAD16(x + i);                                                                         \
             for (int k = 16; k < CPU_VEC_SUM_BLOCK; k += 16) s = _mm512_add_ps(s, LOAD16(x + i + k));          \
             name##_acc(a, s);                                                                                 \
