@@ -9,10 +9,12 @@
  * op_tables.h generate the cases), so the CPU computes the kernels' formula.
  *
  * Fast paths (the same per-element formulas): dense f32 operands are computed
- * straight from and into the tensors (no staging copies); the arithmetic,
+ * straight from and into the tensors (no staging copies), add/sub/mul/div in
+ * AVX2 or AVX-512 (cpu_vec_f32_binary; the library is built for baseline x86-64,
+ * where the compiler's loops take 4 lanes); the arithmetic,
  * conversion and clamp loops carry `omp simd` so they vectorise at -O2; the
  * libm-calling unary ops and the smooth activations (forward and backward) run
- * 8 lanes at a time where the CPU has AVX2 (cpu_vec.h: activation_math.h's
+ * 8 lanes at a time where the CPU has AVX2, 16 with AVX-512 (cpu_vec.h: activation_math.h's
  * formulas instantiated on vectors with SLEEF's 1-ulp exp/erf/tanh/log, so
  * their last bit may differ from libm's; the scalar formula otherwise); bf16 is
  * widened and rounded in registers (dense bf16 add/sub/mul/div in one pass
@@ -98,7 +100,7 @@ static void store_f32(const gpucore_view *v, int64_t i0, int n, const float *buf
  * libm calls, for the same bits as the kernels); the op tables say which. */
 #define EW_LOOP_SIMD EW_SIMD for
 #define EW_LOOP_SCALAR for
-/* Whether the 8-lane SLEEF body computed a unary op (libm-calling SCALAR rows only; SIMD rows
+/* Whether the 8- or 16-lane SLEEF/libmvec body computed a unary op (libm-calling SCALAR rows only; SIMD rows
  * are the compiler's to vectorise). */
 #define EW_VEC_SIMD(op, r, a, n) 0
 #define EW_VEC_SCALAR(op, r, a, n) cpu_vec_unary(op, r, a, n)

@@ -3,7 +3,8 @@
  * contiguous [outer, len, inner] tensor. The axis is cut into the same fixed
  * chunks the CUDA kernels use (reduce_math.h); chunks are reduced in parallel
  * (OpenMP) into per-chunk partials, then folded in chunk order, so the result
- * does not depend on the thread count. Sums accumulate in f64 here, row sums
+ * does not depend on the thread count (a row or column run of one chunk is
+ * written out by the thread that reduced it). Sums accumulate in f64 here, row sums
  * after short f32 runs (cpu_vec_sum_blocked: 8 elements per lane in f32, then
  * 16 fixed f64 lanes, SIMD; bf16 rows widened in registers, no staging); column
  * sums add whole rows, 8 at a time in f32 (cpu_vec_add_into, AVX2), into an f64

@@ -8,9 +8,12 @@
  * elementwise family's activations and libm-calling unary ops get 8-lane bodies
  * here too: activation_math.h's formula text instantiated on __m256 with SLEEF's
  * vector exp/erf/tanh (GPUCORE_ACT_FORMULAS), and bf16 rounding in registers.
- * Where the CPU has AVX-512 (F, BW), bf16 arithmetic, rounding and the blocked
- * sums take 16-lane bodies that repeat the AVX2 bodies' operations lane for lane
- * (the same bits; GPUCORE_CPU_NO_AVX512=1 selects the AVX2 ones). f16 is widened
+ * Where the CPU has AVX-512 (F, BW), bf16 and f32 arithmetic, bf16 rounding, the
+ * blocked sums, the row primitives (max/min, f64-lane sums, exp-sum, scale,
+ * normalize) and the activations/unary math take 16-lane bodies that repeat the
+ * AVX2 bodies' operations lane for lane (the same bits: SLEEF's avx512f exp/log
+ * match its avx2 ones, erf/tanh run the 8-lane functions per half;
+ * GPUCORE_CPU_NO_AVX512=1 selects the AVX2 ones, in this file only). f16 is widened
  * and rounded with F16C (every AVX2 CPU has it), which gives gpucore_f32_to_f16's
  * bits for all 2^32 inputs; a signalling NaN is widened by the portable formula
  * (F16C would quiet it).

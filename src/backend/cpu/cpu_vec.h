@@ -1,8 +1,9 @@
 /*
  * cpu_vec.h — the CPU backend's vector primitives on contiguous f32 arrays, used
  * by the reductions and the row ops (softmax, norms, cross-entropy). Each call
- * picks, once per call, an AVX2+FMA body (with SLEEF's vector expf where the
- * build has SLEEF) when the running CPU has it, else a portable body.
+ * picks, once per call, an AVX-512 body where the running CPU has AVX-512F/BW,
+ * else an AVX2+FMA body (with SLEEF's vector expf where the build has SLEEF) when
+ * it has that, else a portable body; the AVX-512 and AVX2 bodies give the same bits.
  *
  * Determinism: every sum is accumulated in f64 in 16 fixed lanes (lane k takes
  * the elements i with i % 16 == k), the lanes are folded in a fixed tree, then
