@@ -54,7 +54,7 @@ __attribute__((target("avx2,fma"))) __m256 Sleef_logf8_u10avx2(__m256);
 
 #define AVX2 __attribute__((target("avx2,fma,f16c")))
 #define AVX512 __attribute__((target("avx512f,avx512bw,avx2,fma,f16c")))
-#if CPU_VEC_X86 && GPUCORE_HAVE_SLEEF
+#if CPU_VEC_X86 && GPUCORE_HAVE_SLEEF && !defined(__AVX512F__)
 /* SLEEF's avx512f entry points (sleef.h declares them only under __AVX512F__). */
 AVX512 __m512 Sleef_expf16_u10avx512f(__m512);
 AVX512 __m512 Sleef_logf16_u10avx512f(__m512);
