@@ -68,7 +68,7 @@ def test_portable_and_simd_bodies_agree(tmp_path):
 
 
 def test_avx2_and_avx512_bodies_agree(tmp_path):
-    """The 16-lane AVX-512 bodies (bf16 and f32 arithmetic, bf16 rounding, the activations and unary
+    """The 16-lane AVX-512 bodies (bf16 arithmetic and rounding, the exp-based activations and unary
     math, the row ops' primitives) against the AVX2 ones
     (GPUCORE_CPU_NO_AVX512=1): the same bits everywhere (on a CPU without AVX-512 both runs take
     the AVX2 bodies)."""

@@ -10,11 +10,11 @@
  *
  * Fast paths (the same per-element formulas): dense f32 operands are computed
  * straight from and into the tensors (no staging copies), add/sub/mul/div in
- * AVX2 or AVX-512 (cpu_vec_f32_binary; the library is built for baseline x86-64,
- * where the compiler's loops take 4 lanes); the arithmetic,
+ * AVX2 (cpu_vec_f32_binary; the library is built for baseline x86-64, where the
+ * compiler's loops take 4 lanes); the arithmetic,
  * conversion and clamp loops carry `omp simd` so they vectorise at -O2; the
  * libm-calling unary ops and the smooth activations (forward and backward) run
- * 8 lanes at a time where the CPU has AVX2, 16 with AVX-512 (cpu_vec.h: activation_math.h's
+ * 8 lanes at a time where the CPU has AVX2, the exp-based ones 16 with AVX-512 (cpu_vec.h: activation_math.h's
  * formulas instantiated on vectors with SLEEF's 1-ulp exp/erf/tanh/log, so
  * their last bit may differ from libm's; the scalar formula otherwise); bf16 is
  * widened and rounded in registers (dense bf16 add/sub/mul/div in one pass
@@ -219,7 +219,7 @@ typedef struct ew_plan {
     int64_t inner[2];
     int direct;                       /* every operand dense f32: computed in place in the tensors */
     cpu_vec_bf16_binary_fn bf16_body; /* dense bf16 arithmetic in one vector pass, or NULL */
-    cpu_vec_f32_binary_fn f32_body;   /* direct f32 add/sub/mul/div in AVX2/AVX-512, or NULL */
+    cpu_vec_f32_binary_fn f32_body;   /* direct f32 add/sub/mul/div in AVX2, or NULL */
 } ew_plan;
 
 typedef struct ew_bufs {

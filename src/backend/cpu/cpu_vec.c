@@ -8,12 +8,12 @@
  * elementwise family's activations and libm-calling unary ops get 8-lane bodies
  * here too: activation_math.h's formula text instantiated on __m256 with SLEEF's
  * vector exp/erf/tanh (GPUCORE_ACT_FORMULAS), and bf16 rounding in registers.
- * Where the CPU has AVX-512 (F, BW), bf16 and f32 arithmetic, bf16 rounding, the
- * blocked sums, the row primitives (max/min, f64-lane sums, exp-sum, scale,
- * normalize) and the activations/unary math take 16-lane bodies that repeat the
- * AVX2 bodies' operations lane for lane (the same bits: SLEEF's avx512f exp/log
- * match its avx2 ones, erf/tanh run the 8-lane functions per half;
- * GPUCORE_CPU_NO_AVX512=1 selects the AVX2 ones, in this file only). f16 is widened
+ * Where the CPU has AVX-512 (F, BW), bf16 arithmetic and rounding, the blocked
+ * sums, the row primitives (max/min, f64-lane sums, exp-sum, scale, normalize),
+ * silu/sigmoid and the unary exp/log/sqrt/rsqrt take 16-lane bodies that repeat
+ * the AVX2 bodies' operations lane for lane (the same bits: SLEEF's avx512f
+ * exp/log match its avx2 ones; GPUCORE_CPU_NO_AVX512=1 selects the AVX2 ones, in
+ * this file only). Dense f32 arithmetic is AVX2 on both. f16 is widened
  * and rounded with F16C (every AVX2 CPU has it), which gives gpucore_f32_to_f16's
  * bits for all 2^32 inputs; a signalling NaN is widened by the portable formula
  * (F16C would quiet it).
@@ -561,10 +561,10 @@ AVX2 static int unary_avx2(int op, float *y, const float *x, int64_t n)
 }
 
 /* The same formulas on 16 lanes where the CPU has AVX-512 (cpu_vec_have_avx512): SLEEF's avx512f
- * exp and log (the same algorithm as its avx2 ones: the same bits lane for lane); erf and tanh
- * are the 8-lane functions above on each half (libmvec's 16-lane ones round differently from its
- * 8-lane ones, and were no faster here), so every body gives the AVX2 body's bits. A CPU that
- * executes 512-bit vectors as two 256-bit halves still issues half the instructions per element. */
+ * exp and log (the same algorithm as its avx2 ones: the same bits lane for lane). erf and tanh are
+ * the 8-lane functions above on each half (libmvec's 16-lane ones round differently from its
+ * 8-lane ones), so the formula set is complete and every body gives the AVX2 body's bits; the
+ * activations built on them run the AVX2 body (CPU_V16_ACTS). */
 #define cpu_v16m_exp Sleef_expf16_u10avx512f
 AVX512 static inline __m512 cpu_v16_halves(__m256 (*f)(__m256), __m512 a)
 {
@@ -602,13 +602,18 @@ AVX512 static inline __m512 cpu_v16_rsqrt(__m512 a) { return 1.0f / _mm512_sqrt_
         }                                                                                                            \
     } while (0)
 
+/* 16 lanes for the activations whose math is exp alone (SLEEF's 16-lane exp: 2.7x less CPU time for
+ * silu); the ones built on erf or tanh keep the AVX2 body, which the per-half calls only slowed
+ * (gelu erf 30 % more CPU time on 16 lanes). The same bits either way. */
+#define CPU_V16_ACTS(X) X(SILU, silu, silu_grad) X(SIGMOID, sigmoid, sigmoid_grad)
+
 AVX512 static int act_avx512(int act, float *y, const float *x, int64_t n)
 {
     switch (act) {
 #define CPU_V16_CASE_(N, fwd, grad) case GPUCORE_ACT_CODE_##N: CPU_V16_MAP(cpu_v16_##fwd, y, x, n); return 1;
-    CPU_VEC_ACTS(CPU_V16_CASE_)
+    CPU_V16_ACTS(CPU_V16_CASE_)
 #undef CPU_V16_CASE_
-    default: return 0;
+    default: return act_avx2(act, y, x, n);
     }
 }
 
@@ -616,9 +621,9 @@ AVX512 static int act_grad_avx512(int act, float *r, const float *dy, const floa
 {
     switch (act) {
 #define CPU_V16_CASE_(N, fwd, grad) case GPUCORE_ACT_CODE_##N: CPU_V16_MAP_GRAD(cpu_v16_##grad, r, dy, x, n); return 1;
-    CPU_VEC_ACTS(CPU_V16_CASE_)
+    CPU_V16_ACTS(CPU_V16_CASE_)
 #undef CPU_V16_CASE_
-    default: return 0;
+    default: return act_grad_avx2(act, r, dy, x, n);
     }
 }
 
@@ -857,9 +862,10 @@ AVX512 static void store_bf16_avx512(uint16_t *dst, const float *src, int64_t n)
 CPU_BF16_BINARY(CPU_BF16_BINARY_BODY)
 #undef CPU_BF16_BINARY_BODY
 
-/* f32 o = a op b between dense tensors, 16 (AVX2) or 32 (AVX-512) per step: one IEEE operation per
- * element, so the bits of the scalar formula at any width. The library is built for baseline x86-64,
- * where the compiler's own loop takes 4 lanes. */
+/* f32 o = a op b between dense tensors, 16 per step in AVX2 (also where the CPU has AVX-512: 16-lane
+ * bodies of these memory-bound loops measured 0-15 % slower on an AMD EPYC at 2 threads): one IEEE
+ * operation per element, so the bits of the scalar formula. The library is built for baseline
+ * x86-64, where the compiler's own loop takes 4 lanes. */
 #define CPU_F32_BINARY_BODY(N, name, vop8, vop16)                                                                  \
     AVX2 static void f32_##name##_avx2(float *o, const float *a, const float *b, int64_t n)                        \
     {                                                                                                              \
@@ -869,15 +875,6 @@ CPU_BF16_BINARY(CPU_BF16_BINARY_BODY)
             _mm256_storeu_ps(o + i + 8, vop8(_mm256_loadu_ps(a + i + 8), _mm256_loadu_ps(b + i + 8)));             \
         }                                                                                                          \
         for (; i < n; i++) o[i] = gpucore_ew_##name(a[i], b[i]);                                                   \
-    }                                                                                                              \
-    AVX512 static void f32_##name##_avx512(float *o, const float *a, const float *b, int64_t n)                    \
-    {                                                                                                              \
-        int64_t i = 0;                                                                                             \
-        for (; i + 32 <= n; i += 32) {                                                                             \
-            _mm512_storeu_ps(o + i, vop16(_mm512_loadu_ps(a + i), _mm512_loadu_ps(b + i)));                        \
-            _mm512_storeu_ps(o + i + 16, vop16(_mm512_loadu_ps(a + i + 16), _mm512_loadu_ps(b + i + 16)));         \
-        }                                                                                                          \
-        f32_##name##_avx2(o + i, a + i, b + i, n - i);                                                             \
     }
 CPU_BF16_BINARY(CPU_F32_BINARY_BODY)
 #undef CPU_F32_BINARY_BODY
@@ -941,9 +938,8 @@ cpu_vec_f32_binary_fn cpu_vec_f32_binary(int op)
 {
 #if CPU_VEC_X86
     if (!cpu_vec_have_avx2()) return NULL;
-    const int wide = cpu_vec_have_avx512();
     switch (op) {
-#define CPU_F32_BINARY_CASE(N, name, vop8, vop16) case GPUCORE_EW_##N: return wide ? f32_##name##_avx512 : f32_##name##_avx2;
+#define CPU_F32_BINARY_CASE(N, name, vop8, vop16) case GPUCORE_EW_##N: return f32_##name##_avx2;
     CPU_BF16_BINARY(CPU_F32_BINARY_CASE)
 #undef CPU_F32_BINARY_CASE
     default: return NULL;

@@ -74,7 +74,7 @@ GPUCORE_HIDDEN void cpu_vec_normalize(float *y, const float *x, int64_t n, float
  * CPU (or GPUCORE_CPU_PORTABLE) has no vector body or op has none. Chosen once per call. */
 typedef void (*cpu_vec_bf16_binary_fn)(uint16_t *o, const uint16_t *a, const uint16_t *b, int64_t n);
 GPUCORE_HIDDEN cpu_vec_bf16_binary_fn cpu_vec_bf16_binary(int op);
-/* The same for dense f32 operands: o = a op b, 16 or 32 lanes at a time (the scalar formula's bits);
+/* The same for dense f32 operands: o = a op b in AVX2, 16 at a time (the scalar formula's bits);
  * NULL as above. */
 typedef void (*cpu_vec_f32_binary_fn)(float *o, const float *a, const float *b, int64_t n);
 GPUCORE_HIDDEN cpu_vec_f32_binary_fn cpu_vec_f32_binary(int op);
