@@ -1,6 +1,6 @@
 """The CPU backend's portable bodies (GPUCORE_CPU_PORTABLE=1, as on a CPU without AVX2) against
 its AVX2 bodies, in two processes on the same data: the reductions' sums give the same bits
-(cpu_vec.c's fixed lanes and fold are the same in both), so do bf16 add/sub/mul/div, the
+(cpu_vec.c's fixed lanes and fold are the same in both), so do bf16 and f32 add/sub/mul/div, the
 softmax backward and attention forward/backward (cpu_attention.c's AVX2 build of its tiles), the elementwise math agrees within
 the accuracy contract (SLEEF/libmvec against libm)."""
 import os
@@ -19,8 +19,18 @@ parts = [gpucore.sum(m), gpucore.sum(m, dim=0), gpucore.sum(m, dim=1), gpucore.m
          gpucore.cast(gpucore.sum(b, dim=0), "float32")]
 ew = [gpucore.gelu(x), gpucore.gelu(x, approximate="tanh"), gpucore.silu(x), gpucore.sigmoid(x),
       gpucore.tanh(x), gpucore.exp(x), gpucore.gelu_backward(x, x), gpucore.cast(gpucore.cast(x, "bfloat16"), "float32")]
+# the row ops' vector primitives (max, exp-sum, scale, mean/variance, normalize) on rows with and
+# without a tail, and the unary ops with a vector body
+w = ctx.empty((1037,)).uniform_(-1, 1, seed=13)
+for r in (m, ctx.empty((9, 33)).uniform_(-5, 5, seed=14)):
+    ew += [gpucore.softmax(r), gpucore.log_softmax(r), gpucore.amax(r, dim=1), gpucore.amin(r, dim=1)]
+ew += [gpucore.layer_norm(m, (1037,), w, w), gpucore.log(gpucore.exp(x)), gpucore.sqrt(gpucore.exp(x)),
+       gpucore.rsqrt(gpucore.exp(x))]
 c = ctx.empty((4099,), "bfloat16").uniform_(-3, 3, seed=6)
 bits = [gpucore.cast(op(b, c), "float32") for op in (gpucore.add, gpucore.sub, gpucore.mul, gpucore.div)]
+x2 = ctx.empty((4099,)).uniform_(-6, 6, seed=15)  # dense f32 arithmetic (16/32 lanes and the tail)
+bits += [op(x, x2) for op in (gpucore.add, gpucore.sub, gpucore.mul, gpucore.div)]
+ew.append(gpucore.bias_act(x, x2, "silu"))  # the same with a fused activation
 h, h2 = gpucore.cast(x, "float16"), gpucore.cast(ctx.empty((4099,)).uniform_(-6, 6, seed=12), "float16")
 bits += [gpucore.cast(h, "float32"), gpucore.cast(gpucore.add(h, h2), "float32")]  # F16C or the portable rounding
 bits.append(gpucore.softmax_backward(m, ctx.empty((301, 1037)).uniform_(0, 1, seed=7), dim=1))
@@ -58,7 +68,8 @@ def test_portable_and_simd_bodies_agree(tmp_path):
 
 
 def test_avx2_and_avx512_bodies_agree(tmp_path):
-    """The 16-lane AVX-512 bodies (bf16 arithmetic and rounding) against the AVX2 ones
+    """The 16-lane AVX-512 bodies (bf16 arithmetic and rounding, the exp-based activations and unary
+    math, the row ops' primitives) against the AVX2 ones
     (GPUCORE_CPU_NO_AVX512=1): the same bits everywhere (on a CPU without AVX-512 both runs take
     the AVX2 bodies)."""
     wide = _run(tmp_path, "avx512", False)

@@ -9,10 +9,12 @@
  * op_tables.h generate the cases), so the CPU computes the kernels' formula.
  *
  * Fast paths (the same per-element formulas): dense f32 operands are computed
- * straight from and into the tensors (no staging copies); the arithmetic,
+ * straight from and into the tensors (no staging copies), add/sub/mul/div in
+ * AVX2 (cpu_vec_f32_binary; the library is built for baseline x86-64, where the
+ * compiler's loops take 4 lanes); the arithmetic,
  * conversion and clamp loops carry `omp simd` so they vectorise at -O2; the
  * libm-calling unary ops and the smooth activations (forward and backward) run
- * 8 lanes at a time where the CPU has AVX2 (cpu_vec.h: activation_math.h's
+ * 8 lanes at a time where the CPU has AVX2, the exp-based ones 16 with AVX-512 (cpu_vec.h: activation_math.h's
  * formulas instantiated on vectors with SLEEF's 1-ulp exp/erf/tanh/log, so
  * their last bit may differ from libm's; the scalar formula otherwise); bf16 is
  * widened and rounded in registers (dense bf16 add/sub/mul/div in one pass
@@ -98,7 +100,7 @@ static void store_f32(const gpucore_view *v, int64_t i0, int n, const float *buf
  * libm calls, for the same bits as the kernels); the op tables say which. */
 #define EW_LOOP_SIMD EW_SIMD for
 #define EW_LOOP_SCALAR for
-/* Whether the 8-lane SLEEF body computed a unary op (libm-calling SCALAR rows only; SIMD rows
+/* Whether the 8- or 16-lane SLEEF/libmvec body computed a unary op (libm-calling SCALAR rows only; SIMD rows
  * are the compiler's to vectorise). */
 #define EW_VEC_SIMD(op, r, a, n) 0
 #define EW_VEC_SCALAR(op, r, a, n) cpu_vec_unary(op, r, a, n)
@@ -217,6 +219,7 @@ typedef struct ew_plan {
     int64_t inner[2];
     int direct;                       /* every operand dense f32: computed in place in the tensors */
     cpu_vec_bf16_binary_fn bf16_body; /* dense bf16 arithmetic in one vector pass, or NULL */
+    cpu_vec_f32_binary_fn f32_body;   /* direct f32 add/sub/mul/div in AVX2, or NULL */
 } ew_plan;
 
 typedef struct ew_bufs {
@@ -240,6 +243,12 @@ static void ew_block(const ew_plan *pl, int64_t blk, ew_bufs *w)
                       (const uint16_t *)p->in[1].data + i0, len);
         return;
     }
+    if (pl->f32_body) {
+        float *r = (float *)p->out.data + i0;
+        pl->f32_body(r, (const float *)p->in[0].data + i0, (const float *)p->in[1].data + i0, len);
+        if (p->act) act_loop(p->act, r, r, len); /* the fused activation, as compute_block */
+        return;
+    }
     if (pl->direct) {
         compute_block(p, (const float *)p->in[0].data + i0, p->nin == 2 ? (const float *)p->in[1].data + i0 : w->b,
                       (float *)p->out.data + i0, len, i0);
@@ -255,7 +264,7 @@ static gpucore_status elementwise_task(void *argp)
 {
     const gpucore_ew_args *p = argp;
     const int64_t n = p->out.numel, blocks = (n + EW_BLOCK - 1) / EW_BLOCK;
-    ew_plan pl = {p, {GPUCORE_EW_LAYOUT_STRIDED, GPUCORE_EW_LAYOUT_STRIDED}, {0, 0}, 0, NULL};
+    ew_plan pl = {p, {GPUCORE_EW_LAYOUT_STRIDED, GPUCORE_EW_LAYOUT_STRIDED}, {0, 0}, 0, NULL, NULL};
     for (int i = 0; i < p->nin; i++)
         if (p->out.contiguous) pl.mode[i] = gpucore_ew_input_mode(&p->out, &p->in[i], &pl.inner[i]);
     pl.direct = p->op != GPUCORE_EW_CAST && p->out.contiguous && p->out.dtype == GPUCORE_KDT_F32;
@@ -265,6 +274,7 @@ static gpucore_status elementwise_task(void *argp)
         pl.mode[0] == GPUCORE_EW_LAYOUT_DENSE && pl.mode[1] == GPUCORE_EW_LAYOUT_DENSE &&
         p->in[0].dtype == GPUCORE_KDT_BF16 && p->in[1].dtype == GPUCORE_KDT_BF16)
         pl.bf16_body = cpu_vec_bf16_binary(p->op);
+    if (pl.direct && p->nin == 2) pl.f32_body = cpu_vec_f32_binary(p->op);
     /* A small op runs its blocks right here: entering an OpenMP region, even one whose if()
      * clause is false, costs libgomp a team set-up (an allocation and futex calls) per call. */
     if (n <= EW_PARALLEL_MIN) {

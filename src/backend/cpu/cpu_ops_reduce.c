@@ -3,7 +3,8 @@
  * contiguous [outer, len, inner] tensor. The axis is cut into the same fixed
  * chunks the CUDA kernels use (reduce_math.h); chunks are reduced in parallel
  * (OpenMP) into per-chunk partials, then folded in chunk order, so the result
- * does not depend on the thread count. Sums accumulate in f64 here, row sums
+ * does not depend on the thread count (a row or column run of one chunk is
+ * written out by the thread that reduced it). Sums accumulate in f64 here, row sums
  * after short f32 runs (cpu_vec_sum_blocked: 8 elements per lane in f32, then
  * 16 fixed f64 lanes, SIMD; bf16 rows widened in registers, no staging); column
  * sums add whole rows, 8 at a time in f32 (cpu_vec_add_into, AVX2), into an f64
@@ -144,6 +145,18 @@ static void reduce_output(const gpucore_reduce_args *p, const cpu_acc *part, int
     }
 }
 
+/* Item w of reduce_task into part; where every outer index is one chunk (rows up to
+ * GPUCORE_RED_ROW_CHUNK, columns up to GPUCORE_RED_COL_CHUNK), item w holds outputs
+ * w*inner .. w*inner+inner-1 whole, and the thread that reduced it writes them (the same
+ * reduce_output calls as the pass over every output, which then is not needed). */
+static int reduce_item_out(const gpucore_reduce_args *p, cpu_acc *part, int64_t chunks, int64_t w)
+{
+    if (reduce_item(p, part, chunks, w)) return 1;
+    if (chunks == 1)
+        for (int64_t j = 0; j < p->inner; j++) reduce_output(p, part, 1, w * p->inner + j);
+    return 0;
+}
+
 /* Small reductions run their loops right here: entering an OpenMP region, even one whose
  * if() clause is false, costs libgomp a team set-up (an allocation and futex calls). */
 static gpucore_status reduce_task(void *argp)
@@ -156,16 +169,18 @@ static gpucore_status reduce_task(void *argp)
     const int64_t items = outer * chunks, outs = outer * inner;
     int oom = 0;
     if (outer * len * inner <= 32768) {
-        for (int64_t w = 0; w < items; w++) oom |= reduce_item(p, part, chunks, w);
+        for (int64_t w = 0; w < items; w++) oom |= reduce_item_out(p, part, chunks, w);
     } else {
 #pragma omp parallel for schedule(static) reduction(| : oom) /* items of equal size */
-        for (int64_t w = 0; w < items; w++) oom |= reduce_item(p, part, chunks, w);
+        for (int64_t w = 0; w < items; w++) oom |= reduce_item_out(p, part, chunks, w);
     }
     if (oom) {
         free(part);
         return gpucore_set_error(GPUCORE_ERR_OUT_OF_MEMORY, "reduce: out of host memory for a column accumulator");
     }
-    if (outs <= 4096) {
+    if (chunks == 1) {
+        /* written by reduce_item_out */
+    } else if (outs <= 4096) {
         for (int64_t w = 0; w < outs; w++) reduce_output(p, part, chunks, w);
     } else {
 #pragma omp parallel for schedule(static)

@@ -1,8 +1,9 @@
 /*
  * cpu_vec.h — the CPU backend's vector primitives on contiguous f32 arrays, used
  * by the reductions and the row ops (softmax, norms, cross-entropy). Each call
- * picks, once per call, an AVX2+FMA body (with SLEEF's vector expf where the
- * build has SLEEF) when the running CPU has it, else a portable body.
+ * picks, once per call, an AVX-512 body where the running CPU has AVX-512F/BW,
+ * else an AVX2+FMA body (with SLEEF's vector expf where the build has SLEEF) when
+ * it has that, else a portable body; the AVX-512 and AVX2 bodies give the same bits.
  *
  * Determinism: every sum is accumulated in f64 in 16 fixed lanes (lane k takes
  * the elements i with i % 16 == k), the lanes are folded in a fixed tree, then
@@ -73,6 +74,10 @@ GPUCORE_HIDDEN void cpu_vec_normalize(float *y, const float *x, int64_t n, float
  * CPU (or GPUCORE_CPU_PORTABLE) has no vector body or op has none. Chosen once per call. */
 typedef void (*cpu_vec_bf16_binary_fn)(uint16_t *o, const uint16_t *a, const uint16_t *b, int64_t n);
 GPUCORE_HIDDEN cpu_vec_bf16_binary_fn cpu_vec_bf16_binary(int op);
+/* The same for dense f32 operands: o = a op b in AVX2, 16 at a time (the scalar formula's bits);
+ * NULL as above. */
+typedef void (*cpu_vec_f32_binary_fn)(float *o, const float *a, const float *b, int64_t n);
+GPUCORE_HIDDEN cpu_vec_f32_binary_fn cpu_vec_f32_binary(int op);
 /* n elements of dtype dt (a GPUCORE_KDT_* code) widened to f32, and f32 rounded back. */
 /* The Philox4x32-10 blocks of counters counter .. counter+nblocks-1 under seed, block b's four words
  * at out[4b .. 4b+3]: gpucore_philox4x32_10's bits, 8 blocks at a time in AVX2 (cpu_philox.c). */
