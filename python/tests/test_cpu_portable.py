@@ -1,8 +1,10 @@
 """The CPU backend's portable bodies (GPUCORE_CPU_PORTABLE=1, as on a CPU without AVX2) against
 its AVX2 bodies, in two processes on the same data: the reductions' sums give the same bits
 (cpu_vec.c's fixed lanes and fold are the same in both), so do bf16 and f32 add/sub/mul/div, the
-softmax backward and attention forward/backward (cpu_attention.c's AVX2 build of its tiles), the elementwise math agrees within
-the accuracy contract (SLEEF/libmvec against libm)."""
+softmax backward and attention forward/backward (cpu_attention.c's AVX2 build of its tiles: both
+processes run GPUCORE_CPU_ATTENTION=tiles, since the portable build has no oneDNN GEMM for the
+whole-head path, whose accuracy test_attention checks against float64), the elementwise math agrees
+within the accuracy contract (SLEEF/libmvec against libm)."""
 import os
 import subprocess
 import sys
@@ -47,6 +49,7 @@ def _run(tmp_path, name, portable, no_avx512=False):
     env = dict(os.environ)
     env.pop("GPUCORE_CPU_PORTABLE", None)
     env.pop("GPUCORE_CPU_NO_AVX512", None)
+    env["GPUCORE_CPU_ATTENTION"] = "tiles"  # the tiled kernel's bodies in both processes (see above)
     if portable:
         env["GPUCORE_CPU_PORTABLE"] = "1"
     if no_avx512:
