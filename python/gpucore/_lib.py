@@ -616,6 +616,8 @@ def raise_status(status: int, function: str) -> None:
     """Raise the exception for a non-zero status of `function`, with the library's message."""
     name = status_string(status)
     msg = last_error() or "%s failed with %s" % (function, name)
+    # (the per-op fast paths call C without clearing the last error first: every failing C path
+    # writes its own message, so the message read here is always the failing call's)
     raise _errors.error_for_status(status, msg, status_name=name, function=function)
 
 

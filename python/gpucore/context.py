@@ -60,6 +60,9 @@ class Context:
         self._hp: Optional[c_void_p] = None
         self._closed = False
         self._c_destroying = False
+        #: whether a dying tensor gives its handle back to C (the C context exists, is not being
+        #: destroyed, and the interpreter is not shutting down): Tensor.__del__ reads this one flag
+        self._frees = False
         self._exports = 0
         self._lock = threading.RLock()
         self._streams: "weakref.WeakSet[Stream]" = weakref.WeakSet()
@@ -70,6 +73,7 @@ class Context:
         h = c_void_p()
         C.gpucore_context_create(device.encode() if device is not None else None, byref(h))
         self._handle = h.value
+        self._frees = True
         #: the handle as a c_void_p for argtypes-free hot calls (gpucore._lib.fast_function); None once closed
         self._hp: Optional[c_void_p] = c_void_p(self._handle)
         t, i = c_int(), c_int()
@@ -157,6 +161,7 @@ class Context:
         if h is None:
             return
         self._c_destroying = True
+        self._frees = False
         try:
             C.raw_gpucore_context_destroy(h)
         finally:
@@ -596,6 +601,8 @@ def _close_all_at_exit() -> None:
         except Exception:
             pass
     _runtime.shutting_down = True
+    for ctx in list(_all_contexts):
+        ctx._frees = False
 
 
 atexit.register(_close_all_at_exit)

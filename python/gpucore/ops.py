@@ -188,7 +188,6 @@ def _binary(op: int, a: TensorOrNumber, b: TensorOrNumber, out: Optional[Tensor]
         if b._ctx is ctx and b._dtype is dt and a._h is not None and b._h is not None and not ctx._closed:
             if out is not None:
                 if type(out) is Tensor and out._h is not None and out._ctx is ctx and out._shape == a._shape == b._shape:
-                    _fast_clear_error()
                     st = _raw_binary(op, out._h, a._h, b._h, None)
                     if st:
                         raise_status(st, "gpucore_binary")
@@ -197,7 +196,6 @@ def _binary(op: int, a: TensorOrNumber, b: TensorOrNumber, out: Optional[Tensor]
             # one C call makes the result and queues the op; the result's shape is the broadcast
             # shape, known here once C has accepted the shapes
             h = c_void_p()
-            _fast_clear_error()
             st = _fast_binary_new(op, a._hp, b._hp, None, byref(h))
             if st:
                 raise_status(st, "gpucore_binary_new")
@@ -332,7 +330,6 @@ def _coded_op_fast(fn: Any, name: str, code: int, a: Any, out: Any, stream: Any)
     out=, no stream=); else None (the caller's full path checks the arguments)."""
     if out is None and stream is None and type(a) is Tensor and a._h is not None and not a._ctx._closed:
         h = c_void_p()
-        _fast_clear_error()
         st = fn(code, a._hp, None, byref(h))
         if st:
             raise_status(st, name)

@@ -167,7 +167,7 @@ class Tensor:
         that exports defer, the C context lives on and frees the tensor's memory now)."""
         h, self._h = self._h, None
         ctx = self._ctx
-        if h is not None and ctx._handle is not None and not ctx._c_destroying and not _runtime.shutting_down:
+        if h is not None and ctx._frees:
             if self._foreign:
                 _raw_context_synchronize(ctx._handle)
             _raw_tensor_destroy(h)
@@ -194,16 +194,16 @@ class Tensor:
         return self._h is None or self._ctx._closed
 
     def __del__(self) -> None:
-        # _destroy_handle inlined: this runs once per op result
+        # _destroy_handle inlined (this runs once per op result): one flag says whether C takes
+        # handles back, and the handle goes as the c_void_p C wrote it into (no argtypes)
         try:
-            h = self._h
-            if h is not None:
+            if self._h is not None:
                 ctx = self._ctx
-                if ctx._handle is not None and not ctx._c_destroying and not _runtime.shutting_down:
+                if ctx._frees:
                     self._h = None
                     if self._foreign:
                         _raw_context_synchronize(ctx._handle)
-                    _raw_tensor_destroy(h)
+                    _fast_tensor_destroy(self._hp)
         except Exception:
             pass
 
@@ -898,12 +898,9 @@ def empty(*size: Any, dtype: Any = None, device: DeviceLike = None) -> Tensor:
 
 def _new(ctx: Context, shape: Tuple[int, ...], dt: Any) -> Tensor:
     """A new contiguous tensor from an already checked shape tuple and DType (the ops' outputs).
-    The per-op hot path: one argtypes-free C call (ctx._hp is None once the context is closed).
-    It clears the thread's last error first, so that an op called right after on the result may
-    raise with raise_status without clearing again."""
+    The per-op hot path: one argtypes-free C call (ctx._hp is None once the context is closed)."""
     info = _shape_cache.get(shape) or _shape_info(shape)
     out = c_void_p()
-    _fast_clear_error()  # one clear for this call and the op that fills the result
     st = _fast_tensor_create(ctx._hp, dt.value, len(shape), info[0], byref(out))
     if st:
         ctx.handle  # a closed context says so
@@ -930,6 +927,7 @@ _object_new = object.__new__
 _raw_tensor_destroy = C.raw_gpucore_tensor_destroy
 _raw_context_synchronize = C.raw_gpucore_context_synchronize
 _fast_tensor_create = fast_function("gpucore_tensor_create")
+_fast_tensor_destroy = fast_function("gpucore_tensor_destroy")
 _fast_clear_error = fast_function("gpucore_clear_error", None)
 _fast_tensor_ndim = fast_function("gpucore_tensor_ndim")
 _fast_tensor_dtype = fast_function("gpucore_tensor_dtype")
