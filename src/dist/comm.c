@@ -480,13 +480,13 @@ out:
 static gpucore_status wait_event_until(comm_state *s, gpucore_event *e, double deadline)
 {
     if (deadline < 0) return gpucore_event_synchronize(e); /* bounded: the collective fails after its timeout */
-    double t0 = comm_now_s();
+    double t0 = gpucore_clock_s();
     for (long polls = 0;; polls++) {
         gpucore_status q = gpucore_event_query(e);
         if (q != GPUCORE_ERR_NOT_READY) return q;
         gpucore_clear_error();
         if (s->ctx->be->comm_check(s->bcomm)) return GPUCORE_ERR_COMM; /* the message is set */
-        double t = comm_now_s();
+        double t = gpucore_clock_s();
         if (t >= deadline) return GPUCORE_ERR_TIMEOUT;
         if (polls < 256) continue;
         if (t - t0 < 0.002) { sched_yield(); continue; }
@@ -522,7 +522,7 @@ gpucore_status gpucore_comm_wait(gpucore_comm *comm, uint64_t seq, double timeou
         return gpucore_set_error(GPUCORE_ERR_INVALID_ARGUMENT, "%s: collective #%llu was never issued (the last is "
                                  "#%llu)", op, (unsigned long long)seq, (unsigned long long)issued);
     if (e) {
-        double deadline = timeout_s < 0 ? -1 : comm_now_s() + timeout_s;
+        double deadline = timeout_s < 0 ? -1 : gpucore_clock_s() + timeout_s;
         st = wait_event_until(s, e, deadline);
         if (st == GPUCORE_ERR_TIMEOUT)
             return gpucore_set_error(GPUCORE_ERR_TIMEOUT,

@@ -9,6 +9,7 @@
 
 #include <time.h>
 #include "backend/backend.h"
+#include "core/mono_clock.h"
 
 static inline const char *comm_kind_name(int kind)
 {
@@ -32,13 +33,6 @@ static inline const char *comm_dtype_name(int dt)
     case GPUCORE_I32: return "i32";
     default: return "?";
     }
-}
-
-static inline double comm_now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
 #endif

@@ -27,6 +27,7 @@
 #include <string.h>
 #include <time.h>
 #include "comm_internal.h"
+#include "core/mono_clock.h"
 
 typedef struct ddp_bucket {
     int grad_begin, grad_end; /* parameter indices [begin, end) */
@@ -78,13 +79,6 @@ struct gpucore_ddp {
 /* Reducer handles come from a handle pool, so a destroyed one is detected on use. */
 static gpucore_handle_pool ddp_handle_pool = GPUCORE_HANDLE_POOL_INIT(sizeof(struct gpucore_ddp));
 
-static int64_t now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
-}
-
 static void trace_add(ddp_state *s, int32_t kind, int32_t index)
 {
     if (!s->opt.trace) return;
@@ -100,7 +94,7 @@ static void trace_add(ddp_state *s, int32_t kind, int32_t index)
      * worker threads: read it atomically (found by TSan: a bucket's done callback can still run
      * as the host thread finishes the step). */
     const int64_t step = __atomic_load_n(&s->step, __ATOMIC_RELAXED);
-    s->trace[s->trace_count++] = (gpucore_ddp_trace_event){kind, index, step, now_ns()};
+    s->trace[s->trace_count++] = (gpucore_ddp_trace_event){kind, index, step, (int64_t)gpucore_clock_ns()};
     pthread_mutex_unlock(&s->trace_mu);
 }
 

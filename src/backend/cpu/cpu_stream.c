@@ -55,6 +55,7 @@
 #include <string.h>
 #include <time.h>
 #include "cpu_stream.h"
+#include "core/mono_clock.h"
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
 #define CPU_STREAM_RELAX() _mm_pause()
@@ -145,13 +146,6 @@ static void run_head(cpu_stream *s, uint64_t until)
     if ((s->head || s->stop) && s->parked && !caller_goes_on) pthread_cond_signal(&s->work_cv); /* it waited for `running` */
 }
 
-static uint64_t spin_clock_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
 /* Poll *counter (unlocked) until the clock reads `until` (ns) while it equals `seen`; s->mu
  * is held on entry and on return. Returns 1 when it changed (the caller re-checks its state). */
 static int spin_while_equal_until(cpu_stream *s, const uint64_t *counter, uint64_t seen, uint64_t until)
@@ -164,7 +158,7 @@ static int spin_while_equal_until(cpu_stream *s, const uint64_t *counter, uint64
             changed = __atomic_load_n(counter, __ATOMIC_ACQUIRE) != seen;
         }
         if (!changed && (k & 3) == 3) {
-            if (spin_clock_ns() >= until) break;
+            if (gpucore_clock_ns() >= until) break;
             sched_yield(); /* the thread it waits for may share this core (mpirun binds a rank to one) */
         }
     }
@@ -174,7 +168,7 @@ static int spin_while_equal_until(cpu_stream *s, const uint64_t *counter, uint64
 
 static int spin_while_equal(cpu_stream *s, const uint64_t *counter, uint64_t seen)
 {
-    return spin_while_equal_until(s, counter, seen, spin_clock_ns() + CPU_STREAM_SPIN_NS);
+    return spin_while_equal_until(s, counter, seen, gpucore_clock_ns() + CPU_STREAM_SPIN_NS);
 }
 
 static void park_until(cpu_stream *s, uint64_t until_ns)
@@ -189,7 +183,7 @@ static void park_until(cpu_stream *s, uint64_t until_ns)
  * task for the caller lately (such tasks come unannounced), until the next look. */
 static void park(cpu_stream *s)
 {
-    uint64_t now = spin_clock_ns();
+    uint64_t now = gpucore_clock_ns();
     if (s->for_caller_ns && now - s->for_caller_ns < CPU_STREAM_ACTIVE_NS) {
         park_until(s, now + CPU_STREAM_CLAIM_NS);
         return;
@@ -212,7 +206,7 @@ static int leave_to_caller(cpu_stream *s)
     const cpu_task *t = s->head;
     if (t->kind != TASK_FOR_CALLER || s->heavy || s->stop || t->seq <= s->kicked || s->wake_at != UINT64_MAX)
         return 0;
-    uint64_t now = spin_clock_ns(), until = t->queued_ns + CPU_STREAM_CLAIM_NS;
+    uint64_t now = gpucore_clock_ns(), until = t->queued_ns + CPU_STREAM_CLAIM_NS;
     if (now >= until) return 0;
     if (now < t->queued_ns + CPU_STREAM_SPIN_NS)
         spin_while_equal_until(s, &s->changes, s->changes, t->queued_ns + CPU_STREAM_SPIN_NS);
@@ -263,7 +257,7 @@ gpucore_status cpu_stream_create(cpu_stream **out)
     pthread_mutex_init(&s->mu, NULL);
     pthread_condattr_t ca;
     pthread_condattr_init(&ca);
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC); /* leave_to_caller's deadline is on spin_clock_ns's clock */
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC); /* leave_to_caller's deadline is on gpucore_clock_ns's clock */
     pthread_cond_init(&s->work_cv, &ca);
     pthread_condattr_destroy(&ca);
     pthread_cond_init(&s->done_cv, NULL);
@@ -301,7 +295,7 @@ static gpucore_status enqueue(cpu_stream *s, cpu_task_fn fn, const void *args, s
     t->fn = fn;
     t->args_size = args_size;
     t->kind = kind;
-    t->queued_ns = kind == TASK_FOR_CALLER ? spin_clock_ns() : 0;
+    t->queued_ns = kind == TASK_FOR_CALLER ? gpucore_clock_ns() : 0;
     if (args_size) memcpy(t->args, args, args_size);
     pthread_mutex_lock(&s->mu);
     if (kind == TASK_ANY || kind == TASK_PINNED) s->heavy++;
@@ -408,13 +402,6 @@ gpucore_status cpu_stream_query(cpu_stream *s)
 
 /* ---- events ---- */
 
-static double now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
-}
-
 static void event_unref(cpu_event *e)
 {
     if (atomic_fetch_sub(&e->refs, 1) != 1) return;
@@ -447,7 +434,7 @@ static gpucore_status event_complete_task(void *p)
     pthread_mutex_lock(&a->e->mu);
     if (a->gen > a->e->completed) {
         a->e->completed = a->gen;
-        a->e->time_ms = now_ms();
+        a->e->time_ms = gpucore_clock_ms();
     }
     pthread_cond_broadcast(&a->e->cv);
     pthread_mutex_unlock(&a->e->mu);

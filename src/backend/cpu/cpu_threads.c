@@ -42,6 +42,7 @@
 #include <unistd.h>
 #include "cpu_internal.h"
 #include "cpu_stream.h"
+#include "core/mono_clock.h"
 #ifdef _OPENMP
 #include <omp.h>
 #endif
@@ -62,13 +63,6 @@ static pthread_t parked_thread;
 static long online_cpus = 1;
 static pthread_mutex_t look_mu = PTHREAD_MUTEX_INITIALIZER;
 static uint64_t look_last_ns, shared_last_ns; /* under look_mu */
-
-static uint64_t now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
 
 static void *parked_main(void *arg)
 {
@@ -138,7 +132,7 @@ void cpu_thread_policy_tick(void)
 {
 #ifdef _OPENMP
     if (__atomic_load_n(&spin_mode, __ATOMIC_RELAXED) != SPIN_ADAPTIVE) return;
-    const uint64_t now = now_ns();
+    const uint64_t now = gpucore_clock_ns();
     if (now - __atomic_load_n(&look_last_ns, __ATOMIC_RELAXED) < CPU_SPIN_LOOK_NS) return;
     if (pthread_mutex_trylock(&look_mu) != 0) return; /* another stream looks */
     if (now - look_last_ns >= CPU_SPIN_LOOK_NS) {

@@ -73,11 +73,11 @@ static gpucore_status nccl_fail(const char *what, ncclResult_t r)
 /* A non-blocking communicator's call returned ncclInProgress: poll until settled. */
 static ncclResult_t nccl_settle(ncclComm_t nc, ncclResult_t r, double timeout_s)
 {
-    double deadline = comm_now_s() + (timeout_s > 0 ? timeout_s : 1e9);
+    double deadline = gpucore_clock_s() + (timeout_s > 0 ? timeout_s : 1e9);
     while (r == ncclInProgress) {
         if (NCCL.ncclCommGetAsyncError(nc, &r) != ncclSuccess) return ncclInternalError;
         if (r != ncclInProgress) break;
-        if (comm_now_s() > deadline) return ncclRemoteError; /* peers never arrived */
+        if (gpucore_clock_s() > deadline) return ncclRemoteError; /* peers never arrived */
         struct timespec nap = {0, 100000};
         nanosleep(&nap, NULL);
     }
@@ -111,7 +111,7 @@ static void *watchdog_main(void *arg)
             pthread_cond_wait(&c->cv, &c->mu);
             continue;
         }
-        double t = comm_now_s();
+        double t = gpucore_clock_s();
         if (p->started == 0) p->started = t;
         cudaError_t q = cudaEventQuery(p->done);
         if (q == cudaSuccess) {
@@ -479,7 +479,7 @@ void cuda_comm_destroy(void *bcomm)
  * had none; 600 s). */
 static gpucore_status group_settle(cuda_comm *c, double timeout_s)
 {
-    double limit = timeout_s > 0 ? timeout_s : 600.0, deadline = comm_now_s() + limit;
+    double limit = timeout_s > 0 ? timeout_s : 600.0, deadline = gpucore_clock_s() + limit;
     for (;;) {
         char why[sizeof c->msg] = "";
         pthread_mutex_lock(&c->mu);
@@ -493,7 +493,7 @@ static gpucore_status group_settle(cuda_comm *c, double timeout_s)
                                         "settled: %s", c->rank, c->size, why);
         if (r == ncclSuccess) return GPUCORE_OK;
         if (r != ncclInProgress) return nccl_fail("ncclGroupEnd (settling a communicator of the group)", r);
-        if (comm_now_s() > deadline)
+        if (gpucore_clock_s() > deadline)
             return cuda_host->set_error(GPUCORE_ERR_COMM, "comm_group_end: rank %d of %d did not settle within the "
                                         "collectives' timeout of %.1f s (a peer may have died or never issued its part "
                                         "of the group)", c->rank, c->size, limit);

@@ -39,6 +39,7 @@
  * that warning silenced, so only our own uses trip -DCUDNN_WARN_DEPRECATED. */
 #include "cuda_conv_graph.h"
 #include "backend/kernel_ops.h"
+#include "core/mono_clock.h"
 #include "elementwise_math.h"
 
 #define MAX_DEVICES 64
@@ -104,13 +105,6 @@ static gpucore_status device_handle(int dev, cudnnHandle_t *slot, cudnnHandle_t 
     }
     *out = *slot;
     return GPUCORE_OK;
-}
-
-static double now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
 }
 
 /* Median-free timing: the best of AUTOTUNE_REPS runs after one warm-up, in ms (< 0: failed). */
@@ -205,17 +199,17 @@ static gpucore_status build_entry(cudnnHandle_t h, const gpucore_conv_desc *d, c
             return st;
         }
         search_result r;
-        double t0 = now_ms();
+        double t0 = gpucore_clock_ms();
         search(h, graph, d, fused, autotune ? SEARCH_FASTEST : SEARCH_FIRST, limit, stream, &r);
         DNN.cudnnBackendDestroyDescriptor(graph);
         if (autotune && r.timed) {
             pthread_mutex_lock(&cache_lock);
             dev_stats[d->device].autotune_runs++;
             dev_stats[d->device].autotune_candidates += r.timed;
-            dev_stats[d->device].autotune_ms += now_ms() - t0;
+            dev_stats[d->device].autotune_ms += gpucore_clock_ms() - t0;
             pthread_mutex_unlock(&cache_lock);
             cuda_host->log(GPUCORE_LOG_INFO, "conv: autotuned %d engines in %.1f ms; fastest %.3f ms", r.timed,
-                           now_ms() - t0, r.best_ms);
+                           gpucore_clock_ms() - t0, r.best_ms);
         }
         if (r.skipped_ws)
             cuda_host->log(GPUCORE_LOG_INFO, "conv: passed over %d engines needing more than %lld workspace bytes",

@@ -139,7 +139,7 @@ static gpucore_status mpi_wait_all(mpi_call *r, int n, MPI_Request *req)
         }
         if (flag) return GPUCORE_OK;
         if (atomic_load(r->c->abort_requested)) return GPUCORE_ERR_COMM; /* message set by comm_abort */
-        double t = comm_now_s();
+        double t = gpucore_clock_s();
         if (deadline >= 0 && t > deadline) {
             char what[128];
             snprintf(what, sizeof what, "did not complete within the timeout of %.1f s (a peer may have died or stalled)",
@@ -463,7 +463,7 @@ gpucore_status mpi_comm_run(void *comm, const gpucore_comm_call *call, int64_t e
                             size_t what_len)
 {
     if (what_len) what[0] = '\0';
-    mpi_call r = {comm, call, elem_size, comm_now_s(), what, what_len};
+    mpi_call r = {comm, call, elem_size, gpucore_clock_s(), what, what_len};
     return run_call(&r);
 }
 
