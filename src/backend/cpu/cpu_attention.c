@@ -38,13 +38,30 @@ static int omp_get_max_threads(void) { return 1; }
 #define ATT_BQ 32 /* query rows per tile */
 #define ATT_BK 64 /* key rows per tile */
 
-/* rows [row0, row0 + n) x cols [0, cols) of operand t at (b, h), as f32 [n][cols] */
-static ATT_INLINE void pack(const gpucore_attn_tensor *t, int dt, int64_t b, int64_t h, int64_t row0, int64_t n, int64_t cols,
-                 float *dst)
+/* Rows [row0, row0 + n) x cols [0, cols) of operand t at (b, h), as f32 [n][cols], and back
+ * (rounded as gpucore_attn_store); rows with unit column stride go through the vector
+ * conversions (the same bits). The whole-head GEMM path uses the same pair. */
+void cpu_attn_load_rows(const gpucore_attn_tensor *t, int dt, int64_t b, int64_t h, int64_t row0, int64_t n,
+                        int64_t cols, float *dst)
 {
+    const int64_t es = dt == GPUCORE_KDT_F32 ? 4 : 2;
     for (int64_t r = 0; r < n; r++) {
-        int64_t off = gpucore_attn_offset(t, b, h, row0 + r, 0);
-        for (int64_t c = 0; c < cols; c++) dst[r * cols + c] = gpucore_attn_load(t, dt, off + c * t->stride[3]);
+        const int64_t off = gpucore_attn_offset(t, b, h, row0 + r, 0);
+        if (t->stride[3] == 1) cpu_vec_load(dst + r * cols, (const char *)t->data + off * es, dt, cols);
+        else
+            for (int64_t c = 0; c < cols; c++) dst[r * cols + c] = gpucore_attn_load(t, dt, off + c * t->stride[3]);
+    }
+}
+
+void cpu_attn_store_rows(const gpucore_attn_tensor *t, int dt, int64_t b, int64_t h, int64_t row0, int64_t n,
+                         int64_t cols, const float *src)
+{
+    const int64_t es = dt == GPUCORE_KDT_F32 ? 4 : 2;
+    for (int64_t r = 0; r < n; r++) {
+        const int64_t off = gpucore_attn_offset(t, b, h, row0 + r, 0);
+        if (t->stride[3] == 1) cpu_vec_store((char *)t->data + off * es, dt, src + r * cols, cols);
+        else
+            for (int64_t c = 0; c < cols; c++) gpucore_attn_store(t, dt, off + c * t->stride[3], src[r * cols + c]);
     }
 }
 
@@ -55,15 +72,6 @@ static ATT_INLINE void pack_transposed(const gpucore_attn_tensor *t, int dt, int
     for (int64_t r = 0; r < n; r++) {
         int64_t off = gpucore_attn_offset(t, b, h, row0 + r, 0);
         for (int64_t c = 0; c < cols; c++) dst[c * ld + r] = gpucore_attn_load(t, dt, off + c * t->stride[3]);
-    }
-}
-
-static ATT_INLINE void unpack(const gpucore_attn_tensor *t, int dt, int64_t b, int64_t h, int64_t row0, int64_t n, int64_t cols,
-                   const float *src)
-{
-    for (int64_t r = 0; r < n; r++) {
-        int64_t off = gpucore_attn_offset(t, b, h, row0 + r, 0);
-        for (int64_t c = 0; c < cols; c++) gpucore_attn_store(t, dt, off + c * t->stride[3], src[r * cols + c]);
     }
 }
 
@@ -130,7 +138,7 @@ static ATT_INLINE void forward_tile(const gpucore_attn_args *a, att_scratch *w, 
     const int64_t nq = a->seq_q - i0 < ATT_BQ ? a->seq_q - i0 : ATT_BQ;
     const int dt = a->dtype;
     float *m = w->row, *l = w->row + ATT_BQ;
-    pack(&a->q, dt, b, h, i0, nq, D, w->q);
+    cpu_attn_load_rows(&a->q, dt, b, h, i0, nq, D, w->q);
     for (int64_t r = 0; r < nq; r++) { m[r] = -INFINITY; l[r] = 0.0f; }
     memset(w->acc, 0, sizeof(float) * (size_t)(nq * Dv));
     const int64_t kend = gpucore_attn_key_end(a, b, i0 + nq - 1);
@@ -138,7 +146,7 @@ static ATT_INLINE void forward_tile(const gpucore_attn_args *a, att_scratch *w, 
     for (int64_t j0 = 0; j0 < kend; j0 += ATT_BK) {
         const int64_t nk = kend - j0 < ATT_BK ? kend - j0 : ATT_BK;
         pack_transposed(&a->k, dt, b, hk, j0, nk, D, ATT_BK, w->k); /* kᵀ: [D][ATT_BK] */
-        pack(&a->v, dt, b, hk, j0, nk, Dv, w->v);
+        cpu_attn_load_rows(&a->v, dt, b, hk, j0, nk, Dv, w->v);
         for (int64_t r = 0; r < nq; r++) {
             float mt = -INFINITY;
             const int64_t nkr = causal_keys(a, i0 + r, j0, nk);
@@ -168,7 +176,7 @@ static ATT_INLINE void forward_tile(const gpucore_attn_args *a, att_scratch *w, 
         for (int64_t c = 0; c < Dv; c++) w->acc[r * Dv + c] *= inv;
         if (a->lse) a->lse[(b * a->heads + h) * a->seq_q + i0 + r] = gpucore_attn_lse(m[r], l[r]);
     }
-    unpack(&a->out, dt, b, h, i0, nq, Dv, w->acc);
+    cpu_attn_store_rows(&a->out, dt, b, h, i0, nq, Dv, w->acc);
 }
 
 /* q tile, dout tile, lse and D_i = dout_i · out_i of query rows [i0, i0 + nq) of (b, h). */
@@ -176,9 +184,9 @@ static ATT_INLINE void load_query_side(const gpucore_attn_args *a, att_scratch *
 {
     const int64_t D = a->head_dim, Dv = a->head_dim_v;
     float *lse = w->row, *Di = w->row + ATT_BQ;
-    pack(&a->q, a->dtype, b, h, i0, nq, D, w->q);
-    pack(&a->dout, a->dtype, b, h, i0, nq, Dv, w->o_or_do);
-    pack(&a->out, a->dtype, b, h, i0, nq, Dv, w->acc); /* out rows, only for D_i */
+    cpu_attn_load_rows(&a->q, a->dtype, b, h, i0, nq, D, w->q);
+    cpu_attn_load_rows(&a->dout, a->dtype, b, h, i0, nq, Dv, w->o_or_do);
+    cpu_attn_load_rows(&a->out, a->dtype, b, h, i0, nq, Dv, w->acc); /* out rows, only for D_i */
     for (int64_t r = 0; r < nq; r++) {
         lse[r] = a->lse[(b * a->heads + h) * a->seq_q + i0 + r];
         Di[r] = dot(w->o_or_do + r * Dv, w->acc + r * Dv, Dv);
@@ -224,7 +232,7 @@ static ATT_INLINE void backward_dq_tile(const gpucore_attn_args *a, att_scratch 
     const int64_t kend = gpucore_attn_key_end(a, b, i0 + nq - 1);
     for (int64_t j0 = 0; j0 < kend; j0 += ATT_BK) {
         const int64_t nk = kend - j0 < ATT_BK ? kend - j0 : ATT_BK;
-        pack(&a->k, a->dtype, b, hk, j0, nk, D, w->k);
+        cpu_attn_load_rows(&a->k, a->dtype, b, hk, j0, nk, D, w->k);
         pack_kv_transposed(a, w, b, hk, j0, nk);
         for (int64_t r = 0; r < nq; r++) {
             float pk[ATT_BK], ds[ATT_BK];
@@ -233,7 +241,7 @@ static ATT_INLINE void backward_dq_tile(const gpucore_attn_args *a, att_scratch 
                 if (ds[j] != 0.0f) axpy(w->kacc + r * D, ds[j] * a->scale, w->k + j * D, D);
         }
     }
-    unpack(&a->dq, a->dtype, b, h, i0, nq, D, w->kacc);
+    cpu_attn_store_rows(&a->dq, a->dtype, b, h, i0, nq, D, w->kacc);
 }
 
 /* dk and dv of one (b, kv head, key tile): the group's query heads, every query row that sees the tile. */
@@ -262,8 +270,8 @@ static ATT_INLINE void backward_dkv_tile(const gpucore_attn_args *a, att_scratch
                 }
             }
     }
-    if (a->dk.data) unpack(&a->dk, a->dtype, b, hk, j0, nk, D, dk);
-    if (a->dv.data) unpack(&a->dv, a->dtype, b, hk, j0, nk, Dv, dv);
+    if (a->dk.data) cpu_attn_store_rows(&a->dk, a->dtype, b, hk, j0, nk, D, dk);
+    if (a->dv.data) cpu_attn_store_rows(&a->dv, a->dtype, b, hk, j0, nk, Dv, dv);
 }
 
 /* dq, dk and dv of one (b, kv head) in one pass: each probability and score gradient is computed
@@ -284,7 +292,7 @@ static ATT_INLINE void backward_fused(const gpucore_attn_args *a, att_scratch *w
             const int64_t kend = gpucore_attn_key_end(a, b, i0 + nq - 1); /* <= the valid keys */
             for (int64_t j0 = 0; j0 < kend; j0 += ATT_BK) {
                 const int64_t nk = kend - j0 < ATT_BK ? kend - j0 : ATT_BK;
-                pack(&a->k, a->dtype, b, hk, j0, nk, D, w->k);
+                cpu_attn_load_rows(&a->k, a->dtype, b, hk, j0, nk, D, w->k);
                 pack_kv_transposed(a, w, b, hk, j0, nk);
                 float *dk = w->dk_all + j0 * D, *dv = w->dv_all + j0 * Dv;
                 for (int64_t r = 0; r < nq; r++) {
@@ -299,10 +307,10 @@ static ATT_INLINE void backward_fused(const gpucore_attn_args *a, att_scratch *w
                     }
                 }
             }
-            if (a->dq.data) unpack(&a->dq, a->dtype, b, h, i0, nq, D, w->kacc);
+            if (a->dq.data) cpu_attn_store_rows(&a->dq, a->dtype, b, h, i0, nq, D, w->kacc);
         }
-    if (a->dk.data) unpack(&a->dk, a->dtype, b, hk, 0, a->seq_k, D, w->dk_all);
-    if (a->dv.data) unpack(&a->dv, a->dtype, b, hk, 0, a->seq_k, Dv, w->dv_all);
+    if (a->dk.data) cpu_attn_store_rows(&a->dk, a->dtype, b, hk, 0, a->seq_k, D, w->dk_all);
+    if (a->dv.data) cpu_attn_store_rows(&a->dv, a->dtype, b, hk, 0, a->seq_k, Dv, w->dv_all);
 }
 
 /* Task t of the pass: forward or dq tiles (pass 1), dk/dv tiles (pass 2), or fused (b, kv head) units. */

@@ -34,27 +34,6 @@ int cpu_attention_gemm_takes(const gpucore_attn_args *a)
     return cpu_gemm_engine_dnnl(a->seq_q, a->seq_k, a->head_dim, 1);
 }
 
-/* Rows row0.. of (b, h) of t, as f32 [n][cols]. */
-static void load_rows(const gpucore_attn_tensor *t, int dt, int64_t b, int64_t h, int64_t n, int64_t cols, float *dst)
-{
-    for (int64_t r = 0; r < n; r++) {
-        const int64_t off = gpucore_attn_offset(t, b, h, r, 0);
-        if (t->stride[3] == 1) cpu_vec_load(dst + r * cols, (const char *)t->data + off * (dt == GPUCORE_KDT_F32 ? 4 : 2), dt, cols);
-        else
-            for (int64_t c = 0; c < cols; c++) dst[r * cols + c] = gpucore_attn_load(t, dt, off + c * t->stride[3]);
-    }
-}
-
-static void store_rows(const gpucore_attn_tensor *t, int dt, int64_t b, int64_t h, int64_t n, int64_t cols, const float *src)
-{
-    for (int64_t r = 0; r < n; r++) {
-        const int64_t off = gpucore_attn_offset(t, b, h, r, 0);
-        if (t->stride[3] == 1) cpu_vec_store((char *)t->data + off * (dt == GPUCORE_KDT_F32 ? 4 : 2), dt, src + r * cols, cols);
-        else
-            for (int64_t c = 0; c < cols; c++) gpucore_attn_store(t, dt, off + c * t->stride[3], src[r * cols + c]);
-    }
-}
-
 typedef struct att_bufs { float *q, *k, *v, *o, *s, *dp, *dq, *dk, *dv, *d, *out; } att_bufs;
 
 static int bufs_alloc(att_bufs *w, const gpucore_attn_args *a)
@@ -88,9 +67,9 @@ static void forward_head(const gpucore_attn_args *a, att_bufs *w, int64_t b, int
 {
     const int64_t Sq = a->seq_q, Sk = a->seq_k, D = a->head_dim, Dv = a->head_dim_v, hk = h / (a->heads / a->kv_heads);
     const int dt = a->dtype;
-    load_rows(&a->q, dt, b, h, Sq, D, w->q);
-    load_rows(&a->k, dt, b, hk, Sk, D, w->k);
-    load_rows(&a->v, dt, b, hk, Sk, Dv, w->v);
+    cpu_attn_load_rows(&a->q, dt, b, h, 0, Sq, D, w->q);
+    cpu_attn_load_rows(&a->k, dt, b, hk, 0, Sk, D, w->k);
+    cpu_attn_load_rows(&a->v, dt, b, hk, 0, Sk, Dv, w->v);
     scores(a, w);
     for (int64_t i = 0; i < Sq; i++) {
         float *p = w->s + i * Sk;
@@ -107,7 +86,7 @@ static void forward_head(const gpucore_attn_args *a, att_bufs *w, int64_t b, int
         if (a->lse) a->lse[(b * a->heads + h) * Sq + i] = lse;
     }
     cpu_sgemm(0, 0, Sq, Dv, Sk, 1.0f, w->s, Sk, w->v, Dv, 0.0f, w->o, Dv);
-    store_rows(&a->out, dt, b, h, Sq, Dv, w->o);
+    cpu_attn_store_rows(&a->out, dt, b, h, 0, Sq, Dv, w->o);
 }
 
 /* One (b, kv head): every query head of its group, dK and dV summed over them. */
@@ -115,15 +94,15 @@ static void backward_group(const gpucore_attn_args *a, att_bufs *w, int64_t b, i
 {
     const int64_t Sq = a->seq_q, Sk = a->seq_k, D = a->head_dim, Dv = a->head_dim_v, g = a->heads / a->kv_heads;
     const int dt = a->dtype;
-    load_rows(&a->k, dt, b, hk, Sk, D, w->k);
-    load_rows(&a->v, dt, b, hk, Sk, Dv, w->v);
+    cpu_attn_load_rows(&a->k, dt, b, hk, 0, Sk, D, w->k);
+    cpu_attn_load_rows(&a->v, dt, b, hk, 0, Sk, Dv, w->v);
     memset(w->dk, 0, sizeof(float) * (size_t)(Sk * D));
     memset(w->dv, 0, sizeof(float) * (size_t)(Sk * Dv));
     for (int64_t h = hk * g; h < (hk + 1) * g; h++) {
-        load_rows(&a->q, dt, b, h, Sq, D, w->q);
+        cpu_attn_load_rows(&a->q, dt, b, h, 0, Sq, D, w->q);
         float *dO = w->o; /* the forward's O buffer holds dO here */
-        load_rows(&a->dout, dt, b, h, Sq, Dv, dO);
-        load_rows(&a->out, dt, b, h, Sq, Dv, w->out); /* O rows, only for D_i */
+        cpu_attn_load_rows(&a->dout, dt, b, h, 0, Sq, Dv, dO);
+        cpu_attn_load_rows(&a->out, dt, b, h, 0, Sq, Dv, w->out); /* O rows, only for D_i */
         for (int64_t i = 0; i < Sq; i++) w->d[i] = (float)cpu_vec_dot(dO + i * Dv, w->out + i * Dv, Dv);
         scores(a, w);
         for (int64_t i = 0; i < Sq; i++) { /* P from the forward's lse; rows without keys stay 0 */
@@ -143,12 +122,12 @@ static void backward_group(const gpucore_attn_args *a, att_bufs *w, int64_t b, i
         }
         if (a->dq.data) {
             cpu_sgemm(0, 0, Sq, D, Sk, 1.0f, w->dp, Sk, w->k, D, 0.0f, w->dq, D);       /* dQ = dS·K */
-            store_rows(&a->dq, dt, b, h, Sq, D, w->dq);
+            cpu_attn_store_rows(&a->dq, dt, b, h, 0, Sq, D, w->dq);
         }
         cpu_sgemm(1, 0, Sk, D, Sq, 1.0f, w->dp, Sk, w->q, D, 1.0f, w->dk, D);           /* dK += dSᵀ·Q */
     }
-    if (a->dk.data) store_rows(&a->dk, dt, b, hk, Sk, D, w->dk);
-    if (a->dv.data) store_rows(&a->dv, dt, b, hk, Sk, Dv, w->dv);
+    if (a->dk.data) cpu_attn_store_rows(&a->dk, dt, b, hk, 0, Sk, D, w->dk);
+    if (a->dv.data) cpu_attn_store_rows(&a->dv, dt, b, hk, 0, Sk, Dv, w->dv);
 }
 
 gpucore_status cpu_attention_gemm_run(const gpucore_attn_args *a)

@@ -66,6 +66,12 @@ GPUCORE_HIDDEN gpucore_status cpu_matmul(void *bctx, const gpucore_gemm_desc *de
  * op(B) [k,n] (tb: B stored [n,k], ld ldb). beta == 0 never reads C. OpenBLAS sgemm where the
  * build has it and the sizes fit its int, else a blocked C loop (each element sums its k
  * terms in order). Runs on the calling thread (OpenBLAS / OpenMP thread it). */
+/* cpu_attention.c: rows [row0, row0+n) x [0, cols) of an attention operand at (b, h) as f32
+ * [n][cols], and back (both attention paths pack and unpack through these). */
+GPUCORE_HIDDEN void cpu_attn_load_rows(const gpucore_attn_tensor *t, int dt, int64_t b, int64_t h, int64_t row0,
+                                       int64_t n, int64_t cols, float *dst);
+GPUCORE_HIDDEN void cpu_attn_store_rows(const gpucore_attn_tensor *t, int dt, int64_t b, int64_t h, int64_t row0,
+                                        int64_t n, int64_t cols, const float *src);
 /* cpu_attention_gemm.c: whether attention args go through whole-head GEMMs, and that path. */
 GPUCORE_HIDDEN int cpu_attention_gemm_takes(const gpucore_attn_args *a);
 GPUCORE_HIDDEN gpucore_status cpu_attention_gemm_run(const gpucore_attn_args *a);
