@@ -50,6 +50,7 @@ static void set_engine(const gpucore_attn_args *a, int32_t v)
 #if GPUCORE_HAVE_CUDNN
 #include <stdbool.h>
 #include "cuda_conv_graph.h"
+#include "cuda_use_marks.h"
 
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wdeprecated-declarations"
@@ -70,16 +71,13 @@ typedef struct sdpa_key {
     int64_t strides[9][4]; /* q k v out mask dout dq dk dv (0 when absent) */
 } sdpa_key;
 
-#define SDPA_USE_MARKS 8
-
 typedef struct sdpa_entry {
     sdpa_key key;
     cudnnBackendDescriptor_t plan; /* NULL: refused, reason says why */
     int64_t ws_bytes;              /* the plan's engine workspace */
     int reason, refs;              /* refs: calls between lookup and the end of their run */
     uint64_t last_hit;
-    int nuses;                     /* streams the plan was enqueued on, each with an event after its last run */
-    struct { cudaStream_t stream; cudaEvent_t done; } uses[SDPA_USE_MARKS];
+    cuda_use_marks uses;           /* streams the plan was enqueued on, each with an event after its last run */
 } sdpa_entry;
 
 static pthread_mutex_t sdpa_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -709,31 +707,9 @@ static int decline(const gpucore_attn_args *a)
 /* Wait until nothing of e's plan runs on any stream it was enqueued on, then free it (caller holds sdpa_lock). */
 static void entry_free_locked(sdpa_entry *e)
 {
-    for (int i = 0; i < e->nuses; i++) {
-        cudaEventSynchronize(e->uses[i].done);
-        cudaEventDestroy(e->uses[i].done);
-    }
+    cuda_use_marks_release(&e->uses);
     if (e->plan) DNN.cudnnBackendDestroyDescriptor(e->plan);
     free(e);
-}
-
-/* After enqueueing e's plan on stream (caller holds sdpa_lock): the stream's event re-recorded (stream order
- * covers its earlier runs), a new stream a new event; with every mark taken the oldest stream is waited for. */
-static gpucore_status mark_use_locked(sdpa_entry *e, cudaStream_t stream)
-{
-    int slot = -1;
-    for (int i = 0; i < e->nuses && slot < 0; i++) if (e->uses[i].stream == stream) slot = i;
-    if (slot < 0 && e->nuses < SDPA_USE_MARKS) {
-        CUDA_TRY(cudaEventCreateWithFlags(&e->uses[e->nuses].done, cudaEventDisableTiming), "cudaEventCreateWithFlags");
-        slot = e->nuses++;
-    }
-    if (slot < 0) {
-        slot = 0;
-        CUDA_TRY(cudaEventSynchronize(e->uses[0].done), "cudaEventSynchronize");
-    }
-    e->uses[slot].stream = stream;
-    CUDA_TRY(cudaEventRecord(e->uses[slot].done, stream), "cudaEventRecord");
-    return GPUCORE_OK;
 }
 
 /* A full cache gives up its least recently used entry that no call holds (its plan waited for); 0 if every entry
@@ -811,7 +787,7 @@ static int run_plan(void *bctx, sdpa_entry *e, const gpucore_attn_args *a, int d
             cuda_host->log(GPUCORE_LOG_WARN, "attention: running cuDNN's SDPA plan failed; the attention kernel "
                            "runs instead");
         } else {
-            *st = mark_use_locked(e, cs);
+            *st = cuda_use_marks_record(&e->uses, cs);
         }
         pthread_mutex_unlock(&sdpa_lock);
     }

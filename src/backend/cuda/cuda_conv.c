@@ -38,6 +38,7 @@
  * The header itself declares a deprecated type (cudnnQueryRuntimeError's tag); cuda_dynlib.h includes it with
  * that warning silenced, so only our own uses trip -DCUDNN_WARN_DEPRECATED. */
 #include "cuda_conv_graph.h"
+#include "cuda_use_marks.h"
 #include "backend/kernel_ops.h"
 #include "core/mono_clock.h"
 #include "elementwise_math.h"
@@ -55,10 +56,6 @@ typedef struct plan_key {
     int64_t strides[12];
 } plan_key;
 
-/* A stream the entry's plans were executed on, and an event recorded there after the last of them. */
-typedef struct use_mark { cudaStream_t stream; cudaEvent_t done; } use_mark;
-#define MAX_USE_MARKS 8
-
 typedef struct plan_entry {
     plan_key key;
     cudnnBackendDescriptor_t plan, lean; /* lean: the smallest-workspace plan, built only when needed */
@@ -69,8 +66,7 @@ typedef struct plan_entry {
     uint64_t last_use;
     /* where its plans may still run (under the device's handle_lock; read alone once refs is 0):
      * destruction waits for these events */
-    use_mark uses[MAX_USE_MARKS];
-    int nuses;
+    cuda_use_marks uses;
     struct plan_entry *next_dead;        /* on the graveyard: released, plans still in flight */
 } plan_entry;
 
@@ -113,6 +109,7 @@ static float time_plan(cudnnHandle_t h, cudnnBackendDescriptor_t plan, const gpu
 {
     void *ws = NULL;
     if (ws_bytes > 0 && d->ws.alloc(d->ws.ws_ctx, ws_bytes, &ws)) return -1.0f;
+    const cudaError_t pending = cudaPeekAtLastError(); /* someone else's: left for them to read */
     cudaEvent_t a = NULL, b = NULL;
     float best = -1.0f;
     if (cudaEventCreate(&a) == cudaSuccess && cudaEventCreate(&b) == cudaSuccess &&
@@ -129,9 +126,9 @@ static float time_plan(cudnnHandle_t h, cudnnBackendDescriptor_t plan, const gpu
             if (best < 0 || ms < best) best = ms;
         }
     }
-    cudaGetLastError();
     if (a) cudaEventDestroy(a);
     if (b) cudaEventDestroy(b);
+    if (pending == cudaSuccess) cudaGetLastError(); /* a failed timing call's error is ours: the plan is skipped */
     if (ws) d->ws.release(d->ws.ws_ctx, ws);
     return best;
 }
@@ -272,23 +269,11 @@ static void key_of(const gpucore_conv_desc *d, plan_key *k)
     k->workspace_limit = d->workspace_limit; /* it filters engines, so plans differ by it */
 }
 
-/* Whether every execution of e's plans has finished (its events). */
-static int entry_idle(plan_entry *e)
-{
-    for (int i = 0; i < e->nuses; i++) {
-        cudaError_t q = cudaEventQuery(e->uses[i].done);
-        if (q == cudaErrorNotReady) { cudaGetLastError(); return 0; }
-        cudaGetLastError();
-    }
-    return 1;
-}
-
 static void entry_free(plan_entry *e)
 {
     if (e->lean && e->lean != e->plan) DNN.cudnnBackendDestroyDescriptor(e->lean);
     if (e->plan) DNN.cudnnBackendDestroyDescriptor(e->plan);
-    for (int i = 0; i < e->nuses; i++) cudaEventDestroy(e->uses[i].done);
-    cudaGetLastError();
+    cuda_use_marks_release(&e->uses);
     free(e);
 }
 
@@ -297,7 +282,7 @@ static void graveyard_reap_locked(void)
 {
     for (plan_entry **pp = &graveyard; *pp;) {
         plan_entry *e = *pp;
-        if (entry_idle(e)) { *pp = e->next_dead; entry_free(e); }
+        if (cuda_use_marks_idle(&e->uses)) { *pp = e->next_dead; entry_free(e); }
         else pp = &e->next_dead;
     }
 }
@@ -308,35 +293,9 @@ static void graveyard_reap_locked(void)
 static void entry_release_locked(plan_entry *e)
 {
     if (--e->refs > 0) return;
-    if (entry_idle(e)) { entry_free(e); return; }
+    if (cuda_use_marks_idle(&e->uses)) { entry_free(e); return; }
     e->next_dead = graveyard;
     graveyard = e;
-}
-
-/* After enqueueing one of e's plans on stream: mark the stream (caller holds the device's handle_lock). A stream
- * seen before re-records its event (stream order covers the earlier runs); a new one takes a slot whose event
- * has passed, or a new slot; with every slot busy the oldest is waited for (more than MAX_USE_MARKS streams
- * running one plan at once). */
-static gpucore_status mark_use(plan_entry *e, cudaStream_t stream)
-{
-    int slot = -1;
-    for (int i = 0; i < e->nuses && slot < 0; i++) if (e->uses[i].stream == stream) slot = i;
-    for (int i = 0; i < e->nuses && slot < 0; i++) {
-        cudaError_t q = cudaEventQuery(e->uses[i].done);
-        cudaGetLastError();
-        if (q != cudaErrorNotReady) slot = i;
-    }
-    if (slot < 0 && e->nuses < MAX_USE_MARKS) {
-        CUDA_TRY(cudaEventCreateWithFlags(&e->uses[e->nuses].done, cudaEventDisableTiming), "cudaEventCreateWithFlags");
-        slot = e->nuses++;
-    }
-    if (slot < 0) {
-        slot = 0;
-        CUDA_TRY(cudaEventSynchronize(e->uses[0].done), "cudaEventSynchronize");
-    }
-    e->uses[slot].stream = stream;
-    CUDA_TRY(cudaEventRecord(e->uses[slot].done, stream), "cudaEventRecord");
-    return GPUCORE_OK;
 }
 
 /* The cached entry for key (a reference the caller releases; cache_lock held), or NULL. */
@@ -501,7 +460,7 @@ gpucore_status cuda_conv(void *bctx, const gpucore_conv_desc *d, void *stream)
         cudnnHandle_t h = NULL;
         st = device_handle(dev, &handles[dev], &h);
         if (!st) st = conv_execute(h, plan, &dd, e->fused, ws, cs);
-        if (!st) st = mark_use(e, cs);
+        if (!st) st = cuda_use_marks_record(&e->uses, cs);
         pthread_mutex_unlock(&handle_lock[dev]);
     }
     if (ws) dd.ws.release(dd.ws.ws_ctx, ws); /* stream-ordered: reused only after this work */

@@ -1,0 +1,42 @@
+/*
+ * cuda_use_marks.c — the per-entry stream marks of the cuDNN plan caches (cuda_use_marks.h).
+ * Event queries answer cudaSuccess or cudaErrorNotReady, neither of which the runtime keeps as
+ * its last error, so nothing here clears an error someone else's call left pending.
+ */
+#include "cuda_use_marks.h"
+
+gpucore_status cuda_use_marks_record(cuda_use_marks *u, cudaStream_t stream)
+{
+    int slot = -1;
+    for (int i = 0; i < u->n && slot < 0; i++)
+        if (u->m[i].stream == stream) slot = i;
+    for (int i = 0; i < u->n && slot < 0; i++)
+        if (cudaEventQuery(u->m[i].done) == cudaSuccess) slot = i;
+    if (slot < 0 && u->n < CUDA_USE_MARKS) {
+        CUDA_TRY(cudaEventCreateWithFlags(&u->m[u->n].done, cudaEventDisableTiming), "cudaEventCreateWithFlags");
+        slot = u->n++;
+    }
+    if (slot < 0) {
+        slot = 0;
+        CUDA_TRY(cudaEventSynchronize(u->m[0].done), "cudaEventSynchronize");
+    }
+    u->m[slot].stream = stream;
+    CUDA_TRY(cudaEventRecord(u->m[slot].done, stream), "cudaEventRecord");
+    return GPUCORE_OK;
+}
+
+int cuda_use_marks_idle(const cuda_use_marks *u)
+{
+    for (int i = 0; i < u->n; i++)
+        if (cudaEventQuery(u->m[i].done) == cudaErrorNotReady) return 0;
+    return 1;
+}
+
+void cuda_use_marks_release(cuda_use_marks *u)
+{
+    for (int i = 0; i < u->n; i++) {
+        cudaEventSynchronize(u->m[i].done);
+        cudaEventDestroy(u->m[i].done);
+    }
+    u->n = 0;
+}
