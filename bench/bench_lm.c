@@ -8,12 +8,9 @@
  * (bench_fma_peak.h), the process's RSS high-water mark and the allocator's peak
  * allocated and reserved bytes during the case, and the loss of every step.
  *
- * The model (GPT-2's initialisation: N(0, 0.02), the residual projections scaled by
- * 1/sqrt(2·n_layer), biases 0, norms 1; no dropout) and the token ids (a seeded
- * splitmix64 stream) are written once into a folder, DIR (--dir, else
- * $GPUCORE_BENCH_LM_DIR, else $TMPDIR/gpucore-bench-lm), as a Hugging Face GPT-2
- * folder that transformers loads: the peer bench/peers/torch_lm.py trains
- * GPT2LMHeadModel with torch.optim.AdamW from the same folder on the same batches.
+ * The model and the token ids are lm_fixture.h's folder DIR (written on first use), which
+ * transformers loads: the peer bench/peers/torch_lm.py trains GPT2LMHeadModel with
+ * torch.optim.AdamW from the same folder on the same batches.
  * Step s of a (B, T) case reads the B·T ids from offset s·B·T of the stream (wrapping).
  * This program also writes its rows to DIR/ours.jsonl (with the FMA peak and every
  * step's loss), which the peer reads to report MFU against the same peak and the
@@ -34,11 +31,8 @@
 #include "gpucore.h"
 #include "bench_fma_peak.h"
 #include "bench_time.h"
+#include "lm_fixture.h"
 
-enum { VOCAB = 50257, LAYERS = 12, WIDTH = 768, HEADS = 12, POSITIONS = 1024 };
-enum { NTOK = 1 << 16 };       /* ids in the token stream (64 steps of B 4, T 256) */
-#define FIXTURE_SEED 1234u
-#define FIXTURE_STAMP "gpt2-124m seed 1234 tokens 65536 v1"
 #define MAX_STEPS 256
 
 static int json;
@@ -53,151 +47,6 @@ static FILE *ours_file;    /* DIR/ours.jsonl */
             goto done;                                                             \
         }                                                                          \
     } while (0)
-
-/* ---- the fixture: a Hugging Face GPT-2 folder and the token stream ---- */
-
-static uint64_t splitmix64(uint64_t x)
-{
-    x += 0x9E3779B97F4A7C15ull;
-    x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-    x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-    return x ^ (x >> 31);
-}
-
-/* out = dir/leaf (out has PATH_LEN bytes); nonzero when it does not fit. */
-enum { PATH_LEN = 4096 };
-static int dir_file(char *out, const char *dir, const char *leaf)
-{
-    int n = snprintf(out, PATH_LEN, "%s/%s", dir, leaf);
-    if (n < 0 || n >= PATH_LEN) { fprintf(stderr, "bench_lm: the path %s/%s is too long\n", dir, leaf); return 1; }
-    return 0;
-}
-
-static int write_text(const char *path, const char *text)
-{
-    FILE *f = fopen(path, "w");
-    if (!f) { fprintf(stderr, "bench_lm: cannot write %s: %s\n", path, strerror(errno)); return 1; }
-    int bad = fputs(text, f) < 0;
-    bad |= fclose(f) != 0;
-    if (bad) fprintf(stderr, "bench_lm: writing %s failed\n", path);
-    return bad;
-}
-
-static int read_stamp_matches(const char *dir)
-{
-    char path[PATH_LEN], buf[128] = {0};
-    if (dir_file(path, dir, "fixture.txt")) return 0;
-    FILE *f = fopen(path, "r");
-    if (!f) return 0;
-    size_t n = fread(buf, 1, sizeof buf - 1, f);
-    fclose(f);
-    buf[n] = 0;
-    buf[strcspn(buf, "\n")] = 0;
-    return !strcmp(buf, FIXTURE_STAMP);
-}
-
-/* One tensor of the file: name, shape as the file holds it (Conv1D [in, out]), its init. */
-typedef struct fx_tensor {
-    char name[96];
-    int ndim;
-    int64_t shape[2];
-    double std; /* > 0: N(0, std); 0: zeros; < 0: ones */
-} fx_tensor;
-
-static int fixture_tensors(fx_tensor *t)
-{
-    int n = 0;
-    const double s = 0.02, sp = 0.02 / sqrt(2.0 * LAYERS);
-#define T2(nm, a, b, sd) (t[n] = (fx_tensor){"", 2, {a, b}, sd}, snprintf(t[n].name, sizeof t[n].name, "%s", nm), n++)
-#define T1(nm, a, sd) (t[n] = (fx_tensor){"", 1, {a, 0}, sd}, snprintf(t[n].name, sizeof t[n].name, "%s", nm), n++)
-    T2("transformer.wte.weight", VOCAB, WIDTH, s);
-    T2("transformer.wpe.weight", POSITIONS, WIDTH, s);
-    char nm[96];
-    for (int l = 0; l < LAYERS; l++) {
-        static const struct { const char *leaf; int rows, cols; int proj; } mats[] = {
-            {"attn.c_attn", 1, 3, 0}, {"attn.c_proj", 1, 1, 1}, {"mlp.c_fc", 1, 4, 0}, {"mlp.c_proj", 4, 1, 1}};
-        snprintf(nm, sizeof nm, "transformer.h.%d.ln_1.weight", l); T1(nm, WIDTH, -1);
-        snprintf(nm, sizeof nm, "transformer.h.%d.ln_1.bias", l); T1(nm, WIDTH, 0);
-        for (int m = 0; m < 4; m++) {
-            if (m == 2) {
-                snprintf(nm, sizeof nm, "transformer.h.%d.ln_2.weight", l); T1(nm, WIDTH, -1);
-                snprintf(nm, sizeof nm, "transformer.h.%d.ln_2.bias", l); T1(nm, WIDTH, 0);
-            }
-            snprintf(nm, sizeof nm, "transformer.h.%d.%s.weight", l, mats[m].leaf);
-            T2(nm, (int64_t)mats[m].rows * WIDTH, (int64_t)mats[m].cols * WIDTH, mats[m].proj ? sp : s);
-            snprintf(nm, sizeof nm, "transformer.h.%d.%s.bias", l, mats[m].leaf);
-            T1(nm, (int64_t)mats[m].cols * WIDTH, 0);
-        }
-    }
-    T1("transformer.ln_f.weight", WIDTH, -1);
-    T1("transformer.ln_f.bias", WIDTH, 0);
-#undef T1
-#undef T2
-    return n;
-}
-
-static int make_fixture(gpucore_context *ctx, const char *dir)
-{
-    char path[PATH_LEN];
-    if (mkdir(dir, 0755) && errno != EEXIST) {
-        fprintf(stderr, "bench_lm: cannot create %s: %s\n", dir, strerror(errno));
-        return 1;
-    }
-    char config[1024];
-    snprintf(config, sizeof config,
-             "{\n  \"model_type\": \"gpt2\",\n  \"architectures\": [\"GPT2LMHeadModel\"],\n  \"vocab_size\": %d,\n"
-             "  \"n_positions\": %d,\n  \"n_embd\": %d,\n  \"n_layer\": %d,\n  \"n_head\": %d,\n"
-             "  \"activation_function\": \"gelu_new\",\n  \"resid_pdrop\": 0.0,\n  \"embd_pdrop\": 0.0,\n"
-             "  \"attn_pdrop\": 0.0,\n  \"layer_norm_epsilon\": 1e-05,\n  \"initializer_range\": 0.02,\n"
-             "  \"bos_token_id\": 50256,\n  \"eos_token_id\": 50256,\n  \"tie_word_embeddings\": true,\n"
-             "  \"torch_dtype\": \"float32\"\n}\n",
-             VOCAB, POSITIONS, WIDTH, LAYERS, HEADS);
-    if (dir_file(path, dir, "config.json")) return 1;
-    if (write_text(path, config)) return 1;
-
-    int64_t *ids = dir_file(path, dir, "tokens.i64") ? NULL : malloc(NTOK * sizeof *ids);
-    if (!ids) return 1;
-    for (int64_t i = 0; i < NTOK; i++) ids[i] = (int64_t)(splitmix64(FIXTURE_SEED ^ ((uint64_t)i << 20)) % VOCAB);
-    FILE *f = fopen(path, "wb");
-    int bad = !f || fwrite(ids, sizeof *ids, NTOK, f) != NTOK;
-    if (f) bad |= fclose(f) != 0;
-    free(ids);
-    if (bad) { fprintf(stderr, "bench_lm: writing %s failed\n", path); return 1; }
-
-    static fx_tensor fx[4 + 16 * LAYERS];
-    int n = fixture_tensors(fx);
-    gpucore_tensor *ts[4 + 16 * LAYERS] = {0};
-    const char *names[4 + 16 * LAYERS];
-    gpucore_status st = GPUCORE_OK;
-    for (int i = 0; i < n; i++) {
-        names[i] = fx[i].name;
-        CHECK(gpucore_tensor_create(ctx, GPUCORE_F32, fx[i].ndim, fx[i].shape, &ts[i]));
-        if (fx[i].std > 0) CHECK(gpucore_random(ts[i], GPUCORE_NORMAL, 0.0, fx[i].std, FIXTURE_SEED + (uint64_t)i, 0, NULL));
-        else CHECK(gpucore_fill(ts[i], fx[i].std < 0 ? 1.0 : 0.0, NULL));
-    }
-    const char *mk[1] = {"format"}, *mv[1] = {"pt"};
-    bad = dir_file(path, dir, "model.safetensors");
-    if (!bad) CHECK(gpucore_safetensors_save(path, names, ts, n, mk, mv, 1));
-    bad = bad || dir_file(path, dir, "fixture.txt") || write_text(path, FIXTURE_STAMP "\n");
-done:
-    for (int i = 0; i < n; i++) gpucore_tensor_destroy(ts[i]);
-    return st != GPUCORE_OK || bad;
-}
-
-static int64_t *read_tokens(const char *dir)
-{
-    char path[PATH_LEN];
-    if (dir_file(path, dir, "tokens.i64")) return NULL;
-    FILE *f = fopen(path, "rb");
-    int64_t *ids = malloc(NTOK * sizeof *ids);
-    if (!f || !ids || fread(ids, sizeof *ids, NTOK, f) != NTOK) {
-        fprintf(stderr, "bench_lm: cannot read %s\n", path);
-        free(ids);
-        ids = NULL;
-    }
-    if (f) fclose(f);
-    return ids;
-}
 
 /* ---- process memory: the RSS high-water mark, reset per case where Linux allows it ---- */
 
@@ -272,7 +121,7 @@ static int run_case(gpucore_context *ctx, const char *dir, const int64_t *tokens
     CHECK(gpucore_optimizer_create(ctx, &cfg, params, count, &opt));
     const int64_t n = c->batch * c->seq;
     for (int s = 0; s < warmup + steps; s++) {
-        for (int64_t i = 0; i < n; i++) ids[i] = tokens[((int64_t)s * n + i) % NTOK];
+        for (int64_t i = 0; i < n; i++) ids[i] = tokens[((int64_t)s * n + i) % LM_NTOK];
         if (profile && s == warmup + steps - 1) {
             CHECK(gpucore_profiler_reset(ctx));
             CHECK(gpucore_profiler_enable(ctx, 1));
@@ -344,16 +193,9 @@ done:
     return st != GPUCORE_OK;
 }
 
-static int split_list(char *s, const char **out, int max)
-{
-    int n = 0;
-    for (char *tok = strtok(s, ","); tok && n < max; tok = strtok(NULL, ",")) out[n++] = tok;
-    return n;
-}
-
 int main(int argc, char **argv)
 {
-    const char *dev = NULL, *dir = getenv("GPUCORE_BENCH_LM_DIR");
+    const char *dev = NULL, *dir = NULL;
     char dtypes[64] = "f32,bf16", seqs[64] = "64,256", dirbuf[4096];
     int full = 0, warmup = -1, steps = -1, profile = 0;
     int64_t batch = 4;
@@ -382,13 +224,9 @@ int main(int argc, char **argv)
         fprintf(stderr, "bench_lm: --steps must be >= 1, --warmup >= 0, together <= %d, --batch >= 1\n", MAX_STEPS);
         return 2;
     }
-    if (!dir) {
-        const char *tmp = getenv("TMPDIR");
-        snprintf(dirbuf, sizeof dirbuf, "%s/gpucore-bench-lm", tmp && *tmp ? tmp : "/tmp");
-        dir = dirbuf;
-    }
+    if (!dir) dir = lm_fixture_default_dir(dirbuf, sizeof dirbuf);
     const char *dtv[4], *sqv[8];
-    int ndt = split_list(dtypes, dtv, 4), nsq = split_list(seqs, sqv, 8);
+    int ndt = lm_split_list(dtypes, dtv, 4), nsq = lm_split_list(seqs, sqv, 8);
     lm_case cases[32];
     int nc = 0;
     for (int d = 0; d < ndt; d++) {
@@ -396,8 +234,8 @@ int main(int argc, char **argv)
         if (dt < 0) { fprintf(stderr, "bench_lm: --dtype %s: f32 or bf16\n", dtv[d]); return 2; }
         for (int q = 0; q < nsq; q++) {
             int64_t T = atoll(sqv[q]);
-            if (T < 2 || T > POSITIONS) { fprintf(stderr, "bench_lm: --seq %s: 2..%d\n", sqv[q], POSITIONS); return 2; }
-            if (batch * T > NTOK) { fprintf(stderr, "bench_lm: batch x seq over the %d-id token stream\n", NTOK); return 2; }
+            if (T < 2 || T > LM_POSITIONS) { fprintf(stderr, "bench_lm: --seq %s: 2..%d\n", sqv[q], LM_POSITIONS); return 2; }
+            if (batch * T > LM_NTOK) { fprintf(stderr, "bench_lm: batch x seq over the %d-id token stream\n", LM_NTOK); return 2; }
             cases[nc++] = (lm_case){dtv[d], dt, batch, T};
         }
     }
@@ -411,14 +249,11 @@ int main(int argc, char **argv)
     int index;
     gpucore_context_device(ctx, &type, &index);
     int rc = 0;
-    if (!read_stamp_matches(dir)) {
-        fprintf(stderr, "bench_lm: writing the GPT-2 124M model and token ids into %s\n", dir);
-        if (make_fixture(ctx, dir)) { gpucore_context_destroy(ctx); return 1; }
-    }
-    int64_t *tokens = read_tokens(dir);
+    if (lm_fixture_ensure(ctx, dir)) { gpucore_context_destroy(ctx); return 1; }
+    int64_t *tokens = lm_fixture_tokens(dir);
     if (!tokens) { gpucore_context_destroy(ctx); return 1; }
-    char path[PATH_LEN];
-    ours_file = dir_file(path, dir, "ours.jsonl") ? NULL : fopen(path, "w");
+    char path[LM_PATH_LEN];
+    ours_file = lm_fixture_path(path, dir, "ours.jsonl") ? NULL : fopen(path, "w");
     if (!ours_file) fprintf(stderr, "bench_lm: cannot write %s (the peer will not find our losses)\n", path);
     online_cpus = sysconf(_SC_NPROCESSORS_ONLN);
     if (online_cpus < 1) online_cpus = 1;

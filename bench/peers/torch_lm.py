@@ -57,6 +57,28 @@ def default_dir():
     return d or os.path.join(os.environ.get("TMPDIR") or "/tmp", "gpucore-bench-lm")
 
 
+def load_peer(name, folder, threads):
+    """numpy, torch, transformers and the token stream of folder, or None (said on stderr) when
+    torch or transformers is absent or folder holds no model; shared by the language-model peers."""
+    try:
+        import numpy as np
+        import torch
+        import transformers
+    except ImportError as e:  # nothing to compare with here
+        print("%s: %s; skipped" % (name, e), file=sys.stderr)
+        return None
+    if not os.path.exists(os.path.join(folder, "fixture.txt")):
+        print("%s: %s has no model: run bench_lm or bench_generate first (they write the model and the token ids)"
+              % (name, folder), file=sys.stderr)
+        return None
+    transformers.logging.set_verbosity_error()
+    if threads:
+        torch.set_num_threads(threads)
+    tokens = np.fromfile(os.path.join(folder, "tokens.i64"), dtype="<i8")
+    assert tokens.size == NTOK, "tokens.i64 holds %d ids, expected %d" % (tokens.size, NTOK)
+    return np, torch, transformers, tokens
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--json", action="store_true", help="JSON lines (always; the driver's calling convention)")
@@ -74,23 +96,11 @@ def main():
     a = ap.parse_args()
     warmup = a.warmup if a.warmup >= 0 else (2 if a.full else 1)
     steps = a.steps if a.steps >= 1 else (10 if a.full else 3)
-    try:
-        import numpy as np
-        import torch
-        import transformers
-    except ImportError as e:  # nothing to compare with here
-        print("torch_lm: %s; skipped" % e, file=sys.stderr)
+    got = load_peer("torch_lm", a.dir, a.threads)
+    if got is None:
         return 0
-    if not os.path.exists(os.path.join(a.dir, "fixture.txt")):
-        print("torch_lm: %s has no model: run bench_lm first (it writes the model and the token ids)" % a.dir,
-              file=sys.stderr)
-        return 0
-    transformers.logging.set_verbosity_error()
-    if a.threads:
-        torch.set_num_threads(a.threads)
+    np, torch, transformers, tokens = got
     peer = "torch %s" % torch.__version__
-    tokens = np.fromfile(os.path.join(a.dir, "tokens.i64"), dtype="<i8")
-    assert tokens.size == NTOK, "tokens.i64 holds %d ids, expected %d" % (tokens.size, NTOK)
     peak, ours_losses = read_ours(os.path.join(a.dir, "ours.jsonl"))
 
     def row(case, metric, value, unit):
