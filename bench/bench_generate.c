@@ -11,8 +11,9 @@
  * per step = (all - prefill) / (N - 1). Each figure is the median over --repeats runs.
  *
  *   bench_generate [--json] [--quick|--full] [--device cpu|cuda] [--dir DIR] [--dtype f32,bf16]
- *                  [--batch 1,4] [--prompt 64] [--new 64] [--repeats R]
- * --quick (default): 3 repeats after one warm-up; --full: 7.
+ *                  [--batch 1,4] [--prompt 64] [--new 64] [--repeats R] [--profile]
+ * --quick (default): 3 repeats after one warm-up; --full: 7. --profile prints the library
+ * profiler's per-op table of the last run to stderr.
  */
 #include <inttypes.h>
 #include <stdio.h>
@@ -62,7 +63,7 @@ static double timed_generate(gpucore_lm *lm, const int64_t *prompt, int64_t batc
 }
 
 static int run_case(gpucore_context *ctx, const char *dir, const int64_t *tokens, const char *dt_name, int dt,
-                    int64_t batch, int64_t plen, int64_t nnew, int repeats)
+                    int64_t batch, int64_t plen, int64_t nnew, int repeats, int profile)
 {
     char cs[64];
     snprintf(cs, sizeof cs, "B%" PRId64 " P%" PRId64 " N%" PRId64 " %s", batch, plen, nnew, dt_name);
@@ -82,10 +83,15 @@ static int run_case(gpucore_context *ctx, const char *dir, const int64_t *tokens
     if (timed_generate(lm, prompt, batch, plen, nnew, out) < 0) goto done; /* warm-up */
     for (int r = 0; r < repeats; r++) {
         pre[r] = timed_generate(lm, prompt, batch, plen, 1, out);
+        if (profile && r == repeats - 1) {
+            gpucore_profiler_reset(ctx);
+            gpucore_profiler_enable(ctx, 1);
+        }
         all[r] = pre[r] < 0 ? -1 : timed_generate(lm, prompt, batch, plen, nnew, out);
         if (all[r] < 0) goto done;
         if (!json) fprintf(stderr, "bench_generate: %s run %d: prefill %.1f ms, all %.1f ms\n", cs, r, pre[r], all[r]);
     }
+    if (profile) lm_print_profile(ctx, "bench_generate", cs, "last run");
     const double p = median(pre, repeats), a = median(all, repeats);
     const double step = nnew > 1 ? (a - p) / (double)(nnew - 1) : 0.0;
     const double tps = (double)(batch * nnew) / (a * 1e-3);
@@ -125,15 +131,16 @@ int main(int argc, char **argv)
 {
     const char *dev = NULL, *dir = NULL;
     char dtypes[64] = "f32,bf16", batches[64] = "1,4", dirbuf[LM_PATH_LEN];
-    int full = 0, repeats = -1;
+    int full = 0, repeats = -1, profile = 0;
     int64_t plen = 64, nnew = 64;
     const char *usage = "usage: bench_generate [--json] [--quick|--full] [--device cpu|cuda] [--dir DIR] "
-                        "[--dtype f32,bf16] [--batch 1,4] [--prompt 64] [--new 64] [--repeats R]\n";
+                        "[--dtype f32,bf16] [--batch 1,4] [--prompt 64] [--new 64] [--repeats R] [--profile]\n";
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--json")) json = 1;
         else if (!strcmp(a, "--quick")) full = 0;
         else if (!strcmp(a, "--full")) full = 1;
+        else if (!strcmp(a, "--profile")) profile = 1;
         else if (v && !strcmp(a, "--device")) dev = v, i++;
         else if (v && !strcmp(a, "--dir")) dir = v, i++;
         else if (v && !strcmp(a, "--dtype")) snprintf(dtypes, sizeof dtypes, "%s", v), i++;
@@ -181,7 +188,7 @@ int main(int argc, char **argv)
     for (int d = 0; d < ndt; d++)
         for (int b = 0; b < nb; b++)
             rc |= run_case(ctx, dir, tokens, dtv[d], !strcmp(dtv[d], "f32") ? GPUCORE_F32 : GPUCORE_BF16, atoll(bv[b]),
-                           plen, nnew, repeats);
+                           plen, nnew, repeats, profile);
     if (!json) printf("tokens/s: new tokens of all sequences over the whole call; decode/s: sequences / step time\n");
     if (ours_file) fclose(ours_file);
     free(tokens);

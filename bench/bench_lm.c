@@ -134,15 +134,7 @@ static int run_case(gpucore_context *ctx, const char *dir, const int64_t *tokens
         if (!json) fprintf(stderr, "bench_lm: %s step %d%s: %.1f ms, loss %.6f\n", cs, s, s < warmup ? " (warm-up)" : "",
                            ms[s], losses[s]);
     }
-    if (profile) {
-        CHECK(gpucore_profiler_enable(ctx, 0));
-        int64_t need = 0;
-        gpucore_profiler_summary(ctx, 0, NULL, 0, &need);
-        char *text = malloc((size_t)need + 1);
-        if (text && !gpucore_profiler_summary(ctx, 0, text, need, NULL))
-            fprintf(stderr, "bench_lm: %s, last step by op:\n%s\n", cs, text);
-        free(text);
-    }
+    if (profile) lm_print_profile(ctx, "bench_lm", cs, "last step");
     double sorted[MAX_STEPS];
     memcpy(sorted, ms + warmup, (size_t)steps * sizeof *sorted);
     qsort(sorted, (size_t)steps, sizeof *sorted, cmp_double);

@@ -182,3 +182,13 @@ int lm_split_list(char *s, const char **out, int max)
     for (char *tok = strtok(s, ","); tok && n < max; tok = strtok(NULL, ",")) out[n++] = tok;
     return n;
 }
+
+void lm_print_profile(gpucore_context *ctx, const char *who, const char *cs, const char *what)
+{
+    gpucore_profiler_enable(ctx, 0);
+    int64_t need = 0;
+    gpucore_profiler_summary(ctx, 0, NULL, 0, &need);
+    char *text = malloc((size_t)need + 1);
+    if (text && !gpucore_profiler_summary(ctx, 0, text, need, NULL)) fprintf(stderr, "%s: %s, %s by op:\n%s\n", who, cs, what, text);
+    free(text);
+}

@@ -27,5 +27,7 @@ int lm_fixture_ensure(gpucore_context *ctx, const char *dir);
 int64_t *lm_fixture_tokens(const char *dir);
 /* The comma-separated items of s (cut in place) into out[0..max); their count. */
 int lm_split_list(char *s, const char **out, int max);
+/* Stop the library profiler of ctx and print its per-op table to stderr ("who: cs, what by op:"). */
+void lm_print_profile(gpucore_context *ctx, const char *who, const char *cs, const char *what);
 
 #endif

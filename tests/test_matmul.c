@@ -240,11 +240,14 @@ static void test_products(gpucore_context *ctx, const char *dev)
 {
     static const int pairs[][2] = {{GPUCORE_F32, GPUCORE_F32}, {GPUCORE_F16, GPUCORE_F16}, {GPUCORE_F16, GPUCORE_F32},
                                    {GPUCORE_BF16, GPUCORE_BF16}, {GPUCORE_BF16, GPUCORE_F32}};
+    /* the last two: one to four rows of a, the CPU's matrix-vector path where b is transposed (x·Wᵀ),
+     * with K past its vector loop and a tail */
     static const int64_t shapes[][3] = {{1, 1, 1}, {7, 13, 5}, {17, 31, 1}, {33, 16, 64}, {64, 48, 129},
-                                        {0, 5, 3},  {5, 0, 3},  {4, 6, 0},   {3, 1, 17},  {1, 19, 23}};
+                                        {0, 5, 3},  {5, 0, 3},  {4, 6, 0},   {3, 1, 17},  {1, 19, 23},
+                                        {2, 70, 100}, {4, 33, 777}};
     int before = check_failed;
     for (int p = 0; p < 5; p++)
-        for (int s = 0; s < 10; s++)
+        for (int s = 0; s < 12; s++)
             for (int t = 0; t < 4; t++) {
                 mm_case c = {1, shapes[s][0], shapes[s][1], shapes[s][2], t & 1, t >> 1, 0, s & 1};
                 run_case(ctx, dev, pairs[p][0], pairs[p][1], &c, 1.0, 0.0, 0);
@@ -252,8 +255,9 @@ static void test_products(gpucore_context *ctx, const char *dev)
     /* large K for f32 (tolerance 1e-5), alpha/beta accumulation into d, TF32 allowed */
     mm_case big = {1, 37, 29, 1031, 0, 1, 0, 0};
     run_case(ctx, dev, GPUCORE_F32, GPUCORE_F32, &big, 1.0, 0.0, 0);
-    mm_case ab = {1, 23, 17, 41, 1, 0, 0, 0};
+    mm_case ab = {1, 23, 17, 41, 1, 0, 0, 0}, abv = {1, 3, 29, 130, 0, 1, 0, 0}; /* abv: the matrix-vector path */
     for (int p = 0; p < 5; p++) run_case(ctx, dev, pairs[p][0], pairs[p][1], &ab, 0.5, -1.25, 0);
+    for (int p = 0; p < 5; p++) run_case(ctx, dev, pairs[p][0], pairs[p][1], &abv, 0.5, -1.25, 0);
     mm_case tf = {1, 65, 33, 97, 0, 0, 0, 0};
     run_case(ctx, dev, GPUCORE_F32, GPUCORE_F32, &tf, 1.0, 0.0, 1);
     /* strided batches, and one b shared by the batch */
@@ -273,10 +277,11 @@ static void test_epilogues(gpucore_context *ctx, const char *dev)
 {
     static const int pairs[][2] = {{GPUCORE_F32, GPUCORE_F32}, {GPUCORE_BF16, GPUCORE_BF16}, {GPUCORE_F16, GPUCORE_F32},
                                    {GPUCORE_F16, GPUCORE_F16}};
-    static const int64_t shapes[][3] = {{13, 24, 7}, {32, 40, 64}, {5, 9, 1}};
+    /* the last two: one to four rows (the CPU's matrix-vector path for bias/ReLU/GELU) */
+    static const int64_t shapes[][3] = {{13, 24, 7}, {32, 40, 64}, {5, 9, 1}, {1, 37, 100}, {4, 21, 515}};
     int before = check_failed;
     for (int p = 0; p < 4; p++)
-        for (int s = 0; s < 3; s++)
+        for (int s = 0; s < 5; s++)
             for (int epi = GPUCORE_EPILOGUE_BIAS; epi <= GPUCORE_EPILOGUE_BGRAD_B; epi++)
                 for (int with_aux = 0; with_aux < 2; with_aux++) {
                     int gelu = epi == GPUCORE_EPILOGUE_GELU || epi == GPUCORE_EPILOGUE_BIAS_GELU;

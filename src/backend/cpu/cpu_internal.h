@@ -61,6 +61,11 @@ GPUCORE_HIDDEN gpucore_status cpu_random(void *bctx, const gpucore_view *dst, in
                                          uint64_t seed, uint64_t offset, void *s);
 /* cpu_matmul.c */
 GPUCORE_HIDDEN gpucore_status cpu_matmul(void *bctx, const gpucore_gemm_desc *desc, void *s);
+/* cpu_gemv.c: whether a GEMM is a matrix-vector product that path takes (D with at most 4 columns,
+ * op(A) rows and op(B) columns contiguous in k, f32 or bf16 throughout, bias/ReLU/GELU at most, one
+ * batch, an AVX2 CPU), and running it (on the calling thread, which is the stream's). */
+GPUCORE_HIDDEN int cpu_gemv_takes(const gpucore_gemm_desc *g);
+GPUCORE_HIDDEN gpucore_status cpu_gemv_run(const gpucore_gemm_desc *g);
 /* The CPU backend's one f32 GEMM (cpu_matmul.c), row-major like cblas_sgemm(CblasRowMajor):
  * C[m,n] (ld ldc) = alpha·op(A)·op(B) + beta·C, op(A) [m,k] (ta: A stored [k,m], ld lda),
  * op(B) [k,n] (tb: B stored [n,k], ld ldb). beta == 0 never reads C. OpenBLAS sgemm where the

@@ -281,6 +281,7 @@ static gpucore_status matmul_task(void *p)
     gpucore_status st = GPUCORE_OK;
     if ((g->epilogue & (GPUCORE_GEMM_EPI_BGRAD_A | GPUCORE_GEMM_EPI_BGRAD_B)) && (st = bias_grad_of_operand(g))) return st;
     if (m == 0 || n == 0) return GPUCORE_OK;
+    if (cpu_gemv_takes(g)) return cpu_gemv_run(g); /* one to four columns of D: cpu_gemv.c streams A once */
     /* a fusable epilogue: oneDNN writes D itself (see product() for the AVX2 test; f32: cpu_gemm_engine_dnnl) */
     if (cpu_vec_have_avx2() && cpu_matmul_dnnl_fused(ctx, g)) {
         if (g->epilogue & GPUCORE_GEMM_EPI_BGRAD_D) {
