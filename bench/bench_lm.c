@@ -20,9 +20,14 @@
  * largest relative difference between its losses and ours.
  *
  *   bench_lm [--json] [--quick|--full] [--device cpu|cuda] [--dir DIR] [--dtype f32,bf16]
- *            [--seq 64,256] [--batch 4] [--warmup W] [--steps N] [--lr LR] [--profile]
+ *            [--seq 64,256] [--batch 4] [--warmup W] [--steps N] [--lr LR] [--profile] [--rounds R]
  * --quick (default): 1 warm-up + 3 measured steps; --full: 2 + 10. --profile prints the
- * library profiler's per-op table of the last measured step to stderr.
+ * library profiler's per-op table of the last measured step to stderr. --rounds R runs the
+ * whole case list R times in turn (f32, bf16, f32, bf16, ...: on a shared machine both dtypes
+ * see the same load), then prints per case the median of its rounds' tokens/s and, per
+ * (B, T) with both dtypes, the median over rounds of bf16's tokens/s over the f32 run just
+ * before it (rows "tokens_per_s_rounds_median" and "bf16_over_f32"; DIR/ours.jsonl keeps the
+ * first round's rows only, as the peer expects one row set per case).
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -40,6 +45,7 @@ enum { NTOK = 1 << 16 };       /* ids in the token stream (64 steps of B 4, T 25
 #define FIXTURE_SEED 1234u
 #define FIXTURE_STAMP "gpt2-124m seed 1234 tokens 65536 v1"
 #define MAX_STEPS 256
+#define MAX_ROUNDS 64
 
 static int json;
 static const char *device_name;
@@ -238,8 +244,10 @@ static void row(const char *cs, const char *metric, double value, const char *un
     if (ours_file) fputs(line, ours_file);
 }
 
+/* One case: warm-up and measured steps, its rows and line; *tokens_per_s (if not NULL) gets the
+ * median step's tokens/s. Returns nonzero on failure. */
 static int run_case(gpucore_context *ctx, const char *dir, const int64_t *tokens, const lm_case *c, int warmup,
-                    int steps, double lr, int profile)
+                    int steps, double lr, int profile, double *tokens_per_s)
 {
     gpucore_lm *lm = NULL;
     gpucore_optimizer *opt = NULL;
@@ -299,6 +307,7 @@ static int run_case(gpucore_context *ctx, const char *dir, const int64_t *tokens
     qsort(sorted, (size_t)steps, sizeof *sorted, cmp_double);
     const double med = steps % 2 ? sorted[steps / 2] : 0.5 * (sorted[steps / 2 - 1] + sorted[steps / 2]);
     const double tps = (double)n / (med * 1e-3);
+    if (tokens_per_s) *tokens_per_s = tps;
     const double mfu = peak_gflops > 0 ? 6.0 * (double)nparams * tps / (peak_gflops * 1e9) : 0;
     gpucore_memory_stats mst;
     mst.struct_size = sizeof mst;
@@ -344,6 +353,51 @@ done:
     return st != GPUCORE_OK;
 }
 
+static double median_of(double *v, int n)
+{
+    qsort(v, (size_t)n, sizeof *v, cmp_double);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+/* After --rounds: per case the median of its rounds' tokens/s, and per (B, T) measured in both
+ * dtypes the median over rounds of bf16 / f32 (each round's f32 run paired with its bf16 run). */
+static void rounds_summary(const lm_case *cases, int nc, int rounds, double tps[][MAX_ROUNDS])
+{
+    FILE *saved = ours_file;
+    ours_file = NULL; /* the peer reads one row set per case: the first round's */
+    double v[MAX_ROUNDS];
+    char cs[64];
+    if (!json) printf("over %d rounds (median of the rounds):\n", rounds);
+    for (int i = 0; i < nc; i++) {
+        memcpy(v, tps[i], (size_t)rounds * sizeof *v);
+        const double med = median_of(v, rounds);
+        snprintf(cs, sizeof cs, "B%" PRId64 " T%" PRId64 " %s", cases[i].batch, cases[i].seq, cases[i].dtype_name);
+        row(cs, "tokens_per_s_rounds_median", med, "tokens/s");
+        if (!json) {
+            printf("%-15s %9.1f tokens/s  rounds:", cs, med);
+            for (int r = 0; r < rounds; r++) printf(" %.1f", tps[i][r]);
+            printf("\n");
+        }
+    }
+    for (int i = 0; i < nc; i++) {
+        if (cases[i].dtype != GPUCORE_BF16) continue;
+        for (int j = 0; j < nc; j++) {
+            if (cases[j].dtype != GPUCORE_F32 || cases[j].batch != cases[i].batch || cases[j].seq != cases[i].seq) continue;
+            for (int r = 0; r < rounds; r++) v[r] = tps[j][r] > 0 ? tps[i][r] / tps[j][r] : 0;
+            const double med = median_of(v, rounds);
+            snprintf(cs, sizeof cs, "B%" PRId64 " T%" PRId64, cases[i].batch, cases[i].seq);
+            row(cs, "bf16_over_f32", med, "ratio");
+            if (!json) {
+                printf("%-15s bf16/f32 %.3fx (median of %d paired rounds; sorted:", cs, med, rounds);
+                for (int r = 0; r < rounds; r++) printf(" %.3f", v[r]);
+                printf(")\n");
+            }
+            break;
+        }
+    }
+    ours_file = saved;
+}
+
 static int split_list(char *s, const char **out, int max)
 {
     int n = 0;
@@ -355,11 +409,11 @@ int main(int argc, char **argv)
 {
     const char *dev = NULL, *dir = getenv("GPUCORE_BENCH_LM_DIR");
     char dtypes[64] = "f32,bf16", seqs[64] = "64,256", dirbuf[4096];
-    int full = 0, warmup = -1, steps = -1, profile = 0;
+    int full = 0, warmup = -1, steps = -1, profile = 0, rounds = 1;
     int64_t batch = 4;
     double lr = 1e-4;
     const char *usage = "usage: bench_lm [--json] [--quick|--full] [--device cpu|cuda] [--dir DIR] [--dtype f32,bf16] "
-                        "[--seq 64,256] [--batch B] [--warmup W] [--steps N] [--lr LR] [--profile]\n";
+                        "[--seq 64,256] [--batch B] [--warmup W] [--steps N] [--lr LR] [--profile] [--rounds R]\n";
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--json")) json = 1;
@@ -374,12 +428,14 @@ int main(int argc, char **argv)
         else if (v && !strcmp(a, "--warmup")) warmup = atoi(v), i++;
         else if (v && !strcmp(a, "--steps")) steps = atoi(v), i++;
         else if (v && !strcmp(a, "--lr")) lr = atof(v), i++;
+        else if (v && !strcmp(a, "--rounds")) rounds = atoi(v), i++;
         else { fputs(usage, stderr); return 2; }
     }
     if (warmup < 0) warmup = full ? 2 : 1;
     if (steps < 0) steps = full ? 10 : 3;
-    if (steps < 1 || warmup + steps > MAX_STEPS || batch < 1) {
-        fprintf(stderr, "bench_lm: --steps must be >= 1, --warmup >= 0, together <= %d, --batch >= 1\n", MAX_STEPS);
+    if (steps < 1 || warmup + steps > MAX_STEPS || batch < 1 || rounds < 1 || rounds > MAX_ROUNDS) {
+        fprintf(stderr, "bench_lm: --steps must be >= 1, --warmup >= 0, together <= %d, --batch >= 1, --rounds 1..%d\n",
+                MAX_STEPS, MAX_ROUNDS);
         return 2;
     }
     if (!dir) {
@@ -438,7 +494,14 @@ int main(int argc, char **argv)
         printf("%-15s %9s %9s %18s %7s %11s %12s  %s\n", "case", "tokens/s", "step ms", "[min, max]", "MFU", "peak RSS",
                "peak alloc", "losses of the first steps");
     }
-    for (int i = 0; i < nc; i++) rc |= run_case(ctx, dir, tokens, &cases[i], warmup, steps, lr, profile);
+    static double tps[32][MAX_ROUNDS];
+    FILE *first_round_file = ours_file;
+    for (int r = 0; r < rounds && !rc; r++) {
+        if (r == 1) ours_file = NULL; /* the peer reads one row set per case: the first round's */
+        for (int i = 0; i < nc && !rc; i++) rc |= run_case(ctx, dir, tokens, &cases[i], warmup, steps, lr, profile, &tps[i][r]);
+    }
+    ours_file = first_round_file;
+    if (!rc && rounds > 1) rounds_summary(cases, nc, rounds, tps);
     if (!json) printf("bf16: bf16 weights, activations and gradients, f32 master weights and moments in AdamW\n");
     if (ours_file) fclose(ours_file);
     free(tokens);
