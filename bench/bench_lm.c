@@ -3,7 +3,10 @@
  * model layer (gpucore_lm_*: causal-LM loss, forward and backward, then the fused
  * AdamW step), at (B 4, T 64) and (B 4, T 256), in f32 and in bf16 (bf16 weights,
  * activations and gradients, the optimizer's f32 master weights). Per case: tokens/s,
- * the step time (median, min and max over the measured steps after warm-up steps),
+ * the step time (median, min and max over the measured steps after warm-up steps), the
+ * step's CPU time per core (this process's CPU-seconds over the core count, median: on a
+ * machine other processes load, the wall time grows with their share, this much less; it
+ * counts OpenMP's spinning threads too),
  * MFU = 6·N_params·tokens/s over the CPU's f32 FMA peak measured here
  * (bench_fma_peak.h), the process's RSS high-water mark and the allocator's peak
  * allocated and reserved bytes during the case, and the loss of every step.
@@ -17,9 +20,15 @@
  * largest relative difference between its losses and ours.
  *
  *   bench_lm [--json] [--quick|--full] [--device cpu|cuda] [--dir DIR] [--dtype f32,bf16]
- *            [--seq 64,256] [--batch 4] [--warmup W] [--steps N] [--lr LR] [--profile]
+ *            [--seq 64,256] [--batch 4] [--warmup W] [--steps N] [--lr LR] [--profile] [--rounds R]
  * --quick (default): 1 warm-up + 3 measured steps; --full: 2 + 10. --profile prints the
- * library profiler's per-op table of the last measured step to stderr.
+ * library profiler's per-op table of the last measured step to stderr. --rounds R runs the
+ * whole case list R times in turn (f32, bf16, f32, bf16, ...: on a shared machine both dtypes
+ * see the same load), then prints per case the median of its rounds' tokens/s and, per
+ * (B, T) with both dtypes, the median over rounds of bf16's tokens/s over the f32 run just
+ * before it (rows "tokens_per_s_rounds_median" and "bf16_over_f32"), both also from the CPU
+ * time ("..._cpu"); DIR/ours.jsonl keeps the first round's rows only, as the peer expects one
+ * row set per case.
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -34,6 +43,7 @@
 #include "lm_fixture.h"
 
 #define MAX_STEPS 256
+#define MAX_ROUNDS 64
 
 static int json;
 static const char *device_name;
@@ -87,14 +97,24 @@ static void row(const char *cs, const char *metric, double value, const char *un
     if (ours_file) fputs(line, ours_file);
 }
 
+/* The median of v[0..n) (sorts v). */
+static double median_of(double *v, int n)
+{
+    qsort(v, (size_t)n, sizeof *v, cmp_double);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+/* One case: warm-up and measured steps, its rows and line; tokens_per_s[0] (if not NULL) gets the
+ * median step's tokens/s, tokens_per_s[1] the same from the median CPU time per core. Returns
+ * nonzero on failure. */
 static int run_case(gpucore_context *ctx, const char *dir, const int64_t *tokens, const lm_case *c, int warmup,
-                    int steps, double lr, int profile)
+                    int steps, double lr, int profile, double tokens_per_s[2])
 {
     gpucore_lm *lm = NULL;
     gpucore_optimizer *opt = NULL;
     gpucore_tensor **params = NULL, **grads = NULL;
     int64_t *ids = NULL, count = 0, nparams = 0;
-    double ms[MAX_STEPS], losses[MAX_STEPS];
+    double ms[MAX_STEPS], cpu_ms[MAX_STEPS], losses[MAX_STEPS];
     char cs[64];
     snprintf(cs, sizeof cs, "B%" PRId64 " T%" PRId64 " %s", c->batch, c->seq, c->dtype_name);
     gpucore_status st = GPUCORE_OK;
@@ -126,20 +146,26 @@ static int run_case(gpucore_context *ctx, const char *dir, const int64_t *tokens
             CHECK(gpucore_profiler_reset(ctx));
             CHECK(gpucore_profiler_enable(ctx, 1));
         }
-        double t0 = now_ms();
+        double t0 = now_ms(), c0 = cpu_s();
         CHECK(gpucore_lm_forward_backward_host(lm, ids, NULL, c->batch, c->seq, &losses[s]));
         CHECK(gpucore_optimizer_step(opt, grads, count, NULL, NULL));
         CHECK(gpucore_context_synchronize(ctx));
         ms[s] = now_ms() - t0;
+        cpu_ms[s] = (cpu_s() - c0) * 1e3 / (double)online_cpus;
         if (!json) fprintf(stderr, "bench_lm: %s step %d%s: %.1f ms, loss %.6f\n", cs, s, s < warmup ? " (warm-up)" : "",
                            ms[s], losses[s]);
     }
     if (profile) lm_print_profile(ctx, "bench_lm", cs, "last step");
     double sorted[MAX_STEPS];
+    memcpy(sorted, cpu_ms + warmup, (size_t)steps * sizeof *sorted);
+    const double cpu_med = median_of(sorted, steps);
     memcpy(sorted, ms + warmup, (size_t)steps * sizeof *sorted);
-    qsort(sorted, (size_t)steps, sizeof *sorted, cmp_double);
-    const double med = steps % 2 ? sorted[steps / 2] : 0.5 * (sorted[steps / 2 - 1] + sorted[steps / 2]);
+    const double med = median_of(sorted, steps); /* sorted stays sorted: min and max below */
     const double tps = (double)n / (med * 1e-3);
+    if (tokens_per_s) {
+        tokens_per_s[0] = tps;
+        tokens_per_s[1] = (double)n / (cpu_med * 1e-3);
+    }
     const double mfu = peak_gflops > 0 ? 6.0 * (double)nparams * tps / (peak_gflops * 1e9) : 0;
     gpucore_memory_stats mst;
     mst.struct_size = sizeof mst;
@@ -149,6 +175,7 @@ static int run_case(gpucore_context *ctx, const char *dir, const int64_t *tokens
     row(cs, "step_ms_median", med, "ms");
     row(cs, "step_ms_min", sorted[0], "ms");
     row(cs, "step_ms_max", sorted[steps - 1], "ms");
+    row(cs, "step_cpu_ms_per_core_median", cpu_med, "ms");
     if (mfu > 0) row(cs, "mfu", mfu, "ratio");
     if (rss > 0) row(cs, rss_reset ? "peak_rss_bytes" : "peak_rss_bytes_process", (double)rss, "bytes");
     row(cs, "peak_allocated_bytes", (double)mst.allocated_bytes_peak, "bytes");
@@ -170,8 +197,8 @@ static int run_case(gpucore_context *ctx, const char *dir, const int64_t *tokens
         char mfu_s[32] = "-", rss_s[32] = "-";
         if (mfu > 0) snprintf(mfu_s, sizeof mfu_s, "%.1f%%", 100 * mfu);
         if (rss > 0) snprintf(rss_s, sizeof rss_s, "%.2f GB%s", (double)rss / 1e9, rss_reset ? "" : "*");
-        printf("%-15s %9.1f %9.1f [%7.1f, %7.1f] %7s %11s %9.2f GB  ", cs, tps, med, sorted[0], sorted[steps - 1], mfu_s,
-               rss_s, (double)mst.allocated_bytes_peak / 1e9);
+        printf("%-15s %9.1f %9.1f [%7.1f, %7.1f] %7.1f %7s %11s %9.2f GB  ", cs, tps, med, sorted[0], sorted[steps - 1],
+               cpu_med, mfu_s, rss_s, (double)mst.allocated_bytes_peak / 1e9);
         for (int s = 0; s < shown; s++) printf("%s%.5f", s ? " " : "", losses[s]);
         printf("\n");
         fflush(stdout);
@@ -185,15 +212,55 @@ done:
     return st != GPUCORE_OK;
 }
 
+/* After --rounds, for one measure (wall or CPU time: suffix "" or "_cpu"): per case the median of
+ * its rounds' tokens/s, and per (B, T) measured in both dtypes the median over rounds of
+ * bf16 / f32 (each round's f32 run paired with its bf16 run). */
+static void rounds_summary(const lm_case *cases, int nc, int rounds, double tps[][MAX_ROUNDS][2], int which)
+{
+    const char *suffix = which ? "_cpu" : "";
+    double v[MAX_ROUNDS];
+    char cs[64], metric[64];
+    if (!json) printf("over %d rounds, from the %s (median of the rounds):\n", rounds, which ? "CPU time per core" : "wall time");
+    for (int i = 0; i < nc; i++) {
+        for (int r = 0; r < rounds; r++) v[r] = tps[i][r][which];
+        const double med = median_of(v, rounds);
+        snprintf(cs, sizeof cs, "B%" PRId64 " T%" PRId64 " %s", cases[i].batch, cases[i].seq, cases[i].dtype_name);
+        snprintf(metric, sizeof metric, "tokens_per_s_rounds_median%s", suffix);
+        row(cs, metric, med, "tokens/s");
+        if (!json) {
+            printf("%-15s %9.1f tokens/s  rounds:", cs, med);
+            for (int r = 0; r < rounds; r++) printf(" %.1f", tps[i][r][which]);
+            printf("\n");
+        }
+    }
+    for (int i = 0; i < nc; i++) {
+        if (cases[i].dtype != GPUCORE_BF16) continue;
+        for (int j = 0; j < nc; j++) {
+            if (cases[j].dtype != GPUCORE_F32 || cases[j].batch != cases[i].batch || cases[j].seq != cases[i].seq) continue;
+            for (int r = 0; r < rounds; r++) v[r] = tps[j][r][which] > 0 ? tps[i][r][which] / tps[j][r][which] : 0;
+            const double med = median_of(v, rounds);
+            snprintf(cs, sizeof cs, "B%" PRId64 " T%" PRId64, cases[i].batch, cases[i].seq);
+            snprintf(metric, sizeof metric, "bf16_over_f32%s", suffix);
+            row(cs, metric, med, "ratio");
+            if (!json) {
+                printf("%-15s bf16/f32 %.3fx (median of %d paired rounds; sorted:", cs, med, rounds);
+                for (int r = 0; r < rounds; r++) printf(" %.3f", v[r]);
+                printf(")\n");
+            }
+            break;
+        }
+    }
+}
+
 int main(int argc, char **argv)
 {
     const char *dev = NULL, *dir = NULL;
     char dtypes[64] = "f32,bf16", seqs[64] = "64,256", dirbuf[4096];
-    int full = 0, warmup = -1, steps = -1, profile = 0;
+    int full = 0, warmup = -1, steps = -1, profile = 0, rounds = 1;
     int64_t batch = 4;
     double lr = 1e-4;
     const char *usage = "usage: bench_lm [--json] [--quick|--full] [--device cpu|cuda] [--dir DIR] [--dtype f32,bf16] "
-                        "[--seq 64,256] [--batch B] [--warmup W] [--steps N] [--lr LR] [--profile]\n";
+                        "[--seq 64,256] [--batch B] [--warmup W] [--steps N] [--lr LR] [--profile] [--rounds R]\n";
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--json")) json = 1;
@@ -208,12 +275,14 @@ int main(int argc, char **argv)
         else if (v && !strcmp(a, "--warmup")) warmup = atoi(v), i++;
         else if (v && !strcmp(a, "--steps")) steps = atoi(v), i++;
         else if (v && !strcmp(a, "--lr")) lr = atof(v), i++;
+        else if (v && !strcmp(a, "--rounds")) rounds = atoi(v), i++;
         else { fputs(usage, stderr); return 2; }
     }
     if (warmup < 0) warmup = full ? 2 : 1;
     if (steps < 0) steps = full ? 10 : 3;
-    if (steps < 1 || warmup + steps > MAX_STEPS || batch < 1) {
-        fprintf(stderr, "bench_lm: --steps must be >= 1, --warmup >= 0, together <= %d, --batch >= 1\n", MAX_STEPS);
+    if (steps < 1 || warmup + steps > MAX_STEPS || batch < 1 || rounds < 1 || rounds > MAX_ROUNDS) {
+        fprintf(stderr, "bench_lm: --steps must be >= 1, --warmup >= 0, together <= %d, --batch >= 1, --rounds 1..%d\n",
+                MAX_STEPS, MAX_ROUNDS);
         return 2;
     }
     if (!dir) dir = lm_fixture_default_dir(dirbuf, sizeof dirbuf);
@@ -262,10 +331,18 @@ int main(int argc, char **argv)
         if (peak_gflops > 0)
             printf("f32 FMA peak (%s, %d threads, per cpu-s x cores): %.1f GFLOP/s; MFU = 6 N tokens/s / peak\n",
                    peak_width == 16 ? "AVX-512" : "AVX2", threads, peak_gflops);
-        printf("%-15s %9s %9s %18s %7s %11s %12s  %s\n", "case", "tokens/s", "step ms", "[min, max]", "MFU", "peak RSS",
-               "peak alloc", "losses of the first steps");
+        printf("%-15s %9s %9s %18s %7s %7s %11s %12s  %s\n", "case", "tokens/s", "step ms", "[min, max]", "cpu ms",
+               "MFU", "peak RSS", "peak alloc", "losses of the first steps");
     }
-    for (int i = 0; i < nc; i++) rc |= run_case(ctx, dir, tokens, &cases[i], warmup, steps, lr, profile);
+    static double tps[32][MAX_ROUNDS][2];
+    FILE *first_round_file = ours_file;
+    for (int r = 0; r < rounds && !rc; r++) {
+        if (r == 1) ours_file = NULL; /* the peer reads one row set per case: the first round's */
+        for (int i = 0; i < nc && !rc; i++) rc |= run_case(ctx, dir, tokens, &cases[i], warmup, steps, lr, profile, tps[i][r]);
+    }
+    if (!rc && rounds > 1)
+        for (int which = 0; which < 2; which++) rounds_summary(cases, nc, rounds, tps, which);
+    ours_file = first_round_file;
     if (!json) printf("bf16: bf16 weights, activations and gradients, f32 master weights and moments in AdamW\n");
     if (ours_file) fclose(ours_file);
     free(tokens);

@@ -208,6 +208,15 @@ static int direct_sgemm(const gpucore_gemm_desc *g)
 }
 #endif
 
+/* Whether an element loop beside an m x n x k GEMM (the DGELU epilogue, the bias gradient) of
+ * `work` elements runs on OpenMP's threads: above `bar` elements, and only where oneDNN, not
+ * OpenBLAS's own threads, ran the GEMMs (OpenBLAS's spinning threads and OpenMP's starve each
+ * other on few cores: CPU_MM_PARALLEL_THRESHOLD). */
+static int epilogue_threaded(int64_t work, int64_t bar, int64_t m, int64_t n, int64_t k)
+{
+    return work > bar && (!GPUCORE_HAVE_OPENBLAS || cpu_gemm_engine_dnnl(m, n, k, 1));
+}
+
 static gpucore_status bias_grad_of_operand(const gpucore_gemm_desc *g)
 {
     /* BGRAD_A: Σ_p op(A)[i, p] (length m); BGRAD_B: Σ_p op(B)[p, j] (length n) */
@@ -218,9 +227,9 @@ static gpucore_status bias_grad_of_operand(const gpucore_gemm_desc *g)
     if (len > 0 && g->k > 0 && (of_a ? !x->trans : x->trans)) {
         /* the summed index p runs across stored rows (x->ld apart) and the output index along them:
          * stored rows added into f64 sums, p in order (the bits of the loop below), vectorised
-         * across the outputs and split over the threads by output range (OpenMP only where
-         * oneDNN, not OpenBLAS's own threads, ran the GEMMs: see the DGELU epilogue) */
-        const int threaded = len * g->k > 65536 && (!GPUCORE_HAVE_OPENBLAS || cpu_gemm_engine_dnnl(g->m, g->n, g->k, 1));
+         * across the outputs and split over the threads by output range (epilogue_threaded; a
+         * higher bar than the DGELU loop's: each thread allocates its own sums) */
+        const int threaded = epilogue_threaded(len * g->k, 65536, g->m, g->n, g->k);
         int failed = 0;
 #pragma omp parallel if (threaded) reduction(| : failed)
         {
@@ -319,9 +328,9 @@ static gpucore_status matmul_task(void *p)
         if (ti == 1 && epi == GPUCORE_GEMM_EPI_DGELU && !(C && g->beta != 0.0f)) {
             /* DGELU alone (the input gradient of a GELU layer below): D = alpha·T ⊙ gelu_tanh'(aux) a
              * column at a time through the vector math (cpu_vec_act_grad), aux and D in their dtype.
-             * The loop is threaded even with OpenBLAS in the build: oneDNN made T unless the BLAS
-             * engine was asked for (then OpenBLAS threads may still spin: CPU_MM_PARALLEL_THRESHOLD). */
-            const int threaded = m * n > 16384 && (!GPUCORE_HAVE_OPENBLAS || cpu_gemm_engine_dnnl(m, n, g->k, 1));
+             * The loop is threaded even with OpenBLAS in the build where oneDNN made T
+             * (epilogue_threaded). */
+            const int threaded = epilogue_threaded(m * n, 16384, m, n, g->k);
             int failed = 0;
 #pragma omp parallel if (threaded) reduction(| : failed)
             {
