@@ -7,7 +7,8 @@
  * W is streamed once, widened to f32 in registers (bf16: exact), multiplied with the n token
  * vectors (held in f32) with FMA in 16 (AVX-512) or 8 (AVX2) lanes, and the dot products
  * reduced and finished with the GEMM epilogue's formula (alpha, beta·C, bias, ReLU/GELU;
- * kernels/gemm_desc.h). Rows of W are split over the OpenMP threads in blocks. f32
+ * kernels/gemm_desc.h). Rows of W are split over the OpenMP threads in blocks, and k in
+ * chunks whose slice of the token vectors stays in L1 while a block's rows pass. f32
  * accumulation, as the other paths; without AVX2 the regular GEMM path runs.
  */
 #include <stdlib.h>
@@ -24,6 +25,7 @@
 #define CPU_GEMV_MAX_N 4
 #define GEMV_ROWS_PER_BLOCK 32        /* rows of W per parallel chunk */
 #define GEMV_PARALLEL_ELEMENTS 32768  /* m·k from which the rows are split over threads */
+#define GEMV_CHUNK_FLOATS 3072        /* floats of the token vectors per k chunk: 12 KiB */
 
 int cpu_gemv_takes(const gpucore_gemm_desc *g)
 {
@@ -41,15 +43,22 @@ int cpu_gemv_takes(const gpucore_gemm_desc *g)
 }
 
 #if GEMV_X86
-/* dots[j] = Σ_p w[p]·x[j·k + p] for j < n, one row w of k elements (f32 or bf16), x f32. */
-#define GEMV_ROW_BODY(NAME, ATTR, VEC, ZERO, FMA, LOADF, LOADW, HSUM, LANES)                                         \
-    ATTR static void NAME(const void *w, int dt, const float *x, int64_t k, int n, float *dots)                       \
+/* dots[j] += Σ_{p0 <= p < p1} w[p]·x[j·k + p] for j < n: one row w (f32 or bf16) against the
+ * f32 token vectors x [n][k] (k: the row stride of x here). LOADW2 gives the 2·LANES weights from p as two vectors: f32 in
+ * order; bf16 from one load, the even-indexed ones widened by a shift and the odd ones by a mask
+ * (no shuffle), so x holds each full block of 2·LANES bf16 positions as its even elements, then
+ * its odd ones (pack_tokens). */
+#define GEMV_ROW_BODY(NAME, ATTR, VEC, ZERO, FMA, LOADF, LOADW2, HSUM, LANES)                                         \
+    ATTR static inline __attribute__((always_inline)) void NAME##_n(const void *w, int dt, const float *x,          \
+                                                                    int64_t k, int64_t p0, int64_t p1, int n,        \
+                                                                    float *dots)                                     \
     {                                                                                                                \
         VEC acc[CPU_GEMV_MAX_N][2];                                                                                  \
         for (int j = 0; j < n; j++) acc[j][0] = acc[j][1] = ZERO;                                                    \
-        int64_t p = 0;                                                                                               \
-        for (; p + 2 * LANES <= k; p += 2 * LANES) {                                                                 \
-            const VEC w0 = LOADW(w, dt, p), w1 = LOADW(w, dt, p + LANES);                                            \
+        int64_t p = p0;                                                                                              \
+        for (; p + 2 * LANES <= p1; p += 2 * LANES) {                                                                \
+            VEC w0, w1;                                                                                              \
+            LOADW2(w, dt, p, &w0, &w1);                                                                              \
             for (int j = 0; j < n; j++) {                                                                            \
                 acc[j][0] = FMA(w0, LOADF(x + j * k + p), acc[j][0]);                                                \
                 acc[j][1] = FMA(w1, LOADF(x + j * k + p + LANES), acc[j][1]);                                        \
@@ -57,18 +66,34 @@ int cpu_gemv_takes(const gpucore_gemm_desc *g)
         }                                                                                                            \
         for (int j = 0; j < n; j++) {                                                                                \
             float s = HSUM(acc[j][0]) + HSUM(acc[j][1]);                                                             \
-            for (int64_t q = p; q < k; q++)                                                                          \
+            for (int64_t q = p; q < p1; q++)                                                                         \
                 s += (dt == GPUCORE_KDT_F32 ? ((const float *)w)[q] : gpucore_bf16_to_f32(((const uint16_t *)w)[q])) * \
                      x[j * k + q];                                                                                   \
-            dots[j] = s;                                                                                             \
+            dots[j] += s;                                                                                            \
+        }                                                                                                            \
+    }                                                                                                                \
+    /* n as a constant in each case, so the accumulators stay in registers */                                       \
+    ATTR static void NAME(const void *w, int dt, const float *x, int64_t k, int64_t p0, int64_t p1, int n,          \
+                          float *dots)                                                                               \
+    {                                                                                                                \
+        switch (n) {                                                                                                 \
+        case 1: NAME##_n(w, dt, x, k, p0, p1, 1, dots); break;                                                       \
+        case 2: NAME##_n(w, dt, x, k, p0, p1, 2, dots); break;                                                       \
+        case 3: NAME##_n(w, dt, x, k, p0, p1, 3, dots); break;                                                       \
+        default: NAME##_n(w, dt, x, k, p0, p1, 4, dots); break;                                                      \
         }                                                                                                            \
     }
 
-GEMV_AVX2 static inline __m256 w8(const void *w, int dt, int64_t p)
+GEMV_AVX2 static inline void w8x2(const void *w, int dt, int64_t p, __m256 *w0, __m256 *w1)
 {
-    if (dt == GPUCORE_KDT_F32) return _mm256_loadu_ps((const float *)w + p);
-    const __m128i h = _mm_loadu_si128((const __m128i *)((const uint16_t *)w + p));
-    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+    if (dt == GPUCORE_KDT_F32) {
+        *w0 = _mm256_loadu_ps((const float *)w + p);
+        *w1 = _mm256_loadu_ps((const float *)w + p + 8);
+        return;
+    }
+    const __m256i v = _mm256_loadu_si256((const __m256i *)((const uint16_t *)w + p));
+    *w0 = _mm256_castsi256_ps(_mm256_slli_epi32(v, 16));
+    *w1 = _mm256_castsi256_ps(_mm256_and_si256(v, _mm256_set1_epi32((int)0xffff0000u)));
 }
 GEMV_AVX2 static inline float hsum8(__m256 v)
 {
@@ -76,17 +101,42 @@ GEMV_AVX2 static inline float hsum8(__m256 v)
     s = _mm_add_ps(s, _mm_movehl_ps(s, s));
     return _mm_cvtss_f32(_mm_add_ss(s, _mm_shuffle_ps(s, s, 1)));
 }
-GEMV_AVX512 static inline __m512 w16(const void *w, int dt, int64_t p)
+GEMV_AVX512 static inline void w16x2(const void *w, int dt, int64_t p, __m512 *w0, __m512 *w1)
 {
-    if (dt == GPUCORE_KDT_F32) return _mm512_loadu_ps((const float *)w + p);
-    const __m256i h = _mm256_loadu_si256((const __m256i *)((const uint16_t *)w + p));
-    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+    if (dt == GPUCORE_KDT_F32) {
+        *w0 = _mm512_loadu_ps((const float *)w + p);
+        *w1 = _mm512_loadu_ps((const float *)w + p + 16);
+        return;
+    }
+    const __m512i v = _mm512_loadu_si512((const void *)((const uint16_t *)w + p));
+    *w0 = _mm512_castsi512_ps(_mm512_slli_epi32(v, 16));
+    *w1 = _mm512_castsi512_ps(_mm512_and_si512(v, _mm512_set1_epi32((int)0xffff0000u)));
 }
 GEMV_AVX512 static inline float hsum16(__m512 v) { return _mm512_reduce_add_ps(v); }
 
-GEMV_ROW_BODY(row_dots_avx2, GEMV_AVX2, __m256, _mm256_setzero_ps(), _mm256_fmadd_ps, _mm256_loadu_ps, w8, hsum8, 8)
-GEMV_ROW_BODY(row_dots_avx512, GEMV_AVX512, __m512, _mm512_setzero_ps(), _mm512_fmadd_ps, _mm512_loadu_ps, w16, hsum16,
-              16)
+GEMV_ROW_BODY(row_dots_avx2, GEMV_AVX2, __m256, _mm256_setzero_ps(), _mm256_fmadd_ps, _mm256_loadu_ps, w8x2, hsum8, 8)
+GEMV_ROW_BODY(row_dots_avx512, GEMV_AVX512, __m512, _mm512_setzero_ps(), _mm512_fmadd_ps, _mm512_loadu_ps, w16x2,
+              hsum16, 16)
+
+/* Token vector j of B (dtype dt, n of them) into x[j·k ..] in f32: bf16 with each full block of
+ * `block` positions as its even elements, then its odd ones (the order LOADW2 widens bf16 in). */
+static void pack_tokens(const gpucore_gemm_desc *g, int dt, int es, int64_t k, int64_t ldx, int n, int64_t block,
+                        float *x)
+{
+    for (int j = 0; j < n; j++) {
+        float *xj = x + j * ldx;
+        cpu_vec_load(xj, (const char *)g->b.data + j * g->b.ld * es, dt, k);
+        if (dt != GPUCORE_KDT_BF16) continue;
+        float t[32];
+        for (int64_t p = 0; p + block <= k; p += block) {
+            for (int64_t q = 0; q < block / 2; q++) {
+                t[q] = xj[p + 2 * q];
+                t[block / 2 + q] = xj[p + 2 * q + 1];
+            }
+            memcpy(xj + p, t, sizeof(float) * (size_t)block);
+        }
+    }
+}
 #endif
 
 gpucore_status cpu_gemv_run(const gpucore_gemm_desc *g)
@@ -94,24 +144,33 @@ gpucore_status cpu_gemv_run(const gpucore_gemm_desc *g)
 #if GEMV_X86
     const int64_t m = g->m, k = g->k;
     const int n = (int)g->n, dt = g->a.dtype, es = gpucore_gemm_dtype_size(dt);
-    /* the token vectors in f32, packed [n][k] (bf16 widened exactly) */
-    float *x = malloc(sizeof(float) * (size_t)(n * k));
-    if (!x) return GPUCORE_ERR_OUT_OF_MEMORY;
-    for (int j = 0; j < n; j++) cpu_vec_load(x + j * k, (const char *)g->b.data + j * g->b.ld * es, dt, k);
     const int wide = cpu_vec_have_avx512();
+    /* the token vectors in f32, [n][k] (bf16 widened exactly, in LOADW2's order) */
+    const int64_t ldx = (k + 15) & ~(int64_t)15; /* rows on 64-byte lines: no vector load splits a line */
+    float *x = NULL;
+    if (posix_memalign((void **)&x, 64, sizeof(float) * (size_t)(n * ldx))) return GPUCORE_ERR_OUT_OF_MEMORY;
+    pack_tokens(g, dt, es, k, ldx, n, wide ? 32 : 16, x);
     const int beta = g->c && g->beta != 0.0f;
     const int64_t blocks = (m + GEMV_ROWS_PER_BLOCK - 1) / GEMV_ROWS_PER_BLOCK;
+    const int64_t chunk = GEMV_CHUNK_FLOATS / n; /* a multiple of 32 for every n <= 4 */
     CPU_PARALLEL_FOR(m * k >= GEMV_PARALLEL_ELEMENTS && blocks > 1, blk, blocks, {
-        const int64_t i1 = (blk + 1) * GEMV_ROWS_PER_BLOCK < m ? (blk + 1) * GEMV_ROWS_PER_BLOCK : m;
-        for (int64_t i = blk * GEMV_ROWS_PER_BLOCK; i < i1; i++) {
-            float dots[CPU_GEMV_MAX_N];
-            const void *w = (const char *)g->a.data + i * g->a.ld * es;
-            if (wide) row_dots_avx512(w, dt, x, k, n, dots);
-            else row_dots_avx2(w, dt, x, k, n, dots);
+        const int64_t i0 = blk * GEMV_ROWS_PER_BLOCK;
+        const int64_t i1 = i0 + GEMV_ROWS_PER_BLOCK < m ? i0 + GEMV_ROWS_PER_BLOCK : m;
+        float dots[GEMV_ROWS_PER_BLOCK][CPU_GEMV_MAX_N] = {{0}};
+        /* k in chunks whose slice of the token vectors stays in L1 while the block's rows pass */
+        for (int64_t p0 = 0; p0 < k; p0 += chunk) {
+            const int64_t p1 = p0 + chunk < k ? p0 + chunk : k;
+            for (int64_t i = i0; i < i1; i++) {
+                const void *w = (const char *)g->a.data + i * g->a.ld * es;
+                if (wide) row_dots_avx512(w, dt, x, ldx, p0, p1, n, dots[i - i0]);
+                else row_dots_avx2(w, dt, x, ldx, p0, p1, n, dots[i - i0]);
+            }
+        }
+        for (int64_t i = i0; i < i1; i++) {
             const float bias = (g->epilogue & GPUCORE_GEMM_EPI_BIAS)
                                    ? gpucore_load_as_f32((const char *)g->bias + i * es, g->d_dtype) : 0.0f;
             for (int j = 0; j < n; j++) {
-                float acc = g->alpha * dots[j];
+                float acc = g->alpha * dots[i - i0][j];
                 if (beta) acc += g->beta * gpucore_load_as_f32((const char *)g->c + (i + j * g->ldc) * es, g->d_dtype);
                 gpucore_store_from_f32((char *)g->d + (i + j * g->ldd) * es, g->d_dtype,
                                        gpucore_gemm_epilogue_value(g->epilogue, acc, bias, 0.0f, NULL));
