@@ -148,6 +148,43 @@ static void normalize_from(float *y, const float *x, int64_t i, int64_t n, float
     }
 }
 
+/* The norm backward's scalar terms (cpu_vec_norm_bwd_*): g = dy·gamma, xh = (x - mean)·rstd in f64. */
+static inline double norm_g(const float *dy, const float *gamma, int64_t i)
+{
+    return gamma ? (double)dy[i] * gamma[i] : (double)dy[i];
+}
+static inline double norm_xh(const float *x, int64_t i, double mean, double rstd) { return ((double)x[i] - mean) * rstd; }
+
+/* The 8 lanes of Σ g (lg) and Σ g·xh (lt) folded in a fixed tree, then elements [i, n) added in order. */
+static double norm_bwd_fold(const double lg[8], const double lt[8], const float *dy, const float *gamma, const float *x,
+                            int64_t i, int64_t n, double mean, double rstd, double *sgx)
+{
+    double sg = ((lg[0] + lg[4]) + (lg[1] + lg[5])) + ((lg[2] + lg[6]) + (lg[3] + lg[7]));
+    double st = ((lt[0] + lt[4]) + (lt[1] + lt[5])) + ((lt[2] + lt[6]) + (lt[3] + lt[7]));
+    for (; i < n; i++) {
+        const double g = norm_g(dy, gamma, i);
+        sg += g;
+        st += g * norm_xh(x, i, mean, rstd);
+    }
+    *sgx = st;
+    return sg;
+}
+
+static void norm_bwd_dx_from(float *dx, const float *dy, const float *gamma, const float *x, int64_t i, int64_t n,
+                             double mean, double rstd, double sg, double sgx)
+{
+    for (; i < n; i++) dx[i] = (float)(rstd * (norm_g(dy, gamma, i) - sg - norm_xh(x, i, mean, rstd) * sgx));
+}
+
+static void norm_bwd_colsum_from(double *dg, double *db, const float *dy, const float *x, int64_t i, int64_t n,
+                                 double mean, double rstd)
+{
+    for (; i < n; i++) {
+        dg[i] += (double)dy[i] * norm_xh(x, i, mean, rstd);
+        if (db) db[i] += dy[i];
+    }
+}
+
 typedef double (*lane_term)(const float *x, const float *y, int64_t i, double c);
 static double t_sum(const float *x, const float *y, int64_t i, double c) { (void)y; (void)c; return x[i]; }
 static double t_sq(const float *x, const float *y, int64_t i, double c) { (void)y; (void)c; return (double)x[i] * x[i]; }
@@ -915,6 +952,68 @@ AVX2 static void mul_diff_avx2(float *out, const float *y, const float *g, int64
     }
     for (; i < n; i++) out[i] = y[i] * (g[i] - d);
 }
+
+/* The norm backward's per-element terms in f64, 4 lanes of x at i: g = dy·gamma (gamma NULL: dy)
+ * and xh = (x - mean)·rstd, the scalar formulas' operations in their order (no FMA). */
+AVX2 static inline __m256d norm_g4(const float *dy, const float *gamma, int64_t i)
+{
+    const __m256d d = _mm256_cvtps_pd(_mm_loadu_ps(dy + i));
+    return gamma ? _mm256_mul_pd(d, _mm256_cvtps_pd(_mm_loadu_ps(gamma + i))) : d;
+}
+AVX2 static inline __m256d norm_xh4(const float *x, int64_t i, __m256d mean, __m256d rstd)
+{
+    return _mm256_mul_pd(_mm256_sub_pd(_mm256_cvtps_pd(_mm_loadu_ps(x + i)), mean), rstd);
+}
+
+/* cpu_vec_norm_bwd_sums: element i in lane i % 8 (two 4-lane accumulators), folded as the
+ * portable body folds its 8 lanes, the tail added in order. */
+AVX2 static double norm_bwd_sums_avx2(const float *dy, const float *gamma, const float *x, int64_t n, double mean,
+                                      double rstd, double *sgx)
+{
+    const __m256d vm = _mm256_set1_pd(mean), vr = _mm256_set1_pd(rstd);
+    __m256d g0 = _mm256_setzero_pd(), g1 = g0, t0 = g0, t1 = g0;
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        const __m256d a = norm_g4(dy, gamma, i), b = norm_g4(dy, gamma, i + 4);
+        g0 = _mm256_add_pd(g0, a);
+        g1 = _mm256_add_pd(g1, b);
+        t0 = _mm256_add_pd(t0, _mm256_mul_pd(a, norm_xh4(x, i, vm, vr)));
+        t1 = _mm256_add_pd(t1, _mm256_mul_pd(b, norm_xh4(x, i + 4, vm, vr)));
+    }
+    double lg[8], lt[8];
+    _mm256_storeu_pd(lg, g0);
+    _mm256_storeu_pd(lg + 4, g1);
+    _mm256_storeu_pd(lt, t0);
+    _mm256_storeu_pd(lt + 4, t1);
+    return norm_bwd_fold(lg, lt, dy, gamma, x, i, n, mean, rstd, sgx);
+}
+
+/* cpu_vec_norm_bwd_dx, 4 at a time (dx may be dy: each group is read before it is written). */
+AVX2 static void norm_bwd_dx_avx2(float *dx, const float *dy, const float *gamma, const float *x, int64_t n, double mean,
+                                  double rstd, double sg, double sgx)
+{
+    const __m256d vm = _mm256_set1_pd(mean), vr = _mm256_set1_pd(rstd), vg = _mm256_set1_pd(sg), vt = _mm256_set1_pd(sgx);
+    int64_t i = 0;
+    for (; i + 4 <= n; i += 4) {
+        const __m256d v = _mm256_sub_pd(_mm256_sub_pd(norm_g4(dy, gamma, i), vg), _mm256_mul_pd(norm_xh4(x, i, vm, vr), vt));
+        _mm_storeu_ps(dx + i, _mm256_cvtpd_ps(_mm256_mul_pd(vr, v)));
+    }
+    norm_bwd_dx_from(dx, dy, gamma, x, i, n, mean, rstd, sg, sgx);
+}
+
+/* cpu_vec_norm_bwd_colsum, 4 columns at a time (each column's own f64 sum: the scalar bits). */
+AVX2 static void norm_bwd_colsum_avx2(double *dg, double *db, const float *dy, const float *x, int64_t n, double mean,
+                                      double rstd)
+{
+    const __m256d vm = _mm256_set1_pd(mean), vr = _mm256_set1_pd(rstd);
+    int64_t i = 0;
+    for (; i + 4 <= n; i += 4) {
+        const __m256d g = norm_g4(dy, NULL, i);
+        _mm256_storeu_pd(dg + i, _mm256_add_pd(_mm256_loadu_pd(dg + i), _mm256_mul_pd(g, norm_xh4(x, i, vm, vr))));
+        if (db) _mm256_storeu_pd(db + i, _mm256_add_pd(_mm256_loadu_pd(db + i), g));
+    }
+    norm_bwd_colsum_from(dg, db, dy, x, i, n, mean, rstd);
+}
 #endif
 
 cpu_vec_bf16_binary_fn cpu_vec_bf16_binary(int op)
@@ -1173,4 +1272,38 @@ void cpu_vec_store(void *dst, int dt, const float *src, int64_t n)
 #endif
     const int es = gpucore_kdt_size(dt);
     for (int64_t i = 0; i < n; i++) gpucore_store_from_f32((char *)dst + i * es, dt, src[i]);
+}
+
+double cpu_vec_norm_bwd_sums(const float *dy, const float *gamma, const float *x, int64_t n, double mean, double rstd,
+                             double *sgx)
+{
+#if CPU_VEC_X86
+    if (cpu_vec_have_avx2()) return norm_bwd_sums_avx2(dy, gamma, x, n, mean, rstd, sgx);
+#endif
+    double lg[8] = {0}, lt[8] = {0};
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        for (int k = 0; k < 8; k++) {
+            const double g = norm_g(dy, gamma, i + k);
+            lg[k] += g;
+            lt[k] += g * norm_xh(x, i + k, mean, rstd);
+        }
+    return norm_bwd_fold(lg, lt, dy, gamma, x, i, n, mean, rstd, sgx);
+}
+
+void cpu_vec_norm_bwd_dx(float *dx, const float *dy, const float *gamma, const float *x, int64_t n, double mean,
+                         double rstd, double sg, double sgx)
+{
+#if CPU_VEC_X86
+    if (cpu_vec_have_avx2()) { norm_bwd_dx_avx2(dx, dy, gamma, x, n, mean, rstd, sg, sgx); return; }
+#endif
+    norm_bwd_dx_from(dx, dy, gamma, x, 0, n, mean, rstd, sg, sgx);
+}
+
+void cpu_vec_norm_bwd_colsum(double *dg, double *db, const float *dy, const float *x, int64_t n, double mean, double rstd)
+{
+#if CPU_VEC_X86
+    if (cpu_vec_have_avx2()) { norm_bwd_colsum_avx2(dg, db, dy, x, n, mean, rstd); return; }
+#endif
+    norm_bwd_colsum_from(dg, db, dy, x, 0, n, mean, rstd);
 }
