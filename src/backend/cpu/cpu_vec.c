@@ -54,6 +54,33 @@ __attribute__((target("avx2,fma"))) __m256 Sleef_logf8_u10avx2(__m256);
 
 #define AVX2 __attribute__((target("avx2,fma,f16c")))
 #define AVX512 __attribute__((target("avx512f,avx512bw,avx2,fma,f16c")))
+
+#if CPU_VEC_X86 && GPUCORE_HAVE_SLEEF
+/* exp on 8 lanes, inline: the operations of SLEEF 3.5's Sleef_expf8_u10avx2 in its order (so its
+ * bits, which its 16-lane avx512f exp gives too; checked against it for every f32 input), written
+ * here so that the compiler interleaves it with the caller's loop instead of calling out per 8
+ * elements (the call clobbers every vector register). q = round(x/ln2); s = x - q·ln2 in two FMAs
+ * (ln2 = L2U + L2L); exp(s) = 1 + s + s²·P(s), P of degree 5 by Horner in FMAs; times 2^q as two
+ * factors 2^(q>>1) and 2^(q - (q>>1)) (so q up to 2·127 stays finite); below -104: 0, above 100: inf. */
+AVX2 static inline __m256 cpu_exp8(__m256 x)
+{
+    const __m256i q = _mm256_cvtps_epi32(_mm256_mul_ps(x, _mm256_set1_ps(0x1.715476p+0f)));
+    const __m256 qf = _mm256_cvtepi32_ps(q);
+    __m256 s = _mm256_fmadd_ps(qf, _mm256_set1_ps(-0x1.62e4p-1f), x);
+    s = _mm256_fmadd_ps(qf, _mm256_set1_ps(-0x1.7f7d1cp-20f), s);
+    __m256 u = _mm256_fmadd_ps(s, _mm256_set1_ps(0x1.a057b4p-13f), _mm256_set1_ps(0x1.6d2d92p-10f));
+    u = _mm256_fmadd_ps(s, u, _mm256_set1_ps(0x1.11114cp-7f));
+    u = _mm256_fmadd_ps(s, u, _mm256_set1_ps(0x1.5554f4p-5f));
+    u = _mm256_fmadd_ps(s, u, _mm256_set1_ps(0x1.555556p-3f));
+    u = _mm256_fmadd_ps(s, u, _mm256_set1_ps(0.5f));
+    u = _mm256_add_ps(_mm256_fmadd_ps(u, _mm256_mul_ps(s, s), s), _mm256_set1_ps(1.0f));
+    const __m256i one = _mm256_set1_epi32(0x3f800000), q1 = _mm256_srai_epi32(q, 1);
+    u = _mm256_mul_ps(u, _mm256_castsi256_ps(_mm256_add_epi32(_mm256_slli_epi32(q1, 23), one)));
+    u = _mm256_mul_ps(u, _mm256_castsi256_ps(_mm256_add_epi32(_mm256_slli_epi32(_mm256_sub_epi32(q, q1), 23), one)));
+    u = _mm256_andnot_ps(_mm256_cmp_ps(x, _mm256_set1_ps(-104.0f), _CMP_LT_OS), u);
+    return _mm256_blendv_ps(u, _mm256_set1_ps(INFINITY), _mm256_cmp_ps(_mm256_set1_ps(100.0f), x, _CMP_LT_OS));
+}
+#endif
 #if CPU_VEC_X86 && GPUCORE_HAVE_SLEEF && !defined(__AVX512F__)
 /* SLEEF's avx512f entry points (sleef.h declares them only under __AVX512F__). */
 AVX512 __m512 Sleef_expf16_u10avx512f(__m512);
@@ -364,7 +391,7 @@ AVX2 static double exp_sum_avx2(const float *x, int64_t n, float shift, float *y
     while (i + 16 <= n) {
         const int64_t t = n - i >= CPU_EXP_TILE ? CPU_EXP_TILE : (n - i) / 16 * 16;
         float *e = y ? y + i : tile;
-        for (int64_t j = 0; j < t; j += 8) _mm256_storeu_ps(e + j, Sleef_expf8_u10avx2(_mm256_sub_ps(_mm256_loadu_ps(x + i + j), vs)));
+        for (int64_t j = 0; j < t; j += 8) _mm256_storeu_ps(e + j, cpu_exp8(_mm256_sub_ps(_mm256_loadu_ps(x + i + j), vs)));
         for (int64_t j = 0; j < t; j += 16) {
             acc8(&l, 0, _mm256_loadu_ps(e + j));
             acc8(&l, 1, _mm256_loadu_ps(e + j + 8));
@@ -511,7 +538,7 @@ AVX512 static void normalize_avx512(float *y, const float *x, int64_t n, float m
  * cpu_v8_gelu_erf, cpu_v8_silu_grad, ... (the same text as the scalar gpucore_gelu_erf, ...). */
 #if GPUCORE_HAVE_SLEEF
 #define CPU_VEC_MATH 1
-#define cpu_v8m_exp Sleef_expf8_u10avx2
+#define cpu_v8m_exp cpu_exp8
 #if GPUCORE_HAVE_MVEC
 /* glibc libmvec's AVX2 erff and tanhf (the vector ABI's names); see meson.build for why not SLEEF's */
 AVX2 __m256 _ZGVdN8v_erff(__m256);
