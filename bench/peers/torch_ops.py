@@ -12,10 +12,12 @@ without PyTorch (Debian's python3-torch is looked for in /usr/lib/python3/dist-p
 The library is $GPUCORE_LIBRARY when set, else the checkout's own build (build-release/, then
 build/: src/libgpucore.so), else wherever the binding finds one; stderr names it and torch's version.
 
-    torch_ops.py [--json] [--quick|--full] [--only SUBSTRING] [--best] [--batches N]
+    torch_ops.py [--json] [--quick|--full] [--only SUBSTRING] [--best] [--batches N] [--ours-only]
 
 --best reports each side's fastest batch instead of the median (on a shared, loaded machine the
 fastest batch is the one least disturbed by other processes); --batches sets the batch count.
+--ours-only times only libgpucore's side (torch still builds the cases; peer_value is null), for
+comparing one build of the library with another (bench/compare_builds.py).
 """
 import json
 import os
@@ -97,6 +99,9 @@ def side_by_side(ours, theirs, sync, calls, batches, budget_ms, best=False):
     milliseconds after a parallel region (libgomp's default), and a batch that started while
     the other side's threads still spun would lose a core to them for its first calls."""
     co, once_o = calls_for(ours, sync, calls, budget_ms)
+    if theirs is None:  # --ours-only
+        to = sorted(batch_ms(ours, sync, co) for _ in range(batches if once_o < 25 * budget_ms else 1))
+        return (to[0] if best else to[len(to) // 2]), None, None
     ct, once_t = calls_for(theirs, lambda: None, calls, budget_ms)
     to, tt, pairs = [], [], []
     for b in range(batches):
@@ -221,6 +226,7 @@ def main():
     full = "--full" in sys.argv
     only = sys.argv[sys.argv.index("--only") + 1] if "--only" in sys.argv else None
     best = "--best" in sys.argv
+    ours_only = "--ours-only" in sys.argv
     torch = import_torch()
     if torch is None:
         print("torch_ops: PyTorch is not installed; skipped", file=sys.stderr)
@@ -241,7 +247,15 @@ def main():
         if only and only not in name:
             continue
         with torch.no_grad() if "bwd" not in name else torch.enable_grad():
-            ms_o, ms_t, paired = side_by_side(ours, theirs, ctx.synchronize, calls, batches, budget, best)
+            ms_o, ms_t, paired = side_by_side(ours, None if ours_only else theirs, ctx.synchronize, calls, batches,
+                                              budget, best)
+        if ms_t is None:
+            row = {"bench": "ops-torch-cpu", "case": name, "device": "cpu", "metric": "time", "value": round(ms_o, 5),
+                   "unit": "ms", "peer": None, "peer_value": None}
+            if best:
+                row["statistic"] = "best of %d batches" % batches
+            print(json.dumps(row) if as_json else f"{name:42s} ours {ms_o:9.4f} ms", flush=True)
+            continue
         row = {"bench": "ops-torch-cpu", "case": name, "device": "cpu", "metric": "time", "value": round(ms_o, 5),
                "unit": "ms", "peer": "torch-cpu", "peer_value": round(ms_t, 5),
                "speedup": round(ms_t / ms_o, 3) if ms_o > 0 else 0, "paired_speedup": round(paired, 3),

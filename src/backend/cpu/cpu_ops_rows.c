@@ -4,7 +4,7 @@
  * backward. Rows run in parallel (OpenMP), one thread per row. The forwards and
  * the softmax and cross-entropy backwards run in f32 SIMD (cpu_vec.h: vector
  * exp, sums in fixed f64 lanes; bf16/f16 rows widened to f32 first); the norm
- * backward in f64 in a fixed order. Every cross-row sum (dgamma, dbeta, the cross-entropy
+ * backward in f64 from f32 rows (cpu_vec_norm_bwd_*: fixed lanes, the same bits in every body). Every cross-row sum (dgamma, dbeta, the cross-entropy
  * reduction, embedding scatter-add) is folded in row order by one thread per
  * output element, so results never depend on the thread count.
  */
@@ -209,43 +209,57 @@ static gpucore_status norm_forward(const gpucore_rows_args *p)
     return st;
 }
 
+/* The norm backward's dx for row r (a rows_for_each row_fn): x is the row as f32, dx where its
+ * f32 result goes; extra: gamma as f32 (NULL: none). A non-f32 dy is widened into dx first (each
+ * element is read before it is written). Sums and dx in f64 (cpu_vec_norm_bwd_*). */
+static void norm_backward_row(const gpucore_rows_args *p, int64_t r, const float *x, float *dx, const void *extra)
+{
+    const int64_t cols = p->cols, off = r * cols;
+    const int layer = p->op == GPUCORE_ROWS_LAYERNORM_BWD;
+    const double mean = layer ? p->mean[r] : 0, rstd = p->rstd[r];
+    const float *dy = row_f32(p->dy, p->dtype, off, cols, dx);
+    double sgx, sg = cpu_vec_norm_bwd_sums(dy, extra, x, cols, mean, rstd, &sgx);
+    cpu_vec_norm_bwd_dx(dx, dy, extra, x, cols, mean, rstd, layer ? sg / (double)cols : 0.0, sgx / (double)cols);
+}
+
+#define NORM_COL_BLOCK 128 /* columns of dgamma/dbeta one thread sums over all rows */
+
+/* dgamma/dbeta: per column the f64 sum over rows in row order; a thread takes a block of
+ * columns and walks the rows through it (row-major reads; the column's order is unchanged). */
+static void norm_backward_params(const gpucore_rows_args *p)
+{
+    const int64_t rows = p->rows, cols = p->cols, nblk = (cols + NORM_COL_BLOCK - 1) / NORM_COL_BLOCK;
+    const int dt = p->dtype, pdt = p->param_dtype, layer = p->op == GPUCORE_ROWS_LAYERNORM_BWD;
+    CPU_PARALLEL_FOR(rows * cols > ROWS_PARALLEL_MIN && nblk > 1, b, nblk,
+        const int64_t c0 = b * NORM_COL_BLOCK, w = cols - c0 < NORM_COL_BLOCK ? cols - c0 : NORM_COL_BLOCK;
+        double dg[NORM_COL_BLOCK] = {0}, db[NORM_COL_BLOCK] = {0};
+        float bdy[NORM_COL_BLOCK], bx[NORM_COL_BLOCK];
+        for (int64_t r = 0; r < rows; r++) {
+            const int64_t off = r * cols + c0;
+            cpu_vec_norm_bwd_colsum(dg, p->dbeta ? db : NULL, row_f32(p->dy, dt, off, w, bdy), row_f32(p->x, dt, off, w, bx),
+                                    w, layer ? p->mean[r] : 0.0, p->rstd[r]);
+        }
+        for (int64_t c = 0; c < w; c++) {
+            if (p->dgamma) st(p->dgamma, pdt, c0 + c, dg[c]);
+            if (p->dbeta) st(p->dbeta, pdt, c0 + c, db[c]);
+        });
+}
+
 static gpucore_status norm_backward(const gpucore_rows_args *p)
 {
-    const int64_t rows = p->rows, cols = p->cols;
-    const int dt = p->dtype, pdt = p->param_dtype, layer = p->op == GPUCORE_ROWS_LAYERNORM_BWD;
-    if (p->dx) {
-        CPU_PARALLEL_FOR(rows * cols > ROWS_PARALLEL_MIN, r, rows,
-            const int64_t off = r * cols;
-            const double mean = layer ? p->mean[r] : 0, rstd = p->rstd[r];
-            double sg = 0, sgx = 0;
-            for (int64_t c = 0; c < cols; c++) {
-                double g = ld(p->dy, dt, off + c) * (p->gamma ? ld(p->gamma, pdt, c) : 1.0);
-                double xh = (ld(p->x, dt, off + c) - mean) * rstd;
-                sg += g;
-                sgx += g * xh;
-            }
-            sg /= (double)cols;
-            sgx /= (double)cols;
-            for (int64_t c = 0; c < cols; c++) {
-                double g = ld(p->dy, dt, off + c) * (p->gamma ? ld(p->gamma, pdt, c) : 1.0);
-                double xh = (ld(p->x, dt, off + c) - mean) * rstd;
-                st(p->dx, dt, off + c, rstd * (g - (layer ? sg : 0.0) - xh * sgx));
-            });
+    const int64_t cols = p->cols;
+    const int pdt = p->param_dtype;
+    float *gamma = NULL;
+    if (p->dx && p->gamma && pdt != GPUCORE_KDT_F32) {
+        gamma = malloc(sizeof(float) * (size_t)(cols + 1));
+        if (!gamma) return ROWS_OOM("norm_backward");
+        cpu_vec_load(gamma, p->gamma, pdt, cols);
     }
-    if (p->dgamma || p->dbeta) {
-        /* column sums over rows, in row order, one thread per column block */
-        CPU_PARALLEL_FOR(rows * cols > ROWS_PARALLEL_MIN, c, cols,
-            double dg = 0, db = 0;
-            for (int64_t r = 0; r < rows; r++) {
-                double g = ld(p->dy, dt, r * cols + c);
-                double xh = (ld(p->x, dt, r * cols + c) - (layer ? p->mean[r] : 0.0)) * p->rstd[r];
-                dg += g * xh;
-                db += g;
-            }
-            if (p->dgamma) st(p->dgamma, pdt, c, dg);
-            if (p->dbeta) st(p->dbeta, pdt, c, db););
-    }
-    return GPUCORE_OK;
+    gpucore_status s = GPUCORE_OK;
+    if (p->dx) s = rows_for_each(p, p->x, p->dx, norm_backward_row, gamma ? gamma : p->gamma, "norm_backward");
+    free(gamma);
+    if (s == GPUCORE_OK && (p->dgamma || p->dbeta)) norm_backward_params(p);
+    return s;
 }
 
 /* Per-row loss (f64 sum of rows_math.h's f32 terms, in class order) and the row's weight in

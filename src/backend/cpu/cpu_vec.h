@@ -66,6 +66,18 @@ GPUCORE_HIDDEN void cpu_vec_gelu_tanh(float *y, const float *x, int64_t n);
 GPUCORE_HIDDEN int cpu_vec_act(int act, float *y, const float *x, int64_t n);
 GPUCORE_HIDDEN int cpu_vec_act_grad(int act, float *r, const float *dy, const float *x, int64_t n);
 GPUCORE_HIDDEN int cpu_vec_unary(int op, float *y, const float *x, int64_t n);
+/* The LayerNorm/RMSNorm backward (cpu_ops_rows.c), in f64 from f32 operands, with g = dy·gamma (gamma
+ * NULL: g = dy) and xh = (x - mean)·rstd: cpu_vec_norm_bwd_sums returns Σ g and sets *sgx = Σ g·xh (8
+ * fixed f64 lanes, lane k taking i % 8 == k, a fixed fold, the tail in order: the same bits in both
+ * bodies); cpu_vec_norm_bwd_dx sets dx = rstd·(g - sg - xh·sgx) rounded to f32 (dx may be dy);
+ * cpu_vec_norm_bwd_colsum adds dy·xh into dg[i] and dy into db[i] (db may be NULL), each element
+ * with the scalar formula's roundings. */
+GPUCORE_HIDDEN double cpu_vec_norm_bwd_sums(const float *dy, const float *gamma, const float *x, int64_t n, double mean,
+                                            double rstd, double *sgx);
+GPUCORE_HIDDEN void cpu_vec_norm_bwd_dx(float *dx, const float *dy, const float *gamma, const float *x, int64_t n,
+                                        double mean, double rstd, double sg, double sgx);
+GPUCORE_HIDDEN void cpu_vec_norm_bwd_colsum(double *dg, double *db, const float *dy, const float *x, int64_t n,
+                                            double mean, double rstd);
 /* y = (x - mean) · rstd, then · gamma[c] and + beta[c] where given (NULL: skipped). */
 GPUCORE_HIDDEN void cpu_vec_normalize(float *y, const float *x, int64_t n, float mean, float rstd,
                                       const float *gamma, const float *beta);

@@ -1,0 +1,176 @@
+#!/usr/bin/env python3
+"""compare_builds.py — is build B of libgpucore slower than build A, case by case?
+
+Runs a benchmark that prints one JSON line per case (default: each tree's own
+bench/peers/torch_ops.py --json, against that tree's own build) for tree A and tree B in
+alternating order (A B, then B A, ...) for N rounds, under one environment, so that the load of a
+shared machine falls on both sides alike. Only OUR time (the "value" field) is compared; a
+peer's time is ignored, and when a tree's torch_ops.py knows --ours-only the torch side is not run.
+
+Per case it prints the median of A and of B, B/A (of the medians), the paired B/A (the median over
+rounds of B's time over A's in the same round: the two ran back to back, so a slow spell of the
+machine that hit both cancels out), and a flag:
+  SLOWER   every round of B is slower than every round of A (B's minimum > A's maximum: the
+           Mann-Whitney U statistic is 0; with 5 rounds a side the chance of that when both builds
+           are equally fast is 1/252, one-sided);
+  slower?  B's median is above A's maximum, but the rounds overlap;
+  faster   the mirror image of SLOWER (A's minimum > B's maximum).
+Cases are matched by name; those found in only one build are listed separately.
+
+    compare_builds.py TREE_A TREE_B [--rounds N] [--build DIR] [--env KEY=VALUE ...]
+                      [--raw DIR] [--json] [--cmd 'COMMAND'] [-- ARGS for the benchmark]
+
+--build names the build folder in each tree (default build-release; the library is
+TREE/BUILD/src/libgpucore.so). --cmd replaces the benchmark command: it runs in the tree, through
+the shell, with {tree} and {lib} substituted. --raw saves every run's output (A-round1.jsonl, ...).
+--json prints one JSON object per case instead of the table. Extra PYTHONPATH entries (such as a
+torch install) come from the caller's $PYTHONPATH, after the tree's own python/.
+"""
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+
+
+def parse_args(argv):
+    extra = []
+    if "--" in argv:
+        i = argv.index("--")
+        argv, extra = argv[:i], argv[i + 1:]
+    p = argparse.ArgumentParser(description="per-case comparison of two builds' times, rounds alternating")
+    p.add_argument("tree_a")
+    p.add_argument("tree_b")
+    p.add_argument("--rounds", type=int, default=5)
+    p.add_argument("--build", default="build-release")
+    p.add_argument("--env", action="append", default=[], metavar="KEY=VALUE")
+    p.add_argument("--raw", metavar="DIR")
+    p.add_argument("--json", action="store_true")
+    p.add_argument("--cmd")
+    args = p.parse_args(argv)
+    args.extra = extra
+    if args.rounds < 1:
+        p.error("--rounds must be at least 1")
+    for kv in args.env:
+        if "=" not in kv:
+            p.error("--env takes KEY=VALUE, got %r" % kv)
+    return args
+
+
+def command_for(tree, lib, args):
+    if args.cmd:
+        return args.cmd.format(tree=tree, lib=lib), True
+    script = os.path.join(tree, "bench", "peers", "torch_ops.py")
+    if not os.path.exists(script):
+        sys.exit("compare_builds: %s has no bench/peers/torch_ops.py (give --cmd)" % tree)
+    with open(script) as f:
+        ours_only = ["--ours-only"] if "--ours-only" in f.read() else []
+    return [sys.executable, script, "--json"] + ours_only + args.extra, False
+
+
+def run_once(tree, args, label, rnd):
+    """{case: our ms} from one run of the benchmark in tree (and its raw output saved)."""
+    lib = os.path.join(tree, args.build, "src", "libgpucore.so")
+    if not os.path.exists(lib):
+        sys.exit("compare_builds: no library at %s (build the tree first, or give --build)" % lib)
+    env = dict(os.environ)
+    env.update(kv.split("=", 1) for kv in args.env)
+    env["GPUCORE_LIBRARY"] = lib
+    env["PYTHONPATH"] = os.pathsep.join(x for x in (os.path.join(tree, "python"), os.environ.get("PYTHONPATH")) if x)
+    cmd, shell = command_for(tree, lib, args)
+    r = subprocess.run(cmd, shell=shell, cwd=tree, env=env, capture_output=True, text=True)
+    if args.raw:
+        os.makedirs(args.raw, exist_ok=True)
+        with open(os.path.join(args.raw, "%s-round%d.jsonl" % (label, rnd)), "w") as f:
+            f.write(r.stdout)
+        with open(os.path.join(args.raw, "%s-round%d.stderr" % (label, rnd)), "w") as f:
+            f.write(r.stderr)
+    if r.returncode != 0:
+        sys.exit("compare_builds: %s round %d failed (%d): %s" % (label, rnd, r.returncode, r.stderr[-2000:]))
+    times = {}
+    for line in r.stdout.splitlines():
+        line = line.strip()
+        if not line.startswith("{"):
+            continue
+        row = json.loads(line)
+        if "case" in row and isinstance(row.get("value"), (int, float)):
+            times[row["case"]] = float(row["value"])
+    if not times:
+        sys.exit("compare_builds: %s round %d printed no JSON case lines" % (label, rnd))
+    return times
+
+
+def verdict(a, b):
+    """The flag of the module docstring for our times a (build A) and b (build B)."""
+    if min(b) > max(a):
+        return "SLOWER"
+    if min(a) > max(b):
+        return "faster"
+    if statistics.median(b) > max(a):
+        return "slower?"
+    return ""
+
+
+def paired(runs_a, runs_b, case):
+    """Median over the rounds that have the case in both builds of B's time / A's time."""
+    r = [b[case] / a[case] for a, b in zip(runs_a, runs_b) if case in a and case in b and a[case] > 0]
+    return statistics.median(r) if r else float("nan")
+
+
+def compare(runs_a, runs_b):
+    """Rows (case, times A, times B) for cases in both, in A's first-seen order; the names only in one."""
+    order = []
+    for run in runs_a + runs_b:
+        order += [c for c in run if c not in order]
+    both, only_a, only_b = [], [], []
+    for c in order:
+        ta = [r[c] for r in runs_a if c in r]
+        tb = [r[c] for r in runs_b if c in r]
+        if ta and tb:
+            both.append((c, ta, tb))
+        elif ta:
+            only_a.append(c)
+        else:
+            only_b.append(c)
+    return both, only_a, only_b
+
+
+def main(argv):
+    args = parse_args(argv)
+    trees = {"A": os.path.abspath(args.tree_a), "B": os.path.abspath(args.tree_b)}
+    runs = {"A": [], "B": []}
+    for rnd in range(1, args.rounds + 1):
+        for label in (("A", "B") if rnd % 2 else ("B", "A")):
+            runs[label].append(run_once(trees[label], args, label, rnd))
+            print("compare_builds: round %d %s done" % (rnd, label), file=sys.stderr, flush=True)
+    both, only_a, only_b = compare(runs["A"], runs["B"])
+    if args.json:
+        for c, ta, tb in both:
+            print(json.dumps({"case": c, "a_ms": ta, "b_ms": tb, "a_median": statistics.median(ta),
+                              "b_median": statistics.median(tb),
+                              "b_over_a": statistics.median(tb) / statistics.median(ta),
+                              "paired_b_over_a": paired(runs["A"], runs["B"], c), "flag": verdict(ta, tb)}))
+        for c in only_a:
+            print(json.dumps({"case": c, "only_in": "A"}))
+        for c in only_b:
+            print(json.dumps({"case": c, "only_in": "B"}))
+        return 0
+    print("A = %s\nB = %s\nrounds %d, env %s; times: median ms of our side (range min-max)"
+          % (trees["A"], trees["B"], args.rounds, " ".join(args.env) or "(inherited)"))
+    print("%-40s %24s %24s %6s %6s  %s" % ("case", "A", "B", "B/A", "paired", "flag"))
+    for c, ta, tb in both:
+        ma, mb = statistics.median(ta), statistics.median(tb)
+        print("%-40s %8.4g (%6.4g-%6.4g) %8.4g (%6.4g-%6.4g) %6.3f %6.3f  %s"
+              % (c, ma, min(ta), max(ta), mb, min(tb), max(tb), mb / ma, paired(runs["A"], runs["B"], c),
+                 verdict(ta, tb)))
+    for label, names in (("A", only_a), ("B", only_b)):
+        if names:
+            print("only in %s: %s" % (label, "; ".join(names)))
+    flagged = [c for c, ta, tb in both if verdict(ta, tb) == "SLOWER"]
+    print("SLOWER in B: %d of %d cases%s" % (len(flagged), len(both), (": " + "; ".join(flagged)) if flagged else ""))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
