@@ -5,7 +5,12 @@ Runs a benchmark that prints one JSON line per case (default: each tree's own
 bench/peers/torch_ops.py --json, against that tree's own build) for tree A and tree B in
 alternating order (A B, then B A, ...) for N rounds, under one environment, so that the load of a
 shared machine falls on both sides alike. Only OUR time (the "value" field) is compared; a
-peer's time is ignored, and when a tree's torch_ops.py knows --ours-only the torch side is not run.
+peer's time is ignored. Both sides are timed the same way: --ours-only (the torch side not run)
+is passed only when both trees' torch_ops.py know it (else torch's batches run between ours on
+both sides), and --settle-ms 0 (batches back to back) to every script that knows it (an older
+one never slept before a batch). A sleep before each batch lets the CPU and the OpenMP threads
+go idle, and measured up to 1.8x slower per case on this machine than back-to-back batches, so
+two builds timed one way each would differ by the procedure, not the code.
 
 Per case it prints the median of A and of B, B/A (of the medians), the paired B/A (the median over
 rounds of B's time over A's in the same round: the two ran back to back, so a slow spell of the
@@ -64,9 +69,18 @@ def command_for(tree, lib, args):
     script = os.path.join(tree, "bench", "peers", "torch_ops.py")
     if not os.path.exists(script):
         sys.exit("compare_builds: %s has no bench/peers/torch_ops.py (give --cmd)" % tree)
-    with open(script) as f:
-        ours_only = ["--ours-only"] if "--ours-only" in f.read() else []
-    return [sys.executable, script, "--json"] + ours_only + args.extra, False
+    return [sys.executable, script, "--json"] + timing_options(tree, args) + args.extra, False
+
+
+def script_knows(tree, option):
+    with open(os.path.join(tree, "bench", "peers", "torch_ops.py")) as f:
+        return option in f.read()
+
+
+def timing_options(tree, args):
+    """The options that time tree's script the way the other tree's is timed (module docstring)."""
+    both = script_knows(args.tree_a, "--ours-only") and script_knows(args.tree_b, "--ours-only")
+    return (["--ours-only"] if both else []) + (["--settle-ms", "0"] if script_knows(tree, "--settle-ms") else [])
 
 
 def run_once(tree, args, label, rnd):

@@ -12,12 +12,13 @@ without PyTorch (Debian's python3-torch is looked for in /usr/lib/python3/dist-p
 The library is $GPUCORE_LIBRARY when set, else the checkout's own build (build-release/, then
 build/: src/libgpucore.so), else wherever the binding finds one; stderr names it and torch's version.
 
-    torch_ops.py [--json] [--quick|--full] [--only SUBSTRING] [--best] [--batches N] [--ours-only]
+    torch_ops.py [--json] [--quick|--full] [--only SUBSTRING] [--best] [--batches N] [--ours-only] [--settle-ms MS]
 
 --best reports each side's fastest batch instead of the median (on a shared, loaded machine the
 fastest batch is the one least disturbed by other processes); --batches sets the batch count.
 --ours-only times only libgpucore's side (torch still builds the cases; peer_value is null), for
-comparing one build of the library with another (bench/compare_builds.py).
+comparing one build of the library with another (bench/compare_builds.py). --settle-ms sets the
+sleep before each batch (default 20; 0: batches back to back, as this script ran before it slept).
 """
 import json
 import os
@@ -82,7 +83,8 @@ SETTLE_S = 0.02  # longer than libgomp's default spin (300,000 pauses: 3-10 ms)
 
 
 def batch_ms(fn, sync, calls):
-    time.sleep(SETTLE_S)
+    if SETTLE_S:
+        time.sleep(SETTLE_S)
     t0 = time.perf_counter()
     for _ in range(calls):
         fn()
@@ -227,6 +229,9 @@ def main():
     only = sys.argv[sys.argv.index("--only") + 1] if "--only" in sys.argv else None
     best = "--best" in sys.argv
     ours_only = "--ours-only" in sys.argv
+    if "--settle-ms" in sys.argv:
+        global SETTLE_S
+        SETTLE_S = max(0.0, float(sys.argv[sys.argv.index("--settle-ms") + 1])) / 1e3
     torch = import_torch()
     if torch is None:
         print("torch_ops: PyTorch is not installed; skipped", file=sys.stderr)
