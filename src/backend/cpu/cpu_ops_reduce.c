@@ -157,6 +157,27 @@ static int reduce_item_out(const gpucore_reduce_args *p, cpu_acc *part, int64_t 
     return 0;
 }
 
+#define SUM_ROWS_GROUP 16 /* rows per item of sum_rows_f32 */
+
+/* Sums (means) of whole f32 rows that are one chunk each: the rows of a group go through
+ * cpu_vec_sum_blocked_rows (two at a time), and each output is written as reduce_output writes it
+ * (the one chunk's sum, / len for a mean): the bits of the chunked path. */
+static void sum_rows_f32(const gpucore_reduce_args *p)
+{
+    const int64_t rows = p->outer, len = p->len, groups = (rows + SUM_ROWS_GROUP - 1) / SUM_ROWS_GROUP;
+    const float *x = p->in.data;
+    char *out = p->out.data;
+    CPU_PARALLEL_FOR(rows * len > 32768 && groups > 1, gi, groups, {
+        const int64_t r0 = gi * SUM_ROWS_GROUP, nr = rows - r0 < SUM_ROWS_GROUP ? rows - r0 : SUM_ROWS_GROUP;
+        double v[SUM_ROWS_GROUP];
+        cpu_vec_sum_blocked_rows(x + r0 * len, len, nr, len, v);
+        for (int64_t r = 0; r < nr; r++) {
+            const double o = p->op == GPUCORE_RED_MEAN ? v[r] / (double)len : v[r];
+            gpucore_store_from_f32(out + (r0 + r) * p->out.elem_size, p->out.dtype, (float)o);
+        }
+    });
+}
+
 /* Small reductions run their loops right here: entering an OpenMP region, even one whose
  * if() clause is false, costs libgomp a team set-up (an allocation and futex calls). */
 static gpucore_status reduce_task(void *argp)
@@ -164,6 +185,11 @@ static gpucore_status reduce_task(void *argp)
     const gpucore_reduce_args *p = argp;
     const int64_t outer = p->outer, len = p->len, inner = p->inner;
     const int64_t chunks = gpucore_reduce_chunks(len, inner);
+    if (inner == 1 && chunks == 1 && len > 0 && p->in.dtype == GPUCORE_KDT_F32 &&
+        (p->op == GPUCORE_RED_SUM || p->op == GPUCORE_RED_MEAN)) {
+        sum_rows_f32(p);
+        return GPUCORE_OK;
+    }
     cpu_acc *part = malloc(sizeof(cpu_acc) * (size_t)(outer * chunks * inner));
     if (!part) return gpucore_set_error(GPUCORE_ERR_OUT_OF_MEMORY, "reduce: out of host memory for partial results");
     const int64_t items = outer * chunks, outs = outer * inner;

@@ -866,6 +866,56 @@ AVX512 static inline __m512 bf16x16_widen(const uint16_t *p)
 CPU_SUM_BLOCKED_AVX512(sum_blocked_avx512, float, _mm512_loadu_ps, CPU_F32_ID)
 CPU_SUM_BLOCKED_AVX512(sum_blocked_bf16_avx512, uint16_t, bf16x16_widen, gpucore_bf16_to_f32)
 
+/* Two f32 rows of n side by side (cpu_vec_sum_blocked_rows): each row takes exactly
+ * sum_blocked_avx512's operations in its order (so its bits); the two rows' chains are independent,
+ * so the adds of one fill the other's latency, which a short row (a few blocks) cannot hide alone. */
+AVX512 static void sum_blocked2_avx512(const float *x0, const float *x1, int64_t n, double *r0, double *r1)
+{
+    __m512d a[2] = {_mm512_setzero_pd(), _mm512_setzero_pd()}, c[2] = {_mm512_setzero_pd(), _mm512_setzero_pd()};
+    int64_t i = 0;
+    for (; i + CPU_SUM_STREAMS * CPU_VEC_SUM_BLOCK <= n; i += CPU_SUM_STREAMS * CPU_VEC_SUM_BLOCK) {
+        __m512 s[CPU_SUM_STREAMS], t[CPU_SUM_STREAMS];
+        for (int b = 0; b < CPU_SUM_STREAMS; b++) {
+            s[b] = _mm512_loadu_ps(x0 + i + b * CPU_VEC_SUM_BLOCK);
+            t[b] = _mm512_loadu_ps(x1 + i + b * CPU_VEC_SUM_BLOCK);
+        }
+        for (int k = 16; k < CPU_VEC_SUM_BLOCK; k += 16)
+            for (int b = 0; b < CPU_SUM_STREAMS; b++) {
+                s[b] = _mm512_add_ps(s[b], _mm512_loadu_ps(x0 + i + b * CPU_VEC_SUM_BLOCK + k));
+                t[b] = _mm512_add_ps(t[b], _mm512_loadu_ps(x1 + i + b * CPU_VEC_SUM_BLOCK + k));
+            }
+        for (int b = 0; b < CPU_SUM_STREAMS; b++) {
+            sum_blocked_avx512_acc(a, s[b]);
+            sum_blocked_avx512_acc(c, t[b]);
+        }
+    }
+    for (; i + CPU_VEC_SUM_BLOCK <= n; i += CPU_VEC_SUM_BLOCK) {
+        __m512 s = _mm512_loadu_ps(x0 + i), t = _mm512_loadu_ps(x1 + i);
+        for (int k = 16; k < CPU_VEC_SUM_BLOCK; k += 16) {
+            s = _mm512_add_ps(s, _mm512_loadu_ps(x0 + i + k));
+            t = _mm512_add_ps(t, _mm512_loadu_ps(x1 + i + k));
+        }
+        sum_blocked_avx512_acc(a, s);
+        sum_blocked_avx512_acc(c, t);
+    }
+    for (; i + 16 <= n; i += 16) {
+        sum_blocked_avx512_acc(a, _mm512_loadu_ps(x0 + i));
+        sum_blocked_avx512_acc(c, _mm512_loadu_ps(x1 + i));
+    }
+    double d[16], e[16];
+    _mm512_storeu_pd(d, a[0]);
+    _mm512_storeu_pd(d + 8, a[1]);
+    _mm512_storeu_pd(e, c[0]);
+    _mm512_storeu_pd(e + 8, c[1]);
+    double u = fold16(d), v = fold16(e);
+    for (; i < n; i++) {
+        u += x0[i];
+        v += x1[i];
+    }
+    *r0 = u;
+    *r1 = v;
+}
+
 /* Where the CPU has AVX512-BF16: vcvtneps2bf16 rounds to nearest even and quiets a NaN exactly as
  * bf16x16_round (checked for all 2^32 inputs), but flushes subnormal inputs to zero, so 16 values
  * holding a subnormal take bf16x16_round instead. */
@@ -1123,6 +1173,16 @@ double cpu_vec_sum_blocked_bf16(const uint16_t *x, int64_t n, float *scratch)
 #endif
     cpu_vec_load(scratch, x, GPUCORE_KDT_BF16, n);
     return cpu_vec_sum_blocked(scratch, n);
+}
+
+void cpu_vec_sum_blocked_rows(const float *x, int64_t ld, int64_t rows, int64_t n, double *out)
+{
+    int64_t r = 0;
+#if CPU_VEC_X86
+    if (cpu_vec_have_avx512())
+        for (; r + 2 <= rows; r += 2) sum_blocked2_avx512(x + r * ld, x + (r + 1) * ld, n, out + r, out + r + 1);
+#endif
+    for (; r < rows; r++) out[r] = cpu_vec_sum_blocked(x + r * ld, n);
 }
 
 double cpu_vec_sum_blocked(const float *x, int64_t n)
