@@ -714,6 +714,71 @@ static void test_dropout_vector(gpucore_context *ctx)
     }
 }
 
+/* act'(x) in float64, from the derivative's formula (the backward check above uses finite differences). */
+static double act_grad_f64(int act, double x)
+{
+    switch (act) {
+    case GPUCORE_ACT_GELU_ERF: return 0.5 * (1 + erf(x / sqrt(2.0))) + x * exp(-0.5 * x * x) / sqrt(2 * M_PI);
+    case GPUCORE_ACT_GELU_TANH: {
+        const double k = sqrt(2 / M_PI), t = tanh(k * (x + 0.044715 * x * x * x));
+        return 0.5 * (1 + t) + 0.5 * x * (1 - t * t) * k * (1 + 3 * 0.044715 * x * x);
+    }
+    case GPUCORE_ACT_SILU: { const double s = 1 / (1 + exp(-x)); return s * (1 + x * (1 - s)); }
+    case GPUCORE_ACT_SIGMOID: { const double s = 1 / (1 + exp(-x)); return s * (1 - s); }
+    case GPUCORE_ACT_TANH: { const double t = tanh(x); return 1 - t * t; }
+    default: return 0;
+    }
+}
+
+/* The smooth activations in f32, forward and backward (dy = 1), element by element on a dense grid
+ * over [-9, 9] (an odd count: the vector bodies' tails too) and at NaN, ±Inf, ±0 and ±1e30: each
+ * value within 3e-7·max(1, |x|) of float64 (the normwise contract would let one bad interval of a
+ * piecewise approximation through), NaN where float64 gives NaN. */
+static void test_act_pointwise(gpucore_context *ctx)
+{
+    static const float special[] = {NAN, INFINITY, -INFINITY, 0.0f, -0.0f, 1e30f, -1e30f};
+    const int64_t ngrid = 40001, nspecial = (int64_t)(sizeof special / sizeof special[0]), n = ngrid + nspecial;
+    float *hx = malloc(sizeof(float) * (size_t)n);
+    for (int64_t i = 0; i < ngrid; i++) hx[i] = (float)(-9.0 + 18.0 * (double)i / (double)(ngrid - 1));
+    memcpy(hx + ngrid, special, sizeof special);
+    gpucore_tensor *x = NULL, *y = NULL, *ones = NULL;
+    CHECK_OK(gpucore_tensor_create(ctx, GPUCORE_F32, 1, &n, &x));
+    CHECK_OK(gpucore_tensor_create(ctx, GPUCORE_F32, 1, &n, &y));
+    CHECK_OK(gpucore_tensor_create(ctx, GPUCORE_F32, 1, &n, &ones));
+    CHECK_OK(gpucore_copy_from_host(x, hx, n * (int64_t)sizeof(float)));
+    CHECK_OK(gpucore_fill(ones, 1.0, NULL));
+    static const int acts[] = {GPUCORE_ACT_GELU_ERF, GPUCORE_ACT_GELU_TANH, GPUCORE_ACT_SILU, GPUCORE_ACT_SIGMOID,
+                               GPUCORE_ACT_TANH};
+    for (size_t a = 0; a < sizeof acts / sizeof acts[0]; a++)
+        for (int grad = 0; grad < 2; grad++) {
+            if (grad) CHECK_OK(gpucore_activation_backward((gpucore_activation)acts[a], y, ones, x, NULL));
+            else CHECK_OK(gpucore_activation_forward((gpucore_activation)acts[a], y, x, NULL));
+            double *out = read_back(y);
+            int64_t bad = 0, worst = -1;
+            double worst_err = 0;
+            for (int64_t i = 0; i < n; i++) {
+                const double xi = hx[i], ref = grad ? act_grad_f64(acts[a], xi) : act_f64(acts[a], xi);
+                const double err = fabs(out[i] - ref), bound = 3e-7 * fmax(1.0, fabs(xi));
+                /* the tanh GELU's derivative formula is NaN at ±1e30 (x·x overflows, then inf·0), as in
+                 * PyTorch's; not held against it here */
+                if (grad && acts[a] == GPUCORE_ACT_GELU_TANH && fabs(xi) == 1e30f) continue;
+                const int ok = isnan(ref) ? isnan(out[i]) : (out[i] == ref || err <= bound);
+                if (!ok) bad++;
+                if (!ok && (worst < 0 || !(err <= worst_err))) { worst = i; worst_err = err; }
+            }
+            CHECK(bad == 0);
+            if (bad)
+                fprintf(stderr, "  activation %d %s: %lld of %lld values off, e.g. x = %.9g: %.9g, float64 %.9g\n",
+                        acts[a], grad ? "backward" : "forward", (long long)bad, (long long)n, hx[worst], out[worst],
+                        grad ? act_grad_f64(acts[a], hx[worst]) : act_f64(acts[a], hx[worst]));
+            free(out);
+        }
+    gpucore_tensor_destroy(x);
+    gpucore_tensor_destroy(y);
+    gpucore_tensor_destroy(ones);
+    free(hx);
+}
+
 static void test_binary_arith(gpucore_context *ctx) { test_binary(ctx, GPUCORE_ADD, GPUCORE_DIV + 1); }
 static void test_binary_last(gpucore_context *ctx) { test_binary(ctx, NBINARY, NBINARY + 1); }
 static void test_binary_more(gpucore_context *ctx) { test_binary(ctx, GPUCORE_DIV_TRUNC, NBINARY); }
@@ -725,7 +790,8 @@ int main(void)
                                      test_new_results};
     for_each_device(first, (int)(sizeof first / sizeof first[0]));
     /* after the others, so their random data stays what it was before these ops existed */
-    const device_test_fn later[] = {test_unary_more, test_binary_more, test_binary_special, test_dropout_vector};
+    const device_test_fn later[] = {test_unary_more, test_binary_more, test_binary_special, test_dropout_vector,
+                                     test_act_pointwise};
     for_each_device(later, (int)(sizeof later / sizeof later[0]));
     return check_finish("test_ops_elementwise");
 }

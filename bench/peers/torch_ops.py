@@ -254,21 +254,18 @@ def main():
         with torch.no_grad() if "bwd" not in name else torch.enable_grad():
             ms_o, ms_t, paired = side_by_side(ours, None if ours_only else theirs, ctx.synchronize, calls, batches,
                                               budget, best)
-        if ms_t is None:
-            row = {"bench": "ops-torch-cpu", "case": name, "device": "cpu", "metric": "time", "value": round(ms_o, 5),
-                   "unit": "ms", "peer": None, "peer_value": None}
-            if best:
-                row["statistic"] = "best of %d batches" % batches
-            print(json.dumps(row) if as_json else f"{name:42s} ours {ms_o:9.4f} ms", flush=True)
-            continue
         row = {"bench": "ops-torch-cpu", "case": name, "device": "cpu", "metric": "time", "value": round(ms_o, 5),
-               "unit": "ms", "peer": "torch-cpu", "peer_value": round(ms_t, 5),
-               "speedup": round(ms_t / ms_o, 3) if ms_o > 0 else 0, "paired_speedup": round(paired, 3),
-               "peer_version": torch.__version__}
+               "unit": "ms", "peer": None, "peer_value": None}
+        if ms_t is not None:
+            row.update({"peer": "torch-cpu", "peer_value": round(ms_t, 5),
+                        "speedup": round(ms_t / ms_o, 3) if ms_o > 0 else 0, "paired_speedup": round(paired, 3),
+                        "peer_version": torch.__version__})
         if best:
             row["statistic"] = "best of %d batches" % batches
         if as_json:
             print(json.dumps(row), flush=True)
+        elif ms_t is None:
+            print(f"{name:42s} ours {ms_o:9.4f} ms", flush=True)
         else:
             print(f"{name:42s} ours {ms_o:9.4f} ms  torch {ms_t:9.4f} ms  ratio {ms_t / ms_o:6.2f}  paired {paired:6.2f}",
                   flush=True)

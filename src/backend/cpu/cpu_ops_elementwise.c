@@ -14,8 +14,8 @@
  * compiler's loops take 4 lanes); the arithmetic,
  * conversion and clamp loops carry `omp simd` so they vectorise at -O2; the
  * libm-calling unary ops and the smooth activations (forward and backward) run
- * 8 lanes at a time where the CPU has AVX2, the exp-based ones 16 with AVX-512 (cpu_vec.h: activation_math.h's
- * formulas instantiated on vectors with SLEEF's 1-ulp exp/erf/tanh/log, so
+ * 8 lanes at a time where the CPU has AVX2, the exp- and erf-based ones 16 with AVX-512 (cpu_vec.h: activation_math.h's
+ * formulas instantiated on vectors with SLEEF's 1-ulp exp/tanh/log and a table erf, so
  * their last bit may differ from libm's; the scalar formula otherwise); bf16 is
  * widened and rounded in registers (dense bf16 add/sub/mul/div in one pass
  * between the tensors, no staging); dropout draws one Philox block per 4

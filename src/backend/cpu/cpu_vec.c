@@ -7,7 +7,7 @@
  * different ISA, never between runs or thread counts on one machine. The
  * elementwise family's activations and libm-calling unary ops get 8-lane bodies
  * here too: activation_math.h's formula text instantiated on __m256 with SLEEF's
- * vector exp/erf/tanh (GPUCORE_ACT_FORMULAS), and bf16 rounding in registers.
+ * vector exp/tanh and our own table erf (GPUCORE_ACT_FORMULAS), and bf16 rounding in registers.
  * Where the CPU has AVX-512 (F, BW), bf16 arithmetic and rounding, the blocked
  * sums, the row primitives (max/min, f64-lane sums, exp-sum, scale, normalize),
  * silu/sigmoid and the unary exp/log/sqrt/rsqrt take 16-lane bodies that repeat
@@ -41,7 +41,6 @@
  * clang has no such pragma (the fuzzing build is clang). The ones this file uses, as sleef.h has them. */
 __attribute__((target("avx2,fma"))) __m256 Sleef_expf8_u10avx2(__m256);
 __attribute__((target("avx2,fma"))) __m256 Sleef_tanhf8_u10avx2(__m256);
-__attribute__((target("avx2,fma"))) __m256 Sleef_erff8_u10avx2(__m256);
 __attribute__((target("avx2,fma"))) __m256 Sleef_logf8_u10avx2(__m256);
 #endif
 #endif
@@ -79,6 +78,56 @@ AVX2 static inline __m256 cpu_exp8(__m256 x)
     u = _mm256_mul_ps(u, _mm256_castsi256_ps(_mm256_add_epi32(_mm256_slli_epi32(_mm256_sub_epi32(q, q1), 23), one)));
     u = _mm256_andnot_ps(_mm256_cmp_ps(x, _mm256_set1_ps(-104.0f), _CMP_LT_OS), u);
     return _mm256_blendv_ps(u, _mm256_set1_ps(INFINITY), _mm256_cmp_ps(_mm256_set1_ps(100.0f), x, _CMP_LT_OS));
+}
+#endif
+#if CPU_VEC_X86
+/* erf on 8 and 16 lanes, inline, with the same operations lane for lane (so the same bits on both
+ * widths). For a = min(|x|, 4): a polynomial of degree 7 on each of 8 intervals of width 0.5, in
+ * v = 2a - (k + 0.5) in [-0.5, 0.5] (k = the interval), its coefficients picked per lane by a
+ * register permute (no gather), evaluated by Horner in FMAs; then x's sign. Past 4 erf is 1 in f32.
+ * The table is tools/fit_erf_table.py's (least squares in float64 per interval); largest absolute
+ * error 6.4e-8 over [-5, 5], about libm erff's rounding near 1, which is the accuracy
+ * 0.5x(1 + erf(x/sqrt2)) can use. NaN stays NaN (min keeps it, and v is NaN). Row j holds the j-th
+ * coefficient of the 8 intervals. */
+#define CPU_ERF_DEGREE 7
+static const float cpu_erf_table[CPU_ERF_DEGREE + 1][8] __attribute__((aligned(32))) = {
+    {0x1.1af54ep-2f, 0x1.6c1c98p-1f, 0x1.d8865ep-1f, 0x1.f92d08p-1f, 0x1.ff4048p-1f, 0x1.fff2dp-1f, 0x1.ffff7p-1f, 0x1.fffffcp-1f},
+    {0x1.0f5d16p-1f, 0x1.492e42p-2f, 0x1.e4653p-4f, 0x1.b0553p-6f, 0x1.d4143cp-9f, 0x1.3360cep-12f, 0x1.e9b5dap-17f, 0x1.d936a8p-22f},
+    {-0x1.0f5cfp-4f, -0x1.edc55ap-4f, -0x1.2ebf54p-4f, -0x1.7a4a8p-6f, -0x1.074b2p-8f, -0x1.a6a57p-12f, -0x1.8de92cp-16f, -0x1.bbbbbcp-21f},
+    {-0x1.3c973p-5f, 0x1.b6e67cp-9f, 0x1.571d0ep-6f, 0x1.7148ep-7f, 0x1.63ef36p-9f, 0x1.69cefep-12f, 0x1.9aa61ap-16f, 0x1.0b7098p-20f},
+    {0x1.03f644p-7f, 0x1.34956cp-7f, -0x1.91de7ap-12f, -0x1.8a1498p-9f, -0x1.38bdf4p-10f, -0x1.aafeap-13f, -0x1.2c1206p-16f, -0x1.ce8fc4p-21f},
+    {0x1.47d41cp-9f, -0x1.b3f454p-10f, -0x1.828d6p-10f, 0x1.b1bf8ep-13f, 0x1.5d4f1p-12f, 0x1.6945c8p-14f, 0x1.48dd1ap-17f, 0x1.3387p-21f},
+    {-0x1.4247ap-11f, -0x1.b38878p-12f, 0x1.51792cp-12f, 0x1.2888aap-13f, -0x1.6c52bap-15f, -0x1.b5378ep-16f, -0x1.1f0e78p-18f, -0x1.5b2946p-22f},
+    {-0x1.02ec24p-13f, 0x1.250934p-13f, 0x1.eae10ep-16f, -0x1.84d4e4p-15f, -0x1.7a49b6p-18f, 0x1.4d59b4p-18f, 0x1.6c0eecp-20f, 0x1.1fa416p-23f},
+};
+
+AVX2 static inline __m256 cpu_erf8(__m256 x)
+{
+    const __m256 sign = _mm256_set1_ps(-0.0f);
+    const __m256 a = _mm256_min_ps(_mm256_set1_ps(4.0f), _mm256_andnot_ps(sign, x)); /* NaN: a is NaN */
+    const __m256 t = _mm256_mul_ps(a, _mm256_set1_ps(2.0f));
+    const __m256i k = _mm256_min_epi32(_mm256_cvttps_epi32(t), _mm256_set1_epi32(7)); /* NaN: INT_MIN, used mod 8 */
+    const __m256 v = _mm256_sub_ps(t, _mm256_add_ps(_mm256_cvtepi32_ps(k), _mm256_set1_ps(0.5f)));
+    __m256 r = _mm256_permutevar8x32_ps(_mm256_load_ps(cpu_erf_table[CPU_ERF_DEGREE]), k);
+    for (int j = CPU_ERF_DEGREE - 1; j >= 0; j--)
+        r = _mm256_fmadd_ps(r, v, _mm256_permutevar8x32_ps(_mm256_load_ps(cpu_erf_table[j]), k));
+    return _mm256_or_ps(r, _mm256_and_ps(sign, x));
+}
+
+AVX512 static inline __m512 cpu_erf16(__m512 x)
+{
+    /* AVX512F alone (no DQ): the sign and the table's halves go through integer and f64 forms */
+    const __m512i sign = _mm512_set1_epi32((int)0x80000000u);
+    const __m512 a = _mm512_min_ps(_mm512_set1_ps(4.0f), _mm512_abs_ps(x));
+    const __m512 t = _mm512_mul_ps(a, _mm512_set1_ps(2.0f));
+    const __m512i k = _mm512_min_epi32(_mm512_cvttps_epi32(t), _mm512_set1_epi32(7)); /* NaN: INT_MIN, used mod 16 */
+    const __m512 v = _mm512_sub_ps(t, _mm512_add_ps(_mm512_cvtepi32_ps(k), _mm512_set1_ps(0.5f)));
+    /* the 8 intervals in both halves of the 16-entry permute, so k mod 16 picks as k mod 8 does */
+#define CPU_ERF16_ROW(j) _mm512_castpd_ps(_mm512_broadcast_f64x4(_mm256_load_pd((const double *)cpu_erf_table[j])))
+    __m512 r = _mm512_permutexvar_ps(k, CPU_ERF16_ROW(CPU_ERF_DEGREE));
+    for (int j = CPU_ERF_DEGREE - 1; j >= 0; j--) r = _mm512_fmadd_ps(r, v, _mm512_permutexvar_ps(k, CPU_ERF16_ROW(j)));
+#undef CPU_ERF16_ROW
+    return _mm512_castsi512_ps(_mm512_or_si512(_mm512_castps_si512(r), _mm512_and_si512(sign, _mm512_castps_si512(x))));
 }
 #endif
 #if CPU_VEC_X86 && GPUCORE_HAVE_SLEEF && !defined(__AVX512F__)
@@ -533,20 +582,18 @@ AVX512 static void normalize_avx512(float *y, const float *x, int64_t n, float m
     normalize_avx2(y + i, x + i, n - i, mean, rstd, gamma ? gamma + i : NULL, beta ? beta + i : NULL);
 }
 
-/* activation_math.h's formulas instantiated on 8 lanes with SLEEF's 1-ulp vector exp, erf and
- * tanh (libmvec's erf and tanh where the build has them):
+/* activation_math.h's formulas instantiated on 8 lanes with SLEEF's 1-ulp vector exp and tanh
+ * (libmvec's tanh where the build has it) and cpu_erf8 above:
  * cpu_v8_gelu_erf, cpu_v8_silu_grad, ... (the same text as the scalar gpucore_gelu_erf, ...). */
 #if GPUCORE_HAVE_SLEEF
 #define CPU_VEC_MATH 1
 #define cpu_v8m_exp cpu_exp8
+#define cpu_v8m_erf cpu_erf8
 #if GPUCORE_HAVE_MVEC
-/* glibc libmvec's AVX2 erff and tanhf (the vector ABI's names); see meson.build for why not SLEEF's */
-AVX2 __m256 _ZGVdN8v_erff(__m256);
+/* glibc libmvec's AVX2 tanhf (the vector ABI's name); see meson.build for why not SLEEF's */
 AVX2 __m256 _ZGVdN8v_tanhf(__m256);
-#define cpu_v8m_erf _ZGVdN8v_erff
 #define cpu_v8m_tanh _ZGVdN8v_tanhf
 #else
-#define cpu_v8m_erf Sleef_erff8_u10avx2
 #define cpu_v8m_tanh Sleef_tanhf8_u10avx2
 #endif
 GPUCORE_ACT_FORMULAS(AVX2 static inline, __m256, cpu_v8_, cpu_v8m_)
@@ -625,10 +672,10 @@ AVX2 static int unary_avx2(int op, float *y, const float *x, int64_t n)
 }
 
 /* The same formulas on 16 lanes where the CPU has AVX-512 (cpu_vec_have_avx512): SLEEF's avx512f
- * exp and log (the same algorithm as its avx2 ones: the same bits lane for lane). erf and tanh are
- * the 8-lane functions above on each half (libmvec's 16-lane ones round differently from its
- * 8-lane ones), so the formula set is complete and every body gives the AVX2 body's bits; the
- * activations built on them run the AVX2 body (CPU_V16_ACTS). */
+ * exp and log (the same algorithm as its avx2 ones: the same bits lane for lane) and cpu_erf16
+ * (cpu_erf8's operations). tanh is the 8-lane function above on each half (libmvec's 16-lane one
+ * rounds differently from its 8-lane one), so the formula set is complete and every body gives the
+ * AVX2 body's bits; the activations built on tanh run the AVX2 body (CPU_V16_ACTS). */
 #define cpu_v16m_exp Sleef_expf16_u10avx512f
 AVX512 static inline __m512 cpu_v16_halves(__m256 (*f)(__m256), __m512 a)
 {
@@ -636,7 +683,7 @@ AVX512 static inline __m512 cpu_v16_halves(__m256 (*f)(__m256), __m512 a)
     const __m256 hi = f(hi256(a));
     return _mm512_castpd_ps(_mm512_insertf64x4(_mm512_castps_pd(_mm512_castps256_ps512(lo)), _mm256_castps_pd(hi), 1));
 }
-AVX512 static inline __m512 cpu_v16m_erf(__m512 a) { return cpu_v16_halves(cpu_v8m_erf, a); }
+#define cpu_v16m_erf cpu_erf16
 AVX512 static inline __m512 cpu_v16m_tanh(__m512 a) { return cpu_v16_halves(cpu_v8m_tanh, a); }
 GPUCORE_ACT_FORMULAS(AVX512 static inline, __m512, cpu_v16_, cpu_v16m_)
 AVX512 static inline __m512 cpu_v16_exp(__m512 a) { return cpu_v16m_exp(a); }
@@ -666,10 +713,10 @@ AVX512 static inline __m512 cpu_v16_rsqrt(__m512 a) { return 1.0f / _mm512_sqrt_
         }                                                                                                            \
     } while (0)
 
-/* 16 lanes for the activations whose math is exp alone (SLEEF's 16-lane exp: 2.7x less CPU time for
- * silu); the ones built on erf or tanh keep the AVX2 body, which the per-half calls only slowed
- * (gelu erf 30 % more CPU time on 16 lanes). The same bits either way. */
-#define CPU_V16_ACTS(X) X(SILU, silu, silu_grad) X(SIGMOID, sigmoid, sigmoid_grad)
+/* 16 lanes for the activations whose math is exp and erf (SLEEF's 16-lane exp: 2.7x less CPU time for
+ * silu); the ones built on tanh keep the AVX2 body, which the per-half calls only slowed (30 % more CPU
+ * time on 16 lanes, measured for the libmvec erf this replaced). The same bits either way. */
+#define CPU_V16_ACTS(X) X(GELU_ERF, gelu_erf, gelu_erf_grad) X(SILU, silu, silu_grad) X(SIGMOID, sigmoid, sigmoid_grad)
 
 AVX512 static int act_avx512(int act, float *y, const float *x, int64_t n)
 {
@@ -831,89 +878,68 @@ AVX512 static inline __m512 bf16x16_widen(const uint16_t *p)
 
 /* cpu_vec_sum_blocked's AVX-512 body: one 16-lane f32 vector is the AVX2 body's two, lane for lane,
  * and the two 8-lane f64 accumulators its four, so every lane sees the same additions in the same
- * order: the same bits (CPU_SUM_STREAMS blocks side by side, as there). */
+ * order: the same bits (CPU_SUM_STREAMS blocks side by side, as there). name##_rows sums R rows
+ * (R = 1 or 2, a constant where it is inlined) side by side, each with exactly these operations in
+ * this order (so each row gets one row's bits); two rows' chains are independent, so the adds of one
+ * fill the other's latency, which a short row (a few blocks) cannot hide alone. */
 #define CPU_SUM_BLOCKED_AVX512(name, T, LOAD16, TO_F32)                                                      \
     AVX512 static inline void name##_acc(__m512d *a, __m512 v)                                               \
     {                                                                                                         \
         a[0] = _mm512_add_pd(a[0], _mm512_cvtps_pd(_mm512_castps512_ps256(v)));                               \
         a[1] = _mm512_add_pd(a[1], _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)))); \
     }                                                                                                         \
-    AVX512 static double name(const T *x, int64_t n)                                                         \
+    AVX512 static inline __attribute__((always_inline)) void name##_rows(const T *const *x, const int R,     \
+                                                                         int64_t n, double *out)              \
     {                                                                                                         \
-        __m512d a[2] = {_mm512_setzero_pd(), _mm512_setzero_pd()};                                            \
+        __m512d a[2][2];                                                                                      \
+        for (int q = 0; q < R; q++) a[q][0] = a[q][1] = _mm512_setzero_pd();                                  \
         int64_t i = 0;                                                                                        \
         for (; i + CPU_SUM_STREAMS * CPU_VEC_SUM_BLOCK <= n; i += CPU_SUM_STREAMS * CPU_VEC_SUM_BLOCK) {      \
-            __m512 s[CPU_SUM_STREAMS];                                                                        \
-            for (int b = 0; b < CPU_SUM_STREAMS; b++) s[b] = LOAD16(x + i + b * CPU_VEC_SUM_BLOCK);           \
+            __m512 s[2][CPU_SUM_STREAMS];                                                                     \
+            for (int b = 0; b < CPU_SUM_STREAMS; b++)                                                         \
+                for (int q = 0; q < R; q++) s[q][b] = LOAD16(x[q] + i + b * CPU_VEC_SUM_BLOCK);               \
             for (int k = 16; k < CPU_VEC_SUM_BLOCK; k += 16)                                                  \
                 for (int b = 0; b < CPU_SUM_STREAMS; b++)                                                     \
-                    s[b] = _mm512_add_ps(s[b], LOAD16(x + i + b * CPU_VEC_SUM_BLOCK + k));                    \
-            for (int b = 0; b < CPU_SUM_STREAMS; b++) name##_acc(a, s[b]);                                    \
+                    for (int q = 0; q < R; q++)                                                               \
+                        s[q][b] = _mm512_add_ps(s[q][b], LOAD16(x[q] + i + b * CPU_VEC_SUM_BLOCK + k));       \
+            for (int b = 0; b < CPU_SUM_STREAMS; b++)                                                         \
+                for (int q = 0; q < R; q++) name##_acc(a[q], s[q][b]);                                        \
         }                                                                                                     \
         for (; i + CPU_VEC_SUM_BLOCK <= n; i += CPU_VEC_SUM_BLOCK) {                                          \
-            __m512 s = LOAD16(x + i);                                                                         \
-            for (int k = 16; k < CPU_VEC_SUM_BLOCK; k += 16) s = _mm512_add_ps(s, LOAD16(x + i + k));          \
-            name##_acc(a, s);                                                                                 \
+            __m512 s[2];                                                                                      \
+            for (int q = 0; q < R; q++) s[q] = LOAD16(x[q] + i);                                              \
+            for (int k = 16; k < CPU_VEC_SUM_BLOCK; k += 16)                                                  \
+                for (int q = 0; q < R; q++) s[q] = _mm512_add_ps(s[q], LOAD16(x[q] + i + k));                 \
+            for (int q = 0; q < R; q++) name##_acc(a[q], s[q]);                                               \
         }                                                                                                     \
-        for (; i + 16 <= n; i += 16) name##_acc(a, LOAD16(x + i));                                            \
-        double d[16];                                                                                         \
-        _mm512_storeu_pd(d, a[0]);                                                                            \
-        _mm512_storeu_pd(d + 8, a[1]);                                                                        \
-        double r = fold16(d);                                                                                 \
-        for (; i < n; i++) r += TO_F32(x[i]);                                                                 \
+        for (; i + 16 <= n; i += 16)                                                                          \
+            for (int q = 0; q < R; q++) name##_acc(a[q], LOAD16(x[q] + i));                                   \
+        for (int q = 0; q < R; q++) {                                                                         \
+            double d[16];                                                                                     \
+            _mm512_storeu_pd(d, a[q][0]);                                                                     \
+            _mm512_storeu_pd(d + 8, a[q][1]);                                                                 \
+            double r = fold16(d);                                                                             \
+            for (int64_t j = i; j < n; j++) r += TO_F32(x[q][j]);                                             \
+            out[q] = r;                                                                                       \
+        }                                                                                                     \
+    }                                                                                                         \
+    AVX512 static double name(const T *x, int64_t n)                                                         \
+    {                                                                                                         \
+        double r;                                                                                             \
+        name##_rows(&x, 1, n, &r);                                                                            \
         return r;                                                                                             \
     }
 CPU_SUM_BLOCKED_AVX512(sum_blocked_avx512, float, _mm512_loadu_ps, CPU_F32_ID)
 CPU_SUM_BLOCKED_AVX512(sum_blocked_bf16_avx512, uint16_t, bf16x16_widen, gpucore_bf16_to_f32)
 
-/* Two f32 rows of n side by side (cpu_vec_sum_blocked_rows): each row takes exactly
- * sum_blocked_avx512's operations in its order (so its bits); the two rows' chains are independent,
- * so the adds of one fill the other's latency, which a short row (a few blocks) cannot hide alone. */
+/* Two f32 rows of n side by side (cpu_vec_sum_blocked_rows). */
 AVX512 static void sum_blocked2_avx512(const float *x0, const float *x1, int64_t n, double *r0, double *r1)
 {
-    __m512d a[2] = {_mm512_setzero_pd(), _mm512_setzero_pd()}, c[2] = {_mm512_setzero_pd(), _mm512_setzero_pd()};
-    int64_t i = 0;
-    for (; i + CPU_SUM_STREAMS * CPU_VEC_SUM_BLOCK <= n; i += CPU_SUM_STREAMS * CPU_VEC_SUM_BLOCK) {
-        __m512 s[CPU_SUM_STREAMS], t[CPU_SUM_STREAMS];
-        for (int b = 0; b < CPU_SUM_STREAMS; b++) {
-            s[b] = _mm512_loadu_ps(x0 + i + b * CPU_VEC_SUM_BLOCK);
-            t[b] = _mm512_loadu_ps(x1 + i + b * CPU_VEC_SUM_BLOCK);
-        }
-        for (int k = 16; k < CPU_VEC_SUM_BLOCK; k += 16)
-            for (int b = 0; b < CPU_SUM_STREAMS; b++) {
-                s[b] = _mm512_add_ps(s[b], _mm512_loadu_ps(x0 + i + b * CPU_VEC_SUM_BLOCK + k));
-                t[b] = _mm512_add_ps(t[b], _mm512_loadu_ps(x1 + i + b * CPU_VEC_SUM_BLOCK + k));
-            }
-        for (int b = 0; b < CPU_SUM_STREAMS; b++) {
-            sum_blocked_avx512_acc(a, s[b]);
-            sum_blocked_avx512_acc(c, t[b]);
-        }
-    }
-    for (; i + CPU_VEC_SUM_BLOCK <= n; i += CPU_VEC_SUM_BLOCK) {
-        __m512 s = _mm512_loadu_ps(x0 + i), t = _mm512_loadu_ps(x1 + i);
-        for (int k = 16; k < CPU_VEC_SUM_BLOCK; k += 16) {
-            s = _mm512_add_ps(s, _mm512_loadu_ps(x0 + i + k));
-            t = _mm512_add_ps(t, _mm512_loadu_ps(x1 + i + k));
-        }
-        sum_blocked_avx512_acc(a, s);
-        sum_blocked_avx512_acc(c, t);
-    }
-    for (; i + 16 <= n; i += 16) {
-        sum_blocked_avx512_acc(a, _mm512_loadu_ps(x0 + i));
-        sum_blocked_avx512_acc(c, _mm512_loadu_ps(x1 + i));
-    }
-    double d[16], e[16];
-    _mm512_storeu_pd(d, a[0]);
-    _mm512_storeu_pd(d + 8, a[1]);
-    _mm512_storeu_pd(e, c[0]);
-    _mm512_storeu_pd(e + 8, c[1]);
-    double u = fold16(d), v = fold16(e);
-    for (; i < n; i++) {
-        u += x0[i];
-        v += x1[i];
-    }
-    *r0 = u;
-    *r1 = v;
+    const float *x[2] = {x0, x1};
+    double r[2];
+    sum_blocked_avx512_rows(x, 2, n, r);
+    *r0 = r[0];
+    *r1 = r[1];
 }
 
 /* Where the CPU has AVX512-BF16: vcvtneps2bf16 rounds to nearest even and quiets a NaN exactly as

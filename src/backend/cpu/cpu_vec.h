@@ -62,7 +62,7 @@ GPUCORE_HIDDEN void cpu_vec_axpy(float *out, const float *x, const float *g, int
 /* y = GELU(x), the tanh form (activation_math.h's gpucore_gelu_tanh; y may be x). */
 GPUCORE_HIDDEN void cpu_vec_gelu_tanh(float *y, const float *x, int64_t n);
 /* The elementwise family's transcendental math, 8 lanes at a time where the CPU has AVX2 and the
- * build SLEEF (1-ulp vector exp/erf/tanh/log; activation_math.h's formulas instantiated on vectors):
+ * build SLEEF (1-ulp vector exp/tanh/log, a table erf within 6.4e-8; activation_math.h's formulas instantiated on vectors):
  * y = act(x) for activation code act, r = dy · act'(x), y = op(x) for unary op code op (a
  * GPUCORE_EW_* code). Each returns 1 when it computed, 0 when there is no vector body for that
  * code here (the caller then runs the scalar formula). y/r may alias x or dy. */
