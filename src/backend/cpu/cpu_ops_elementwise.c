@@ -21,7 +21,9 @@
  * between the tensors, no staging); dropout draws one Philox block per 4
  * elements instead of one per element; casts between f32/f16/bf16 run straight
  * between the tensors and skip the f64 detour (exact: an f32 value is an f64
- * that rounds to itself).
+ * that rounds to itself). An op whose operands exceed the last-level cache
+ * writes its output with streaming stores (cpu_vec_stream_copy), in short runs
+ * staged in L1.
  */
 #include <string.h>
 #include "cpu_internal.h"
@@ -30,6 +32,7 @@
 
 #define EW_BLOCK 2048
 #define EW_PARALLEL_MIN 32768
+#define EW_STREAM_RUN 512 /* elements per streamed run (2 KiB of f32) */
 
 /* Vectorise this loop: iterations are independent (out is either exactly an input or
  * disjoint from it; the API layer checks). Plain loops without OpenMP. */
@@ -190,12 +193,12 @@ static int cast_fast(const gpucore_ew_args *p)
            ((f >> o->dtype) & 1) && ((f >> x->dtype) & 1);
 }
 
-static void cast_block(const gpucore_ew_args *p, int64_t i0, int n, int64_t *off_in, int64_t *off_out)
+/* dst: where elements i0.. of a contiguous out go (out's own memory, or the staging of a streamed block) */
+static void cast_block(const gpucore_ew_args *p, int64_t i0, int n, char *dst, int64_t *off_in, int64_t *off_out)
 {
     const gpucore_view *o = &p->out, *x = &p->in[0];
     if (cast_fast(p)) { /* widen/narrow in registers straight between the tensors */
         const char *src = (const char *)x->data + i0 * x->elem_size;
-        char *dst = (char *)o->data + i0 * o->elem_size;
         if (o->dtype == GPUCORE_KDT_F32) { cpu_vec_load((float *)dst, src, x->dtype, n); return; }
         if (x->dtype == GPUCORE_KDT_F32) { cpu_vec_store(dst, o->dtype, (const float *)src, n); return; }
         float buf[EW_BLOCK];
@@ -220,51 +223,81 @@ typedef struct ew_plan {
     int direct;                       /* every operand dense f32: computed in place in the tensors */
     cpu_vec_bf16_binary_fn bf16_body; /* dense bf16 arithmetic in one vector pass, or NULL */
     cpu_vec_f32_binary_fn f32_body;   /* direct f32 add/sub/mul/div in AVX2, or NULL */
+    int stream;                       /* contiguous out, operands past the cache: blocks staged, then streamed */
 } ew_plan;
 
 typedef struct ew_bufs {
     float a[EW_BLOCK], b[EW_BLOCK], r[EW_BLOCK];
+    float s[EW_STREAM_RUN] __attribute__((aligned(64))); /* a streamed run's output (elements of at most 4 bytes) */
     int64_t off[EW_BLOCK], off2[EW_BLOCK];
 } ew_bufs;
 
+/* Elements i0 .. i0+len-1 of the op into o: out's own memory at i0 for a contiguous out (or a
+ * streamed run's staging), unused for a strided out (stored through the view). */
+static void ew_range(const ew_plan *pl, int64_t i0, int len, char *o, ew_bufs *w)
+{
+    const gpucore_ew_args *p = pl->p;
+    if (p->op == GPUCORE_EW_CAST) {
+        cast_block(p, i0, len, o, w->off, w->off2);
+    } else if (pl->bf16_body) {
+        pl->bf16_body((uint16_t *)o, (const uint16_t *)p->in[0].data + i0, (const uint16_t *)p->in[1].data + i0, len);
+    } else if (pl->f32_body) {
+        float *r = (float *)o;
+        pl->f32_body(r, (const float *)p->in[0].data + i0, (const float *)p->in[1].data + i0, len);
+        if (p->act) act_loop(p->act, r, r, len); /* the fused activation, as compute_block */
+    } else if (pl->direct) {
+        compute_block(p, (const float *)p->in[0].data + i0, p->nin == 2 ? (const float *)p->in[1].data + i0 : w->b,
+                      (float *)o, len, i0);
+    } else {
+        load_f32(&p->in[0], pl->mode[0], pl->inner[0], i0, len, w->a, w->off);
+        if (p->nin == 2) load_f32(&p->in[1], pl->mode[1], pl->inner[1], i0, len, w->b, w->off);
+        compute_block(p, w->a, w->b, w->r, len, i0);
+        if (pl->stream) cpu_vec_store(o, p->out.dtype, w->r, len);
+        else store_f32(&p->out, i0, len, w->r, w->off);
+    }
+}
+
 /* Block blk (EW_BLOCK elements from blk * EW_BLOCK) of the op: the same work whichever
- * thread runs it, so results do not depend on the thread count. */
+ * thread runs it, so results do not depend on the thread count. A streamed block goes in runs of
+ * EW_STREAM_RUN elements, each computed into w->s (in L1) and copied out with streaming stores
+ * (the same values: every element's value is independent of the run it is in). Runs this short
+ * keep the loads and the streaming stores interleaved; a whole block computed, then copied, measured
+ * no faster than plain stores. */
 static void ew_block(const ew_plan *pl, int64_t blk, ew_bufs *w)
 {
     const gpucore_ew_args *p = pl->p;
     const int64_t n = p->out.numel, i0 = blk * EW_BLOCK;
     const int len = (int)(n - i0 < EW_BLOCK ? n - i0 : EW_BLOCK);
-    if (p->op == GPUCORE_EW_CAST) {
-        cast_block(p, i0, len, w->off, w->off2);
+    const size_t es = (size_t)p->out.elem_size;
+    char *const dst = (char *)p->out.data + i0 * (int64_t)es; /* contiguous out only */
+    if (!pl->stream) {
+        ew_range(pl, i0, len, dst, w);
         return;
     }
-    if (pl->bf16_body) {
-        pl->bf16_body((uint16_t *)p->out.data + i0, (const uint16_t *)p->in[0].data + i0,
-                      (const uint16_t *)p->in[1].data + i0, len);
-        return;
+    for (int k = 0; k < len; k += EW_STREAM_RUN) {
+        const int m = len - k < EW_STREAM_RUN ? len - k : EW_STREAM_RUN;
+        ew_range(pl, i0 + k, m, (char *)w->s, w);
+        cpu_vec_stream_copy(dst + (size_t)k * es, w->s, (size_t)m * es);
     }
-    if (pl->f32_body) {
-        float *r = (float *)p->out.data + i0;
-        pl->f32_body(r, (const float *)p->in[0].data + i0, (const float *)p->in[1].data + i0, len);
-        if (p->act) act_loop(p->act, r, r, len); /* the fused activation, as compute_block */
-        return;
-    }
-    if (pl->direct) {
-        compute_block(p, (const float *)p->in[0].data + i0, p->nin == 2 ? (const float *)p->in[1].data + i0 : w->b,
-                      (float *)p->out.data + i0, len, i0);
-        return;
-    }
-    load_f32(&p->in[0], pl->mode[0], pl->inner[0], i0, len, w->a, w->off);
-    if (p->nin == 2) load_f32(&p->in[1], pl->mode[1], pl->inner[1], i0, len, w->b, w->off);
-    compute_block(p, w->a, w->b, w->r, len, i0);
-    store_f32(&p->out, i0, len, w->r, w->off);
+}
+
+/* Whether the op's blocks stream their output: a contiguous out of elements of at most 4 bytes
+ * (w->s holds a block), computed from registers or staging (not a strided cast), and the bytes
+ * the op reads and writes at least cpu_vec_stream_min_bytes. */
+static int ew_streams(const gpucore_ew_args *p, const ew_plan *pl)
+{
+    if (!p->out.contiguous || p->out.elem_size > 4 || (p->op == GPUCORE_EW_CAST && !cast_fast(p))) return 0;
+    size_t bytes = (size_t)p->out.numel * (size_t)p->out.elem_size;
+    for (int i = 0; i < p->nin; i++)
+        if (pl->mode[i] == GPUCORE_EW_LAYOUT_DENSE) bytes += (size_t)p->in[i].numel * (size_t)p->in[i].elem_size;
+    return bytes >= cpu_vec_stream_min_bytes();
 }
 
 static gpucore_status elementwise_task(void *argp)
 {
     const gpucore_ew_args *p = argp;
     const int64_t n = p->out.numel, blocks = (n + EW_BLOCK - 1) / EW_BLOCK;
-    ew_plan pl = {p, {GPUCORE_EW_LAYOUT_STRIDED, GPUCORE_EW_LAYOUT_STRIDED}, {0, 0}, 0, NULL, NULL};
+    ew_plan pl = {p, {GPUCORE_EW_LAYOUT_STRIDED, GPUCORE_EW_LAYOUT_STRIDED}, {0, 0}, 0, NULL, NULL, 0};
     for (int i = 0; i < p->nin; i++)
         if (p->out.contiguous) pl.mode[i] = gpucore_ew_input_mode(&p->out, &p->in[i], &pl.inner[i]);
     pl.direct = p->op != GPUCORE_EW_CAST && p->out.contiguous && p->out.dtype == GPUCORE_KDT_F32;
@@ -275,20 +308,23 @@ static gpucore_status elementwise_task(void *argp)
         p->in[0].dtype == GPUCORE_KDT_BF16 && p->in[1].dtype == GPUCORE_KDT_BF16)
         pl.bf16_body = cpu_vec_bf16_binary(p->op);
     if (pl.direct && p->nin == 2) pl.f32_body = cpu_vec_f32_binary(p->op);
+    pl.stream = ew_streams(p, &pl);
     /* A small op runs its blocks right here: entering an OpenMP region, even one whose if()
      * clause is false, costs libgomp a team set-up (an allocation and futex calls) per call. */
     if (n <= EW_PARALLEL_MIN) {
         ew_bufs w;
         if (p->nin < 2) memset(w.b, 0, sizeof w.b); /* unary ops never read b; zero it once anyway */
         for (int64_t blk = 0; blk < blocks; blk++) ew_block(&pl, blk, &w);
+        if (pl.stream) cpu_vec_stream_fence();
         return GPUCORE_OK;
     }
 #pragma omp parallel
     {
         ew_bufs w;
         if (p->nin < 2) memset(w.b, 0, sizeof w.b);
-#pragma omp for schedule(static)
+#pragma omp for schedule(static) nowait
         for (int64_t blk = 0; blk < blocks; blk++) ew_block(&pl, blk, &w);
+        if (pl.stream) cpu_vec_stream_fence(); /* each thread's own streaming stores, before the region's end */
     }
     return GPUCORE_OK;
 }

@@ -19,6 +19,7 @@
  * (F16C would quiet it).
  */
 #include <math.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include "gpucore_config.h"
@@ -188,6 +189,89 @@ int cpu_vec_have_avx512(void)
     return cached_probe(&cached, probe_avx512);
 #else
     return 0;
+#endif
+}
+
+/* The size of one L3 cache (the one this core shares), from CPUID's cache parameters (leaf 4 on
+ * Intel, 0x8000001D on AMD: ways x partitions x line size x sets), as lscpu reports it; 0 where it
+ * cannot tell. Not sysconf's: glibc may report a whole package's L3 (320 MiB on a 32 MiB VM slice). */
+static size_t l3_bytes(void)
+{
+#if CPU_VEC_X86
+    unsigned a, b, c, d, leaf = 4;
+    if (__get_cpuid(0x80000000u, &a, &b, &c, &d) && a >= 0x8000001Du && __get_cpuid(0x80000001u, &a, &b, &c, &d) &&
+        (c & (1u << 22))) /* AMD's topology extensions: its own cache leaf */
+        leaf = 0x8000001Du;
+    else if (!__get_cpuid(0, &a, &b, &c, &d) || a < 4)
+        return 0;
+    for (unsigned i = 0; i < 16; i++) {
+        if (!__get_cpuid_count(leaf, i, &a, &b, &c, &d) || (a & 31) == 0) break; /* no more caches */
+        if (((a >> 5) & 7) == 3)
+            return (size_t)((b >> 22) + 1) * (((b >> 12) & 1023) + 1) * ((b & 4095) + 1) * ((size_t)c + 1);
+    }
+#endif
+    return 0;
+}
+
+size_t cpu_vec_stream_min_bytes(void)
+{
+    static size_t cached; /* 0: not yet asked (a computed 0 is stored as SIZE_MAX: off) */
+    size_t v = __atomic_load_n(&cached, __ATOMIC_RELAXED);
+    if (v) return v;
+    v = SIZE_MAX;
+    if (cpu_vec_have_avx2()) {
+        const char *e = getenv("GPUCORE_CPU_STREAM_MIN_BYTES");
+        if (e && *e) {
+            char *end;
+            const long long n = strtoll(e, &end, 10);
+            if (*end == '\0' && n > 0) v = (size_t)n;
+        } else {
+            const size_t l3 = l3_bytes();
+            v = (l3 ? l3 : (size_t)32 << 20) / 4 * 5;
+        }
+    }
+    __atomic_store_n(&cached, v, __ATOMIC_RELAXED);
+    return v;
+}
+
+#if CPU_VEC_X86
+AVX2 static void stream_copy_avx2(char *d, const char *s, size_t bytes)
+{
+    size_t i = 0;
+    for (; i + 32 <= bytes; i += 32) _mm256_stream_si256((__m256i *)(d + i), _mm256_loadu_si256((const __m256i *)(s + i)));
+    memcpy(d + i, s + i, bytes - i);
+}
+
+AVX512 static void stream_copy_avx512(char *d, const char *s, size_t bytes)
+{
+    size_t i = 0;
+    for (; i + 64 <= bytes; i += 64) _mm512_stream_si512((__m512i *)(d + i), _mm512_loadu_si512(s + i));
+    memcpy(d + i, s + i, bytes - i);
+}
+#endif
+
+void cpu_vec_stream_copy(void *dst, const void *src, size_t bytes)
+{
+    char *d = dst;
+    const char *s = src;
+#if CPU_VEC_X86
+    if (cpu_vec_have_avx2()) {
+        const size_t align = cpu_vec_have_avx512() ? 64 : 32;
+        size_t head = (align - (uintptr_t)d % align) % align;
+        if (head > bytes) head = bytes;
+        memcpy(d, s, head); /* up to the first aligned address: the streaming stores need it */
+        if (align == 64) stream_copy_avx512(d + head, s + head, bytes - head);
+        else stream_copy_avx2(d + head, s + head, bytes - head);
+        return;
+    }
+#endif
+    memcpy(d, s, bytes);
+}
+
+void cpu_vec_stream_fence(void)
+{
+#if CPU_VEC_X86
+    _mm_sfence();
 #endif
 }
 

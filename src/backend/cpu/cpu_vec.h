@@ -93,11 +93,25 @@ GPUCORE_HIDDEN cpu_vec_bf16_binary_fn cpu_vec_bf16_binary(int op);
  * NULL as above. */
 typedef void (*cpu_vec_f32_binary_fn)(float *o, const float *a, const float *b, int64_t n);
 GPUCORE_HIDDEN cpu_vec_f32_binary_fn cpu_vec_f32_binary(int op);
-/* n elements of dtype dt (a GPUCORE_KDT_* code) widened to f32, and f32 rounded back. */
 /* The Philox4x32-10 blocks of counters counter .. counter+nblocks-1 under seed, block b's four words
  * at out[4b .. 4b+3]: gpucore_philox4x32_10's bits, 8 blocks at a time in AVX2 (cpu_philox.c). */
 GPUCORE_HIDDEN void cpu_vec_philox(uint64_t seed, uint64_t counter, int64_t nblocks, uint32_t *out);
+/* n elements of dtype dt (a GPUCORE_KDT_* code) widened to f32, and f32 rounded back. */
 GPUCORE_HIDDEN void cpu_vec_load(float *dst, const void *src, int dt, int64_t n);
 GPUCORE_HIDDEN void cpu_vec_store(void *dst, int dt, const float *src, int64_t n);
+
+/* Streaming (non-temporal) stores, for an op whose operands together exceed the last-level cache:
+ * its output would be evicted before anyone reads it, and a streaming store skips reading each
+ * output line in first (a third less memory traffic for c = a + b). cpu_vec_stream_min_bytes is the
+ * footprint from which an op streams: 1.25x the size of this core's L3 (CPUID; 32 MiB where it
+ * says nothing; at 1x, a unary op on 4M f32 that a loop repeats on the same tensors measured slower
+ * streamed, its operands then partly cached, while c = a + b on 4M f32, 1.5x, runs 1.3x faster), or
+ * $GPUCORE_CPU_STREAM_MIN_BYTES (tests: 1 streams every op; 0 turns streaming off); SIZE_MAX where
+ * the CPU has no AVX2. cpu_vec_stream_copy copies bytes to dst with streaming stores for its
+ * aligned middle (plain copies for the ends); the thread then calls cpu_vec_stream_fence before
+ * the data may be read elsewhere (streaming stores are not ordered with other stores). */
+GPUCORE_HIDDEN size_t cpu_vec_stream_min_bytes(void);
+GPUCORE_HIDDEN void cpu_vec_stream_copy(void *dst, const void *src, size_t bytes);
+GPUCORE_HIDDEN void cpu_vec_stream_fence(void);
 
 #endif
