@@ -962,69 +962,40 @@ AVX512 static inline __m512 bf16x16_widen(const uint16_t *p)
 
 /* cpu_vec_sum_blocked's AVX-512 body: one 16-lane f32 vector is the AVX2 body's two, lane for lane,
  * and the two 8-lane f64 accumulators its four, so every lane sees the same additions in the same
- * order: the same bits (CPU_SUM_STREAMS blocks side by side, as there). name##_rows sums R rows
- * (R = 1 or 2, a constant where it is inlined) side by side, each with exactly these operations in
- * this order (so each row gets one row's bits); two rows' chains are independent, so the adds of one
- * fill the other's latency, which a short row (a few blocks) cannot hide alone. */
+ * order: the same bits (CPU_SUM_STREAMS blocks side by side, as there). */
 #define CPU_SUM_BLOCKED_AVX512(name, T, LOAD16, TO_F32)                                                      \
     AVX512 static inline void name##_acc(__m512d *a, __m512 v)                                               \
     {                                                                                                         \
         a[0] = _mm512_add_pd(a[0], _mm512_cvtps_pd(_mm512_castps512_ps256(v)));                               \
         a[1] = _mm512_add_pd(a[1], _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)))); \
     }                                                                                                         \
-    AVX512 static inline __attribute__((always_inline)) void name##_rows(const T *const *x, const int R,     \
-                                                                         int64_t n, double *out)              \
-    {                                                                                                         \
-        __m512d a[2][2];                                                                                      \
-        for (int q = 0; q < R; q++) a[q][0] = a[q][1] = _mm512_setzero_pd();                                  \
-        int64_t i = 0;                                                                                        \
-        for (; i + CPU_SUM_STREAMS * CPU_VEC_SUM_BLOCK <= n; i += CPU_SUM_STREAMS * CPU_VEC_SUM_BLOCK) {      \
-            __m512 s[2][CPU_SUM_STREAMS];                                                                     \
-            for (int b = 0; b < CPU_SUM_STREAMS; b++)                                                         \
-                for (int q = 0; q < R; q++) s[q][b] = LOAD16(x[q] + i + b * CPU_VEC_SUM_BLOCK);               \
-            for (int k = 16; k < CPU_VEC_SUM_BLOCK; k += 16)                                                  \
-                for (int b = 0; b < CPU_SUM_STREAMS; b++)                                                     \
-                    for (int q = 0; q < R; q++)                                                               \
-                        s[q][b] = _mm512_add_ps(s[q][b], LOAD16(x[q] + i + b * CPU_VEC_SUM_BLOCK + k));       \
-            for (int b = 0; b < CPU_SUM_STREAMS; b++)                                                         \
-                for (int q = 0; q < R; q++) name##_acc(a[q], s[q][b]);                                        \
-        }                                                                                                     \
-        for (; i + CPU_VEC_SUM_BLOCK <= n; i += CPU_VEC_SUM_BLOCK) {                                          \
-            __m512 s[2];                                                                                      \
-            for (int q = 0; q < R; q++) s[q] = LOAD16(x[q] + i);                                              \
-            for (int k = 16; k < CPU_VEC_SUM_BLOCK; k += 16)                                                  \
-                for (int q = 0; q < R; q++) s[q] = _mm512_add_ps(s[q], LOAD16(x[q] + i + k));                 \
-            for (int q = 0; q < R; q++) name##_acc(a[q], s[q]);                                               \
-        }                                                                                                     \
-        for (; i + 16 <= n; i += 16)                                                                          \
-            for (int q = 0; q < R; q++) name##_acc(a[q], LOAD16(x[q] + i));                                   \
-        for (int q = 0; q < R; q++) {                                                                         \
-            double d[16];                                                                                     \
-            _mm512_storeu_pd(d, a[q][0]);                                                                     \
-            _mm512_storeu_pd(d + 8, a[q][1]);                                                                 \
-            double r = fold16(d);                                                                             \
-            for (int64_t j = i; j < n; j++) r += TO_F32(x[q][j]);                                             \
-            out[q] = r;                                                                                       \
-        }                                                                                                     \
-    }                                                                                                         \
     AVX512 static double name(const T *x, int64_t n)                                                         \
     {                                                                                                         \
-        double r;                                                                                             \
-        name##_rows(&x, 1, n, &r);                                                                            \
+        __m512d a[2] = {_mm512_setzero_pd(), _mm512_setzero_pd()};                                            \
+        int64_t i = 0;                                                                                        \
+        for (; i + CPU_SUM_STREAMS * CPU_VEC_SUM_BLOCK <= n; i += CPU_SUM_STREAMS * CPU_VEC_SUM_BLOCK) {      \
+            __m512 s[CPU_SUM_STREAMS];                                                                        \
+            for (int b = 0; b < CPU_SUM_STREAMS; b++) s[b] = LOAD16(x + i + b * CPU_VEC_SUM_BLOCK);           \
+            for (int k = 16; k < CPU_VEC_SUM_BLOCK; k += 16)                                                  \
+                for (int b = 0; b < CPU_SUM_STREAMS; b++)                                                     \
+                    s[b] = _mm512_add_ps(s[b], LOAD16(x + i + b * CPU_VEC_SUM_BLOCK + k));                    \
+            for (int b = 0; b < CPU_SUM_STREAMS; b++) name##_acc(a, s[b]);                                    \
+        }                                                                                                     \
+        for (; i + CPU_VEC_SUM_BLOCK <= n; i += CPU_VEC_SUM_BLOCK) {                                          \
+            __m512 s = LOAD16(x + i);                                                                         \
+            for (int k = 16; k < CPU_VEC_SUM_BLOCK; k += 16) s = _mm512_add_ps(s, LOAD16(x + i + k));          \
+            name##_acc(a, s);                                                                                 \
+        }                                                                                                     \
+        for (; i + 16 <= n; i += 16) name##_acc(a, LOAD16(x + i));                                            \
+        double d[16];                                                                                         \
+        _mm512_storeu_pd(d, a[0]);                                                                            \
+        _mm512_storeu_pd(d + 8, a[1]);                                                                        \
+        double r = fold16(d);                                                                                 \
+        for (; i < n; i++) r += TO_F32(x[i]);                                                                 \
         return r;                                                                                             \
     }
 CPU_SUM_BLOCKED_AVX512(sum_blocked_avx512, float, _mm512_loadu_ps, CPU_F32_ID)
 CPU_SUM_BLOCKED_AVX512(sum_blocked_bf16_avx512, uint16_t, bf16x16_widen, gpucore_bf16_to_f32)
-
-/* Two f32 rows of n side by side (cpu_vec_sum_blocked_rows). */
-AVX512 static void sum_blocked2_avx512(const float *x0, const float *x1, int64_t n, double *r0, double *r1)
-{
-    const float *x[2] = {x0, x1};
-    double r[2];
-    sum_blocked_avx512_rows(x, 2, n, r);
-    *r0 = r[0];
-    *r1 = r[1];
-}
 
 /* Where the CPU has AVX512-BF16: vcvtneps2bf16 rounds to nearest even and quiets a NaN exactly as
  * bf16x16_round (checked for all 2^32 inputs), but flushes subnormal inputs to zero, so 16 values
@@ -1283,16 +1254,6 @@ double cpu_vec_sum_blocked_bf16(const uint16_t *x, int64_t n, float *scratch)
 #endif
     cpu_vec_load(scratch, x, GPUCORE_KDT_BF16, n);
     return cpu_vec_sum_blocked(scratch, n);
-}
-
-void cpu_vec_sum_blocked_rows(const float *x, int64_t ld, int64_t rows, int64_t n, double *out)
-{
-    int64_t r = 0;
-#if CPU_VEC_X86
-    if (cpu_vec_have_avx512())
-        for (; r + 2 <= rows; r += 2) sum_blocked2_avx512(x + r * ld, x + (r + 1) * ld, n, out + r, out + r + 1);
-#endif
-    for (; r < rows; r++) out[r] = cpu_vec_sum_blocked(x + r * ld, n);
 }
 
 double cpu_vec_sum_blocked(const float *x, int64_t n)

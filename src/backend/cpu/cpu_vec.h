@@ -36,9 +36,6 @@ GPUCORE_HIDDEN double cpu_vec_sum(const float *x, int64_t n);
  * four times fewer widenings than cpu_vec_sum). Same bits in both bodies, any thread count. */
 #define CPU_VEC_SUM_BLOCK 128
 GPUCORE_HIDDEN double cpu_vec_sum_blocked(const float *x, int64_t n);
-/* out[r] = cpu_vec_sum_blocked(x + r·ld, n) for r < rows (the same bits; two rows at a time where
- * that overlaps their additions). */
-GPUCORE_HIDDEN void cpu_vec_sum_blocked_rows(const float *x, int64_t ld, int64_t rows, int64_t n, double *out);
 /* cpu_vec_sum_blocked of n bf16 values (the same bits), widened in registers where the CPU has AVX2;
  * the portable body widens into scratch (n floats) first. */
 GPUCORE_HIDDEN double cpu_vec_sum_blocked_bf16(const uint16_t *x, int64_t n, float *scratch);
