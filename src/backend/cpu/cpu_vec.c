@@ -11,8 +11,9 @@
  * Where the CPU has AVX-512 (F, BW), bf16 arithmetic and rounding, the blocked
  * sums, the row primitives (max/min, f64-lane sums, exp-sum, scale, normalize),
  * silu/sigmoid and the unary exp/log/sqrt/rsqrt take 16-lane bodies that repeat
- * the AVX2 bodies' operations lane for lane (the same bits: SLEEF's avx512f
- * exp/log match its avx2 ones; GPUCORE_CPU_NO_AVX512=1 selects the AVX2 ones, in
+ * the AVX2 bodies' operations lane for lane (the same bits: the inline exp is
+ * SLEEF's operations on 8 or 16 lanes, SLEEF's avx512f log matches its avx2 one;
+ * GPUCORE_CPU_NO_AVX512=1 selects the AVX2 ones, in
  * this file only). Dense f32 arithmetic is AVX2 on both. f16 is widened
  * and rounded with F16C (every AVX2 CPU has it), which gives gpucore_f32_to_f16's
  * bits for all 2^32 inputs; a signalling NaN is widened by the portable formula
@@ -80,6 +81,28 @@ AVX2 static inline __m256 cpu_exp8(__m256 x)
     u = _mm256_andnot_ps(_mm256_cmp_ps(x, _mm256_set1_ps(-104.0f), _CMP_LT_OS), u);
     return _mm256_blendv_ps(u, _mm256_set1_ps(INFINITY), _mm256_cmp_ps(_mm256_set1_ps(100.0f), x, _CMP_LT_OS));
 }
+
+/* cpu_exp8's operations on 16 lanes, inline (so the same bits, which are SLEEF's 16-lane avx512f exp's
+ * too; checked against cpu_exp8 for every f32 input): the out-of-line SLEEF call per 16 lanes cost
+ * the softmax's and silu's loops their registers. AVX512F alone: the limits go through masks. */
+AVX512 static inline __m512 cpu_exp16(__m512 x)
+{
+    const __m512i q = _mm512_cvtps_epi32(_mm512_mul_ps(x, _mm512_set1_ps(0x1.715476p+0f)));
+    const __m512 qf = _mm512_cvtepi32_ps(q);
+    __m512 s = _mm512_fmadd_ps(qf, _mm512_set1_ps(-0x1.62e4p-1f), x);
+    s = _mm512_fmadd_ps(qf, _mm512_set1_ps(-0x1.7f7d1cp-20f), s);
+    __m512 u = _mm512_fmadd_ps(s, _mm512_set1_ps(0x1.a057b4p-13f), _mm512_set1_ps(0x1.6d2d92p-10f));
+    u = _mm512_fmadd_ps(s, u, _mm512_set1_ps(0x1.11114cp-7f));
+    u = _mm512_fmadd_ps(s, u, _mm512_set1_ps(0x1.5554f4p-5f));
+    u = _mm512_fmadd_ps(s, u, _mm512_set1_ps(0x1.555556p-3f));
+    u = _mm512_fmadd_ps(s, u, _mm512_set1_ps(0.5f));
+    u = _mm512_add_ps(_mm512_fmadd_ps(u, _mm512_mul_ps(s, s), s), _mm512_set1_ps(1.0f));
+    const __m512i one = _mm512_set1_epi32(0x3f800000), q1 = _mm512_srai_epi32(q, 1);
+    u = _mm512_mul_ps(u, _mm512_castsi512_ps(_mm512_add_epi32(_mm512_slli_epi32(q1, 23), one)));
+    u = _mm512_mul_ps(u, _mm512_castsi512_ps(_mm512_add_epi32(_mm512_slli_epi32(_mm512_sub_epi32(q, q1), 23), one)));
+    u = _mm512_maskz_mov_ps(~_mm512_cmp_ps_mask(x, _mm512_set1_ps(-104.0f), _CMP_LT_OS), u);
+    return _mm512_mask_mov_ps(u, _mm512_cmp_ps_mask(_mm512_set1_ps(100.0f), x, _CMP_LT_OS), _mm512_set1_ps(INFINITY));
+}
 #endif
 #if CPU_VEC_X86
 /* erf on 8 and 16 lanes, inline, with the same operations lane for lane (so the same bits on both
@@ -133,7 +156,6 @@ AVX512 static inline __m512 cpu_erf16(__m512 x)
 #endif
 #if CPU_VEC_X86 && GPUCORE_HAVE_SLEEF && !defined(__AVX512F__)
 /* SLEEF's avx512f entry points (sleef.h declares them only under __AVX512F__). */
-AVX512 __m512 Sleef_expf16_u10avx512f(__m512);
 AVX512 __m512 Sleef_logf16_u10avx512f(__m512);
 #endif
 
@@ -624,7 +646,7 @@ AVX512 static double sqdev_avx512(const float *x, int64_t n, double c)
 }
 
 #if GPUCORE_HAVE_SLEEF
-/* exp_sum_avx2 with SLEEF's 16-lane exp (its bits) and the sums of acc16. */
+/* exp_sum_avx2 with cpu_exp16 (its bits) and the sums of acc16. */
 AVX512 static double exp_sum_avx512(const float *x, int64_t n, float shift, float *y)
 {
     __m512d z[2] = {_mm512_setzero_pd(), _mm512_setzero_pd()};
@@ -635,7 +657,7 @@ AVX512 static double exp_sum_avx512(const float *x, int64_t n, float shift, floa
         const int64_t t = n - i >= CPU_EXP_TILE ? CPU_EXP_TILE : (n - i) / 16 * 16;
         float *e = y ? y + i : tile;
         for (int64_t j = 0; j < t; j += 16)
-            _mm512_storeu_ps(e + j, Sleef_expf16_u10avx512f(_mm512_sub_ps(_mm512_loadu_ps(x + i + j), vs)));
+            _mm512_storeu_ps(e + j, cpu_exp16(_mm512_sub_ps(_mm512_loadu_ps(x + i + j), vs)));
         for (int64_t j = 0; j < t; j += 16) acc16(z, _mm512_loadu_ps(e + j));
         i += t;
     }
@@ -755,12 +777,12 @@ AVX2 static int unary_avx2(int op, float *y, const float *x, int64_t n)
     }
 }
 
-/* The same formulas on 16 lanes where the CPU has AVX-512 (cpu_vec_have_avx512): SLEEF's avx512f
- * exp and log (the same algorithm as its avx2 ones: the same bits lane for lane) and cpu_erf16
+/* The same formulas on 16 lanes where the CPU has AVX-512 (cpu_vec_have_avx512): cpu_exp16 and
+ * SLEEF's avx512f log (the same algorithms as the 8-lane ones: the same bits lane for lane) and cpu_erf16
  * (cpu_erf8's operations). tanh is the 8-lane function above on each half (libmvec's 16-lane one
  * rounds differently from its 8-lane one), so the formula set is complete and every body gives the
  * AVX2 body's bits; the activations built on tanh run the AVX2 body (CPU_V16_ACTS). */
-#define cpu_v16m_exp Sleef_expf16_u10avx512f
+#define cpu_v16m_exp cpu_exp16
 AVX512 static inline __m512 cpu_v16_halves(__m256 (*f)(__m256), __m512 a)
 {
     const __m256 lo = f(_mm512_castps512_ps256(a));
