@@ -62,23 +62,34 @@ __attribute__((target("avx2,fma"))) __m256 Sleef_logf8_u10avx2(__m256);
  * here so that the compiler interleaves it with the caller's loop instead of calling out per 8
  * elements (the call clobbers every vector register). q = round(x/ln2); s = x - q·ln2 in two FMAs
  * (ln2 = L2U + L2L); exp(s) = 1 + s + s²·P(s), P of degree 5 by Horner in FMAs; times 2^q as two
- * factors 2^(q>>1) and 2^(q - (q>>1)) (so q up to 2·127 stays finite); below -104: 0, above 100: inf. */
+ * factors 2^(q>>1) and 2^(q - (q>>1)) (so q up to 2·127 stays finite); below -104: 0, above 100: inf.
+ * CPU_EXP_CORE writes these operations once for both widths, on intrinsics prefix P (_mm256_ /
+ * _mm512_), vector type V, its integer type VI and the bits-to-float cast CAST; the limits are each
+ * width's own. */
+#define CPU_EXP_CORE(Q, name, P, V, VI, CAST)                                                                    \
+    Q V name(V x)                                                                                             \
+    {                                                                                                         \
+        const VI q = P##cvtps_epi32(P##mul_ps(x, P##set1_ps(0x1.715476p+0f)));                                \
+        const V qf = P##cvtepi32_ps(q);                                                                       \
+        V s = P##fmadd_ps(qf, P##set1_ps(-0x1.62e4p-1f), x);                                                  \
+        s = P##fmadd_ps(qf, P##set1_ps(-0x1.7f7d1cp-20f), s);                                                 \
+        V u = P##fmadd_ps(s, P##set1_ps(0x1.a057b4p-13f), P##set1_ps(0x1.6d2d92p-10f));                       \
+        u = P##fmadd_ps(s, u, P##set1_ps(0x1.11114cp-7f));                                                    \
+        u = P##fmadd_ps(s, u, P##set1_ps(0x1.5554f4p-5f));                                                    \
+        u = P##fmadd_ps(s, u, P##set1_ps(0x1.555556p-3f));                                                    \
+        u = P##fmadd_ps(s, u, P##set1_ps(0.5f));                                                              \
+        u = P##add_ps(P##fmadd_ps(u, P##mul_ps(s, s), s), P##set1_ps(1.0f));                                  \
+        const VI one = P##set1_epi32(0x3f800000), q1 = P##srai_epi32(q, 1);                                   \
+        u = P##mul_ps(u, CAST(P##add_epi32(P##slli_epi32(q1, 23), one)));                                     \
+        return P##mul_ps(u, CAST(P##add_epi32(P##slli_epi32(P##sub_epi32(q, q1), 23), one)));                 \
+    }
+CPU_EXP_CORE(AVX2 static inline, cpu_exp8_core, _mm256_, __m256, __m256i, _mm256_castsi256_ps)
+CPU_EXP_CORE(AVX512 static inline, cpu_exp16_core, _mm512_, __m512, __m512i, _mm512_castsi512_ps)
+#undef CPU_EXP_CORE
+
 AVX2 static inline __m256 cpu_exp8(__m256 x)
 {
-    const __m256i q = _mm256_cvtps_epi32(_mm256_mul_ps(x, _mm256_set1_ps(0x1.715476p+0f)));
-    const __m256 qf = _mm256_cvtepi32_ps(q);
-    __m256 s = _mm256_fmadd_ps(qf, _mm256_set1_ps(-0x1.62e4p-1f), x);
-    s = _mm256_fmadd_ps(qf, _mm256_set1_ps(-0x1.7f7d1cp-20f), s);
-    __m256 u = _mm256_fmadd_ps(s, _mm256_set1_ps(0x1.a057b4p-13f), _mm256_set1_ps(0x1.6d2d92p-10f));
-    u = _mm256_fmadd_ps(s, u, _mm256_set1_ps(0x1.11114cp-7f));
-    u = _mm256_fmadd_ps(s, u, _mm256_set1_ps(0x1.5554f4p-5f));
-    u = _mm256_fmadd_ps(s, u, _mm256_set1_ps(0x1.555556p-3f));
-    u = _mm256_fmadd_ps(s, u, _mm256_set1_ps(0.5f));
-    u = _mm256_add_ps(_mm256_fmadd_ps(u, _mm256_mul_ps(s, s), s), _mm256_set1_ps(1.0f));
-    const __m256i one = _mm256_set1_epi32(0x3f800000), q1 = _mm256_srai_epi32(q, 1);
-    u = _mm256_mul_ps(u, _mm256_castsi256_ps(_mm256_add_epi32(_mm256_slli_epi32(q1, 23), one)));
-    u = _mm256_mul_ps(u, _mm256_castsi256_ps(_mm256_add_epi32(_mm256_slli_epi32(_mm256_sub_epi32(q, q1), 23), one)));
-    u = _mm256_andnot_ps(_mm256_cmp_ps(x, _mm256_set1_ps(-104.0f), _CMP_LT_OS), u);
+    const __m256 u = _mm256_andnot_ps(_mm256_cmp_ps(x, _mm256_set1_ps(-104.0f), _CMP_LT_OS), cpu_exp8_core(x));
     return _mm256_blendv_ps(u, _mm256_set1_ps(INFINITY), _mm256_cmp_ps(_mm256_set1_ps(100.0f), x, _CMP_LT_OS));
 }
 
@@ -87,20 +98,7 @@ AVX2 static inline __m256 cpu_exp8(__m256 x)
  * the softmax's and silu's loops their registers. AVX512F alone: the limits go through masks. */
 AVX512 static inline __m512 cpu_exp16(__m512 x)
 {
-    const __m512i q = _mm512_cvtps_epi32(_mm512_mul_ps(x, _mm512_set1_ps(0x1.715476p+0f)));
-    const __m512 qf = _mm512_cvtepi32_ps(q);
-    __m512 s = _mm512_fmadd_ps(qf, _mm512_set1_ps(-0x1.62e4p-1f), x);
-    s = _mm512_fmadd_ps(qf, _mm512_set1_ps(-0x1.7f7d1cp-20f), s);
-    __m512 u = _mm512_fmadd_ps(s, _mm512_set1_ps(0x1.a057b4p-13f), _mm512_set1_ps(0x1.6d2d92p-10f));
-    u = _mm512_fmadd_ps(s, u, _mm512_set1_ps(0x1.11114cp-7f));
-    u = _mm512_fmadd_ps(s, u, _mm512_set1_ps(0x1.5554f4p-5f));
-    u = _mm512_fmadd_ps(s, u, _mm512_set1_ps(0x1.555556p-3f));
-    u = _mm512_fmadd_ps(s, u, _mm512_set1_ps(0.5f));
-    u = _mm512_add_ps(_mm512_fmadd_ps(u, _mm512_mul_ps(s, s), s), _mm512_set1_ps(1.0f));
-    const __m512i one = _mm512_set1_epi32(0x3f800000), q1 = _mm512_srai_epi32(q, 1);
-    u = _mm512_mul_ps(u, _mm512_castsi512_ps(_mm512_add_epi32(_mm512_slli_epi32(q1, 23), one)));
-    u = _mm512_mul_ps(u, _mm512_castsi512_ps(_mm512_add_epi32(_mm512_slli_epi32(_mm512_sub_epi32(q, q1), 23), one)));
-    u = _mm512_maskz_mov_ps(~_mm512_cmp_ps_mask(x, _mm512_set1_ps(-104.0f), _CMP_LT_OS), u);
+    const __m512 u = _mm512_maskz_mov_ps(~_mm512_cmp_ps_mask(x, _mm512_set1_ps(-104.0f), _CMP_LT_OS), cpu_exp16_core(x));
     return _mm512_mask_mov_ps(u, _mm512_cmp_ps_mask(_mm512_set1_ps(100.0f), x, _CMP_LT_OS), _mm512_set1_ps(INFINITY));
 }
 #endif
