@@ -193,7 +193,7 @@ static int cast_fast(const gpucore_ew_args *p)
            ((f >> o->dtype) & 1) && ((f >> x->dtype) & 1);
 }
 
-/* dst: where elements i0.. of a contiguous out go (out's own memory, or the staging of a streamed block) */
+/* dst: where elements i0.. of a contiguous out go (out's own memory, or the staging of a streamed run) */
 static void cast_block(const gpucore_ew_args *p, int64_t i0, int n, char *dst, int64_t *off_in, int64_t *off_out)
 {
     const gpucore_view *o = &p->out, *x = &p->in[0];
@@ -223,7 +223,7 @@ typedef struct ew_plan {
     int direct;                       /* every operand dense f32: computed in place in the tensors */
     cpu_vec_bf16_binary_fn bf16_body; /* dense bf16 arithmetic in one vector pass, or NULL */
     cpu_vec_f32_binary_fn f32_body;   /* direct f32 add/sub/mul/div in AVX2, or NULL */
-    int stream;                       /* contiguous out, operands past the cache: blocks staged, then streamed */
+    int stream;                       /* contiguous out, operands past the cache: runs staged, then streamed */
 } ew_plan;
 
 typedef struct ew_bufs {
@@ -282,7 +282,7 @@ static void ew_block(const ew_plan *pl, int64_t blk, ew_bufs *w)
 }
 
 /* Whether the op's blocks stream their output: a contiguous out of elements of at most 4 bytes
- * (w->s holds a block), computed from registers or staging (not a strided cast), and the bytes
+ * (w->s holds a run), computed from registers or staging (not a strided cast), and the bytes
  * the op reads and writes at least cpu_vec_stream_min_bytes. */
 static int ew_streams(const gpucore_ew_args *p, const ew_plan *pl)
 {
