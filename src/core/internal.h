@@ -95,6 +95,7 @@ struct gpucore_context {
     atomic_llong matmul_fallbacks[GPUCORE_MATMUL_FALLBACK_REASONS];
     atomic_llong attn_cudnn_calls;    /* attention.c: gpucore_attention_stats */
     atomic_llong attn_fallbacks[GPUCORE_ATTN_FALLBACK_REASONS];
+    atomic_int current_set;              /* stream.c: 1 once any thread set a current stream for it */
     atomic_int profile_flags;            /* profile.c: GPUCORE_PROFILE_* bits; 0 = profiling off */
     struct gpucore_profiler *profiler;   /* profile.c: per-op records, created on first enable */
 };

@@ -12,6 +12,9 @@ static _Thread_local struct { gpucore_context *ctx; gpucore_stream *stream; } cu
 
 static gpucore_stream *current_of(gpucore_context *ctx)
 {
+    /* no thread ever set one: every op of such a context skips the thread-local lookup (a thread
+     * that sets one sees its own store, so relaxed order is enough) */
+    if (!atomic_load_explicit(&ctx->current_set, memory_order_relaxed)) return ctx->default_stream;
     for (int i = 0; i < CURRENT_SLOTS; i++)
         if (current_stream[i].ctx == ctx) {
             gpucore_stream *s = current_stream[i].stream;
@@ -56,6 +59,7 @@ gpucore_status gpucore_context_set_current_stream(gpucore_context *ctx, gpucore_
     if (st) return st;
     gpucore_stream *s = NULL;
     if (stream && (st = gpucore_resolve_stream(ctx, stream, "context_set_current_stream", &s))) return st;
+    if (s) atomic_store_explicit(&ctx->current_set, 1, memory_order_relaxed);
     int free_slot = -1;
     for (int i = 0; i < CURRENT_SLOTS; i++) {
         if (current_stream[i].ctx == ctx) { current_stream[i].stream = s; return GPUCORE_OK; }

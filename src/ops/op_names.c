@@ -66,6 +66,10 @@ static const struct enum_table {
 static const struct enum_table *table_of(const char *type)
 {
     if (!type) return NULL;
+    /* the library's own callers pass the literal the table holds (the linker merges equal
+     * literals), so the pointer usually matches and each op skips the string compares */
+    for (int i = 0; i < COUNT(tables); i++)
+        if (tables[i].type == type) return &tables[i];
     for (int i = 0; i < COUNT(tables); i++)
         if (strcmp(tables[i].type, type) == 0) return &tables[i];
     return NULL;

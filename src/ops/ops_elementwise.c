@@ -51,8 +51,7 @@ static gpucore_status ew_run(const ew_call *c, gpucore_tensor *out, const gpucor
     gpucore_stream *s;
     if ((st = gpucore_resolve_stream(ctx, stream, op, &s))) return st;
 
-    gpucore_ew_args args;
-    memset(&args, 0, sizeof args);
+    gpucore_ew_args args; /* every field is written below (no memset: see gpucore_tensor_view_of) */
     gpucore_tensor_view_of(out, &args.out);
     const gpucore_tensor *ins[2] = {a, b};
     const char *names[2] = {"a", "b"};
@@ -93,6 +92,7 @@ static gpucore_status ew_run(const ew_call *c, gpucore_tensor *out, const gpucor
     if (args.nin == 1) args.in[1] = args.in[0];
     args.op = c->code;
     args.act = c->act;
+    args.reserved = 0;
     args.alpha = c->alpha;
     args.beta = c->beta;
     args.seed = c->seed;
