@@ -274,7 +274,7 @@ gpucore_status gpucore_event_record(gpucore_event *event, gpucore_stream *stream
 {
     gpucore_status st = gpucore_check_event(event, "event_record");
     if (st) return st;
-    gpucore_stream *s;
+    gpucore_stream *s = NULL;
     if ((st = gpucore_resolve_stream(event->ctx, stream, "event_record", &s))) return st;
     return event->ctx->be->event_record(event->ctx->bctx, event->bevent, s->bstream);
 }

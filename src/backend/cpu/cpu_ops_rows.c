@@ -122,17 +122,22 @@ static gpucore_status rows_for_each(const gpucore_rows_args *p, const void *src,
     return oom ? ROWS_OOM(what) : GPUCORE_OK;
 }
 
-/* Softmax / log-softmax forward in f32 SIMD: y = exp(x - max) / Σ, or x - (max + log Σ). */
+/* Softmax / log-softmax forward in f32 SIMD: y = exp(x - max) / Σ, or (x - max) - log Σ. Both
+ * write y first in the exp pass (compute-bound, so the first touch of y's cache lines, a read
+ * from memory for a row not in cache, hides behind it) and finish on y while it is in L1. */
 static void softmax_row(const gpucore_rows_args *p, int64_t r, const float *x, float *y, const void *extra)
 {
     (void)r; (void)extra;
     const int64_t cols = p->cols;
-    const int soft = p->op == GPUCORE_ROWS_SOFTMAX;
-    double m, s;
-    row_lse(x, cols, &m, &s, soft ? y : NULL);
-    if (s != s) cpu_vec_axpb(y, x, cols, 0.0f, NAN);
-    else if (soft) cpu_vec_axpb(y, y, cols, (float)(1.0 / s), 0.0f);
-    else cpu_vec_axpb(y, x, cols, 1.0f, (float)-(m + log(s)));
+    const float m = cpu_vec_max(x, cols);
+    if (m != m || m == -INFINITY) { cpu_vec_axpb(y, x, cols, 0.0f, NAN); return; }
+    if (p->op == GPUCORE_ROWS_SOFTMAX) {
+        const double s = cpu_vec_exp_sum(x, cols, m, y);
+        cpu_vec_axpb(y, y, cols, (float)(1.0 / s), 0.0f);
+    } else {
+        const double s = cpu_vec_exp_sum_shifted(x, cols, m, y);
+        cpu_vec_axpb(y, y, cols, 1.0f, (float)-log(s));
+    }
 }
 
 /* Softmax backward dx = y · (dy - Σ dy·y); log-softmax backward dx = dy - exp(y) · Σ dy;

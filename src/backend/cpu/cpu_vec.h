@@ -47,6 +47,9 @@ GPUCORE_HIDDEN double cpu_vec_sum_sqdev(const float *x, int64_t n, double center
 GPUCORE_HIDDEN double cpu_vec_dot(const float *x, const float *y, int64_t n);
 /* y = exp(x - shift) in f32 (y may be NULL: only the sum), returns Σ y (f64 lanes). */
 GPUCORE_HIDDEN double cpu_vec_exp_sum(const float *x, int64_t n, float shift, float *y);
+/* d = x - shift (d may be x), returns Σ exp(d) with the bits of cpu_vec_exp_sum: the shifted
+ * values are written in the pass that computes the exps, where the stores cost nothing. */
+GPUCORE_HIDDEN double cpu_vec_exp_sum_shifted(const float *x, int64_t n, float shift, float *d);
 /* y = x · a + b (y may be x). */
 GPUCORE_HIDDEN void cpu_vec_axpb(float *y, const float *x, int64_t n, float a, float b);
 /* out = y · (g - d) (the softmax backward). */
