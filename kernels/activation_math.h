@@ -3,8 +3,12 @@
  * derivative used by backward), in f32, shared by the CPU backend, the matmul
  * epilogues and the CUDA kernels so every path computes the same function.
  *
- * GELU: erf form 0.5·x·(1+erf(x/√2)); tanh form 0.5·x·(1+tanh(√(2/π)(x+0.044715x³))).
- * The derivative functions take the forward input x.
+ * GELU: erf form 0.5·x·(1+erf(x/√2)); tanh form 0.5·x·(1+tanh(u)), u = √(2/π)(x+0.044715x³),
+ * computed as x·σ(2u) = x / (1 + exp(-2u)) (the same function: 0.5(1+tanh u) = σ(2u)), which
+ * needs only exp and keeps full relative accuracy where 1 + tanh(u) would cancel (x < 0); its
+ * derivative σ(2u) + 2x·σ(2u)σ(-2u)·u', with σ(-2u) = 1 - σ(2u) from its own exp (1 - σ(2u)
+ * in f32 is 0 for x past 4.9, where the term is still 2e-6; e·σ(2u) would be inf·0 for x below
+ * -10). The derivative functions take the forward input x.
  */
 #ifndef GPUCORE_KERNELS_ACTIVATION_MATH_H
 #define GPUCORE_KERNELS_ACTIVATION_MATH_H
@@ -36,15 +40,15 @@ GPUCORE_HD float gpucore_relu_grad(float x) { return x > 0.0f ? 1.0f : 0.0f; }
     Q T P##gelu_tanh(T x)                                                                                            \
     {                                                                                                                \
         T inner = GPUCORE_SQRT_2_OVER_PI * (x + 0.044715f * x * x * x);                                              \
-        return 0.5f * x * (1.0f + M##tanh(inner));                                                                   \
+        return x / (1.0f + M##exp(-2.0f * inner));                                                                   \
     }                                                                                                                \
     Q T P##gelu_tanh_grad(T x)                                                                                       \
     {                                                                                                                \
         T x2 = x * x;                                                                                                \
         T inner = GPUCORE_SQRT_2_OVER_PI * (x + 0.044715f * x2 * x);                                                 \
-        T t = M##tanh(inner);                                                                                        \
+        T s = 1.0f / (1.0f + M##exp(-2.0f * inner)), sn = 1.0f / (1.0f + M##exp(2.0f * inner));                     \
         T dinner = GPUCORE_SQRT_2_OVER_PI * (1.0f + 3.0f * 0.044715f * x2);                                          \
-        return 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * dinner;                                               \
+        return s + 2.0f * x * (s * sn) * dinner;                                                                     \
     }                                                                                                                \
     Q T P##sigmoid(T x) { return 1.0f / (1.0f + M##exp(-x)); }                                                       \
     Q T P##sigmoid_grad(T x)                                                                                         \
