@@ -180,7 +180,7 @@ gpucore_status gpucore_softmax(gpucore_tensor *y, const gpucore_tensor *x, int l
 {
     const char *name = log_softmax ? "log_softmax" : "softmax";
     gpucore_status st = gpucore_check_tensor(x, name, "x");
-    int64_t rows, cols;
+    int64_t rows = 0, cols = 0;
     if (st || (st = rows_of_dt(x, name, "x", &rows, &cols, 1)) || (st = check_like(y, "y", x, "x", name))) return st;
     if ((st = ops_check_tensor_alias(y, x, name, "x", 1))) return st;
     gpucore_context *ctx = x->ctx;
@@ -203,7 +203,7 @@ gpucore_status gpucore_softmax_backward(gpucore_tensor *dx, const gpucore_tensor
 {
     const char *name = log_softmax ? "log_softmax_backward" : "softmax_backward";
     gpucore_status st = gpucore_check_tensor(y, name, "y");
-    int64_t rows, cols;
+    int64_t rows = 0, cols = 0;
     if (st || (st = rows_of_dt(y, name, "y", &rows, &cols, 1)) || (st = check_like(dy, "dy", y, "y", name)) ||
         (st = check_like(dx, "dx", y, "y", name)))
         return st;
@@ -231,7 +231,7 @@ static gpucore_status norm_forward(const char *name, int layer, gpucore_tensor *
                                    const gpucore_tensor *beta, double eps, gpucore_stream *stream)
 {
     gpucore_status st = gpucore_check_tensor(x, name, "x");
-    int64_t rows, cols;
+    int64_t rows = 0, cols = 0;
     if (st || (st = rows_of(x, name, "x", &rows, &cols)) || (st = check_like(y, "y", x, "x", name))) return st;
     if (layer && (!gamma) != (!beta))
         return gpucore_set_error(GPUCORE_ERR_INVALID_ARGUMENT, "%s: give both gamma and beta, or neither (no affine "
@@ -291,7 +291,7 @@ static gpucore_status norm_backward(const char *name, int layer, gpucore_tensor 
                                     gpucore_stream *stream)
 {
     gpucore_status st = gpucore_check_tensor(x, name, "x");
-    int64_t rows, cols;
+    int64_t rows = 0, cols = 0;
     if (st || (st = rows_of(x, name, "x", &rows, &cols)) || (st = check_like(dy, "dy", x, "x", name))) return st;
     if (dx && (st = check_like(dx, "dx", x, "x", name))) return st;
     if (!dx && !dgamma && !dbeta) return GPUCORE_OK;
