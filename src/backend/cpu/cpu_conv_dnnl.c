@@ -175,6 +175,10 @@ static void *conv_build(const void *kp, void *arg)
             if (dnnl_primitive_desc_create(&pd, &cd, attr, dnnl_cpu_engine, NULL) != dnnl_success) continue;
         } else {
             const int data = key->op == GPUCORE_CONV_OP_BACKWARD_DATA;
+            if (hint) { /* an earlier candidate's */
+                dnnl_primitive_desc_destroy(hint);
+                hint = NULL;
+            }
             if (dnnl_primitive_desc_create(&hint, &cd, NULL, dnnl_cpu_engine, NULL) != dnnl_success ||
                 (data ? dnnl_dilated_convolution_backward_data_desc_init(&bd, dnnl_convolution_direct, &xa, &wa, &ya,
                                                                          g.strides, g.dil, g.pad_l, g.pad_r)
