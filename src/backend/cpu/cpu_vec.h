@@ -45,7 +45,9 @@ GPUCORE_HIDDEN double cpu_vec_sumsq(const float *x, int64_t n);
 GPUCORE_HIDDEN double cpu_vec_sum_sqdev(const float *x, int64_t n, double center);
 /* Σ x·y (f64 lanes). */
 GPUCORE_HIDDEN double cpu_vec_dot(const float *x, const float *y, int64_t n);
-/* y = exp(x - shift) in f32 (y may be NULL: only the sum), returns Σ y (f64 lanes). */
+/* y = exp(x - shift) in f32 (y may be NULL: only the sum), returns Σ y (per lane in f32 over
+ * tiles of 256, then f64 lanes). Every caller passes a shift at or above max x (the max, or the
+ * log-sum-exp), so each term is at most 1 and a tile's f32 sum loses at most 15 roundings. */
 GPUCORE_HIDDEN double cpu_vec_exp_sum(const float *x, int64_t n, float shift, float *y);
 /* d = x - shift (d may be x), returns Σ exp(d) with the bits of cpu_vec_exp_sum: the shifted
  * values are written in the pass that computes the exps, where the stores cost nothing. */
