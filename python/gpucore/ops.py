@@ -174,7 +174,7 @@ def _cast_to(t: Tensor, dt: Any, stream: Optional[Stream]) -> Tensor:
 
 
 _fast_binary_new = fast_function("gpucore_binary_new")
-_raw_binary = C.raw_gpucore_binary
+_fast_binary = fast_function("gpucore_binary")
 
 
 def _binary(op: int, a: TensorOrNumber, b: TensorOrNumber, out: Optional[Tensor],
@@ -188,7 +188,7 @@ def _binary(op: int, a: TensorOrNumber, b: TensorOrNumber, out: Optional[Tensor]
         if b._ctx is ctx and b._dtype is dt and a._h is not None and b._h is not None and not ctx._closed:
             if out is not None:
                 if type(out) is Tensor and out._h is not None and out._ctx is ctx and out._shape == a._shape == b._shape:
-                    st = _raw_binary(op, out._h, a._h, b._h, None)
+                    st = _fast_binary(op, out._hp, a._hp, b._hp, None)
                     if st:
                         raise_status(st, "gpucore_binary")
                     return out
