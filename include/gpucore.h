@@ -435,6 +435,9 @@ GPUCORE_API gpucore_status gpucore_unary_new(gpucore_unary_op op, const gpucore_
 /* out = alpha * a + beta. */
 GPUCORE_API gpucore_status gpucore_scale(gpucore_tensor *out, const gpucore_tensor *a, double alpha, double beta,
                                          gpucore_stream *stream);
+/* *out = alpha * a + beta on a new tensor shaped like a (see gpucore_binary_new). */
+GPUCORE_API gpucore_status gpucore_scale_new(const gpucore_tensor *a, double alpha, double beta, gpucore_stream *stream,
+                                             gpucore_tensor **out);
 /* y = alpha * x + y (x broadcasts to y). */
 GPUCORE_API gpucore_status gpucore_axpy(gpucore_tensor *y, double alpha, const gpucore_tensor *x,
                                         gpucore_stream *stream);

@@ -513,7 +513,7 @@ static void check_new_result(gpucore_tensor *got, gpucore_tensor *want, const ch
     gpucore_tensor_destroy(want);
 }
 
-/* gpucore_binary_new, gpucore_unary_new, gpucore_activation_forward_new: the result
+/* gpucore_binary_new, gpucore_unary_new, gpucore_activation_forward_new, gpucore_scale_new: the result
  * gpucore_tensor_create + the op would give (shape broadcast or a's, a's dtype, contiguous,
  * same bits); bad input leaves *out NULL and nothing allocated. */
 static void test_new_results(gpucore_context *ctx)
@@ -548,6 +548,10 @@ static void test_new_results(gpucore_context *ctx)
         CHECK_OK(gpucore_activation_forward((gpucore_activation)act, want, xt, NULL));
         check_new_result(o, want, "activation_forward_new");
     }
+    CHECK_OK(gpucore_scale_new(xt, -1.75, 0.5, NULL, &o));
+    CHECK_OK(gpucore_tensor_create(ctx, GPUCORE_BF16, 2, (int64_t[]){5, 3}, &want));
+    CHECK_OK(gpucore_scale(want, xt, -1.75, 0.5, NULL));
+    check_new_result(o, want, "scale_new");
     gpucore_tensor_destroy(xt);
     gpucore_tensor_destroy(x);
     gpucore_memory_stats before, after;
@@ -578,6 +582,13 @@ static void test_new_results(gpucore_context *ctx)
     CHECK_STATUS(gpucore_activation_forward_new(GPUCORE_ACT_RELU, h, NULL, NULL), GPUCORE_ERR_NULL_POINTER);
     CHECK_STATUS(gpucore_activation_forward_new(GPUCORE_ACT_GELU_ERF, i32, NULL, &o), GPUCORE_ERR_DTYPE_MISMATCH);
     CHECK(o == NULL);
+    o = (gpucore_tensor *)a;
+    CHECK_STATUS(gpucore_scale_new(a, INFINITY, 0.0, NULL, &o), GPUCORE_ERR_INVALID_ARGUMENT);
+    CHECK(o == NULL && strstr(gpucore_last_error(), "scale: alpha is inf") != NULL);
+    CHECK_STATUS(gpucore_scale_new(i32, 2.0, 0.0, NULL, &o), GPUCORE_ERR_DTYPE_MISMATCH);
+    CHECK_STATUS(gpucore_scale_new(NULL, 2.0, 0.0, NULL, &o), GPUCORE_ERR_NULL_POINTER);
+    CHECK_STATUS(gpucore_scale_new(b, 2.0, NAN, NULL, NULL), GPUCORE_ERR_NULL_POINTER);
+    CHECK(o == NULL);
     /* a failure after the result was made (a stream of another context) frees it again */
     gpucore_context *other = NULL;
     gpucore_stream *foreign = NULL;
@@ -587,6 +598,7 @@ static void test_new_results(gpucore_context *ctx)
     CHECK(o == NULL);
     CHECK_STATUS(gpucore_unary_new(GPUCORE_NEG, a, foreign, &o), GPUCORE_ERR_DEVICE_MISMATCH);
     CHECK_STATUS(gpucore_activation_forward_new(GPUCORE_ACT_SILU, a, foreign, &o), GPUCORE_ERR_DEVICE_MISMATCH);
+    CHECK_STATUS(gpucore_scale_new(a, 2.0, 1.0, foreign, &o), GPUCORE_ERR_DEVICE_MISMATCH);
     CHECK(o == NULL);
     gpucore_context_destroy(other);
     gpucore_tensor_destroy(i32);

@@ -287,6 +287,7 @@ DECLARATIONS: Dict[str, Tuple[Any, List[Any]]] = {
     "gpucore_unary": (STATUS, [c_int, H, H, H]),
     "gpucore_unary_new": (STATUS, [c_int, H, H, P_H]),
     "gpucore_scale": (STATUS, [H, H, c_double, c_double, H]),
+    "gpucore_scale_new": (STATUS, [H, c_double, c_double, H, P_H]),
     "gpucore_axpy": (STATUS, [H, c_double, H, H]),
     "gpucore_clamp": (STATUS, [H, H, c_double, c_double, H]),
     "gpucore_activation_forward": (STATUS, [c_int, H, H, H]),

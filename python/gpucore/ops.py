@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import math
 import numbers
-from ctypes import byref, c_int, c_int64, c_void_p
+from ctypes import byref, c_double, c_int, c_int64, c_void_p
 from typing import Any, Optional, Sequence, Tuple, Union
 
 import numpy as np
@@ -316,31 +316,33 @@ def _scalar_as_tensor(a: TensorOrNumber, b: TensorOrNumber) -> Tuple[TensorOrNum
     return a, b
 
 
-def _fresh_result(a: Any, out: Any, stream: Any) -> Optional[Tensor]:
-    """The common case of a one-input op in one step: a live tensor of an open context, no out=,
-    no stream=: a new result of its shape and dtype. None otherwise (the caller's full path
-    checks the arguments and says what is wrong)."""
-    if out is None and stream is None and type(a) is Tensor and a._h is not None and not a._ctx._closed:
-        return _new(a._ctx, a._shape, a._dtype)
-    return None
+def _plain(a: Any, out: Any, stream: Any) -> bool:
+    """The common case of a one-input op, taken in one step: a live tensor of an open context, no
+    out=, no stream= (anything else takes the op's full path, which checks the arguments and says
+    what is wrong)."""
+    return out is None and stream is None and type(a) is Tensor and a._h is not None and not a._ctx._closed
+
+
+def _result_like(a: Tensor, h: c_void_p) -> Tensor:
+    """The Tensor on handle h, which a *_new call made shaped like a, contiguous, of a's dtype."""
+    shape = a._shape
+    return _fresh(a._ctx, h, shape, (_shape_cache.get(shape) or _shape_info(shape))[1], a._dtype)
 
 
 def _coded_op_fast(fn: Any, name: str, code: int, a: Any, out: Any, stream: Any) -> Optional[Tensor]:
-    """The *_new call fn(code, a, NULL, &result) in one step (a live tensor of an open context, no
-    out=, no stream=); else None (the caller's full path checks the arguments)."""
-    if out is None and stream is None and type(a) is Tensor and a._h is not None and not a._ctx._closed:
+    """The *_new call fn(code, a, NULL, &result) where _plain(a, out, stream); else None."""
+    if _plain(a, out, stream):
         h = c_void_p()
         st = fn(code, a._hp, None, byref(h))
         if st:
             raise_status(st, name)
-        shape = a._shape
-        return _fresh(a._ctx, h, shape, (_shape_cache.get(shape) or _shape_info(shape))[1], a._dtype)
+        return _result_like(a, h)
     return None
 
 
 _fast_unary_new = fast_function("gpucore_unary_new")
 _fast_activation_forward_new = fast_function("gpucore_activation_forward_new")
-_raw_scale = C.raw_gpucore_scale
+_fast_scale_new = fast_function("gpucore_scale_new")  # doubles go as c_double objects
 
 
 def _unary(op: int, a: Tensor, out: Optional[Tensor], stream: Optional[Stream]) -> Tensor:
@@ -390,13 +392,14 @@ def neg(input: Tensor, out: Optional[Tensor] = None, stream: Optional[Stream] = 
 
 
 def _scale_fast(a: Any, alpha: float, beta: float, out: Any, stream: Any) -> Optional[Tensor]:
-    """gpucore_scale on a new result where _fresh_result makes one; else None."""
-    o = _fresh_result(a, out, stream)
-    if o is not None:
-        st = _raw_scale(o._h, a._h, alpha, beta, None)
+    """gpucore_scale_new (alpha, beta: Python floats) where _plain(a, out, stream); else None."""
+    if _plain(a, out, stream):
+        h = c_void_p()
+        st = _fast_scale_new(a._hp, c_double(alpha), c_double(beta), None, byref(h))
         if st:
-            raise_status(st, "gpucore_scale")
-    return o
+            raise_status(st, "gpucore_scale_new")
+        return _result_like(a, h)
+    return None
 
 
 def scale(input: Tensor, alpha: float = 1.0, beta: float = 0.0, out: Optional[Tensor] = None,

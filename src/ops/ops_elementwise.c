@@ -206,6 +206,16 @@ gpucore_status gpucore_scale(gpucore_tensor *out, const gpucore_tensor *a, doubl
     return ew_run(&c, out, a, NULL, stream);
 }
 
+gpucore_status gpucore_scale_new(const gpucore_tensor *a, double alpha, double beta, gpucore_stream *stream,
+                                 gpucore_tensor **out)
+{
+    gpucore_status st = check_new("scale", a, out);
+    if (st || (st = check_finite("scale", "alpha", alpha)) || (st = check_finite("scale", "beta", beta)))
+        return st;
+    ew_call c = {.op = "scale", .code = GPUCORE_EW_AFFINE, .alpha = (float)alpha, .beta = (float)beta};
+    return ew_run_new(&c, a, NULL, a->ndim, a->shape, stream, out);
+}
+
 gpucore_status gpucore_axpy(gpucore_tensor *y, double alpha, const gpucore_tensor *x, gpucore_stream *stream)
 {
     gpucore_status st = check_finite("axpy", "alpha", alpha);
