@@ -47,6 +47,8 @@ def _t(t: Any, what: str) -> Tensor:
 
 def unique_id(ctx: Context) -> bytes:
     """A new communicator id (CUDA/NCCL): ship it to every rank, then ``Communicator(ctx, id, rank, size)``."""
+    if not isinstance(ctx, Context):
+        raise InvalidArgumentTypeError("unique_id: ctx must be a gpucore.Context, not %s" % type(ctx).__name__)
     buf = ctypes.create_string_buffer(COMM_ID_BYTES)
     C.gpucore_comm_unique_id(ctx.handle, buf, COMM_ID_BYTES)
     return buf.raw

@@ -183,6 +183,9 @@ _FP8_TABLES: Dict[int, np.ndarray] = {}
 
 def fp8_to_float32(bits: np.ndarray, dtype: DType) -> np.ndarray:
     """fp8 (e4m3fn or e5m2) bits as uint8 -> float32 (exact)."""
+    dtype = as_dtype(dtype)
+    if dtype.value not in (7, 8):
+        raise InvalidArgumentError("fp8_to_float32: dtype must be float8_e4m3 or float8_e5m2, not %s" % dtype.long_name)
     if dtype.value not in _FP8_TABLES:
         _FP8_TABLES[7] = _fp8_table(4, 3, 7, True)
         _FP8_TABLES[8] = _fp8_table(5, 2, 15, False)

@@ -183,5 +183,7 @@ _BY_STATUS: Dict[int, Type[GpucoreError]] = {
 def error_for_status(status: int, message: str, status_name: Optional[str] = None,
                      function: Optional[str] = None) -> GpucoreError:
     """The exception object for a non-zero status code (unknown codes give GpucoreError)."""
+    if not isinstance(status, int) or isinstance(status, bool):
+        raise TypeError("error_for_status: status must be an int (a gpucore_status code), not %s" % type(status).__name__)
     cls = _BY_STATUS.get(status, GpucoreError)
     return cls(message, status=status, status_name=status_name, function=function)

@@ -22,7 +22,7 @@ import numpy as np
 
 from . import dtypes as _dt
 from ._lib import C, ConvOptions, ConvStats, MatmulOptions, MatmulStats
-from ._validate import to_float, to_int
+from ._validate import to_float, to_int, to_shape
 from .context import Context, DeviceLike, Stream, get_context
 from .errors import InvalidArgumentError, InvalidArgumentTypeError, ShapeMismatchError
 from .ops import _act, _opt, _out, _same_ctx, _stream, _tensor
@@ -394,7 +394,7 @@ def conv2d_backward_data(grad_output: Tensor, weight: Tensor, input_shape: Seque
     ctx = dy._ctx
     _same_ctx(ctx, (w, "weight"), (out, "out"))
     o = _conv_options(len(dy.shape), stride, padding, dilation, groups, layout, "none", algo, allow_tf32, 0)
-    dx = _out(out, tuple(input_shape), dy.dtype, ctx)
+    dx = _out(out, to_shape(input_shape, "input_shape"), dy.dtype, ctx)
     C.gpucore_conv_backward_data(dy.handle, w.handle, dx.handle, byref(o), _stream(ctx, stream))
     return dx
 
@@ -410,7 +410,7 @@ def conv2d_backward_filter(grad_output: Tensor, input: Tensor, weight_shape: Seq
     ctx = dy._ctx
     _same_ctx(ctx, (x, "input"), (out, "out"))
     o = _conv_options(len(dy.shape), stride, padding, dilation, groups, layout, "none", algo, allow_tf32, 0)
-    dw = _out(out, tuple(weight_shape), dy.dtype, ctx)
+    dw = _out(out, to_shape(weight_shape, "weight_shape"), dy.dtype, ctx)
     C.gpucore_conv_backward_filter(dy.handle, x.handle, dw.handle, byref(o), _stream(ctx, stream))
     return dw
 

@@ -172,3 +172,23 @@ def test_garbage_collected_handles_do_not_leak_owners(ctx):
         del x, y
     gc.collect()
     assert _runtime.live_owner_count() == before
+
+
+def test_wrong_kinds_of_argument_get_the_binding_message(ctx):
+    # arguments of the wrong kind are refused in the user's words, not with an attribute error from
+    # inside the binding
+    with pytest.raises(gpucore.InvalidArgumentError, match="fp8_to_float32: dtype must be float8_e4m3 or float8_e5m2"):
+        gpucore.fp8_to_float32(np.zeros(3, np.uint8), gpucore.float32)
+    with pytest.raises(gpucore.InvalidArgumentError, match="unknown dtype name"):
+        gpucore.fp8_to_float32(np.zeros(3, np.uint8), "e9m9")
+    np.testing.assert_array_equal(gpucore.fp8_to_float32(np.array([0x38, 0xb8], np.uint8), "float8_e4m3"), [1.0, -1.0])
+    with pytest.raises(gpucore.InvalidArgumentTypeError, match="unique_id: ctx must be a gpucore.Context, not tuple"):
+        gpucore.unique_id((1, 2))
+    with pytest.raises(TypeError, match="error_for_status: status must be an int"):
+        gpucore.error_for_status("3", "x")
+    dy, x, w = ctx.rand((1, 2, 4, 4)), ctx.rand((1, 3, 4, 4)), ctx.rand((2, 3, 1, 1))
+    with pytest.raises(gpucore.InvalidArgumentTypeError, match=r"weight_shape\[0\] must be an integer, not Tensor"):
+        gpucore.conv2d_backward_filter(dy, x, w)
+    with pytest.raises(gpucore.InvalidArgumentError, match=r"input_shape\[1\]"):
+        gpucore.conv2d_backward_data(dy, w, (1, -3, 4, 4))
+    assert gpucore.conv2d_backward_filter(dy, x, (2, 3, 1, 1)).shape == (2, 3, 1, 1)
