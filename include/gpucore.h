@@ -156,7 +156,10 @@ typedef struct gpucore_device_properties {
     int32_t warp_size;
     int64_t total_memory;         /* bytes */
     int64_t free_memory;          /* bytes, at the time of the call (CUDA: from NVML, which creates no
-                                     context on the device; -1 without NVML) */
+                                     context on the device; -1 without NVML; CPU: what the machine can
+                                     still give, within a cgroup limit, less what blocks this library
+                                     handed out may still take; CPU blocks of 256 MiB or more that do
+                                     not fit in it are refused with GPUCORE_ERR_OUT_OF_MEMORY) */
     int64_t l2_cache_bytes;
     int64_t shared_memory_per_block_optin;
     int32_t clock_khz;            /* SM clock now (NVML) or -1 */

@@ -8,8 +8,11 @@
  * GPUCORE_ALLOC_CONF parser, caching off, stream priorities and the stream pool,
  * and two threads allocating on their own streams at once.
  */
+#include <malloc.h>
 #include <pthread.h>
 #include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
 #include "check.h"
 
 #define KiB ((int64_t)1 << 10)
@@ -139,6 +142,54 @@ static void test_pools_and_large(const char *dev)
     CHECK_OK(gpucore_memory_configure(ctx, conf)); /* round trip */
     CHECK_OK(gpucore_memory_configure(ctx, "max_split_size_mb:0"));
     CHECK_OK(gpucore_context_destroy(ctx));
+}
+
+static int64_t cpu_free_memory(void)
+{
+    gpucore_device_properties p;
+    memset(&p, 0, sizeof p);
+    p.struct_size = (int64_t)sizeof p;
+    CHECK_OK(gpucore_device_get_properties(GPUCORE_DEVICE_CPU, 0, &p));
+    return p.free_memory;
+}
+
+/* CPU memory the machine does not have: Linux would hand it out (overcommit) and kill the process
+ * when it is written. A block that does not fit in the free memory, counting blocks already handed
+ * out but not yet written (a queued op writes them later), is refused with OUT_OF_MEMORY instead,
+ * and the library stays usable. No page of these blocks is ever written here. */
+static void test_cpu_memory_not_there(const char *dev)
+{
+    if (strcmp(dev, "cpu") != 0) return;
+    gpucore_context *ctx = fresh(dev);
+    if (!ctx) return;
+    /* meson test sets MALLOC_PERTURB_, with which glibc writes every block it hands out: not here */
+    const char *perturb = getenv("MALLOC_PERTURB_");
+    mallopt(M_PERTURB, 0);
+    gpucore_device_properties p;
+    memset(&p, 0, sizeof p);
+    p.struct_size = (int64_t)sizeof p;
+    CHECK_OK(gpucore_device_get_properties(GPUCORE_DEVICE_CPU, 0, &p));
+    const int64_t free0 = cpu_free_memory();
+    CHECK(free0 > 0 && free0 <= p.total_memory);
+    /* a quarter of the machine, never written: the free figure drops by it at once */
+    gpucore_tensor *a = bytes_tensor(ctx, p.total_memory / 4);
+    const int64_t free1 = cpu_free_memory();
+    CHECK(free1 <= free0 - p.total_memory / 4 + 256 * MiB);
+    /* more than is left, less than the machine has (so only the free memory can refuse it) */
+    const int64_t want = free1 + (p.total_memory - free1) / 2;
+    gpucore_tensor *b = NULL;
+    int64_t shape[1] = {want};
+    CHECK_STATUS(gpucore_tensor_create(ctx, GPUCORE_U8, 1, shape, &b), GPUCORE_ERR_OUT_OF_MEMORY);
+    CHECK(b == NULL && strstr(gpucore_last_error(), "free") != NULL);
+    printf("  CPU memory refused: %s\n", gpucore_last_error());
+    gpucore_tensor_destroy(a);
+    CHECK_OK(gpucore_memory_empty_cache(ctx, GPUCORE_MEMORY_DEVICE));
+    CHECK(cpu_free_memory() > free1); /* given back */
+    b = bytes_tensor(ctx, 300 * MiB); /* a checked size that fits */
+    CHECK(b != NULL);
+    gpucore_tensor_destroy(b);
+    gpucore_context_destroy(ctx);
+    mallopt(M_PERTURB, perturb ? atoi(perturb) : 0);
 }
 
 static void test_limit_and_oom(const char *dev)
@@ -645,6 +696,7 @@ int main(void)
         test_rounding_split_merge(devices[d]);
         test_pools_and_large(devices[d]);
         test_limit_and_oom(devices[d]);
+        test_cpu_memory_not_there(devices[d]);
         test_stats_model(devices[d]);
         test_snapshot(devices[d]);
         test_fault_injection(devices[d]);

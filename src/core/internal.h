@@ -31,6 +31,13 @@ GPUCORE_HIDDEN const gpucore_backend *gpucore_cpu_backend(void);
  * "pinned" memory, and pinned memory where a backend has none (the raw_alloc signature). */
 GPUCORE_HIDDEN gpucore_status gpucore_host_memory_alloc(void *bctx, size_t bytes, void **ptr);
 GPUCORE_HIDDEN void gpucore_host_memory_free(void *bctx, void *ptr);
+/* Bytes this process can still get from the machine: MemAvailable + SwapFree, and no more than
+ * what a cgroup (v2 or v1) memory limit leaves; -1 where nothing can be read. */
+GPUCORE_HIDDEN int64_t gpucore_host_available_bytes(void);
+/* gpucore_host_available_bytes less what the large blocks this library holds may still take (their
+ * pages come when first written, often later, by a queued op); -1 where unknown. The CPU backend's
+ * free memory; a large host block that would not fit in it is refused with OUT_OF_MEMORY. */
+GPUCORE_HIDDEN int64_t gpucore_host_free_bytes(void);
 
 /* ---- handle pool (handle_pool.c) ----
  * Handles are allocated from pools that never give memory back to the system and

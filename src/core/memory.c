@@ -6,10 +6,12 @@
  * the API front-end: argument checks, GPUCORE_ALLOC_CONF, stats and snapshots,
  * record_stream, and the fault-injection hook for tests.
  */
+#include <malloc.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <unistd.h>
 #include "internal.h"
 #include "alloc/caching_allocator.h"
 
@@ -28,14 +30,98 @@ struct gpucore_memory_state {
  * regions get them): a 16 MiB tensor then spans 8 TLB entries instead of 4096. The caching
  * allocator keeps blocks, so a huge page's first-touch cost is paid once. */
 #define HOST_HUGE_PAGE ((size_t)2 << 20)
+/* Blocks from this size on are checked against what the machine can still give (below). */
+#define HOST_CHECKED_BYTES ((size_t)256 << 20)
+
+/* The number in the first line of `path` that starts with `key` (a /proc/meminfo line, in kB,
+ * times `unit`; with key "" the file's first number), or -1. "max" reads as INT64_MAX. */
+static int64_t read_number(const char *path, const char *key, int64_t unit)
+{
+    FILE *f = fopen(path, "r");
+    if (!f) return -1;
+    char line[256];
+    int64_t v = -1;
+    const size_t klen = strlen(key);
+    while (fgets(line, sizeof line, f)) {
+        if (strncmp(line, key, klen) != 0) continue;
+        const char *p = line + klen;
+        while (*p == ' ' || *p == '\t') p++;
+        if (strncmp(p, "max", 3) == 0) v = INT64_MAX;
+        else {
+            char *end;
+            long long x = strtoll(p, &end, 10);
+            if (end != p && x >= 0) v = x > INT64_MAX / unit ? INT64_MAX : (int64_t)x * unit;
+        }
+        break;
+    }
+    fclose(f);
+    return v;
+}
+
+int64_t gpucore_host_available_bytes(void)
+{
+    int64_t avail = read_number("/proc/meminfo", "MemAvailable:", 1024);
+    const int64_t swap = read_number("/proc/meminfo", "SwapFree:", 1024);
+    if (avail >= 0 && swap > 0) avail = swap > INT64_MAX - avail ? INT64_MAX : avail + swap;
+    static const char *const limits[2][2] = {{"/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory.current"},
+                                             {"/sys/fs/cgroup/memory/memory.limit_in_bytes",
+                                              "/sys/fs/cgroup/memory/memory.usage_in_bytes"}};
+    for (int i = 0; i < 2; i++) {
+        const int64_t max = read_number(limits[i][0], "", 1), used = read_number(limits[i][1], "", 1);
+        if (max < 0 || max == INT64_MAX || used < 0) continue;
+        const int64_t left = max > used ? max - used : 0;
+        if (avail < 0 || left < avail) avail = left;
+        break;
+    }
+    return avail;
+}
+
+/* Bytes of the checked blocks this process holds now (all contexts). Such a block's pages are
+ * taken only when first written, often later, by a queued op: what the machine reports as
+ * available does not yet count them. */
+static int64_t checked_held;
+
+int64_t gpucore_host_free_bytes(void)
+{
+    const int64_t avail = gpucore_host_available_bytes();
+    if (avail < 0) return -1;
+    int64_t res_bytes = -1; /* /proc/self/statm: size, then resident, in pages */
+    FILE *f = fopen("/proc/self/statm", "r");
+    if (f) {
+        long long sz, res;
+        if (fscanf(f, "%lld %lld", &sz, &res) == 2 && res >= 0) res_bytes = (int64_t)res * sysconf(_SC_PAGESIZE);
+        fclose(f);
+    }
+    const int64_t held = __atomic_load_n(&checked_held, __ATOMIC_RELAXED);
+    const int64_t pending = res_bytes >= 0 && held > res_bytes ? held - res_bytes : 0;
+    return avail > pending ? avail - pending : 0;
+}
+
+/* Whether a checked block of `bytes` fits: gpucore_host_free_bytes, less a margin of 1/32 of the
+ * machine's memory for everything else, must cover it. An unknown figure lets it through. */
+static int host_block_fits(size_t bytes)
+{
+    const int64_t free_b = gpucore_host_free_bytes();
+    if (free_b < 0) return 1;
+    const long page = sysconf(_SC_PAGESIZE), phys = sysconf(_SC_PHYS_PAGES);
+    const int64_t margin = page > 0 && phys > 0 ? (int64_t)phys * page / 32 : 0;
+    return (double)bytes <= (double)free_b - (double)margin;
+}
+
 gpucore_status gpucore_host_memory_alloc(void *bctx, size_t bytes, void **ptr)
 {
     (void)bctx;
     const size_t align = bytes >= HOST_HUGE_PAGE ? HOST_HUGE_PAGE : 256;
     const size_t rounded = (bytes + align - 1) & ~(align - 1);
     if (rounded < bytes) return GPUCORE_ERR_OUT_OF_MEMORY;
+    /* Linux hands out memory it does not have (overcommit) and kills the process when it is
+     * touched: a block larger than what is still available is refused here instead, as a GPU
+     * refuses one (the caching allocator then releases what it caches and asks again) */
+    if (rounded >= HOST_CHECKED_BYTES && !host_block_fits(rounded)) return GPUCORE_ERR_OUT_OF_MEMORY;
     *ptr = aligned_alloc(align, rounded);
     if (!*ptr) return GPUCORE_ERR_OUT_OF_MEMORY;
+    if (rounded >= HOST_CHECKED_BYTES) /* free() subtracts the same figure */
+        __atomic_add_fetch(&checked_held, (int64_t)malloc_usable_size(*ptr), __ATOMIC_RELAXED);
 #ifdef MADV_HUGEPAGE
     if (align == HOST_HUGE_PAGE) (void)madvise(*ptr, rounded, MADV_HUGEPAGE); /* advice: failure is harmless */
 #endif
@@ -45,6 +131,10 @@ gpucore_status gpucore_host_memory_alloc(void *bctx, size_t bytes, void **ptr)
 void gpucore_host_memory_free(void *bctx, void *ptr)
 {
     (void)bctx;
+    if (ptr) {
+        const size_t n = malloc_usable_size(ptr);
+        if (n >= HOST_CHECKED_BYTES) __atomic_sub_fetch(&checked_held, (int64_t)n, __ATOMIC_RELAXED);
+    }
     free(ptr);
 }
 

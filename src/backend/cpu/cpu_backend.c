@@ -47,7 +47,8 @@ static gpucore_status cpu_mem_info(void *bctx, int64_t *free_bytes, int64_t *tot
     (void)bctx;
     long page = sysconf(_SC_PAGESIZE);
     *total_bytes = (int64_t)sysconf(_SC_PHYS_PAGES) * page;
-    *free_bytes = (int64_t)sysconf(_SC_AVPHYS_PAGES) * page;
+    const int64_t avail = gpucore_host_free_bytes(); /* what can still be had, not only unused pages */
+    *free_bytes = avail >= 0 ? avail : (int64_t)sysconf(_SC_AVPHYS_PAGES) * page;
     return GPUCORE_OK;
 }
 
