@@ -53,12 +53,20 @@ static const float *ce_row_f32(const gpucore_rows_args *p, const void *base, int
 }
 
 /* max and Σ exp(x - max) of one f32 row (SIMD exp, f64 sum, cpu_vec.h); NaN poisons,
- * an all -inf row gives NaN. e (may be NULL) receives exp(x - max). */
-static void row_lse(const float *x, int64_t cols, double *m_out, double *s_out, float *e)
+ * an all -inf row gives NaN (and nothing is written). e (may be NULL) receives exp(x - max),
+ * or with `shifted` x - max (cpu_vec_exp_sum_shifted). */
+static void row_lse_into(const float *x, int64_t cols, double *m_out, double *s_out, float *e, int shifted)
 {
     float m = cpu_vec_max(x, cols);
     *m_out = m;
-    *s_out = m == m && m != -INFINITY ? cpu_vec_exp_sum(x, cols, m, e) : NAN;
+    *s_out = m != m || m == -INFINITY ? NAN
+             : shifted                ? cpu_vec_exp_sum_shifted(x, cols, m, e)
+                                      : cpu_vec_exp_sum(x, cols, m, e);
+}
+
+static void row_lse(const float *x, int64_t cols, double *m_out, double *s_out, float *e)
+{
+    row_lse_into(x, cols, m_out, s_out, e, 0);
 }
 
 /* Per-thread scratch of `floats` floats (NULL when f32 rows need none; *oom set
@@ -129,15 +137,12 @@ static void softmax_row(const gpucore_rows_args *p, int64_t r, const float *x, f
 {
     (void)r; (void)extra;
     const int64_t cols = p->cols;
-    const float m = cpu_vec_max(x, cols);
-    if (m != m || m == -INFINITY) { cpu_vec_axpb(y, x, cols, 0.0f, NAN); return; }
-    if (p->op == GPUCORE_ROWS_SOFTMAX) {
-        const double s = cpu_vec_exp_sum(x, cols, m, y);
-        cpu_vec_axpb(y, y, cols, (float)(1.0 / s), 0.0f);
-    } else {
-        const double s = cpu_vec_exp_sum_shifted(x, cols, m, y);
-        cpu_vec_axpb(y, y, cols, 1.0f, (float)-log(s));
-    }
+    const int soft = p->op == GPUCORE_ROWS_SOFTMAX;
+    double m, s;
+    row_lse_into(x, cols, &m, &s, y, !soft);
+    if (m != m || m == -INFINITY) cpu_vec_axpb(y, x, cols, 0.0f, NAN); /* y was not written */
+    else if (soft) cpu_vec_axpb(y, y, cols, (float)(1.0 / s), 0.0f);
+    else cpu_vec_axpb(y, y, cols, 1.0f, (float)-log(s));
 }
 
 /* Softmax backward dx = y · (dy - Σ dy·y); log-softmax backward dx = dy - exp(y) · Σ dy;
