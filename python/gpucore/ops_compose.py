@@ -36,7 +36,7 @@ from .context import DeviceLike, Stream
 from .errors import InvalidArgumentError, InvalidArgumentTypeError, ShapeMismatchError
 from .ops import (ADD, DIV, MUL, SUB, _binary, _FLOAT_DTYPES, _is_number, _promoted_dtype, _cast_to, _tensor,
                   abs, amax, amin, argmax, cat, exp, log, maximum, minimum, neg, rsqrt, scale, sqrt, square)
-from .tensor import Tensor, _new, full, full_like, tensor
+from .tensor import Tensor, _new, empty, full, full_like, tensor
 
 __all__ = ["eq", "ne", "lt", "le", "gt", "ge", "pow", "max", "min", "arange", "stack", "where", "all", "any"]
 
@@ -271,11 +271,24 @@ def arange(start: float, end: Optional[float] = None, step: float = 1, dtype: An
     integral = builtins.all(isinstance(v, numbers.Integral) for v in (start, end, step))
     dt = (_dt.int64 if integral else _dt.float32) if dtype is None else _dt.as_dtype(dtype)
     n = builtins.max(0, math.ceil((end - start) / step))
-    if integral and dt in (_dt.int64, _dt.int32):
-        values = start + step * np.arange(n, dtype=np.int64)
-    else:
-        values = float(start) + float(step) * np.arange(n, dtype=np.float64)
-    return tensor(values, dtype=dt, device=device)
+
+    def values(i: int, j: int) -> np.ndarray:  # elements i..j-1
+        if integral and dt in (_dt.int64, _dt.int32):
+            return start + step * np.arange(i, j, dtype=np.int64)
+        return float(start) + float(step) * np.arange(i, j, dtype=np.float64)
+
+    if n <= _ARANGE_CHUNK:
+        return tensor(values(0, n), dtype=dt, device=device)
+    # a long one: the result first (the library says so when the memory is not there), then filled
+    # a chunk at a time, so the host holds a chunk's float64 values, not the whole range's
+    out = empty((n,), dtype=dt, device=device)
+    for i in range(0, n, _ARANGE_CHUNK):
+        j = builtins.min(n, i + _ARANGE_CHUNK)
+        out[i:j].copy_(tensor(values(i, j), dtype=dt, device=out.context))
+    return out
+
+
+_ARANGE_CHUNK = 1 << 22
 
 
 def stack(tensors: Sequence[Tensor], dim: int = 0, out: Optional[Tensor] = None,

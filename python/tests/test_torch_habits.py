@@ -251,6 +251,22 @@ def test_arange(ctx):
         gc.arange(0, 3, 0)
 
 
+def test_arange_in_chunks(ctx, monkeypatch):
+    # a long range is made a chunk at a time into the result: the same values as in one piece
+    import importlib
+    compose = importlib.import_module("gpucore.ops_compose")
+    cases = [((3, 1000, 7), {}), ((0.5, 900.0, 0.75), {}), ((-40, 2000), {"dtype": "int32"}),
+             ((1.0, 3000.0, 1.25), {"dtype": "bfloat16"}), ((5000, 0, -3), {})]
+    whole = [gc.arange(*a, device=ctx, **k) for a, k in cases]
+    monkeypatch.setattr(compose, "_ARANGE_CHUNK", 64)
+    for (a, k), w in zip(cases, whole):
+        t = gc.arange(*a, device=ctx, **k)
+        assert t.shape == w.shape and t.dtype is w.dtype and t.shape[0] > 64 and t.context is ctx
+        np.testing.assert_array_equal(t.numpy(), w.numpy())
+    with pytest.raises(gc.OutOfMemoryError):  # made before any value: the library refuses what it cannot hold
+        gc.arange(0.5, float(1 << 60), device=ctx)
+
+
 def test_like_factories(ctx):
     c2 = gc.Context("cpu")
     t = c2.randn(2, 3, dtype="f16", seed=1)
