@@ -62,9 +62,15 @@ def to_shape(shape: Any, what: str = "shape", allow_minus_one: bool = False) -> 
         shape = (shape,)
     if isinstance(shape, (str, bytes)) or not isinstance(shape, Sequence) and not hasattr(shape, "__iter__"):
         raise InvalidArgumentTypeError("%s must be a sequence of integers, not %s" % (what, type(shape).__name__))
-    items = list(shape)
-    if len(items) > MAX_DIMS:
-        raise InvalidArgumentError("%s has %d dims; at most %d are supported" % (what, len(items), MAX_DIMS))
+    try:
+        n = len(shape)  # before iterating: a long sequence (a big tensor given as a shape) is refused at once
+    except TypeError:
+        n = None
+    items = list(shape) if n is None or n <= MAX_DIMS else ()
+    if n is None:
+        n = len(items)
+    if n > MAX_DIMS:
+        raise InvalidArgumentError("%s has %d dims; at most %d are supported" % (what, n, MAX_DIMS))
     lo = -1 if allow_minus_one else 0
     out = tuple(to_int(s, "%s[%d]" % (what, i), lo, INT64_MAX) for i, s in enumerate(items))
     if allow_minus_one and out.count(-1) > 1:

@@ -192,3 +192,15 @@ def test_wrong_kinds_of_argument_get_the_binding_message(ctx):
     with pytest.raises(gpucore.InvalidArgumentError, match=r"input_shape\[1\]"):
         gpucore.conv2d_backward_data(dy, w, (1, -3, 4, 4))
     assert gpucore.conv2d_backward_filter(dy, x, (2, 3, 1, 1)).shape == (2, 3, 1, 1)
+
+    class Long:  # a long sequence given as a shape (a big tensor, say) is refused by its length
+        def __len__(self):
+            return 1 << 40
+
+        def __iter__(self):
+            raise AssertionError("the shape was iterated")
+
+    with pytest.raises(gpucore.InvalidArgumentError, match="shape has 1099511627776 dims; at most 8"):
+        ctx.empty(Long())
+    with pytest.raises(gpucore.InvalidArgumentError, match="has 9 dims"):
+        ctx.empty(range(9))
