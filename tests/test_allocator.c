@@ -174,7 +174,7 @@ static void test_cpu_memory_not_there(const char *dev)
     /* a quarter of the machine, never written: the free figure drops by it at once */
     gpucore_tensor *a = bytes_tensor(ctx, p.total_memory / 4);
     const int64_t free1 = cpu_free_memory();
-    CHECK(free1 <= free0 - p.total_memory / 4 + 256 * MiB);
+    CHECK(free1 <= free0 - p.total_memory / 4 + p.total_memory / 16); /* slack: other processes free memory too */
     /* more than is left, less than the machine has (so only the free memory can refuse it) */
     const int64_t want = free1 + (p.total_memory - free1) / 2;
     gpucore_tensor *b = NULL;
