@@ -120,8 +120,8 @@ gpucore_status gpucore_host_memory_alloc(void *bctx, size_t bytes, void **ptr)
     if (rounded >= HOST_CHECKED_BYTES && !host_block_fits(rounded)) return GPUCORE_ERR_OUT_OF_MEMORY;
     *ptr = aligned_alloc(align, rounded);
     if (!*ptr) return GPUCORE_ERR_OUT_OF_MEMORY;
-    if (rounded >= HOST_CHECKED_BYTES) /* free() subtracts the same figure */
-        __atomic_add_fetch(&checked_held, (int64_t)malloc_usable_size(*ptr), __ATOMIC_RELAXED);
+    const size_t usable = malloc_usable_size(*ptr); /* free() tests and subtracts the same figure */
+    if (usable >= HOST_CHECKED_BYTES) __atomic_add_fetch(&checked_held, (int64_t)usable, __ATOMIC_RELAXED);
 #ifdef MADV_HUGEPAGE
     if (align == HOST_HUGE_PAGE) (void)madvise(*ptr, rounded, MADV_HUGEPAGE); /* advice: failure is harmless */
 #endif
