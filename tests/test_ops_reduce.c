@@ -3,7 +3,8 @@
  * over one axis, several axes at once (gpucore_reduce_dims) and all, and the bias gradient, on every backend present,
  * against float64 references: shapes with 1s, odd sizes, rows long enough for
  * the multi-chunk (two-pass) path, columns, non-contiguous inputs, empty axes;
- * determinism (two runs, identical bits); NaN propagation; bad input.
+ * determinism (two runs, identical bits); bf16 row sums that add as f32 ones do; NaN
+ * propagation; bad input.
  */
 #include "ops_harness.h"
 
@@ -210,6 +211,71 @@ static void test_bias_grad(gpucore_context *ctx)
         }
 }
 
+/* bf16 row sums add the same values in the same order as f32 row sums (the vector bodies widen
+ * bf16 in registers in another arrangement of the lanes): rows whose second half cancels the
+ * first exactly (x, then -x permuted, exponents 2^-14..2^14), so the result is nothing but the f32
+ * lane sums' rounding, which depends on which element each lane adds when; the bf16 sums must equal
+ * the f32 sums of the same values rounded to bf16, bit for bit. */
+static void test_bf16_sum_order(gpucore_context *ctx)
+{
+    static const int64_t lens[] = {1024, 1000, 3000, 16, 40};
+    uint64_t rng = 0x9e3779b97f4a7c15ull ^ (uint64_t)harness_seed++;
+    for (size_t li = 0; li < sizeof lens / sizeof lens[0]; li++) {
+        const int64_t rows = 48, n = lens[li], shape[2] = {rows, n};
+        uint16_t *hb = malloc(sizeof(uint16_t) * (size_t)(rows * n));
+        float *hf = malloc(sizeof(float) * (size_t)(rows * n));
+        int64_t *perm = malloc(sizeof(int64_t) * (size_t)(n / 2));
+        for (int64_t r = 0; r < rows; r++) {
+            const int64_t h = n / 2;
+            for (int64_t i = 0; i < h; i++) perm[i] = i;
+            for (int64_t i = h - 1; i > 0; i--) { /* Fisher-Yates */
+                rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+                const int64_t j = (int64_t)((rng >> 33) % (uint64_t)(i + 1)), t = perm[i];
+                perm[i] = perm[j];
+                perm[j] = t;
+            }
+            for (int64_t i = 0; i < n; i++) {
+                float v;
+                if (i < h) {
+                    rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+                    v = ldexpf(1.0f + (float)((rng >> 40) & 127) / 128.0f, (int)((rng >> 50) % 29) - 14);
+                    if ((rng >> 63) & 1) v = -v;
+                } else if (i < 2 * h) {
+                    v = -hf[r * n + perm[i - h]];
+                } else {
+                    v = 0.5f; /* an odd length's last element */
+                }
+                hf[r * n + i] = v;
+                hb[r * n + i] = gpucore_f32_to_bf16(v);
+            }
+        }
+        gpucore_tensor *xb = NULL, *xf = NULL, *ob = NULL, *of = NULL;
+        CHECK_OK(gpucore_tensor_create(ctx, GPUCORE_BF16, 2, shape, &xb));
+        CHECK_OK(gpucore_tensor_create(ctx, GPUCORE_F32, 2, shape, &xf));
+        CHECK_OK(gpucore_tensor_create(ctx, GPUCORE_BF16, 1, &rows, &ob));
+        CHECK_OK(gpucore_tensor_create(ctx, GPUCORE_F32, 1, &rows, &of));
+        CHECK_OK(gpucore_copy_from_host(xb, hb, (int64_t)sizeof(uint16_t) * rows * n));
+        CHECK_OK(gpucore_copy_from_host(xf, hf, (int64_t)sizeof(float) * rows * n));
+        CHECK_OK(gpucore_reduce(GPUCORE_REDUCTION_SUM, ob, xb, 1, NULL));
+        CHECK_OK(gpucore_reduce(GPUCORE_REDUCTION_SUM, of, xf, 1, NULL));
+        uint16_t sb[48];
+        float sf[48];
+        CHECK_OK(gpucore_copy_to_host(sb, sizeof sb, ob));
+        CHECK_OK(gpucore_copy_to_host(sf, sizeof sf, of));
+        int same = 1, nonzero = 0;
+        for (int64_t r = 0; r < rows; r++) {
+            same &= sb[r] == gpucore_f32_to_bf16(sf[r]);
+            nonzero += sf[r] != (n & 1 ? 0.5f : 0.0f); /* the lanes' rounding shows */
+        }
+        if (!same) fprintf(stderr, "bf16 row sums of length %lld differ from the f32 ones\n", (long long)n);
+        CHECK(same);
+        if (n >= 1000) CHECK(nonzero > rows / 2); /* the check can see an order change */
+        gpucore_tensor *ts[] = {xb, xf, ob, of};
+        for (size_t k = 0; k < 4; k++) gpucore_tensor_destroy(ts[k]);
+        free(hb); free(hf); free(perm);
+    }
+}
+
 static void test_special(gpucore_context *ctx)
 {
     /* NaN propagates through max/min/argmax; ties pick the first index */
@@ -262,6 +328,6 @@ static void test_special(gpucore_context *ctx)
 
 int main(void)
 {
-    static const device_test_fn tests[] = {test_reduce, test_reduce_dims, test_bias_grad, test_special};
+    static const device_test_fn tests[] = {test_reduce, test_reduce_dims, test_bias_grad, test_bf16_sum_order, test_special};
     return run_on_devices("test_ops_reduce", tests, (int)(sizeof tests / sizeof tests[0]));
 }

@@ -157,22 +157,25 @@ static int reduce_item_out(const gpucore_reduce_args *p, cpu_acc *part, int64_t 
     return 0;
 }
 
-#define SUM_ROWS_GROUP 16 /* rows per item of sum_rows_f32 */
+#define SUM_ROWS_GROUP 16 /* rows per item of sum_rows */
 
-/* Sums (means) of whole f32 rows that are one chunk each, in groups of rows, each row through
- * cpu_vec_sum_blocked, one after the other (two rows side by side, their add chains overlapping,
- * measured faster in a steady loop but 1.3-1.8x slower in the median of repeated batches, as the
- * op table times), and each output written as reduce_output writes it (the one chunk's sum, / len
- * for a mean): the bits of the chunked path. */
-static void sum_rows_f32(const gpucore_reduce_args *p)
+/* Sums (means) of whole f32 or bf16 rows that are one chunk each, in groups of rows, each row
+ * through cpu_vec_sum_blocked(_bf16), one after the other (two rows side by side, their add chains
+ * overlapping, measured faster in a steady loop but 1.3-1.8x slower in the median of repeated
+ * batches, as the op table times), and each output written as reduce_output writes it (the one
+ * chunk's sum, / len for a mean): the bits of the chunked path, without its partials. */
+static void sum_rows(const gpucore_reduce_args *p)
 {
     const int64_t rows = p->outer, len = p->len, groups = (rows + SUM_ROWS_GROUP - 1) / SUM_ROWS_GROUP;
-    const float *x = p->in.data;
+    const int bf16 = p->in.dtype == GPUCORE_KDT_BF16;
+    const char *x = p->in.data;
     char *out = p->out.data;
     CPU_PARALLEL_FOR(rows * len > 32768 && groups > 1, gi, groups, {
+        float scratch[GPUCORE_RED_ROW_CHUNK]; /* the portable bf16 body widens a row here */
         const int64_t r0 = gi * SUM_ROWS_GROUP, nr = rows - r0 < SUM_ROWS_GROUP ? rows - r0 : SUM_ROWS_GROUP;
         for (int64_t r = 0; r < nr; r++) {
-            const double v = cpu_vec_sum_blocked(x + (r0 + r) * len, len);
+            const double v = bf16 ? cpu_vec_sum_blocked_bf16((const uint16_t *)x + (r0 + r) * len, len, scratch)
+                                  : cpu_vec_sum_blocked((const float *)x + (r0 + r) * len, len);
             const double o = p->op == GPUCORE_RED_MEAN ? v / (double)len : v;
             gpucore_store_from_f32(out + (r0 + r) * p->out.elem_size, p->out.dtype, (float)o);
         }
@@ -186,9 +189,9 @@ static gpucore_status reduce_task(void *argp)
     const gpucore_reduce_args *p = argp;
     const int64_t outer = p->outer, len = p->len, inner = p->inner;
     const int64_t chunks = gpucore_reduce_chunks(len, inner);
-    if (inner == 1 && chunks == 1 && len > 0 && p->in.dtype == GPUCORE_KDT_F32 &&
+    if (inner == 1 && chunks == 1 && len > 0 && (p->in.dtype == GPUCORE_KDT_F32 || p->in.dtype == GPUCORE_KDT_BF16) &&
         (p->op == GPUCORE_RED_SUM || p->op == GPUCORE_RED_MEAN)) {
-        sum_rows_f32(p);
+        sum_rows(p);
         return GPUCORE_OK;
     }
     cpu_acc *part = malloc(sizeof(cpu_acc) * (size_t)(outer * chunks * inner));

@@ -146,20 +146,24 @@ static void softmax_row(const gpucore_rows_args *p, int64_t r, const float *x, f
 }
 
 /* Softmax backward dx = y · (dy - Σ dy·y); log-softmax backward dx = dy - exp(y) · Σ dy;
- * f32 SIMD with the sums in f64 lanes (cpu_vec.h). */
+ * f32 SIMD with the sums in f64 lanes (cpu_vec.h). Where the three operands exceed the cache
+ * (cpu_vec_stream_min_bytes), an f32 dx row is made in scratch and streamed out (as the
+ * elementwise family does): dx is not read again by this op, and a plain store would first read
+ * each of its lines from memory (a quarter of the op's traffic). */
 static void softmax_backward_share(const gpucore_rows_args *p, int *oom) /* as rows_for_each_share */
 {
     const int64_t rows = p->rows, cols = p->cols;
-    const int dt = p->dtype, soft = p->op == GPUCORE_ROWS_SOFTMAX_BWD;
+    const int dt = p->dtype, soft = p->op == GPUCORE_ROWS_SOFTMAX_BWD, f32 = dt == GPUCORE_KDT_F32;
+    const int stream = f32 && (size_t)(3 * rows * cols) * sizeof(float) >= cpu_vec_stream_min_bytes();
     {
-        float *buf = row_scratch(dt, dt == GPUCORE_KDT_F32 ? (soft ? 0 : cols) : 3 * cols, oom);
-#pragma omp for schedule(static)
+        /* f32: exp(y) for log-softmax, then the streamed dx row; bf16/f16: g, y, dx widened */
+        float *buf = row_scratch(dt, f32 ? (soft ? 0 : cols) + (stream ? cols : 0) : 3 * cols, oom);
+#pragma omp for schedule(static) nowait
         for (int64_t r = 0; r < rows; r++) {
-            if (!buf && (dt != GPUCORE_KDT_F32 || !soft)) continue;
+            if (!buf && (!f32 || !soft || stream)) continue;
             const int64_t off = r * cols;
-            const int f32 = dt == GPUCORE_KDT_F32;
             const float *g = row_f32(p->dy, dt, off, cols, buf), *y = row_f32(p->y, dt, off, cols, f32 ? NULL : buf + cols);
-            float *dx = f32 ? (float *)p->dx + off : buf + 2 * cols;
+            float *dx = !f32 ? buf + 2 * cols : stream ? buf + (soft ? 0 : cols) : (float *)p->dx + off;
             if (soft) cpu_vec_mul_diff(dx, y, g, cols, (float)cpu_vec_dot(g, y, cols));
             else {
                 float *e = f32 ? buf : buf + 2 * cols; /* exp(y): scratch, or dx itself then overwritten */
@@ -168,7 +172,9 @@ static void softmax_backward_share(const gpucore_rows_args *p, int *oom) /* as r
                 cpu_vec_axpy(dx, e, g, cols, (float)-sg);
             }
             if (!f32) cpu_vec_store((char *)p->dx + off * 2, dt, dx, cols);
+            else if (stream) cpu_vec_stream_copy((float *)p->dx + off, dx, sizeof(float) * (size_t)cols);
         }
+        if (stream) cpu_vec_stream_fence(); /* this thread's streaming stores, before the region ends */
         free(buf);
     }
 }

@@ -901,54 +901,81 @@ AVX2 static inline __m256 bf16x8_widen(const uint16_t *p)
     return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)p)), 16));
 }
 
-/* cpu_vec_sum_blocked's AVX2 body over elements loaded 8 at a time by LOAD8 (f32, or bf16 widened in
- * registers: the same values, so the same bits): per block, 16 f32 lanes (two vectors) add the
- * block's 8 elements of each lane in order; the lane sums then go into the f64 lanes, block after
- * block; the rest 16 at a time into the f64 lanes, then the tail in order (sum_from_avx2's steps).
- * CPU_SUM_STREAMS blocks are summed side by side (independent f32 chains, so the adds overlap) and
- * go into the f64 lanes in block order: the same additions in the same order as one block at a time. */
+/* cpu_vec_sum_blocked's AVX2 body: per block, 16 f32 lanes add the block's 8 elements of each lane
+ * in order; the lane sums then go into the f64 lanes, block after block; the rest 16 at a time into
+ * the f64 lanes, then the tail in order (sum_from_avx2's steps). CPU_SUM_STREAMS blocks are summed
+ * side by side (independent f32 chains, so the adds overlap) and go into the f64 lanes in block
+ * order: the same additions in the same order as one block at a time.
+ * LOAD16(p, a, b) loads 16 elements as two f32 vectors in some fixed arrangement of the 16 lanes,
+ * LANES(a, b) puts two such vectors (or sums of them) in lane order (lanes 0-7 in a, 8-15 in b):
+ * f32 loads them in order; bf16 takes 16 values in one load and widens the even ones with a shift
+ * and the odd ones with a mask (a holds lanes 0, 2, .., 14, b lanes 1, 3, .., 15), so each lane adds
+ * the same elements in the same order as in lane order, and LANES interleaves them once per block
+ * (a third fewer operations per element than widening 8 at a time: on a CPU that runs 256-bit
+ * operations as two halves, as Zen 1 does, the widening was the row sum's bound). */
 #define CPU_SUM_STREAMS 4
-#define CPU_SUM_BLOCKED_AVX2(name, T, LOAD8, TO_F32)                                                          \
+#define CPU_SUM_BLOCKED_AVX2(name, T, LOAD16, LANES, TO_F32)                                                  \
     AVX2 static double name(const T *x, int64_t n)                                                           \
     {                                                                                                         \
         lanes16 l = lanes_zero();                                                                             \
         int64_t i = 0;                                                                                        \
         for (; i + CPU_SUM_STREAMS * CPU_VEC_SUM_BLOCK <= n; i += CPU_SUM_STREAMS * CPU_VEC_SUM_BLOCK) {      \
             __m256 s0[CPU_SUM_STREAMS], s1[CPU_SUM_STREAMS];                                                  \
-            for (int b = 0; b < CPU_SUM_STREAMS; b++) {                                                       \
-                s0[b] = LOAD8(x + i + b * CPU_VEC_SUM_BLOCK);                                                 \
-                s1[b] = LOAD8(x + i + b * CPU_VEC_SUM_BLOCK + 8);                                             \
-            }                                                                                                 \
+            for (int b = 0; b < CPU_SUM_STREAMS; b++) LOAD16(x + i + b * CPU_VEC_SUM_BLOCK, s0[b], s1[b]);    \
             for (int k = 16; k < CPU_VEC_SUM_BLOCK; k += 16)                                                  \
                 for (int b = 0; b < CPU_SUM_STREAMS; b++) {                                                   \
-                    s0[b] = _mm256_add_ps(s0[b], LOAD8(x + i + b * CPU_VEC_SUM_BLOCK + k));                   \
-                    s1[b] = _mm256_add_ps(s1[b], LOAD8(x + i + b * CPU_VEC_SUM_BLOCK + k + 8));               \
+                    __m256 v0, v1;                                                                            \
+                    LOAD16(x + i + b * CPU_VEC_SUM_BLOCK + k, v0, v1);                                        \
+                    s0[b] = _mm256_add_ps(s0[b], v0);                                                         \
+                    s1[b] = _mm256_add_ps(s1[b], v1);                                                         \
                 }                                                                                             \
             for (int b = 0; b < CPU_SUM_STREAMS; b++) {                                                       \
+                LANES(s0[b], s1[b]);                                                                          \
                 acc8(&l, 0, s0[b]);                                                                           \
                 acc8(&l, 1, s1[b]);                                                                           \
             }                                                                                                 \
         }                                                                                                     \
         for (; i + CPU_VEC_SUM_BLOCK <= n; i += CPU_VEC_SUM_BLOCK) {                                          \
-            __m256 s0 = LOAD8(x + i), s1 = LOAD8(x + i + 8);                                                  \
+            __m256 s0, s1;                                                                                    \
+            LOAD16(x + i, s0, s1);                                                                            \
             for (int k = 16; k < CPU_VEC_SUM_BLOCK; k += 16) {                                                \
-                s0 = _mm256_add_ps(s0, LOAD8(x + i + k));                                                     \
-                s1 = _mm256_add_ps(s1, LOAD8(x + i + k + 8));                                                 \
+                __m256 v0, v1;                                                                                \
+                LOAD16(x + i + k, v0, v1);                                                                    \
+                s0 = _mm256_add_ps(s0, v0);                                                                   \
+                s1 = _mm256_add_ps(s1, v1);                                                                   \
             }                                                                                                 \
+            LANES(s0, s1);                                                                                    \
             acc8(&l, 0, s0);                                                                                  \
             acc8(&l, 1, s1);                                                                                  \
         }                                                                                                     \
         for (; i + 16 <= n; i += 16) {                                                                        \
-            acc8(&l, 0, LOAD8(x + i));                                                                        \
-            acc8(&l, 1, LOAD8(x + i + 8));                                                                    \
+            __m256 v0, v1;                                                                                    \
+            LOAD16(x + i, v0, v1);                                                                            \
+            LANES(v0, v1);                                                                                    \
+            acc8(&l, 0, v0);                                                                                  \
+            acc8(&l, 1, v1);                                                                                  \
         }                                                                                                     \
         double s = fold_avx(l);                                                                               \
         for (; i < n; i++) s += TO_F32(x[i]);                                                                 \
         return s;                                                                                             \
     }
+#define CPU_F32_LOAD16(p, a, b) ((a) = _mm256_loadu_ps(p), (b) = _mm256_loadu_ps((p) + 8))
+#define CPU_F32_LANES(a, b) ((void)0)
 #define CPU_F32_ID(v) (v)
-CPU_SUM_BLOCKED_AVX2(sum_blocked_avx2, float, _mm256_loadu_ps, CPU_F32_ID)
-CPU_SUM_BLOCKED_AVX2(sum_blocked_bf16_avx2, uint16_t, bf16x8_widen, gpucore_bf16_to_f32)
+CPU_SUM_BLOCKED_AVX2(sum_blocked_avx2, float, CPU_F32_LOAD16, CPU_F32_LANES, CPU_F32_ID)
+#define CPU_BF16_LOAD16(p, a, b)                                                                    \
+    do {                                                                                            \
+        const __m256i u_ = _mm256_loadu_si256((const __m256i *)(p));                               \
+        (a) = _mm256_castsi256_ps(_mm256_slli_epi32(u_, 16));                                        \
+        (b) = _mm256_castsi256_ps(_mm256_and_si256(u_, _mm256_set1_epi32((int)0xffff0000u)));       \
+    } while (0)
+#define CPU_BF16_LANES(a, b)                                                                        \
+    do {                                                                                            \
+        const __m256 lo_ = _mm256_unpacklo_ps(a, b), hi_ = _mm256_unpackhi_ps(a, b);                 \
+        (a) = _mm256_permute2f128_ps(lo_, hi_, 0x20);                                                \
+        (b) = _mm256_permute2f128_ps(lo_, hi_, 0x31);                                                \
+    } while (0)
+CPU_SUM_BLOCKED_AVX2(sum_blocked_bf16_avx2, uint16_t, CPU_BF16_LOAD16, CPU_BF16_LANES, gpucore_bf16_to_f32)
 
 AVX2 static void store_bf16_avx2(uint16_t *dst, const float *src, int64_t n)
 {
