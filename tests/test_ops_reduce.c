@@ -211,13 +211,15 @@ static void test_bias_grad(gpucore_context *ctx)
         }
 }
 
-/* bf16 row sums add the same values in the same order as f32 row sums (the vector bodies widen
+/* CPU: bf16 row sums add the same values in the same order as f32 row sums (the vector bodies widen
  * bf16 in registers in another arrangement of the lanes): rows whose second half cancels the
  * first exactly (x, then -x permuted, exponents 2^-14..2^14), so the result is nothing but the f32
  * lane sums' rounding, which depends on which element each lane adds when; the bf16 sums must equal
  * the f32 sums of the same values rounded to bf16, bit for bit. */
 static void test_bf16_sum_order(gpucore_context *ctx)
 {
+    /* a property of the CPU backend's vector bodies; the kernels add bf16 rows in their own order */
+    if (strcmp(gpucore_context_device_name(ctx), "cpu") != 0) return;
     static const int64_t lens[] = {1024, 1000, 3000, 16, 40};
     uint64_t rng = 0x9e3779b97f4a7c15ull ^ (uint64_t)harness_seed++;
     for (size_t li = 0; li < sizeof lens / sizeof lens[0]; li++) {
