@@ -1,3 +1,7 @@
+"""binding_cost.py — what one small op costs through the binding and through raw ctypes calls, in
+microseconds (best of 7 x 20000): g.add new and out=, the bare foreign calls behind them, and an
+empty lambda. Run with a build's library and the binding:
+  GPUCORE_LIBRARY=build-release/src/libgpucore.so PYTHONPATH=python python3 binding_cost.py"""
 import timeit, ctypes
 import numpy as np
 import gpucore as g
