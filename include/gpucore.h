@@ -295,6 +295,10 @@ GPUCORE_API gpucore_status gpucore_tensor_wrap(gpucore_context *ctx, gpucore_dty
 /* Release this handle. The memory is freed when the last view of it is gone,
  * in stream order (after work already queued on the allocating stream). */
 GPUCORE_API gpucore_status gpucore_tensor_destroy(gpucore_tensor *t);
+/* Release count handles in one call (a binding's batched release of dropped tensors). NULL
+ * entries are skipped; every valid handle is released even after an invalid one, and the first
+ * invalid one is reported (GPUCORE_ERR_INVALID_HANDLE naming its index). */
+GPUCORE_API gpucore_status gpucore_tensor_destroy_many(gpucore_tensor *const *tensors, int64_t count);
 
 GPUCORE_API int gpucore_tensor_ndim(const gpucore_tensor *t);          /* -1 for an invalid handle */
 GPUCORE_API gpucore_dtype gpucore_tensor_dtype(const gpucore_tensor *t);

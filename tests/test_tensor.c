@@ -5,6 +5,7 @@
  * compared bit for bit with the CPU backend (the same Philox numbers everywhere).
  */
 #include <stdint.h>
+#include <string.h>
 #include "check.h"
 #include "numeric.h"
 
@@ -367,6 +368,37 @@ static void test_random(gpucore_context *ctx, gpucore_context *cpu)
     gpucore_tensor_destroy(whole);
 }
 
+/* gpucore_tensor_destroy_many: every valid handle goes (views and bases, NULL entries skipped),
+ * also after a bad one, and the first bad one is named; the allocator sees them all freed. */
+static void test_destroy_many(gpucore_context *ctx)
+{
+    gpucore_memory_stats before = {.struct_size = sizeof before}, after = {.struct_size = sizeof after};
+    CHECK_OK(gpucore_memory_get_stats(ctx, GPUCORE_MEMORY_DEVICE, &before));
+    int64_t shape[2] = {3, 7};
+    gpucore_tensor *ts[6] = {0};
+    for (int i = 0; i < 4; i++) ts[i] = make(ctx, GPUCORE_F32, 2, shape);
+    CHECK_OK(gpucore_tensor_transpose(ts[0], 0, 1, &ts[5])); /* a view beside its base */
+    CHECK_OK(gpucore_tensor_destroy_many(ts, 6));             /* ts[4] is NULL */
+    CHECK_OK(gpucore_memory_get_stats(ctx, GPUCORE_MEMORY_DEVICE, &after));
+    CHECK(after.allocated_bytes == before.allocated_bytes);
+    CHECK(after.allocated_blocks == before.allocated_blocks);
+
+    /* a destroyed handle at index 1 and a repeat at 3: reported, and the valid ones still go */
+    gpucore_tensor *dead = make(ctx, GPUCORE_F32, 2, shape);
+    CHECK_OK(gpucore_tensor_destroy(dead));
+    gpucore_tensor *a = make(ctx, GPUCORE_F32, 2, shape), *b = make(ctx, GPUCORE_F32, 2, shape);
+    gpucore_tensor *mixed[4] = {a, dead, b, a};
+    CHECK_STATUS(gpucore_tensor_destroy_many(mixed, 4), GPUCORE_ERR_INVALID_HANDLE);
+    CHECK(strstr(gpucore_last_error(), "tensors[1]") != NULL);
+    CHECK(gpucore_tensor_ndim(a) == -1 && gpucore_tensor_ndim(b) == -1);
+    CHECK_OK(gpucore_memory_get_stats(ctx, GPUCORE_MEMORY_DEVICE, &after));
+    CHECK(after.allocated_bytes == before.allocated_bytes);
+
+    CHECK_STATUS(gpucore_tensor_destroy_many(NULL, 2), GPUCORE_ERR_NULL_POINTER);
+    CHECK_STATUS(gpucore_tensor_destroy_many(ts, -1), GPUCORE_ERR_INVALID_ARGUMENT);
+    CHECK_OK(gpucore_tensor_destroy_many(NULL, 0));
+}
+
 int main(void)
 {
     const char *devices[4];
@@ -385,6 +417,7 @@ int main(void)
         test_as_strided(ctx);
         test_concat(ctx);
         test_random(ctx, cpu);
+        test_destroy_many(ctx);
         CHECK_OK(gpucore_context_destroy(ctx));
     }
     test_wrap_cpu();

@@ -252,6 +252,7 @@ DECLARATIONS: Dict[str, Tuple[Any, List[Any]]] = {
     "gpucore_tensor_create": (STATUS, [H, c_int, c_int, P_I64, P_H]),
     "gpucore_tensor_wrap": (STATUS, [H, c_int, c_int, P_I64, P_I64, c_void_p, DELETER_FN, c_void_p, P_H]),
     "gpucore_tensor_destroy": (STATUS, [H]),
+    "gpucore_tensor_destroy_many": (STATUS, [P_H, c_int64]),
     "gpucore_tensor_ndim": (c_int, [H]),
     "gpucore_tensor_dtype": (c_int, [H]),
     "gpucore_tensor_shape": (STATUS, [H, P_I64]),
@@ -654,6 +655,21 @@ class _Missing:
             % (self.__name__, library_path), function=self.__name__)
 
 
+#: Gives back the handles of dropped small results that wait in batches (set by context.py);
+#: True when some went. A call that failed for memory is made once more after it.
+release_pending: Callable[[], bool] = lambda: False
+
+
+def retry_after_release(status: int, fn: Any, *args: Any) -> int:
+    """The status of fn(*args), which failed with `status`: where that was out of memory and
+    dropped tensors were waiting to be given back, they go back first and fn runs once more (a
+    failed call leaves nothing behind, so it may be repeated)."""
+    if status == _errors.ERR_OUT_OF_MEMORY and release_pending():
+        _raw_clear_error()
+        return fn(*args)
+    return status
+
+
 def _wrap_status(name: str, fn: Any, allow_not_ready: bool) -> Callable[..., int]:
     clear = _raw_clear_error
 
@@ -661,7 +677,9 @@ def _wrap_status(name: str, fn: Any, allow_not_ready: bool) -> Callable[..., int
         clear()
         s = fn(*args)
         if s and not (allow_not_ready and s == _errors.ERR_NOT_READY):
-            raise_status(s, name)
+            s = retry_after_release(s, fn, *args)
+            if s:
+                raise_status(s, name)
         return s
 
     call.__name__ = name

@@ -18,6 +18,7 @@ import weakref
 from ctypes import byref, c_float, c_int, c_void_p
 from typing import Any, Dict, List, Optional, Sequence, Union
 
+from . import _lib as _lib_module
 from . import _runtime
 from ._lib import C, fast_function, raise_status
 from ._validate import INT32_MAX, INT32_MIN, to_int
@@ -63,6 +64,10 @@ class Context:
         #: whether a dying tensor gives its handle back to C (the C context exists, is not being
         #: destroyed, and the interpreter is not shutting down): Tensor.__del__ reads this one flag
         self._frees = False
+        #: handles of dropped small results (Tensor.__del__), given back to C in one call once there are
+        #: a batch of them, and before anything that looks at or frees the context's memory
+        self._release: List[c_void_p] = []
+        self._release_lock = threading.Lock()
         self._exports = 0
         self._lock = threading.RLock()
         self._streams: "weakref.WeakSet[Stream]" = weakref.WeakSet()
@@ -122,6 +127,26 @@ class Context:
         if st:  # the library wrote the message (a failed call always does)
             raise_status(st, "gpucore_context_synchronize")
 
+    def _release_pending(self, wait: bool = False) -> bool:
+        """Give back the handles waiting in _release in one C call; True when there were some.
+        Threads only append to the list, and only the lock holder takes from its front, so no
+        handle is given back twice or lost. A flush in progress elsewhere is left to finish unless
+        ``wait`` (close: the C context must not go while a batch is on its way)."""
+        pending = self._release
+        if not pending or not self._release_lock.acquire(wait):
+            return False
+        try:
+            n = len(pending)
+            if not n:
+                return False
+            handles = (c_void_p * n)(*pending[:n])
+            del pending[:n]
+            if self._frees:  # else the C context freed them with itself
+                C.raw_gpucore_tensor_destroy_many(handles, n)
+            return True
+        finally:
+            self._release_lock.release()
+
     def close(self) -> None:
         """Close the context: its tensors, streams and events become invalid.
 
@@ -133,6 +158,7 @@ class Context:
         with self._lock:
             if self._closed:
                 return
+            self._release_pending(wait=True)
             self._closed = True
             self._hp = None
             with _cache_lock:
@@ -162,6 +188,7 @@ class Context:
             return
         self._c_destroying = True
         self._frees = False
+        self._release.clear()  # the C context frees whatever was still waiting
         try:
             C.raw_gpucore_context_destroy(h)
         finally:
@@ -592,6 +619,19 @@ class Timer:
         self.end.record(self._stream)
         self.end.synchronize()
         self.ms = self.start.elapsed_time(self.end)
+
+
+def _release_all_pending() -> bool:
+    """Every open context gives back its dropped small results now (before a call that failed for
+    memory is tried again); True when some were given back."""
+    released = False
+    for ctx in list(_all_contexts):
+        if ctx._release and not ctx._closed:
+            released = ctx._release_pending(wait=True) or released
+    return released
+
+
+_lib_module.release_pending = _release_all_pending
 
 
 def _close_all_at_exit() -> None:

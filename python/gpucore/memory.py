@@ -42,6 +42,7 @@ def memory_stats(device: DeviceLike = None, kind: str = "device") -> Dict[str, i
     bytes and blocks (each with a ``_peak``), num_raw_allocs, num_raw_frees, num_ooms,
     num_alloc_retries, limit_bytes. ``kind``: "device" or "pinned" (the pinned host pool)."""
     ctx = get_context(device)
+    ctx._release_pending(wait=True)  # dropped small results count as freed
     s = MemoryStats()
     s.struct_size = ctypes.sizeof(MemoryStats)
     C.gpucore_memory_get_stats(ctx.handle, _kind(kind), byref(s))
@@ -70,7 +71,9 @@ def max_memory_reserved(device: DeviceLike = None) -> int:
 
 def reset_peak_memory_stats(device: DeviceLike = None, kind: str = "device") -> None:
     """Set every ``*_peak`` statistic to its current value."""
-    C.gpucore_memory_reset_peak_stats(get_context(device).handle, _kind(kind))
+    ctx = get_context(device)
+    ctx._release_pending(wait=True)
+    C.gpucore_memory_reset_peak_stats(ctx.handle, _kind(kind))
 
 
 def memory_snapshot(device: DeviceLike = None, kind: str = "device", format: str = "json") -> Any:
@@ -80,6 +83,7 @@ def memory_snapshot(device: DeviceLike = None, kind: str = "device", format: str
     if format not in ("json", "text"):
         raise InvalidArgumentError("format must be 'json' or 'text', not %r" % (format,))
     ctx = get_context(device)
+    ctx._release_pending(wait=True)
     fmt = 1 if format == "json" else 0
     k = _kind(kind)
     needed = c_int64()
@@ -99,7 +103,9 @@ def memory_snapshot(device: DeviceLike = None, kind: str = "device", format: str
 
 def empty_cache(device: DeviceLike = None, kind: str = "device") -> None:
     """Return cached memory nobody uses to the backend (memory in use stays)."""
-    C.gpucore_memory_empty_cache(get_context(device).handle, _kind(kind))
+    ctx = get_context(device)
+    ctx._release_pending(wait=True)
+    C.gpucore_memory_empty_cache(ctx.handle, _kind(kind))
 
 
 def set_memory_limit(limit: Union[int, float, str, None], device: DeviceLike = None) -> None:

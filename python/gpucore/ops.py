@@ -28,7 +28,7 @@ from typing import Any, Optional, Sequence, Tuple, Union
 import numpy as np
 
 from . import dtypes as _dt
-from ._lib import C, fast_function, raise_status
+from ._lib import C, fast_function, raise_status, retry_after_release
 from ._validate import INT32_MAX, UINT64_MAX, check_dim, to_float, to_int
 from .context import Context, Stream
 from .errors import (DeviceMismatchError, DtypeMismatchError, InvalidArgumentError, InvalidArgumentTypeError,
@@ -197,11 +197,12 @@ def _binary(op: int, a: TensorOrNumber, b: TensorOrNumber, out: Optional[Tensor]
             # shape, known here once C has accepted the shapes
             h = c_void_p()
             st = _fast_binary_new(op, a._hp, b._hp, None, byref(h))
-            if st:
+            if st and (st := retry_after_release(st, _fast_binary_new, op, a._hp, b._hp, None, byref(h))):
                 raise_status(st, "gpucore_binary_new")
             sa = a._shape
             shape = sa if sa == b._shape else _broadcast(sa, b._shape)
-            return _fresh(ctx, h, shape, (_shape_cache.get(shape) or _shape_info(shape))[1], dt)
+            info = _shape_cache.get(shape) or _shape_info(shape)
+            return _fresh(ctx, h, shape, info[1], dt, info[2])
     # a tensor and a Python number, where an affine form gives exactly the same bits
     if (type(b) is float or type(b) is int) and type(a) is Tensor:
         t, ab = a, _scalar_affine(op, float(b), False)
@@ -326,7 +327,8 @@ def _plain(a: Any, out: Any, stream: Any) -> bool:
 def _result_like(a: Tensor, h: c_void_p) -> Tensor:
     """The Tensor on handle h, which a *_new call made shaped like a, contiguous, of a's dtype."""
     shape = a._shape
-    return _fresh(a._ctx, h, shape, (_shape_cache.get(shape) or _shape_info(shape))[1], a._dtype)
+    info = _shape_cache.get(shape) or _shape_info(shape)
+    return _fresh(a._ctx, h, shape, info[1], a._dtype, info[2])
 
 
 def _coded_op_fast(fn: Any, name: str, code: int, a: Any, out: Any, stream: Any) -> Optional[Tensor]:
@@ -334,7 +336,7 @@ def _coded_op_fast(fn: Any, name: str, code: int, a: Any, out: Any, stream: Any)
     if _plain(a, out, stream):
         h = c_void_p()
         st = fn(code, a._hp, None, byref(h))
-        if st:
+        if st and (st := retry_after_release(st, fn, code, a._hp, None, byref(h))):
             raise_status(st, name)
         return _result_like(a, h)
     return None
@@ -396,7 +398,7 @@ def _scale_fast(a: Any, alpha: float, beta: float, out: Any, stream: Any) -> Opt
     if _plain(a, out, stream):
         h = c_void_p()
         st = _fast_scale_new(a._hp, c_double(alpha), c_double(beta), None, byref(h))
-        if st:
+        if st and (st := retry_after_release(st, _fast_scale_new, a._hp, c_double(alpha), c_double(beta), None, byref(h))):
             raise_status(st, "gpucore_scale_new")
         return _result_like(a, h)
     return None

@@ -19,7 +19,7 @@ import numpy as np
 
 from . import _runtime
 from . import dtypes as _dt
-from ._lib import C, fast_function, raise_status
+from ._lib import C, fast_function, raise_status, retry_after_release
 from ._runtime import DELETER, _Keep, forget_owner, register_owner
 from ._validate import INT64_MAX, MAX_DIMS, UINT64_MAX, check_dim, to_bool, to_float, to_int, to_shape
 from .context import Context, DeviceLike, Stream, get_context
@@ -60,18 +60,27 @@ def _contiguous_strides(shape: Tuple[int, ...]) -> Tuple[int, ...]:
     return tuple(reversed(strides))
 
 
-_shape_cache: Dict[Tuple[int, ...], Tuple[Any, Tuple[int, ...]]] = {}
+_shape_cache: Dict[Tuple[int, ...], Tuple[Any, Tuple[int, ...], bool]] = {}
+
+#: A dropped result of at most this many elements gives its handle back in a batch (see
+#: Context._release): its memory is small enough (<= 32 KiB at 8 bytes an element, 64 of them
+#: pending at most) that the delay cannot matter, and a batch saves one foreign call per op.
+_RELEASE_BATCH_MAX_ELEMENTS = 4096
 
 
-def _shape_info(shape: Tuple[int, ...]) -> Tuple[Any, Tuple[int, ...]]:
-    """(the int64 C array of shape, its contiguous strides), cached per shape: ops make results
-    of the same few shapes over and over. The C side only reads the array during a call, so
-    one array may serve every caller (and thread)."""
+def _shape_info(shape: Tuple[int, ...]) -> Tuple[Any, Tuple[int, ...], bool]:
+    """(the int64 C array of shape, its contiguous strides, whether a tensor of it is small
+    enough to give back in a batch), cached per shape: ops make results of the same few shapes
+    over and over. The C side only reads the array during a call, so one array may serve every
+    caller (and thread)."""
     info = _shape_cache.get(shape)
     if info is None:
         if len(_shape_cache) >= 512:
             _shape_cache.clear()
-        info = _shape_cache[shape] = (_i64_array(shape), _contiguous_strides(shape))
+        n = 1
+        for d in shape:
+            n *= d
+        info = _shape_cache[shape] = (_i64_array(shape), _contiguous_strides(shape), n <= _RELEASE_BATCH_MAX_ELEMENTS)
     return info
 
 
@@ -104,7 +113,9 @@ class Tensor:
 
     # _hp: the handle as a c_void_p (the one C wrote it into), passed as is by the argtypes-free
     # fast paths; meaningful only while _h is not None
-    __slots__ = ("_h", "_hp", "_ctx", "_foreign", "_keep", "_dead", "_shape", "_strides", "_dtype", "__weakref__")
+    # _batch: a small result that owns its memory, whose handle goes back in a batch when dropped
+    __slots__ = ("_h", "_hp", "_ctx", "_foreign", "_keep", "_dead", "_shape", "_strides", "_dtype", "_batch",
+                 "__weakref__")
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         raise TypeError("use gpucore.empty/zeros/tensor/from_numpy/from_dlpack (or a Context's methods) "
@@ -195,12 +206,19 @@ class Tensor:
 
     def __del__(self) -> None:
         # _destroy_handle inlined (this runs once per op result): one flag says whether C takes
-        # handles back, and the handle goes as the c_void_p C wrote it into (no argtypes)
+        # handles back, and the handle goes as the c_void_p C wrote it into (no argtypes). A small
+        # result joins its context's batch instead (one C call per _RELEASE_BATCH handles).
         try:
             if self._h is not None:
                 ctx = self._ctx
                 if ctx._frees:
                     self._h = None
+                    if self._batch:
+                        pending = ctx._release
+                        pending.append(self._hp)
+                        if len(pending) >= _RELEASE_BATCH:
+                            ctx._release_pending()
+                        return
                     if self._foreign:
                         _raw_context_synchronize(ctx._handle)
                     _fast_tensor_destroy(self._hp)
@@ -902,15 +920,19 @@ def _new(ctx: Context, shape: Tuple[int, ...], dt: Any) -> Tensor:
     info = _shape_cache.get(shape) or _shape_info(shape)
     out = c_void_p()
     st = _fast_tensor_create(ctx._hp, dt.value, len(shape), info[0], byref(out))
-    if st:
+    if st and (st := retry_after_release(st, _fast_tensor_create, ctx._hp, dt.value, len(shape), info[0], byref(out))):
         ctx.handle  # a closed context says so
         raise_status(st, "gpucore_tensor_create")
-    return _fresh(ctx, out, shape, info[1], dt)
+    return _fresh(ctx, out, shape, info[1], dt, info[2])
 
 
-def _fresh(ctx: Context, handle: c_void_p, shape: Tuple[int, ...], strides: Tuple[int, ...], dt: Any) -> Tensor:
-    """A Tensor on a new handle of ours (a c_void_p, kept) whose metadata the caller knows."""
+def _fresh(ctx: Context, handle: c_void_p, shape: Tuple[int, ...], strides: Tuple[int, ...], dt: Any,
+           batch: bool = False) -> Tensor:
+    """A Tensor on a new handle of ours (a c_void_p, kept) whose metadata the caller knows.
+    batch: the handle is a new allocation of its own, small (_shape_info's flag): when dropped, it
+    goes back in its context's batch."""
     t = _object_new(Tensor)
+    t._batch = batch
     t._h = handle.value
     t._hp = handle
     t._ctx = ctx
@@ -934,6 +956,7 @@ _fast_tensor_dtype = fast_function("gpucore_tensor_dtype")
 _fast_tensor_shape = fast_function("gpucore_tensor_shape")
 _fast_tensor_strides = fast_function("gpucore_tensor_strides")
 _I64_MAX_DIMS = c_int64 * MAX_DIMS
+_RELEASE_BATCH = 64  # dropped small results per batched release (Context._release_pending)
 
 
 def _filled(what: str, value: float, size: Tuple[Any, ...], dtype: Any, device: DeviceLike) -> Tensor:

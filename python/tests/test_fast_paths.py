@@ -156,26 +156,36 @@ def test_deferred_close_gives_tensor_memory_back_when_the_tensor_goes():
     assert c._handle is None
 
 
-def test_fast_paths_from_threads(ctx):
-    x, y = arr(64, seed=5), arr(64, seed=6)
-    a, b = ctx.tensor(x), ctx.tensor(y)
+def errors_from_threads(step, threads=4):
+    """Run step() in `threads` threads at once; the exceptions they raised."""
     errors = []
 
     def work():
         try:
-            for _ in range(300):
-                o = g.add(a, b)
-                r = g.relu(o)
-                s = g.scale(r, 2.0, 0.0)
-            np.testing.assert_allclose(s.numpy(), 2 * np.maximum(x + y, 0), rtol=1e-6)
+            step()
         except BaseException as e:  # noqa: BLE001
             errors.append(e)
 
-    ts = [threading.Thread(target=work) for _ in range(4)]
+    ts = [threading.Thread(target=work) for _ in range(threads)]
     for t in ts:
         t.start()
     for t in ts:
         t.join()
+    return errors
+
+
+def test_fast_paths_from_threads(ctx):
+    x, y = arr(64, seed=5), arr(64, seed=6)
+    a, b = ctx.tensor(x), ctx.tensor(y)
+
+    def step():
+        for _ in range(300):
+            o = g.add(a, b)
+            r = g.relu(o)
+            s = g.scale(r, 2.0, 0.0)
+        np.testing.assert_allclose(s.numpy(), 2 * np.maximum(x + y, 0), rtol=1e-6)
+
+    errors = errors_from_threads(step)
     assert not errors, errors
 
 

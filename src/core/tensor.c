@@ -203,6 +203,31 @@ gpucore_status gpucore_tensor_destroy(gpucore_tensor *t)
     return GPUCORE_OK;
 }
 
+gpucore_status gpucore_tensor_destroy_many(gpucore_tensor *const *tensors, int64_t count)
+{
+    if (count < 0)
+        return gpucore_set_error(GPUCORE_ERR_INVALID_ARGUMENT, "tensor_destroy_many: count is %lld; it must be >= 0",
+                                 (long long)count);
+    if (!tensors && count > 0) return gpucore_set_error(GPUCORE_ERR_NULL_POINTER, "tensor_destroy_many: tensors is NULL");
+    /* every valid handle goes, also after a bad one: the first bad one is reported */
+    gpucore_status first = GPUCORE_OK;
+    for (int64_t i = 0; i < count; i++) {
+        gpucore_tensor *t = tensors[i];
+        if (!t) continue;
+        if (t->magic != GPUCORE_MAGIC_TENSOR || !t->ctx || t->ctx->magic != GPUCORE_MAGIC_CONTEXT) {
+            if (!first) { /* the message names the first bad handle */
+                char what[48];
+                snprintf(what, sizeof what, "tensors[%lld]", (long long)i);
+                first = gpucore_check_tensor(t, "tensor_destroy_many", what);
+            }
+            continue;
+        }
+        tensor_unlink(t);
+        tensor_free_handle(t);
+    }
+    return first;
+}
+
 void gpucore_tensors_destroy_all(gpucore_context *ctx)
 {
     pthread_mutex_lock(&ctx->lock);
