@@ -37,12 +37,18 @@ def _kind(kind: str) -> int:
     return _KINDS[kind]
 
 
+def _settled_context(device: DeviceLike) -> Any:
+    """The context, its dropped small results given back first (they count as freed)."""
+    ctx = get_context(device)
+    ctx._release_pending(wait=True)
+    return ctx
+
+
 def memory_stats(device: DeviceLike = None, kind: str = "device") -> Dict[str, int]:
     """Allocator statistics as a dict: allocated/reserved/active/inactive_split/requested
     bytes and blocks (each with a ``_peak``), num_raw_allocs, num_raw_frees, num_ooms,
     num_alloc_retries, limit_bytes. ``kind``: "device" or "pinned" (the pinned host pool)."""
-    ctx = get_context(device)
-    ctx._release_pending(wait=True)  # dropped small results count as freed
+    ctx = _settled_context(device)
     s = MemoryStats()
     s.struct_size = ctypes.sizeof(MemoryStats)
     C.gpucore_memory_get_stats(ctx.handle, _kind(kind), byref(s))
@@ -71,8 +77,7 @@ def max_memory_reserved(device: DeviceLike = None) -> int:
 
 def reset_peak_memory_stats(device: DeviceLike = None, kind: str = "device") -> None:
     """Set every ``*_peak`` statistic to its current value."""
-    ctx = get_context(device)
-    ctx._release_pending(wait=True)
+    ctx = _settled_context(device)
     C.gpucore_memory_reset_peak_stats(ctx.handle, _kind(kind))
 
 
@@ -82,8 +87,7 @@ def memory_snapshot(device: DeviceLike = None, kind: str = "device", format: str
     "blocks": [{"address", "size", "requested", "state", "stream"}]}]}); "text" a string."""
     if format not in ("json", "text"):
         raise InvalidArgumentError("format must be 'json' or 'text', not %r" % (format,))
-    ctx = get_context(device)
-    ctx._release_pending(wait=True)
+    ctx = _settled_context(device)
     fmt = 1 if format == "json" else 0
     k = _kind(kind)
     needed = c_int64()
@@ -103,8 +107,7 @@ def memory_snapshot(device: DeviceLike = None, kind: str = "device", format: str
 
 def empty_cache(device: DeviceLike = None, kind: str = "device") -> None:
     """Return cached memory nobody uses to the backend (memory in use stays)."""
-    ctx = get_context(device)
-    ctx._release_pending(wait=True)
+    ctx = _settled_context(device)
     C.gpucore_memory_empty_cache(ctx.handle, _kind(kind))
 
 

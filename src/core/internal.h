@@ -139,6 +139,8 @@ GPUCORE_HIDDEN gpucore_status gpucore_context_mismatch(const char *op, const cha
                                                        const char *b_what, const gpucore_context *b);
 GPUCORE_HIDDEN gpucore_status gpucore_check_context(const gpucore_context *ctx, const char *op);
 GPUCORE_HIDDEN gpucore_status gpucore_check_tensor(const gpucore_tensor *t, const char *op, const char *arg);
+/* Whether t is a live tensor of a live context: gpucore_check_tensor without the message. */
+GPUCORE_HIDDEN int gpucore_tensor_live(const gpucore_tensor *t);
 GPUCORE_HIDDEN gpucore_status gpucore_check_event(const gpucore_event *e, const char *op);
 GPUCORE_HIDDEN gpucore_status gpucore_check_stream(const gpucore_stream *s, const char *op);
 /* Resolve a stream argument (NULL -> current stream) and check it belongs to ctx. */

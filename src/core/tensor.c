@@ -214,16 +214,14 @@ gpucore_status gpucore_tensor_destroy_many(gpucore_tensor *const *tensors, int64
     for (int64_t i = 0; i < count; i++) {
         gpucore_tensor *t = tensors[i];
         if (!t) continue;
-        if (t->magic != GPUCORE_MAGIC_TENSOR || !t->ctx || t->ctx->magic != GPUCORE_MAGIC_CONTEXT) {
-            if (!first) { /* the message names the first bad handle */
-                char what[48];
-                snprintf(what, sizeof what, "tensors[%lld]", (long long)i);
-                first = gpucore_check_tensor(t, "tensor_destroy_many", what);
-            }
-            continue;
+        if (gpucore_tensor_live(t)) {
+            tensor_unlink(t);
+            tensor_free_handle(t);
+        } else if (!first) { /* the message names the first bad handle */
+            char what[48];
+            snprintf(what, sizeof what, "tensors[%lld]", (long long)i);
+            first = gpucore_check_tensor(t, "tensor_destroy_many", what);
         }
-        tensor_unlink(t);
-        tensor_free_handle(t);
     }
     return first;
 }

@@ -31,8 +31,14 @@ gpucore_status gpucore_check_context(const gpucore_context *ctx, const char *op)
     return GPUCORE_OK;
 }
 
+int gpucore_tensor_live(const gpucore_tensor *t)
+{
+    return t && t->magic == GPUCORE_MAGIC_TENSOR && t->ctx && t->ctx->magic == GPUCORE_MAGIC_CONTEXT;
+}
+
 gpucore_status gpucore_check_tensor(const gpucore_tensor *t, const char *op, const char *arg)
 {
+    if (gpucore_tensor_live(t)) return GPUCORE_OK;
     if (!t) return gpucore_set_error(GPUCORE_ERR_NULL_POINTER, "%s: tensor '%s' is NULL", op, arg);
     if (t->magic != GPUCORE_MAGIC_TENSOR)
         return gpucore_set_error(GPUCORE_ERR_INVALID_HANDLE,
