@@ -217,6 +217,16 @@ GPUCORE_API const char *gpucore_context_device_name(const gpucore_context *ctx);
 GPUCORE_API int64_t gpucore_context_id(const gpucore_context *ctx);
 /* Wait for all work on all of the context's streams. */
 GPUCORE_API gpucore_status gpucore_context_synchronize(gpucore_context *ctx);
+/* Where the host can see it (the CPU backend): the address of a word that reads 0 exactly
+ * when nothing is queued or running on any stream of ctx and no asynchronous error waits to
+ * be reported, so gpucore_context_synchronize would return GPUCORE_OK at once. A caller for
+ * whom a call costs more than a load (an interpreter binding) may read it first and skip the
+ * call when it is 0. Read it with an acquire load (__atomic_load_n(word, __ATOMIC_ACQUIRE));
+ * a 0 read that way also makes the finished work's results visible. Work run inline on
+ * another thread at that moment is not counted, as synchronize does not wait for it either.
+ * The word stays readable memory after gpucore_context_destroy and then reads nonzero.
+ * GPUCORE_ERR_NOT_SUPPORTED on CUDA, where the device runs the work. */
+GPUCORE_API gpucore_status gpucore_context_pending_word(gpucore_context *ctx, const uint64_t **word);
 
 /* ----------------------------------------------------------------- streams */
 
@@ -228,7 +238,8 @@ GPUCORE_API gpucore_status gpucore_context_set_current_stream(gpucore_context *c
 
 /* priority: 0 normal; negative is higher priority (CUDA convention), clamped to the device's range. */
 GPUCORE_API gpucore_status gpucore_stream_create(gpucore_context *ctx, int priority, gpucore_stream **out);
-/* Waits for the stream's work, then destroys it. */
+/* Waits for the stream's work, then destroys it; returns the error of an earlier asynchronous op
+ * on it not yet reported by a synchronize (the stream is destroyed either way). */
 GPUCORE_API gpucore_status gpucore_stream_destroy(gpucore_stream *stream);
 /* Returns the first error an asynchronous op on this stream met, if any. */
 GPUCORE_API gpucore_status gpucore_stream_synchronize(gpucore_stream *stream);
@@ -787,6 +798,12 @@ GPUCORE_API gpucore_status gpucore_host_record_stream(gpucore_context *ctx, void
  * together, from this call on, attempts nth .. nth+count-1 fail (count < 0: every
  * attempt from nth on). nth 0 disarms. For fault-injection tests; never in production. */
 GPUCORE_API gpucore_status gpucore_debug_fail_raw_alloc(gpucore_context *ctx, int64_t nth, int64_t count);
+/* TESTING ONLY: queue on stream (not NULL) a task that fails with
+ * `status` when it runs, as a faulting kernel would: the error is reported by the next
+ * synchronize of that stream or its context, once. For testing how a program handles
+ * asynchronous errors. status must be an error (not GPUCORE_OK). GPUCORE_ERR_NOT_SUPPORTED
+ * on CUDA (a device fault there ends the context). */
+GPUCORE_API gpucore_status gpucore_debug_fail_async(gpucore_stream *stream, gpucore_status status);
 
 /* --------------------------------------------------------------- profiling
  *

@@ -3,10 +3,12 @@
  * stream, cross-stream waits through events (a slow producer on one stream, a
  * consumer on another that must see its result), queries, elapsed time, the
  * per-thread current stream, two threads using one context on their own
- * streams at once, and small ops on an idle CPU stream (run at once on the caller's
- * thread) keeping their place behind queued work.
+ * streams at once, small ops on an idle CPU stream (run at once on the caller's
+ * thread) keeping their place behind queued work, asynchronous errors (reported once, by
+ * the next synchronize of the stream or its context), and the CPU context's pending word.
  */
 #include <pthread.h>
+#include <unistd.h>
 #include <stdint.h>
 #include "check.h"
 
@@ -178,8 +180,135 @@ static void test_small_ops(gpucore_context *ctx)
     gpucore_stream_destroy(st);
 }
 
+/* The context's pending word as an acquire load (what a binding reads); -1 where there is none. */
+static int64_t pending_now(gpucore_context *ctx)
+{
+    const uint64_t *w = NULL;
+    if (gpucore_context_pending_word(ctx, &w) != GPUCORE_OK) return -1;
+    return (int64_t)__atomic_load_n(w, __ATOMIC_ACQUIRE);
+}
+
+/* An asynchronous failure is reported by the next synchronize of its stream or of the context,
+ * once, and leaves both usable; bad arguments are refused. */
+static void test_async_error(gpucore_context *ctx)
+{
+    gpucore_stream *st = NULL, *other = NULL;
+    CHECK_OK(gpucore_stream_create(ctx, 0, &st));
+    CHECK_OK(gpucore_stream_create(ctx, 0, &other));
+    CHECK_STATUS(gpucore_debug_fail_async(NULL, GPUCORE_ERR_INTERNAL), GPUCORE_ERR_NULL_POINTER);
+    CHECK_STATUS(gpucore_debug_fail_async(st, GPUCORE_OK), GPUCORE_ERR_INVALID_ARGUMENT);
+    CHECK_STATUS(gpucore_debug_fail_async(st, GPUCORE_ERR_NOT_READY), GPUCORE_ERR_INVALID_ARGUMENT);
+    CHECK_STATUS(gpucore_debug_fail_async(st, (gpucore_status)1000), GPUCORE_ERR_INVALID_ARGUMENT);
+    CHECK_OK(gpucore_stream_synchronize(st)); /* nothing was queued by the refusals */
+    gpucore_device_type type;
+    int index;
+    CHECK_OK(gpucore_context_device(ctx, &type, &index));
+    if (type == GPUCORE_DEVICE_CUDA) { /* the CUDA backend (over the stand-ins) cannot fake a device fault */
+        CHECK_STATUS(gpucore_debug_fail_async(st, GPUCORE_ERR_BACKEND), GPUCORE_ERR_NOT_SUPPORTED);
+        CHECK_OK(gpucore_stream_destroy(st));
+        CHECK_OK(gpucore_stream_destroy(other));
+        return;
+    }
+
+    /* the stream's own synchronize reports it once */
+    CHECK_OK(gpucore_debug_fail_async(st, GPUCORE_ERR_OUT_OF_MEMORY));
+    CHECK_STATUS(gpucore_stream_synchronize(st), GPUCORE_ERR_OUT_OF_MEMORY);
+    CHECK_OK(gpucore_stream_synchronize(st));
+    CHECK_OK(gpucore_context_synchronize(ctx));
+
+    /* the context's synchronize reports it once, behind queued work, and only the first failure */
+    int64_t n = BIG;
+    gpucore_tensor *a = NULL;
+    CHECK_OK(gpucore_tensor_create(ctx, GPUCORE_F32, 1, &n, &a));
+    for (int k = 0; k < 3; k++) CHECK_OK(gpucore_random(a, GPUCORE_NORMAL, 0, 1, 9, (uint64_t)k, other));
+    CHECK_OK(gpucore_debug_fail_async(st, GPUCORE_ERR_BACKEND));
+    CHECK_OK(gpucore_debug_fail_async(st, GPUCORE_ERR_INTERNAL));
+    CHECK_STATUS(gpucore_context_synchronize(ctx), GPUCORE_ERR_BACKEND);
+    CHECK_OK(gpucore_context_synchronize(ctx));
+    CHECK_OK(gpucore_stream_synchronize(st));
+    CHECK_OK(gpucore_stream_query(other)); /* the context's synchronize waited for the fills */
+
+    /* still usable: an op after the failure runs and its result is right */
+    CHECK_OK(gpucore_debug_fail_async(st, GPUCORE_ERR_BACKEND));
+    CHECK_OK(gpucore_fill(a, 3.0, st));
+    CHECK_STATUS(gpucore_stream_synchronize(st), GPUCORE_ERR_BACKEND);
+    float *x = malloc(sizeof(float) * BIG);
+    CHECK_OK(gpucore_copy_to_host(x, (int64_t)sizeof(float) * BIG, a));
+    CHECK(x[0] == 3.0f && x[BIG - 1] == 3.0f);
+    free(x);
+
+    /* destroying a stream reports its unreported error, and destroys it all the same */
+    CHECK_OK(gpucore_debug_fail_async(other, GPUCORE_ERR_BACKEND));
+    CHECK_STATUS(gpucore_stream_destroy(other), GPUCORE_ERR_BACKEND);
+    CHECK_STATUS(gpucore_stream_synchronize(other), GPUCORE_ERR_INVALID_HANDLE);
+    CHECK_OK(gpucore_context_synchronize(ctx));
+    CHECK(pending_now(ctx) <= 0);
+    gpucore_tensor_destroy(a);
+    CHECK_OK(gpucore_stream_destroy(st));
+}
+
+/* The pending word: the CPU backend's, 0 exactly when a context synchronize has nothing to do;
+ * none on the other backends. */
+static void test_pending_word(gpucore_context *ctx)
+{
+    gpucore_device_type type;
+    int index;
+    CHECK_OK(gpucore_context_device(ctx, &type, &index));
+    const uint64_t *w = NULL;
+    CHECK_STATUS(gpucore_context_pending_word(ctx, NULL), GPUCORE_ERR_NULL_POINTER);
+    CHECK_STATUS(gpucore_context_pending_word(NULL, &w), GPUCORE_ERR_NULL_POINTER);
+    if (type != GPUCORE_DEVICE_CPU) {
+        w = (const uint64_t *)&w;
+        CHECK_STATUS(gpucore_context_pending_word(ctx, &w), GPUCORE_ERR_NOT_SUPPORTED);
+        CHECK(w == NULL);
+        return;
+    }
+    CHECK_OK(gpucore_context_synchronize(ctx));
+    CHECK(pending_now(ctx) == 0);
+    gpucore_stream *st = NULL;
+    CHECK_OK(gpucore_stream_create(ctx, 0, &st));
+    int64_t n = BIG, small = 16;
+    gpucore_tensor *a = NULL, *s = NULL;
+    CHECK_OK(gpucore_tensor_create(ctx, GPUCORE_F32, 1, &n, &a));
+    CHECK_OK(gpucore_tensor_create(ctx, GPUCORE_F32, 1, &small, &s));
+    gpucore_tensor *head = NULL;
+    CHECK_OK(gpucore_tensor_slice(a, 0, 0, small, 1, &head));
+    /* queued work counts until it is done; the word falls to 0 on its own, with the results visible */
+    int seen_busy = 0;
+    for (int rep = 0; rep < 5 && !seen_busy; rep++) {
+        for (int k = 0; k < 4; k++) CHECK_OK(gpucore_random(a, GPUCORE_NORMAL, 0, 1, 3, (uint64_t)k, st));
+        CHECK_OK(gpucore_fill(a, 7.0, st));
+        seen_busy = pending_now(ctx) > 0;
+        for (long spin = 0; pending_now(ctx) != 0 && spin < 20000; spin++) usleep(1000); /* at most 20 s */
+        CHECK(pending_now(ctx) == 0);
+        CHECK_OK(gpucore_stream_query(st));
+        float x[16] = {0};
+        CHECK_OK(gpucore_copy_to_host(x, sizeof x, head));
+        CHECK(x[0] == 7.0f && x[15] == 7.0f);
+    }
+    CHECK(seen_busy); /* 4 normal fills of 4M floats are not done by the time the last one is queued */
+    /* a small op on an idle stream runs inline and leaves nothing counted */
+    CHECK_OK(gpucore_fill(s, 1.0, st));
+    CHECK(pending_now(ctx) == 0);
+    /* an unreported error counts until a synchronize reports it, on the stream or the context */
+    CHECK_OK(gpucore_debug_fail_async(st, GPUCORE_ERR_BACKEND));
+    CHECK_STATUS(gpucore_stream_synchronize(st), GPUCORE_ERR_BACKEND);
+    CHECK(pending_now(ctx) == 0);
+    CHECK_OK(gpucore_debug_fail_async(st, GPUCORE_ERR_BACKEND));
+    for (long spin = 0; gpucore_stream_query(st) == GPUCORE_ERR_NOT_READY && spin < 20000; spin++) usleep(1000);
+    CHECK(pending_now(ctx) == 1); /* the task is done; its error waits */
+    CHECK_STATUS(gpucore_context_synchronize(ctx), GPUCORE_ERR_BACKEND);
+    CHECK(pending_now(ctx) == 0);
+    CHECK_OK(gpucore_context_synchronize(ctx));
+    gpucore_tensor_destroy(head);
+    gpucore_tensor_destroy(a);
+    gpucore_tensor_destroy(s);
+    CHECK_OK(gpucore_stream_destroy(st));
+    CHECK(pending_now(ctx) == 0);
+}
+
 int main(void)
 {
-    const device_test_fn tests[] = {test_ordering, test_threads, test_small_ops};
+    const device_test_fn tests[] = {test_ordering, test_threads, test_small_ops, test_async_error, test_pending_word};
     return run_on_devices("test_stream", tests, (int)(sizeof tests / sizeof tests[0]));
 }

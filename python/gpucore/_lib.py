@@ -230,6 +230,7 @@ DECLARATIONS: Dict[str, Tuple[Any, List[Any]]] = {
     "gpucore_context_device_name": (c_char_p, [H]),
     "gpucore_context_id": (c_int64, [H]),
     "gpucore_context_synchronize": (STATUS, [H]),
+    "gpucore_context_pending_word": (STATUS, [H, P_H]),  # NOT_SUPPORTED on CUDA: Context keeps None
     # streams and events
     "gpucore_context_default_stream": (STATUS, [H, P_H]),
     "gpucore_context_current_stream": (STATUS, [H, P_H]),
@@ -333,6 +334,7 @@ DECLARATIONS: Dict[str, Tuple[Any, List[Any]]] = {
     "gpucore_host_free": (STATUS, [H, c_void_p]),
     "gpucore_host_record_stream": (STATUS, [H, c_void_p, H]),
     "gpucore_debug_fail_raw_alloc": (STATUS, [H, c_int64, c_int64]),
+    "gpucore_debug_fail_async": (STATUS, [H, c_int]),
     # profiling
     "gpucore_profiler_enable": (STATUS, [H, c_int]),
     "gpucore_profiler_enabled": (c_int, [H]),

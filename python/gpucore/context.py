@@ -13,9 +13,10 @@ from __future__ import annotations
 
 import atexit
 import ctypes
+import platform
 import threading
 import weakref
-from ctypes import byref, c_float, c_int, c_void_p
+from ctypes import byref, c_float, c_int, c_uint64, c_void_p
 from typing import Any, Dict, List, Optional, Sequence, Union
 
 from . import _lib as _lib_module
@@ -31,6 +32,9 @@ _all_contexts: "weakref.WeakSet[Context]" = weakref.WeakSet()
 _cached: Dict[str, "Context"] = {}
 _cache_lock = threading.RLock()
 _fast_context_synchronize = fast_function("gpucore_context_synchronize")
+#: ctypes reads memory with plain loads; on x86-64 every load has acquire order, which reading the
+#: context's pending word asks for (elsewhere Context.synchronize always calls the library)
+_LOADS_ACQUIRE = platform.machine().lower() in ("x86_64", "amd64")
 
 
 class Context:
@@ -79,6 +83,12 @@ class Context:
         C.gpucore_context_create(device.encode() if device is not None else None, byref(h))
         self._handle = h.value
         self._frees = True
+        #: the C context's pending word (CPU backend, x86-64): 0 when a synchronize has nothing to do
+        self._idle: Optional[c_uint64] = None
+        if _LOADS_ACQUIRE:
+            word = c_void_p()
+            if C.raw_gpucore_context_pending_word(self._handle, byref(word)) == 0 and word.value:
+                self._idle = c_uint64.from_address(word.value)
         #: the handle as a c_void_p for argtypes-free hot calls (gpucore._lib.fast_function); None once closed
         self._hp: Optional[c_void_p] = c_void_p(self._handle)
         t, i = c_int(), c_int()
@@ -123,6 +133,9 @@ class Context:
         hp = self._hp
         if hp is None:
             self.handle  # says the context was closed
+        idle = self._idle
+        if idle is not None and not idle.value:
+            return  # nothing queued and no error to report: what the call would find, at the cost of a load
         st = _fast_context_synchronize(hp)
         if st:  # the library wrote the message (a failed call always does)
             raise_status(st, "gpucore_context_synchronize")
@@ -161,6 +174,7 @@ class Context:
             self._release_pending(wait=True)
             self._closed = True
             self._hp = None
+            self._idle = None
             with _cache_lock:
                 for k in [k for k, v in _cached.items() if v is self]:
                     del _cached[k]

@@ -20,12 +20,12 @@ import numpy as np
 from ._lib import C, MemoryStats, ProfileEntry
 from ._validate import to_float, to_int
 from .context import Context, DeviceLike, Stream, get_context
-from .errors import InvalidArgumentError, InvalidArgumentTypeError, InvalidHandleError
+from .errors import GpucoreError, InvalidArgumentError, InvalidArgumentTypeError, InvalidHandleError
 
 __all__ = ["memory_stats", "memory_allocated", "max_memory_allocated", "memory_reserved",
            "max_memory_reserved", "reset_peak_memory_stats", "memory_snapshot", "empty_cache",
            "set_memory_limit", "set_per_process_memory_fraction", "set_caching", "configure_memory",
-           "memory_conf", "validate_alloc_conf", "debug_fail_raw_alloc", "DeviceBuffer", "PinnedBuffer",
+           "memory_conf", "validate_alloc_conf", "debug_fail_raw_alloc", "debug_fail_async", "DeviceBuffer", "PinnedBuffer",
            "device_alloc", "pin_memory", "Profiler", "profiler"]
 
 _KINDS = {"device": 0, "pinned": 1, "pinned_host": 1, "host": 1}
@@ -164,6 +164,22 @@ def debug_fail_raw_alloc(nth: int, count: int = 1, device: DeviceLike = None) ->
     """TESTING ONLY: raw allocations nth .. nth+count-1 from now fail as if out of memory
     (count < 0: all from nth on; nth 0 disarms)."""
     C.gpucore_debug_fail_raw_alloc(get_context(device).handle, to_int(nth, "nth", 0), to_int(count, "count"))
+
+
+def debug_fail_async(error: Union[int, type], stream: Optional[Stream] = None, device: DeviceLike = None) -> None:
+    """TESTING ONLY: queue on ``stream`` (default: the current stream of ``device``'s context) a
+    task that fails when it runs, as a faulting kernel would; the next synchronize of that stream
+    or its context raises it, once. ``error``: a status code or a GpucoreError subclass
+    (e.g. ``gpucore.BackendError``). NotSupportedError on CUDA, where a fault ends the context."""
+    if isinstance(error, type) and issubclass(error, GpucoreError):
+        code = error.status_code
+    else:
+        code = to_int(error, "error")
+    if stream is None:
+        stream = get_context(device).current_stream
+    elif not isinstance(stream, Stream):
+        raise InvalidArgumentTypeError("stream must be a gpucore.Stream or None, not %s" % type(stream).__name__)
+    C.gpucore_debug_fail_async(stream.handle, code)
 
 
 class _RawBuffer:

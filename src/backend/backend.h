@@ -26,8 +26,9 @@
 
 /* 2: event_create_untimed in the vtable, gemm_desc.fallback_out
  * 3: attn_args.algo and attn_args.engine_out (cuDNN SDPA)
- * 5: attn_args.ws_alloc/ws_release/ws_ctx (the cuDNN SDPA graphs' scratch) */
-#define GPUCORE_BACKEND_ABI 5
+ * 5: attn_args.ws_alloc/ws_release/ws_ctx (the cuDNN SDPA graphs' scratch)
+ * 6: stream_count_pending and debug_fail_async */
+#define GPUCORE_BACKEND_ABI 6
 
 typedef void (*gpucore_host_fn)(void *arg);
 
@@ -189,6 +190,18 @@ typedef struct gpucore_backend {
     /* RoPE, gated linear units, fused residual + norm (src/ops/transformer.c validates;
      * kernels/transformer_math.h). NULL: not supported. */
     gpucore_status (*transformer)(void *bctx, const gpucore_tfm_args *args, void *stream);
+
+    /* --- what the host can know of a stream without asking it. NULL: nothing (CUDA: the
+     * device runs the work). --- */
+    /* Keep *word (one per context, shared by its streams) at the number of tasks queued on
+     * `stream` and not finished plus one while an error waits for synchronize, with atomic
+     * adds, a release after each task's results; 0 from every stream means a synchronize of
+     * each would return OK at once (src/core/context.c reads it). Called once, right after
+     * stream_create; word outlives the stream. */
+    void (*stream_count_pending)(void *bctx, void *stream, uint64_t *word);
+    /* gpucore_debug_fail_async: queue on `stream` a task that fails with `status` when it runs.
+     * NULL: not supported. */
+    gpucore_status (*debug_fail_async)(void *bctx, void *stream, gpucore_status status);
 } gpucore_backend;
 
 /* What libgpucore.so gives a plugin module so it can report errors and log

@@ -116,6 +116,7 @@ gpucore_status gpucore_context_destroy(gpucore_context *ctx)
     gpucore_events_destroy_all(ctx);
     gpucore_memory_fini(ctx); /* the streams are synchronized: every segment can go back */
     gpucore_streams_destroy_all(ctx);
+    __atomic_store_n(&ctx->pending, (uint64_t)1 << 63, __ATOMIC_RELEASE); /* a stale reader asks, and is told */
     ctx->magic = GPUCORE_MAGIC_DEAD;
     ctx->be->context_fini(ctx->bctx);
     pthread_mutex_destroy(&ctx->lock);
@@ -148,6 +149,8 @@ gpucore_status gpucore_context_synchronize(gpucore_context *ctx)
 {
     gpucore_status st = gpucore_check_context(ctx, "context_synchronize");
     if (st) return st;
+    /* nothing queued on any stream and no error to report: nothing to lock or ask */
+    if (ctx->be->stream_count_pending && !__atomic_load_n(&ctx->pending, __ATOMIC_ACQUIRE)) return GPUCORE_OK;
     gpucore_status first = GPUCORE_OK;
     pthread_mutex_lock(&ctx->lock);
     for (gpucore_stream *s = ctx->streams; s; s = s->next) {
@@ -156,6 +159,21 @@ gpucore_status gpucore_context_synchronize(gpucore_context *ctx)
     }
     pthread_mutex_unlock(&ctx->lock);
     return first;
+}
+
+gpucore_status gpucore_context_pending_word(gpucore_context *ctx, const uint64_t **word)
+{
+    gpucore_status st = gpucore_check_context(ctx, "context_pending_word");
+    if (st) return st;
+    if (!word) return gpucore_set_error(GPUCORE_ERR_NULL_POINTER, "context_pending_word: word is NULL");
+    *word = NULL;
+    if (!ctx->be->stream_count_pending)
+        return gpucore_set_error(GPUCORE_ERR_NOT_SUPPORTED,
+                                 "context_pending_word: on %s the device runs the queued work and the host cannot "
+                                 "know when it is done without asking; call gpucore_context_synchronize",
+                                 ctx->name);
+    *word = &ctx->pending;
+    return GPUCORE_OK;
 }
 
 /* ---- device queries (no context) ---- */

@@ -105,6 +105,10 @@ struct gpucore_context {
     atomic_int current_set;              /* stream.c: 1 once any thread set a current stream for it */
     atomic_int profile_flags;            /* profile.c: GPUCORE_PROFILE_* bits; 0 = profiling off */
     struct gpucore_profiler *profiler;   /* profile.c: per-op records, created on first enable */
+    /* Where the backend counts every stream's queued work and unreported errors
+     * (backend.h: stream_count_pending): 0 = a synchronize has nothing to do. Nonzero
+     * once the context is destroyed. Only kept where be->stream_count_pending is set. */
+    uint64_t pending;
 };
 
 /* Memory a tensor and its views share. Freed (in stream order) when the last view goes. */

@@ -87,6 +87,7 @@ gpucore_status gpucore_stream_create(gpucore_context *ctx, int priority, gpucore
         gpucore_handle_release(&gpucore_stream_pool, s);
         return st;
     }
+    if (ctx->be->stream_count_pending) ctx->be->stream_count_pending(ctx->bctx, s->bstream, &ctx->pending);
     s->ctx = ctx;
     s->magic = GPUCORE_MAGIC_STREAM;
     pthread_mutex_lock(&ctx->lock);
@@ -181,6 +182,21 @@ gpucore_status gpucore_stream_synchronize(gpucore_stream *stream)
     gpucore_status st = gpucore_check_stream(stream, "stream_synchronize");
     if (st) return st;
     return stream->ctx->be->stream_synchronize(stream->ctx->bctx, stream->bstream);
+}
+
+gpucore_status gpucore_debug_fail_async(gpucore_stream *stream, gpucore_status status)
+{
+    gpucore_status st = gpucore_check_stream(stream, "debug_fail_async");
+    if (st) return st;
+    if (status <= GPUCORE_OK || status > GPUCORE_ERR_INTERNAL || status == GPUCORE_ERR_NOT_READY)
+        return gpucore_set_error(GPUCORE_ERR_INVALID_ARGUMENT,
+                                 "debug_fail_async: status %d is not an error code (1..%d, not GPUCORE_ERR_NOT_READY)",
+                                 (int)status, (int)GPUCORE_ERR_INTERNAL);
+    gpucore_context *ctx = stream->ctx;
+    if (!ctx->be->debug_fail_async)
+        return gpucore_set_error(GPUCORE_ERR_NOT_SUPPORTED,
+                                 "debug_fail_async: not on %s (a device fault there ends the context)", ctx->name);
+    return ctx->be->debug_fail_async(ctx->bctx, stream->bstream, status);
 }
 
 gpucore_status gpucore_stream_query(gpucore_stream *stream)

@@ -141,6 +141,11 @@ static gpucore_status cpu_stream_create_v(void *bctx, int priority, void **s)
 }
 static void cpu_stream_destroy_v(void *bctx, void *s) { (void)bctx; cpu_stream_destroy(s); }
 static gpucore_status cpu_stream_sync_v(void *bctx, void *s) { (void)bctx; return cpu_stream_synchronize(s); }
+static void cpu_stream_count_pending_v(void *bctx, void *s, uint64_t *word)
+{
+    (void)bctx;
+    cpu_stream_count_pending(s, word);
+}
 
 GPUCORE_HIDDEN gpucore_status cpu_attention(void *bctx, const gpucore_attn_args *args, void *s); /* cpu_attention.c */
 GPUCORE_HIDDEN gpucore_status cpu_transformer(void *bctx, const gpucore_tfm_args *args, void *s); /* cpu_transformer.c */
@@ -163,6 +168,7 @@ static const gpucore_backend cpu_backend_table = {
     .stream_create = cpu_stream_create_v,
     .stream_destroy = cpu_stream_destroy_v,
     .stream_synchronize = cpu_stream_sync_v,
+    .stream_count_pending = cpu_stream_count_pending_v,
     CPU_STREAM_VTABLE_SHARED
     .copy_strided = cpu_copy_strided,
     .fill = cpu_fill,

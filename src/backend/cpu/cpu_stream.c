@@ -36,6 +36,13 @@
  * synchronize or event that follows it in any thread finds it done, and a worker polling
  * for new work is not disturbed. A failure is sticky, as for a queued task.
  *
+ * The pending word: a context may give its streams one shared word
+ * (cpu_stream_count_pending) that counts queued, unfinished tasks and unreported errors,
+ * so a context-wide synchronize with nothing to wait for is one atomic load, and a binding
+ * that can read memory (ctypes) skips the call altogether. It moves under each stream's
+ * mutex, beside the counters: +1 at enqueue, -1 when the task completes (a release, after
+ * its results), +1 when a failure becomes sticky, -1 when synchronize reports it.
+ *
  * Spin, then park: a worker that runs out of work, and a synchronizing caller
  * whose last outstanding task runs on another thread, first poll the queue's
  * counters (atomics, no lock) for a bounded time (CPU_STREAM_SPIN_NS) before they
@@ -102,6 +109,7 @@ struct cpu_stream {
     int parked;                /* PARKED_*: the worker sleeps on work_cv; an enqueue must signal it */
     uint64_t wake_at;          /* the smallest `completed` a thread parked on done_cv waits for */
     gpucore_status sticky;     /* first error a task returned; reported by synchronize */
+    uint64_t *pending;         /* NULL, or a word shared by the context's streams: see cpu_stream_count_pending */
 };
 
 struct cpu_event {
@@ -116,6 +124,30 @@ struct cpu_event {
 static void (*task_hook)(void); /* cpu_stream_set_task_hook */
 
 void cpu_stream_set_task_hook(void (*fn)(void)) { __atomic_store_n(&task_hook, fn, __ATOMIC_RELAXED); }
+
+/* The context's pending word (s->mu held): +1 per queued task until it completes, +1 while an
+ * error waits for synchronize. Release: a reader that sees it fall sees what the task wrote. */
+static void pending_add(cpu_stream *s, int64_t delta)
+{
+    if (s->pending && delta) __atomic_add_fetch(s->pending, (uint64_t)delta, __ATOMIC_RELEASE);
+}
+
+/* A task finished with st (s->mu held): the first failure becomes the sticky error. */
+static void note_result(cpu_stream *s, gpucore_status st, int64_t delta)
+{
+    if (st != GPUCORE_OK && s->sticky == GPUCORE_OK) {
+        s->sticky = st;
+        delta++;
+    }
+    pending_add(s, delta);
+}
+
+void cpu_stream_count_pending(cpu_stream *s, uint64_t *word)
+{
+    pthread_mutex_lock(&s->mu);
+    s->pending = word;
+    pthread_mutex_unlock(&s->mu);
+}
 
 /* Run the head task (s->mu held on entry and on return; the task runs unlocked). A
  * synchronizing caller passes the count it waits for (`until`): while the next task is
@@ -135,8 +167,8 @@ static void run_head(cpu_stream *s, uint64_t until)
     if (!s->head) s->tail = NULL;
     if (t->kind == TASK_ANY || t->kind == TASK_PINNED) s->heavy--;
     if (t->kind == TASK_FOR_CALLER) s->for_caller--;
-    if (st != GPUCORE_OK && s->sticky == GPUCORE_OK) s->sticky = st;
     __atomic_store_n(&s->completed, s->completed + 1, __ATOMIC_RELEASE);
+    note_result(s, st, -1);
     free(t);
     if (s->completed >= s->wake_at) { /* wake the synchronizers only when one of them is due */
         s->wake_at = UINT64_MAX;      /* each one still waiting registers its target again */
@@ -281,6 +313,7 @@ void cpu_stream_destroy(cpu_stream *s)
     pthread_cond_signal(&s->work_cv);
     pthread_mutex_unlock(&s->mu);
     pthread_join(s->thread, NULL); /* the worker drains the queue first */
+    if (s->sticky) pending_add(s, -1); /* never reported: the context no longer has this stream */
     pthread_mutex_destroy(&s->mu);
     pthread_cond_destroy(&s->work_cv);
     pthread_cond_destroy(&s->done_cv);
@@ -308,6 +341,7 @@ static gpucore_status enqueue(cpu_stream *s, cpu_task_fn fn, const void *args, s
     s->tail = t;
     __atomic_store_n(&s->submitted, s->submitted + 1, __ATOMIC_RELEASE);
     __atomic_store_n(&s->changes, s->changes + 1, __ATOMIC_RELEASE);
+    pending_add(s, 1);
     t->seq = s->submitted;
     /* a worker that looks on its own soon is not woken for a task for the caller, nor for an
      * event record behind one; anything else wakes it */
@@ -353,7 +387,7 @@ static gpucore_status inline_or_enqueue(cpu_stream *s, cpu_task_fn fn, const voi
     gpucore_status st = fn(copy);
     pthread_mutex_lock(&s->mu);
     s->running = 0;
-    if (st != GPUCORE_OK && s->sticky == GPUCORE_OK) s->sticky = st;
+    note_result(s, st, 0);
     const int wake = s->head && s->parked; /* queued behind us while we ran: the worker waited for `running` */
     if (s->head && s->wake_at != UINT64_MAX) pthread_cond_broadcast(&s->done_cv); /* a synchronizer may run it */
     pthread_mutex_unlock(&s->mu);
@@ -384,6 +418,7 @@ gpucore_status cpu_stream_synchronize(cpu_stream *s)
     }
     gpucore_status st = s->sticky;
     s->sticky = GPUCORE_OK;
+    if (st) pending_add(s, -1); /* reported now */
     pthread_mutex_unlock(&s->mu);
     if (st) return gpucore_set_error(st, "stream_synchronize: an earlier asynchronous op on this stream failed (%s)",
                                      gpucore_status_string(st));
@@ -598,4 +633,13 @@ gpucore_status cpu_vt_copy(void *bctx, void *dst, const void *src, size_t bytes,
     memcpy_args a = {dst, src, bytes};
     return bytes <= 65536 ? cpu_stream_enqueue_small(s, memcpy_task, &a, sizeof a)
                           : cpu_stream_enqueue(s, memcpy_task, &a, sizeof a);
+}
+
+/* A task that fails with the status it carries, as a kernel that faults would. */
+static gpucore_status fail_task(void *p) { return *(const gpucore_status *)p; }
+
+gpucore_status cpu_vt_debug_fail_async(void *bctx, void *s, gpucore_status status)
+{
+    (void)bctx;
+    return cpu_stream_enqueue(s, fail_task, &status, sizeof status);
 }

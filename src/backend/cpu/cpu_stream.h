@@ -39,6 +39,12 @@ GPUCORE_HIDDEN gpucore_status cpu_stream_synchronize(cpu_stream *s);
  * backend's thread policy (cpu_threads.c). It must be cheap and must not block. */
 GPUCORE_HIDDEN void cpu_stream_set_task_hook(void (*fn)(void));
 GPUCORE_HIDDEN gpucore_status cpu_stream_query(cpu_stream *s);
+/* From now on keep *word (shared by every stream of a context, written with atomic adds)
+ * up to date: +1 for each task queued and not finished, +1 while an error waits for
+ * synchronize. It reads 0 exactly when synchronizing every such stream would return OK at
+ * once. Tasks run inline (cpu_stream_enqueue_small) finish before their enqueue returns and
+ * do not count. Call before the stream is used; word must outlive the stream. */
+GPUCORE_HIDDEN void cpu_stream_count_pending(cpu_stream *s, uint64_t *word);
 
 GPUCORE_HIDDEN gpucore_status cpu_event_create(cpu_event **out);
 GPUCORE_HIDDEN void cpu_event_destroy(cpu_event *e);
@@ -60,6 +66,7 @@ GPUCORE_HIDDEN gpucore_status cpu_vt_event_synchronize(void *bctx, void *e);
 GPUCORE_HIDDEN gpucore_status cpu_vt_event_query(void *bctx, void *e);
 GPUCORE_HIDDEN gpucore_status cpu_vt_event_elapsed_ms(void *bctx, void *a, void *b, float *ms);
 GPUCORE_HIDDEN gpucore_status cpu_vt_copy(void *bctx, void *dst, const void *src, size_t bytes, void *s);
+GPUCORE_HIDDEN gpucore_status cpu_vt_debug_fail_async(void *bctx, void *s, gpucore_status status);
 
 #define CPU_STREAM_VTABLE_SHARED                      \
     .stream_query = cpu_vt_stream_query,              \
@@ -73,6 +80,7 @@ GPUCORE_HIDDEN gpucore_status cpu_vt_copy(void *bctx, void *dst, const void *src
     .event_elapsed_ms = cpu_vt_event_elapsed_ms,      \
     .copy_h2d = cpu_vt_copy,                          \
     .copy_d2h = cpu_vt_copy,                          \
-    .copy_d2d = cpu_vt_copy,
+    .copy_d2d = cpu_vt_copy,                          \
+    .debug_fail_async = cpu_vt_debug_fail_async,
 
 #endif
