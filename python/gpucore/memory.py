@@ -25,8 +25,8 @@ from .errors import GpucoreError, InvalidArgumentError, InvalidArgumentTypeError
 __all__ = ["memory_stats", "memory_allocated", "max_memory_allocated", "memory_reserved",
            "max_memory_reserved", "reset_peak_memory_stats", "memory_snapshot", "empty_cache",
            "set_memory_limit", "set_per_process_memory_fraction", "set_caching", "configure_memory",
-           "memory_conf", "validate_alloc_conf", "debug_fail_raw_alloc", "debug_fail_async", "DeviceBuffer", "PinnedBuffer",
-           "device_alloc", "pin_memory", "Profiler", "profiler"]
+           "memory_conf", "validate_alloc_conf", "debug_fail_raw_alloc", "debug_fail_async", "DeviceBuffer",
+           "PinnedBuffer", "device_alloc", "pin_memory", "Profiler", "profiler"]
 
 _KINDS = {"device": 0, "pinned": 1, "pinned_host": 1, "host": 1}
 

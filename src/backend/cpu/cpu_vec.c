@@ -731,26 +731,27 @@ AVX2 static inline __m256 cpu_v8_log(__m256 a) { return Sleef_logf8_u10avx2(a); 
 AVX2 static inline __m256 cpu_v8_sqrt(__m256 a) { return _mm256_sqrt_ps(a); }         /* correctly rounded, as sqrtf */
 AVX2 static inline __m256 cpu_v8_rsqrt(__m256 a) { return 1.0f / _mm256_sqrt_ps(a); } /* the table's 1/sqrtf(a) */
 
-/* y[i] = F(x[i]) over n elements; the tail goes through the same vector function on a
- * padded copy, so an element's value does not depend on its position. The body takes CPU_V8_UNROLL
- * vectors per step: F is a long chain of dependent operations (exp's Horner FMAs), and with one
- * chain per step a core with a small FP scheduler (AMD Zen 1) waits on latency rather than issue. */
+/* Unrolling: the bodies below take U vectors per step (CPU_V8_UNROLL, or per activation
+ * CPU_V8_ACT_UNROLL). F is a long chain of dependent operations (exp's Horner FMAs), and with one
+ * chain per step a core with a small FP scheduler (AMD Zen 1) waits on latency rather than issue.
+ * erf's body holds its 8 intervals' coefficients in registers: unrolled, it spills, and measured
+ * slower, so it stays at one vector. The functions that run these bodies are compiled with GCC's
+ * pre-allocation scheduler (off by default on x86), register-pressure aware, so the unrolled chains
+ * are interleaved in the code rather than left for the core to overlap. Both together, f32 on 4M
+ * elements, 2 threads, AMD EPYC Zen 1: exp 3.90 -> 3.16 ms, silu 4.64 -> 3.73, sigmoid 4.50 -> 3.71,
+ * gelu tanh 5.71 -> 4.07. The bits do not change: the scheduler only reorders independent
+ * operations. Clang has no such per-function switch. */
 #define CPU_V8_UNROLL 4
-/* The bodies that use it are compiled with GCC's pre-allocation scheduler (off by default on x86),
- * register-pressure aware, so the unrolled chains are interleaved in the code rather than left for the
- * core to overlap. Both together, f32 on 4M elements, 2 threads, AMD EPYC Zen 1: exp 3.90 -> 3.16 ms,
- * silu 4.64 -> 3.73, sigmoid 4.50 -> 3.71, gelu tanh 5.71 -> 4.07. The bits do not change: the
- * scheduler only reorders independent operations. Clang has no such per-function switch. */
+#define CPU_V8_ACT_UNROLL(N) (GPUCORE_ACT_CODE_##N == GPUCORE_ACT_CODE_GELU_ERF ? 1 : CPU_V8_UNROLL)
 #if defined(__GNUC__) && !defined(__clang__)
 #define CPU_V8_SCHEDULE __attribute__((optimize("schedule-insns", "sched-pressure")))
 #else
 #define CPU_V8_SCHEDULE
 #endif
-#define CPU_V8_MAP(F, y, x, n) CPU_V8_MAP_U(F, y, x, n, CPU_V8_UNROLL)
-/* erf's body holds its 8 intervals' coefficients in registers: unrolled, it spills, and measured slower */
-#define CPU_V8_ERF_UNROLL 1
-#define CPU_V8_ACT_UNROLL(N) (GPUCORE_ACT_CODE_##N == GPUCORE_ACT_CODE_GELU_ERF ? CPU_V8_ERF_UNROLL : CPU_V8_UNROLL)
-#define CPU_V8_MAP_U(F, y, x, n, U)                                                                                  \
+
+/* y[i] = F(x[i]) over n elements, U vectors per step; the tail goes through the same vector
+ * function on a padded copy, so an element's value does not depend on its position. */
+#define CPU_V8_MAP(F, y, x, n, U)                                                                                    \
     do {                                                                                                             \
         int64_t i_ = 0;                                                                                              \
         for (; i_ + 8 * (U) <= (n); i_ += 8 * (U)) {                                                                 \
@@ -766,7 +767,7 @@ AVX2 static inline __m256 cpu_v8_rsqrt(__m256 a) { return 1.0f / _mm256_sqrt_ps(
             memcpy((y) + i_, t_, sizeof(float) * (size_t)((n) - i_));                                                \
         }                                                                                                            \
     } while (0)
-/* r[i] = dy[i] * G(x[i]) (the activation backward), tail as above. */
+/* r[i] = dy[i] * G(x[i]) (the activation backward), U vectors per step, tail as above. */
 #define CPU_V8_MAP_GRAD(G, r, dy, x, n, U)                                                                           \
     do {                                                                                                             \
         int64_t i_ = 0;                                                                                              \
@@ -801,7 +802,7 @@ AVX2 static inline __m256 cpu_v8_rsqrt(__m256 a) { return 1.0f / _mm256_sqrt_ps(
 AVX2 CPU_V8_SCHEDULE static int act_avx2(int act, float *y, const float *x, int64_t n)
 {
     switch (act) {
-#define CPU_V8_CASE_(N, fwd, grad) case GPUCORE_ACT_CODE_##N: CPU_V8_MAP_U(cpu_v8_##fwd, y, x, n, CPU_V8_ACT_UNROLL(N)); return 1;
+#define CPU_V8_CASE_(N, fwd, grad) case GPUCORE_ACT_CODE_##N: CPU_V8_MAP(cpu_v8_##fwd, y, x, n, CPU_V8_ACT_UNROLL(N)); return 1;
     CPU_VEC_ACTS(CPU_V8_CASE_)
 #undef CPU_V8_CASE_
     default: return 0;
@@ -821,7 +822,7 @@ AVX2 CPU_V8_SCHEDULE static int act_grad_avx2(int act, float *r, const float *dy
 AVX2 CPU_V8_SCHEDULE static int unary_avx2(int op, float *y, const float *x, int64_t n)
 {
     switch (op) {
-#define CPU_V8_CASE_(N, fn) case GPUCORE_EW_##N: CPU_V8_MAP(cpu_v8_##fn, y, x, n); return 1;
+#define CPU_V8_CASE_(N, fn) case GPUCORE_EW_##N: CPU_V8_MAP(cpu_v8_##fn, y, x, n, CPU_V8_UNROLL); return 1;
     CPU_VEC_UNARY(CPU_V8_CASE_)
 #undef CPU_V8_CASE_
     default: return 0;
