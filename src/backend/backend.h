@@ -32,7 +32,7 @@
 
 typedef void (*gpucore_host_fn)(void *arg);
 
-/* One collective call on a communicator, as src/comm.c hands it to a backend
+/* One collective call on a communicator, as src/dist/comm.c hands it to a backend
  * (validated: contiguous buffers, counts > 0 fit the transport, dtype supported). */
 typedef enum gpucore_comm_kind {
     GPUCORE_COMM_ALLREDUCE = 0,      /* recv[i] = op over ranks of send[i], i < count */
@@ -127,12 +127,12 @@ typedef struct gpucore_backend {
     /* least: the lowest priority (0); greatest: the most urgent (<= least). NULL: 0 and 0. */
     gpucore_status (*stream_priority_range)(void *bctx, int *least, int *greatest);
 
-    /* --- matmul (src/matmul.c validates and maps the call onto gpucore_gemm_desc,
+    /* --- matmul (src/ops/matmul.c validates and maps the call onto gpucore_gemm_desc,
      * kernels/gemm_desc.h). NULL: the backend has no GEMM (NOT_SUPPORTED). --- */
     gpucore_status (*matmul)(void *bctx, const gpucore_gemm_desc *desc, void *stream);
 
     /* --- training primitives (kernels/optim_math.h: descriptors and per-element math;
-     * src/optim.c, amp.c, clip.c validate). Host arrays are read before the call
+     * src/train/optim.c, amp.c, clip.c validate). Host arrays are read before the call
      * returns. NULL: not supported. --- */
     /* One fused optimizer step over count tensors: step += 1 and the update, both
      * skipped when *hp->found_inf != 0. */
@@ -149,7 +149,7 @@ typedef struct gpucore_backend {
     gpucore_status (*clip_grad_norm)(void *bctx, const gpucore_mt_tensor *grads, int64_t count, float *partials,
                                      float max_norm, float *total_norm, float *clip_coef, void *stream);
 
-    /* --- collective communication (src/comm.c validates and keeps the sequence
+    /* --- collective communication (src/dist/comm.c validates and keeps the sequence
      * numbers and waits; the CPU backend carries data over MPI, CUDA over NCCL).
      * `bcomm` is the backend's communicator. NULL entries: not supported. --- */
     /* Fill id (GPUCORE_COMM_ID_BYTES) with a fresh unique id for comm_init. */
@@ -172,13 +172,13 @@ typedef struct gpucore_backend {
     /* begin=1/0: ncclGroupStart/End around calls on several communicators from one thread. */
     gpucore_status (*comm_group)(int begin);
 
-    /* --- convolution (src/conv.c validates and fills kernels/conv_desc.h; CPU:
+    /* --- convolution (src/ops/conv.c validates and fills kernels/conv_desc.h; CPU:
      * im2col + GEMM, CUDA: cuDNN's graph API). NULL: not supported. --- */
     gpucore_status (*conv)(void *bctx, const gpucore_conv_desc *desc, void *stream);
     /* Plan-cache counters (fields after struct_size); NULL: all zero. */
     gpucore_status (*conv_stats)(void *bctx, gpucore_conv_stats *stats);
 
-    /* --- profiling (src/profile.c): a named range on the calling thread's timeline
+    /* --- profiling (src/core/profile.c): a named range on the calling thread's timeline
      * (CUDA: NVTX, shown by Nsight Systems), pushed before an op, segment or
      * collective is enqueued and popped after. NULL: no timeline tool. --- */
     void (*range_push)(const char *name);

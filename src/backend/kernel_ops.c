@@ -74,7 +74,7 @@ gpucore_status kops_conv_bias_act(void *bctx, const gpucore_conv_bias_args *args
 
 gpucore_status kops_matmul(void *bctx, const gpucore_gemm_desc *desc, void *s)
 {
-    /* never fp8: src/matmul.c sends fp8 only to the CUDA module, which uses cuBLASLt for it */
+    /* never fp8: src/ops/matmul.c sends fp8 only to the CUDA module, which uses cuBLASLt for it */
     if (desc->a.dtype >= GPUCORE_KDT_FP8_E4M3 || desc->b.dtype >= GPUCORE_KDT_FP8_E4M3)
         return kops_error(1 /* cudaErrorInvalidValue */, "matmul fallback GEMM kernel (fp8 operands)");
     LAUNCH_OR_RETURN(bctx, s, l);

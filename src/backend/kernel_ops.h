@@ -1,7 +1,7 @@
 /*
  * kernel_ops.h — vtable op entries shared by every backend that runs the
  * hand-written kernels in kernels/ (the CUDA module, and the test-only
- * cuda-emulated module). Each such module compiles src/kernel_ops.c and
+ * cuda-emulated module). Each such module compiles src/backend/kernel_ops.c and
  * provides the two hooks below; adding an op means one entry in kernel_ops.c,
  * used by both.
  */

@@ -1,5 +1,5 @@
 /*
- * ops_internal.h — helpers the tensor-op front-ends (src/ops_*.c) share:
+ * ops_internal.h — helpers the tensor-op front-ends (src/ops/ops_*.c) share:
  * checks for context, dtype and aliasing, numpy broadcasting into views, dim
  * collapsing, and contiguous staging of inputs/outputs for the row and
  * reduction families.

@@ -2,7 +2,7 @@
  * standin_nvml.c — libnvidia-ml.so.1 for the contract build (found through the
  * module's run path): the few NVML entries the CUDA backend resolves with dlsym.
  * Fixed telemetry; one process per device listed. Stand-ins for NVML check
- * nothing beyond the handle (NVML is minimal here, as the brief allows).
+ * nothing beyond the handle: the backend only reads telemetry for the doctor.
  */
 #include <stdio.h>
 #include <stdlib.h>

@@ -250,7 +250,7 @@ static gpucore_status cuda_event_elapsed_ms(void *bctx, void *a, void *b, float 
     return GPUCORE_OK;
 }
 
-/* ---- profiling: NVTX ranges on the calling thread (GPUCORE_NVTX=1, src/profile.c) ---- */
+/* ---- profiling: NVTX ranges on the calling thread (GPUCORE_NVTX=1, src/core/profile.c) ---- */
 
 static void cuda_range_push(const char *name) { nvtxRangePushA(name); }
 static void cuda_range_pop(void) { nvtxRangePop(); }
