@@ -1369,6 +1369,72 @@ GPUCORE_API gpucore_status gpucore_checkpoint_load(const char *path, const char 
                                                    gpucore_tensor *const *tensors, int64_t count,
                                                    gpucore_optimizer *opt, gpucore_loss_scaler *scaler);
 
+/* ------------------------------------------------------------ GGUF
+ *
+ * GGUF, the model file of llama.cpp and Ollama (versions 2 and 3, little-endian):
+ * key/value metadata, tensor infos and an aligned data section. Opening reads and checks
+ * the whole header before anything else: the magic and version, every count and length
+ * against the bytes the file has, every value type and ggml tensor type known, no
+ * duplicate key or tensor name, dims within 64 bits and whole blocks, general.alignment a
+ * uint32 power of two, every tensor aligned, inside the data section and overlapping no
+ * other. A bad file is GPUCORE_ERR_CORRUPT_FILE (NOT_SUPPORTED for version 1, big-endian
+ * files and nested arrays) with a message naming the field, and no handle. Tensor data is
+ * read on demand. Strings are returned NUL-terminated (their length given too, as GGUF
+ * strings may hold NUL bytes); every returned pointer is valid until close. */
+typedef struct gpucore_gguf gpucore_gguf;
+
+/* GGUF's metadata value types (the numbers in the file). */
+typedef enum gpucore_gguf_value_type {
+    GPUCORE_GGUF_UINT8 = 0, GPUCORE_GGUF_INT8 = 1, GPUCORE_GGUF_UINT16 = 2, GPUCORE_GGUF_INT16 = 3,
+    GPUCORE_GGUF_UINT32 = 4, GPUCORE_GGUF_INT32 = 5, GPUCORE_GGUF_FLOAT32 = 6, GPUCORE_GGUF_BOOL = 7,
+    GPUCORE_GGUF_STRING = 8, GPUCORE_GGUF_ARRAY = 9, GPUCORE_GGUF_UINT64 = 10, GPUCORE_GGUF_INT64 = 11,
+    GPUCORE_GGUF_FLOAT64 = 12
+} gpucore_gguf_value_type;
+
+GPUCORE_API gpucore_status gpucore_gguf_open(const char *path, gpucore_gguf **out);
+GPUCORE_API gpucore_status gpucore_gguf_close(gpucore_gguf *file); /* NULL: no-op */
+/* The file's version (2 or 3), its alignment and the data section's byte offset (any may be NULL). */
+GPUCORE_API gpucore_status gpucore_gguf_file_info(const gpucore_gguf *file, int64_t *version, int64_t *alignment,
+                                                  int64_t *data_offset);
+
+/* Key/values, in file order: i in [0, kv_count). find: the index of key, -1 when absent. */
+GPUCORE_API int64_t gpucore_gguf_kv_count(const gpucore_gguf *file); /* -1 for an invalid handle */
+GPUCORE_API int64_t gpucore_gguf_kv_find(const gpucore_gguf *file, const char *key);
+/* Key, value type (gpucore_gguf_value_type), element type (an array's; the type itself for a
+ * scalar) and element count (1 for a scalar); any output may be NULL. */
+GPUCORE_API gpucore_status gpucore_gguf_kv_info(const gpucore_gguf *file, int64_t i, const char **key, int *type,
+                                                int *elem_type, int64_t *count);
+/* Element j (0 for a scalar) of an integer or bool value (a uint64 past INT64_MAX is
+ * INVALID_ARGUMENT), of a float32/float64 value, or of a string value; another type is
+ * DTYPE_MISMATCH naming both. len may be NULL. */
+GPUCORE_API gpucore_status gpucore_gguf_kv_int(const gpucore_gguf *file, int64_t i, int64_t j, int64_t *value);
+GPUCORE_API gpucore_status gpucore_gguf_kv_float(const gpucore_gguf *file, int64_t i, int64_t j, double *value);
+GPUCORE_API gpucore_status gpucore_gguf_kv_string(const gpucore_gguf *file, int64_t i, int64_t j, const char **s,
+                                                  int64_t *len);
+/* The elements of a numeric or bool value (scalar or array) as stored: count little-endian
+ * values of the element type, aligned for it; *nbytes their size. Strings: DTYPE_MISMATCH. */
+GPUCORE_API gpucore_status gpucore_gguf_kv_data(const gpucore_gguf *file, int64_t i, const void **data,
+                                                int64_t *nbytes);
+
+/* Tensors, in file order: i in [0, tensor_count). find: the index of name, -1 when absent. */
+GPUCORE_API int64_t gpucore_gguf_tensor_count(const gpucore_gguf *file); /* -1 for an invalid handle */
+GPUCORE_API int64_t gpucore_gguf_tensor_find(const gpucore_gguf *file, const char *name);
+/* Name, ggml type id (0 F32, 1 F16, 2 Q4_0, 3 Q4_1, 8 Q8_0, 12 Q4_K, 14 Q6_K, 30 BF16, ...),
+ * ndim (1-4) and dims as in the file (dims[0] varies fastest: a [rows, cols] matrix has
+ * dims {cols, rows}), the byte offset in the data section and the byte size. Any may be NULL. */
+GPUCORE_API gpucore_status gpucore_gguf_tensor_info(const gpucore_gguf *file, int64_t i, const char **name,
+                                                    int *type, int *ndim, int64_t *dims, int64_t *offset,
+                                                    int64_t *nbytes);
+/* "F32", "Q4_K", ...; NULL for an id ggml does not define. */
+GPUCORE_API const char *gpucore_gguf_type_name(int type);
+/* Tensor i decoded into dst: f32, bf16 or f16 (rounded to nearest even), contiguous, of
+ * shape dims reversed (row-major). F32, F16, BF16 and F64 tensors are decoded; other
+ * types are NOT_SUPPORTED naming the type. */
+GPUCORE_API gpucore_status gpucore_gguf_read(gpucore_gguf *file, int64_t i, gpucore_tensor *dst);
+/* The same into a new tensor of that shape and dtype on ctx. */
+GPUCORE_API gpucore_status gpucore_gguf_load_tensor(gpucore_gguf *file, gpucore_context *ctx, int64_t i,
+                                                    gpucore_dtype dtype, gpucore_tensor **out);
+
 /* ------------------------------------------------------------ token data
  *
  * Datasets of token files for language-model training: memory-mapped, cut into

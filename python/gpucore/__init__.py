@@ -72,6 +72,7 @@ from .zero import ZeroTrainer
 from .pipeline import Pipeline
 from .checkpoint import CheckpointExecutor, CheckpointCall
 from . import transformer
+from . import gguf
 from . import models
 from .transformer import (AttentionOptions, attention_stats, scaled_dot_product_attention,
                           scaled_dot_product_attention_backward, rotary_embedding, rotary_embedding_backward,
@@ -95,7 +96,7 @@ __all__ = list(_errors_all) + [
     "safe_open", "save_checkpoint", "load_checkpoint", "Communicator", "DDPReducer", "unique_id", "comm_group",
     "zero", "ZeroTrainer", "pipeline", "Pipeline",
     "CheckpointExecutor", "CheckpointCall",
-    "transformer", "models", "AttentionOptions", "attention_stats", "scaled_dot_product_attention",
+    "transformer", "gguf", "models", "AttentionOptions", "attention_stats", "scaled_dot_product_attention",
     "scaled_dot_product_attention_backward",
     "rotary_embedding", "rotary_embedding_backward", "glu", "glu_backward", "swiglu", "swiglu_backward",
     "residual_norm", "residual_norm_backward",

@@ -19,7 +19,7 @@ COVERED_SECTIONS = ("version", "status codes", "logging", "devices", "context", 
                     "copies", "fill and random", "elementwise ops", "reductions",
                     "row ops: softmax, norms, cross-entropy, embedding", "memory: the caching allocator",
                     "profiling", "streams: priorities and pool", "matmul", "linear", "convolution",
-                    "training primitives", "safetensors", "collective communication",
+                    "training primitives", "safetensors", "GGUF", "collective communication",
                     "data-parallel gradient reducer", "gradient checkpointing", "hooks ----",
                     "attention and transformer ops", "token data", "language models (src/models)",
                     "inference ----", "training ----", "LoRA in PEFT's format ----")

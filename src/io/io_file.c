@@ -1,5 +1,5 @@
 /*
- * io_file.c — the read-only open shared by the safetensors and token-data readers.
+ * io_file.c — the read-only open and the positioned read shared by the io readers.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -21,4 +21,18 @@ gpucore_status gpucore_io_open_regular(const char *path, const char *op, int *fd
     *fd_out = fd;
     *size = (uint64_t)sb.st_size;
     return GPUCORE_OK;
+}
+
+int gpucore_io_read_at(int fd, void *buf, size_t n, uint64_t off)
+{
+    char *p = buf;
+    while (n) {
+        ssize_t r = pread(fd, p, n, (off_t)off);
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0) return r == 0 ? -2 : -1;
+        p += r;
+        n -= (size_t)r;
+        off += (uint64_t)r;
+    }
+    return 0;
 }

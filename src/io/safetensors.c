@@ -38,21 +38,6 @@ static const gpucore_st_entry *find_entry(const gpucore_safetensors *f, const ch
     return NULL;
 }
 
-/* pread all of [off, off+n) or fail. */
-static int read_fully(int fd, void *buf, size_t n, uint64_t off)
-{
-    char *p = buf;
-    while (n) {
-        ssize_t r = pread(fd, p, n, (off_t)off);
-        if (r < 0 && errno == EINTR) continue;
-        if (r <= 0) return r == 0 ? -2 : -1;
-        p += r;
-        n -= (size_t)r;
-        off += (uint64_t)r;
-    }
-    return 0;
-}
-
 gpucore_status gpucore_safetensors_open(const char *path, gpucore_safetensors **out)
 {
     if (!path || !out) return gpucore_set_error(GPUCORE_ERR_NULL_POINTER, ST "_open: path or out is NULL");
@@ -66,7 +51,7 @@ gpucore_status gpucore_safetensors_open(const char *path, gpucore_safetensors **
     gpucore_status ost = gpucore_io_open_regular(path, ST "_open", &fd, &size);
     if (ost) return ost;
     uint8_t len8[8];
-    if (size < 8 || read_fully(fd, len8, 8, 0) != 0) {
+    if (size < 8 || gpucore_io_read_at(fd, len8, 8, 0) != 0) {
         close(fd);
         return gpucore_set_error(GPUCORE_ERR_CORRUPT_FILE,
                                  ST "_open: \"%s\" is %" PRIu64 " bytes; a safetensors file starts with an 8-byte "
@@ -86,7 +71,7 @@ gpucore_status gpucore_safetensors_open(const char *path, gpucore_safetensors **
         close(fd);
         return gpucore_set_error(GPUCORE_ERR_OUT_OF_MEMORY, ST "_open: out of host memory for a %" PRIu64 "-byte header", n);
     }
-    if (read_fully(fd, json, (size_t)n, 8) != 0) {
+    if (gpucore_io_read_at(fd, json, (size_t)n, 8) != 0) {
         free(json);
         close(fd);
         return gpucore_set_error(GPUCORE_ERR_IO, ST "_open: reading the header of \"%s\" failed: %s", path, strerror(errno));
@@ -185,7 +170,7 @@ gpucore_status gpucore_safetensors_read(gpucore_safetensors *f, const char *name
     if (!buf)
         return gpucore_set_error(GPUCORE_ERR_OUT_OF_MEMORY, "%s: out of host memory staging %" PRIu64 " bytes of \"%.200s\"",
                                  op, bytes, name);
-    int r = read_fully(f->fd, buf, (size_t)bytes, f->data_start + e->begin);
+    int r = gpucore_io_read_at(f->fd, buf, (size_t)bytes, f->data_start + e->begin);
     if (r != 0) {
         free(buf);
         return gpucore_set_error(r == -2 ? GPUCORE_ERR_CORRUPT_FILE : GPUCORE_ERR_IO,
