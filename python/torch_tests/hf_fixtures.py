@@ -14,6 +14,8 @@ this module without them raises ImportError, which tests turn into a skip with t
 import math
 import os
 
+import numpy as np
+
 import torch
 import transformers
 
@@ -93,6 +95,18 @@ def make_model(arch, tmpdir, dtype="float32", sharded=False, seed=0, **overrides
         kw["max_shard_size"] = "40KB"
     model.save_pretrained(folder, **kw)
     return folder, model
+
+
+def rel(out, ref):
+    """||out - ref|| / ||ref|| in float64; NaN in out fails."""
+    out, ref = np.asarray(out, np.float64), np.asarray(ref, np.float64)
+    assert not np.isnan(out).any(), "NaN in the output"
+    return float(np.linalg.norm(out - ref) / np.linalg.norm(ref))
+
+
+def to_np(t):
+    """A gpucore tensor as float64 numpy (bf16 through its f32 value)."""
+    return np.asarray(t.numpy(copy=True, convert=True), np.float64)
 
 
 def logits(model, ids):

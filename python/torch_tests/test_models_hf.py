@@ -40,16 +40,7 @@ LORA_TARGETS = {"gpt2": ["c_attn", "c_proj", "c_fc"],
 transformers.logging.set_verbosity_error()
 
 
-def rel(out, ref):
-    out, ref = np.asarray(out, np.float64), np.asarray(ref, np.float64)
-    assert not np.isnan(out).any(), "NaN in the output"
-    return float(np.linalg.norm(out - ref) / np.linalg.norm(ref))
-
-
-def to_np(t):
-    """A gpucore tensor as float64 numpy (bf16 through its f32 value)."""
-    return np.asarray(t.numpy(copy=True, convert=True), np.float64)
-
+rel, to_np = hf_fixtures.rel, hf_fixtures.to_np
 
 _models = {}
 _native = {}

@@ -354,9 +354,10 @@ gpucore_status gguf_read_f32(gpucore_gguf *f, int64_t i, float **out, const char
     return GPUCORE_OK;
 }
 
-/* f32 values to dtype in place (2-byte results are written behind the reads). */
-static void narrow_in_place(float *v, int64_t n, int dtype)
+/* 2-byte results are written behind the reads. */
+void gguf_f32_to_dtype(float *v, int64_t n, int dtype)
 {
+    if (dtype != GPUCORE_BF16 && dtype != GPUCORE_F16) return;
     uint16_t *o = (uint16_t *)v;
     for (int64_t k = 0; k < n; k++) o[k] = dtype == GPUCORE_BF16 ? gpucore_f32_to_bf16(v[k]) : gpucore_f32_to_f16(v[k]);
 }
@@ -385,7 +386,7 @@ gpucore_status gpucore_gguf_read(gpucore_gguf *f, int64_t i, gpucore_tensor *dst
     float *v = NULL;
     if ((st = gguf_read_f32(f, i, &v, op))) return st;
     int64_t n = tensor_numel(t);
-    if (dst->dtype != GPUCORE_F32) narrow_in_place(v, n, dst->dtype);
+    gguf_f32_to_dtype(v, n, dst->dtype);
     st = gpucore_copy_from_host(dst, v, n * gpucore_dtype_size((gpucore_dtype)dst->dtype));
     free(v);
     return st;

@@ -75,6 +75,9 @@ struct gpucore_gguf {
 
 /* Tensor i (checked by the caller) as f32 in a new host buffer of its element count (free it). */
 GPUCORE_HIDDEN gpucore_status gguf_read_f32(gpucore_gguf *f, int64_t i, float **out, const char *op);
+/* n f32 values rewritten in place as dtype (f32: unchanged; bf16, f16: rounded to nearest even into
+ * the first 2n bytes). */
+GPUCORE_HIDDEN void gguf_f32_to_dtype(float *v, int64_t n, int dtype);
 /* The public handle check. */
 GPUCORE_HIDDEN gpucore_status gguf_check(const gpucore_gguf *f, const char *op);
 

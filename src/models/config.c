@@ -15,49 +15,6 @@
 #if GPUCORE_HAVE_CJSON
 #include <cjson/cJSON.h>
 
-/* The whole file as a NUL-terminated string. */
-static gpucore_status read_text(const char *path, char **out, const char *op)
-{
-    *out = NULL;
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return gpucore_set_error(GPUCORE_ERR_IO, "%s: cannot open '%s': %s", op, path, strerror(errno));
-    char *buf = NULL;
-    size_t len = 0, cap = 0;
-    for (;;) {
-        if (len + 4096 + 1 > cap) {
-            size_t ncap = cap ? cap * 2 : 8192;
-            char *nb = realloc(buf, ncap);
-            if (!nb) { free(buf); fclose(f); return gpucore_set_error(GPUCORE_ERR_OUT_OF_MEMORY, "%s: out of host memory reading '%s'", op, path); }
-            buf = nb; cap = ncap;
-        }
-        size_t n = fread(buf + len, 1, 4096, f);
-        len += n;
-        if (n < 4096) break;
-    }
-    int err = ferror(f);
-    fclose(f);
-    if (err) { free(buf); return gpucore_set_error(GPUCORE_ERR_IO, "%s: reading '%s' failed", op, path); }
-    buf[len] = 0;
-    *out = buf;
-    return GPUCORE_OK;
-}
-
-GPUCORE_HIDDEN gpucore_status lm_read_json(const char *path, char **text, void **json, const char *op)
-{
-    *json = NULL;
-    gpucore_status st = read_text(path, text, op);
-    if (st) return st;
-    cJSON *j = cJSON_Parse(*text);
-    if (!j || !cJSON_IsObject(j)) {
-        cJSON_Delete(j);
-        free(*text); *text = NULL;
-        return gpucore_set_error(GPUCORE_ERR_CORRUPT_FILE, "%s: '%s' is not a JSON object (garbled or truncated)", op, path);
-    }
-    *json = j;
-    return GPUCORE_OK;
-}
-
 typedef struct reader { const cJSON *root; const char *path; gpucore_status st; } reader;
 
 static const cJSON *field(reader *r, const char *name)
@@ -242,15 +199,10 @@ static int dtype_from_torch(const char *s)
     return -1;
 }
 
-gpucore_status lm_config_read(const char *folder, lm_config *c)
+/* The config from its JSON text (owned: kept in c->json on success, freed otherwise) and its parse
+ * (deleted here); path names the source in messages. */
+static gpucore_status config_from_json(char *text, void *jv, const char *path, lm_config *c)
 {
-    memset(c, 0, sizeof *c);
-    char *path = lm_strdupf("%s/config.json", folder);
-    if (!path) return gpucore_set_error(GPUCORE_ERR_OUT_OF_MEMORY, "gpucore_lm_create: out of host memory");
-    char *text = NULL;
-    void *jv = NULL;
-    gpucore_status st = lm_read_json(path, &text, &jv, "gpucore_lm_create");
-    if (st) { free(path); return st; }
     reader r = {(const cJSON *)jv, path, GPUCORE_OK};
     const char *type = get_str(&r, "model_type", NULL);
     if (!r.st && !type) bad(&r, GPUCORE_ERR_CORRUPT_FILE, "field '%s' is missing%s", "model_type", "");
@@ -278,18 +230,46 @@ gpucore_status lm_config_read(const char *folder, lm_config *c)
                 "config.json (vocab_size <= 2^31, hidden <= 2^20, layers <= 4096, head_dim <= 256)", "");
     }
     cJSON_Delete((cJSON *)jv);
-    free(path);
     if (r.st) { free(text); memset(c, 0, sizeof *c); return r.st; }
     c->json = text;
     return GPUCORE_OK;
 }
 
+gpucore_status lm_config_read(const char *folder, lm_config *c)
+{
+    memset(c, 0, sizeof *c);
+    char *path = lm_strdupf("%s/config.json", folder);
+    if (!path) return gpucore_set_error(GPUCORE_ERR_OUT_OF_MEMORY, "gpucore_lm_create: out of host memory");
+    char *text = NULL;
+    void *jv = NULL;
+    gpucore_status st = gpucore_io_read_json(path, &text, &jv, "gpucore_lm_create");
+    if (!st) st = config_from_json(text, jv, path, c);
+    free(path);
+    return st;
+}
+
+gpucore_status lm_config_from_text(const char *text, const char *label, lm_config *c)
+{
+    memset(c, 0, sizeof *c);
+    char *copy = lm_strdupf("%s", text);
+    cJSON *jv = copy ? cJSON_Parse(copy) : NULL;
+    if (!jv) {
+        gpucore_status st = copy ? gpucore_set_error(GPUCORE_ERR_INTERNAL, "gpucore_lm_create: %s: the config made "
+                                                     "from it is not JSON", label)
+                                 : gpucore_set_error(GPUCORE_ERR_OUT_OF_MEMORY, "gpucore_lm_create: out of host memory");
+        free(copy);
+        return st;
+    }
+    return config_from_json(copy, jv, label, c);
+}
+
 #else /* no cJSON */
 
-gpucore_status lm_read_json(const char *path, char **text, void **json, const char *op)
+gpucore_status lm_config_from_text(const char *text, const char *label, lm_config *c)
 {
-    (void)path; *text = NULL; *json = NULL;
-    return gpucore_set_error(GPUCORE_ERR_NOT_SUPPORTED, "%s: this build has no JSON library (cJSON)", op);
+    (void)text;
+    memset(c, 0, sizeof *c);
+    return gpucore_set_error(GPUCORE_ERR_NOT_SUPPORTED, "gpucore_lm_create: %s: this build has no JSON library (cJSON)", label);
 }
 
 gpucore_status lm_config_read(const char *folder, lm_config *c)

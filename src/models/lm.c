@@ -1,6 +1,6 @@
 /*
- * lm.c — the gpucore_lm handle: create from a folder (config, registry, weights,
- * RoPE tables, all or nothing), destroy, configuration and parameter queries, the
+ * lm.c — the gpucore_lm handle: create from a folder or a GGUF file (config, registry,
+ * weights, RoPE tables, all or nothing), destroy, configuration and parameter queries, the
  * list of trainable tensors, and small helpers the other model files share.
  */
 #include <stdarg.h>
@@ -209,9 +209,10 @@ gpucore_status gpucore_lm_create(gpucore_context *ctx, const char *folder, int d
     lm->ckpt_policy = GPUCORE_CKPT_KEEP_ALL;
     lm->folder = lm_strdupf("%s", folder);
     if (!lm->folder) st = gpucore_set_error(GPUCORE_ERR_OUT_OF_MEMORY, "%s: out of host memory", op);
-    if (!st) st = lm_config_read(folder, &lm->cfg);
-    if (!st) st = lm_build_registry(lm);
-    if (!st) st = lm_load_weights(lm, dtype);
+    int gguf = lm_is_gguf(folder);
+    if (!st) st = gguf ? lm_load_gguf(lm, dtype) : lm_config_read(folder, &lm->cfg);
+    if (!st && !gguf) st = lm_build_registry(lm);
+    if (!st && !gguf) st = lm_load_weights(lm, dtype);
     if (!st) st = lm_rope_tables(lm);
     if (!st) st = gpucore_context_synchronize(ctx);
     if (st) {

@@ -11,6 +11,7 @@
 #include "gpucore.h"
 #include "core/internal.h"
 #include "gpucore_config.h"
+#include "io/json_file.h"
 
 #define LM_MAGIC 0x1A4E0D31u
 #define LM_CACHE_MAGIC 0x1AC4C4E1u
@@ -108,9 +109,9 @@ struct gpucore_lm_cache {
 
 /* ---- config.c ---- */
 GPUCORE_HIDDEN gpucore_status lm_config_read(const char *folder, lm_config *cfg);
+/* The same from config.json's text (a GGUF file's metadata written as one); label names the source. */
+GPUCORE_HIDDEN gpucore_status lm_config_from_text(const char *text, const char *label, lm_config *cfg);
 GPUCORE_HIDDEN void lm_config_free(lm_config *cfg);
-/* Read and parse a JSON object file: *text (free) and *json (a cJSON*, cJSON_Delete). */
-GPUCORE_HIDDEN gpucore_status lm_read_json(const char *path, char **text, void **json, const char *op);
 /* The math refuses sequences past max_position_embeddings or an active sliding window. */
 GPUCORE_HIDDEN gpucore_status lm_check_length(const gpucore_lm *lm, int64_t total, const char *op);
 
@@ -118,6 +119,12 @@ GPUCORE_HIDDEN gpucore_status lm_check_length(const gpucore_lm *lm, int64_t tota
 GPUCORE_HIDDEN gpucore_status lm_build_registry(gpucore_lm *lm);
 GPUCORE_HIDDEN gpucore_status lm_load_weights(gpucore_lm *lm, int dtype);
 GPUCORE_HIDDEN void lm_free_weights(gpucore_lm *lm);
+/* ---- load_gguf.c: a GGUF file instead of a folder ---- */
+/* Whether path is a file, read as GGUF (a Hugging Face model is a folder). */
+GPUCORE_HIDDEN int lm_is_gguf(const char *path);
+/* Config from the file's metadata, the registry, and every weight decoded to dtype (-1: the
+ * file's float dtype, f32 for quantized weights), one tensor at a time; all or nothing. */
+GPUCORE_HIDDEN gpucore_status lm_load_gguf(gpucore_lm *lm, int dtype);
 /* ---- lm.c: the handle, queries, shared helpers ---- */
 GPUCORE_HIDDEN gpucore_status lm_check(const gpucore_lm *lm, const char *op);
 /* printf into a new heap string (NULL on OOM). */

@@ -273,7 +273,7 @@ static gpucore_status read_adapter_config(gpucore_lm *lm, const char *path, adap
     memset(a, 0, sizeof *a);
     char *text = NULL;
     void *jv = NULL;
-    gpucore_status st = lm_read_json(path, &text, &jv, op);
+    gpucore_status st = gpucore_io_read_json(path, &text, &jv, op);
     if (st) return st;
     free(text);
     cJSON *root = jv;

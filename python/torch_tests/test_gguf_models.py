@@ -1,0 +1,149 @@
+"""gpucore.models.from_pretrained("model.gguf") against transformers.
+
+Tiny random Llama (grouped-query attention, separate head), Qwen2 (q/k/v biases, tied head) and
+GPT-2 (Conv1D weights, learned positions, tied head) models made by transformers
+(hf_fixtures.py) and written as llama.cpp's converter writes them (gguf_fixtures.py: its names,
+Llama's q/k rows permuted for interleaved rotary pairs, which transformers' own GGUF code
+undoes the same way: checked) in f32 and f16: logits against the transformers model (normalised
+error f32 1e-4; f16 1e-2 against the f16-rounded weights run in f32), greedy generation token
+for token, the config read from the metadata; and files the loader must refuse with a message
+naming the problem (another architecture, RoPE scaling, a Llama 3 rope_freqs tensor, a tensor
+the model does not have, a missing one, a wrong shape).
+
+Runs under Debian's python3 with torch 1.13 and transformers + gguf from build-pydeps; skips
+with the reason when they are not importable."""
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+gguf = pytest.importorskip("gguf")
+hf_fixtures = pytest.importorskip("hf_fixtures")
+gguf_fixtures = pytest.importorskip("gguf_fixtures")
+
+import gpucore  # noqa: E402
+from gpucore import models  # noqa: E402
+from transformers.modeling_gguf_pytorch_utils import reverse_permute_weights  # noqa: E402
+
+DEVICE = os.environ.get("GPUCORE_TEST_DEVICE", "cpu")
+OVERRIDES = {"llama": dict(rope_scaling=None), "qwen2": {}, "gpt2": {}}
+transformers.logging.set_verbosity_error()
+
+
+rel, to_np = hf_fixtures.rel, hf_fixtures.to_np
+
+
+_made = {}
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory):
+    return tmp_path_factory.mktemp("gguf_models")
+
+
+def made(store, arch, np_dtype=np.float32, **edits):
+    """(path of the GGUF file, the transformers model in f32) — the model made once per arch."""
+    if arch not in _made:
+        _, m = hf_fixtures.make_model(arch, store, **OVERRIDES[arch])
+        _made[arch] = m.float().eval()
+    m = _made[arch]
+    tag = "%s-%s-%d" % (arch, np.dtype(np_dtype).name, len(_made))
+    path = os.path.join(str(store), tag + ("-%x" % abs(hash(repr(sorted(edits.items())))) if edits else "") + ".gguf")
+    if not os.path.exists(path):
+        gguf_fixtures.write_gguf(m, arch, path, np_dtype, **edits)
+    return path, m
+
+
+def ids_for(vocab, B=2, T=9, seed=0):
+    return np.random.default_rng(seed).integers(0, vocab, size=(B, T)).astype(np.int64)
+
+
+def test_permutation_matches_transformers():
+    """The fixture's q/k permutation is the one transformers' GGUF loader undoes."""
+    w = np.random.default_rng(1).standard_normal((4 * 16, 24)).astype(np.float32)
+    for heads, kv in ((4, None), (8, 4)):
+        p = gguf_fixtures.llama_cpp_permute(w, heads, kv)
+        assert not np.array_equal(p, w)
+        np.testing.assert_array_equal(reverse_permute_weights(p, heads, kv), w)
+
+
+@pytest.mark.parametrize("arch", ["llama", "qwen2", "gpt2"])
+def test_logits_f32(store, arch):
+    path, hf = made(store, arch)
+    m = models.from_pretrained(path, device=DEVICE)
+    assert m.arch == arch and m.config_int("dtype") == gpucore.float32.value
+    cfg = hf.config
+    assert m.config_int("vocab_size") == cfg.vocab_size
+    assert m.config_int("tie_word_embeddings") == int(arch != "llama")
+    if arch != "gpt2":
+        assert m.config_int("num_key_value_heads") == cfg.num_key_value_heads
+        assert m.config_float("rope_theta") == pytest.approx(cfg.rope_theta, rel=1e-7)
+    ids = ids_for(cfg.vocab_size)
+    err = rel(to_np(m(ids)), hf_fixtures.logits(hf, ids))
+    assert err < 1e-4, "%s: logits differ from transformers by %.3g" % (arch, err)
+
+
+def test_logits_f16_and_conversion(store):
+    path, hf = made(store, "llama", np.float16)
+    m = models.from_pretrained(path, device=DEVICE)
+    assert m.config_int("dtype") == gpucore.float16.value
+    ref = transformers.AutoModelForCausalLM.from_config(hf.config).eval()
+    with torch.no_grad():
+        for (n, p), (_, q) in zip(ref.named_parameters(), hf.named_parameters()):
+            p.copy_(q.half().float() if q.dim() == 2 else q)
+    ids = ids_for(hf.config.vocab_size)
+    want = hf_fixtures.logits(ref, ids)
+    assert rel(to_np(m(ids)), want) < 1e-2
+    m32 = models.from_pretrained(path, device=DEVICE, dtype="float32")
+    assert m32.config_int("dtype") == gpucore.float32.value
+    assert rel(to_np(m32(ids)), want) < 1e-4
+    mb = models.from_pretrained(path, device=DEVICE, dtype="bfloat16")
+    assert rel(to_np(mb(ids)), want) < 3e-2
+
+
+def test_greedy_generation(store):
+    path, hf = made(store, "llama")
+    m = models.from_pretrained(path, device=DEVICE)
+    ids = ids_for(hf.config.vocab_size, B=1, T=5, seed=3)
+    ours = m.generate(ids, max_new_tokens=12)
+    with torch.no_grad():
+        ref = hf.generate(torch.as_tensor(ids), max_new_tokens=12, do_sample=False, eos_token_id=None,
+                          pad_token_id=0).numpy()
+    np.testing.assert_array_equal(ours, ref)
+
+
+@pytest.mark.parametrize("case,edits,err,words", [
+    ("arch", dict(arch_name="phi3"), gpucore.NotSupportedError, ["phi3", "llama, qwen2 and gpt2"]),
+    ("scaling", dict(kv={"llama.rope.scaling.type": "linear"}), gpucore.NotSupportedError, ["linear"]),
+    ("rope_freqs", dict(extra={"rope_freqs.weight": np.ones(8, np.float32)}), gpucore.NotSupportedError,
+     ["rope_freqs.weight"]),
+    ("extra", dict(extra={"blk.0.attn_q_norm.weight": np.ones(16, np.float32)}), gpucore.NotSupportedError,
+     ["blk.0.attn_q_norm.weight"]),
+    ("missing", dict(drop=("blk.1.ffn_up.weight",)), gpucore.CorruptFileError, ["blk.1.ffn_up.weight", "up_proj"]),
+    ("partial rotary", dict(kv={"llama.rope.dimension_count": 8}), gpucore.NotSupportedError,
+     ["rope.dimension_count"]),
+])
+def test_refused(store, case, edits, err, words):
+    path, _ = made(store, "llama", **edits)
+    with pytest.raises(err) as e:
+        models.from_pretrained(path, device=DEVICE)
+    for w in words:
+        assert w in str(e.value), "%s: %r does not name %r" % (case, str(e.value), w)
+
+
+def test_wrong_shape_and_not_gguf(store, tmp_path):
+    _, hf = made(store, "llama")
+    bad = os.path.join(str(tmp_path), "shape.gguf")
+    gguf_fixtures.write_gguf(hf, "llama", bad, drop=("output_norm.weight",),
+                             extra={"output_norm.weight": np.ones(8, np.float32)})
+    with pytest.raises(gpucore.ShapeMismatchError, match="output_norm.weight"):
+        models.from_pretrained(bad, device=DEVICE)
+    junk = os.path.join(str(tmp_path), "junk.gguf")
+    with open(junk, "wb") as f:
+        f.write(b"not a gguf file at all")
+    with pytest.raises(gpucore.CorruptFileError, match="magic"):
+        models.from_pretrained(junk, device=DEVICE)

@@ -1,0 +1,345 @@
+/*
+ * load_gguf.c — a language model from a GGUF file (llama.cpp's format) instead of a Hugging
+ * Face folder: the file's metadata written as the config.json transformers would have (so the
+ * config reader's checks and refusals apply unchanged), llama.cpp's tensor names mapped to the
+ * Hugging Face names of the registry (one table per architecture), and every weight decoded to
+ * the model's dtype one tensor at a time. llama.cpp's converter permutes the rows of Llama's q
+ * and k projections so that rotary pairs sit side by side (interleaved); the model here rotates
+ * the two halves of each head (as transformers does), so those rows are put back on the way in.
+ * Anything the math would not honour (another architecture, RoPE scaling, partial rotary,
+ * experts, a tensor the model does not have) is refused with a message naming it.
+ */
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include "lm_internal.h"
+#include "io/gguf.h"
+
+#define OP "gpucore_lm_create"
+
+/* ---- the name tables: Hugging Face name (per-layer ones after the layer prefix) -> GGUF name ---- */
+
+typedef struct name_pair { const char *hf, *gguf; } name_pair;
+
+static const name_pair llama_global[] = {
+    {"model.embed_tokens.weight", "token_embd.weight"}, {"model.norm.weight", "output_norm.weight"},
+    {"lm_head.weight", "output.weight"},
+};
+static const name_pair llama_layer[] = {
+    {"input_layernorm.weight", "attn_norm.weight"},
+    {"self_attn.q_proj.weight", "attn_q.weight"},      {"self_attn.q_proj.bias", "attn_q.bias"},
+    {"self_attn.k_proj.weight", "attn_k.weight"},      {"self_attn.k_proj.bias", "attn_k.bias"},
+    {"self_attn.v_proj.weight", "attn_v.weight"},      {"self_attn.v_proj.bias", "attn_v.bias"},
+    {"self_attn.o_proj.weight", "attn_output.weight"}, {"self_attn.o_proj.bias", "attn_output.bias"},
+    {"post_attention_layernorm.weight", "ffn_norm.weight"},
+    {"mlp.gate_proj.weight", "ffn_gate.weight"},       {"mlp.gate_proj.bias", "ffn_gate.bias"},
+    {"mlp.up_proj.weight", "ffn_up.weight"},           {"mlp.up_proj.bias", "ffn_up.bias"},
+    {"mlp.down_proj.weight", "ffn_down.weight"},       {"mlp.down_proj.bias", "ffn_down.bias"},
+};
+/* GPT-2's Conv1D weights are stored transposed by llama.cpp's converter: [out, in] row-major, as held here. */
+static const name_pair gpt2_global[] = {
+    {"transformer.wte.weight", "token_embd.weight"}, {"transformer.wpe.weight", "position_embd.weight"},
+    {"transformer.ln_f.weight", "output_norm.weight"}, {"transformer.ln_f.bias", "output_norm.bias"},
+    {"lm_head.weight", "output.weight"},
+};
+static const name_pair gpt2_layer[] = {
+    {"ln_1.weight", "attn_norm.weight"},        {"ln_1.bias", "attn_norm.bias"},
+    {"attn.c_attn.weight", "attn_qkv.weight"},  {"attn.c_attn.bias", "attn_qkv.bias"},
+    {"attn.c_proj.weight", "attn_output.weight"}, {"attn.c_proj.bias", "attn_output.bias"},
+    {"ln_2.weight", "ffn_norm.weight"},         {"ln_2.bias", "ffn_norm.bias"},
+    {"mlp.c_fc.weight", "ffn_up.weight"},       {"mlp.c_fc.bias", "ffn_up.bias"},
+    {"mlp.c_proj.weight", "ffn_down.weight"},   {"mlp.c_proj.bias", "ffn_down.bias"},
+};
+
+typedef struct arch_table {
+    const char *name;              /* general.architecture */
+    int arch;                      /* gpucore_lm_arch */
+    const char *layer_prefix;      /* "model.layers." */
+    const name_pair *global, *layer;
+    int n_global, n_layer;
+    int unpermute_qk;              /* llama.cpp's converter permuted q/k rows (LlamaModel) */
+} arch_table;
+
+#define N(a) ((int)(sizeof a / sizeof a[0]))
+static const arch_table tables[] = {
+    {"llama", GPUCORE_LM_LLAMA, "model.layers.", llama_global, llama_layer, N(llama_global), N(llama_layer), 1},
+    {"qwen2", GPUCORE_LM_QWEN2, "model.layers.", llama_global, llama_layer, N(llama_global), N(llama_layer), 0},
+    {"gpt2", GPUCORE_LM_GPT2, "transformer.h.", gpt2_global, gpt2_layer, N(gpt2_global), N(gpt2_layer), 0},
+};
+
+/* The GGUF name of registry name hf into buf; 0 when the table has none. */
+static int gguf_name(const arch_table *t, const char *hf, char *buf, size_t len)
+{
+    for (int i = 0; i < t->n_global; i++)
+        if (!strcmp(hf, t->global[i].hf)) { snprintf(buf, len, "%s", t->global[i].gguf); return 1; }
+    size_t pl = strlen(t->layer_prefix);
+    if (strncmp(hf, t->layer_prefix, pl)) return 0;
+    char *end;
+    long long layer = strtoll(hf + pl, &end, 10);
+    if (end == hf + pl || *end != '.') return 0;
+    for (int i = 0; i < t->n_layer; i++)
+        if (!strcmp(end + 1, t->layer[i].hf)) { snprintf(buf, len, "blk.%lld.%s", layer, t->layer[i].gguf); return 1; }
+    return 0;
+}
+
+int lm_is_gguf(const char *path)
+{
+    struct stat sb;
+    return stat(path, &sb) == 0 && S_ISREG(sb.st_mode);
+}
+
+/* ---- metadata ---- */
+
+typedef struct meta { gpucore_gguf *f; const char *path, *arch; gpucore_status st; } meta;
+
+static int64_t meta_int(meta *m, const char *suffix, int64_t dflt, int required)
+{
+    char key[160];
+    snprintf(key, sizeof key, "%s.%s", m->arch, suffix);
+    int64_t i = gpucore_gguf_kv_find(m->f, key), v = dflt;
+    if (m->st) return dflt;
+    if (i < 0) {
+        if (required)
+            m->st = gpucore_set_error(GPUCORE_ERR_CORRUPT_FILE, OP ": '%s' has no metadata key '%s' (a %s model needs "
+                                      "it)", m->path, key, m->arch);
+        return dflt;
+    }
+    gpucore_status st = gpucore_gguf_kv_int(m->f, i, 0, &v);
+    if (st || v < 0) {
+        m->st = gpucore_set_error(GPUCORE_ERR_CORRUPT_FILE, OP ": '%s': metadata key '%s' must be a non-negative "
+                                  "integer", m->path, key);
+        return dflt;
+    }
+    return v;
+}
+
+static double meta_float(meta *m, const char *suffix, double dflt)
+{
+    char key[160];
+    snprintf(key, sizeof key, "%s.%s", m->arch, suffix);
+    int64_t i = gpucore_gguf_kv_find(m->f, key);
+    double v = dflt;
+    if (m->st || i < 0) return dflt;
+    if (gpucore_gguf_kv_float(m->f, i, 0, &v))
+        m->st = gpucore_set_error(GPUCORE_ERR_CORRUPT_FILE, OP ": '%s': metadata key '%s' must be a float", m->path, key);
+    return v;
+}
+
+static int64_t token_id(gpucore_gguf *f, const char *key)
+{
+    int64_t i = gpucore_gguf_kv_find(f, key), v = -1;
+    if (i < 0 || gpucore_gguf_kv_int(f, i, 0, &v)) return -1;
+    return v;
+}
+
+static void refuse(meta *m, const char *what)
+{
+    if (!m->st)
+        m->st = gpucore_set_error(GPUCORE_ERR_NOT_SUPPORTED, OP ": '%s': %s is not supported", m->path, what);
+}
+
+/* The file's metadata as the config.json transformers would have for it (new string in *json). */
+static gpucore_status config_json(gpucore_gguf *f, const char *path, const arch_table *t, int dtype, char **json)
+{
+    meta m = {f, path, t->name, GPUCORE_OK};
+    int64_t layers = meta_int(&m, "block_count", 0, 1), hidden = meta_int(&m, "embedding_length", 0, 1);
+    int64_t heads = meta_int(&m, "attention.head_count", 0, 1);
+    int64_t kv = meta_int(&m, "attention.head_count_kv", heads, 0);
+    int64_t ctx = meta_int(&m, "context_length", 0, 1), ffn = meta_int(&m, "feed_forward_length", 4 * hidden, 0);
+    if (!m.st && (heads < 1 || hidden % heads))
+        m.st = gpucore_set_error(GPUCORE_ERR_CORRUPT_FILE, OP ": '%s': %s.embedding_length (%lld) is not a multiple "
+                                 "of %s.attention.head_count (%lld)", path, t->name, (long long)hidden, t->name,
+                                 (long long)heads);
+    int64_t head_dim = m.st ? 0 : hidden / heads;
+    char what[200];
+    if (meta_int(&m, "expert_count", 0, 0) > 0) refuse(&m, "a mixture of experts (expert_count)");
+    int64_t rot = meta_int(&m, "rope.dimension_count", head_dim, 0);
+    if (t->arch != GPUCORE_LM_GPT2 && rot != head_dim) {
+        snprintf(what, sizeof what, "RoPE on %lld of the head's %lld dimensions (rope.dimension_count)", (long long)rot,
+                 (long long)head_dim);
+        refuse(&m, what);
+    }
+    if (meta_int(&m, "attention.key_length", head_dim, 0) != head_dim ||
+        meta_int(&m, "attention.value_length", head_dim, 0) != head_dim)
+        refuse(&m, "a head size other than embedding_length / head_count (attention.key_length / value_length)");
+    char key[160];
+    snprintf(key, sizeof key, "%s.rope.scaling.type", t->name);
+    int64_t ki = gpucore_gguf_kv_find(f, key);
+    const char *scaling = NULL;
+    if (ki >= 0 && gpucore_gguf_kv_string(f, ki, 0, &scaling, NULL) == GPUCORE_OK && strcmp(scaling, "none")) {
+        snprintf(what, sizeof what, "RoPE scaling \"%.64s\" (%s)", scaling, key);
+        refuse(&m, what);
+    }
+    if (gpucore_gguf_tensor_find(f, "rope_freqs.weight") >= 0)
+        refuse(&m, "the tensor rope_freqs.weight (per-frequency RoPE factors, as Llama 3.1 files carry)");
+    /* vocabulary: the token list, else <arch>.vocab_size, else the embedding's rows */
+    int64_t vocab = -1, ti = gpucore_gguf_kv_find(f, "tokenizer.ggml.tokens");
+    if (ti >= 0) gpucore_gguf_kv_info(f, ti, NULL, NULL, NULL, &vocab);
+    if (vocab < 0) vocab = meta_int(&m, "vocab_size", -1, 0);
+    int64_t emb = gpucore_gguf_tensor_find(f, "token_embd.weight"), dims[4] = {0};
+    if (vocab < 0 && emb >= 0) gpucore_gguf_tensor_info(f, emb, NULL, NULL, NULL, dims, NULL, NULL), vocab = dims[1];
+    if (!m.st && vocab < 1)
+        m.st = gpucore_set_error(GPUCORE_ERR_CORRUPT_FILE, OP ": '%s' gives no vocabulary size (no tokenizer.ggml.tokens, "
+                                 "%s.vocab_size or token_embd.weight)", path, t->name);
+    if (m.st) return m.st;
+    int tie = gpucore_gguf_tensor_find(f, "output.weight") < 0;
+    int64_t bos = token_id(f, "tokenizer.ggml.bos_token_id"), eos = token_id(f, "tokenizer.ggml.eos_token_id");
+    int64_t pad = token_id(f, "tokenizer.ggml.padding_token_id");
+    const char *torch = dtype == GPUCORE_BF16 ? "bfloat16" : dtype == GPUCORE_F16 ? "float16" : "float32";
+    if (t->arch == GPUCORE_LM_GPT2) {
+        double eps = meta_float(&m, "attention.layer_norm_epsilon", 1e-5);
+        *json = lm_strdupf("{\"model_type\": \"gpt2\", \"vocab_size\": %lld, \"n_embd\": %lld, \"n_layer\": %lld, "
+                           "\"n_head\": %lld, \"n_positions\": %lld, \"n_inner\": %lld, \"layer_norm_epsilon\": %.17g, "
+                           "\"activation_function\": \"gelu_new\", \"tie_word_embeddings\": %s, \"bos_token_id\": %lld, "
+                           "\"eos_token_id\": %lld, \"pad_token_id\": %lld, \"torch_dtype\": \"%s\"}",
+                           (long long)vocab, (long long)hidden, (long long)layers, (long long)heads, (long long)ctx,
+                           (long long)ffn, eps, tie ? "true" : "false", (long long)bos, (long long)eos, (long long)pad,
+                           torch);
+    } else {
+        double eps = meta_float(&m, "attention.layer_norm_rms_epsilon", 1e-6);
+        double theta = meta_float(&m, "rope.freq_base", 10000.0);
+        int qkv_bias = gpucore_gguf_tensor_find(f, "blk.0.attn_q.bias") >= 0;
+        int mlp_bias = gpucore_gguf_tensor_find(f, "blk.0.ffn_up.bias") >= 0;
+        char extra[96];
+        if (t->arch == GPUCORE_LM_LLAMA)
+            snprintf(extra, sizeof extra, "\"attention_bias\": %s, \"mlp_bias\": %s", qkv_bias ? "true" : "false",
+                     mlp_bias ? "true" : "false");
+        else
+            snprintf(extra, sizeof extra, "\"use_sliding_window\": false");
+        *json = lm_strdupf("{\"model_type\": \"%s\", \"vocab_size\": %lld, \"hidden_size\": %lld, "
+                           "\"intermediate_size\": %lld, \"num_hidden_layers\": %lld, \"num_attention_heads\": %lld, "
+                           "\"num_key_value_heads\": %lld, \"max_position_embeddings\": %lld, \"rms_norm_eps\": %.17g, "
+                           "\"rope_theta\": %.17g, \"hidden_act\": \"silu\", \"tie_word_embeddings\": %s, %s, "
+                           "\"bos_token_id\": %lld, \"eos_token_id\": %lld, \"pad_token_id\": %lld, "
+                           "\"torch_dtype\": \"%s\"}",
+                           t->name, (long long)vocab, (long long)hidden, (long long)ffn, (long long)layers,
+                           (long long)heads, (long long)kv, (long long)ctx, eps, theta, tie ? "true" : "false", extra,
+                           (long long)bos, (long long)eos, (long long)pad, torch);
+    }
+    if (m.st) { free(*json); *json = NULL; return m.st; }
+    return *json ? GPUCORE_OK : gpucore_set_error(GPUCORE_ERR_OUT_OF_MEMORY, OP ": out of host memory");
+}
+
+/* ---- weights ---- */
+
+/* llama.cpp's converter stores row h*hd + 2*i + half of each head where transformers has
+ * h*hd + half*hd/2 + i (rotary halves); put the rows back. rows = n_head * hd, cols per row. */
+static gpucore_status unpermute_rows(float *w, int64_t rows, int64_t cols, int64_t n_head)
+{
+    int64_t hd = rows / n_head;
+    float *tmp = malloc((size_t)(hd * cols) * sizeof *tmp);
+    if (!tmp) return gpucore_set_error(GPUCORE_ERR_OUT_OF_MEMORY, OP ": out of host memory");
+    for (int64_t h = 0; h < n_head; h++) {
+        float *head = w + h * hd * cols;
+        for (int64_t half = 0; half < 2; half++)
+            for (int64_t i = 0; i < hd / 2; i++)
+                memcpy(tmp + (half * (hd / 2) + i) * cols, head + (2 * i + half) * cols, (size_t)cols * sizeof *tmp);
+        memcpy(head, tmp, (size_t)(hd * cols) * sizeof *tmp);
+    }
+    free(tmp);
+    return GPUCORE_OK;
+}
+
+static gpucore_status load_param(gpucore_lm *lm, gpucore_gguf *f, const arch_table *t, lm_param *p, int dtype)
+{
+    char gname[200];
+    if (!gguf_name(t, p->name, gname, sizeof gname))
+        return gpucore_set_error(GPUCORE_ERR_INTERNAL, OP ": no GGUF name for the %s weight '%s'", t->name, p->name);
+    int64_t i = gpucore_gguf_tensor_find(f, gname);
+    if (i < 0)
+        return gpucore_set_error(GPUCORE_ERR_CORRUPT_FILE, OP ": '%s' has no tensor '%s' (the %s model's '%s', implied "
+                                 "by its metadata)", lm->folder, gname, t->name, p->name);
+    int nd;
+    int64_t dims[4];
+    gpucore_gguf_tensor_info(f, i, NULL, NULL, &nd, dims, NULL, NULL);
+    int same = nd == p->ndim;
+    for (int d = 0; same && d < nd; d++) same = dims[nd - 1 - d] == p->shape[d];
+    if (!same) {
+        int64_t got[4];
+        for (int d = 0; d < nd; d++) got[d] = dims[nd - 1 - d];
+        char a[96], b[96];
+        return gpucore_set_error(GPUCORE_ERR_SHAPE_MISMATCH, OP ": tensor '%s' in '%s' is %s but the metadata implies %s",
+                                 gname, lm->folder, gpucore_shape_str(nd, got, a, sizeof a),
+                                 gpucore_shape_str(p->ndim, p->shape, b, sizeof b));
+    }
+    float *v = NULL;
+    gpucore_status st = gguf_read_f32(f, i, &v, OP);
+    if (st) return st;
+    int64_t rows = p->shape[0], cols = p->ndim == 2 ? p->shape[1] : 1;
+    if (t->unpermute_qk) {
+        if (strstr(p->name, ".self_attn.q_proj.")) st = unpermute_rows(v, rows, cols, lm->cfg.heads);
+        else if (strstr(p->name, ".self_attn.k_proj.")) st = unpermute_rows(v, rows, cols, lm->cfg.kv_heads);
+    }
+    if (!st) {
+        gguf_f32_to_dtype(v, rows * cols, dtype);
+        st = gpucore_tensor_create(lm->ctx, (gpucore_dtype)dtype, p->ndim, p->shape, p->slot);
+    }
+    if (!st) st = gpucore_copy_from_host(*p->slot, v, rows * cols * gpucore_dtype_size((gpucore_dtype)dtype));
+    free(v);
+    return st;
+}
+
+/* Every tensor of the file is one the model reads. */
+static gpucore_status check_leftovers(gpucore_lm *lm, gpucore_gguf *f, const arch_table *t)
+{
+    char gname[200];
+    for (int64_t i = 0; i < gpucore_gguf_tensor_count(f); i++) {
+        const char *name;
+        gpucore_gguf_tensor_info(f, i, &name, NULL, NULL, NULL, NULL, NULL);
+        int used = 0;
+        for (int64_t k = 0; k < lm->n_params && !used; k++)
+            used = gguf_name(t, lm->params[k].name, gname, sizeof gname) && !strcmp(gname, name);
+        if (!used)
+            return gpucore_set_error(GPUCORE_ERR_NOT_SUPPORTED, OP ": '%s' holds tensor '%s', which a %s model as "
+                                     "implemented here does not have", lm->folder, name, t->name);
+    }
+    return GPUCORE_OK;
+}
+
+static int float_dtype_of(int ggml_type)
+{
+    return ggml_type == 1 ? GPUCORE_F16 : ggml_type == 30 ? GPUCORE_BF16 : GPUCORE_F32;
+}
+
+gpucore_status lm_load_gguf(gpucore_lm *lm, int dtype)
+{
+    gpucore_gguf *f = NULL;
+    gpucore_status st = gpucore_gguf_open(lm->folder, &f);
+    if (st) return st;
+    const char *arch = NULL;
+    int64_t ai = gpucore_gguf_kv_find(f, "general.architecture");
+    if (ai < 0 || gpucore_gguf_kv_string(f, ai, 0, &arch, NULL) != GPUCORE_OK) {
+        gpucore_gguf_close(f);
+        return gpucore_set_error(GPUCORE_ERR_CORRUPT_FILE, OP ": '%s' has no string general.architecture",
+                                 lm->folder);
+    }
+    const arch_table *t = NULL;
+    for (int k = 0; k < N(tables); k++)
+        if (!strcmp(arch, tables[k].name)) t = &tables[k];
+    if (!t) {
+        st = gpucore_set_error(GPUCORE_ERR_NOT_SUPPORTED, OP ": '%s' is a GGUF model of architecture \"%.64s\"; the "
+                               "architectures read from GGUF files are llama, qwen2 and gpt2", lm->folder, arch);
+        gpucore_gguf_close(f);
+        return st;
+    }
+    if (dtype < 0) {
+        int64_t emb = gpucore_gguf_tensor_find(f, "token_embd.weight");
+        int type = 0;
+        if (emb >= 0) gpucore_gguf_tensor_info(f, emb, NULL, &type, NULL, NULL, NULL, NULL);
+        dtype = float_dtype_of(type);
+    }
+    char *json = NULL;
+    st = config_json(f, lm->folder, t, dtype, &json);
+    if (!st) st = lm_config_from_text(json, lm->folder, &lm->cfg);
+    free(json);
+    if (!st) st = lm_build_registry(lm);
+    for (int64_t i = 0; i < lm->n_params && !st; i++) st = load_param(lm, f, t, &lm->params[i], dtype);
+    if (!st) st = check_leftovers(lm, f, t);
+    if (!st) lm->dtype = dtype;
+    gpucore_gguf_close(f);
+    if (st) lm_free_weights(lm);
+    return st;
+}
