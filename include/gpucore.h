@@ -869,6 +869,44 @@ GPUCORE_API gpucore_status gpucore_stream_priority_range(gpucore_context *ctx, i
 GPUCORE_API gpucore_status gpucore_context_pool_stream(gpucore_context *ctx, int high_priority,
                                                        gpucore_stream **out);
 
+/* ------------------------------------------------------- quantized weights
+ *
+ * A quantized weight is a GPUCORE_U8 tensor holding the bytes of one format below; its
+ * logical shape [rows, cols] travels beside it. The bits are those of the reference
+ * implementations: GGUF blocks as llama.cpp's ggml writes them (the gguf package reads
+ * them), bitsandbytes' 4-bit and 8-bit row formats as bitsandbytes computes them. The
+ * per-block layouts and arithmetic are written once in kernels/quant_formats.h.
+ *
+ *   NF4, FP4   bitsandbytes 4-bit: the [rows, cols] values flattened, in blocks of
+ *              block_size values (a power of two, 32..4096; 0 means 64; the last block may
+ *              be partial). Bytes: the packed indices (two per byte, the earlier value in the
+ *              high nibble; ceil(n/2) bytes, then zeros to a multiple of 4), then the f32
+ *              absmax of every block. With GPUCORE_QUANT_DOUBLE the absmax is itself
+ *              quantized as bitsandbytes' compress_statistics does: its mean (the offset)
+ *              subtracted, 8-bit dynamic code in blocks of 256; the bytes are then the packed
+ *              indices, one u8 code per block (zeros to a multiple of 4), the f32 absmax of
+ *              every 256 blocks, and the f32 offset.
+ *   INT8_ROW   bitsandbytes' Int8Params: int8 values (rows*cols bytes, zeros to a multiple of
+ *              4), then the f32 absmax of every row (SCB); x = q * SCB / 127.
+ *   Q4_0 .. Q8_0   GGUF blocks of 32 values; Q4_K, Q5_K, Q6_K: blocks of 256. Each row is
+ *              whole blocks (cols a multiple of the block); block_size must be 0.
+ */
+typedef enum gpucore_quant_format {
+    GPUCORE_QUANT_NF4 = 0, GPUCORE_QUANT_FP4 = 1, GPUCORE_QUANT_INT8_ROW = 2,
+    GPUCORE_QUANT_Q4_0 = 3, GPUCORE_QUANT_Q4_1 = 4, GPUCORE_QUANT_Q5_0 = 5, GPUCORE_QUANT_Q5_1 = 6,
+    GPUCORE_QUANT_Q8_0 = 7, GPUCORE_QUANT_Q4_K = 8, GPUCORE_QUANT_Q5_K = 9, GPUCORE_QUANT_Q6_K = 10
+} gpucore_quant_format;
+
+/* flags of the calls below */
+#define GPUCORE_QUANT_DOUBLE 1 /* NF4/FP4: double quantization of the absmax */
+
+/* Bytes of a [rows, cols] matrix in format fmt (block_size and flags as above) into *bytes.
+ * INVALID_ARGUMENT (with the rule in the message) for an unknown format, a negative size, a
+ * block size the format does not take, cols not a multiple of a GGUF block, or a flag the
+ * format does not take; OVERFLOW past int64. */
+GPUCORE_API gpucore_status gpucore_quant_size(gpucore_quant_format fmt, int64_t rows, int64_t cols,
+                                              int64_t block_size, int flags, int64_t *bytes);
+
 /* ------------------------------------------------------------------ matmul
  *
  *   d = epilogue(alpha · op(a) · op(b) + beta · c)
