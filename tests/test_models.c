@@ -13,7 +13,13 @@
  *   - save_pretrained / create and save_adapter / load_adapter round trips give
  *     bitwise equal logits; merged adapters equal the unmerged forward;
  *   - bad PEFT adapters (misnamed key, missing B, wrong rank, use_dora) are refused
- *     and leave the adapters the model had.
+ *     and leave the adapters the model had;
+ *   - every backend present (cpu, cuda, cuda-emulated: check.h's list) runs all of the
+ *     above on folders it writes itself, then loads one model the CPU wrote and is
+ *     held to the CPU's results: logits (f32, bf16, through the KV cache, after a
+ *     merge), the loss, gradients and AdamW steps within the accuracy contract;
+ *     greedy and sampled generation token for token; save_pretrained folders and
+ *     adapters file for file, bit for bit.
  * The comparisons against transformers and PEFT themselves are in
  * python/torch_tests (they need torch).
  */
@@ -23,6 +29,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 #include "check.h"
+#include "numeric.h"
 
 #define V_ 16
 #define D_ 8
@@ -30,7 +37,7 @@
 #define HKV_ 1
 #define HD_ 4
 
-static char root[256];
+static char root[256]; /* the test's folder; each backend writes its own folders in root/<backend> */
 
 static void write_file(const char *path, const char *text)
 {
@@ -45,7 +52,17 @@ static char *folder_path(const char *name)
     static char buf[8][512];
     static int i;
     i = (i + 1) % 8;
-    snprintf(buf[i], sizeof buf[i], "%s/%s", root, name);
+    snprintf(buf[i], sizeof buf[i], "%s/%s/%s", root, check_device, name);
+    return buf[i];
+}
+
+/* The folder `name` that backend `device` wrote. */
+static char *device_path(const char *device, const char *name)
+{
+    static char buf[2][512];
+    static int i;
+    i = (i + 1) % 2;
+    snprintf(buf[i], sizeof buf[i], "%s/%s/%s", root, device, name);
     return buf[i];
 }
 
@@ -286,38 +303,46 @@ static void test_bad_folders(gpucore_context *ctx)
     }
 }
 
+enum { RB = 2, RT = 9 }; /* the batch and length of the cache tests and of the comparisons with the CPU */
+
+/* logits [RB, RT, V] of ids through the empty cache c (batch RB): chunks[0] tokens, then the next
+ * chunks, each attending to the cached ones (the masked path generation never takes). */
+static void chunked_logits(gpucore_context *ctx, gpucore_lm *lm, gpucore_lm_cache *c, const int64_t *ids,
+                           const int *chunks, int n, float *out)
+{
+    for (int k = 0, pos = 0; k < n && c; pos += chunks[k], k++) {
+        int64_t sub[RB * RT], shape[2] = {RB, chunks[k]};
+        for (int b = 0; b < RB; b++)
+            for (int t = 0; t < chunks[k]; t++) sub[b * chunks[k] + t] = ids[b * RT + pos + t];
+        gpucore_tensor *ti = NULL, *lg = NULL;
+        CHECK_OK(gpucore_tensor_create(ctx, GPUCORE_I64, 2, shape, &ti));
+        CHECK_OK(gpucore_copy_from_host(ti, sub, RB * chunks[k] * 8));
+        CHECK_OK(gpucore_lm_forward_cached(lm, c, ti, 0, &lg));
+        float tmp[RB * RT * V_];
+        if (lg) CHECK_OK(gpucore_copy_to_host(tmp, RB * chunks[k] * V_ * 4, lg));
+        for (int b = 0; b < RB; b++)
+            memcpy(out + ((size_t)b * RT + pos) * V_, tmp + (size_t)b * chunks[k] * V_, (size_t)chunks[k] * V_ * 4);
+        gpucore_tensor_destroy(ti);
+        gpucore_tensor_destroy(lg);
+        CHECK(gpucore_lm_cache_length(c) == pos + chunks[k]);
+    }
+}
+
 /* A prefix, then chunks of 3 and 1 and 2 tokens through the cache: the logits of one forward. */
 static void test_cache_chunks(gpucore_context *ctx)
 {
     gpucore_lm *lm = NULL;
     CHECK_OK(gpucore_lm_create(ctx, folder_path("good"), -1, &lm));
     if (!lm) return;
-    enum { B = 2, T = 9 };
+    enum { B = RB, T = RT };
     int64_t ids[B * T];
     for (int i = 0; i < B * T; i++) ids[i] = (i * 7 + 3) % V_;
     float full[B * T * V_], part[B * T * V_];
     logits_host(lm, ids, B, T, full);
     gpucore_lm_cache *c = NULL;
     CHECK_OK(gpucore_lm_cache_create(lm, B, T, &c));
-    int chunks[4] = {3, 3, 1, 2}, pos = 0;
-    for (int k = 0; k < 4 && c; k++) {
-        int64_t sub[B * 3];
-        for (int b = 0; b < B; b++)
-            for (int t = 0; t < chunks[k]; t++) sub[b * chunks[k] + t] = ids[b * T + pos + t];
-        int64_t shape[2] = {B, chunks[k]};
-        gpucore_tensor *ti = NULL, *lg = NULL;
-        CHECK_OK(gpucore_tensor_create(ctx, GPUCORE_I64, 2, shape, &ti));
-        CHECK_OK(gpucore_copy_from_host(ti, sub, B * chunks[k] * 8));
-        CHECK_OK(gpucore_lm_forward_cached(lm, c, ti, 0, &lg));
-        float tmp[B * 3 * V_];
-        if (lg) CHECK_OK(gpucore_copy_to_host(tmp, B * chunks[k] * V_ * 4, lg));
-        for (int b = 0; b < B; b++)
-            memcpy(part + ((size_t)b * T + pos) * V_, tmp + (size_t)b * chunks[k] * V_, (size_t)chunks[k] * V_ * 4);
-        gpucore_tensor_destroy(ti);
-        gpucore_tensor_destroy(lg);
-        pos += chunks[k];
-        CHECK(gpucore_lm_cache_length(c) == pos);
-    }
+    const int chunks[4] = {3, 3, 1, 2};
+    chunked_logits(ctx, lm, c, ids, chunks, 4, part);
     double a[B * T * V_], r[B * T * V_];
     for (int i = 0; i < B * T * V_; i++) { a[i] = part[i]; r[i] = full[i]; }
     double e = rel_error(a, r, B * T * V_);
@@ -382,6 +407,27 @@ static int64_t grads_host(gpucore_lm *lm, float *out, int64_t cap)
     return n;
 }
 
+/* `steps` times: forward_backward on ids [b, t] (its loss into losses[k]), then an AdamW step (lr, no
+ * weight decay) on the trainable tensors. */
+static void adamw_steps(gpucore_context *ctx, gpucore_lm *lm, const int64_t *ids, int64_t b, int64_t t, double lr,
+                        int steps, double *losses)
+{
+    gpucore_optimizer_config cfg;
+    CHECK_OK(gpucore_optimizer_config_default(GPUCORE_OPTIMIZER_ADAMW, &cfg));
+    cfg.lr = lr;
+    cfg.weight_decay = 0;
+    int64_t nt = gpucore_lm_trainable_count(lm);
+    gpucore_tensor *params[64], *grads[64];
+    for (int64_t i = 0; i < nt && i < 64; i++) CHECK_OK(gpucore_lm_trainable(lm, i, NULL, &params[i], &grads[i]));
+    gpucore_optimizer *opt = NULL;
+    CHECK_OK(gpucore_optimizer_create(ctx, &cfg, params, nt, &opt));
+    for (int step = 0; step < steps && opt; step++) {
+        CHECK_OK(gpucore_lm_forward_backward_host(lm, ids, NULL, b, t, &losses[step]));
+        CHECK_OK(gpucore_optimizer_step(opt, grads, nt, NULL, NULL));
+    }
+    gpucore_optimizer_destroy(opt);
+}
+
 /* LoRA dropout: replayed bitwise under a recompute policy, and it changes the gradients; AdamW
  * over the trainable tensors lowers the loss. */
 static void test_dropout_and_optimizer(gpucore_context *ctx, gpucore_lm *lm, const int64_t *ids)
@@ -412,24 +458,11 @@ static void test_dropout_and_optimizer(gpucore_context *ctx, gpucore_lm *lm, con
     CHECK(l1 == l2 && memcmp(g1, g2, (size_t)n * 4) == 0);
     CHECK(l1 != l0 && memcmp(g0, g1, (size_t)n * 4) != 0);
     /* AdamW on the trainable tensors */
-    gpucore_optimizer_config cfg;
-    CHECK_OK(gpucore_optimizer_config_default(GPUCORE_OPTIMIZER_ADAMW, &cfg));
-    cfg.lr = 0.05;
-    cfg.weight_decay = 0;
-    int64_t nt = gpucore_lm_trainable_count(lm);
-    gpucore_tensor *params[64], *grads[64];
-    for (int64_t i = 0; i < nt && i < 64; i++) CHECK_OK(gpucore_lm_trainable(lm, i, NULL, &params[i], &grads[i]));
-    gpucore_optimizer *opt = NULL;
-    CHECK_OK(gpucore_optimizer_create(ctx, &cfg, params, nt, &opt));
-    double first = 0, last = 0;
-    for (int step = 0; step < 8 && opt; step++) {
-        CHECK_OK(gpucore_lm_forward_backward_host(lm, ids, NULL, 1, 6, &last));
-        if (!step) first = last;
-        CHECK_OK(gpucore_optimizer_step(opt, grads, nt, NULL, NULL));
-    }
+    double losses[8];
+    adamw_steps(ctx, lm, ids, 1, 6, 0.05, 8, losses);
+    double first = losses[0], last = losses[7];
     printf("  LoRA + AdamW, 8 steps on one batch (dropout 0.3): loss %.4f -> %.4f\n", first, last);
     CHECK(last < first);
-    gpucore_optimizer_destroy(opt);
     CHECK_OK(gpucore_lm_set_checkpoint_policy(lm, GPUCORE_CKPT_KEEP_ALL, 0));
     CHECK_OK(gpucore_lm_load_adapter(lm, folder_path("adapter")));
 }
@@ -531,19 +564,228 @@ static void test_roundtrips(gpucore_context *ctx)
     gpucore_lm_destroy(lm);
 }
 
+/* ---------------------------------------------------------------- every backend against the CPU */
+
+enum { RP = 4, RNEW = 6, RCAP = 4096 };
+
+/* What one backend computed from the model the CPU wrote (cpu/good). */
+typedef struct backend_result {
+    float logits[RB * RT * V_], bf16_logits[RB * RT * V_], cached[RB * RT * V_], merged[RB * RT * V_];
+    int64_t greedy[RB * (RP + RNEW)], sampled[RB * (RP + RNEW)];
+    double lora_loss, full_loss, adamw_loss[3];
+    float lora_grads[RCAP], full_grads[RCAP];
+    int64_t n_lora_grads, n_full_grads;
+} backend_result;
+static backend_result cpu_result;
+static int have_cpu_result;
+
+static int64_t ref_ids(int i) { return (i * 7 + 3) % V_; }
+
+/* logits [RB, RT, V] of lm as f32 (a bf16 model's widened). */
+static void logits_f32(gpucore_lm *lm, const int64_t *ids, float *out)
+{
+    gpucore_tensor *lg = NULL;
+    CHECK_OK(gpucore_lm_forward_host(lm, ids, RB, RT, &lg));
+    if (!lg) return;
+    int64_t n = RB * RT * V_;
+    if (gpucore_tensor_dtype(lg) == GPUCORE_BF16) {
+        uint16_t raw[RB * RT * V_];
+        CHECK_OK(gpucore_copy_to_host(raw, n * 2, lg));
+        for (int64_t i = 0; i < n; i++) out[i] = gpucore_bf16_to_f32(raw[i]);
+    } else {
+        CHECK_OK(gpucore_copy_to_host(out, n * 4, lg));
+    }
+    gpucore_tensor_destroy(lg);
+}
+
+/* The same logits through the KV cache: a prefix of 4, then chunks of 1, 3 and 1. */
+static void cached_logits(gpucore_lm *lm, const int64_t *ids, float *out)
+{
+    gpucore_lm_cache *c = NULL;
+    gpucore_context *ctx = NULL;
+    CHECK_OK(gpucore_lm_context(lm, &ctx));
+    CHECK_OK(gpucore_lm_cache_create(lm, RB, RT, &c));
+    const int chunks[4] = {4, 1, 3, 1};
+    chunked_logits(ctx, lm, c, ids, chunks, 4, out);
+    gpucore_lm_cache_destroy(c);
+}
+
+/* this backend's n floats against the CPU's, normalised error within tol; prints the figure. */
+static void against_cpu(const char *what, const float *got, const float *cpu, int64_t n, double tol)
+{
+    double *a = malloc(sizeof(double) * (size_t)n), *r = malloc(sizeof(double) * (size_t)n);
+    for (int64_t i = 0; i < n; i++) { a[i] = got[i]; r[i] = cpu[i]; }
+    double e = rel_error(a, r, (size_t)n);
+    int ok = e <= tol; /* NaN fails */
+    printf("  %-34s vs cpu: rel %.2e (tol %.0e)\n", what, e, tol);
+    CHECK(ok);
+    free(a);
+    free(r);
+}
+
+static void scalar_against_cpu(const char *what, double got, double cpu, double tol)
+{
+    double e = fabs(got - cpu) / fabs(cpu);
+    printf("  %-34s vs cpu: %.7f / %.7f (tol %.0e)\n", what, got, cpu, tol);
+    CHECK(e <= tol);
+}
+
+static void ids_against_cpu(const char *what, const int64_t *got, const int64_t *cpu, int64_t n)
+{
+    int same = memcmp(got, cpu, (size_t)n * sizeof *got) == 0;
+    printf("  %-34s vs cpu: %s\n", what, same ? "token for token" : "DIFFERENT");
+    if (!same)
+        for (int64_t i = 0; i < n; i++) fprintf(stderr, " %lld/%lld", (long long)got[i], (long long)cpu[i]);
+    if (!same) fprintf(stderr, "\n");
+    CHECK(same);
+}
+
+/* A whole file into memory (malloc'ed), its size in *n; NULL if unreadable. */
+static unsigned char *read_all(const char *path, long *n)
+{
+    FILE *f = fopen(path, "rb");
+    unsigned char *buf = NULL;
+    *n = -1;
+    if (f && fseek(f, 0, SEEK_END) == 0 && (*n = ftell(f)) >= 0 && fseek(f, 0, SEEK_SET) == 0) {
+        buf = malloc((size_t)*n + 1);
+        if (buf && fread(buf, 1, (size_t)*n, f) != (size_t)*n) { free(buf); buf = NULL; }
+    }
+    if (f) fclose(f);
+    return buf;
+}
+
+/* The files of folder `name` written here equal the CPU's, byte for byte. */
+static void files_against_cpu(const char *name, const char *const *files, int nfiles)
+{
+    int same = 1;
+    for (int i = 0; i < nfiles; i++) {
+        char a[600], b[600];
+        snprintf(a, sizeof a, "%s/%s", folder_path(name), files[i]);
+        snprintf(b, sizeof b, "%s/%s", device_path("cpu", name), files[i]);
+        long na, nb;
+        unsigned char *x = read_all(a, &na), *y = read_all(b, &nb);
+        int eq = x && y && na == nb && memcmp(x, y, (size_t)na) == 0;
+        if (!eq) fprintf(stderr, "  %s/%s: %ld bytes here, %ld from the CPU, %s\n", name, files[i], na, nb,
+                         x && y ? "contents differ" : "missing");
+        same &= eq;
+        free(x);
+        free(y);
+    }
+    printf("  %-34s vs cpu: %s\n", name, same ? "bitwise equal" : "DIFFERENT");
+    CHECK(same);
+}
+
+/* The trainable tensors' gradients after one forward_backward (loss in *loss). */
+static int64_t step_grads(gpucore_lm *lm, const int64_t *ids, double *loss, float *grads)
+{
+    CHECK_OK(gpucore_lm_forward_backward_host(lm, ids, NULL, RB, RT, loss));
+    return grads_host(lm, grads, RCAP);
+}
+
+/* Run everything on this backend from the CPU's model, then hold it to the CPU's numbers (the CPU's
+ * own pass keeps them). Tolerances: the forward composes matmuls, norms and softmax rows, so the
+ * reductions' 1e-5 for f32 and 1e-2 for bf16 operands; generation, saved folders and adapters exact. */
+static void test_against_cpu(gpucore_context *ctx)
+{
+    static backend_result r;
+    memset(&r, 0, sizeof r);
+    int is_cpu = !strcmp(check_device, "cpu");
+    if (!is_cpu && !have_cpu_result) { CHECK(!"the CPU pass left no results to compare with"); return; }
+    const char *model = device_path("cpu", "good");
+    int64_t ids[RB * RT], prompt[RB * RP], out_len = 0;
+    for (int i = 0; i < RB * RT; i++) ids[i] = ref_ids(i);
+    for (int b = 0; b < RB; b++) memcpy(prompt + b * RP, ids + b * RT, RP * 8);
+
+    /* bf16 weights and activations, and the folder they save (converted on load: rounding shared) */
+    gpucore_lm *lm = NULL;
+    CHECK_OK(gpucore_lm_create(ctx, model, GPUCORE_BF16, &lm));
+    if (!lm) return;
+    logits_f32(lm, ids, r.bf16_logits);
+    CHECK_OK(gpucore_lm_save_pretrained(lm, folder_path("cmp_saved_bf16")));
+    gpucore_lm_destroy(lm);
+
+    /* f32: logits, the cache, generation, save_pretrained */
+    lm = NULL;
+    CHECK_OK(gpucore_lm_create(ctx, model, -1, &lm));
+    if (!lm) return;
+    logits_f32(lm, ids, r.logits);
+    cached_logits(lm, ids, r.cached);
+    CHECK_OK(gpucore_lm_generate(lm, prompt, RB, RP, RNEW, 0, 1.0, 0, 1.0, 0, -1, -1, r.greedy, &out_len));
+    CHECK(out_len == RP + RNEW);
+    CHECK_OK(gpucore_lm_generate(lm, prompt, RB, RP, RNEW, 1, 0.8, 0, 0.9, 77, -1, -1, r.sampled, &out_len));
+    CHECK(out_len == RP + RNEW);
+    CHECK_OK(gpucore_lm_save_pretrained(lm, folder_path("cmp_saved")));
+
+    /* LoRA: the adapter as made (Philox: same bits everywhere), its gradients, AdamW steps, the merge */
+    const char *targets[3] = {"q_proj", "v_proj", "down_proj"};
+    CHECK_OK(gpucore_lm_add_lora(lm, 2, 4.0, 0.0, targets, 3, 5));
+    set_lora_b(lm);
+    CHECK_OK(gpucore_lm_save_adapter(lm, folder_path("cmp_adapter")));
+    r.n_lora_grads = step_grads(lm, ids, &r.lora_loss, r.lora_grads);
+    double losses[4];
+    adamw_steps(ctx, lm, ids, RB, RT, 0.01, 4, losses);
+    memcpy(r.adamw_loss, losses + 1, sizeof r.adamw_loss);
+    CHECK_OK(gpucore_lm_merge_adapter(lm));
+    logits_f32(lm, ids, r.merged);
+    gpucore_lm_destroy(lm);
+
+    /* full fine-tuning: every weight's gradient, under the executor's recompute policy */
+    lm = NULL;
+    CHECK_OK(gpucore_lm_create(ctx, model, -1, &lm));
+    if (!lm) return;
+    CHECK_OK(gpucore_lm_set_full_finetune(lm, 1));
+    CHECK_OK(gpucore_lm_set_checkpoint_policy(lm, GPUCORE_CKPT_RECOMPUTE_ALL, 0));
+    r.n_full_grads = step_grads(lm, ids, &r.full_loss, r.full_grads);
+    gpucore_lm_destroy(lm);
+
+    if (is_cpu) {
+        cpu_result = r;
+        have_cpu_result = 1;
+        printf("  (the CPU's results kept: the other backends are held to them)\n");
+        return;
+    }
+    const backend_result *c = &cpu_result;
+    int64_t n = RB * RT * V_;
+    against_cpu("f32 logits", r.logits, c->logits, n, 1e-5);
+    against_cpu("f32 logits through the KV cache", r.cached, c->cached, n, 1e-5);
+    against_cpu("bf16 logits", r.bf16_logits, c->bf16_logits, n, 1e-2);
+    ids_against_cpu("greedy generation", r.greedy, c->greedy, RB * (RP + RNEW));
+    ids_against_cpu("sampled generation (seed 77)", r.sampled, c->sampled, RB * (RP + RNEW));
+    scalar_against_cpu("LoRA loss", r.lora_loss, c->lora_loss, 1e-5);
+    CHECK(r.n_lora_grads == c->n_lora_grads && r.n_lora_grads > 0);
+    against_cpu("LoRA gradients", r.lora_grads, c->lora_grads, c->n_lora_grads, 1e-5);
+    for (int k = 0; k < 3; k++) {
+        char what[64];
+        snprintf(what, sizeof what, "loss after AdamW step %d", k + 1);
+        scalar_against_cpu(what, r.adamw_loss[k], c->adamw_loss[k], 1e-5);
+    }
+    against_cpu("f32 logits after the merge", r.merged, c->merged, n, 1e-5);
+    scalar_against_cpu("full fine-tuning loss (recompute)", r.full_loss, c->full_loss, 1e-5);
+    CHECK(r.n_full_grads == c->n_full_grads && r.n_full_grads > 0);
+    against_cpu("full fine-tuning gradients", r.full_grads, c->full_grads, c->n_full_grads, 1e-5);
+    const char *model_files[2] = {"config.json", "model.safetensors"};
+    const char *adapter_files[2] = {"adapter_config.json", "adapter_model.safetensors"};
+    files_against_cpu("cmp_saved", model_files, 2);
+    files_against_cpu("cmp_saved_bf16", model_files, 2);
+    files_against_cpu("cmp_adapter", adapter_files, 2);
+}
+
+/* Each backend writes its folders in root/<backend>. */
+static void enter_backend(gpucore_context *ctx)
+{
+    (void)ctx;
+    char dir[512];
+    snprintf(dir, sizeof dir, "%s/%s", root, check_device);
+    mkdir(dir, 0777);
+}
+
 int main(void)
 {
     snprintf(root, sizeof root, "/tmp/gpucore_test_models_%d", (int)getpid());
     mkdir(root, 0777);
-    gpucore_context *ctx = NULL;
-    CHECK_OK(gpucore_context_create("cpu", &ctx));
-    if (ctx) {
-        printf("-- cpu\n");
-        test_bad_folders(ctx);
-        test_cache_chunks(ctx);
-        test_roundtrips(ctx);
-        gpucore_context_destroy(ctx);
-    }
+    /* cpu first (check.h's order): its pass writes the model the others load and keeps its results */
+    const device_test_fn tests[] = {enter_backend, test_bad_folders, test_cache_chunks, test_roundtrips, test_against_cpu};
+    for_each_device(tests, (int)(sizeof tests / sizeof tests[0]));
     char cmd[600];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", root);
     if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", root);
