@@ -6,8 +6,8 @@
  * families rendered against their expected prompts; and bad input (NULL, a missing file, text that
  * is not JSON, a model type, normalizer, pattern or merge that is not supported, invalid UTF-8, an
  * unknown id, an unknown template) refused with a status and a message. Host code only: no backend
- * is involved. The comparison with Hugging Face's tokenizers on real vocabularies is in the
- * Python tests.
+ * is involved. The comparison with Hugging Face's tokenizers on real vocabularies is
+ * python/tests/test_tokenizer.py.
  */
 #include <stdint.h>
 #include <unistd.h>

@@ -74,6 +74,8 @@ from .checkpoint import CheckpointExecutor, CheckpointCall
 from . import transformer
 from . import gguf
 from . import models
+from . import text
+from .text import Tokenizer, chat_template
 from .transformer import (AttentionOptions, attention_stats, scaled_dot_product_attention,
                           scaled_dot_product_attention_backward, rotary_embedding, rotary_embedding_backward,
                           glu, glu_backward, swiglu, swiglu_backward, residual_norm, residual_norm_backward)
@@ -99,5 +101,5 @@ __all__ = list(_errors_all) + [
     "transformer", "gguf", "models", "AttentionOptions", "attention_stats", "scaled_dot_product_attention",
     "scaled_dot_product_attention_backward",
     "rotary_embedding", "rotary_embedding_backward", "glu", "glu_backward", "swiglu", "swiglu_backward",
-    "residual_norm", "residual_norm_backward",
+    "residual_norm", "residual_norm_backward", "text", "Tokenizer", "chat_template",
 ] + [n for n in _ops_all + _nn_all + _memory_all + _compose_all if n not in ("Number", "TensorOrNumber", "IntPair")]

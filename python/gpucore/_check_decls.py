@@ -22,7 +22,8 @@ COVERED_SECTIONS = ("version", "status codes", "logging", "devices", "context", 
                     "training primitives", "safetensors", "GGUF", "collective communication",
                     "data-parallel gradient reducer", "gradient checkpointing", "hooks ----",
                     "attention and transformer ops", "token data", "language models (src/models)",
-                    "inference ----", "training ----", "LoRA in PEFT's format ----")
+                    "inference ----", "training ----", "LoRA in PEFT's format ----",
+                    "text: tokenizer and chat prompts (src/text)", "chat prompts ----")
 
 _BANNER = re.compile(r"^/\*\s*-{4,}\s*(.*?)\s*(?:\*/)?\s*$")
 _API_FN = re.compile(r"GPUCORE_API\s+[^;(]*?\b(gpucore_\w+)\s*\(", re.S)

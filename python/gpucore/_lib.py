@@ -27,7 +27,7 @@ from . import errors as _errors
 __all__ = ["C", "lib", "library_path", "DECLARATIONS", "DeviceProperties", "STATUS", "QUERY",
            "LOG_FN", "DELETER_FN", "last_error", "status_string", "MemoryStats", "ProfileEntry",
            "MatmulOptions", "MatmulStats", "ConvOptions", "ConvStats", "OptimizerConfig", "LossScalerConfig", "DdpOptions",
-           "DdpTraceEvent", "TokenDataOptions", "CkptStats", "CKPT_FORWARD_FN", "CKPT_BACKWARD_FN", "CKPT_PACK_FN",
+           "DdpTraceEvent", "TokenDataOptions", "TokenizerArrays", "ChatMessage", "CkptStats", "CKPT_FORWARD_FN", "CKPT_BACKWARD_FN", "CKPT_PACK_FN",
            "CKPT_UNPACK_FN", "CKPT_DISCARD_FN", "CKPT_SEGMENT_HOOK_FN", "CKPT_GRAD_READY_FN",
            "PIPELINE_LOSS_FN"]
 
@@ -175,6 +175,18 @@ class TokenDataOptions(ctypes.Structure):
                 ("shuffle", ctypes.c_int32), ("dtype", ctypes.c_int32), ("rank", ctypes.c_int32),
                 ("world_size", ctypes.c_int32), ("vocab_size", c_int64), ("layout", ctypes.c_int32),
                 ("reserved", ctypes.c_int32)]
+
+
+class TokenizerArrays(ctypes.Structure):
+    """ctypes mirror of ``gpucore_tokenizer_arrays``."""
+    _fields_ = [("n_tokens", c_int64), ("tokens", POINTER(c_char_p)), ("token_types", POINTER(ctypes.c_int32)),
+                ("n_merges", c_int64), ("merges", POINTER(c_char_p)), ("pre", c_char_p),
+                ("bos_id", ctypes.c_int32), ("eos_id", ctypes.c_int32), ("add_bos", c_int), ("add_eos", c_int)]
+
+
+class ChatMessage(ctypes.Structure):
+    """ctypes mirror of ``gpucore_chat_message``."""
+    _fields_ = [("role", c_char_p), ("content", c_char_p)]
 
 
 class CkptStats(ctypes.Structure):
@@ -560,6 +572,20 @@ DECLARATIONS: Dict[str, Tuple[Any, List[Any]]] = {
     "gpucore_lm_merge_adapter": (STATUS, [H]),
     "gpucore_lm_lora_count": (c_int64, [H]),
     "gpucore_lm_save_pretrained": (STATUS, [H, c_char_p]),
+    # text: tokenizer and chat prompts
+    "gpucore_tokenizer_create_from_file": (STATUS, [c_char_p, P_H]),
+    "gpucore_tokenizer_create_from_arrays": (STATUS, [POINTER(TokenizerArrays), P_H]),
+    "gpucore_tokenizer_destroy": (None, [H]),
+    "gpucore_tokenizer_encode": (STATUS, [H, c_char_p, c_int64, c_int, POINTER(ctypes.c_int32), c_int64, P_I64]),
+    "gpucore_tokenizer_decode": (STATUS, [H, POINTER(ctypes.c_int32), c_int64, c_int, c_char_p, c_int64, P_I64]),
+    "gpucore_tokenizer_vocab_size": (c_int64, [H]),
+    "gpucore_tokenizer_token_to_id": (ctypes.c_int32, [H, c_char_p]),
+    "gpucore_tokenizer_id_to_token": (c_char_p, [H, ctypes.c_int32]),
+    "gpucore_tokenizer_bos_id": (ctypes.c_int32, [H]),
+    "gpucore_tokenizer_eos_id": (ctypes.c_int32, [H]),
+    "gpucore_tokenizer_chat_template": (c_char_p, [H]),
+    "gpucore_chat_render": (STATUS, [c_char_p, c_char_p, c_char_p, POINTER(ChatMessage), c_int64, c_int, c_char_p,
+                                     c_int64, P_I64]),
 }
 
 

