@@ -507,6 +507,9 @@ static void grouped_rules(const char *const *devs, int n)
         CHECK(strstr(gpucore_last_error(), "comm_group_end") != NULL);
         CHECK_STATUS(gpucore_copy(o[0], u[0], a[0]), GPUCORE_ERR_INVALID_ARGUMENT);
         CHECK_STATUS(gpucore_stream_synchronize(a[0]), GPUCORE_ERR_INVALID_ARGUMENT);
+        /* a query would call the held stream idle before its collective has even started */
+        CHECK_STATUS(gpucore_stream_query(a[0]), GPUCORE_ERR_INVALID_ARGUMENT);
+        CHECK(strstr(gpucore_last_error(), "stream_query") != NULL);
     }
     CHECK_OK(gpucore_comm_group_end());
     for (int r = 0; r < n; r++) {

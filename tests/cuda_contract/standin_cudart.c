@@ -54,6 +54,12 @@ static cudaError_t fail(cudaError_t e)
     return e;
 }
 
+/* A query that finds work pending. driver_types.h calls cudaErrorNotReady "not actually an error" but does
+ * not say that cudaGetLastError will not return it afterwards; the stand-in takes the reading that demands
+ * more of the caller and keeps it as the last error, so code that checks launches with cudaGetLastError
+ * must take it off after a query (PyTorch's CUDAStream::query does the same). */
+static cudaError_t query_not_ready(void) { return fail(cudaErrorNotReady); }
+
 int standin_in_host_fn(void) { return in_host_fn; }
 
 void standin_api_enter(const char *api)
@@ -530,7 +536,7 @@ cudaError_t cudaStreamQuery(cudaStream_t h)
     standin_api_enter("cudaStreamQuery");
     struct CUstream_st *s = standin_stream("cudaStreamQuery", h);
     if (!s) return fail(cudaErrorInvalidResourceHandle);
-    return cpu_stream_query(s->q) == GPUCORE_OK ? cudaSuccess : cudaErrorNotReady;
+    return cpu_stream_query(s->q) == GPUCORE_OK ? cudaSuccess : query_not_ready();
 }
 
 cudaError_t cudaDeviceSynchronize(void)
@@ -650,7 +656,7 @@ cudaError_t cudaEventQuery(cudaEvent_t h)
     standin_api_enter("cudaEventQuery");
     struct CUevent_st *e = live_event("cudaEventQuery", h);
     if (!e) return fail(cudaErrorInvalidResourceHandle);
-    return cpu_event_query(e->e) == GPUCORE_OK ? cudaSuccess : cudaErrorNotReady;
+    return cpu_event_query(e->e) == GPUCORE_OK ? cudaSuccess : query_not_ready();
 }
 
 cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t a, cudaEvent_t b)

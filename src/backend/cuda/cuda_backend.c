@@ -157,8 +157,10 @@ static gpucore_status cuda_stream_synchronize(void *bctx, void *s)
 static gpucore_status cuda_stream_query(void *bctx, void *s)
 {
     (void)bctx;
-    cudaError_t err = cudaStreamQuery((cudaStream_t)s);
-    if (err == cudaErrorNotReady) { cudaGetLastError(); return GPUCORE_ERR_NOT_READY; }
+    gpucore_status held = cuda_comm_group_refuse(s, "stream_query");
+    if (held) return held;
+    cudaError_t err = cuda_query_answer(cudaStreamQuery((cudaStream_t)s));
+    if (err == cudaErrorNotReady) return GPUCORE_ERR_NOT_READY;
     CUDA_TRY(err, "cudaStreamQuery");
     return GPUCORE_OK;
 }
@@ -232,8 +234,8 @@ static gpucore_status cuda_event_query(void *bctx, void *e)
     (void)bctx;
     gpucore_status held = held_event(e, "event_query");
     if (held) return held;
-    cudaError_t err = cudaEventQuery((cudaEvent_t)e);
-    if (err == cudaErrorNotReady) { cudaGetLastError(); return GPUCORE_ERR_NOT_READY; }
+    cudaError_t err = cuda_query_answer(cudaEventQuery((cudaEvent_t)e));
+    if (err == cudaErrorNotReady) return GPUCORE_ERR_NOT_READY;
     CUDA_TRY(err, "cudaEventQuery");
     return GPUCORE_OK;
 }
@@ -241,11 +243,9 @@ static gpucore_status cuda_event_query(void *bctx, void *e)
 static gpucore_status cuda_event_elapsed_ms(void *bctx, void *a, void *b, float *ms)
 {
     (void)bctx;
-    cudaError_t err = cudaEventElapsedTime(ms, (cudaEvent_t)a, (cudaEvent_t)b);
-    if (err == cudaErrorNotReady) {
-        cudaGetLastError();
+    cudaError_t err = cuda_query_answer(cudaEventElapsedTime(ms, (cudaEvent_t)a, (cudaEvent_t)b));
+    if (err == cudaErrorNotReady)
         return cuda_host->set_error(GPUCORE_ERR_NOT_READY, "event_elapsed_ms: both events must be completed first");
-    }
     CUDA_TRY(err, "cudaEventElapsedTime");
     return GPUCORE_OK;
 }

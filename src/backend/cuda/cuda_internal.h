@@ -68,4 +68,14 @@ CUDA_HIDDEN gpucore_status cuda_comm_group_refuse(void *stream, const char *what
 /* 1 if the event's record is held by the comm group open on this thread. */
 CUDA_HIDDEN int cuda_comm_group_event_held(void *event);
 
+/* A query's answer (cudaEventQuery, cudaStreamQuery, cudaEventElapsedTime), passed through. cudaErrorNotReady
+ * is "not actually an error" (driver_types.h) but the runtime does not promise that it is not kept as the
+ * thread's last error; where it is, it is taken off, so the next launch check (cudaGetLastError) does not
+ * report it for a good launch. An error of another kind pending before the query stays for its owner. */
+static inline cudaError_t cuda_query_answer(cudaError_t e)
+{
+    if (e == cudaErrorNotReady && cudaPeekAtLastError() == cudaErrorNotReady) (void)cudaGetLastError();
+    return e;
+}
+
 #endif

@@ -1,7 +1,7 @@
 /*
  * cuda_use_marks.c — the per-entry stream marks of the cuDNN plan caches (cuda_use_marks.h).
- * Event queries answer cudaSuccess or cudaErrorNotReady, neither of which the runtime keeps as
- * its last error, so nothing here clears an error someone else's call left pending.
+ * Event queries answer through cuda_query_answer, which takes a NotReady off the thread's last error
+ * (should the runtime keep it) and leaves any other pending error to its owner.
  */
 #include "cuda_use_marks.h"
 
@@ -11,7 +11,7 @@ gpucore_status cuda_use_marks_record(cuda_use_marks *u, cudaStream_t stream)
     for (int i = 0; i < u->n && slot < 0; i++)
         if (u->m[i].stream == stream) slot = i;
     for (int i = 0; i < u->n && slot < 0; i++)
-        if (cudaEventQuery(u->m[i].done) == cudaSuccess) slot = i;
+        if (cuda_query_answer(cudaEventQuery(u->m[i].done)) == cudaSuccess) slot = i;
     if (slot < 0 && u->n < CUDA_USE_MARKS) {
         CUDA_TRY(cudaEventCreateWithFlags(&u->m[u->n].done, cudaEventDisableTiming), "cudaEventCreateWithFlags");
         slot = u->n++;
@@ -28,7 +28,7 @@ gpucore_status cuda_use_marks_record(cuda_use_marks *u, cudaStream_t stream)
 int cuda_use_marks_idle(const cuda_use_marks *u)
 {
     for (int i = 0; i < u->n; i++)
-        if (cudaEventQuery(u->m[i].done) == cudaErrorNotReady) return 0;
+        if (cuda_query_answer(cudaEventQuery(u->m[i].done)) == cudaErrorNotReady) return 0;
     return 1;
 }
 

@@ -177,7 +177,6 @@ static gpucore_status mpi_started(mpi_call *r, int rc, MPI_Request *req, const c
     return st ? st : mpi_wait_all(r, 1, req);
 }
 
-#define MPI_CHUNK ((int64_t)1 << 30) /* elements per call: MPI counts are int */
 
 /* ---- allreduce, reduce-scatter and all-gather over non-blocking point-to-point ----
  * Open MPI's non-blocking collectives (libnbc) reach about half the speed of its
@@ -253,6 +252,8 @@ static void scratch_trim(mpi_comm *c)
     c->scratch_bytes = 0;
 }
 
+#define MPI_CHUNK ((int64_t)1 << 30) /* elements per call: MPI counts are int */
+
 /* One step: receive nr elements from rank `from` into dst while sending ns from src to rank
  * `to`; with cp_bytes, also copy cp_bytes from cp_src to cp_dst once both are posted (the
  * peer reads src meanwhile: Open MPI's shared memory copies a large message on the receiver). */
@@ -260,14 +261,26 @@ static gpucore_status ring_step_copying(mpi_call *r, MPI_Datatype dt, int from, 
                                         const void *src, int64_t ns, void *cp_dst, const void *cp_src,
                                         size_t cp_bytes)
 {
-    MPI_Request req[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL};
-    mpi_lock();
-    int rc = MPI_Irecv(dst, (int)nr, dt, from, RING_TAG, r->c->mc, &req[0]);
-    if (rc == MPI_SUCCESS) rc = MPI_Isend(src, (int)ns, dt, to, RING_TAG, r->c->mc, &req[1]);
-    mpi_unlock();
-    gpucore_status st = mpi_check_rc(r, rc, "MPI_Isend/MPI_Irecv");
-    if (!st && cp_bytes) memcpy(cp_dst, cp_src, cp_bytes);
-    return st ? st : mpi_wait_all(r, 2, req);
+    /* MPI counts are int: a chunk of 2^31 elements or more goes as several messages of at most MPI_CHUNK,
+     * which MPI delivers in the order sent between the same two ranks on one tag */
+    int es = 0;
+    MPI_Type_size(dt, &es);
+    gpucore_status st = GPUCORE_OK;
+    for (int64_t off = 0; (off == 0 || off < nr || off < ns) && !st; off += MPI_CHUNK) {
+        const int n_recv = (int)(nr - off <= 0 ? 0 : nr - off < MPI_CHUNK ? nr - off : MPI_CHUNK);
+        const int n_send = (int)(ns - off <= 0 ? 0 : ns - off < MPI_CHUNK ? ns - off : MPI_CHUNK);
+        MPI_Request req[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL};
+        int rc = MPI_SUCCESS;
+        mpi_lock();
+        if (off == 0 || n_recv) rc = MPI_Irecv((char *)dst + off * es, n_recv, dt, from, RING_TAG, r->c->mc, &req[0]);
+        if (rc == MPI_SUCCESS && (off == 0 || n_send))
+            rc = MPI_Isend((const char *)src + off * es, n_send, dt, to, RING_TAG, r->c->mc, &req[1]);
+        mpi_unlock();
+        st = mpi_check_rc(r, rc, "MPI_Isend/MPI_Irecv");
+        if (!st && off == 0 && cp_bytes) memcpy(cp_dst, cp_src, cp_bytes);
+        if (!st) st = mpi_wait_all(r, 2, req);
+    }
+    return st;
 }
 
 static gpucore_status ring_step(mpi_call *r, MPI_Datatype dt, int from, void *dst, int64_t nr, int to,
@@ -402,6 +415,11 @@ static gpucore_status run_call(mpi_call *r)
             st = ring_reduce_scatter(r, send, k->count * c->size, recv, 0);
             break;
         }
+        if (k->count > INT_MAX) { /* one block per rank, counted in int by MPI */
+            call_fail(r, "reduce_scatter: more than 2^31-1 elements per rank of a dtype the ring does not reduce; "
+                         "split the tensor into smaller calls");
+            return GPUCORE_ERR_COMM;
+        }
         /* NCCL's in place (out is this rank's slice of in) is not MPI's: go through a temporary */
         int in_place = recv == send + (int64_t)c->rank * k->count * es;
         char *dst = in_place ? malloc((size_t)(k->count * es)) : recv;
@@ -421,9 +439,13 @@ static gpucore_status run_call(mpi_call *r)
     }
     case GPUCORE_COMM_ALL_GATHER: {
         char *own = recv + (int64_t)c->rank * k->count * es;
-        if (c->size > 1 && k->count * es <= INT_MAX) { /* as bytes: any dtype */
+        if (c->size > 1) { /* as bytes: any dtype; a ring step of 2^31 bytes or more goes in several messages */
             st = ring_all_gather(r, recv, k->count * es * c->size, 1, MPI_BYTE, c->rank, send != own ? send : NULL);
             break;
+        }
+        if (k->count > INT_MAX) { /* one block per rank, counted in int by MPI */
+            call_fail(r, "all_gather: more than 2^31-1 elements per rank on one rank; split the tensor into smaller calls");
+            return GPUCORE_ERR_COMM;
         }
         const void *sp = send == own ? MPI_IN_PLACE : send;
         mpi_lock();
