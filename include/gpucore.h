@@ -31,6 +31,44 @@
  *     a context only after every other thread is done with it. Collectives on
  *     one communicator are issued by one thread at a time (MPI/NCCL rules).
  *
+ * Contents (the sections below, in order; scripts/check_tree.py --toc prints this list)
+ *   version
+ *   status codes
+ *   logging
+ *   devices
+ *   context
+ *   streams
+ *   tensors
+ *   copies
+ *   fill and random
+ *   elementwise ops
+ *   reductions
+ *   row ops: softmax, norms, cross-entropy, embedding
+ *   memory: the caching allocator
+ *   profiling
+ *   streams: priorities and pool
+ *   quantized weights
+ *   matmul
+ *   linear
+ *   convolution
+ *   training primitives
+ *   safetensors
+ *   GGUF
+ *   token data
+ *   collective communication
+ *   data-parallel gradient reducer
+ *   gradient checkpointing
+ *   attention and transformer ops
+ *   language models (src/models)
+ *   text: tokenizer and chat prompts (src/text)
+ *
+ * Rules for functions added from now on (older ones keep their names and orders):
+ *   - Argument order: the op code or the handle acted on, then outputs, then inputs, then scalars and
+ *     options, then the stream last (as gpucore_copy(dst, src, stream) and gpucore_binary(op, out, a, b,
+ *     stream)). matmul and linear keep BLAS's order, operands before the result.
+ *   - An options struct is filled with its defaults by gpucore_<name>_options_init(&opts); the older
+ *     *_options_default / *_config_default / *_block_init spellings stay as they are.
+ *
  * ABI rule: within one major version, functions and enum values are only added,
  * never removed or renumbered, and structs passed by pointer only grow at the end
  * (each carries its own size field where it may grow). The soname carries the major.

@@ -10,7 +10,9 @@
    scripts/, docs/, python/, tools/, fuzz/, examples/ or include/ must exist (a file or a folder, or a
    glob that matches something), so moved files leave no stale pointers.
 
-usage: scripts/check_tree.py [--table]     exit 0 when both checks pass, 1 otherwise (one line per fault)
+3. The public header's opening comment lists its sections in order (`--toc` prints the list).
+
+usage: scripts/check_tree.py [--table | --toc]     exit 0 when both checks pass, 1 otherwise (one line per fault)
 """
 import glob
 import os
@@ -170,6 +172,38 @@ def check_paths():
     return faults
 
 
+HEADER = "include/gpucore.h"
+SECTION_RE = re.compile(r"^/\* -{8,} *(.+?)(?: -+)? *(?:\*/)?$")
+
+
+def header_sections():
+    with open(os.path.join(ROOT, HEADER)) as fh:
+        return [m.group(1).strip() for m in map(SECTION_RE.match, fh) if m]
+
+
+def header_toc():
+    """The table of contents the header's opening comment must carry: its sections in order."""
+    return [" *   " + name for name in header_sections()]
+
+
+def check_header_toc():
+    with open(os.path.join(ROOT, HEADER)) as fh:
+        text = fh.read().splitlines()
+    try:
+        start = text.index(" * Contents (the sections below, in order; scripts/check_tree.py --toc prints this list)")
+    except ValueError:
+        return [f"{HEADER}: the opening comment has no 'Contents' list (scripts/check_tree.py --toc prints it)"]
+    have = []
+    for line in text[start + 1:]:
+        if not line.startswith(" *   "):
+            break
+        have.append(line)
+    want = header_toc()
+    if have != want:
+        return [f"{HEADER}: the Contents list differs from the sections (scripts/check_tree.py --toc prints the right one)"]
+    return []
+
+
 def table():
     rows = ["| folder | holds | may include (besides itself, include/ and kernels/) |", "|---|---|---|"]
     for k, (what, may) in LAYERS.items():
@@ -183,9 +217,12 @@ def main():
     if "--table" in sys.argv[1:]:
         print(table())
         return 0
+    if "--toc" in sys.argv[1:]:
+        print("\n".join(header_toc()))
+        return 0
     for (a, b) in KNOWN_TIES:
         assert b in LAYERS[a][1], (a, b)
-    faults = check_layers() + check_paths()
+    faults = check_layers() + check_paths() + check_header_toc()
     for line in faults:
         print(line)
     print(f"check_tree: {len(faults)} fault(s)")
