@@ -1504,8 +1504,9 @@ GPUCORE_API gpucore_status gpucore_gguf_tensor_info(const gpucore_gguf *file, in
 /* "F32", "Q4_K", ...; NULL for an id ggml does not define. */
 GPUCORE_API const char *gpucore_gguf_type_name(int type);
 /* Tensor i decoded into dst: f32, bf16 or f16 (rounded to nearest even), contiguous, of
- * shape dims reversed (row-major). F32, F16, BF16 and F64 tensors are decoded; other
- * types are NOT_SUPPORTED naming the type. */
+ * shape dims reversed (row-major). F32, F16, BF16, F64 and the block types Q4_0, Q4_1,
+ * Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K are decoded (to f32 first, the values llama.cpp's
+ * dequantization gives, bit for bit); other types are NOT_SUPPORTED naming the type. */
 GPUCORE_API gpucore_status gpucore_gguf_read(gpucore_gguf *file, int64_t i, gpucore_tensor *dst);
 /* The same into a new tensor of that shape and dtype on ctx. */
 GPUCORE_API gpucore_status gpucore_gguf_load_tensor(gpucore_gguf *file, gpucore_context *ctx, int64_t i,

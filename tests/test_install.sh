@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # test_install.sh — the ways a user installs libgpucore, checked as that user would:
-#   1. `meson install` to a prefix (build dir build-install, CUDA off), then a CMake consumer
+#   1. `meson install` of a release build to a prefix (build dir build-install, CUDA off), then a CMake consumer
 #      (find_package(gpucore CONFIG REQUIRED), built, run, `cmake --install`ed and run again) and a
 #      pkg-config consumer, each started without LD_LIBRARY_PATH;
 #   2. the wheel: a fresh venv, `pip install .` (meson-python; CUDA off to keep time), then from a
 #      folder outside the repository with no GPUCORE_LIBRARY/PYTHONPATH/LD_LIBRARY_PATH: import
-#      gpucore and run an op, the gpucore-info and gpucore-lm console scripts, py.typed, and the
+#      gpucore and run an op, the gpucore-info and gpucore-lm console scripts, the package's CPU
+#      engines against the release build's of part 1 (gpucore-info --json), py.typed, and the
 #      packaged ELF files' needed libraries (printed) against what the package may need.
 # Every check prints "ok NAME" or "FAIL NAME" with its output; the closing line is
 # "install: N passed, N failed" and the exit status is non-zero on any failure.
@@ -43,7 +44,7 @@ clean_env() { env -u LD_LIBRARY_PATH -u GPUCORE_LIBRARY -u PYTHONPATH -u GPUCORE
 PREFIX="$ROOT/$BUILD/prefix"
 configure_install_build() {
   if [ ! -f "$BUILD/build.ninja" ]; then
-    $MESON setup "$BUILD" --prefix="$PREFIX" -Dcuda=disabled -Demulated=disabled -Dtests=false -Dmpi=disabled
+    $MESON setup "$BUILD" --prefix="$PREFIX" -Dbuildtype=release -Dcuda=disabled -Demulated=disabled -Dtests=false -Dmpi=disabled
   fi
   ninja -C "$BUILD" && rm -rf "$PREFIX" && $MESON install -C "$BUILD" --quiet
 }
@@ -156,6 +157,21 @@ EOF
   }
   check "import gpucore + matmul from outside the repo, the package's own libgpucore.so" wheel_import
   check "console script gpucore-info runs" bash -c "cd '$WORK/elsewhere' && env -u LD_LIBRARY_PATH -u GPUCORE_LIBRARY '$VENV/bin/gpucore-info' | grep -F 'libgpucore '"
+  # The package runs what makes the release build fast: the engines of part 1's build (same tree,
+  # same machine), the CPU entries of the build description (CUDA's are off in both, MPI is off in
+  # part 1 and moves no CPU op).
+  cpu_engines() {
+    clean_env "$1" --json | python3 -c 'import json, sys
+b = json.load(sys.stdin)["library"]["build"]
+print(" ".join(sorted(f for f in b[b.index("[") + 1:b.rindex("]")].split() if not f.startswith(("cuda", "cudnn", "nccl", "mpi")))))'
+  }
+  same_engines() {
+    local build package
+    build=$(cpu_engines "$PREFIX/bin/gpucore-info") && package=$(cd "$WORK/elsewhere" && cpu_engines "$VENV/bin/gpucore-info") || return 1
+    echo "release build: [$build]; package: [$package]"
+    [ -n "$build" ] && [ "$build" = "$package" ]
+  }
+  check "the package's CPU engines are the release build's (gpucore-info --json)" same_engines
   check "console script gpucore-lm runs (usage)" bash -c "cd '$WORK/elsewhere' && env -u LD_LIBRARY_PATH -u GPUCORE_LIBRARY '$VENV/bin/gpucore-lm' --help 2>&1 | grep -F 'gpucore-lm generate'"
   # where this machine has Open MPI, the package carries the MPI module and the library finds it there
   if [ -f "$PKG/libgpucore_mpi.so" ]; then
@@ -163,8 +179,9 @@ EOF
   fi
   check "py.typed and the header in the package" test -f "$PKG/py.typed" -a -f "$PKG/include/gpucore.h"
   # The packaged ELF files may need glibc's libraries, files the package carries beside
-  # libgpucore.so (found through RUNPATH $ORIGIN or, for bin/, $ORIGIN/..), and for the CUDA module
-  # cuBLASLt from the nvidia-cublas wheel (its RUNPATH names the nvidia/ folders) and the C++ runtime.
+  # libgpucore.so (found through RUNPATH $ORIGIN or, for bin/, $ORIGIN/..), for the CUDA module
+  # cuBLASLt from the nvidia-cublas wheel (its RUNPATH names the nvidia/ folders), and for the CUDA
+  # module and the bundled oneDNN (C++ both) the C++ runtime.
   elf_needs() {
     local f needed n runpath bad=0 glibc=" libc.so.6 libm.so.6 libmvec.so.1 libdl.so.2 libpthread.so.0 librt.so.1 ld-linux-x86-64.so.2 "
     local found=0
@@ -183,16 +200,25 @@ EOF
         if [ -f "$PKG/$n" ] && { [[ ":$runpath:" == *':$ORIGIN:'* ]] || [[ ":$runpath:" == *':$ORIGIN/..:'* ]]; }; then continue; fi
         # the MPI module is opened only when a communicator asks for MPI: it needs the user's Open MPI
         if [ "${f##*/}" = libgpucore_mpi.so ] && [ "$n" = libmpi.so.40 ]; then continue; fi
-        if [ "${f##*/}" = libgpucore_cuda.so ]; then
-          # nvcc's C++ runtime (as in every CUDA wheel) and cuBLASLt from the nvidia-cublas wheel
-          case $n in libstdc++.so.6|libgcc_s.so.1) continue ;; esac
-          if [ "$n" = libcublasLt.so.13 ] && [[ ":$runpath:" == *':$ORIGIN/../nvidia/cu13/lib:'* ]]; then continue; fi
-        fi
+        case ${f##*/}:$n in libgpucore_cuda.so:libstdc++.so.6|libgpucore_cuda.so:libgcc_s.so.1) continue ;;
+                            libdnnl.so.*:libstdc++.so.6|libdnnl.so.*:libgcc_s.so.1) continue ;; esac
+        # cuBLASLt from the nvidia-cublas wheel
+        if [ "${f##*/}" = libgpucore_cuda.so ] && [ "$n" = libcublasLt.so.13 ] &&
+           [[ ":$runpath:" == *':$ORIGIN/../nvidia/cu13/lib:'* ]]; then continue; fi
         echo "  unexpected: ${f#"$PKG"/} needs $n"
         bad=1
       done
       # and the loader agrees: nothing unresolved, bundled libraries taken from the package
       if clean_env ldd "$f" | grep -v -e libcublasLt -e libmpi | grep -F 'not found'; then bad=1; fi
+      for n in $needed; do
+        [ -f "$PKG/$n" ] || continue
+        local loaded
+        loaded=$(clean_env ldd "$f" | sed -n "s|^[[:space:]]*$n => \(.*\) (0x.*|\1|p")
+        if [ -z "$loaded" ] || [ "$(realpath "$loaded")" != "$(realpath "$PKG/$n")" ]; then
+          echo "  unexpected: ${f#"$PKG"/} loads $n from '$loaded', not the package's copy"
+          bad=1
+        fi
+      done
     done
     [ "$found" -ge 3 ] || { echo "only $found ELF files in $PKG"; bad=1; }
     return $bad

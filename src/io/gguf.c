@@ -2,7 +2,8 @@
  * gguf.c — GGUF files: open (the header read in growing chunks and checked whole by
  * gguf_parse.c before the handle exists), the metadata and tensor-info queries, and
  * tensors read on demand, decoded to f32 (F32, F16, BF16, F64 here; the quantized block
- * formats through the library's decoders) and stored as f32, bf16 or f16.
+ * formats through the library's host decoders, src/ops/quant_internal.h) and stored as f32,
+ * bf16 or f16.
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -13,6 +14,7 @@
 #include "io/gguf.h"
 #include "io/io_file.h"
 #include "numeric.h"
+#include "ops/quant_internal.h"
 
 #define GGUF_MAGIC 0x99F0F0F1u
 #define OP "gpucore_gguf"
@@ -284,6 +286,22 @@ gpucore_status gpucore_gguf_tensor_info(const gpucore_gguf *f, int64_t i, const 
 
 const char *gpucore_gguf_type_name(int type) { return gguf_type_name(type); }
 
+/* The library's quantized format of a ggml block type; -1 for one it does not decode. */
+static int quant_format_of(int type)
+{
+    switch (type) {
+    case 2: return GPUCORE_QUANT_Q4_0;
+    case 3: return GPUCORE_QUANT_Q4_1;
+    case 6: return GPUCORE_QUANT_Q5_0;
+    case 7: return GPUCORE_QUANT_Q5_1;
+    case 8: return GPUCORE_QUANT_Q8_0;
+    case 12: return GPUCORE_QUANT_Q4_K;
+    case 13: return GPUCORE_QUANT_Q5_K;
+    case 14: return GPUCORE_QUANT_Q6_K;
+    default: return -1;
+    }
+}
+
 gpucore_status gguf_dequantize(int type, const void *raw, int64_t n, float *out, const char *op, const char *name)
 {
     switch (type) {
@@ -309,10 +327,13 @@ gpucore_status gguf_dequantize(int type, const void *raw, int64_t n, float *out,
             out[k] = (float)d;
         }
         return GPUCORE_OK;
-    default:
+    default: {
+        int fmt = quant_format_of(type);
+        if (fmt >= 0) return quant_dequantize_host(fmt, raw, n, out);
         return gpucore_set_error(GPUCORE_ERR_NOT_SUPPORTED, "%s: tensor \"%.200s\" is %s, a ggml type this library "
-                                 "does not decode (F32, F16, BF16 and F64 are read)", op, name,
-                                 gguf_type_name(type) ? gguf_type_name(type) : "unknown");
+                                 "does not decode (F32, F16, BF16, F64, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K and "
+                                 "Q6_K are read)", op, name, gguf_type_name(type) ? gguf_type_name(type) : "unknown");
+    }
     }
 }
 
