@@ -313,9 +313,47 @@ class LanguageModel(_Owned):
         """Write the model as a Hugging Face folder (config.json + model.safetensors)."""
         C.gpucore_lm_save_pretrained(self.handle, _enc(path, "path"))
 
-    # ---- text (optional: needs the `tokenizers` package and the folder's tokenizer.json) ----
+    # ---- text: a GGUF file's tokenizer from its metadata (the library's); a folder's tokenizer.json through
+    # the optional `tokenizers` package ----
+    @property
+    def is_gguf(self) -> bool:
+        """Whether the model was read from a GGUF file (else a Hugging Face folder)."""
+        return isinstance(self.path, str) and os.path.isfile(self.path)
+
+    @property
+    def chat_template(self) -> Optional[str]:
+        """The Jinja chat template: a GGUF file's tokenizer.chat_template, a folder's tokenizer_config.json
+        chat_template; None when there is none."""
+        if self.is_gguf:
+            from .gguf import open_gguf
+            with open_gguf(self.path) as f:
+                return f.get("tokenizer.chat_template")
+        try:
+            with open(os.path.join(self.path, "tokenizer_config.json"), encoding="utf-8") as f:
+                t = json.load(f).get("chat_template")
+        except (OSError, ValueError):
+            return None
+        return t if isinstance(t, str) else None
+
+    def _gguf_tokenizer(self) -> Any:
+        from .gguf import open_gguf
+        from .text import Tokenizer
+        with open_gguf(self.path) as f:
+            model = f.get("tokenizer.ggml.model")
+            if model != "gpt2":
+                raise NotSupportedError("%s: tokenizer.ggml.model is %r; only byte-level BPE (\"gpt2\") tokenizers are "
+                                        "built from GGUF metadata; pass token ids instead" % (self.path, model))
+            return Tokenizer.from_arrays(f["tokenizer.ggml.tokens"], f.get("tokenizer.ggml.merges", []),
+                                         f.get("tokenizer.ggml.pre", "gpt2"), f.get("tokenizer.ggml.token_type"),
+                                         f.get("tokenizer.ggml.bos_token_id", -1), f.get("tokenizer.ggml.eos_token_id", -1),
+                                         f.get("tokenizer.ggml.add_bos_token", False),
+                                         f.get("tokenizer.ggml.add_eos_token", False))
+
     def tokenizer(self) -> Any:
-        """The folder's tokenizer.json as a tokenizers.Tokenizer."""
+        """A GGUF file's tokenizer (gpucore.text.Tokenizer from tokenizer.ggml.tokens, merges, token_type,
+        pre, bos/eos ids), or the folder's tokenizer.json as a tokenizers.Tokenizer."""
+        if self.is_gguf:
+            return self._gguf_tokenizer()
         try:
             import tokenizers
         except ImportError as e:
@@ -329,7 +367,8 @@ class LanguageModel(_Owned):
     def generate_text(self, prompt: str, max_new_tokens: int = 20, **kw: Any) -> str:
         """generate() on the encoded prompt; returns the decoded prompt and continuation."""
         tok = self.tokenizer()
-        ids = tok.encode(prompt).ids
+        ids = tok.encode(prompt)
+        ids = ids.ids if hasattr(ids, "ids") else ids
         out = self.generate(np.array([ids], dtype=np.int64), max_new_tokens=max_new_tokens, **kw)
         return tok.decode(out[0].tolist())
 

