@@ -106,6 +106,20 @@ def test_logits_f16_and_conversion(store):
     assert rel(to_np(mb(ids)), want) < 3e-2
 
 
+@pytest.mark.parametrize("arch", ["llama", "gpt2"])
+def test_save_pretrained_loads_in_transformers(store, tmp_path, arch):
+    """A GGUF-loaded model saved as a Hugging Face folder (the config made from the metadata) loads in
+    transformers with the same logits."""
+    path, hf = made(store, arch)
+    m = models.from_pretrained(path, device=DEVICE)
+    assert m.is_gguf and m.chat_template is None
+    out = str(tmp_path / arch)
+    m.save_pretrained(out)
+    back = transformers.AutoModelForCausalLM.from_pretrained(out).float().eval()
+    ids = ids_for(hf.config.vocab_size)
+    assert rel(hf_fixtures.logits(back, ids), hf_fixtures.logits(hf, ids)) < 1e-6
+
+
 def test_greedy_generation(store):
     path, hf = made(store, "llama")
     m = models.from_pretrained(path, device=DEVICE)
