@@ -6,7 +6,7 @@
  *   gpucore-lm finetune MODEL --data FILE[,FILE...] [--lora R | --full] [--alpha A] [--dropout P]
  *              [--targets q_proj,v_proj] [--steps N] [--batch B] [--seq T] [--lr LR]
  *              [--weight-decay WD] [--clip C] [--seed S] [--checkpoint-policy none|all|sqrt|every:K|budget:BYTES]
- *              [--save DIR] [--save-every N] [--resume DIR] [--ddp | --zero 0|1|2]
+ *              [--save DIR] [--save-every N] [--resume DIR] [--ddp | --zero 0|1|2] [--grad-accum K]
  *   gpucore-lm eval MODEL --data FILE[,FILE...] [--batch B] [--seq T] [--batches N] [--adapter DIR]
  *   common: [--device cpu|cuda|cuda:N|auto] [--dtype f32|bf16|f16] [--json] [--quiet]
  *
@@ -20,7 +20,10 @@
  * the same losses, bit for bit, as the run that was not interrupted (LoRA dropout is seeded
  * per step). --ddp under mpirun averages the gradients over ranks (each rank reads its own
  * shard; --batch is per rank); --zero 1|2 shards the optimizer state (and gradients) with
- * the ZeRO trainer. Each step prints its loss, tokens/s and time; --json prints one JSON
+ * the ZeRO trainer. --grad-accum K makes each step K micro-batches of --batch rows whose
+ * gradients add up before the one update, each micro-batch's loss normalised by the label
+ * tokens of all K (the update of one batch of K x B rows, in the memory of B rows; the
+ * step's loss printed is that batch's). Each step prints its loss, tokens/s and time; --json prints one JSON
  * object per line instead. Exit status: 0 done, 1 a library call failed (the message is
  * printed), 2 bad usage.
  */
@@ -41,7 +44,7 @@ typedef struct lm_opts {
     const char *cmd, *model, *device, *dtype, *ids, *adapter, *targets, *policy, *save, *resume;
     const char *data[MAX_FILES];
     int ndata, sample, full, ddp, zero, json, quiet;
-    int64_t max_new, top_k, steps, batch, seq, lora_r, save_every, eval_batches, eos;
+    int64_t max_new, top_k, steps, batch, seq, lora_r, save_every, eval_batches, eos, grad_accum;
     double temperature, top_p, lr, wd, clip, alpha, dropout;
     uint64_t seed;
 } lm_opts;
@@ -66,7 +69,7 @@ static void usage(void)
             "       gpucore-lm finetune MODEL --data FILE[,FILE...] [--lora R | --full] [--alpha A] [--dropout P]\n"
             "                  [--targets a,b] [--steps N] [--batch B] [--seq T] [--lr LR] [--weight-decay WD]\n"
             "                  [--clip C] [--seed S] [--checkpoint-policy none|all|sqrt|every:K|budget:BYTES]\n"
-            "                  [--save DIR] [--save-every N] [--resume DIR] [--ddp | --zero 0|1|2]\n"
+            "                  [--save DIR] [--save-every N] [--resume DIR] [--ddp | --zero 0|1|2] [--grad-accum K]\n"
             "       gpucore-lm eval MODEL --data FILE[,FILE...] [--batch B] [--seq T] [--batches N] [--adapter DIR]\n"
             "       common: [--device D] [--dtype f32|bf16|f16] [--json] [--quiet]\n");
 }
@@ -77,7 +80,7 @@ static int parse_args(int argc, char **argv, lm_opts *o)
     o->device = "auto";
     o->max_new = 20, o->temperature = 1.0, o->top_p = 1.0, o->eos = -2;
     o->steps = 20, o->batch = 4, o->seq = 64, o->lr = 1e-3, o->wd = 0.0;
-    o->lora_r = 8, o->alpha = 16, o->policy = "none", o->zero = -1;
+    o->lora_r = 8, o->alpha = 16, o->policy = "none", o->zero = -1, o->grad_accum = 1;
     if (argc < 3) return 1;
     o->cmd = argv[1];
     o->model = argv[2];
@@ -108,6 +111,7 @@ static int parse_args(int argc, char **argv, lm_opts *o)
         else if (!strcmp(a, "--batch")) { VAL(); o->batch = atoll(v); }
         else if (!strcmp(a, "--seq")) { VAL(); o->seq = atoll(v); }
         else if (!strcmp(a, "--batches")) { VAL(); o->eval_batches = atoll(v); }
+        else if (!strcmp(a, "--grad-accum")) { VAL(); o->grad_accum = atoll(v); }
         else if (!strcmp(a, "--lr")) { VAL(); o->lr = atof(v); }
         else if (!strcmp(a, "--weight-decay")) { VAL(); o->wd = atof(v); }
         else if (!strcmp(a, "--clip")) { VAL(); o->clip = atof(v); }
@@ -140,8 +144,8 @@ static int parse_args(int argc, char **argv, lm_opts *o)
         fprintf(stderr, "gpucore-lm: --save/--resume are supported with --ddp or a single process, not --zero\n");
         return 1;
     }
-    if (o->batch < 1 || o->seq < 1 || o->steps < 0 || o->lora_r < 1) {
-        fprintf(stderr, "gpucore-lm: --batch, --seq and --lora must be >= 1, --steps >= 0\n");
+    if (o->batch < 1 || o->seq < 1 || o->steps < 0 || o->lora_r < 1 || o->grad_accum < 1) {
+        fprintf(stderr, "gpucore-lm: --batch, --seq, --lora and --grad-accum must be >= 1, --steps >= 0\n");
         return 1;
     }
     return 0;
@@ -425,16 +429,42 @@ static int setup_training(trainer *t, int64_t *start_step)
     return 0;
 }
 
-/* One step: batch, loss and gradients, their reduction over ranks, the update. */
+/* The step's K micro-batches (ids[K], taken from the data here): their label tokens counted first,
+ * then each one's loss and gradients, added up and normalised by that count. */
+static int micro_batches(trainer *t, int64_t step, gpucore_tensor **ids, double *loss, int64_t *epoch)
+{
+    const int64_t K = t->o->grad_accum;
+    gpucore_lm_backward_options bo;
+    gpucore_lm_backward_options_init(&bo);
+    for (int64_t k = 0; k < K; k++) {
+        gpucore_tensor *lab = NULL;
+        int64_t n = 0;
+        CHECK_LM(gpucore_token_data_next(t->td, NULL, &ids[k], &lab, epoch, NULL));
+        gpucore_tensor_destroy(lab);
+        CHECK_LM(gpucore_lm_count_label_tokens(t->lm, ids[k], NULL, &n));
+        bo.total_label_tokens += n;
+    }
+    *loss = 0;
+    for (int64_t k = 0; k < K; k++) {
+        double part = 0;
+        /* dropout drawn from (seed, micro-batch): a resumed run draws what the uninterrupted one did */
+        CHECK_LM(gpucore_lm_set_seed(t->lm, t->o->seed + (uint64_t)(step * K + k) * 0x9E3779B97F4A7C15ull));
+        bo.accumulate = k > 0;
+        CHECK_LM(gpucore_lm_forward_backward_ex(t->lm, ids[k], NULL, K > 1 ? &bo : NULL, &part));
+        *loss += part;
+    }
+    return 0;
+}
+
+/* One step: the micro-batches' loss and gradients, their reduction over ranks, the update. */
 static int train_step(trainer *t, int64_t step, double *loss, int64_t *epoch)
 {
-    gpucore_tensor *ids = NULL, *lab = NULL;
-    CHECK_LM(gpucore_token_data_next(t->td, NULL, &ids, &lab, epoch, NULL));
-    /* dropout drawn from (seed, step): a resumed run draws what the uninterrupted one did */
-    CHECK_LM(gpucore_lm_set_seed(t->lm, t->o->seed + (uint64_t)step * 0x9E3779B97F4A7C15ull));
-    CHECK_LM(gpucore_lm_forward_backward(t->lm, ids, NULL, loss));
-    gpucore_tensor_destroy(ids);
-    gpucore_tensor_destroy(lab);
+    gpucore_tensor **ids = calloc((size_t)t->o->grad_accum, sizeof *ids);
+    if (!ids) { fprintf(stderr, "gpucore-lm: out of host memory\n"); return 1; }
+    int rc = micro_batches(t, step, ids, loss, epoch);
+    for (int64_t k = 0; k < t->o->grad_accum; k++) gpucore_tensor_destroy(ids[k]);
+    free(ids);
+    if (rc) return rc;
     if (t->w.comm) { /* the loss of the global batch: the mean of the ranks' (equal token counts) */
         CHECK_LM(gpucore_copy_from_host(t->loss, loss, sizeof *loss));
         CHECK_LM(gpucore_comm_allreduce(t->w.comm, t->loss, t->loss, GPUCORE_REDUCE_AVG, NULL));
@@ -469,7 +499,7 @@ static int cmd_finetune(const lm_opts *o)
     int64_t start = 0;
     if ((rc = open_model(o, t.w.ctx, &t.lm)) || (rc = setup_training(&t, &start))) return rc;
     double total_s = 0, last = NAN;
-    int64_t tokens_per_step = o->batch * o->seq * t.w.size, done = 0;
+    int64_t tokens_per_step = o->batch * o->grad_accum * o->seq * t.w.size, done = 0;
     if (rank0 && !o->json && !o->quiet)
         fprintf(stderr, "finetune %s (%s) on %s: %s, %" PRId64 " trainable tensors, %d rank(s), steps %" PRId64 "..%" PRId64 "\n",
                 o->model, gpucore_lm_arch_name(t.lm), gpucore_context_device_name(t.w.ctx), o->full ? "full" : "LoRA",

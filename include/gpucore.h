@@ -2062,10 +2062,12 @@ GPUCORE_API gpucore_status gpucore_zero_get_stats(const gpucore_zero *zero, gpuc
  * policy are bitwise identical to keep-all.
  *
  * Work runs on the context's current stream of the calling thread; callbacks get
- * it as `stream`. Memory accounting resets the allocator's peak statistics around
- * each segment's forward and backward (gpucore_memory_reset_peak_stats), so the
- * step's peak is the executor's to report; a second thread allocating on the same
- * context at the same time blurs the figures (not the results).
+ * it as `stream`. Memory accounting uses the executor's own watermark on the
+ * allocator, restarted around each segment's forward and backward; the allocator's
+ * peak statistics are never reset (they are the caller's: a step's peak shows in
+ * gpucore_memory_get_stats as it would without the executor). A second thread
+ * allocating on the same context at the same time blurs the executor's figures
+ * (not the results).
  * Errors: a callback that returns a status other than GPUCORE_OK stops the step;
  * the executor returns that status with the message "checkpoint: segment 'name'
  * (index) forward|recompute|backward: <the callback's message>", releases
@@ -2668,7 +2670,7 @@ GPUCORE_API gpucore_status gpucore_lm_generate(gpucore_lm *lm, const int64_t *in
  * Trainable parameters: the LoRA adapters when any exist (the base frozen), else
  * every base weight after gpucore_lm_set_full_finetune(lm, 1), else none. Each has a
  * gradient tensor of its shape and dtype, owned by the model, overwritten by every
- * gpucore_lm_forward_backward. Names: PEFT's adapter keys without ".default"
+ * gpucore_lm_forward_backward (or added to: gpucore_lm_forward_backward_ex). Names: PEFT's adapter keys without ".default"
  * ("base_model.model.model.layers.0.self_attn.q_proj.lora_A.weight") for LoRA, the
  * state-dict names for full fine-tuning (as gpucore_lm_parameter; a tied head's
  * gradient is the sum of both uses). Both tensors are borrowed: pass them to
@@ -2698,6 +2700,49 @@ GPUCORE_API gpucore_status gpucore_lm_loss_host(gpucore_lm *lm, const int64_t *i
 GPUCORE_API gpucore_status gpucore_lm_forward_backward_host(gpucore_lm *lm, const int64_t *input_ids,
                                                             const int64_t *labels, int64_t batch, int64_t seq,
                                                             double *loss);
+
+/* Gradient accumulation: one batch of N label tokens run as K micro-batches (of any
+ * sizes and token counts) gives the update of the whole batch run at once when each
+ * micro-batch's loss is normalised by N, not by its own count (a mean of per-micro-batch
+ * means weighs a token of a short micro-batch more). So the caller first counts the
+ * batch's label tokens, then runs its micro-batches:
+ *
+ *     int64_t n = 0, c;
+ *     for (k = 0; k < K; k++) { gpucore_lm_count_label_tokens(lm, ids[k], labels[k], &c); n += c; }
+ *     gpucore_lm_backward_options o;
+ *     gpucore_lm_backward_options_init(&o);
+ *     o.total_label_tokens = n;
+ *     for (k = 0; k < K; k++) {
+ *         o.accumulate = k > 0;               (the first micro-batch overwrites the gradients)
+ *         gpucore_lm_forward_backward_ex(lm, ids[k], labels[k], &o, &loss_k);   (sum loss_k: the batch's loss)
+ *     }
+ *     then the optimizer step (and, under data parallelism, the gradients' reduction) once.
+ *
+ * In f32 the gradients and the summed losses equal those of one gpucore_lm_forward_backward
+ * over the K micro-batches' rows to rounding (the sums run in another order). */
+typedef struct gpucore_lm_backward_options {
+    int64_t struct_size;        /* sizeof(gpucore_lm_backward_options), set by _init */
+    int accumulate;             /* 0 (default): the gradients are overwritten; 1: d loss / d param is
+                                   added into them */
+    int64_t total_label_tokens; /* > 0: the loss is the sum of this batch's token losses divided by
+                                   it (the label tokens of the whole accumulated batch), and so are the
+                                   gradients; 0 (default): the mean over this batch's own label tokens,
+                                   as gpucore_lm_forward_backward */
+} gpucore_lm_backward_options;
+/* Set struct_size and the defaults (NULL: no-op). */
+GPUCORE_API void gpucore_lm_backward_options_init(gpucore_lm_backward_options *opts);
+/* gpucore_lm_forward_backward under opts (NULL: the defaults, the same call). *loss as
+ * described at total_label_tokens. A micro-batch without label tokens adds nothing (loss 0)
+ * when total_label_tokens > 0. Errors: INVALID_ARGUMENT for a struct_size not from _init,
+ * accumulate other than 0/1, a negative total_label_tokens; the rest as forward_backward. */
+GPUCORE_API gpucore_status gpucore_lm_forward_backward_ex(gpucore_lm *lm, const gpucore_tensor *input_ids,
+                                                          const gpucore_tensor *labels,
+                                                          const gpucore_lm_backward_options *opts, double *loss);
+/* The label tokens the loss counts in a batch: positions 1..T-1 of labels (input_ids when
+ * labels is NULL) that are not -100, over every row (the labels are shifted inside, so
+ * position 0 never counts). Synchronizes the stream (the labels are read on the host). */
+GPUCORE_API gpucore_status gpucore_lm_count_label_tokens(gpucore_lm *lm, const gpucore_tensor *input_ids,
+                                                         const gpucore_tensor *labels, int64_t *count);
 /* Recompute policy of the training executor (gpucore_ckpt_set_policy; each layer is
  * an attention and an MLP segment). Default KEEP_ALL. */
 GPUCORE_API gpucore_status gpucore_lm_set_checkpoint_policy(gpucore_lm *lm, gpucore_ckpt_policy policy, int64_t param);

@@ -27,7 +27,7 @@ from . import errors as _errors
 __all__ = ["C", "lib", "library_path", "DECLARATIONS", "DeviceProperties", "STATUS", "QUERY",
            "LOG_FN", "DELETER_FN", "last_error", "status_string", "MemoryStats", "ProfileEntry",
            "MatmulOptions", "MatmulStats", "ConvOptions", "ConvStats", "OptimizerConfig", "LossScalerConfig", "DdpOptions",
-           "DdpTraceEvent", "TokenDataOptions", "TokenizerArrays", "ChatMessage", "CkptStats", "CKPT_FORWARD_FN", "CKPT_BACKWARD_FN", "CKPT_PACK_FN",
+           "DdpTraceEvent", "TokenDataOptions", "LmBackwardOptions", "TokenizerArrays", "ChatMessage", "CkptStats", "CKPT_FORWARD_FN", "CKPT_BACKWARD_FN", "CKPT_PACK_FN",
            "CKPT_UNPACK_FN", "CKPT_DISCARD_FN", "CKPT_SEGMENT_HOOK_FN", "CKPT_GRAD_READY_FN",
            "PIPELINE_LOSS_FN"]
 
@@ -175,6 +175,11 @@ class TokenDataOptions(ctypes.Structure):
                 ("shuffle", ctypes.c_int32), ("dtype", ctypes.c_int32), ("rank", ctypes.c_int32),
                 ("world_size", ctypes.c_int32), ("vocab_size", c_int64), ("layout", ctypes.c_int32),
                 ("reserved", ctypes.c_int32)]
+
+
+class LmBackwardOptions(ctypes.Structure):
+    """ctypes mirror of ``gpucore_lm_backward_options``."""
+    _fields_ = [("struct_size", c_int64), ("accumulate", ctypes.c_int32), ("total_label_tokens", c_int64)]
 
 
 class TokenizerArrays(ctypes.Structure):
@@ -564,6 +569,9 @@ DECLARATIONS: Dict[str, Tuple[Any, List[Any]]] = {
     "gpucore_lm_forward_backward": (STATUS, [H, H, H, POINTER(c_double)]),
     "gpucore_lm_loss_host": (STATUS, [H, P_I64, P_I64, c_int64, c_int64, POINTER(c_double)]),
     "gpucore_lm_forward_backward_host": (STATUS, [H, P_I64, P_I64, c_int64, c_int64, POINTER(c_double)]),
+    "gpucore_lm_backward_options_init": (None, [POINTER(LmBackwardOptions)]),
+    "gpucore_lm_forward_backward_ex": (STATUS, [H, H, H, POINTER(LmBackwardOptions), POINTER(c_double)]),
+    "gpucore_lm_count_label_tokens": (STATUS, [H, H, H, P_I64]),
     "gpucore_lm_set_checkpoint_policy": (STATUS, [H, c_int, c_int64]),
     "gpucore_lm_set_seed": (STATUS, [H, c_uint64]),
     "gpucore_lm_add_lora": (STATUS, [H, c_int64, c_double, c_double, P_CHARP, c_int64, c_uint64]),

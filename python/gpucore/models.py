@@ -8,6 +8,9 @@ Hugging Face folders, and token-file datasets for training them.
     opt = gpucore.AdamW(m.trainable_parameters(), lr=1e-3)
     loss = m.forward_backward(ids, labels)            # Hugging Face's causal-LM loss (shifted inside, -100 ignored)
     opt.step(m.gradients())
+    n = sum(m.count_label_tokens(i, l) for i, l in micro)   # gradient accumulation: the batch's token count,
+    for k, (i, l) in enumerate(micro):                      # then its micro-batches, each normalised by it
+        m.forward_backward(i, l, accumulate=k > 0, total_tokens=n)
     m.save_adapter("adapter")                         # PEFT's layout: PeftModel.from_pretrained reads it
 
 ``trainable_parameters()`` and ``gradients()`` are dicts with the same keys in the same order:
@@ -28,8 +31,8 @@ from typing import Any, Dict, Iterator, Optional, Sequence, Tuple, Union
 import numpy as np
 
 from . import dtypes as _dt
-from ._lib import C, TokenDataOptions
-from ._validate import to_float, to_int
+from ._lib import C, LmBackwardOptions, TokenDataOptions
+from ._validate import to_bool, to_float, to_int
 from .checkpoint import POLICIES
 from .context import Context, Stream, get_context
 from .errors import InvalidArgumentError, InvalidArgumentTypeError, NotSupportedError
@@ -244,11 +247,14 @@ class LanguageModel(_Owned):
         self._invalidate()
         C.gpucore_lm_set_full_finetune(self.handle, 1 if enable else 0)
 
+    def _ids_pair(self, input_ids: Any, labels: Any) -> Tuple[Tensor, Optional[Tensor]]:
+        return (self._ids_tensor(input_ids, "input_ids"),
+                None if labels is None else self._ids_tensor(labels, "labels"))
+
     def _loss_call(self, fn: str, input_ids: Any, labels: Any) -> float:
         loss = c_double()
         if isinstance(input_ids, Tensor) or isinstance(labels, Tensor):
-            ids = self._ids_tensor(input_ids, "input_ids")
-            lab = None if labels is None else self._ids_tensor(labels, "labels")
+            ids, lab = self._ids_pair(input_ids, labels)
             getattr(C, "gpucore_lm_" + fn)(self.handle, ids.handle, None if lab is None else lab.handle, byref(loss))
         else:
             a = _host_ids(input_ids, "input_ids")
@@ -262,9 +268,31 @@ class LanguageModel(_Owned):
         """Hugging Face's causal-LM loss (labels shifted inside, -100 ignored; None: input_ids)."""
         return self._loss_call("loss", input_ids, labels)
 
-    def forward_backward(self, input_ids: Any, labels: Any = None) -> float:
-        """The loss, and every trainable parameter's gradient (overwritten) in gradients()."""
-        return self._loss_call("forward_backward", input_ids, labels)
+    def forward_backward(self, input_ids: Any, labels: Any = None, accumulate: bool = False,
+                         total_tokens: Optional[int] = None) -> float:
+        """The loss, and every trainable parameter's gradient in gradients(): overwritten, or added to with
+        ``accumulate=True``. ``total_tokens``: the label tokens of the whole accumulated batch
+        (:meth:`count_label_tokens` summed over its micro-batches); the loss and the gradients are then this
+        micro-batch's token losses summed and divided by it, so the micro-batches' losses add up to the batch's
+        and their gradients to its gradients. None: the mean over this batch's own label tokens."""
+        if not accumulate and total_tokens is None:
+            return self._loss_call("forward_backward", input_ids, labels)
+        opts = LmBackwardOptions()
+        C.gpucore_lm_backward_options_init(byref(opts))
+        opts.accumulate = 1 if to_bool(accumulate, "accumulate") else 0
+        opts.total_label_tokens = 0 if total_tokens is None else to_int(total_tokens, "total_tokens")
+        ids, lab = self._ids_pair(input_ids, labels)
+        loss = c_double()
+        C.gpucore_lm_forward_backward_ex(self.handle, ids.handle, None if lab is None else lab.handle, byref(opts),
+                                         byref(loss))
+        return float(loss.value)
+
+    def count_label_tokens(self, input_ids: Any, labels: Any = None) -> int:
+        """The label tokens the loss counts: positions 1..T-1 of labels (None: input_ids) that are not -100."""
+        ids, lab = self._ids_pair(input_ids, labels)
+        n = c_int64()
+        C.gpucore_lm_count_label_tokens(self.handle, ids.handle, None if lab is None else lab.handle, byref(n))
+        return int(n.value)
 
     def set_checkpoint_policy(self, policy: str, param: int = 0) -> None:
         """Recompute policy of training: "keep_all", "recompute_all", "every_k", "sqrt_n", "budget"."""

@@ -470,6 +470,8 @@ gpucore_status caching_allocator_alloc(caching_allocator *a, int64_t bytes, void
     b->requested = bytes;
     live_table_insert(a, b);
     stat_add(&a->allocated_bytes, b->size);
+    for (gpucore_memory_watermark *w = a->watermarks; w; w = w->next)
+        if (a->allocated_bytes.cur > w->peak) w->peak = a->allocated_bytes.cur;
     stat_add(&a->allocated_blocks, 1);
     stat_add(&a->active_bytes, b->size);
     stat_add(&a->active_blocks, 1);

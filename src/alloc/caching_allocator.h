@@ -117,6 +117,11 @@ GPUCORE_HIDDEN int64_t caching_allocator_max_split_size(caching_allocator *a);
 
 GPUCORE_HIDDEN void caching_allocator_get_stats(caching_allocator *a, gpucore_memory_stats *stats);
 GPUCORE_HIDDEN void caching_allocator_reset_peak_stats(caching_allocator *a);
+/* Watermarks (core/internal.h): every allocation raises the peak of each one added. */
+GPUCORE_HIDDEN void caching_allocator_watermark_add(caching_allocator *a, gpucore_memory_watermark *w);
+GPUCORE_HIDDEN void caching_allocator_watermark_remove(caching_allocator *a, gpucore_memory_watermark *w);
+GPUCORE_HIDDEN int64_t caching_allocator_watermark_restart(caching_allocator *a, gpucore_memory_watermark *w);
+GPUCORE_HIDDEN int64_t caching_allocator_watermark_read(caching_allocator *a, gpucore_memory_watermark *w, int64_t *peak);
 /* Text (json 0) or JSON (json 1) listing of segments and blocks into buf (always
  * NUL-terminated when len > 0); returns the bytes needed including the NUL. */
 GPUCORE_HIDDEN int64_t caching_allocator_snapshot(caching_allocator *a, int json, char *buf, int64_t len);

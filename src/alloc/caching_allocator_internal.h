@@ -107,6 +107,7 @@ struct caching_allocator {
     stat allocated_bytes, allocated_blocks, reserved_bytes, reserved_segments, active_bytes, active_blocks,
         inactive_split_bytes, inactive_split_blocks, requested_bytes;
     int64_t num_raw_allocs, num_raw_frees, num_ooms, num_retries;
+    gpucore_memory_watermark *watermarks; /* the library's own peaks (caching_allocator_stats.c) */
 };
 
 static inline void stat_add(stat *s, int64_t d)

@@ -1,6 +1,7 @@
 /*
- * caching_allocator_stats.c — the caching allocator's statistics and its
- * snapshot (a listing of segments and blocks as text or JSON).
+ * caching_allocator_stats.c — the caching allocator's statistics, the watermarks
+ * (the library's own peaks, apart from the caller's), and its snapshot (a listing
+ * of segments and blocks as text or JSON).
  */
 #include <inttypes.h>
 #include <stdarg.h>
@@ -60,6 +61,44 @@ void caching_allocator_reset_peak_stats(caching_allocator *a)
                    &a->requested_bytes};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) all[i]->peak = all[i]->cur;
     pthread_mutex_unlock(&a->mu);
+}
+
+void caching_allocator_watermark_add(caching_allocator *a, gpucore_memory_watermark *w)
+{
+    pthread_mutex_lock(&a->mu);
+    w->peak = a->allocated_bytes.cur;
+    w->next = a->watermarks;
+    a->watermarks = w;
+    pthread_mutex_unlock(&a->mu);
+}
+
+void caching_allocator_watermark_remove(caching_allocator *a, gpucore_memory_watermark *w)
+{
+    pthread_mutex_lock(&a->mu);
+    for (gpucore_memory_watermark **p = &a->watermarks; *p; p = &(*p)->next)
+        if (*p == w) {
+            *p = w->next;
+            break;
+        }
+    w->next = NULL;
+    pthread_mutex_unlock(&a->mu);
+}
+
+int64_t caching_allocator_watermark_restart(caching_allocator *a, gpucore_memory_watermark *w)
+{
+    pthread_mutex_lock(&a->mu);
+    int64_t now = w->peak = a->allocated_bytes.cur;
+    pthread_mutex_unlock(&a->mu);
+    return now;
+}
+
+int64_t caching_allocator_watermark_read(caching_allocator *a, gpucore_memory_watermark *w, int64_t *peak)
+{
+    pthread_mutex_lock(&a->mu);
+    int64_t now = a->allocated_bytes.cur;
+    if (peak) *peak = w->peak;
+    pthread_mutex_unlock(&a->mu);
+    return now;
 }
 
 typedef struct writer { char *buf; int64_t len, pos; } writer;

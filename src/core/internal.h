@@ -175,6 +175,21 @@ GPUCORE_HIDDEN gpucore_status gpucore_memory_init(gpucore_context *ctx);
 GPUCORE_HIDDEN void gpucore_memory_fini(gpucore_context *ctx);
 /* A stream is about to be destroyed (its work is done): retag its memory. */
 GPUCORE_HIDDEN void gpucore_memory_stream_destroyed(gpucore_context *ctx, gpucore_stream *stream);
+/* A watermark on the context's device allocator: the peak of its allocated bytes since
+ * the watermark was added or last restarted. It is kept apart from the statistics' peaks,
+ * which belong to the caller (gpucore_memory_reset_peak_stats): the library's executors
+ * measure their phases with watermarks and never reset the statistics. Remove it before
+ * freeing it (nothing to remove once the context is gone). */
+typedef struct gpucore_memory_watermark {
+    int64_t peak;
+    struct gpucore_memory_watermark *next;
+} gpucore_memory_watermark;
+GPUCORE_HIDDEN void gpucore_memory_watermark_add(gpucore_context *ctx, gpucore_memory_watermark *w);
+GPUCORE_HIDDEN void gpucore_memory_watermark_remove(gpucore_context *ctx, gpucore_memory_watermark *w);
+/* Set the peak to the allocated bytes now; returns them. */
+GPUCORE_HIDDEN int64_t gpucore_memory_watermark_restart(gpucore_context *ctx, gpucore_memory_watermark *w);
+/* The allocated bytes now, and the peak since the last restart in *peak (may be NULL). */
+GPUCORE_HIDDEN int64_t gpucore_memory_watermark_read(gpucore_context *ctx, gpucore_memory_watermark *w, int64_t *peak);
 
 /* ---- tensors, continued ---- */
 /* Release every tensor handle still alive in ctx (context destroy). */

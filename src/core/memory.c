@@ -228,6 +228,26 @@ gpucore_status gpucore_memory_record_stream(gpucore_context *ctx, void *ptr, gpu
     return caching_allocator_record_stream(ctx->memory->device, ptr, stream->bstream);
 }
 
+void gpucore_memory_watermark_add(gpucore_context *ctx, gpucore_memory_watermark *w)
+{
+    caching_allocator_watermark_add(ctx->memory->device, w);
+}
+
+void gpucore_memory_watermark_remove(gpucore_context *ctx, gpucore_memory_watermark *w)
+{
+    if (ctx->memory) caching_allocator_watermark_remove(ctx->memory->device, w);
+}
+
+int64_t gpucore_memory_watermark_restart(gpucore_context *ctx, gpucore_memory_watermark *w)
+{
+    return caching_allocator_watermark_restart(ctx->memory->device, w);
+}
+
+int64_t gpucore_memory_watermark_read(gpucore_context *ctx, gpucore_memory_watermark *w, int64_t *peak)
+{
+    return caching_allocator_watermark_read(ctx->memory->device, w, peak);
+}
+
 /* ---- public API ---- */
 
 static gpucore_status pick(gpucore_context *ctx, gpucore_memory_kind kind, const char *op, caching_allocator **a)

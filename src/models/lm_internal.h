@@ -98,6 +98,7 @@ struct gpucore_lm {
     int64_t ckpt_param;
     uint64_t seed;
     int training;                  /* forward_backward in progress: LoRA dropout on */
+    int accumulate;                /* forward_backward in progress adds into the gradients (train.c) */
 };
 
 struct gpucore_lm_cache {

@@ -5,12 +5,106 @@
  * the final norm), so every recompute policy applies; the embeddings, the head and
  * the loss run around the executor, and their gradients (full fine-tuning) are
  * added here, a tied head's being the sum of its two uses.
+ *
+ * Gradient accumulation: the backward ops overwrite their gradient outputs, so a
+ * step that accumulates puts scratch tensors in the gradient slots of one part of
+ * the backward at a time (a segment, the head, the position embedding), runs that
+ * part, adds the scratch into the gradients and puts them back. The loss of such a
+ * step is divided by the caller's token count of the whole accumulated batch.
  */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include "lm_internal.h"
+
+/* ---------------------------------------------------------- gradient accumulation */
+
+/* The gradient slots of one part of the backward, while their scratch stands in. */
+#define GRAD_SWAP_MAX 24
+typedef struct grad_swap {
+    gpucore_tensor **slot[GRAD_SWAP_MAX];
+    gpucore_tensor *kept[GRAD_SWAP_MAX];
+    int n;
+} grad_swap;
+
+/* Put a scratch tensor of *slot's shape and dtype in the slot (an empty slot stays empty). */
+static gpucore_status swap_in(gpucore_lm *lm, grad_swap *g, gpucore_tensor **slot)
+{
+    if (!*slot) return GPUCORE_OK;
+    if (g->n == GRAD_SWAP_MAX)
+        return gpucore_set_error(GPUCORE_ERR_INTERNAL, "gradient accumulation: more than %d gradients in one part",
+                                 GRAD_SWAP_MAX);
+    gpucore_tensor *scratch = NULL;
+    gpucore_status st = lm_new(lm, (*slot)->dtype, (*slot)->ndim, (*slot)->shape, &scratch);
+    if (st) return st;
+    g->slot[g->n] = slot;
+    g->kept[g->n++] = *slot;
+    *slot = scratch;
+    return GPUCORE_OK;
+}
+
+static gpucore_status swap_linear(gpucore_lm *lm, grad_swap *g, lm_linear *l)
+{
+    gpucore_status st = swap_in(lm, g, &l->dw);
+    if (!st) st = swap_in(lm, g, &l->db);
+    if (!st) st = swap_in(lm, g, &l->dla);
+    if (!st) st = swap_in(lm, g, &l->dlb);
+    return st;
+}
+
+/* Add each scratch (when st is OK) into its gradient, free it and put the gradient back; st or the
+ * first failure. */
+static gpucore_status swap_out(grad_swap *g, gpucore_stream *s, gpucore_status st)
+{
+    for (int i = 0; i < g->n; i++) {
+        gpucore_tensor *scratch = *g->slot[i];
+        if (!st) st = gpucore_axpy(g->kept[i], 1.0, scratch, s);
+        gpucore_tensor_destroy(scratch);
+        *g->slot[i] = g->kept[i];
+    }
+    g->n = 0;
+    return st;
+}
+
+/* A segment's backward (fn) whose gradients are a norm's (*n_w, *n_b) and those of nlin linears,
+ * accumulating when the step does. */
+static gpucore_status segment_bwd(gpucore_lm *lm, gpucore_tensor **n_w, gpucore_tensor **n_b, lm_linear *lin,
+                                  int nlin, gpucore_ckpt_backward_fn fn, gpucore_ckpt_call *call,
+                                  const gpucore_tensor *dy, gpucore_tensor *dx, gpucore_stream *s, void *user)
+{
+    if (!lm->accumulate) return fn(call, dy, dx, s, user);
+    grad_swap g = {.n = 0};
+    gpucore_status st = swap_in(lm, &g, n_w);
+    if (!st) st = swap_in(lm, &g, n_b);
+    for (int i = 0; i < nlin && !st; i++) st = swap_linear(lm, &g, &lin[i]);
+    if (!st) st = fn(call, dy, dx, s, user);
+    return swap_out(&g, s, st);
+}
+
+/* The segments' backward callbacks: layers.c's, accumulating when the step does. */
+static gpucore_status seg_attention_bwd(gpucore_ckpt_call *call, const gpucore_tensor *dy, gpucore_tensor *dx,
+                                        gpucore_stream *s, void *user)
+{
+    lm_layer *L = user;
+    return segment_bwd(L->lm, &L->dn1_w, &L->dn1_b, L->attn, L->n_attn, lm_seg_attention_bwd, call, dy, dx, s, user);
+}
+
+static gpucore_status seg_mlp_bwd(gpucore_ckpt_call *call, const gpucore_tensor *dy, gpucore_tensor *dx,
+                                  gpucore_stream *s, void *user)
+{
+    lm_layer *L = user;
+    return segment_bwd(L->lm, &L->dn2_w, &L->dn2_b, L->mlp, L->n_mlp, lm_seg_mlp_bwd, call, dy, dx, s, user);
+}
+
+static gpucore_status seg_norm_bwd(gpucore_ckpt_call *call, const gpucore_tensor *dy, gpucore_tensor *dx,
+                                   gpucore_stream *s, void *user)
+{
+    gpucore_lm *lm = user;
+    return segment_bwd(lm, &lm->dnf_w, &lm->dnf_b, NULL, 0, lm_seg_norm_bwd, call, dy, dx, s, user);
+}
+
+/* ------------------------------------------------------------------- the executor */
 
 static gpucore_status ensure_ckpt(gpucore_lm *lm)
 {
@@ -20,11 +114,11 @@ static gpucore_status ensure_ckpt(gpucore_lm *lm)
     char name[64];
     for (int64_t i = 0; i < lm->cfg.layers && !st; i++) {
         snprintf(name, sizeof name, "layer %lld attention", (long long)i);
-        st = gpucore_ckpt_add_custom(ck, name, lm_seg_attention_fwd, lm_seg_attention_bwd, &lm->layer[i]);
+        st = gpucore_ckpt_add_custom(ck, name, lm_seg_attention_fwd, seg_attention_bwd, &lm->layer[i]);
         snprintf(name, sizeof name, "layer %lld mlp", (long long)i);
-        if (!st) st = gpucore_ckpt_add_custom(ck, name, lm_seg_mlp_fwd, lm_seg_mlp_bwd, &lm->layer[i]);
+        if (!st) st = gpucore_ckpt_add_custom(ck, name, lm_seg_mlp_fwd, seg_mlp_bwd, &lm->layer[i]);
     }
-    if (!st) st = gpucore_ckpt_add_custom(ck, "final norm", lm_seg_norm_fwd, lm_seg_norm_bwd, lm);
+    if (!st) st = gpucore_ckpt_add_custom(ck, "final norm", lm_seg_norm_fwd, seg_norm_bwd, lm);
     if (!st) st = gpucore_ckpt_set_policy(ck, (gpucore_ckpt_policy)lm->ckpt_policy, lm->ckpt_param);
     if (!st) st = gpucore_ckpt_set_seed(ck, lm->seed, 0);
     if (st) { gpucore_ckpt_destroy(ck); return st; }
@@ -84,17 +178,19 @@ static gpucore_status check_batch(gpucore_lm *lm, const gpucore_tensor *ids, con
     return lm_check_length(lm, ids->shape[1], op);
 }
 
+/* The loss over the counted positions: their mean (divisor 0), or their sum / divisor. */
 static gpucore_status loss_value(gpucore_lm *lm, const gpucore_tensor *logits, const gpucore_tensor *targets,
-                                 double *loss)
+                                 int64_t divisor, double *loss)
 {
     gpucore_tensor *l = NULL;
     int64_t one = 1;
     float v = NAN;
     gpucore_status st = gpucore_tensor_create(lm->ctx, GPUCORE_F32, 1, &one, &l);
-    if (!st) st = gpucore_cross_entropy(l, logits, targets, LM_IGNORE_INDEX, GPUCORE_LOSS_MEAN, NULL);
+    if (!st) st = gpucore_cross_entropy(l, logits, targets, LM_IGNORE_INDEX,
+                                        divisor ? GPUCORE_LOSS_SUM : GPUCORE_LOSS_MEAN, NULL);
     if (!st) st = gpucore_copy_to_host(&v, 4, l);
     gpucore_tensor_destroy(l);
-    if (!st) *loss = v;
+    if (!st) *loss = divisor ? (double)v / (double)divisor : v;
     return st;
 }
 
@@ -109,7 +205,7 @@ gpucore_status gpucore_lm_loss(gpucore_lm *lm, const gpucore_tensor *input_ids, 
     gpucore_tensor *logits = NULL, *targets = NULL;
     st = gpucore_lm_forward(lm, input_ids, &logits);
     if (!st) st = shift_labels(lm, labels ? labels : input_ids, &targets);
-    if (!st) st = loss_value(lm, logits, targets, loss);
+    if (!st) st = loss_value(lm, logits, targets, 0, loss);
     gpucore_tensor_destroy(logits);
     gpucore_tensor_destroy(targets);
     return st;
@@ -121,8 +217,8 @@ static int cmp_i64(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
-/* The token embedding's gradient on the rows the batch touches only: dwte (tied: holding the
- * head's dW already; untied: zeroed first) += the rows of dx0 summed per id. The U distinct ids
+/* The token embedding's gradient on the rows the batch touches only: dwte (add: holding the
+ * head's dW or the gradients accumulated so far; else zeroed first) += the rows of dx0 summed per id. The U distinct ids
  * get a compact [U, D] table from gpucore_embedding_backward (ids renumbered 0..U-1: the same
  * f32 sums in the same order as on the whole table), then each of its rows is added into its
  * row of dwte. This skips the [vocab, D] temporary, its zeroing and the addition over the whole
@@ -131,7 +227,8 @@ static int cmp_i64(const void *a, const void *b)
  * range, or a device context), nothing was done. The distinct ids are found on the host: on a
  * GPU that copy would stall the step on a synchronisation, while the whole-table path there costs
  * a memory pass at device bandwidth, so device contexts keep it. */
-static gpucore_status embedding_rows(gpucore_lm *lm, const gpucore_tensor *ids, const gpucore_tensor *dx0, int *used)
+static gpucore_status embedding_rows(gpucore_lm *lm, const gpucore_tensor *ids, const gpucore_tensor *dx0, int add,
+                                     int *used)
 {
     const int64_t B = ids->shape[0], T = ids->shape[1], N = B * T, V = lm->cfg.vocab;
     *used = 0;
@@ -161,7 +258,7 @@ static gpucore_status embedding_rows(gpucore_lm *lm, const gpucore_tensor *ids, 
     if (!st) st = gpucore_copy_from_host(remap, r, N * 8);
     if (!st) st = gpucore_tensor_create(lm->ctx, (gpucore_dtype)lm->dtype, 2, pshape, &part);
     if (!st) st = gpucore_embedding_backward(part, dx0, remap, NULL);
-    if (!st && lm->head) st = gpucore_fill(lm->dwte, 0.0, NULL);
+    if (!st && !add) st = gpucore_fill(lm->dwte, 0.0, NULL);
     for (int64_t j = 0; j < U && !st; j++) {
         st = gpucore_tensor_slice(lm->dwte, 0, uniq[j], uniq[j] + 1, 1, &dst);
         if (!st) st = gpucore_tensor_slice(part, 0, j, j + 1, 1, &src);
@@ -184,10 +281,12 @@ static gpucore_status embedding_grads(gpucore_lm *lm, const gpucore_tensor *ids,
 {
     gpucore_tensor *tmp = NULL, *dpe = NULL;
     int rows = 0;
-    gpucore_status st = embedding_rows(lm, ids, dx0, &rows);
-    if (!st && !rows && lm->head) {
+    const int add = !lm->head || lm->accumulate; /* dwte holds the tied head's dW or earlier micro-batches' */
+    grad_swap g = {.n = 0};
+    gpucore_status st = embedding_rows(lm, ids, dx0, add, &rows);
+    if (!st && !rows && !add) {
         st = gpucore_embedding_backward(lm->dwte, dx0, ids, NULL);
-    } else if (!st && !rows) { /* tied: the head's dW is already in dwte */
+    } else if (!st && !rows) {
         st = gpucore_tensor_create(lm->ctx, (gpucore_dtype)lm->dtype, 2, lm->wte->shape, &tmp);
         if (!st) st = gpucore_embedding_backward(tmp, dx0, ids, NULL);
         if (!st) st = gpucore_axpy(lm->dwte, 1.0, tmp, NULL);
@@ -196,19 +295,21 @@ static gpucore_status embedding_grads(gpucore_lm *lm, const gpucore_tensor *ids,
         int64_t shape[2] = {dx0->shape[1], dx0->shape[2]};
         st = gpucore_tensor_create(lm->ctx, (gpucore_dtype)lm->dtype, 2, shape, &dpe);
         if (!st) st = gpucore_reduce(GPUCORE_REDUCTION_SUM, dpe, dx0, 0, NULL);
+        if (!st && lm->accumulate) st = swap_in(lm, &g, &lm->dwpe);
         if (!st) st = gpucore_embedding_backward(lm->dwpe, dpe, pos, NULL);
+        st = swap_out(&g, NULL, st);
     }
     gpucore_tensor_destroy(tmp);
     gpucore_tensor_destroy(dpe);
     return st;
 }
 
-gpucore_status gpucore_lm_forward_backward(gpucore_lm *lm, const gpucore_tensor *input_ids,
-                                           const gpucore_tensor *labels, double *loss)
+/* The loss and its backward. divisor 0: the mean over the counted positions, gradients
+ * overwritten; else the loss is their sum / divisor, and accumulate adds into the gradients. */
+static gpucore_status forward_backward(gpucore_lm *lm, const gpucore_tensor *input_ids, const gpucore_tensor *labels,
+                                       int accumulate, int64_t divisor, double *loss, const char *op)
 {
-    const char *op = "gpucore_lm_forward_backward";
-    gpucore_status st = lm_check(lm, op);
-    if (st) return st;
+    gpucore_status st;
     if (!loss) return gpucore_set_error(GPUCORE_ERR_NULL_POINTER, "%s: loss is NULL", op);
     if ((st = check_batch(lm, input_ids, labels, op))) return st;
     if (!lm->n_train)
@@ -219,20 +320,25 @@ gpucore_status gpucore_lm_forward_backward(gpucore_lm *lm, const gpucore_tensor 
     gpucore_tensor *dlogits = NULL, *dy = NULL, *dx0 = NULL;
     int64_t one = 1;
     int started = 0;
+    grad_swap g = {.n = 0};
     lm->training = 1;
+    lm->accumulate = accumulate;
     st = shift_labels(lm, labels ? labels : input_ids, &targets);
     if (!st) st = lm_embed(lm, input_ids, 0, &x0, &pos, NULL);
     if (!st) { st = gpucore_ckpt_forward(lm->ckpt, x0, &y); started = !st; }
     if (!st) st = lm_head_forward(lm, y, &logits, NULL);
-    if (!st) st = loss_value(lm, logits, targets, loss);
+    if (!st) st = loss_value(lm, logits, targets, divisor, loss);
     if (!st) st = gpucore_tensor_create(lm->ctx, GPUCORE_F32, 1, &one, &dloss);
-    if (!st) st = gpucore_fill(dloss, 1.0, NULL);
+    if (!st) st = gpucore_fill(dloss, divisor ? 1.0 / (double)divisor : 1.0, NULL);
     if (!st) st = gpucore_tensor_create(lm->ctx, (gpucore_dtype)lm->dtype, 3, logits->shape, &dlogits);
-    if (!st) st = gpucore_cross_entropy_backward(dlogits, dloss, logits, targets, LM_IGNORE_INDEX, GPUCORE_LOSS_MEAN, NULL);
+    if (!st) st = gpucore_cross_entropy_backward(dlogits, dloss, logits, targets, LM_IGNORE_INDEX,
+                                                 divisor ? GPUCORE_LOSS_SUM : GPUCORE_LOSS_MEAN, NULL);
     lm_destroy_tensor(&logits);
     if (!st) st = gpucore_tensor_create(lm->ctx, (gpucore_dtype)lm->dtype, 3, y->shape, &dy);
-    gpucore_tensor *dhead = lm->full_ft ? (lm->head ? lm->dhead : lm->dwte) : NULL;
-    if (!st) st = gpucore_linear_backward(dlogits, y, lm_head_weight(lm), NULL, dy, dhead, NULL, NULL);
+    gpucore_tensor **dhead = lm->full_ft ? (lm->head ? &lm->dhead : &lm->dwte) : NULL;
+    if (!st && dhead && accumulate) st = swap_in(lm, &g, dhead);
+    if (!st) st = gpucore_linear_backward(dlogits, y, lm_head_weight(lm), NULL, dy, dhead ? *dhead : NULL, NULL, NULL);
+    st = swap_out(&g, NULL, st);
     lm_destroy_tensor(&dlogits);
     if (!st && lm->full_ft) st = gpucore_tensor_create(lm->ctx, (gpucore_dtype)lm->dtype, 3, x0->shape, &dx0);
     if (!st) { st = gpucore_ckpt_backward(lm->ckpt, dy, dx0); started = 0; }
@@ -240,8 +346,79 @@ gpucore_status gpucore_lm_forward_backward(gpucore_lm *lm, const gpucore_tensor 
     if (!st) st = gpucore_context_synchronize(lm->ctx);
     if (started) gpucore_ckpt_reset(lm->ckpt);
     lm->training = 0;
+    lm->accumulate = 0;
     gpucore_tensor *all[] = {x0, pos, logits, targets, dloss, dlogits, dy, dx0};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) gpucore_tensor_destroy(all[i]);
+    return st;
+}
+
+gpucore_status gpucore_lm_forward_backward(gpucore_lm *lm, const gpucore_tensor *input_ids,
+                                           const gpucore_tensor *labels, double *loss)
+{
+    const char *op = "gpucore_lm_forward_backward";
+    gpucore_status st = lm_check(lm, op);
+    return st ? st : forward_backward(lm, input_ids, labels, 0, 0, loss, op);
+}
+
+void gpucore_lm_backward_options_init(gpucore_lm_backward_options *opts)
+{
+    if (!opts) return;
+    memset(opts, 0, sizeof *opts);
+    opts->struct_size = sizeof *opts;
+}
+
+gpucore_status gpucore_lm_forward_backward_ex(gpucore_lm *lm, const gpucore_tensor *input_ids,
+                                              const gpucore_tensor *labels, const gpucore_lm_backward_options *opts,
+                                              double *loss)
+{
+    const char *op = "gpucore_lm_forward_backward_ex";
+    gpucore_status st = lm_check(lm, op);
+    if (st) return st;
+    gpucore_lm_backward_options o;
+    gpucore_lm_backward_options_init(&o);
+    if (opts) {
+        if (opts->struct_size != (int64_t)sizeof o)
+            return gpucore_set_error(GPUCORE_ERR_INVALID_ARGUMENT, "%s: opts->struct_size is %lld; set it with "
+                                     "gpucore_lm_backward_options_init (sizeof = %zu)", op,
+                                     (long long)opts->struct_size, sizeof o);
+        o = *opts;
+    }
+    if (o.accumulate != 0 && o.accumulate != 1)
+        return gpucore_set_error(GPUCORE_ERR_INVALID_ARGUMENT, "%s: accumulate is %d; use 0 (overwrite the "
+                                 "gradients) or 1 (add into them)", op, o.accumulate);
+    if (o.total_label_tokens < 0)
+        return gpucore_set_error(GPUCORE_ERR_INVALID_ARGUMENT, "%s: total_label_tokens is %lld; give the label "
+                                 "tokens of the whole accumulated batch (gpucore_lm_count_label_tokens summed over "
+                                 "its micro-batches), or 0 for this batch's own mean", op,
+                                 (long long)o.total_label_tokens);
+    return forward_backward(lm, input_ids, labels, o.accumulate, o.total_label_tokens, loss, op);
+}
+
+gpucore_status gpucore_lm_count_label_tokens(gpucore_lm *lm, const gpucore_tensor *input_ids,
+                                             const gpucore_tensor *labels, int64_t *count)
+{
+    const char *op = "gpucore_lm_count_label_tokens";
+    gpucore_status st = lm_check(lm, op);
+    if (st) return st;
+    if (!count) return gpucore_set_error(GPUCORE_ERR_NULL_POINTER, "%s: count is NULL", op);
+    *count = 0;
+    if ((st = check_batch(lm, input_ids, labels, op))) return st;
+    gpucore_tensor *targets = NULL;
+    const int64_t n = input_ids->shape[0] * input_ids->shape[1];
+    int64_t *h = malloc((size_t)n * sizeof *h);
+    if (!h) return gpucore_set_error(GPUCORE_ERR_OUT_OF_MEMORY, "%s: out of host memory", op);
+    st = shift_labels(lm, labels ? labels : input_ids, &targets);
+    if (!st && targets->dtype == GPUCORE_I32) { /* widen on the host, from the end */
+        st = gpucore_copy_to_host(h, n * 4, targets);
+        for (int64_t i = n - 1; !st && i >= 0; i--) h[i] = ((const int32_t *)h)[i];
+    } else if (!st) {
+        st = gpucore_copy_to_host(h, n * 8, targets);
+    }
+    int64_t c = 0;
+    for (int64_t i = 0; !st && i < n; i++) c += h[i] != LM_IGNORE_INDEX;
+    if (!st) *count = c;
+    free(h);
+    gpucore_tensor_destroy(targets);
     return st;
 }
 

@@ -14,7 +14,8 @@
  * Philox counters are reserved through gpucore_ckpt_rng; each segment records where
  * its reservations started, and recompute and backward replay from there.
  *
- * Memory figures come from the caching allocator's statistics: the peak is reset
+ * Memory figures come from the executor's own watermark on the caching allocator
+ * (never the allocator's peak statistics, which are the caller's): it is restarted
  * before each segment's forward and backward and folded into the step's peak, which
  * also gives each segment's transient peaks (what the budget planner simulates with;
  * a backward's is kept until the input's shape or dtype changes).
@@ -53,14 +54,10 @@ gpucore_status gpucore_ckpt_check(const gpucore_ckpt *c, const char *op)
     return gpucore_check_context(c->s->ctx, op);
 }
 
+/* The allocated bytes now, and the executor's watermark since its last restart. */
 static int64_t allocated_now(ckpt_state *s, int64_t *peak)
 {
-    gpucore_memory_stats m;
-    memset(&m, 0, sizeof m);
-    m.struct_size = sizeof m;
-    if (gpucore_memory_get_stats(s->ctx, GPUCORE_MEMORY_DEVICE, &m)) return 0;
-    if (peak) *peak = m.allocated_bytes_peak;
-    return m.allocated_bytes;
+    return gpucore_memory_watermark_read(s->ctx, &s->mark, peak);
 }
 
 /* The callback's own message, prefixed with where it happened. */
@@ -172,6 +169,7 @@ gpucore_status gpucore_ckpt_create(gpucore_context *ctx, const char *name, gpuco
     s->ctx = ctx;
     snprintf(s->name, sizeof s->name, "%s", name && name[0] ? name : "ckpt");
     s->policy = GPUCORE_CKPT_KEEP_ALL;
+    gpucore_memory_watermark_add(ctx, &s->mark);
     c->s = s;
     c->magic = GPUCORE_MAGIC_CKPT;
     *out = c;
@@ -189,6 +187,7 @@ gpucore_status gpucore_ckpt_destroy(gpucore_ckpt *c)
     gpucore_handle_release(&gpucore_tensor_pool, c);
     if (s->ctx->magic == GPUCORE_MAGIC_CONTEXT) {
         gpucore_context_synchronize(s->ctx);
+        gpucore_memory_watermark_remove(s->ctx, &s->mark);
         segments_changed(s);
         gpucore_event_destroy(s->ev);
         gpucore_stream_destroy(s->side);
@@ -310,8 +309,7 @@ static gpucore_status forward_pass(ckpt_state *s, const gpucore_tensor *x, gpuco
     for (int64_t i = 0; !st && i < s->nsegs; i++) {
         ckpt_top *top = &s->tops[i];
         int32_t mode = dry ? GPUCORE_CKPT_RECOMPUTED : s->modes[i];
-        int64_t peak = 0, before = allocated_now(s, NULL);
-        gpucore_memory_reset_peak_stats(s->ctx, GPUCORE_MEMORY_DEVICE);
+        int64_t peak = 0, before = gpucore_memory_watermark_restart(s->ctx, &s->mark);
         call.index = i;
         call.top = top;
         call.seg = NULL;
@@ -411,7 +409,7 @@ static gpucore_status backward_one(ckpt_state *s, gpucore_ckpt_call *call, int64
     const ckpt_record *r = &top->seg->rec;
     int64_t peak = 0, before = allocated_now(s, &peak); /* the segment's backward peak, for the planner */
     if (peak > s->step_peak) s->step_peak = peak;
-    gpucore_memory_reset_peak_stats(s->ctx, GPUCORE_MEMORY_DEVICE);
+    gpucore_memory_watermark_restart(s->ctx, &s->mark);
     if (i > 0) st = gpucore_tensor_create(s->ctx, (gpucore_dtype)r->in_dtype, r->in_ndim, r->in_shape, &dx);
     else dx = dx_user;
     if (!st && top->ready) st = gpucore_stream_wait_event(call->stream, top->ready);

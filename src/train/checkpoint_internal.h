@@ -101,6 +101,7 @@ typedef struct ckpt_state {
     int32_t meas_dtype, meas_ndim;
     int64_t meas_shape[GPUCORE_MAX_DIMS];
     int64_t step_peak;
+    gpucore_memory_watermark mark; /* the executor's own peak, restarted per segment (the user's stays) */
     gpucore_ckpt_stats stats;
 } ckpt_state;
 
