@@ -6,6 +6,11 @@
  * [B,S,H,D] views and strided slices, f32/f16/bf16 (f16/bf16 head dims 16..128
  * in steps of 16 on the CUDA kernel's tensor-core forward); outputs poisoned and
  * guarded. The reference backward is itself checked by finite differences.
+ * MHA f16/bf16 cases that cuDNN's SDPA takes on the cuda backend (causal, key
+ * lengths with a 0, additive [Sq, Sk] and [B, 1, 1, Sk] masks, rows that admit no
+ * key, Sk not a multiple of 128): with GPUCORE_EXPECT_CUDNN=1 (the contract
+ * stand-ins' run and the GPU run set it) a forward or backward graph of theirs that
+ * cuDNN declines fails the test, naming the graph and the reason.
  * Memory: the allocator's peak during forward + backward stays far below one
  * seq×seq score matrix. Bad arguments get their documented status.
  */
@@ -16,10 +21,12 @@ typedef struct att_case {
     const char *name;
     int64_t B, H, Hkv, Sq, Sk, D, Dv;
     int causal;
-    int mask;      /* 0 none, 1 additive f32 [Sq, Sk], 2 boolean u8 [B, 1, 1, Sk], 3 additive (q dtype) [B, H, Sq, Sk] */
+    int mask;      /* 0 none, 1 additive f32 [Sq, Sk], 2 boolean u8 [B, 1, 1, Sk], 3 additive (q dtype) [B, H, Sq, Sk],
+                    * 4 additive f32 [B, 1, 1, Sk] (batch entry 1 all -inf, key 0 of entry 0 -inf) */
     int lens;      /* 1: kv_lengths (i32) < Sk for some batch entries, one of them 0 */
     double dropout;
     int layout;    /* 0 contiguous; 1 [B,S,H,D] projections permuted (inputs and outputs); 2 strided last dim */
+    int cudnn;     /* 1: f16/bf16 on the cuda backend must run on cuDNN's SDPA under GPUCORE_EXPECT_CUDNN=1 */
 } att_case;
 
 /* Everything the reference needs, as float64 in logical [B, H, S, D] order. */
@@ -126,6 +133,7 @@ static void ref_masks(att_ref *r, const double *mask, const int32_t *lens, uint6
                     if (c->mask == 1) bias = mask[i * c->Sk + j];
                     if (c->mask == 2) bias = mask[b * c->Sk + j] != 0 ? 0 : -INFINITY;
                     if (c->mask == 3) bias = mask[e];
+                    if (c->mask == 4) bias = mask[b * c->Sk + j];
                     if ((lens && j >= lens[b]) || (c->causal && j > i)) bias = -INFINITY;
                     r->bias[e] = bias;
                     r->keep[e] = pf > 0 ? (gpucore_philox_uniform(seed, offset, (uint64_t)e) >= pf ? (double)(1.0f / (1.0f - pf)) : 0) : 1;
@@ -136,7 +144,7 @@ static void ref_masks(att_ref *r, const double *mask, const int32_t *lens, uint6
 
 static void test_reference_gradients(void)
 {
-    const att_case c = {"fd", 1, 2, 1, 5, 6, 3, 4, 0, 1, 0, 0.3, 0};
+    const att_case c = {"fd", 1, 2, 1, 5, 6, 3, 4, 0, 1, 0, 0.3, 0, 0};
     att_ref r = {&c, 0.7, rnd(2 * 5 * 3, -1, 1), rnd(6 * 3, -1, 1), rnd(6 * 4, -1, 1), NULL, NULL};
     double *mask = rnd(5 * 6, -1, 1);
     mask[7] = -INFINITY;
@@ -219,6 +227,33 @@ static void check_lse(double *got, double *want, int64_t n, const char *what)
     check_close(got, want, n, 1e-5, what);
 }
 
+/* Whether case c in dt must run on cuDNN's SDPA here: a cudnn case in f16/bf16 on the cuda backend, when
+ * GPUCORE_EXPECT_CUDNN=1. */
+static int expect_cudnn(const att_case *c, gpucore_dtype dt)
+{
+    const char *e = getenv("GPUCORE_EXPECT_CUDNN");
+    return c->cudnn && dt != GPUCORE_F32 && !strcmp(check_device, "cuda") && e && !strcmp(e, "1");
+}
+
+/* The one call since the stats were reset ran on cuDNN; else fail, naming the graph and why cuDNN declined it. */
+static void check_on_cudnn(gpucore_context *ctx, const att_case *c, gpucore_dtype dt, const char *which)
+{
+    gpucore_attention_stats st;
+    memset(&st, 0, sizeof st);
+    st.struct_size = sizeof st;
+    CHECK_OK(gpucore_attention_get_stats(ctx, &st));
+    CHECK(st.cudnn_calls == 1);
+    if (st.cudnn_calls == 1) return;
+    int reason = -1;
+    for (int i = 0; i < GPUCORE_ATTN_FALLBACK_REASONS; i++)
+        if (st.fallback_by_reason[i]) reason = i;
+    const char *why = reason >= 0 ? gpucore_attention_fallback_reason_text(reason) : NULL;
+    fprintf(stderr, "  cuDNN declined the %s %s %s graph (B %lld H %lld Sq %lld Sk %lld D %lld%s%s%s): %s\n", c->name,
+            gpucore_dtype_name(dt), which, (long long)c->B, (long long)c->H, (long long)c->Sq, (long long)c->Sk,
+            (long long)c->D, c->causal ? ", causal" : "", c->lens ? ", kv_lengths" : "",
+            c->mask == 1 ? ", mask [Sq, Sk]" : c->mask == 4 ? ", mask [B, 1, 1, Sk]" : "", why ? why : "not counted");
+}
+
 static void run_case(gpucore_context *ctx, const att_case *c, gpucore_dtype dt)
 {
     char what[160];
@@ -247,6 +282,16 @@ static void run_case(gpucore_context *ctx, const att_case *c, gpucore_dtype dt)
     } else if (c->mask == 3) {
         const int64_t ms[4] = {c->B, c->H, c->Sq, c->Sk};
         mask = make_input(ctx, dt, 4, ms, 0, -3, 1, &hmask);
+    } else if (c->mask == 4) { /* rows that admit no key: all of batch entry 1, and row 0 of entry 0 when causal */
+        const int64_t ms[4] = {c->B, 1, 1, c->Sk}, n = c->B * c->Sk;
+        mask = make_input(ctx, GPUCORE_F32, 4, ms, 0, -2, 1, &hmask);
+        float *fm = malloc(sizeof(float) * (size_t)n);
+        for (int64_t e = 0; e < n; e++) {
+            if (e == 0 || e / c->Sk == 1) hmask[e] = -INFINITY;
+            fm[e] = (float)hmask[e];
+        }
+        CHECK_OK(gpucore_copy_from_host(mask, fm, (int64_t)sizeof(float) * n));
+        free(fm);
     }
     if (c->lens) {
         for (int64_t b = 0; b < c->B; b++) hlens[b] = b == 0 ? (int32_t)c->Sk : b == 1 ? 0 : (int32_t)(c->Sk * 2 / 3);
@@ -269,7 +314,10 @@ static void run_case(gpucore_context *ctx, const att_case *c, gpucore_dtype dt)
     gpucore_tensor *out_t, *dq_t, *dk_t, *dv_t;
     guarded go = make_out(ctx, dt, c->layout == 1, oshape, &out_t);
     guarded gl = make_output(ctx, GPUCORE_F32, 1, lshape, 0);
+    const int want_cudnn = expect_cudnn(c, dt);
+    if (want_cudnn) CHECK_OK(gpucore_attention_reset_stats(ctx));
     CHECK_OK(gpucore_attention_forward(out_t, gl.view, q, k, v, mask, lens, &o, NULL));
+    if (want_cudnn) check_on_cudnn(ctx, c, dt, "forward");
     double *ref_out = malloc(sizeof(double) * (size_t)no), *ref_lse = malloc(sizeof(double) * (size_t)lshape[0]);
     ref_forward(&r, ref_out, ref_lse);
 
@@ -289,7 +337,9 @@ static void run_case(gpucore_context *ctx, const att_case *c, gpucore_dtype dt)
                   vs[4] = {c->B, c->Hkv, c->Sk, c->Dv};
     guarded gq = make_out(ctx, dt, c->layout == 1, qs, &dq_t), gk = make_out(ctx, dt, c->layout == 1, ks, &dk_t),
             gv = make_out(ctx, dt, c->layout == 1, vs, &dv_t);
+    if (want_cudnn) CHECK_OK(gpucore_attention_reset_stats(ctx));
     CHECK_OK(gpucore_attention_backward(dq_t, dk_t, dv_t, dout, q, k, v, out_keep, lse_keep, mask, lens, &o, NULL));
+    if (want_cudnn) check_on_cudnn(ctx, c, dt, "backward");
     double *passed_out = read_back(out_keep);
     double *rdq = malloc(sizeof(double) * (size_t)nq), *rdk = malloc(sizeof(double) * (size_t)nk),
            *rdv = malloc(sizeof(double) * (size_t)nv);
@@ -313,32 +363,41 @@ static void run_case(gpucore_context *ctx, const att_case *c, gpucore_dtype dt)
 }
 
 static const att_case cases[] = {
-    /* name          B  H Hkv  Sq  Sk   D   Dv causal mask lens drop layout */
-    {"plain",        2, 3, 3,  37, 45, 40,  40, 0, 0, 0, 0.0, 0},
-    {"causal-bshd",  1, 2, 2,  70, 70, 64,  64, 1, 0, 0, 0.0, 1},
-    {"gqa-mask-len", 3, 4, 2,  33, 41, 24,  16, 0, 1, 1, 0.0, 0},
-    {"bool-drop",    2, 2, 1,  29, 29, 16,  24, 1, 2, 0, 0.2, 2},
-    {"causal-sq<sk", 1, 2, 1,  17, 50, 8,   8,  1, 3, 1, 0.0, 0},
-    {"hd256",        1, 1, 1,  19, 23, 256, 256, 0, 0, 0, 0.0, 0},
-    {"hd200",        1, 2, 2,  21, 18, 200, 136, 1, 0, 0, 0.1, 1},
+    /* name          B  H Hkv  Sq  Sk   D   Dv causal mask lens drop layout cudnn */
+    {"plain",        2, 3, 3,  37, 45, 40,  40, 0, 0, 0, 0.0, 0, 1},
+    {"causal-bshd",  1, 2, 2,  70, 70, 64,  64, 1, 0, 0, 0.0, 1, 0},
+    {"gqa-mask-len", 3, 4, 2,  33, 41, 24,  16, 0, 1, 1, 0.0, 0, 0},
+    {"bool-drop",    2, 2, 1,  29, 29, 16,  24, 1, 2, 0, 0.2, 2, 0},
+    {"causal-sq<sk", 1, 2, 1,  17, 50, 8,   8,  1, 3, 1, 0.0, 0, 0},
+    {"hd256",        1, 1, 1,  19, 23, 256, 256, 0, 0, 0, 0.0, 0, 0},
+    {"hd200",        1, 2, 2,  21, 18, 200, 136, 1, 0, 0, 0.1, 1, 0},
     /* f16/bf16 with head dims that are multiples of 16 up to 128 take the CUDA kernel's
      * tensor-core (ldmatrix + mma.sync) path: tails of a 16- or 64-row query block and a 64-key tile, causal, GQA,
      * masks, lengths, dropout and non-contiguous operands */
-    {"tc-hd64",      2, 4, 2,  81, 83, 64,  64, 1, 0, 0, 0.0, 1},
-    {"tc-hd128",     3, 2, 1,  37, 71, 128, 128, 0, 1, 1, 0.1, 2},
-    {"tc-hd32-96",   2, 2, 2,  18, 65, 32,  96, 0, 2, 0, 0.0, 0},
+    {"tc-hd64",      2, 4, 2,  81, 83, 64,  64, 1, 0, 0, 0.0, 1, 0},
+    {"tc-hd128",     3, 2, 1,  37, 71, 128, 128, 0, 1, 1, 0.1, 2, 0},
+    {"tc-hd32-96",   2, 2, 2,  18, 65, 32,  96, 0, 2, 0, 0.0, 0, 0},
     /* B·Hkv of 16: the CPU's backward runs fused over (b, kv head) with up to 4 threads */
-    {"fused-gqa-len", 8, 4, 2, 45, 45, 16,  16, 1, 1, 1, 0.0, 1},
-    {"fused-drop",    4, 4, 4, 70, 70, 16,  24, 0, 2, 0, 0.2, 2},
+    {"fused-gqa-len", 8, 4, 2, 45, 45, 16,  16, 1, 1, 1, 0.0, 1, 0},
+    {"fused-drop",    4, 4, 4, 70, 70, 16,  24, 0, 2, 0, 0.2, 2, 0},
+    /* MHA f16/bf16 graphs cuDNN's SDPA takes (Sk not a multiple of 128): causal; causal with key lengths {Sk, 0,
+     * 2Sk/3}; an additive f32 [Sq, Sk] mask with key lengths; an additive f32 [B, 1, 1, Sk] mask that leaves rows
+     * with no key (the fix-up), causal */
+    {"mha-causal",     2, 3, 3, 45, 45, 64,  64, 1, 0, 0, 0.0, 0, 1},
+    {"mha-causal-len", 3, 2, 2, 30, 70, 32,  32, 1, 0, 1, 0.0, 0, 1},
+    {"mha-mask-len",   3, 2, 2, 33, 50, 48,  48, 0, 1, 1, 0.0, 0, 1},
+    {"mha-mask-b11sk", 2, 2, 2, 40, 61, 64,  64, 1, 4, 0, 0.0, 1, 1},
 };
 #define FIRST_TC_CASE 7
 #define FIRST_FUSED_CASE 10
+#define FIRST_MHA_CASE 12
 
 static void test_cases(gpucore_context *ctx)
 {
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
         for (int d = 0; d < 3; d++)
-            if (d == 0 || i == 0 || i == 3 || i == 6 || (i >= FIRST_TC_CASE && i < FIRST_FUSED_CASE))
+            if (d == 0 || i == 0 || i == 3 || i == 6 || (i >= FIRST_TC_CASE && i < FIRST_FUSED_CASE) ||
+                i >= FIRST_MHA_CASE)
                 run_case(ctx, &cases[i], float_dtypes[d]);
 }
 
@@ -424,7 +483,7 @@ static void test_memory(gpucore_context *ctx, int emulated)
  * additive f32 mask, f32 (the FMA kernel) and f16 at head dim 16 (the tensor-core kernel). */
 static void test_nan_score(gpucore_context *ctx)
 {
-    const att_case c = {"nan-score", 1, 2, 2, 19, 70, 16, 16, 0, 1, 0, 0.0, 0};
+    const att_case c = {"nan-score", 1, 2, 2, 19, 70, 16, 16, 0, 1, 0, 0.0, 0, 0};
     const int64_t ms[2] = {c.Sq, c.Sk}, nanrow = 5, oshape[4] = {c.B, c.H, c.Sq, c.Dv}, nl = c.B * c.H * c.Sq;
     for (int d = 0; d < 2; d++) {
         const gpucore_dtype dt = d ? GPUCORE_F16 : GPUCORE_F32;

@@ -31,7 +31,7 @@
 #include "standin_cudnn.h"
 
 #define MAX_T 64
-#define MAX_OPS 32
+#define MAX_OPS 48
 #define NODE_IN 5 /* x, b, t of a pointwise node; a, b and the M, N, K overrides of a matmul */
 
 static int64_t tdim(const desc *t, int i) { return i64(t, CUDNN_ATTR_TENSOR_DIMENSIONS, i); }
@@ -215,17 +215,64 @@ int standin_sdpa_is_graph(const desc *graph)
  * cuDNN's fused flash-attention engines recognise the operation graphs cudnn-frontend emits
  * (include/cudnn_frontend/node/scaled_dot_product_flash_attention.h: CompositeSDPANode for the forward,
  * CompositeSDPABackwardNode for the backward; node/softmax.h: CompositeSoftmaxNode;
- * utils/attn_score_modifiers.h: padding_mask; node/diagonal_band_mask.h: CompositeDiagonalBandMaskNode, the
+ * utils/attn_score_modifiers.h: bias, padding_mask; node/diagonal_band_mask.h: CompositeDiagonalBandMaskNode, the
  * causal mask); another DAG of the same node types computes the same values but gets no engine. The matcher
  * walks back from the outputs and accepts exactly those graphs (the scale as a by-value tensor, an optional
  * additive bias, the padding mask, the top-left causal mask, no dropout): every node of the graph must be one of
- * the pattern's. */
+ * the pattern's, and the graph's node list must be in the order the frontend emits them (its nodes' creation
+ * order, composite nodes expanded in place: node_interface.h create_cudnn_operations walks sub_nodes in order;
+ * cudnn_interface.h create_cudnn_operation_graph passes that list on). The names and lines cited are
+ * cudnn-frontend 1.23.0's (the same order at 1.12.0 and 1.16.0); each node is named as the frontend names it. */
+
+#define FE "cudnn-frontend 1.23.0 include/cudnn_frontend/"
+#define FE_SDPA FE "node/scaled_dot_product_flash_attention.h:"
+#define FE_MOD FE "utils/attn_score_modifiers.h:"
+#define FE_BAND FE "node/diagonal_band_mask.h:"
+#define FE_SOFTMAX FE "node/softmax.h:"
+
+typedef struct fe_node { const char *name, *where; } fe_node;
+
+/* attn_score_modifiers.h padding_mask() (called at sdpa :759 forward, :1624 backward), and the backward's second
+ * padding on cuDNN 9.0.0-9.9.x (sdpa :1637-1686) */
+static const fe_node FE_PADDING[2][6] = {
+    {{"gen_row_idx_padding", FE_MOD "55"}, {"gen_col_idx_padding", FE_MOD "63"}, {"lt_row_sq_padding", FE_MOD "71"},
+     {"lt_col_skv_padding", FE_MOD "79"}, {"and_row_col_padding", FE_MOD "87"}, {"select_padding", FE_MOD "96"}},
+    {{"gen_row_idx_2nd_padding", FE_SDPA "1639"}, {"gen_col_idx_2nd_padding", FE_SDPA "1647"},
+     {"lt_row_sq_2nd_padding", FE_SDPA "1655"}, {"lt_col_skv_2nd_padding", FE_SDPA "1663"},
+     {"and_row_col_2nd_padding", FE_SDPA "1671"}, {"select_2nd_padding", FE_SDPA "1681"}}};
+/* the causal mask: sliding_window_mask() right bound 0 (attn_score_modifiers.h:195, called at sdpa :802 forward,
+ * :1701 backward) -> CompositeDiagonalBandMaskNode::expand_node */
+static const fe_node FE_CAUSAL[4] = {{"gen_row_index", FE_BAND "120"}, {"gen_col_index", FE_BAND "124"},
+                                     {"row>col", FE_BAND "171"}, {"binary_select", FE_BAND "234"}};
+/* CompositeSoftmaxNode::expand_node (called at sdpa :824) */
+static const fe_node FE_SOFTMAX_NODES[7] = {{"Max", FE_SOFTMAX "150"}, {"sub", FE_SOFTMAX "155"},
+                                            {"exp", FE_SOFTMAX "159"}, {"sum", FE_SOFTMAX "192"},
+                                            {"log", FE_SOFTMAX "206"}, {"add", FE_SOFTMAX "211"},
+                                            {"div", FE_SOFTMAX "217"}};
+static const fe_node FE_BIAS = {"bias_add", FE_MOD "156"}; /* bias() (called at sdpa :741 forward, :1606 backward) */
+/* CompositeSDPANode::expand_node */
+static const fe_node FE_BMM1 = {"bmm1", FE_SDPA "690"}, FE_ATTN_SCALE = {"attn_scale", FE_SDPA "706"},
+                     FE_BMM2 = {"bmm2", FE_SDPA "950"};
+/* CompositeSDPABackwardNode::expand_node */
+enum { B_MUL_DO_O, B_REDUCE_DO_O, B_SCALE_DROPOUT_INV, B_MATMUL_Q_KT, B_MUL_S_ATTN_SCALE, B_SUB_S_M, B_EXP_S,
+       B_RESHAPE_P, B_MATMUL_PT_DO, B_MATMUL_DO_VT, B_SUB_DP_SOFTMAX_SUM, B_MUL_DP_EXP_S, B_MUL_DS_ATTN_SCALE,
+       B_RESHAPE_DS, B_MATMUL_DST_Q, B_RESHAPE_K, B_MATMUL_DS_K, B_IDENTITY_DQ, B_NODES };
+static const fe_node FE_BWD[B_NODES] = {
+    {"mul_dO_O", FE_SDPA "1517"}, {"reduce_dO_o", FE_SDPA "1524"}, {"scale_dropout_inv", FE_SDPA "1550"},
+    {"matmul_Q_KT", FE_SDPA "1577"}, {"mul_s_attn_scale", FE_SDPA "1587"}, {"sub_s_m", FE_SDPA "1632"},
+    {"exp_s", FE_SDPA "1714"}, {"reshape_p", FE_SDPA "1737"}, {"matmul_pT_dO", FE_SDPA "1743"},
+    {"matmul_dO_VT", FE_SDPA "1788"}, {"sub_dP_softmax_sum", FE_SDPA "1804"}, {"mul_dP_exp_s", FE_SDPA "1809"},
+    {"mul_dS_attn_scale", FE_SDPA "1837"}, {"reshape_dS", FE_SDPA "1848"}, {"matmul_dST_Q", FE_SDPA "1854"},
+    {"reshape_k", FE_SDPA "1904"}, {"matmul_dS_K", FE_SDPA "1931"}, {"identity_dQ", FE_SDPA "1939"}};
 
 static int node_io(const desc *op, const desc *in[NODE_IN], const desc **out);
 
 typedef struct pmatch {
     const desc *graph;
     int nops, used[MAX_OPS];
+    const desc *ops[MAX_OPS];    /* the graph's node list as the matcher sees it (STANDIN_SDPA_SWAP) */
+    const fe_node *role[MAX_OPS]; /* the frontend's node each matched node is */
+    int bias, padding, padding2, causal, identity; /* the optional parts found */
     char why[400];
 } pmatch;
 
@@ -255,6 +302,10 @@ static int pw_prec(const desc *op)
 {
     return i32(ref(op, CUDNN_ATTR_OPERATION_POINTWISE_PW_DESCRIPTOR, 0), CUDNN_ATTR_POINTWISE_MATH_PREC);
 }
+static int64_t pw_axis(const desc *op)
+{
+    return i64(ref(op, CUDNN_ATTR_OPERATION_POINTWISE_PW_DESCRIPTOR, 0), CUDNN_ATTR_POINTWISE_AXIS, 0);
+}
 static const desc *pin(const desc *op, int k)
 {
     static const int names[3] = {CUDNN_ATTR_OPERATION_POINTWISE_XDESC, CUDNN_ATTR_OPERATION_POINTWISE_BDESC,
@@ -274,34 +325,50 @@ static int dims_are(const desc *t, int64_t d0, int64_t d1, int64_t d2, int64_t d
     return tndims(t) == 4 && tdim(t, 0) == d0 && tdim(t, 1) == d1 && tdim(t, 2) == d2 && tdim(t, 3) == d3;
 }
 
-/* The node writing t; it must be of `type` (and pointwise `mode`, or reduction operator `mode`, when >= 0) and not
- * matched before. NULL (with the reason) otherwise. */
-static const desc *producer(pmatch *p, const desc *t, int type, int mode, const char *what)
+/* The index of the node writing t, or -1. */
+static int writer_at(const pmatch *p, const desc *t)
 {
-    if (!t) return pfail(p, "%s: a tensor is missing", what), NULL;
-    for (int i = 0; i < p->nops; i++) {
-        const desc *op = op_at(p->graph, i), *in[NODE_IN], *out;
-        if (!node_io(op, in, &out) || out != t) continue;
-        int m = op->type == CUDNN_BACKEND_OPERATION_POINTWISE_DESCRIPTOR ? pw_mode(op)
-              : op->type == CUDNN_BACKEND_OPERATION_REDUCTION_DESCRIPTOR
-                  ? i32(ref(op, CUDNN_ATTR_OPERATION_REDUCTION_DESC, 0), CUDNN_ATTR_REDUCTION_OPERATOR) : -1;
-        if (op->type != type || (mode >= 0 && m != mode))
-            return pfail(p, "%s: the frontend has a node of type %d (mode %d) here, this graph type %d (mode %d)",
-                         what, type, mode, op->type, m), NULL;
-        if (p->used[i]) return pfail(p, "%s: a node reached twice", what), NULL;
-        p->used[i] = 1;
-        return op;
+    for (int i = 0; t && i < p->nops; i++) {
+        const desc *in[NODE_IN], *out;
+        if (node_io(p->ops[i], in, &out) && out == t) return i;
     }
-    return pfail(p, "%s: no node writes this virtual tensor", what), NULL;
+    return -1;
+}
+
+/* Mark node op matched as the frontend's node `role`. */
+static void use(pmatch *p, const desc *op, const fe_node *role)
+{
+    for (int i = 0; i < p->nops; i++)
+        if (p->ops[i] == op) { p->used[i] = 1; p->role[i] = role; }
+}
+
+/* The node writing t, the frontend's node `role`; it must be of `type` (and pointwise `mode`, or reduction
+ * operator `mode`, when >= 0) and not matched before. NULL (with the reason) otherwise. */
+static const desc *producer(pmatch *p, const desc *t, int type, int mode, const fe_node *role)
+{
+    if (!t) return pfail(p, "%s: a tensor is missing", role->name), NULL;
+    const int i = writer_at(p, t);
+    if (i < 0) return pfail(p, "%s: no node writes this virtual tensor", role->name), NULL;
+    const desc *op = p->ops[i];
+    int m = op->type == CUDNN_BACKEND_OPERATION_POINTWISE_DESCRIPTOR ? pw_mode(op)
+          : op->type == CUDNN_BACKEND_OPERATION_REDUCTION_DESCRIPTOR
+              ? i32(ref(op, CUDNN_ATTR_OPERATION_REDUCTION_DESC, 0), CUDNN_ATTR_REDUCTION_OPERATOR) : -1;
+    if (op->type != type || (mode >= 0 && m != mode))
+        return pfail(p, "%s (%s): the frontend has a node of type %d (mode %d) here, this graph type %d (mode %d)",
+                     role->name, role->where, type, mode, op->type, m), NULL;
+    if (p->used[i]) return pfail(p, "%s: a node reached twice", role->name), NULL;
+    p->used[i] = 1;
+    p->role[i] = role;
+    return op;
 }
 
 /* A pointwise node of `mode` writing t with math precision `prec` (fp32 arithmetic, INT32 indices, BOOLEAN
  * comparisons, as the frontend's Pointwise_attributes set them). */
-static const desc *pwop(pmatch *p, const desc *t, int mode, int prec, const char *what)
+static const desc *pwop(pmatch *p, const desc *t, int mode, int prec, const fe_node *role)
 {
-    const desc *op = producer(p, t, CUDNN_BACKEND_OPERATION_POINTWISE_DESCRIPTOR, mode, what);
+    const desc *op = producer(p, t, CUDNN_BACKEND_OPERATION_POINTWISE_DESCRIPTOR, mode, role);
     if (op && pw_prec(op) != prec)
-        return pfail(p, "%s: math precision %d, the frontend's is %d", what, pw_prec(op), prec), NULL;
+        return pfail(p, "%s: math precision %d, the frontend's is %d", role->name, pw_prec(op), prec), NULL;
     return op;
 }
 
@@ -310,10 +377,7 @@ static int is_input(pmatch *p, const desc *t, const char *what)
 {
     if (!t || virt(t) || tflag(t, CUDNN_ATTR_TENSOR_IS_BY_VALUE))
         return pfail(p, "%s must be a non-virtual tensor in device memory", what);
-    for (int i = 0; i < p->nops; i++) {
-        const desc *in[NODE_IN], *out;
-        if (node_io(op_at(p->graph, i), in, &out) && out == t) return pfail(p, "%s must be a graph input", what);
-    }
+    if (writer_at(p, t) >= 0) return pfail(p, "%s must be a graph input", what);
     return 1;
 }
 
@@ -349,74 +413,89 @@ static int overrides(pmatch *p, const desc *op, const desc *m, const desc *n, co
     return 1;
 }
 
-/* S = bmm1(Q, Kᵀ) · scale [+ bias] [padding mask] [causal mask], walking back from its last tensor s. */
-static int match_scores(pmatch *p, const desc *s, scores_m *r)
+/* What writes t: 0 not a BINARY_SELECT, 1 the causal mask's (its condition a CMP_GE), 2 a padding mask's (a
+ * LOGICAL_AND), 3 another select. */
+static int select_kind(const pmatch *p, const desc *t)
+{
+    const int i = writer_at(p, t);
+    if (i < 0 || pw_mode(p->ops[i]) != CUDNN_POINTWISE_BINARY_SELECT) return 0;
+    const int c = writer_at(p, pin(p->ops[i], 2));
+    const int m = c >= 0 ? pw_mode(p->ops[c]) : -1;
+    return m == CUDNN_POINTWISE_CMP_GE ? 1 : m == CUDNN_POINTWISE_LOGICAL_AND ? 2 : 3;
+}
+
+/* The causal mask writing t: select(x, -inf, gen_row_index(x) >= gen_col_index(x)); *x: the select's input. */
+static int match_causal(pmatch *p, const desc *t, const desc **x)
+{
+    const desc *sel = pwop(p, t, CUDNN_POINTWISE_BINARY_SELECT, CUDNN_DATA_FLOAT, &FE_CAUSAL[3]);
+    if (!sel || !is_scalar(p, pin(sel, 1), CUDNN_DATA_FLOAT, "the causal mask's fill value")) return 0;
+    *x = pin(sel, 0);
+    const desc *cmp = pwop(p, pin(sel, 2), CUDNN_POINTWISE_CMP_GE, CUDNN_DATA_BOOLEAN, &FE_CAUSAL[2]);
+    if (!cmp) return 0;
+    const desc *row = pwop(p, pin(cmp, 0), CUDNN_POINTWISE_GEN_INDEX, CUDNN_DATA_FLOAT, &FE_CAUSAL[0]);
+    const desc *col = pwop(p, pin(cmp, 1), CUDNN_POINTWISE_GEN_INDEX, CUDNN_DATA_FLOAT, &FE_CAUSAL[1]);
+    if (!row || !col) return 0;
+    if (pw_axis(row) != 2 || pw_axis(col) != 3 || pin(row, 0) != *x || pin(col, 0) != *x)
+        return pfail(p, "causal: GEN_INDEX axis 2 (row) and 3 (col) of the scores the select reads");
+    p->causal = 1;
+    return 1;
+}
+
+/* The padding mask writing t (second: the backward's second one): select(x, -inf, (gen_row(x) < seq_len_q) AND
+ * (gen_col(x) < seq_len_kv)); *x: the select's input, seq: the lengths. */
+static int match_padding(pmatch *p, const desc *t, int second, const desc **x, const desc *seq[2])
+{
+    const fe_node *nm = FE_PADDING[second];
+    const desc *sel = pwop(p, t, CUDNN_POINTWISE_BINARY_SELECT, CUDNN_DATA_FLOAT, &nm[5]);
+    if (!sel || !is_scalar(p, pin(sel, 1), CUDNN_DATA_FLOAT, "the padding mask's fill value")) return 0;
+    *x = pin(sel, 0);
+    const desc *and = pwop(p, pin(sel, 2), CUDNN_POINTWISE_LOGICAL_AND, CUDNN_DATA_BOOLEAN, &nm[4]);
+    if (!and) return 0;
+    for (int k = 0; k < 2; k++) {
+        const desc *lt = pwop(p, pin(and, k), CUDNN_POINTWISE_CMP_LT, CUDNN_DATA_BOOLEAN, &nm[2 + k]);
+        const desc *ix = lt ? pwop(p, pin(lt, 0), CUDNN_POINTWISE_GEN_INDEX, CUDNN_DATA_INT32, &nm[k]) : NULL;
+        if (!ix) return 0;
+        if (pw_axis(ix) != 2 + k || pin(ix, 0) != *x)
+            return pfail(p, "padding: GEN_INDEX axis %d of the scores the select reads", 2 + k);
+        seq[k] = pin(lt, 1);
+        if (!is_input(p, seq[k], k ? "seq_len_kv" : "seq_len_q") || tdtype(seq[k]) != CUDNN_DATA_INT32 ||
+            tdim(seq[k], 1) != 1 || tdim(seq[k], 2) != 1 || tdim(seq[k], 3) != 1)
+            return pfail(p, "padding: %s must be an INT32 [B, 1, 1, 1] tensor", k ? "seq_len_kv" : "seq_len_q");
+    }
+    if (second) p->padding2 = 1;
+    else p->padding = 1;
+    return 1;
+}
+
+/* S = bmm1(Q, Kᵀ) · scale [+ bias] [padding mask], walking back from its last tensor s. bwd: the backward's names
+ * (matmul_Q_KT, mul_s_attn_scale); next: what the frontend puts after these (for the reason). */
+static int match_scores(pmatch *p, const desc *s, scores_m *r, int bwd, const char *next)
 {
     memset(r, 0, sizeof *r);
-    const desc *op = producer(p, s, CUDNN_BACKEND_OPERATION_POINTWISE_DESCRIPTOR, -1, "the masked scores");
-    const desc *bias = NULL;
-    if (!op) return 0;
-    const int modes[2] = {CUDNN_POINTWISE_CMP_GE, CUDNN_POINTWISE_LOGICAL_AND}; /* causal, then padding */
-    for (int stage = 0; stage < 2 && pw_mode(op) == CUDNN_POINTWISE_BINARY_SELECT; stage++) {
-        /* CompositeDiagonalBandMaskNode (right bound 0, top-left): select(S, -inf, row >= col);
-         * padding_mask: select(S, -inf, (row < seq_len_q) AND (col < seq_len_kv)) */
-        const desc *x = pin(op, 0), *cond = pin(op, 2);
-        if (!is_scalar(p, pin(op, 1), CUDNN_DATA_FLOAT, "the mask's fill value")) return 0;
-        const desc *c = NULL;
-        for (int i = 0; i < p->nops && !c; i++) {
-            const desc *in[NODE_IN], *out;
-            if (node_io(op_at(p->graph, i), in, &out) && out == cond) c = op_at(p->graph, i);
-        }
-        int m = c ? pw_mode(c) : -1;
-        if (m == modes[0] && stage == 0) {
-            const desc *cmp = pwop(p, cond, CUDNN_POINTWISE_CMP_GE, CUDNN_DATA_BOOLEAN, "causal: row >= col");
-            if (!cmp) return 0;
-            const desc *row = pwop(p, pin(cmp, 0), CUDNN_POINTWISE_GEN_INDEX, CUDNN_DATA_FLOAT, "causal: row index");
-            const desc *col = pwop(p, pin(cmp, 1), CUDNN_POINTWISE_GEN_INDEX, CUDNN_DATA_FLOAT, "causal: col index");
-            if (!row || !col) return 0;
-            if (i64(ref(row, CUDNN_ATTR_OPERATION_POINTWISE_PW_DESCRIPTOR, 0), CUDNN_ATTR_POINTWISE_AXIS, 0) != 2 ||
-                i64(ref(col, CUDNN_ATTR_OPERATION_POINTWISE_PW_DESCRIPTOR, 0), CUDNN_ATTR_POINTWISE_AXIS, 0) != 3 ||
-                pin(row, 0) != x || pin(col, 0) != x)
-                return pfail(p, "causal: GEN_INDEX axis 2 (row) and 3 (col) of the scores the select reads");
-        } else if (m == modes[1]) {
-            const desc *and = pwop(p, cond, CUDNN_POINTWISE_LOGICAL_AND, CUDNN_DATA_BOOLEAN, "padding: row AND col");
-            if (!and) return 0;
-            const desc *lt[2], *ix[2];
-            for (int k = 0; k < 2; k++) {
-                lt[k] = pwop(p, pin(and, k), CUDNN_POINTWISE_CMP_LT, CUDNN_DATA_BOOLEAN,
-                             k ? "padding: col < seq_len_kv" : "padding: row < seq_len_q");
-                ix[k] = lt[k] ? pwop(p, pin(lt[k], 0), CUDNN_POINTWISE_GEN_INDEX, CUDNN_DATA_INT32,
-                                     k ? "padding: col index" : "padding: row index") : NULL;
-                if (!ix[k]) return 0;
-                if (i64(ref(ix[k], CUDNN_ATTR_OPERATION_POINTWISE_PW_DESCRIPTOR, 0), CUDNN_ATTR_POINTWISE_AXIS, 0) != 2 + k ||
-                    pin(ix[k], 0) != x)
-                    return pfail(p, "padding: GEN_INDEX axis %d of the scores the select reads", 2 + k);
-                const desc *len = pin(lt[k], 1);
-                if (!is_input(p, len, k ? "seq_len_kv" : "seq_len_q") || tdtype(len) != CUDNN_DATA_INT32 ||
-                    tdim(len, 1) != 1 || tdim(len, 2) != 1 || tdim(len, 3) != 1)
-                    return pfail(p, "padding: %s must be an INT32 [B, 1, 1, 1] tensor", k ? "seq_len_kv" : "seq_len_q");
-            }
-            r->seq_q = pin(lt[0], 1);
-            r->seq_kv = pin(lt[1], 1);
-            stage = 1;
-        } else {
-            return pfail(p, "a BINARY_SELECT on the scores that is neither the frontend's causal mask nor its "
-                         "padding mask (in that order from the softmax back)");
-        }
-        if (!(op = producer(p, x, CUDNN_BACKEND_OPERATION_POINTWISE_DESCRIPTOR, -1, "the scores before a mask")))
-            return 0;
+    const int k = select_kind(p, s);
+    if (k == 2) {
+        const desc *seq[2];
+        if (!match_padding(p, s, 0, &s, seq)) return 0;
+        r->seq_q = seq[0];
+        r->seq_kv = seq[1];
+    } else if (k) {
+        return pfail(p, "%s on the scores before %s: the frontend's order is bmm1, attn_scale, [bias_add], [padding "
+                     "mask], then %s", k == 1 ? "the causal mask" : "a select", next, next);
     }
-    if (pw_mode(op) == CUDNN_POINTWISE_ADD) { /* attn_score_modifiers.h bias(): S + bias */
-        bias = pin(op, 1);
-        if (!is_input(p, bias, "the bias")) return 0;
-        if (pw_prec(op) != CUDNN_DATA_FLOAT) return pfail(p, "bias add: FLOAT math");
-        if (!(op = producer(p, pin(op, 0), CUDNN_BACKEND_OPERATION_POINTWISE_DESCRIPTOR, -1, "the scaled scores")))
-            return 0;
+    const int a = writer_at(p, s);
+    if (a >= 0 && pw_mode(p->ops[a]) == CUDNN_POINTWISE_ADD) { /* attn_score_modifiers.h bias(): S + bias */
+        const desc *add = pwop(p, s, CUDNN_POINTWISE_ADD, CUDNN_DATA_FLOAT, &FE_BIAS);
+        if (!add || !is_input(p, pin(add, 1), "the bias")) return 0;
+        s = pin(add, 0);
+        p->bias = 1;
     }
-    if (pw_mode(op) != CUDNN_POINTWISE_MUL || pw_prec(op) != CUDNN_DATA_FLOAT)
-        return pfail(p, "the scores: bmm1 then MUL by attn_scale (FLOAT math), the frontend's attn_scale node");
-    if (!is_scalar(p, pin(op, 1), CUDNN_DATA_FLOAT, "attn_scale")) return 0;
-    const desc *bmm1 = producer(p, pin(op, 0), CUDNN_BACKEND_OPERATION_MATMUL_DESCRIPTOR, -1, "bmm1 (Q · Kᵀ)");
+    if (select_kind(p, s))
+        return pfail(p, "a mask select before the bias or attn_scale: the frontend's order is bmm1, attn_scale, "
+                     "[bias_add], [padding mask], then %s", next);
+    const desc *mul = pwop(p, s, CUDNN_POINTWISE_MUL, CUDNN_DATA_FLOAT, bwd ? &FE_BWD[B_MUL_S_ATTN_SCALE] : &FE_ATTN_SCALE);
+    if (!mul || !is_scalar(p, pin(mul, 1), CUDNN_DATA_FLOAT, "attn_scale")) return 0;
+    const desc *bmm1 = producer(p, pin(mul, 0), CUDNN_BACKEND_OPERATION_MATMUL_DESCRIPTOR, -1,
+                                bwd ? &FE_BWD[B_MATMUL_Q_KT] : &FE_BMM1);
     if (!bmm1) return 0;
     r->q = mm(bmm1, MM_A);
     r->kt = mm(bmm1, MM_B);
@@ -433,14 +512,10 @@ static int match_scores(pmatch *p, const desc *s, scores_m *r)
 static const desc *consumer(pmatch *p, const desc *t, int type, int slot)
 {
     for (int i = 0; i < p->nops; i++) {
-        const desc *op = op_at(p->graph, i), *in[NODE_IN], *out;
+        const desc *op = p->ops[i], *in[NODE_IN], *out;
         if (!p->used[i] && op->type == type && node_io(op, in, &out) && in[slot] == t) return op;
     }
     return NULL;
-}
-static void use(pmatch *p, const desc *op)
-{
-    for (int i = 0; i < p->nops; i++) if (op_at(p->graph, i) == op) p->used[i] = 1;
 }
 
 static int count_matmuls(const desc *graph)
@@ -450,33 +525,32 @@ static int count_matmuls(const desc *graph)
     return n;
 }
 
-/* CompositeSDPANode: S as above; CompositeSoftmaxNode: M = max S, E = exp(S - M), L = Σ E, stats = M + log L
- * (virtual when not requested), P = E / L in the I/O dtype; O = bmm2(P, V). */
+/* CompositeSDPANode: S as above [causal mask]; CompositeSoftmaxNode: M = max S, E = exp(S - M), L = Σ E, stats =
+ * M + log L (virtual when not requested), P = E / L in the I/O dtype; O = bmm2(P, V). */
 static int match_forward(pmatch *p)
 {
     const desc *bmm2 = NULL;
     for (int i = 0; i < p->nops && !bmm2; i++) {
-        const desc *op = op_at(p->graph, i);
+        const desc *op = p->ops[i];
         if (op->type == CUDNN_BACKEND_OPERATION_MATMUL_DESCRIPTOR && !virt(mm(op, MM_C))) bmm2 = op;
     }
     if (!bmm2) return pfail(p, "forward: no matmul writes O");
-    use(p, bmm2);
+    use(p, bmm2, &FE_BMM2);
+    const fe_node *sm = FE_SOFTMAX_NODES;
     const desc *o = mm(bmm2, MM_C), *v = mm(bmm2, MM_B), *pt = mm(bmm2, MM_A);
     if (!is_input(p, v, "V")) return 0;
-    const desc *div = pwop(p, pt, CUDNN_POINTWISE_DIV, CUDNN_DATA_FLOAT, "softmax: P = E / L");
+    const desc *div = pwop(p, pt, CUDNN_POINTWISE_DIV, CUDNN_DATA_FLOAT, &sm[6]);
     if (!div) return 0;
     if (tdtype(pt) != tdtype(o)) return pfail(p, "P: the frontend gives the softmax output Q's data type");
     const desc *e = pin(div, 0), *l = pin(div, 1);
-    const desc *exp_ = pwop(p, e, CUDNN_POINTWISE_EXP, CUDNN_DATA_FLOAT, "softmax: E = exp(S - M)");
-    const desc *sum = producer(p, l, CUDNN_BACKEND_OPERATION_REDUCTION_DESCRIPTOR, CUDNN_REDUCE_TENSOR_ADD,
-                               "softmax: L = sum E");
+    const desc *exp_ = pwop(p, e, CUDNN_POINTWISE_EXP, CUDNN_DATA_FLOAT, &sm[2]);
+    const desc *sum = producer(p, l, CUDNN_BACKEND_OPERATION_REDUCTION_DESCRIPTOR, CUDNN_REDUCE_TENSOR_ADD, &sm[3]);
     if (!exp_ || !sum) return 0;
     if (ref(sum, CUDNN_ATTR_OPERATION_REDUCTION_XDESC, 0) != e) return pfail(p, "softmax: L sums E");
-    const desc *sub = pwop(p, pin(exp_, 0), CUDNN_POINTWISE_SUB, CUDNN_DATA_FLOAT, "softmax: S - M");
+    const desc *sub = pwop(p, pin(exp_, 0), CUDNN_POINTWISE_SUB, CUDNN_DATA_FLOAT, &sm[1]);
     if (!sub) return 0;
     const desc *s = pin(sub, 0), *m = pin(sub, 1);
-    const desc *max = producer(p, m, CUDNN_BACKEND_OPERATION_REDUCTION_DESCRIPTOR, CUDNN_REDUCE_TENSOR_MAX,
-                               "softmax: M = max S");
+    const desc *max = producer(p, m, CUDNN_BACKEND_OPERATION_REDUCTION_DESCRIPTOR, CUDNN_REDUCE_TENSOR_MAX, &sm[0]);
     if (!max) return 0;
     if (ref(max, CUDNN_ATTR_OPERATION_REDUCTION_XDESC, 0) != s) return pfail(p, "softmax: M is the max of S");
     /* stats = M + log L, always emitted (virtual when the caller wants none) */
@@ -484,12 +558,13 @@ static int match_forward(pmatch *p)
     if (!add || pw_mode(add) != CUDNN_POINTWISE_ADD || pw_prec(add) != CUDNN_DATA_FLOAT)
         return pfail(p, "softmax: stats = ADD(M, LOG(L)) is missing (CompositeSoftmaxNode emits it, virtual when "
                      "not requested)");
-    use(p, add);
-    const desc *log_ = pwop(p, pin(add, 1), CUDNN_POINTWISE_LOG, CUDNN_DATA_FLOAT, "softmax: log L");
+    use(p, add, &sm[5]);
+    const desc *log_ = pwop(p, pin(add, 1), CUDNN_POINTWISE_LOG, CUDNN_DATA_FLOAT, &sm[4]);
     if (!log_) return 0;
     if (pin(log_, 0) != l) return pfail(p, "softmax: the log of L");
+    if (select_kind(p, s) == 1 && !match_causal(p, s, &s)) return 0;
     scores_m r;
-    if (!match_scores(p, s, &r)) return 0;
+    if (!match_scores(p, s, &r, 0, "the causal mask and the softmax")) return 0;
     const desc *stats = ref(add, CUDNN_ATTR_OPERATION_POINTWISE_YDESC, 0);
     if (!virt(stats) && !is_rowstat(p, stats, r.B, r.H, r.Sq, "Stats")) return 0;
     if (!dims_are(r.q, r.B, r.H, r.Sq, tdim(r.q, 3)) || !dims_are(r.kt, r.B, r.H, tdim(r.q, 3), r.Sk) ||
@@ -499,8 +574,16 @@ static int match_forward(pmatch *p)
     return overrides(p, bmm2, r.seq_q, NULL, r.seq_kv, "bmm2");
 }
 
+/* The frontend's second padding mask of the backward: cuDNN 9.0.0 to 9.9.x (sdpa :1637). */
+static int second_padding_version(void)
+{
+    const size_t v = cudnnGetVersion();
+    return v >= 90000 && v < 91000;
+}
+
 /* CompositeSDPABackwardNode (no dropout, dQ through dQ_accum):
- *   softmax_sum = (Σ_d dO∘O) · 1 (non-virtual f32 [B,H,Sq,1]); P = exp(S - stats) with S as the forward's;
+ *   softmax_sum = (Σ_d dO∘O) · 1 (non-virtual f32 [B,H,Sq,1]); X = S - stats with S as the forward's up to its
+ *   padding mask; [cuDNN 9.0-9.9 with padding: the padding mask again on X]; [the causal mask on X]; P = exp(X);
  *   dV = reshape_p(P)·dO; dP = dO·Vᵀ; dS = (dP - softmax_sum)·P·scale; dK = reshape_dS(dS)·Q;
  *   dQ_accum = dS·reshape_k(Kᵀ) (non-virtual f32); dQ = IDENTITY(dQ_accum). */
 static int match_backward(pmatch *p)
@@ -509,18 +592,19 @@ static int match_backward(pmatch *p)
      * then IDENTITY -> dQ, or (the frontend's dP-workspace variant: deterministic, dBias) dQ itself */
     const desc *rk = NULL, *mdq = NULL, *dq = NULL, *acc = NULL;
     for (int i = 0; i < p->nops && !rk; i++) {
-        const desc *op = op_at(p->graph, i);
+        const desc *op = p->ops[i];
         if (op->type == CUDNN_BACKEND_OPERATION_RESHAPE_DESCRIPTOR && !virt(ref(op, CUDNN_ATTR_OPERATION_RESHAPE_XDESC, 0)))
             rk = op;
     }
     if (rk) mdq = consumer(p, ref(rk, CUDNN_ATTR_OPERATION_RESHAPE_YDESC, 0), CUDNN_BACKEND_OPERATION_MATMUL_DESCRIPTOR, 1);
     if (!rk || !mdq) return pfail(p, "backward: matmul_dS_K of dS and reshape_k(Kᵀ) is missing");
-    use(p, rk);
-    use(p, mdq);
+    use(p, rk, &FE_BWD[B_RESHAPE_K]);
+    use(p, mdq, &FE_BWD[B_MATMUL_DS_K]);
     const desc *c = mm(mdq, MM_C), *ident = consumer(p, c, CUDNN_BACKEND_OPERATION_POINTWISE_DESCRIPTOR, 0);
     if (virt(c)) return pfail(p, "backward: matmul_dS_K writes a non-virtual tensor (dQ_accum or dQ)");
     if (ident && pw_mode(ident) == CUDNN_POINTWISE_IDENTITY) {
-        use(p, ident);
+        use(p, ident, &FE_BWD[B_IDENTITY_DQ]);
+        p->identity = 1;
         acc = c;
         dq = ref(ident, CUDNN_ATTR_OPERATION_POINTWISE_YDESC, 0);
         if (tdtype(acc) != CUDNN_DATA_FLOAT || virt(dq))
@@ -532,40 +616,52 @@ static int match_backward(pmatch *p)
         return pfail(p, "backward: a FLOAT dQ_accum needs IDENTITY -> dQ after it");
     }
     const desc *ds = mm(mdq, MM_A), *kr = mm(mdq, MM_B);
-    const desc *mulscale = pwop(p, ds, CUDNN_POINTWISE_MUL, CUDNN_DATA_FLOAT, "mul_dS_attn_scale");
+    const desc *mulscale = pwop(p, ds, CUDNN_POINTWISE_MUL, CUDNN_DATA_FLOAT, &FE_BWD[B_MUL_DS_ATTN_SCALE]);
     if (!mulscale || !is_scalar(p, pin(mulscale, 1), CUDNN_DATA_FLOAT, "attn_scale")) return 0;
     if (tdtype(ds) != CUDNN_DATA_FLOAT) return pfail(p, "dS: a FLOAT intermediate (reshape_dS casts)");
-    const desc *mulp = pwop(p, pin(mulscale, 0), CUDNN_POINTWISE_MUL, CUDNN_DATA_FLOAT, "mul_dP_exp_s");
+    const desc *mulp = pwop(p, pin(mulscale, 0), CUDNN_POINTWISE_MUL, CUDNN_DATA_FLOAT, &FE_BWD[B_MUL_DP_EXP_S]);
     if (!mulp) return 0;
-    const desc *subd = pwop(p, pin(mulp, 0), CUDNN_POINTWISE_SUB, CUDNN_DATA_FLOAT, "sub_dP_softmax_sum");
+    const desc *subd = pwop(p, pin(mulp, 0), CUDNN_POINTWISE_SUB, CUDNN_DATA_FLOAT, &FE_BWD[B_SUB_DP_SOFTMAX_SUM]);
     if (!subd) return 0;
     const desc *dp = pin(subd, 0), *ssum = pin(subd, 1), *pexp = pin(mulp, 1);
-    const desc *mdp = producer(p, dp, CUDNN_BACKEND_OPERATION_MATMUL_DESCRIPTOR, -1, "matmul_dO_VT");
+    const desc *mdp = producer(p, dp, CUDNN_BACKEND_OPERATION_MATMUL_DESCRIPTOR, -1, &FE_BWD[B_MATMUL_DO_VT]);
     if (!mdp) return 0;
     const desc *dO = mm(mdp, MM_A), *vt = mm(mdp, MM_B);
     if (!is_input(p, dO, "dO") || !is_input(p, vt, "Vᵀ (V with dims 2 and 3 swapped on the tensor)")) return 0;
     /* softmax_sum: MUL(reduce_add(MUL(dO, O)), 1) into a non-virtual f32 tensor */
-    const desc *one = pwop(p, ssum, CUDNN_POINTWISE_MUL, CUDNN_DATA_FLOAT, "scale_dropout_inv (softmax_sum)");
+    const desc *one = pwop(p, ssum, CUDNN_POINTWISE_MUL, CUDNN_DATA_FLOAT, &FE_BWD[B_SCALE_DROPOUT_INV]);
     if (!one || !is_scalar(p, pin(one, 1), CUDNN_DATA_FLOAT, "the one_tensor of scale_dropout_inv")) return 0;
     const desc *red = producer(p, pin(one, 0), CUDNN_BACKEND_OPERATION_REDUCTION_DESCRIPTOR, CUDNN_REDUCE_TENSOR_ADD,
-                               "reduce_dO_o");
+                               &FE_BWD[B_REDUCE_DO_O]);
     if (!red) return 0;
     const desc *mdo = pwop(p, ref(red, CUDNN_ATTR_OPERATION_REDUCTION_XDESC, 0), CUDNN_POINTWISE_MUL, CUDNN_DATA_FLOAT,
-                           "mul_dO_O");
+                           &FE_BWD[B_MUL_DO_O]);
     if (!mdo) return 0;
     if (pin(mdo, 0) != dO || !is_input(p, pin(mdo, 1), "O")) return pfail(p, "mul_dO_O: dO times O");
-    /* P = exp(S - stats) */
-    const desc *ex = pwop(p, pexp, CUDNN_POINTWISE_EXP, CUDNN_DATA_FLOAT, "exp_s");
+    /* P = exp([causal]([2nd padding](S - stats))): the frontend puts the causal mask after sub_s_m */
+    const desc *ex = pwop(p, pexp, CUDNN_POINTWISE_EXP, CUDNN_DATA_FLOAT, &FE_BWD[B_EXP_S]);
     if (!ex) return 0;
-    const desc *subs = pwop(p, pin(ex, 0), CUDNN_POINTWISE_SUB, CUDNN_DATA_FLOAT, "sub_s_m");
+    const desc *x = pin(ex, 0), *seq2[2] = {NULL, NULL};
+    if (select_kind(p, x) == 1 && !match_causal(p, x, &x)) return 0;
+    if (select_kind(p, x) == 2 && !match_padding(p, x, 1, &x, seq2)) return 0;
+    if (select_kind(p, x))
+        return pfail(p, "a mask select between sub_s_m and exp_s out of the frontend's order (sub_s_m, [the second "
+                     "padding mask, cuDNN 9.0-9.9], [the causal mask], exp_s)");
+    const desc *subs = pwop(p, x, CUDNN_POINTWISE_SUB, CUDNN_DATA_FLOAT, &FE_BWD[B_SUB_S_M]);
     if (!subs) return 0;
     scores_m r;
-    if (!match_scores(p, pin(subs, 0), &r)) return 0;
+    if (!match_scores(p, pin(subs, 0), &r, 1, "sub_s_m, the causal mask, exp_s")) return 0;
     const int64_t B = r.B, H = r.H, Sq = r.Sq, Sk = r.Sk, D = tdim(r.q, 3), Dv = tdim(vt, 2);
     if (!is_input(p, pin(subs, 1), "Stats") || !is_rowstat(p, pin(subs, 1), B, H, Sq, "Stats")) return 0;
     if (!r.seq_q && Sk % 128 != 0 && cudnnGetVersion() <= 91500)
         return pfail(p, "backward on cuDNN <= 9.15.0 with s_kv %% 128 != 0: the frontend adds its workaround padding "
                      "mask (seq_len_q = s_q, seq_len_kv = s_kv; CompositeSDPABackwardNode::pre_validate_node)");
+    if (p->padding2 != (r.seq_q && second_padding_version()))
+        return pfail(p, "backward: the frontend puts the padding mask in again after sub_s_m exactly when there is "
+                     "one and cuDNN is 9.0.0 to 9.9.x (%s); this graph %s it", FE_PADDING[1][0].where,
+                     p->padding2 ? "has" : "lacks");
+    if (p->padding2 && (seq2[0] != r.seq_q || seq2[1] != r.seq_kv))
+        return pfail(p, "backward: the second padding mask reads the first one's seq_len_q and seq_len_kv");
     if (!is_rowstat(p, ssum, B, H, Sq, "softmax_sum (the frontend makes it non-virtual, in its workspace)")) return 0;
     if (ref(rk, CUDNN_ATTR_OPERATION_RESHAPE_XDESC, 0) != r.kt) return pfail(p, "reshape_k reads Kᵀ, bmm1's B");
     if (!dims_are(r.kt, B, H, D, Sk) || !dims_are(vt, B, H, Dv, Sk) || !dims_are(dO, B, H, Sq, Dv) ||
@@ -575,17 +671,18 @@ static int match_backward(pmatch *p)
     const int io = tdtype(dO);
     /* dV = reshape_p(P) · dO; dK = reshape_dS(dS) · Q: the reshapes give [B, H, Sk, Sq] in the I/O dtype */
     const desc *srcs[2] = {pexp, ds}, *rhs[2] = {dO, r.q};
+    const int roles[2][2] = {{B_RESHAPE_P, B_MATMUL_PT_DO}, {B_RESHAPE_DS, B_MATMUL_DST_Q}};
     const char *names[2] = {"reshape_p / matmul_pT_dO (dV)", "reshape_dS / matmul_dST_Q (dK)"};
     for (int k = 0; k < 2; k++) {
         const desc *rs = consumer(p, srcs[k], CUDNN_BACKEND_OPERATION_RESHAPE_DESCRIPTOR, 0);
         if (!rs) return pfail(p, "%s: the reshape is missing", names[k]);
-        use(p, rs);
+        use(p, rs, &FE_BWD[roles[k][0]]);
         const desc *y = ref(rs, CUDNN_ATTR_OPERATION_RESHAPE_YDESC, 0);
         if (!virt(y) || tdtype(y) != io || !dims_are(y, B, H, Sk, Sq))
             return pfail(p, "%s: the reshape's output is virtual, [B, H, Sk, Sq], of the I/O data type", names[k]);
         const desc *g = consumer(p, y, CUDNN_BACKEND_OPERATION_MATMUL_DESCRIPTOR, 0);
         if (!g || mm(g, MM_B) != rhs[k] || virt(mm(g, MM_C))) return pfail(p, "%s: the matmul is missing", names[k]);
-        use(p, g);
+        use(p, g, &FE_BWD[roles[k][1]]);
         if (!overrides(p, g, r.seq_kv, NULL, r.seq_q, names[k])) return 0;
     }
     if (!overrides(p, mdp, r.seq_q, r.seq_kv, NULL, "matmul_dO_VT") ||
@@ -595,19 +692,65 @@ static int match_backward(pmatch *p)
     return 1;
 }
 
-/* NULL when graph is the frontend's SDPA forward or backward, else why not. */
+/* The frontend's node order for the parts p found, into order[] (returns the count). */
+static int frontend_order(const pmatch *p, int bwd, const fe_node *order[])
+{
+    int n = 0;
+#define PUT(node) (order[n++] = (node))
+#define PUT_ALL(nodes, count) do { for (int i_ = 0; i_ < (count); i_++) PUT(&(nodes)[i_]); } while (0)
+    if (!bwd) { /* CompositeSDPANode::expand_node, sdpa :679-950 */
+        PUT(&FE_BMM1); PUT(&FE_ATTN_SCALE);
+        if (p->bias) PUT(&FE_BIAS);
+        if (p->padding) PUT_ALL(FE_PADDING[0], 6);
+        if (p->causal) PUT_ALL(FE_CAUSAL, 4);
+        PUT_ALL(FE_SOFTMAX_NODES, 7);
+        PUT(&FE_BMM2);
+    } else { /* CompositeSDPABackwardNode::expand_node, sdpa :1515-1950 */
+        for (int b = B_MUL_DO_O; b <= B_MUL_S_ATTN_SCALE; b++) PUT(&FE_BWD[b]);
+        if (p->bias) PUT(&FE_BIAS);
+        if (p->padding) PUT_ALL(FE_PADDING[0], 6);
+        PUT(&FE_BWD[B_SUB_S_M]);
+        if (p->padding2) PUT_ALL(FE_PADDING[1], 6);
+        if (p->causal) PUT_ALL(FE_CAUSAL, 4);
+        for (int b = B_EXP_S; b <= B_MATMUL_DS_K; b++) PUT(&FE_BWD[b]);
+        if (p->identity) PUT(&FE_BWD[B_IDENTITY_DQ]);
+    }
+#undef PUT_ALL
+#undef PUT
+    return n;
+}
+
+/* NULL when graph is the frontend's SDPA forward or backward, its nodes in the frontend's order; else why not.
+ * STANDIN_SDPA_SWAP=i (tests): the matcher sees nodes i and i + 1 exchanged. */
 static const char *sdpa_pattern(const desc *graph, pmatch *p)
 {
     memset(p, 0, sizeof *p);
     p->graph = graph;
     p->nops = (int)graph_ops(graph)->count;
     if (p->nops > MAX_OPS) return "more nodes than the frontend's SDPA graphs have";
+    for (int i = 0; i < p->nops; i++) p->ops[i] = op_at(graph, i);
+    const char *swap = getenv("STANDIN_SDPA_SWAP");
+    if (swap && *swap) {
+        const int i = atoi(swap);
+        if (i >= 0 && i + 1 < p->nops) {
+            const desc *t = p->ops[i];
+            p->ops[i] = p->ops[i + 1];
+            p->ops[i + 1] = t;
+        }
+    }
     const int nmm = count_matmuls(graph);
     int ok = nmm == 2 ? match_forward(p) : nmm == 5 ? match_backward(p)
            : pfail(p, "%d matmul nodes: the frontend's forward has 2 (bmm1, bmm2), its backward 5", nmm);
     for (int i = 0; ok && i < p->nops; i++)
         if (!p->used[i]) ok = pfail(p, "node %d (type %d, pointwise mode %d) is not part of the frontend's pattern", i,
-                                    op_at(graph, i)->type, pw_mode(op_at(graph, i)));
+                                    p->ops[i]->type, pw_mode(p->ops[i]));
+    const fe_node *order[MAX_OPS + 1];
+    const int n = ok ? frontend_order(p, nmm == 5, order) : 0;
+    if (ok && n != p->nops) ok = pfail(p, "%d nodes matched, the frontend emits %d", p->nops, n);
+    for (int i = 0; ok && i < n; i++)
+        if (p->role[i] != order[i])
+            ok = pfail(p, "node %d is %s (%s); cudnn-frontend emits %s there (%s)", i, p->role[i]->name,
+                       p->role[i]->where, order[i]->name, order[i]->where);
     return ok ? NULL : p->why;
 }
 

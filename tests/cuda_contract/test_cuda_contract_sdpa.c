@@ -8,7 +8,8 @@
  * the kernel, counted by reason, where cuDNN declines (f32, head_dim, boolean mask,
  * dropout, GQA, a graph the stand-in's engines refuse). The stand-in gives engines only to
  * cudnn-frontend's SDPA pattern, so every engine case also checks the graphs are that pattern; backward calls
- * wanting some gradients; more shapes than the plan cache holds. Suite cuda-contract.
+ * wanting some gradients; more shapes than the plan cache holds; the stand-in refusing our graphs with any two
+ * neighbouring nodes out of cudnn-frontend's order. Suite cuda-contract.
  */
 #include <math.h>
 #include <pthread.h>
@@ -403,6 +404,56 @@ static void test_sdpa_old_cudnn(gpucore_context *ctx)
     expect_clean("cuDNN 9.15.0");
 }
 
+/* The stand-in gives engines only to graphs whose nodes are in cudnn-frontend's order: our forward and backward
+ * with every part (bias, padding, causal; at cuDNN 9.9.0 the backward's second padding mask too) run on cuDNN,
+ * and the same graphs with any two neighbouring nodes exchanged (STANDIN_SDPA_SWAP=i, i = 0, 1, ...) get no
+ * engine, the refusal naming the frontend's node, until i passes the longer graph (the backward). */
+static void test_sdpa_frontend_order(gpucore_context *ctx)
+{
+    gpucore_log_level saved = gpucore_get_log_level();
+    gpucore_set_log_level(GPUCORE_LOG_ERROR); /* the fallbacks are the point here */
+    static const char *const versions[2] = {NULL, "90900"};
+    int64_t sq = 2; /* every run a shape of its own: new plans, no cached refusal */
+    for (int ver = 0; ver < 2; ver++) {
+        if (versions[ver]) setenv("STANDIN_DNN_VERSION", versions[ver], 1);
+        int swap = -1, last = 2, both = 0, one = 0;
+        for (; swap < 64; swap++) {
+            char val[16], name[64];
+            snprintf(val, sizeof val, "%d", swap);
+            if (swap >= 0) setenv("STANDIN_SDPA_SWAP", val, 1);
+            const acase c = {GPUCORE_BF16, 3, 1, 1, sq++, 9, 16, 1, 1, 1, 0, 0, 0, 0};
+            snprintf(name, sizeof name, "frontend order, swap %d%s", swap, versions[ver] ? " (cuDNN 9.9.0)" : "");
+            CHECK_OK(gpucore_attention_reset_stats(ctx));
+            run_case(ctx, &c, name);
+            unsetenv("STANDIN_SDPA_SWAP");
+            const gpucore_attention_stats st = stats_of(ctx);
+            const int refused = (int)st.fallback_by_reason[GPUCORE_ATTN_FALLBACK_NO_ENGINE];
+            CHECK(st.cudnn_calls + refused == 2 && st.fallback_calls == refused);
+            if (swap < 0) { /* in the frontend's order: both on cuDNN */
+                CHECK(refused == 0);
+                if (refused) fprintf(stderr, "  %s: refused: %s\n", name, refusal());
+                continue;
+            }
+            /* the forward is the shorter graph: both refused, then the backward alone, then neither */
+            CHECK(refused <= last);
+            if (refused) CHECK(strstr(refusal(), "cudnn-frontend emits") != NULL);
+            if (refused > last || (refused && !strstr(refusal(), "cudnn-frontend emits")))
+                fprintf(stderr, "  %s: %d graphs refused (%d before): %s\n", name, refused, last, refusal());
+            both += refused == 2;
+            one += refused == 1;
+            last = refused;
+            if (!refused) break;
+        }
+        CHECK(last == 0 && both >= 20 && one >= 5); /* every neighbouring pair of both graphs was tried */
+        if (last || both < 20 || one < 5)
+            fprintf(stderr, "  frontend order%s: %d swaps refused both graphs, %d the backward only, last %d\n",
+                    versions[ver] ? " at 9.9.0" : "", both, one, last);
+        if (versions[ver]) unsetenv("STANDIN_DNN_VERSION");
+        expect_clean("frontend order");
+    }
+    gpucore_set_log_level(saved);
+}
+
 static int sdpa_warnings;
 static void count_warnings(int level, const char *message, void *user)
 {
@@ -570,6 +621,7 @@ int main(int argc, char **argv)
         test_sdpa_engine(ctx);
         test_sdpa_partial_grads(ctx);
         test_sdpa_old_cudnn(ctx);
+        test_sdpa_frontend_order(ctx);
         test_sdpa_fallback(ctx);
         test_sdpa_threads(ctx);
         test_sdpa_cache_eviction(ctx);

@@ -9,14 +9,16 @@
  * The graphs are the ones cudnn-frontend emits (include/cudnn_frontend/node/
  * scaled_dot_product_flash_attention.h: CompositeSDPANode, CompositeSDPABackwardNode;
  * node/softmax.h; utils/attn_score_modifiers.h; node/diagonal_band_mask.h), node for
- * node, since cuDNN's fused SDPA engines recognise that pattern and no other DAG
- * (tests/cuda_contract's stand-in checks it). Forward:
+ * node and in the order the frontend emits its nodes (node creation order, composite nodes expanded in
+ * place), since cuDNN's fused SDPA engines recognise that pattern and no other DAG (tests/cuda_contract's
+ * stand-in checks both). Forward:
  *   S = matmul(Q, Kᵀ) (Kᵀ: K's dims/strides swapped on the tensor); S *= scale (by value); [S += mask];
  *   [kv_lengths: S = select(S, -inf, row < seq_len_q AND col < seq_len_kv), with GEMM M/N/K overrides on the
  *   matmuls]; [causal: S = select(S, -inf, row >= col)]; M = max_j S; E = exp(S - M); L = Σ_j E;
  *   stats = M + log L (virtual when not wanted); P = E / L (I/O dtype); O = matmul(P, V).
- * Backward: softmax_sum = (Σ_d dO∘O)·1 and dQ_accum non-virtual f32 (in scratch); S as above from Q and Kᵀ;
- *   P = exp(S - stats); dV = reshape_p(P)·dO; dP = dO·Vᵀ; dS = (dP - softmax_sum)·P·scale;
+ * Backward: softmax_sum = (Σ_d dO∘O)·1 and dQ_accum non-virtual f32 (in scratch); S as above from Q and Kᵀ
+ *   up to the padding mask; X = S - stats; [cuDNN 9.0-9.9 with padding: the padding mask again on X]; [causal:
+ *   X = select(X, -inf, row >= col)]; P = exp(X); dV = reshape_p(P)·dO; dP = dO·Vᵀ; dS = (dP - softmax_sum)·P·scale;
  *   dK = reshape_dS(dS)·Q; dQ_accum = dS·reshape_k(Kᵀ); dQ = IDENTITY(dQ_accum) (DETERMINISTIC: dQ = dS·reshape_k(Kᵀ),
  *   the frontend's dP-workspace variant); always all three gradients.
  * Those graphs leave a row that admits no key (kv_len 0, a fully masked row) NaN; our contract is out = 0,
@@ -91,7 +93,7 @@ static cudnnHandle_t sdpa_handles[SDPA_MAX_DEVICES];
 typedef struct graph_builder {
     cudnnBackendDescriptor_t all[160];
     int n;
-    cudnnBackendDescriptor_t ops[32];
+    cudnnBackendDescriptor_t ops[48];
     int nops;
     int64_t next_uid;
     int failed;
@@ -326,18 +328,54 @@ static int may_empty_rows(const gpucore_attn_args *a)
     return a->mask_dtype != GPUCORE_ATTN_NO_MASK || a->kv_len != NULL;
 }
 
-/* S = scale·q·kᵀ [+ mask] [padding mask] [causal mask], as cudnn-frontend's CompositeSDPANode and
- * CompositeSDPABackwardNode build it: bmm1 (with kv_lengths: GEMM M/N overrides seq_len_q / seq_len_kv), MUL by the
- * by-value scale, ADD of the mask (its bias), attn_score_modifiers.h padding_mask (select(S, -inf, row < seq_len_q
- * AND col < seq_len_kv)), the diagonal band mask of the causal case (select(S, -inf, row >= col)). kt is
- * [B, H, D, Sk]. seq[0], seq[1]: seq_len_q, seq_len_kv (NULL without kv_lengths). */
+/* attn_score_modifiers.h padding_mask(): select(S, -inf, (row < seq_len_q) AND (col < seq_len_kv)), its nodes
+ * in the frontend's order (row index, col index, row compare, col compare, AND, select). seq: seq_len_q,
+ * seq_len_kv. */
+static cudnnBackendDescriptor_t padding_mask(graph_builder *g, const gpucore_attn_args *a, cudnnBackendDescriptor_t s,
+                                             cudnnBackendDescriptor_t neginf, cudnnBackendDescriptor_t seq[2])
+{
+    const int64_t sd[4] = {a->batch, a->heads, a->seq_q, a->seq_k};
+    const cudnnDataType_t f32 = CUDNN_DATA_FLOAT, i32 = CUDNN_DATA_INT32, b8 = CUDNN_DATA_BOOLEAN;
+    cudnnBackendDescriptor_t row = pointwise(g, CUDNN_POINTWISE_GEN_INDEX, s, NULL, NULL, vtensor(g, i32, sd), 2);
+    cudnnBackendDescriptor_t col = pointwise(g, CUDNN_POINTWISE_GEN_INDEX, s, NULL, NULL, vtensor(g, i32, sd), 3);
+    row = pointwise(g, CUDNN_POINTWISE_CMP_LT, row, seq[0], NULL, vtensor(g, b8, sd), 0);
+    col = pointwise(g, CUDNN_POINTWISE_CMP_LT, col, seq[1], NULL, vtensor(g, b8, sd), 0);
+    cudnnBackendDescriptor_t ok = pointwise(g, CUDNN_POINTWISE_LOGICAL_AND, row, col, NULL, vtensor(g, b8, sd), 0);
+    return pointwise(g, CUDNN_POINTWISE_BINARY_SELECT, s, neginf, ok, vtensor(g, f32, sd), 0);
+}
+
+/* The causal mask, diagonal_band_mask.h CompositeDiagonalBandMaskNode with right bound 0, top-left (the
+ * frontend's causal_mask): select(S, -inf, row >= col), its nodes in the frontend's order (row index, col
+ * index, compare, select; the indices with the graph's FLOAT math). */
+static cudnnBackendDescriptor_t causal_mask(graph_builder *g, const gpucore_attn_args *a, cudnnBackendDescriptor_t s,
+                                            cudnnBackendDescriptor_t neginf)
+{
+    const int64_t sd[4] = {a->batch, a->heads, a->seq_q, a->seq_k};
+    const cudnnDataType_t f32 = CUDNN_DATA_FLOAT, i32 = CUDNN_DATA_INT32, b8 = CUDNN_DATA_BOOLEAN;
+    cudnnBackendDescriptor_t row = pointwise_prec(g, CUDNN_POINTWISE_GEN_INDEX, f32, s, NULL, NULL, vtensor(g, i32, sd), 2);
+    cudnnBackendDescriptor_t col = pointwise_prec(g, CUDNN_POINTWISE_GEN_INDEX, f32, s, NULL, NULL, vtensor(g, i32, sd), 3);
+    cudnnBackendDescriptor_t ok = pointwise(g, CUDNN_POINTWISE_CMP_GE, row, col, NULL, vtensor(g, b8, sd), 0);
+    return pointwise(g, CUDNN_POINTWISE_BINARY_SELECT, s, neginf, ok, vtensor(g, f32, sd), 0);
+}
+
+/* The -inf fill of the masks (a by-value scalar), when the graph has one; NULL otherwise. */
+static cudnnBackendDescriptor_t neginf_of(graph_builder *g, const gpucore_attn_args *a)
+{
+    const int64_t one[4] = {1, 1, 1, 1};
+    return padded(a) || a->causal ? tensor(g, UID_NEGINF, CUDNN_DATA_FLOAT, one, one, 4, 1) : NULL;
+}
+
+/* S = scale·q·kᵀ [+ mask] [padding mask], as the frontend's CompositeSDPANode and CompositeSDPABackwardNode
+ * begin: bmm1 (with kv_lengths: GEMM M/N overrides seq_len_q / seq_len_kv), MUL by the by-value scale, ADD of
+ * the mask (attn_score_modifiers.h bias()), padding_mask(). The causal mask follows in the caller: in the
+ * forward right after this, in the backward after SUB(S, stats) (the frontend's order). kt is [B, H, D, Sk].
+ * seq[0], seq[1]: seq_len_q, seq_len_kv (NULL without kv_lengths). */
 static cudnnBackendDescriptor_t scores(graph_builder *g, const gpucore_attn_args *a, cudnnBackendDescriptor_t tq,
                                        cudnnBackendDescriptor_t kt, cudnnBackendDescriptor_t scale,
-                                       cudnnBackendDescriptor_t seq[2])
+                                       cudnnBackendDescriptor_t neginf, cudnnBackendDescriptor_t seq[2])
 {
     const int64_t sd[4] = {a->batch, a->heads, a->seq_q, a->seq_k}, one[4] = {1, 1, 1, 1};
-    const cudnnDataType_t f32 = CUDNN_DATA_FLOAT, i32 = CUDNN_DATA_INT32, b8 = CUDNN_DATA_BOOLEAN;
-    cudnnBackendDescriptor_t neginf = padded(a) || a->causal ? tensor(g, UID_NEGINF, f32, one, one, 4, 1) : NULL;
+    const cudnnDataType_t f32 = CUDNN_DATA_FLOAT, i32 = CUDNN_DATA_INT32;
     seq[0] = seq[1] = NULL;
     if (padded(a)) {
         const int64_t ld[4] = {a->batch, 1, 1, 1};
@@ -353,23 +391,17 @@ static cudnnBackendDescriptor_t scores(graph_builder *g, const gpucore_attn_args
         cudnnBackendDescriptor_t tm = tensor(g, UID_MASK, dnn_type(a->mask_dtype), md, ms, conv_align_of(a->mask.data), 0);
         s = pointwise(g, CUDNN_POINTWISE_ADD, s, tm, NULL, vtensor(g, f32, sd), 0);
     }
-    if (padded(a)) {
-        cudnnBackendDescriptor_t row = pointwise(g, CUDNN_POINTWISE_GEN_INDEX, s, NULL, NULL, vtensor(g, i32, sd), 2);
-        cudnnBackendDescriptor_t col = pointwise(g, CUDNN_POINTWISE_GEN_INDEX, s, NULL, NULL, vtensor(g, i32, sd), 3);
-        row = pointwise(g, CUDNN_POINTWISE_CMP_LT, row, seq[0], NULL, vtensor(g, b8, sd), 0);
-        col = pointwise(g, CUDNN_POINTWISE_CMP_LT, col, seq[1], NULL, vtensor(g, b8, sd), 0);
-        cudnnBackendDescriptor_t ok = pointwise(g, CUDNN_POINTWISE_LOGICAL_AND, row, col, NULL, vtensor(g, b8, sd), 0);
-        s = pointwise(g, CUDNN_POINTWISE_BINARY_SELECT, s, neginf, ok, vtensor(g, f32, sd), 0);
-    }
-    if (a->causal) {
-        cudnnBackendDescriptor_t row = pointwise_prec(g, CUDNN_POINTWISE_GEN_INDEX, f32, s, NULL, NULL,
-                                                      vtensor(g, i32, sd), 2);
-        cudnnBackendDescriptor_t col = pointwise_prec(g, CUDNN_POINTWISE_GEN_INDEX, f32, s, NULL, NULL,
-                                                      vtensor(g, i32, sd), 3);
-        cudnnBackendDescriptor_t ok = pointwise(g, CUDNN_POINTWISE_CMP_GE, row, col, NULL, vtensor(g, b8, sd), 0);
-        s = pointwise(g, CUDNN_POINTWISE_BINARY_SELECT, s, neginf, ok, vtensor(g, f32, sd), 0);
-    }
+    if (padded(a)) s = padding_mask(g, a, s, neginf, seq);
     return s;
+}
+
+/* The frontend's backward puts the padding mask in again after SUB(S, stats) on cuDNN 9.0.0 to 9.9.x
+ * (CompositeSDPABackwardNode: "Explicitly put the padding value again after the stats have been loaded"). */
+static int second_padding(const gpucore_attn_args *a)
+{
+    if (a->op != GPUCORE_ATTN_BWD || !padded(a) || !DNN.cudnnGetVersion) return 0;
+    const size_t v = DNN.cudnnGetVersion();
+    return v >= 90000 && v < 91000;
 }
 
 /* The [B, H, Sq, 1] f32 row statistics (lse, softmax_sum) with the frontend's strides. */
@@ -392,7 +424,9 @@ static void forward_nodes(graph_builder *g, const gpucore_attn_args *a)
     cudnnBackendDescriptor_t kt = operand(g, UID_K, a->dtype, &a->k, B, H, D, Sk, 1, NULL); /* Kᵀ: a view */
     cudnnBackendDescriptor_t tv = operand(g, UID_V, a->dtype, &a->v, B, H, Sk, Dv, 0, NULL);
     cudnnBackendDescriptor_t to = operand(g, UID_O, a->dtype, &a->out, B, H, Sq, Dv, 0, NULL);
-    cudnnBackendDescriptor_t s = scores(g, a, tq, kt, tensor(g, UID_SCALE, f32, one, one, 4, 1), seq);
+    cudnnBackendDescriptor_t neginf = neginf_of(g, a);
+    cudnnBackendDescriptor_t s = scores(g, a, tq, kt, tensor(g, UID_SCALE, f32, one, one, 4, 1), neginf, seq);
+    if (a->causal) s = causal_mask(g, a, s, neginf);
     cudnnBackendDescriptor_t m = reduction(g, CUDNN_REDUCE_TENSOR_MAX, s, vtensor(g, f32, rd));
     cudnnBackendDescriptor_t e = pointwise(g, CUDNN_POINTWISE_SUB, s, m, NULL, vtensor(g, f32, sd), 0);
     e = pointwise(g, CUDNN_POINTWISE_EXP, e, NULL, NULL, vtensor(g, f32, sd), 0);
@@ -406,7 +440,8 @@ static void forward_nodes(graph_builder *g, const gpucore_attn_args *a)
 }
 
 /* Backward (CompositeSDPABackwardNode, no dropout): softmax_sum = (Σ_d dO∘O)·1 into a non-virtual f32
- * [B, H, Sq, 1] (the kernel backends' delta scratch); S as scores() from Q and Kᵀ; P = exp(S - stats);
+ * [B, H, Sq, 1] (the kernel backends' delta scratch); S as scores() from Q and Kᵀ; X = S - stats (sub_s_m), then
+ * second_padding(), then the causal mask (after sub_s_m, as the frontend builds it); P = exp(X);
  * dV = reshape_p(P)·dO; dP = dO·Vᵀ; dS = (dP - softmax_sum)·P·scale; dK = reshape_dS(dS)·Q;
  * dQ_accum = dS·reshape_k(Kᵀ) (non-virtual f32, in the workspace); dQ = IDENTITY(dQ_accum) (DETERMINISTIC: dQ
  * straight from the matmul, dq_accum()). The reshapes of P
@@ -432,8 +467,11 @@ static void backward_nodes(graph_builder *g, const gpucore_attn_args *a)
     dd = reduction(g, CUDNN_REDUCE_TENSOR_ADD, dd, vtensor(g, f32, rd));
     cudnnBackendDescriptor_t ssum = pointwise(g, CUDNN_POINTWISE_MUL, dd, tensor(g, UID_ONE, f32, one, one, 4, 1),
                                               NULL, rowstat(g, UID_SOFTMAX_SUM, a, 16), 0);
-    cudnnBackendDescriptor_t s = scores(g, a, tq, kt, scale, seq);
+    cudnnBackendDescriptor_t neginf = neginf_of(g, a);
+    cudnnBackendDescriptor_t s = scores(g, a, tq, kt, scale, neginf, seq);
     cudnnBackendDescriptor_t p = pointwise(g, CUDNN_POINTWISE_SUB, s, stats, NULL, vtensor(g, f32, sd), 0);
+    if (second_padding(a)) p = padding_mask(g, a, p, neginf, seq);
+    if (a->causal) p = causal_mask(g, a, p, neginf);
     p = pointwise(g, CUDNN_POINTWISE_EXP, p, NULL, NULL, vtensor(g, f32, sd), 0);
     matmul(g, transposed(g, p, packed_sd, dt, B, H, Sq, Sk), tdo,
            operand(g, UID_DV, a->dtype, &a->dv, B, H, Sk, Dv, 0, NULL), seq[1], NULL, seq[0]);
@@ -678,6 +716,7 @@ static void key_of(const gpucore_attn_args *a, int dev, sdpa_key *k)
     memcpy(k->dims, dims, sizeof dims);
     k->has_len |= (a->dropout_p > 0.0f) << 1; /* dropout changes the decline */
     k->has_len |= workaround_padding(a) << 2; /* the cuDNN version changes the graph */
+    k->has_len |= second_padding(a) << 3;
 }
 
 /* gpucore_attention_fallback_reason in a word or two, for the log. */
