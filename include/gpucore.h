@@ -2824,6 +2824,10 @@ typedef struct gpucore_tokenizer_arrays {
 } gpucore_tokenizer_arrays;
 GPUCORE_API gpucore_status gpucore_tokenizer_create_from_arrays(const gpucore_tokenizer_arrays *arrays,
                                                                 gpucore_tokenizer **out);
+/* From a GGUF file's metadata (llama.cpp's tokenizer.ggml.model "gpt2": tokens, token_type,
+ * merges, pre, bos/eos_token_id, add_bos/add_eos_token) and its tokenizer.chat_template. Another
+ * tokenizer model ("llama" is SentencePiece) is NOT_SUPPORTED naming it. */
+GPUCORE_API gpucore_status gpucore_tokenizer_create_from_gguf(const char *path, gpucore_tokenizer **out);
 GPUCORE_API void gpucore_tokenizer_destroy(gpucore_tokenizer *tok); /* NULL: no-op */
 
 /* text[0..len) (len -1: NUL-terminated) to ids. add_special: the file's post-processor ids around

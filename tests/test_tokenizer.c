@@ -207,6 +207,11 @@ static void test_refusals(void)
     fprintf(f, "{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0}");
     fclose(f);
     CHECK_STATUS(gpucore_tokenizer_create_from_file(path, &t), GPUCORE_ERR_CORRUPT_FILE);
+    /* GGUF: the reader's refusals (the real file's tokenizer is python/tests/test_tokenizer.py's) */
+    CHECK_STATUS(gpucore_tokenizer_create_from_gguf(NULL, &t), GPUCORE_ERR_NULL_POINTER);
+    CHECK_STATUS(gpucore_tokenizer_create_from_gguf(missing, &t), GPUCORE_ERR_IO);
+    CHECK_STATUS(gpucore_tokenizer_create_from_gguf(path, &t), GPUCORE_ERR_CORRUPT_FILE);
+    CHECK(t == NULL);
     refused("Unigram", "null", BYTE_LEVEL, 0, NULL, GPUCORE_ERR_NOT_SUPPORTED, "Unigram");
     refused("WordPiece", "null", BYTE_LEVEL, 0, NULL, GPUCORE_ERR_NOT_SUPPORTED, "WordPiece");
     refused("BPE", "{\"type\": \"Lowercase\"}", BYTE_LEVEL, 0, NULL, GPUCORE_ERR_NOT_SUPPORTED, "Lowercase");

@@ -583,6 +583,7 @@ DECLARATIONS: Dict[str, Tuple[Any, List[Any]]] = {
     # text: tokenizer and chat prompts
     "gpucore_tokenizer_create_from_file": (STATUS, [c_char_p, P_H]),
     "gpucore_tokenizer_create_from_arrays": (STATUS, [POINTER(TokenizerArrays), P_H]),
+    "gpucore_tokenizer_create_from_gguf": (STATUS, [c_char_p, P_H]),
     "gpucore_tokenizer_destroy": (None, [H]),
     "gpucore_tokenizer_encode": (STATUS, [H, c_char_p, c_int64, c_int, POINTER(ctypes.c_int32), c_int64, P_I64]),
     "gpucore_tokenizer_decode": (STATUS, [H, POINTER(ctypes.c_int32), c_int64, c_int, c_char_p, c_int64, P_I64]),

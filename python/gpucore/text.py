@@ -27,7 +27,8 @@ def _bytes(s: Any) -> bytes:
 
 class Tokenizer:
     """A tokenizer made by the C library: ``from_file`` (tokenizer.json, with tokenizer_config.json
-    beside it when present) or ``from_arrays`` (a GGUF file's tokenizer.ggml.* metadata)."""
+    beside it when present), ``from_gguf`` (a GGUF file) or ``from_arrays`` (the arrays a GGUF file's
+    tokenizer.ggml.* metadata holds)."""
 
     def __init__(self, handle: c_void_p) -> None:
         self._h = handle
@@ -36,6 +37,13 @@ class Tokenizer:
     def from_file(cls, path: Any) -> "Tokenizer":
         h = c_void_p()
         C.gpucore_tokenizer_create_from_file(_bytes(path), byref(h))
+        return cls(h)
+
+    @classmethod
+    def from_gguf(cls, path: Any) -> "Tokenizer":
+        """From a GGUF file's tokenizer.ggml.* metadata (and its tokenizer.chat_template)."""
+        h = c_void_p()
+        C.gpucore_tokenizer_create_from_gguf(_bytes(path), byref(h))
         return cls(h)
 
     @classmethod

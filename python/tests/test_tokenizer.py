@@ -186,16 +186,20 @@ def test_every_id_decodes_as_tokenizers(files):
         assert tok.token_to_id(ref.id_to_token(i)) == ref.token_to_id(ref.id_to_token(i))
 
 
-def test_gguf_arrays_equal_tokenizer_json(vocab, files):
+def test_gguf_equal_tokenizer_json(vocab, files):
+    """The GGUF file's metadata, as arrays and read by the C library, against the tokenizer.json."""
     ref = tokenizers.Tokenizer.from_file(files["smollm"])
     assert vocab["pre"] == "smollm"
     tok = gpucore.Tokenizer.from_arrays(vocab["tokens"], vocab["merges"], vocab["pre"], token_types=vocab["types"],
                                         bos_id=vocab["bos"], eos_id=vocab["eos"])
-    assert (tok.bos_token_id, tok.eos_token_id) == (vocab["bos"], vocab["eos"])
-    for text in PARAGRAPHS + [COMBINING]:
-        # the file's added tokens beyond the GGUF vocabulary (<think>) are not in the arrays
-        text = text.replace("<think>", "").replace("</think>", "").replace("word", "")
-        assert tok.encode(text) == ref.encode(text).ids, text[:60]
+    from_file = gpucore.Tokenizer.from_gguf(_smollm2_gguf())
+    assert from_file.chat_template == vocab["template"]
+    for t in (tok, from_file):
+        assert (t.bos_token_id, t.eos_token_id) == (vocab["bos"], vocab["eos"])
+        for text in PARAGRAPHS + [COMBINING]:
+            # the file's added tokens beyond the GGUF vocabulary (<think>) are not in the arrays
+            text = text.replace("<think>", "").replace("</think>", "").replace("word", "")
+            assert t.encode(text) == ref.encode(text).ids, text[:60]
 
 
 def test_config_and_chat_template(vocab, files):
@@ -216,6 +220,8 @@ def test_config_and_chat_template(vocab, files):
 def test_refusals(files, tmp_path):
     with pytest.raises(gpucore.FileIOError):
         gpucore.Tokenizer.from_file(str(tmp_path / "absent.json"))
+    with pytest.raises(gpucore.FileIOError):
+        gpucore.Tokenizer.from_gguf(str(tmp_path / "absent.gguf"))
     d = json.load(open(files["gpt2"]))
     d["model"]["type"] = "Unigram"
     p = tmp_path / "tokenizer.json"
