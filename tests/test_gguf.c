@@ -175,6 +175,16 @@ static void test_metadata(void)
     CHECK(gpucore_gguf_kv_count(f) == -1 && gpucore_gguf_tensor_count(NULL) == -1);
     CHECK_STATUS(gpucore_gguf_close(f), GPUCORE_ERR_INVALID_HANDLE);
     CHECK_OK(gpucore_gguf_close(NULL));
+    /* version 2 has the same layout (64-bit counts) */
+    b = build(GOOD);
+    b.p[4] = 2;
+    CHECK_OK(open_bytes(b.p, b.n, &f));
+    free(b.p);
+    if (f) {
+        CHECK_OK(gpucore_gguf_file_info(f, &ver, NULL, NULL));
+        CHECK(ver == 2 && gpucore_gguf_tensor_count(f) == 4);
+        gpucore_gguf_close(f);
+    }
 }
 
 static double host_value(const void *p, gpucore_dtype dt, int64_t k)

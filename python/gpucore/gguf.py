@@ -11,7 +11,8 @@ row-major shape of the tensor ``get_tensor`` makes (dims reversed).
 """
 from __future__ import annotations
 
-from ctypes import byref, c_char_p, c_double, c_int, c_int64, c_void_p
+import ctypes
+from ctypes import byref, c_char_p, c_int, c_int64, c_void_p
 from typing import Any, Dict, Iterator, List, NamedTuple, Optional, Tuple
 
 import numpy as np
@@ -42,16 +43,12 @@ class GGUFTensorInfo(NamedTuple):
 
 
 def _text(p: Any, n: int) -> str:
-    raw = ctypes_string(p, n)
+    """n bytes at p as str (UTF-8; bytes that are not UTF-8 kept as surrogate escapes)."""
+    raw = ctypes.string_at(p, n)
     try:
         return raw.decode("utf-8")
     except UnicodeDecodeError:
         return raw.decode("utf-8", "surrogateescape")
-
-
-def ctypes_string(p: Any, n: int) -> bytes:
-    import ctypes
-    return ctypes.string_at(p, n)
 
 
 class GGUFFile:
@@ -116,7 +113,7 @@ class GGUFFile:
             return vals[0] if t.value != 9 else vals
         data, nb = c_void_p(), c_int64()
         C.gpucore_gguf_kv_data(self.handle, i, byref(data), byref(nb))
-        arr = np.frombuffer(ctypes_string(data.value, nb.value) if nb.value else b"", dtype=_NUMPY[et.value])
+        arr = np.frombuffer(ctypes.string_at(data.value, nb.value) if nb.value else b"", dtype=_NUMPY[et.value])
         return arr.copy() if t.value == 9 else arr[0].item()
 
     def get(self, key: str, default: Any = None) -> Any:
