@@ -88,6 +88,16 @@ def test_logits_f32(store, arch):
     assert err < 1e-4, "%s: logits differ from transformers by %.3g" % (arch, err)
 
 
+def test_llama_biases(store, tmp_path):
+    """attention_bias and mlp_bias Llama: the q/k biases are permuted like the rows of their weights."""
+    _, hf = hf_fixtures.make_model("llama", tmp_path, rope_scaling=None, attention_bias=True, mlp_bias=True)
+    hf = hf.float().eval()
+    path = gguf_fixtures.write_gguf(hf, "llama", str(tmp_path / "bias.gguf"))
+    m = models.from_pretrained(path, device=DEVICE)
+    ids = ids_for(hf.config.vocab_size)
+    assert rel(to_np(m(ids)), hf_fixtures.logits(hf, ids)) < 1e-4
+
+
 def test_logits_f16_and_conversion(store):
     path, hf = made(store, "llama", np.float16)
     m = models.from_pretrained(path, device=DEVICE)
