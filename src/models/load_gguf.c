@@ -154,7 +154,7 @@ static gpucore_status config_json(gpucore_gguf *f, const char *path, const arch_
                                  "of %s.attention.head_count (%lld)", path, t->name, (long long)hidden, t->name,
                                  (long long)heads);
     int64_t head_dim = m.st ? 0 : hidden / heads;
-    char what[200];
+    char what[320];
     if (meta_int(&m, "expert_count", 0, 0) > 0) refuse(&m, "a mixture of experts (expert_count)");
     int64_t rot = meta_int(&m, "rope.dimension_count", head_dim, 0);
     if (t->arch != GPUCORE_LM_GPT2 && rot != head_dim) {
@@ -308,6 +308,12 @@ gpucore_status lm_load_gguf(gpucore_lm *lm, int dtype)
 {
     gpucore_gguf *f = NULL;
     gpucore_status st = gpucore_gguf_open(lm->folder, &f);
+    if (st && strstr(gpucore_last_error(), "magic")) {
+        char why[512];
+        snprintf(why, sizeof why, "%s", gpucore_last_error()); /* rewritten below */
+        return gpucore_set_error(st, OP ": %s; a model is a Hugging Face folder (pass the folder, not a file in it) "
+                                 "or a GGUF file", why);
+    }
     if (st) return st;
     const char *arch = NULL;
     int64_t ai = gpucore_gguf_kv_find(f, "general.architecture");
