@@ -2,6 +2,7 @@
  * gpucore_lm.c — gpucore-lm, the command-line front of the language-model layer:
  *
  *   gpucore-lm generate MODEL --ids 1,2,3[;4,5,6] [--max-new N] [--sample] [--temperature T]
+ *   gpucore-lm generate MODEL --prompt TEXT [--chat] [options of --ids]
  *              [--top-k K] [--top-p P] [--seed S] [--eos ID] [--adapter DIR]
  *   gpucore-lm finetune MODEL --data FILE[,FILE...] [--lora R | --full] [--alpha A] [--dropout P]
  *              [--targets q_proj,v_proj] [--steps N] [--batch B] [--seq T] [--lr LR]
@@ -10,6 +11,9 @@
  *   gpucore-lm eval MODEL --data FILE[,FILE...] [--batch B] [--seq T] [--batches N] [--adapter DIR]
  *   common: [--device cpu|cuda|cuda:N|auto] [--dtype f32|bf16|f16] [--json] [--quiet]
  *
+ * --prompt encodes TEXT with the model's tokenizer (the folder's tokenizer.json, or a GGUF file's
+ * metadata) and prints the generated text; --chat first renders TEXT as the user's message of the
+ * model's chat template, with the assistant's turn open.
  * MODEL is a Hugging Face folder (gpt2, llama, mistral, qwen2). Token files are llm.c .bin
  * or .npy (the library's token data: windows of --seq + 1 tokens, a seeded permutation per
  * epoch, each rank its shard). finetune trains LoRA adapters (default, rank 8 on PEFT's
@@ -47,6 +51,8 @@ typedef struct lm_opts {
     int64_t max_new, top_k, steps, batch, seq, lora_r, save_every, eval_batches, eos, grad_accum;
     double temperature, top_p, lr, wd, clip, alpha, dropout;
     uint64_t seed;
+    const char *prompt; /* generate: text to encode (instead of ids) */
+    int chat;           /* generate --prompt: through the chat template */
 } lm_opts;
 
 static int rank0 = 1; /* only rank 0 prints progress */
@@ -66,6 +72,7 @@ static void usage(void)
     fprintf(stderr,
             "usage: gpucore-lm generate MODEL --ids 1,2,3[;4,5,6] [--max-new N] [--sample] [--temperature T]\n"
             "                  [--top-k K] [--top-p P] [--seed S] [--eos ID] [--adapter DIR]\n"
+            "       gpucore-lm generate MODEL --prompt TEXT [--chat] [the options of --ids]\n"
             "       gpucore-lm finetune MODEL --data FILE[,FILE...] [--lora R | --full] [--alpha A] [--dropout P]\n"
             "                  [--targets a,b] [--steps N] [--batch B] [--seq T] [--lr LR] [--weight-decay WD]\n"
             "                  [--clip C] [--seed S] [--checkpoint-policy none|all|sqrt|every:K|budget:BYTES]\n"
@@ -88,6 +95,8 @@ static int parse_args(int argc, char **argv, lm_opts *o)
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
 #define VAL() do { if (!v) { fprintf(stderr, "gpucore-lm: %s needs a value\n", a); return 1; } i++; } while (0)
         if (!strcmp(a, "--ids")) { VAL(); o->ids = v; }
+        else if (!strcmp(a, "--prompt")) { VAL(); o->prompt = v; }
+        else if (!strcmp(a, "--chat")) o->chat = 1;
         else if (!strcmp(a, "--max-new")) { VAL(); o->max_new = atoll(v); }
         else if (!strcmp(a, "--sample")) o->sample = 1;
         else if (!strcmp(a, "--temperature")) { VAL(); o->temperature = atof(v); }
@@ -132,7 +141,10 @@ static int parse_args(int argc, char **argv, lm_opts *o)
         fprintf(stderr, "gpucore-lm: unknown command %s\n", o->cmd);
         return 1;
     }
-    if (!strcmp(o->cmd, "generate") && !o->ids) { fprintf(stderr, "gpucore-lm: generate needs --ids\n"); return 1; }
+    if (!strcmp(o->cmd, "generate") && !o->ids == !o->prompt) {
+        fprintf(stderr, "gpucore-lm: generate needs --ids or --prompt\n");
+        return 1;
+    }
     if (strcmp(o->cmd, "generate") && !o->ndata) { fprintf(stderr, "gpucore-lm: %s needs --data\n", o->cmd); return 1; }
     if (o->ddp && o->zero >= 0) { fprintf(stderr, "gpucore-lm: --ddp and --zero exclude each other\n"); return 1; }
     if (o->zero > 2) {
@@ -174,6 +186,75 @@ static int open_model(const lm_opts *o, gpucore_context *ctx, gpucore_lm **lm)
 
 /* ---------------------------------------------------------------- generate */
 
+/* The model's tokenizer: a GGUF file's metadata, else the folder's tokenizer.json. */
+static gpucore_status open_tokenizer(const char *model, gpucore_tokenizer **tok)
+{
+    struct stat sb;
+    if (stat(model, &sb) == 0 && S_ISREG(sb.st_mode)) return gpucore_tokenizer_create_from_gguf(model, tok);
+    char path[4096];
+    snprintf(path, sizeof path, "%s/tokenizer.json", model);
+    return gpucore_tokenizer_create_from_file(path, tok);
+}
+
+/* --prompt: the text (through the chat template with --chat) as one row of ids. */
+static int prompt_ids(const lm_opts *o, gpucore_tokenizer *tok, int64_t **ids, int64_t *T)
+{
+    char *text = (char *)o->prompt, *rendered = NULL;
+    if (o->chat) {
+        const char *tpl = gpucore_tokenizer_chat_template(tok);
+        if (!tpl) { fprintf(stderr, "gpucore-lm: --chat: the model has no chat template\n"); return 2; }
+        gpucore_chat_message m = {"user", o->prompt};
+        const char *bos = gpucore_tokenizer_id_to_token(tok, gpucore_tokenizer_bos_id(tok));
+        const char *eos = gpucore_tokenizer_id_to_token(tok, gpucore_tokenizer_eos_id(tok));
+        int64_t len = 0;
+        CHECK_LM(gpucore_chat_render(tpl, bos, eos, &m, 1, 1, NULL, 0, &len));
+        if (!(rendered = malloc((size_t)len + 1))) { fprintf(stderr, "gpucore-lm: out of host memory\n"); return 1; }
+        CHECK_LM(gpucore_chat_render(tpl, bos, eos, &m, 1, 1, rendered, len + 1, &len));
+        text = rendered;
+    }
+    int64_t n = 0;
+    CHECK_LM(gpucore_tokenizer_encode(tok, text, -1, 1, NULL, 0, &n));
+    int32_t *i32 = malloc((size_t)(n ? n : 1) * sizeof *i32);
+    *ids = malloc((size_t)(n ? n : 1) * sizeof **ids);
+    if (!i32 || !*ids) { fprintf(stderr, "gpucore-lm: out of host memory\n"); return 1; }
+    CHECK_LM(gpucore_tokenizer_encode(tok, text, -1, 1, i32, n, &n));
+    for (int64_t k = 0; k < n; k++) (*ids)[k] = i32[k];
+    *T = n;
+    free(i32);
+    free(rendered);
+    if (!n) { fprintf(stderr, "gpucore-lm: --prompt: the text has no tokens\n"); return 2; }
+    return 0;
+}
+
+/* The new tokens of a row as text (special tokens left out). */
+static int print_text(gpucore_tokenizer *tok, const int64_t *ids, int64_t n, int json)
+{
+    int32_t *i32 = malloc((size_t)(n ? n : 1) * sizeof *i32);
+    if (!i32) { fprintf(stderr, "gpucore-lm: out of host memory\n"); return 1; }
+    for (int64_t k = 0; k < n; k++) i32[k] = (int32_t)ids[k];
+    int64_t len = 0;
+    CHECK_LM(gpucore_tokenizer_decode(tok, i32, n, 1, NULL, 0, &len));
+    char *text = malloc((size_t)len + 1);
+    if (!text) { fprintf(stderr, "gpucore-lm: out of host memory\n"); return 1; }
+    CHECK_LM(gpucore_tokenizer_decode(tok, i32, n, 1, text, len + 1, &len));
+    if (!json) {
+        fwrite(text, 1, (size_t)len, stdout);
+        printf("\n");
+    } else { /* a JSON string: quotes, backslashes and control characters escaped */
+        printf(",\"text\":\"");
+        for (int64_t k = 0; k < len; k++) {
+            unsigned char c = (unsigned char)text[k];
+            if (c == '"' || c == '\\') printf("\\%c", c);
+            else if (c < 0x20) printf("\\u%04x", c);
+            else putchar(c);
+        }
+        printf("\"");
+    }
+    free(text);
+    free(i32);
+    return 0;
+}
+
 static int cmd_generate(const lm_opts *o)
 {
     gpucore_context *ctx = NULL;
@@ -181,12 +262,18 @@ static int cmd_generate(const lm_opts *o)
     CHECK_LM(gpucore_context_create(o->device, &ctx));
     int rc = open_model(o, ctx, &lm);
     if (rc) return rc;
-    /* prompts: rows separated by ';', ids by ',' — every row the same length */
-    int64_t n = 1, rows = 1;
-    for (const char *p = o->ids; *p; p++) n += *p == ',' || *p == ';', rows += *p == ';';
-    int64_t *ids = malloc((size_t)n * sizeof *ids), count = 0, T = 0;
+    gpucore_tokenizer *tok = NULL;
+    int64_t n = 1, rows = 1, *ids = NULL, count = 0, T = 0;
+    if (o->prompt) {
+        CHECK_LM(open_tokenizer(o->model, &tok));
+        if ((rc = prompt_ids(o, tok, &ids, &T))) return rc;
+        count = T;
+    }
+    /* --ids: rows separated by ';', ids by ',' — every row the same length */
+    for (const char *p = o->ids; p && *p; p++) n += *p == ',' || *p == ';', rows += *p == ';';
+    if (!ids) ids = malloc((size_t)n * sizeof *ids);
     char *end = NULL;
-    for (const char *p = o->ids; *p && count < n; p = end + (*end != 0)) {
+    for (const char *p = o->ids; p && *p && count < n; p = end + (*end != 0)) {
         ids[count++] = strtoll(p, &end, 10);
         if (end == p) { fprintf(stderr, "gpucore-lm: --ids: bad token id list \"%s\"\n", o->ids); return 2; }
         if (*end == ';' || !*end) {
@@ -205,8 +292,14 @@ static int cmd_generate(const lm_opts *o)
     double dt = train_now_s() - t0, tps = (double)(rows * (out_len - T)) / (dt > 0 ? dt : 1e-9);
     for (int64_t b = 0; b < rows; b++) {
         if (o->json) printf("{\"cmd\":\"generate\",\"row\":%" PRId64 ",\"ids\":[", b);
+        if (tok && !o->json) {
+            if ((rc = print_text(tok, out + b * out_len + T, out_len - T, 0))) return rc;
+            continue;
+        }
         for (int64_t t = 0; t < out_len; t++) printf("%s%" PRId64, t ? (o->json ? "," : " ") : "", out[b * out_len + t]);
-        if (o->json) printf("],\"prompt_len\":%" PRId64 ",\"new_tokens\":%" PRId64 ",\"seconds\":%.6f,\"tokens_per_s\":%.2f}\n",
+        if (o->json) printf("]");
+        if (tok && o->json && (rc = print_text(tok, out + b * out_len + T, out_len - T, 1))) return rc;
+        if (o->json) printf(",\"prompt_len\":%" PRId64 ",\"new_tokens\":%" PRId64 ",\"seconds\":%.6f,\"tokens_per_s\":%.2f}\n",
                             T, out_len - T, dt, tps);
         else printf("\n");
     }
@@ -214,6 +307,7 @@ static int cmd_generate(const lm_opts *o)
                                        rows * (out_len - T), dt, tps);
     free(ids);
     free(out);
+    gpucore_tokenizer_destroy(tok);
     gpucore_lm_destroy(lm);
     gpucore_context_destroy(ctx);
     return 0;

