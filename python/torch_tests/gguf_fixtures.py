@@ -49,29 +49,25 @@ def gguf_name(hf_name, arch):
 def write_gguf(model, arch, path, np_dtype=np.float32, drop=(), extra=None, kv=None, arch_name=None):
     cfg = model.config
     w = gguf.GGUFWriter(path, arch_name or arch)
+    a = (arch_name or arch) + "."
     if arch == "gpt2":
-        w.add_block_count(cfg.n_layer)
-        w.add_context_length(cfg.n_positions)
-        w.add_embedding_length(cfg.n_embd)
-        w.add_feed_forward_length(cfg.n_inner or 4 * cfg.n_embd)
-        w.add_head_count(cfg.n_head)
-        w.add_layer_norm_eps(cfg.layer_norm_epsilon)
+        meta = {a + "block_count": cfg.n_layer, a + "context_length": cfg.n_positions, a + "embedding_length": cfg.n_embd,
+                a + "feed_forward_length": cfg.n_inner or 4 * cfg.n_embd, a + "attention.head_count": cfg.n_head,
+                a + "attention.layer_norm_epsilon": float(cfg.layer_norm_epsilon)}
     else:
-        w.add_block_count(cfg.num_hidden_layers)
-        w.add_context_length(cfg.max_position_embeddings)
-        w.add_embedding_length(cfg.hidden_size)
-        w.add_feed_forward_length(cfg.intermediate_size)
-        w.add_head_count(cfg.num_attention_heads)
-        w.add_head_count_kv(cfg.num_key_value_heads)
-        w.add_rope_freq_base(cfg.rope_theta)
-        w.add_layer_norm_rms_eps(cfg.rms_norm_eps)
-        w.add_rope_dimension_count(cfg.hidden_size // cfg.num_attention_heads)
-    w.add_tokenizer_model("gpt2")
-    w.add_token_list(["t%d" % i for i in range(cfg.vocab_size)])
-    w.add_bos_token_id(cfg.bos_token_id)
-    w.add_eos_token_id(cfg.eos_token_id)
-    for k, v in (kv or {}).items():
-        if isinstance(v, str):
+        meta = {a + "block_count": cfg.num_hidden_layers, a + "context_length": cfg.max_position_embeddings,
+                a + "embedding_length": cfg.hidden_size, a + "feed_forward_length": cfg.intermediate_size,
+                a + "attention.head_count": cfg.num_attention_heads,
+                a + "attention.head_count_kv": cfg.num_key_value_heads, a + "rope.freq_base": float(cfg.rope_theta),
+                a + "attention.layer_norm_rms_epsilon": float(cfg.rms_norm_eps),
+                a + "rope.dimension_count": cfg.hidden_size // cfg.num_attention_heads}
+    meta.update({"tokenizer.ggml.model": "gpt2", "tokenizer.ggml.tokens": ["t%d" % i for i in range(cfg.vocab_size)],
+                 "tokenizer.ggml.bos_token_id": cfg.bos_token_id, "tokenizer.ggml.eos_token_id": cfg.eos_token_id})
+    meta.update(kv or {})  # the refusal tests' edits replace keys, never repeat them
+    for k, v in meta.items():
+        if isinstance(v, list):
+            w.add_array(k, v)
+        elif isinstance(v, str):
             w.add_string(k, v)
         elif isinstance(v, float):
             w.add_float32(k, v)

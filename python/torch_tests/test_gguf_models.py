@@ -151,6 +151,8 @@ def test_greedy_generation(store):
     ("missing", dict(drop=("blk.1.ffn_up.weight",)), gpucore.CorruptFileError, ["blk.1.ffn_up.weight", "up_proj"]),
     ("partial rotary", dict(kv={"llama.rope.dimension_count": 8}), gpucore.NotSupportedError,
      ["rope.dimension_count"]),
+    ("per-layer", dict(kv={"llama.attention.head_count_kv": [2, 2]}), gpucore.NotSupportedError,
+     ["head_count_kv", "per layer"]),
     ("block type", dict(drop=("blk.0.attn_q.weight",), extra={"blk.0.attn_q.weight": ("IQ4_NL", (64, 36))}),
      gpucore.NotSupportedError, ["IQ4_NL", "blk.0.attn_q.weight"]),
 ])

@@ -107,6 +107,13 @@ static int64_t meta_int(meta *m, const char *suffix, int64_t dflt, int required)
                                       "it)", m->path, key, m->arch);
         return dflt;
     }
+    int type = 0;
+    gpucore_gguf_kv_info(m->f, i, NULL, &type, NULL, NULL);
+    if (type == GPUCORE_GGUF_ARRAY) { /* per-layer values (OpenELM's head counts, say) */
+        m->st = gpucore_set_error(GPUCORE_ERR_NOT_SUPPORTED, OP ": '%s': metadata key '%s' holds one value per layer; "
+                                  "layers of different sizes are not supported", m->path, key);
+        return dflt;
+    }
     gpucore_status st = gpucore_gguf_kv_int(m->f, i, 0, &v);
     if (st || v < 0) {
         m->st = gpucore_set_error(GPUCORE_ERR_CORRUPT_FILE, OP ": '%s': metadata key '%s' must be a non-negative "
