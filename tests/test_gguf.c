@@ -322,7 +322,29 @@ static void test_bad_files(void)
     CHECK_STATUS(gpucore_gguf_open(NULL, &f), GPUCORE_ERR_NULL_POINTER);
 }
 
-static void on_device(gpucore_context *ctx) { test_read(ctx); }
+/* A model from a GGUF file whose metadata lacks what the architecture needs: refused by name, nothing left
+ * allocated (the loader's tests against transformers: python/torch_tests/test_gguf_models.py). */
+static void test_model_refused(gpucore_context *ctx)
+{
+    buf b = build(GOOD);
+    write_file("m.gguf", b.p, b.n);
+    free(b.p);
+    char p[512];
+    snprintf(p, sizeof p, "%s/m.gguf", dir);
+    int64_t before = test_allocated_bytes(ctx);
+    gpucore_lm *lm = (gpucore_lm *)&b;
+    gpucore_clear_error();
+    CHECK(gpucore_lm_create(ctx, p, -1, &lm) == GPUCORE_ERR_CORRUPT_FILE && lm == NULL);
+    CHECK(strstr(gpucore_last_error(), "llama.block_count") != NULL);
+    CHECK(test_allocated_bytes(ctx) == before);
+    unlink(p);
+}
+
+static void on_device(gpucore_context *ctx)
+{
+    test_read(ctx);
+    test_model_refused(ctx);
+}
 
 int main(void)
 {
