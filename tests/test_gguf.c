@@ -7,7 +7,8 @@
  * tensor, array and string counts, unknown value and tensor types, nested arrays, a bool
  * of 2, dims that overflow, a first dim that is not whole blocks, a tensor past the end,
  * misaligned or overlapping tensors, duplicate keys and names, a bad alignment; and bad
- * arguments (wrong index, wrong type, wrong dst shape, a closed handle).
+ * arguments (wrong index, wrong type, wrong dst shape, a closed handle); and a model refused from a
+ * file without its architecture's metadata, leaving nothing allocated.
  */
 #include <stdint.h>
 #include <unistd.h>
