@@ -29,7 +29,7 @@ LAYERS = {
     "src/tools": ("the command-line tools (gpucore-info, gpucore-lm): public API only", []),
     "src/models": ("decoder language models: config, weights, layers, KV cache, generation, LoRA/PEFT, "
                    "training step; built on the public API and the layers below", ["src/core", "src/io", "src/ops", "src/train"]),
-    "src/text": ("the byte-level BPE tokenizer (tokenizer.json, GGUF arrays) and chat prompts", ["src/core", "src/io"]),
+    "src/text": ("the byte-level BPE tokenizer (tokenizer.json, GGUF metadata) and chat prompts", ["src/core", "src/io"]),
     "src/io": ("safetensors, GGUF and token data files: readers and writers", ["src/core", "src/ops", "src/train"]),
     "src/train": ("optimizers, loss scaler, clipping, checkpoint executor, ZeRO, training-state checkpoints",
                   ["src/core", "src/ops", "src/dist"]),
