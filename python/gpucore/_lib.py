@@ -574,6 +574,7 @@ DECLARATIONS: Dict[str, Tuple[Any, List[Any]]] = {
     "gpucore_lm_count_label_tokens": (STATUS, [H, H, H, P_I64]),
     "gpucore_lm_set_checkpoint_policy": (STATUS, [H, c_int, c_int64]),
     "gpucore_lm_set_seed": (STATUS, [H, c_uint64]),
+    "gpucore_lm_set_head_chunk_rows": (STATUS, [H, c_int64]),
     "gpucore_lm_add_lora": (STATUS, [H, c_int64, c_double, c_double, P_CHARP, c_int64, c_uint64]),
     "gpucore_lm_load_adapter": (STATUS, [H, c_char_p]),
     "gpucore_lm_save_adapter": (STATUS, [H, c_char_p]),

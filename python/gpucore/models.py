@@ -300,6 +300,11 @@ class LanguageModel(_Owned):
             raise InvalidArgumentError("policy must be one of %s, not %r" % (", ".join(POLICIES), policy))
         C.gpucore_lm_set_checkpoint_policy(self.handle, POLICIES[policy], to_int(param, "param"))
 
+    def set_head_chunk_rows(self, rows: int = 0) -> None:
+        """Rows per chunk of the head and the loss in loss() and forward_backward() (the [B, T, vocab] logits
+        never exist); 0: chunks of about 32 MiB of logits."""
+        C.gpucore_lm_set_head_chunk_rows(self.handle, to_int(rows, "rows"))
+
     def set_seed(self, seed: int) -> None:
         """Philox seed of LoRA dropout."""
         C.gpucore_lm_set_seed(self.handle, to_int(seed, "seed", 0, 2**64 - 1))

@@ -106,7 +106,7 @@ gpucore_status lm_head_forward(gpucore_lm *lm, const gpucore_tensor *h, gpucore_
 }
 
 /* Embeddings, layers, final norm: the normed hidden states [B, T, D]. */
-static gpucore_status run_layers(gpucore_lm *lm, const gpucore_tensor *ids, const lm_run *run, gpucore_tensor **h)
+gpucore_status lm_run_layers(gpucore_lm *lm, const gpucore_tensor *ids, const lm_run *run, gpucore_tensor **h)
 {
     gpucore_stream *s = NULL;
     gpucore_tensor *x = NULL, *y = NULL;
@@ -139,7 +139,7 @@ gpucore_status gpucore_lm_forward(gpucore_lm *lm, const gpucore_tensor *input_id
     if ((st = lm_check_ids(lm, input_ids, "input_ids", op))) return st;
     if ((st = lm_check_length(lm, input_ids->shape[1], op))) return st;
     gpucore_tensor *h = NULL;
-    st = run_layers(lm, input_ids, NULL, &h);
+    st = lm_run_layers(lm, input_ids, NULL, &h);
     if (!st) st = lm_head_forward(lm, h, logits, NULL);
     gpucore_tensor_destroy(h);
     return st;
@@ -253,7 +253,7 @@ gpucore_status gpucore_lm_forward_cached(gpucore_lm *lm, gpucore_lm_cache *cache
     if ((st = lm_check_length(lm, cache->len + T, op))) return st;
     lm_run run = {cache, cache->len};
     gpucore_tensor *h = NULL, *last = NULL, *hv = NULL;
-    st = run_layers(lm, input_ids, &run, &h);
+    st = lm_run_layers(lm, input_ids, &run, &h);
     if (!st) cache->len += T;
     if (!st && logits) {
         if (last_only && T > 1) {

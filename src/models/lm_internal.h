@@ -99,6 +99,7 @@ struct gpucore_lm {
     uint64_t seed;
     int training;                  /* forward_backward in progress: LoRA dropout on */
     int accumulate;                /* forward_backward in progress adds into the gradients (train.c) */
+    int64_t head_chunk_rows;       /* rows per chunk of the training head and loss; 0: by size (head_loss.c) */
 };
 
 struct gpucore_lm_cache {
@@ -184,5 +185,18 @@ GPUCORE_HIDDEN gpucore_status lm_embed(gpucore_lm *lm, const gpucore_tensor *ids
 GPUCORE_HIDDEN gpucore_status lm_head_forward(gpucore_lm *lm, const gpucore_tensor *h, gpucore_tensor **logits,
                                               gpucore_stream *s);
 GPUCORE_HIDDEN const gpucore_tensor *lm_head_weight(const gpucore_lm *lm);
+/* Embeddings, layers and final norm without saving anything: new normed hidden states [B, T, D]. */
+GPUCORE_HIDDEN gpucore_status lm_run_layers(gpucore_lm *lm, const gpucore_tensor *ids, const lm_run *run,
+                                            gpucore_tensor **h);
+
+/* ---- head_loss.c: the head and the causal-LM loss over row chunks ---- */
+/* Rows of one chunk for a batch of `rows` rows. */
+GPUCORE_HIDDEN int64_t lm_head_chunk_rows(const gpucore_lm *lm, int64_t rows);
+/* *loss = (the cross-entropy of h·Wᵀ against targets [B, T], summed over the rows whose target is not
+ * -100) / divisor. dh (may be NULL: the loss only) receives its gradient [B, T, D]; dw (may be NULL)
+ * receives the head weight's, added to what it holds when dw_add. divisor 0: loss NaN, gradients 0. */
+GPUCORE_HIDDEN gpucore_status lm_head_loss(gpucore_lm *lm, const gpucore_tensor *h, const gpucore_tensor *targets,
+                                           int64_t divisor, gpucore_tensor *dh, gpucore_tensor *dw, int dw_add,
+                                           double *loss);
 
 #endif

@@ -4,11 +4,12 @@
  * as checkpoint-executor segments (an attention and an MLP segment per layer and
  * the final norm), so every recompute policy applies; the embeddings, the head and
  * the loss run around the executor, and their gradients (full fine-tuning) are
- * added here, a tied head's being the sum of its two uses.
+ * added here, a tied head's being the sum of its two uses. The head and the loss run over
+ * row chunks (head_loss.c): the [B, T, vocab] logits never exist.
  *
  * Gradient accumulation: the backward ops overwrite their gradient outputs, so a
  * step that accumulates puts scratch tensors in the gradient slots of one part of
- * the backward at a time (a segment, the head, the position embedding), runs that
+ * the backward at a time (a segment, the position embedding), runs that
  * part, adds the scratch into the gradients and puts them back. The loss of such a
  * step is divided by the caller's token count of the whole accumulated batch.
  */
@@ -178,19 +179,22 @@ static gpucore_status check_batch(gpucore_lm *lm, const gpucore_tensor *ids, con
     return lm_check_length(lm, ids->shape[1], op);
 }
 
-/* The loss over the counted positions: their mean (divisor 0), or their sum / divisor. */
-static gpucore_status loss_value(gpucore_lm *lm, const gpucore_tensor *logits, const gpucore_tensor *targets,
-                                 int64_t divisor, double *loss)
+/* The targets that are not -100 (read on the host). */
+static gpucore_status count_targets(gpucore_tensor *targets, int64_t *count, const char *op)
 {
-    gpucore_tensor *l = NULL;
-    int64_t one = 1;
-    float v = NAN;
-    gpucore_status st = gpucore_tensor_create(lm->ctx, GPUCORE_F32, 1, &one, &l);
-    if (!st) st = gpucore_cross_entropy(l, logits, targets, LM_IGNORE_INDEX,
-                                        divisor ? GPUCORE_LOSS_SUM : GPUCORE_LOSS_MEAN, NULL);
-    if (!st) st = gpucore_copy_to_host(&v, 4, l);
-    gpucore_tensor_destroy(l);
-    if (!st) *loss = divisor ? (double)v / (double)divisor : v;
+    const int64_t n = targets->shape[0] * targets->shape[1];
+    int64_t *h = malloc((size_t)n * sizeof *h), c = 0;
+    if (!h) return gpucore_set_error(GPUCORE_ERR_OUT_OF_MEMORY, "%s: out of host memory", op);
+    gpucore_status st;
+    if (targets->dtype == GPUCORE_I32) { /* widen on the host, from the end */
+        st = gpucore_copy_to_host(h, n * 4, targets);
+        for (int64_t i = n - 1; !st && i >= 0; i--) h[i] = ((const int32_t *)h)[i];
+    } else {
+        st = gpucore_copy_to_host(h, n * 8, targets);
+    }
+    for (int64_t i = 0; !st && i < n; i++) c += h[i] != LM_IGNORE_INDEX;
+    if (!st) *count = c;
+    free(h);
     return st;
 }
 
@@ -202,11 +206,13 @@ gpucore_status gpucore_lm_loss(gpucore_lm *lm, const gpucore_tensor *input_ids, 
     if (st) return st;
     if (!loss) return gpucore_set_error(GPUCORE_ERR_NULL_POINTER, "%s: loss is NULL", op);
     if ((st = check_batch(lm, input_ids, labels, op))) return st;
-    gpucore_tensor *logits = NULL, *targets = NULL;
-    st = gpucore_lm_forward(lm, input_ids, &logits);
-    if (!st) st = shift_labels(lm, labels ? labels : input_ids, &targets);
-    if (!st) st = loss_value(lm, logits, targets, 0, loss);
-    gpucore_tensor_destroy(logits);
+    gpucore_tensor *h = NULL, *targets = NULL;
+    int64_t count = 0;
+    st = shift_labels(lm, labels ? labels : input_ids, &targets);
+    if (!st) st = count_targets(targets, &count, op);
+    if (!st) st = lm_run_layers(lm, input_ids, NULL, &h);
+    if (!st) st = lm_head_loss(lm, h, targets, count, NULL, NULL, 0, loss);
+    gpucore_tensor_destroy(h);
     gpucore_tensor_destroy(targets);
     return st;
 }
@@ -304,8 +310,9 @@ static gpucore_status embedding_grads(gpucore_lm *lm, const gpucore_tensor *ids,
     return st;
 }
 
-/* The loss and its backward. divisor 0: the mean over the counted positions, gradients
- * overwritten; else the loss is their sum / divisor, and accumulate adds into the gradients. */
+/* The loss and its backward, the head and loss in row chunks (head_loss.c). divisor 0: the mean
+ * over the counted positions; else the loss is their sum / divisor. accumulate: add into the
+ * gradients. */
 static gpucore_status forward_backward(gpucore_lm *lm, const gpucore_tensor *input_ids, const gpucore_tensor *labels,
                                        int accumulate, int64_t divisor, double *loss, const char *op)
 {
@@ -316,30 +323,18 @@ static gpucore_status forward_backward(gpucore_lm *lm, const gpucore_tensor *inp
         return gpucore_set_error(GPUCORE_ERR_INVALID_ARGUMENT, "%s: nothing is trainable: add LoRA adapters "
                                  "(gpucore_lm_add_lora / load_adapter) or call gpucore_lm_set_full_finetune", op);
     if ((st = ensure_ckpt(lm))) return st;
-    gpucore_tensor *x0 = NULL, *pos = NULL, *y = NULL, *logits = NULL, *targets = NULL, *dloss = NULL;
-    gpucore_tensor *dlogits = NULL, *dy = NULL, *dx0 = NULL;
-    int64_t one = 1;
+    gpucore_tensor *x0 = NULL, *pos = NULL, *y = NULL, *targets = NULL, *dy = NULL, *dx0 = NULL;
     int started = 0;
-    grad_swap g = {.n = 0};
     lm->training = 1;
     lm->accumulate = accumulate;
     st = shift_labels(lm, labels ? labels : input_ids, &targets);
+    if (!st && !divisor) st = count_targets(targets, &divisor, op);
     if (!st) st = lm_embed(lm, input_ids, 0, &x0, &pos, NULL);
     if (!st) { st = gpucore_ckpt_forward(lm->ckpt, x0, &y); started = !st; }
-    if (!st) st = lm_head_forward(lm, y, &logits, NULL);
-    if (!st) st = loss_value(lm, logits, targets, divisor, loss);
-    if (!st) st = gpucore_tensor_create(lm->ctx, GPUCORE_F32, 1, &one, &dloss);
-    if (!st) st = gpucore_fill(dloss, divisor ? 1.0 / (double)divisor : 1.0, NULL);
-    if (!st) st = gpucore_tensor_create(lm->ctx, (gpucore_dtype)lm->dtype, 3, logits->shape, &dlogits);
-    if (!st) st = gpucore_cross_entropy_backward(dlogits, dloss, logits, targets, LM_IGNORE_INDEX,
-                                                 divisor ? GPUCORE_LOSS_SUM : GPUCORE_LOSS_MEAN, NULL);
-    lm_destroy_tensor(&logits);
     if (!st) st = gpucore_tensor_create(lm->ctx, (gpucore_dtype)lm->dtype, 3, y->shape, &dy);
-    gpucore_tensor **dhead = lm->full_ft ? (lm->head ? &lm->dhead : &lm->dwte) : NULL;
-    if (!st && dhead && accumulate) st = swap_in(lm, &g, dhead);
-    if (!st) st = gpucore_linear_backward(dlogits, y, lm_head_weight(lm), NULL, dy, dhead ? *dhead : NULL, NULL, NULL);
-    st = swap_out(&g, NULL, st);
-    lm_destroy_tensor(&dlogits);
+    /* the head's dW (a tied head's goes into the embedding's gradient, which the embedding adds to) */
+    gpucore_tensor *dhead = lm->full_ft ? (lm->head ? lm->dhead : lm->dwte) : NULL;
+    if (!st) st = lm_head_loss(lm, y, targets, divisor, dy, dhead, accumulate, loss);
     if (!st && lm->full_ft) st = gpucore_tensor_create(lm->ctx, (gpucore_dtype)lm->dtype, 3, x0->shape, &dx0);
     if (!st) { st = gpucore_ckpt_backward(lm->ckpt, dy, dx0); started = 0; }
     if (!st && lm->full_ft) st = embedding_grads(lm, input_ids, pos, dx0);
@@ -347,7 +342,7 @@ static gpucore_status forward_backward(gpucore_lm *lm, const gpucore_tensor *inp
     if (started) gpucore_ckpt_reset(lm->ckpt);
     lm->training = 0;
     lm->accumulate = 0;
-    gpucore_tensor *all[] = {x0, pos, logits, targets, dloss, dlogits, dy, dx0};
+    gpucore_tensor *all[] = {x0, pos, targets, dy, dx0};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) gpucore_tensor_destroy(all[i]);
     return st;
 }
@@ -404,20 +399,8 @@ gpucore_status gpucore_lm_count_label_tokens(gpucore_lm *lm, const gpucore_tenso
     *count = 0;
     if ((st = check_batch(lm, input_ids, labels, op))) return st;
     gpucore_tensor *targets = NULL;
-    const int64_t n = input_ids->shape[0] * input_ids->shape[1];
-    int64_t *h = malloc((size_t)n * sizeof *h);
-    if (!h) return gpucore_set_error(GPUCORE_ERR_OUT_OF_MEMORY, "%s: out of host memory", op);
     st = shift_labels(lm, labels ? labels : input_ids, &targets);
-    if (!st && targets->dtype == GPUCORE_I32) { /* widen on the host, from the end */
-        st = gpucore_copy_to_host(h, n * 4, targets);
-        for (int64_t i = n - 1; !st && i >= 0; i--) h[i] = ((const int32_t *)h)[i];
-    } else if (!st) {
-        st = gpucore_copy_to_host(h, n * 8, targets);
-    }
-    int64_t c = 0;
-    for (int64_t i = 0; !st && i < n; i++) c += h[i] != LM_IGNORE_INDEX;
-    if (!st) *count = c;
-    free(h);
+    if (!st) st = count_targets(targets, count, op);
     gpucore_tensor_destroy(targets);
     return st;
 }
