@@ -24,6 +24,15 @@ Cases are matched by name; those found in only one build are listed separately.
 
     compare_builds.py TREE_A TREE_B [--rounds N] [--build DIR] [--env KEY=VALUE ...]
                       [--raw DIR] [--json] [--cmd 'COMMAND'] [-- ARGS for the benchmark]
+    compare_builds.py TREE --wheel PYTHON [--rounds N] [--build DIR] [--env ...] [--raw DIR] [-- ARGS]
+
+--wheel compares the build with the installed Python package (`pip install .`) that PYTHON (a
+venv's interpreter) imports: A is TREE/BUILD's library under TREE's binding, run by this
+interpreter, B the package's own binding and libgpucore.so (GPUCORE_LIBRARY names that copy, so
+torch_ops.py does not fall back to the checkout's build), both running TREE's torch_ops.py with
+its torch side and default timing. Besides the table of our times it prints each side's engines
+(the "build" component, as `gpucore-info` shows it), each case's torch/ours per side and the
+geometric means of torch/ours side by side (over the medians, and per round).
 
 --build names the build folder in each tree (default build-release; the library is
 TREE/BUILD/src/libgpucore.so). --cmd replaces the benchmark command: it runs in the tree, through
@@ -33,6 +42,7 @@ torch install) come from the caller's $PYTHONPATH, after the tree's own python/.
 """
 import argparse
 import json
+import math
 import os
 import statistics
 import subprocess
@@ -46,7 +56,8 @@ def parse_args(argv):
         argv, extra = argv[:i], argv[i + 1:]
     p = argparse.ArgumentParser(description="per-case comparison of two builds' times, rounds alternating")
     p.add_argument("tree_a")
-    p.add_argument("tree_b")
+    p.add_argument("tree_b", nargs="?")
+    p.add_argument("--wheel", metavar="PYTHON")
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--build", default="build-release")
     p.add_argument("--env", action="append", default=[], metavar="KEY=VALUE")
@@ -55,6 +66,10 @@ def parse_args(argv):
     p.add_argument("--cmd")
     args = p.parse_args(argv)
     args.extra = extra
+    if (args.tree_b is None) == (args.wheel is None):
+        p.error("give TREE_B, or --wheel PYTHON (not both)")
+    if args.wheel and args.cmd:
+        p.error("--wheel runs TREE's torch_ops.py; --cmd does not apply")
     if args.rounds < 1:
         p.error("--rounds must be at least 1")
     for kv in args.env:
@@ -63,13 +78,14 @@ def parse_args(argv):
     return args
 
 
-def command_for(tree, lib, args):
+def command_for(side, args):
     if args.cmd:
-        return args.cmd.format(tree=tree, lib=lib), True
-    script = os.path.join(tree, "bench", "peers", "torch_ops.py")
+        return args.cmd.format(tree=side["tree"], lib=side["lib"]), True
+    script = os.path.join(side["tree"], "bench", "peers", "torch_ops.py")
     if not os.path.exists(script):
-        sys.exit("compare_builds: %s has no bench/peers/torch_ops.py (give --cmd)" % tree)
-    return [sys.executable, script, "--json"] + timing_options(tree, args) + args.extra, False
+        sys.exit("compare_builds: %s has no bench/peers/torch_ops.py (give --cmd)" % side["tree"])
+    timing = [] if args.wheel else timing_options(side["tree"], args)  # --wheel: against torch, default timing
+    return [side["python"], script, "--json"] + timing + args.extra, False
 
 
 def script_knows(tree, option):
@@ -83,17 +99,52 @@ def timing_options(tree, args):
     return (["--ours-only"] if both else []) + (["--settle-ms", "0"] if script_knows(tree, "--settle-ms") else [])
 
 
-def run_once(tree, args, label, rnd):
-    """{case: our ms} from one run of the benchmark in tree (and its raw output saved)."""
+def build_side(tree, args):
+    """A side that runs tree's build: its library under tree's binding, run by this interpreter."""
     lib = os.path.join(tree, args.build, "src", "libgpucore.so")
     if not os.path.exists(lib):
         sys.exit("compare_builds: no library at %s (build the tree first, or give --build)" % lib)
-    env = dict(os.environ)
-    env.update(kv.split("=", 1) for kv in args.env)
-    env["GPUCORE_LIBRARY"] = lib
-    env["PYTHONPATH"] = os.pathsep.join(x for x in (os.path.join(tree, "python"), os.environ.get("PYTHONPATH")) if x)
-    cmd, shell = command_for(tree, lib, args)
-    r = subprocess.run(cmd, shell=shell, cwd=tree, env=env, capture_output=True, text=True)
+    return {"tree": tree, "lib": lib, "python": sys.executable, "binding": os.path.join(tree, "python")}
+
+
+def wheel_side(tree, python):
+    """A side that runs the package PYTHON imports: its own binding and the libgpucore.so beside it."""
+    r = subprocess.run([python, "-c", "import importlib.util, os; "
+                        "print(os.path.dirname(importlib.util.find_spec('gpucore').origin))"],
+                       cwd="/", env=side_env(None, []), capture_output=True, text=True)
+    lib = os.path.join(r.stdout.strip(), "libgpucore.so")
+    if r.returncode != 0 or not os.path.exists(lib):
+        sys.exit("compare_builds: %s imports no installed gpucore package with its libgpucore.so (%s)"
+                 % (python, r.stderr.strip()[-500:]))
+    return {"tree": tree, "lib": lib, "python": python, "binding": None}
+
+
+def side_env(side, args_env):
+    """The environment of a run on side (None: finding the package): the caller's with --env's, less
+    what could point at another library (and, for a package, LD_LIBRARY_PATH, which could put the
+    system's copies in place of those it carries)."""
+    package = side is None or side["binding"] is None
+    drop = ("GPUCORE_LIBRARY", "LD_LIBRARY_PATH") if package else ("GPUCORE_LIBRARY",)
+    env = {k: v for k, v in os.environ.items() if k not in drop}
+    env.update(kv.split("=", 1) for kv in args_env)
+    if side is not None:
+        env["GPUCORE_LIBRARY"] = side["lib"]
+        env["PYTHONPATH"] = os.pathsep.join(x for x in (side["binding"], os.environ.get("PYTHONPATH")) if x)
+    return env
+
+
+def engines(side, args):
+    """The side's "build" component (the library's engines, as gpucore-info shows them)."""
+    r = subprocess.run([side["python"], "-c", "import gpucore; print(gpucore.component_version('build'))"],
+                       cwd="/", env=side_env(side, args.env), capture_output=True, text=True)
+    return r.stdout.strip() if r.returncode == 0 else "(unknown: %s)" % r.stderr.strip()[-300:]
+
+
+def run_once(side, args, label, rnd):
+    """{case: its JSON row} from one run of the benchmark on side (and its raw output saved)."""
+    env = side_env(side, args.env)
+    cmd, shell = command_for(side, args)
+    r = subprocess.run(cmd, shell=shell, cwd=side["tree"], env=env, capture_output=True, text=True)
     if args.raw:
         os.makedirs(args.raw, exist_ok=True)
         with open(os.path.join(args.raw, "%s-round%d.jsonl" % (label, rnd)), "w") as f:
@@ -102,17 +153,50 @@ def run_once(tree, args, label, rnd):
             f.write(r.stderr)
     if r.returncode != 0:
         sys.exit("compare_builds: %s round %d failed (%d): %s" % (label, rnd, r.returncode, r.stderr[-2000:]))
-    times = {}
+    rows = {}
     for line in r.stdout.splitlines():
         line = line.strip()
         if not line.startswith("{"):
             continue
         row = json.loads(line)
         if "case" in row and isinstance(row.get("value"), (int, float)):
-            times[row["case"]] = float(row["value"])
-    if not times:
+            rows[row["case"]] = row
+    if not rows:
         sys.exit("compare_builds: %s round %d printed no JSON case lines" % (label, rnd))
-    return times
+    return rows
+
+
+def ours(rows):
+    """{case: our ms} of one run's rows."""
+    return {c: float(r["value"]) for c, r in rows.items()}
+
+
+def speedups(rows):
+    """{case: torch/ours} of one run's rows, where the torch side ran."""
+    return {c: float(r["speedup"]) for c, r in rows.items() if isinstance(r.get("speedup"), (int, float)) and r["speedup"] > 0}
+
+
+def geomean(values):
+    values = list(values)
+    return math.exp(sum(math.log(v) for v in values) / len(values)) if values else float("nan")
+
+
+def print_against_torch(sides, raw):
+    """Each case's median torch/ours per side and the geometric means side by side (module docstring)."""
+    per = {label: [speedups(rows) for rows in raw[label]] for label in sides}
+    cases = [c for c in per["A"][0] if all(c in run for label in sides for run in per[label])]
+    if not cases:
+        print("against torch: no case has torch's time in every run (is torch importable by both interpreters?)")
+        return
+    med = {label: {c: statistics.median(run[c] for run in per[label]) for c in cases} for label in sides}
+    print("\nagainst torch (torch/ours, > 1: we are faster; median over rounds of each run's ratio)")
+    print("%-40s %10s %10s" % ("case", "A", "B"))
+    for c in cases:
+        print("%-40s %10.3f %10.3f" % (c, med["A"][c], med["B"][c]))
+    ga, gb = geomean(med["A"].values()), geomean(med["B"].values())
+    print("%-40s %10.3f %10.3f   B/A %.3f   (%d cases)" % ("geometric mean", ga, gb, gb / ga, len(cases)))
+    for label in sides:
+        print("  per round %s: %s" % (label, " ".join("%.3f" % geomean(run[c] for c in cases) for run in per[label])))
 
 
 def verdict(a, b):
@@ -152,12 +236,15 @@ def compare(runs_a, runs_b):
 
 def main(argv):
     args = parse_args(argv)
-    trees = {"A": os.path.abspath(args.tree_a), "B": os.path.abspath(args.tree_b)}
-    runs = {"A": [], "B": []}
+    tree_a = os.path.abspath(args.tree_a)
+    sides = {"A": build_side(tree_a, args),
+             "B": wheel_side(tree_a, args.wheel) if args.wheel else build_side(os.path.abspath(args.tree_b), args)}
+    raw = {"A": [], "B": []}
     for rnd in range(1, args.rounds + 1):
         for label in (("A", "B") if rnd % 2 else ("B", "A")):
-            runs[label].append(run_once(trees[label], args, label, rnd))
+            raw[label].append(run_once(sides[label], args, label, rnd))
             print("compare_builds: round %d %s done" % (rnd, label), file=sys.stderr, flush=True)
+    runs = {label: [ours(rows) for rows in raw[label]] for label in raw}
     both, only_a, only_b = compare(runs["A"], runs["B"])
     if args.json:
         for c, ta, tb in both:
@@ -170,8 +257,14 @@ def main(argv):
         for c in only_b:
             print(json.dumps({"case": c, "only_in": "B"}))
         return 0
-    print("A = %s\nB = %s\nrounds %d, env %s; times: median ms of our side (range min-max)"
-          % (trees["A"], trees["B"], args.rounds, " ".join(args.env) or "(inherited)"))
+    for label in ("A", "B"):
+        side = sides[label]
+        if args.wheel:
+            print("%s = %s %s (%s; %s)" % (label, "build" if side["binding"] else "installed package", side["lib"],
+                                          engines(side, args), side["python"]))
+        else:
+            print("%s = %s" % (label, side["tree"]))
+    print("rounds %d, env %s; times: median ms of our side (range min-max)" % (args.rounds, " ".join(args.env) or "(inherited)"))
     print("%-40s %24s %24s %6s %6s  %s" % ("case", "A", "B", "B/A", "paired", "flag"))
     for c, ta, tb in both:
         ma, mb = statistics.median(ta), statistics.median(tb)
@@ -183,6 +276,8 @@ def main(argv):
             print("only in %s: %s" % (label, "; ".join(names)))
     flagged = [c for c, ta, tb in both if verdict(ta, tb) == "SLOWER"]
     print("SLOWER in B: %d of %d cases%s" % (len(flagged), len(both), (": " + "; ".join(flagged)) if flagged else ""))
+    if args.wheel:
+        print_against_torch(sides, raw)
     return 0
 
 
