@@ -2,7 +2,8 @@
  * test_tokenizer.c — the text section: a small tokenizer.json written here (the 256 byte-level
  * characters, a few merges whose ranks compete, added tokens with lstrip / rstrip, a
  * TemplateProcessing BOS, a tokenizer_config.json beside it) encoded and decoded against ids worked
- * out by hand; the same vocabulary from arrays with each pre-tokenizer name; the chat template
+ * out by hand; the same vocabulary from arrays with each pre-tokenizer name, and random text (and
+ * random bytes) through each, which must decode back to itself; the chat template
  * families rendered against their expected prompts; and bad input (NULL, a missing file, text that
  * is not JSON, a model type, normalizer, pattern or merge that is not supported, invalid UTF-8, an
  * unknown id, an unknown template) refused with a status and a message. Host code only: no backend
@@ -10,6 +11,7 @@
  * python/tests/test_tokenizer.py.
  */
 #include <stdint.h>
+#include <time.h>
 #include <unistd.h>
 #include "check.h"
 
@@ -266,6 +268,76 @@ static void test_arrays(void)
     CHECK(t == NULL);
 }
 
+/* Random text (code points from every plane, white space, digits, apostrophes, the added tokens) and
+ * random bytes: encode never fails on valid UTF-8, refuses invalid UTF-8 with INVALID_ARGUMENT, and
+ * decode gives the text back, for each pre-tokenizer. */
+static size_t put_utf8(uint32_t cp, char *o)
+{
+    if (cp < 0x80) { o[0] = (char)cp; return 1; }
+    if (cp < 0x800) { o[0] = (char)(0xC0 | (cp >> 6)); o[1] = (char)(0x80 | (cp & 0x3F)); return 2; }
+    if (cp < 0x10000) {
+        o[0] = (char)(0xE0 | (cp >> 12)); o[1] = (char)(0x80 | ((cp >> 6) & 0x3F)); o[2] = (char)(0x80 | (cp & 0x3F));
+        return 3;
+    }
+    o[0] = (char)(0xF0 | (cp >> 18)); o[1] = (char)(0x80 | ((cp >> 12) & 0x3F));
+    o[2] = (char)(0x80 | ((cp >> 6) & 0x3F)); o[3] = (char)(0x80 | (cp & 0x3F));
+    return 4;
+}
+
+static void test_random_roundtrip(unsigned seed)
+{
+    const char *tokens[N_VOCAB];
+    int32_t types[N_VOCAB];
+    for (int b = 0; b < 256; b++) { tokens[b] = byte_char[b]; types[b] = 1; }
+    for (int m = 256; m < ID_END; m++) { tokens[m] = MERGED[m - 256]; types[m] = 1; }
+    tokens[ID_END] = "<|end|>"; types[ID_END] = 3;
+    tokens[ID_TOOL] = "<tool>"; types[ID_TOOL] = 4;
+    tokens[ID_BOS] = "<s>"; types[ID_BOS] = 3;
+    static const char *const pres[] = {"gpt2", "llama3", "qwen2", "smollm"};
+    static const char *const pieces[] = {" ", "  ", "\n", "\r\n", "\t", "'s", "'LL", "12", "<tool>", "<|end|>", "hello",
+                                         "\xc2\xa0", "\xe3\x80\x80", "\xd9\xa9", "\xf0\x9f\x98\x80"};
+    srand(seed);
+    int roundtrips = 1, refusals = 1, invalid = 0;
+    for (int p = 0; p < 4; p++) {
+        gpucore_tokenizer *t = NULL;
+        gpucore_tokenizer_arrays a = {N_VOCAB, tokens, types, N_MERGES, MERGES, pres[p], ID_BOS, ID_END, 0, 0};
+        CHECK_OK(gpucore_tokenizer_create_from_arrays(&a, &t));
+        if (!t) continue;
+        for (int it = 0; it < 400; it++) {
+            char text[512];
+            size_t n = 0;
+            int k = rand() % 40, raw = it % 5 == 4;
+            for (int c = 0; c < k && n < sizeof text - 16; c++) {
+                int kind = rand() % 5;
+                if (raw) text[n++] = (char)(rand() % 256);
+                else if (kind == 0) n += put_utf8((uint32_t)(32 + rand() % 95), text + n);
+                else if (kind == 1) { strcpy(text + n, pieces[rand() % 15]); n += strlen(text + n); }
+                else {
+                    uint32_t cp = kind == 2 ? (uint32_t)(rand() % 0x3000) : (uint32_t)(rand() % 0x110000);
+                    if (cp == 0 || (cp >= 0xD800 && cp <= 0xDFFF)) cp = 'x';
+                    n += put_utf8(cp, text + n);
+                }
+            }
+            text[n] = 0;
+            int32_t ids[1024];
+            int64_t nid = 0, len = 0;
+            gpucore_status st = gpucore_tokenizer_encode(t, text, (int64_t)n, 0, ids, 1024, &nid);
+            if (raw && st == GPUCORE_ERR_INVALID_ARGUMENT) { invalid++; continue; }
+            if (st != GPUCORE_OK || nid > 1024) { refusals = 0; fprintf(stderr, "encode failed: %s\n", gpucore_last_error()); continue; }
+            char back[600];
+            st = gpucore_tokenizer_decode(t, ids, nid, 0, back, sizeof back, &len);
+            if (st != GPUCORE_OK || len != (int64_t)n || memcmp(back, text, n)) {
+                roundtrips = 0;
+                fprintf(stderr, "%s: the text of %zu bytes came back as %lld bytes\n", pres[p], n, (long long)len);
+            }
+        }
+        gpucore_tokenizer_destroy(t);
+    }
+    CHECK(roundtrips);
+    CHECK(refusals);
+    CHECK(invalid > 0);
+}
+
 static int render_is(const char *tpl, const gpucore_chat_message *m, int n, int gen, const char *want)
 {
     char buf[1024];
@@ -326,6 +398,8 @@ static void test_chat(void)
 
 int main(void)
 {
+    unsigned seed = (unsigned)time(NULL) ^ (unsigned)getpid();
+    printf("seed %u\n", seed);
     make_byte_chars();
     snprintf(dir, sizeof dir, "/tmp/gpucore_tokenizer_%d", (int)getpid());
     char cmd[300];
@@ -335,6 +409,7 @@ int main(void)
     test_refusals();
     test_arrays();
     test_chat();
+    test_random_roundtrip(seed);
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
     if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", dir);
     return check_finish("test_tokenizer");
