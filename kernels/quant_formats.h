@@ -40,6 +40,7 @@
 #include <math.h>
 #include <stdint.h>
 #include "hd.h"
+#include "dtype_access.h"
 #include "numeric.h"
 
 /* Format codes: gpucore_quant_format's values (src/ops/quant.c asserts they agree). */
@@ -196,6 +197,202 @@ GPUCORE_HD float gpucore_gguf_dequant_one(int fmt, const uint8_t *b, int i)
     }
     default:
         return 0.0f;
+    }
+}
+
+/* Quantizes one block of a GGUF format with ggml's reference rounding: Q4_0 / Q5_0 scale by
+ * the signed value of largest magnitude (the first on a tie) over -8 / -16 and truncate
+ * q*1/d + 8.5 / 16.5; Q4_1 / Q5_1 take (max - min) / 15 / 31 and truncate (x - min)/d + 0.5;
+ * Q8_0 takes absmax / 127 and rounds half away from zero. x must be finite. Returns 0, or -1
+ * for a format this function does not quantize (the K formats). */
+/* Q4_0/Q4_1/Q5_0/Q5_1 indices: trunc((x - sub) * id + bias), at most top; nibbles (value j low,
+ * j + 16 high) at qs and fifth bits into the u32 at qh (NULL for the 4-bit formats). */
+GPUCORE_HD void gpucore_gguf_pack_small(const float *x, float sub, float id, float bias, int top, uint8_t *qs,
+                                        uint8_t *qh)
+{
+    uint32_t h = 0;
+    for (int j = 0; j < 16; j++) {
+        int q0 = (int)GPUCORE_QADD(GPUCORE_QMUL(x[j] - sub, id), bias);
+        int q1 = (int)GPUCORE_QADD(GPUCORE_QMUL(x[j + 16] - sub, id), bias);
+        q0 = q0 < top ? q0 : top;
+        q1 = q1 < top ? q1 : top;
+        qs[j] = (uint8_t)((q0 & 0x0f) | ((q1 & 0x0f) << 4));
+        h |= (uint32_t)((q0 >> 4) & 1) << j | (uint32_t)((q1 >> 4) & 1) << (j + 16);
+    }
+    if (qh)
+        for (int k = 0; k < 4; k++) qh[k] = (uint8_t)(h >> (8 * k));
+}
+
+GPUCORE_HD int gpucore_gguf_quantize_block(int fmt, const float *x, uint8_t *b)
+{
+    switch (fmt) {
+    case GPUCORE_QF_Q4_0:
+    case GPUCORE_QF_Q5_0: {
+        float amax = 0.0f, max = 0.0f;
+        for (int j = 0; j < 32; j++)
+            if (amax < fabsf(x[j])) { amax = fabsf(x[j]); max = x[j]; }
+        int five = fmt == GPUCORE_QF_Q5_0;
+        float d = max / (five ? -16.0f : -8.0f), id = d != 0.0f ? 1.0f / d : 0.0f;
+        gpucore_q_put_f16(b, d);
+        gpucore_gguf_pack_small(x, 0.0f, id, five ? 16.5f : 8.5f, five ? 31 : 15, b + (five ? 6 : 2),
+                                five ? b + 2 : NULL);
+        return 0;
+    }
+    case GPUCORE_QF_Q4_1:
+    case GPUCORE_QF_Q5_1: {
+        float min = x[0], max = x[0];
+        for (int j = 1; j < 32; j++) {
+            min = x[j] < min ? x[j] : min;
+            max = x[j] > max ? x[j] : max;
+        }
+        int five = fmt == GPUCORE_QF_Q5_1;
+        float d = (max - min) / (five ? 31.0f : 15.0f), id = d != 0.0f ? 1.0f / d : 0.0f;
+        gpucore_q_put_f16(b, d);
+        gpucore_q_put_f16(b + 2, min);
+        gpucore_gguf_pack_small(x, min, id, 0.5f, five ? 31 : 15, b + (five ? 8 : 4), five ? b + 4 : NULL);
+        return 0;
+    }
+    case GPUCORE_QF_Q8_0: {
+        float amax = 0.0f;
+        for (int j = 0; j < 32; j++) amax = fabsf(x[j]) > amax ? fabsf(x[j]) : amax;
+        float d = amax / 127.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
+        gpucore_q_put_f16(b, d);
+        for (int j = 0; j < 32; j++) b[2 + j] = (uint8_t)(int8_t)roundf(GPUCORE_QMUL(x[j], id));
+        return 0;
+    }
+    default:
+        return -1;
+    }
+}
+
+/* One 4-bit index of bitsandbytes' NF4/FP4: x scaled by inv_absmax = 1 / absmax (f32),
+ * clamped to [-1, 1], the nearest code (a block of zeros scales 0 * inf = NaN: index 0, as
+ * bitsandbytes' argmin gives). */
+GPUCORE_HD int gpucore_q4_quantize_value(int fmt, float x, float inv_absmax)
+{
+    float s = GPUCORE_QMUL(x, inv_absmax);
+    s = s < -1.0f ? -1.0f : (s > 1.0f ? 1.0f : s);
+    return gpucore_q4_nearest(fmt, s);
+}
+
+/* One int8 row value: round half even of x * (127 / scb) (scale given), 0 in a zero row. */
+GPUCORE_HD int8_t gpucore_q_int8_row_quantize(float x, float scale127)
+{
+    float v = GPUCORE_QMUL(x, scale127);
+    if (v != v) return 0;
+    return (int8_t)rintf(v);
+}
+
+/* Blocks of absmax values per nested f32 scale under double quantization (bitsandbytes'). */
+#define GPUCORE_QUANT_NESTED_BLOCK 256
+
+/* Where each part of a [rows, cols] matrix's bytes lies (src/ops/quant.c makes it; the layouts
+ * are documented with gpucore_quant_format). A work item is a block (a row for INT8_ROW). */
+typedef struct gpucore_quant_layout {
+    int fmt, flags;
+    int64_t rows, cols, n;  /* the matrix and its values */
+    int64_t block, nblocks; /* values per block (a row for INT8_ROW) and blocks */
+    int64_t scale_off;      /* NF4/FP4: absmax (f32, or u8 codes when double); INT8_ROW: SCB */
+    int64_t nested_off, nnested, offset_off; /* double quantization: f32 scales and the f32 offset */
+    int64_t total;          /* bytes */
+} gpucore_quant_layout;
+
+/* What a backend's quant entry runs: values (dtype values_dtype, contiguous, row-major) into
+ * bytes (quantize) or back. Quantizing writes the index of the first NaN or infinite value into
+ * *first_bad (host memory) and leaves that item unwritten, or -1 when every value is finite. */
+typedef struct gpucore_quant_args {
+    gpucore_quant_layout L;
+    int dequantize;
+    uint8_t *bytes;
+    void *values;
+    int values_dtype;
+    int64_t *first_bad;
+} gpucore_quant_args;
+
+GPUCORE_HD float gpucore_q_f32_at(const uint8_t *p)
+{
+    uint32_t u = gpucore_q_u32_at(p);
+    return gpucore_bits_f32(u);
+}
+GPUCORE_HD void gpucore_q_put_f32(uint8_t *p, float v)
+{
+    uint32_t u = gpucore_f32_bits(v);
+    for (int k = 0; k < 4; k++) p[k] = (uint8_t)(u >> (8 * k));
+}
+
+/* Value i (flat, row-major) of the matrix. */
+GPUCORE_HD float gpucore_quant_value(const gpucore_quant_layout *L, const uint8_t *bytes, int64_t i)
+{
+    switch (L->fmt) {
+    case GPUCORE_QF_NF4:
+    case GPUCORE_QF_FP4: {
+        int q = (i & 1) ? (bytes[i / 2] & 0x0f) : (bytes[i / 2] >> 4);
+        float absmax = gpucore_q_f32_at(bytes + L->scale_off + 4 * (i / L->block));
+        return GPUCORE_QMUL(gpucore_q4_code(L->fmt, q), absmax);
+    }
+    case GPUCORE_QF_INT8_ROW:
+        return gpucore_q_int8_row_value((int8_t)bytes[i], gpucore_q_f32_at(bytes + L->scale_off + 4 * (i / L->cols)));
+    default:
+        return gpucore_gguf_dequant_one(L->fmt, bytes + (i / L->block) * gpucore_gguf_block_bytes(L->fmt),
+                                        (int)(i % L->block));
+    }
+}
+
+/* Dequantizes work item `item` into values (dtype dt). */
+GPUCORE_HD void gpucore_quant_item_dequantize(const gpucore_quant_layout *L, const uint8_t *bytes, int64_t item,
+                                              void *values, int dt)
+{
+    int64_t lo = item * L->block, hi = lo + L->block < L->n ? lo + L->block : L->n;
+    int es = gpucore_kdt_size(dt);
+    for (int64_t i = lo; i < hi; i++) gpucore_store_from_f32((char *)values + i * es, dt, gpucore_quant_value(L, bytes, i));
+}
+
+/* Quantizes work item `item` of values (dtype dt) into bytes; returns -1, or the index of its
+ * first NaN or infinite value (and writes nothing). */
+GPUCORE_HD int64_t gpucore_quant_item_quantize(const gpucore_quant_layout *L, const void *values, int dt, int64_t item,
+                                               uint8_t *bytes)
+{
+    int64_t lo = item * L->block, hi = lo + L->block < L->n ? lo + L->block : L->n;
+    int es = gpucore_kdt_size(dt);
+    const char *v = (const char *)values;
+    float amax = 0.0f;
+    for (int64_t i = lo; i < hi; i++) {
+        float x = gpucore_load_as_f32(v + i * es, dt);
+        if (!(fabsf(x) <= 3.402823466e38f)) return i;
+        amax = fabsf(x) > amax ? fabsf(x) : amax;
+    }
+    if (item == L->nblocks - 1 && L->scale_off) { /* the last item zeroes the padding before the scales */
+        int64_t used = L->fmt == GPUCORE_QF_INT8_ROW ? L->n : (L->n + 1) / 2;
+        for (int64_t k = used; k < L->scale_off; k++) bytes[k] = 0;
+    }
+    switch (L->fmt) {
+    case GPUCORE_QF_NF4:
+    case GPUCORE_QF_FP4: {
+        float inv = 1.0f / amax;
+        gpucore_q_put_f32(bytes + L->scale_off + 4 * item, amax);
+        for (int64_t i = lo; i < hi; i += 2) {
+            int q0 = gpucore_q4_quantize_value(L->fmt, gpucore_load_as_f32(v + i * es, dt), inv);
+            /* an odd count's last byte pairs the value with a quantized 0 (bitsandbytes pads) */
+            int q1 = i + 1 < hi ? gpucore_q4_quantize_value(L->fmt, gpucore_load_as_f32(v + (i + 1) * es, dt), inv)
+                                : gpucore_q4_nearest(L->fmt, 0.0f);
+            bytes[i / 2] = (uint8_t)((q0 << 4) | q1);
+        }
+        return -1;
+    }
+    case GPUCORE_QF_INT8_ROW: {
+        float scale127 = 127.0f / amax;
+        gpucore_q_put_f32(bytes + L->scale_off + 4 * item, amax);
+        for (int64_t i = lo; i < hi; i++)
+            bytes[i] = (uint8_t)gpucore_q_int8_row_quantize(gpucore_load_as_f32(v + i * es, dt), scale127);
+        return -1;
+    }
+    default: {
+        float x[32];
+        if (L->block != 32) return -1; /* the K formats are not quantized here (the front-end refuses them) */
+        for (int k = 0; k < 32; k++) x[k] = gpucore_load_as_f32(v + (lo + k) * es, dt);
+        gpucore_gguf_quantize_block(L->fmt, x, bytes + item * gpucore_gguf_block_bytes(L->fmt));
+        return -1;
+    }
     }
 }
 

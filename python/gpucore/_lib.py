@@ -313,6 +313,9 @@ DECLARATIONS: Dict[str, Tuple[Any, List[Any]]] = {
     "gpucore_activation_forward_new": (STATUS, [c_int, H, H, P_H]),
     "gpucore_activation_backward": (STATUS, [c_int, H, H, H, H]),
     "gpucore_cast": (STATUS, [H, H, H]),
+    "gpucore_quant_size": (STATUS, [c_int, c_int64, c_int64, c_int64, c_int, P_I64]),
+    "gpucore_quantize": (STATUS, [H, c_int, c_int64, c_int, H, H]),
+    "gpucore_dequantize": (STATUS, [H, c_int, c_int64, c_int, H, H]),
     "gpucore_dropout": (STATUS, [H, H, c_double, c_uint64, c_uint64, H]),
     # reductions
     "gpucore_reduce": (STATUS, [c_int, H, H, c_int, H]),

@@ -24,6 +24,8 @@
 #include "attention_math.h"
 #include "transformer_math.h"
 
+struct gpucore_quant_args; /* kernels/quant_formats.h */
+
 /* 2: event_create_untimed in the vtable, gemm_desc.fallback_out
  * 3: attn_args.algo and attn_args.engine_out (cuDNN SDPA)
  * 5: attn_args.ws_alloc/ws_release/ws_ctx (the cuDNN SDPA graphs' scratch)
@@ -190,6 +192,9 @@ typedef struct gpucore_backend {
     /* RoPE, gated linear units, fused residual + norm (src/ops/transformer.c validates;
      * kernels/transformer_math.h). NULL: not supported. */
     gpucore_status (*transformer)(void *bctx, const gpucore_tfm_args *args, void *stream);
+    /* Quantize or dequantize a weight (src/ops/quant.c validates; kernels/quant_formats.h
+     * holds the formats). NULL: not supported. */
+    gpucore_status (*quant)(void *bctx, const struct gpucore_quant_args *args, void *stream);
 
     /* --- what the host can know of a stream without asking it. NULL: nothing (CUDA: the
      * device runs the work). --- */

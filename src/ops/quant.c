@@ -1,11 +1,12 @@
 /*
  * quant.c — the quantized weight formats' front-end: where each part of a format's bytes lies
- * (quant_layout), the public size query, and the host-side dequantization the file readers
- * use. The per-block arithmetic is kernels/quant_formats.h's.
+ * (quant_layout), the public size query, gpucore_quantize / gpucore_dequantize (checks, then
+ * the backend's quant entry), and the host-side dequantization the file readers use. The per-block arithmetic is kernels/quant_formats.h's.
  */
 #include <math.h>
 #include <string.h>
 #include "core/internal.h"
+#include "ops/ops_internal.h"
 #include "ops/quant_internal.h"
 #include "ops/quant_layout.h"
 
@@ -108,48 +109,6 @@ gpucore_status gpucore_quant_size(gpucore_quant_format fmt, int64_t rows, int64_
     return GPUCORE_OK;
 }
 
-/* The f32 absmax of 4-bit block blk (a plain f32, or the double-quantized one rebuilt). */
-static float q4_block_absmax(const quant_layout *L, const uint8_t *bytes, int64_t blk)
-{
-    float a;
-    if (!(L->flags & GPUCORE_QUANT_DOUBLE)) {
-        memcpy(&a, bytes + L->scale_off + 4 * blk, 4);
-        return a;
-    }
-    return 0.0f; /* refused by quant_layout_make */
-}
-
-void quant_dequantize_range(const quant_layout *L, const uint8_t *bytes, int64_t begin, int64_t end, float *out)
-{
-    switch (L->fmt) {
-    case GPUCORE_QF_NF4:
-    case GPUCORE_QF_FP4:
-        for (int64_t blk = begin / L->block; blk * L->block < end; blk++) {
-            float absmax = q4_block_absmax(L, bytes, blk);
-            int64_t lo = blk * L->block > begin ? blk * L->block : begin;
-            int64_t hi = (blk + 1) * L->block < end ? (blk + 1) * L->block : end;
-            for (int64_t i = lo; i < hi; i++) {
-                int q = (i & 1) ? (bytes[i / 2] & 0x0f) : (bytes[i / 2] >> 4);
-                out[i - begin] = GPUCORE_QMUL(gpucore_q4_code(L->fmt, q), absmax);
-            }
-        }
-        break;
-    case GPUCORE_QF_INT8_ROW:
-        for (int64_t i = begin; i < end; i++) {
-            float scb;
-            memcpy(&scb, bytes + L->scale_off + 4 * (i / L->cols), 4);
-            out[i - begin] = gpucore_q_int8_row_value((int8_t)bytes[i], scb);
-        }
-        break;
-    default: {
-        int64_t be = L->block, bb = gpucore_gguf_block_bytes(L->fmt);
-        for (int64_t i = begin; i < end; i++)
-            out[i - begin] = gpucore_gguf_dequant_one(L->fmt, bytes + (i / be) * bb, (int)(i % be));
-        break;
-    }
-    }
-}
-
 int64_t quant_row_bytes(int format, int64_t n_elems)
 {
     quant_layout L;
@@ -164,6 +123,118 @@ gpucore_status quant_dequantize_host(int format, const void *blocks, int64_t n_e
     quant_layout L;
     gpucore_status st = quant_layout_make(format, 1, n_elems, 0, 0, "quant_dequantize_host", &L);
     if (st != GPUCORE_OK) return st;
-    quant_dequantize_range(&L, (const uint8_t *)blocks, 0, L.n, out);
+    for (int64_t item = 0; item < L.nblocks; item++)
+        gpucore_quant_item_dequantize(&L, (const uint8_t *)blocks, item, out, GPUCORE_KDT_F32);
     return GPUCORE_OK;
+}
+
+/* rows x cols of a values tensor: cols its last dim, rows the product of the others. */
+static gpucore_status values_matrix(const gpucore_tensor *t, const char *op, const char *arg, int64_t *rows,
+                                    int64_t *cols)
+{
+    if (t->ndim < 1)
+        return gpucore_set_error(GPUCORE_ERR_SHAPE_MISMATCH, "%s: %s is a scalar; give a matrix [rows, cols]", op, arg);
+    *cols = t->shape[t->ndim - 1];
+    *rows = 1;
+    for (int d = 0; d < t->ndim - 1; d++) *rows *= t->shape[d];
+    return GPUCORE_OK;
+}
+
+/* The bytes tensor: U8, contiguous, exactly L->total elements. */
+static gpucore_status check_bytes(const gpucore_tensor *q, const quant_layout *L, const char *op, const char *arg)
+{
+    if (q->dtype != GPUCORE_U8)
+        return gpucore_set_error(GPUCORE_ERR_DTYPE_MISMATCH, "%s: %s holds the quantized bytes and must be u8, not %s", op,
+                                 arg, gpucore_dtype_name((gpucore_dtype)q->dtype));
+    gpucore_view v;
+    gpucore_tensor_view_of(q, &v);
+    if (v.numel != L->total)
+        return gpucore_set_error(GPUCORE_ERR_SHAPE_MISMATCH,
+                                 "%s: %s has %lld bytes, but a %lld x %lld %s matrix takes %lld (gpucore_quant_size)", op,
+                                 arg, (long long)v.numel, (long long)L->rows, (long long)L->cols,
+                                 quant_format_name(L->fmt), (long long)L->total);
+    if (!v.contiguous)
+        return gpucore_set_error(GPUCORE_ERR_NOT_CONTIGUOUS, "%s: %s (the quantized bytes) must be contiguous", op, arg);
+    return GPUCORE_OK;
+}
+
+/* Checks shared by both directions; fills *L and *s. */
+static gpucore_status quant_prepare(const char *op, const gpucore_tensor *values, const char *vname,
+                                    const gpucore_tensor *bytes, const char *bname, int fmt, int64_t block_size,
+                                    int flags, gpucore_stream *stream, quant_layout *L, gpucore_stream **s)
+{
+    gpucore_status st;
+    int64_t rows = 0, cols = 0;
+    if ((st = gpucore_check_tensor(values, op, vname)) || (st = gpucore_check_tensor(bytes, op, bname)) ||
+        (st = ops_check_float(values, op, vname)) || (st = ops_check_same(values, vname, bytes, bname, op, 0)) ||
+        (st = values_matrix(values, op, vname, &rows, &cols)) ||
+        (st = quant_layout_make(fmt, rows, cols, block_size, flags, op, L)) || (st = check_bytes(bytes, L, op, bname)) ||
+        (st = ops_need_entry(values->ctx, (const void *)values->ctx->be->quant, op)) ||
+        (st = gpucore_resolve_stream(values->ctx, stream, op, s)))
+        return st;
+    return GPUCORE_OK;
+}
+
+/* The backend's quant entry on s, profiled as op (values: the f32/f16/bf16 side). */
+static gpucore_status quant_run(const gpucore_tensor *values, gpucore_stream *s, const char *op,
+                                const gpucore_quant_args *a)
+{
+    void *prof = gpucore_prof_begin(values->ctx, s, op, gpucore_prof_bytes(values) + a->L.total);
+    gpucore_status st = values->ctx->be->quant(values->ctx->bctx, a, s->bstream);
+    gpucore_prof_end(values->ctx, prof);
+    return st;
+}
+
+gpucore_status gpucore_quantize(const gpucore_tensor *x, gpucore_quant_format fmt, int64_t block_size, int flags,
+                                gpucore_tensor *out, gpucore_stream *stream)
+{
+    const char *op = "quantize";
+    quant_layout L;
+    gpucore_stream *s;
+    gpucore_status st = quant_prepare(op, x, "x", out, "out", (int)fmt, block_size, flags, stream, &L, &s);
+    if (st) return st;
+    if (gpucore_gguf_block_elems(L.fmt) == 256)
+        return gpucore_set_error(GPUCORE_ERR_NOT_SUPPORTED,
+                                 "quantize: quantizing to %s is not implemented (its blocks are read and dequantized); "
+                                 "use Q4_0, Q4_1, Q5_0, Q5_1 or Q8_0", quant_format_name(L.fmt));
+    if (L.n == 0) return GPUCORE_OK;
+    gpucore_view xv, ov;
+    gpucore_tensor *staged = NULL;
+    if ((st = ops_contiguous_input(x, s, &xv, &staged))) return st;
+    gpucore_tensor_view_of(out, &ov);
+    int64_t first_bad = -1;
+    gpucore_quant_args a = {.L = L, .dequantize = 0, .bytes = ov.data, .values = xv.data,
+                            .values_dtype = x->dtype, .first_bad = &first_bad};
+    st = quant_run(x, s, op, &a);
+    /* first_bad lives here: the op is waited for before returning (a load-time call) */
+    gpucore_status sync = gpucore_stream_synchronize(s);
+    if (staged) gpucore_tensor_destroy(staged);
+    if (st) return st;
+    if (sync) return sync;
+    if (first_bad >= 0)
+        return gpucore_set_error(GPUCORE_ERR_INVALID_ARGUMENT,
+                                 "quantize: x[%lld] (row %lld, column %lld) is NaN or infinite; %s cannot hold it "
+                                 "(out is left partly written)", (long long)first_bad,
+                                 (long long)(first_bad / L.cols), (long long)(first_bad % L.cols),
+                                 quant_format_name(L.fmt));
+    return GPUCORE_OK;
+}
+
+gpucore_status gpucore_dequantize(const gpucore_tensor *q, gpucore_quant_format fmt, int64_t block_size, int flags,
+                                  gpucore_tensor *out, gpucore_stream *stream)
+{
+    const char *op = "dequantize";
+    quant_layout L;
+    gpucore_stream *s;
+    gpucore_status st = quant_prepare(op, out, "out", q, "q", (int)fmt, block_size, flags, stream, &L, &s);
+    if (st) return st;
+    if (L.n == 0) return GPUCORE_OK;
+    gpucore_view qv, ov;
+    gpucore_tensor *staged = NULL;
+    gpucore_tensor_view_of(q, &qv);
+    if ((st = ops_contiguous_output(out, s, &ov, &staged))) return st;
+    gpucore_quant_args a = {.L = L, .dequantize = 1, .bytes = qv.data, .values = ov.data,
+                            .values_dtype = out->dtype, .first_bad = NULL};
+    st = quant_run(out, s, op, &a);
+    return ops_finish_output(out, staged, s, st);
 }

@@ -178,6 +178,7 @@ static const gpucore_backend cpu_backend_table = {
     .elementwise = cpu_elementwise,
     .reduce = cpu_reduce,
     .rows = cpu_rows,
+    .quant = cpu_quant,
     .optim_step = cpu_optim_step,
     .amp_unscale = cpu_amp_unscale,
     .amp_update = cpu_amp_update,
