@@ -253,6 +253,17 @@ static void test_arrays(void)
         CHECK(decode_is(t, (int32_t[]){ID_BOS, ID_HELLO, ID_END}, 3, 1, "hello"));
         gpucore_tokenizer_destroy(t);
     }
+    /* a token whose bytes end inside a UTF-8 sequence (an arbitrary file's added token) decodes as its bytes */
+    const char *cut_tokens[257];
+    int32_t cut_types[257];
+    for (int b = 0; b < 256; b++) { cut_tokens[b] = byte_char[b]; cut_types[b] = 1; }
+    cut_tokens[256] = "\xf0\x9f";
+    cut_types[256] = 4;
+    gpucore_tokenizer_arrays cut = {257, cut_tokens, cut_types, 0, NULL, "gpt2", -1, -1, 0, 0};
+    gpucore_tokenizer *ct = NULL;
+    CHECK_OK(gpucore_tokenizer_create_from_arrays(&cut, &ct));
+    if (ct) CHECK(decode_is(ct, (int32_t[]){'a', 256}, 2, 0, "a\xf0\x9f"));
+    gpucore_tokenizer_destroy(ct);
     gpucore_tokenizer *t = NULL;
     a.pre = "bert";
     CHECK_STATUS(gpucore_tokenizer_create_from_arrays(&a, &t), GPUCORE_ERR_NOT_SUPPORTED);

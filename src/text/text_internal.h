@@ -10,7 +10,8 @@
 #include "core/internal.h"
 
 /* ---- UTF-8 and Unicode classes (unicode.c) ---- */
-/* The code point at s[i] (i < end) and its length in *n; input is valid UTF-8 (checked first). */
+/* The code point at s[i] (i < end) and its length in *n. Encoded text is valid UTF-8 (checked first);
+ * a sequence that the end cuts (a token's bytes) is read as its lead byte alone. */
 GPUCORE_HIDDEN uint32_t text_utf8_at(const uint8_t *s, size_t end, size_t i, size_t *n);
 /* Byte offset of the first invalid UTF-8 sequence of s, or len when s is valid. */
 GPUCORE_HIDDEN size_t text_utf8_invalid_at(const uint8_t *s, size_t len);

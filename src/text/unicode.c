@@ -9,9 +9,11 @@
 uint32_t text_utf8_at(const uint8_t *s, size_t end, size_t i, size_t *n)
 {
     uint8_t c = s[i];
-    if (c < 0x80 || i + 1 >= end) { *n = 1; return c; }
-    if (c < 0xE0) { *n = 2; return ((uint32_t)(c & 0x1F) << 6) | (s[i + 1] & 0x3F); }
-    if (c < 0xF0) {
+    size_t len = c < 0xC0 ? 1 : c < 0xE0 ? 2 : c < 0xF0 ? 3 : 4;
+    if (len > end - i) len = 1; /* a sequence cut by the end (a token string's bytes): the byte alone */
+    if (len == 1) { *n = 1; return c; }
+    if (len == 2) { *n = 2; return ((uint32_t)(c & 0x1F) << 6) | (s[i + 1] & 0x3F); }
+    if (len == 3) {
         *n = 3;
         return ((uint32_t)(c & 0x0F) << 12) | ((uint32_t)(s[i + 1] & 0x3F) << 6) | (s[i + 2] & 0x3F);
     }
