@@ -20,16 +20,24 @@
 #                                        epilogues and fallbacks, conv, attention with fallback
 #                                        counts, comm and DDP with groups), fallback counts
 #                                      4 bench_matmul and bench_attention against PyTorch on the device
+#                                        (fails without figures of our own: a peer's rows alone do not count)
 #                                      5 the language-model checks against the device's transformers/PEFT
-#                                      6 the rest of the C tests and the Python tests, while time remains
+#                                        (the summary names the Python, PyTorch, transformers and PEFT used)
+#                                      6 the rest of the C tests, each with the arguments it needs
+#                                        (test_mpi_optional: one step per scenario; those that need an MPI
+#                                        module are left out, saying so, where the build has none), and the
+#                                        Python tests, while time remains (GPU_RUN_ONLY=a,b: only those)
 #                                      7 compute-sanitizer memcheck of two tests, while time remains
 #   bench/gpu-run.sh --phases suite,memcheck
 #                                    a second call while the machine is warm: ldd, the doctor, then
 #                                    only the phases named (contract bench models suite memcheck)
 #   GPU_RUN_DRY=1 OUT=dir bench/gpu-run.sh --all
 #                                    here, without a GPU: the same steps on the strict stand-ins
-#                                    (tests/cuda_contract of the normal build, GPU_RUN_BUILD=build);
-#                                    tests/test_gpu_run.sh checks it in CI.
+#                                    (tests/cuda_contract of the normal build, GPU_RUN_BUILD=build),
+#                                    each step's own time bound 3x (the stand-ins compute on this
+#                                    machine's CPUs); what only a GPU can show (memcheck, the bench
+#                                    figures) is marked "needs a real GPU" / "not run". It must end
+#                                    RESULT: PASS: tests/test_gpu_run.sh checks it in CI.
 #
 # A step passes when its command exits 0; a test that runs per backend must also have run on cuda
 # ("-- cuda" in its log) and not skipped it ("SKIP cuda backend"): on the GPU machine a skip is a
@@ -156,6 +164,8 @@ step() {
     return 124
   fi
   local bound=deadline
+  # the stand-ins run every kernel and GEMM on this machine's (shared) CPUs: a dry run's own bounds are 3x
+  [ "$DRY" = 1 ] && cap=$((cap * 3))
   [ "$cap" -lt "$l" ] && l=$cap && bound=own
   local t0=$SECONDS rc verdict
   # a step that is one of this script's functions runs in a child bash (timeout runs programs only)
@@ -169,6 +179,8 @@ step() {
     return 124
   elif [ "$rc" = 124 ] || [ "$rc" = 137 ]; then verdict="FAIL (killed at its own ${l} s bound)"
   elif [ "$rc" = 77 ]; then verdict="FAIL (the test skipped everything)"
+  elif [ "$rc" = 5 ] && grep -qE "^SKIPPED|no tests ran" "$PHASE_DIR/$name.log"; then
+    verdict="FAIL (pytest ran nothing: $(grep -m1 -E '^SKIPPED' "$PHASE_DIR/$name.log" | cut -c1-140))"
   elif [ "$rc" != 0 ]; then verdict="FAIL (rc $rc)"
   elif grep -q "^SKIP cuda backend" "$PHASE_DIR/$name.log"; then
     verdict="FAIL (skipped the cuda backend: $(grep -m1 '^SKIP cuda backend' "$PHASE_DIR/$name.log" | cut -c1-160))"
@@ -320,12 +332,26 @@ phase_bench() {
   step bench 300 python3 "$BUILD/bench/gpucore-bench" --only matmul,attention --quick --device cuda --json \
     --timeout "$cap" --out "$PHASE_DIR/bench.jsonl"
   [ -s "$PHASE_DIR/bench.jsonl" ] && bench_figures "$PHASE_DIR/bench.jsonl"
+  step bench_own_figures 30 bench_own_figures "$PHASE_DIR/bench.jsonl"
+  [ "$DRY" = 1 ] && say "  bench: needs a real GPU for its figures (the stand-ins compute on this machine's CPUs: $(tail -1 "$PHASE_DIR/bench_own_figures.log"))"
+}
+
+# bench_own_figures FILE: how many figures are libgpucore's own (a program that timed out or failed
+# leaves only its peers' rows, and gpucore-bench still exits 0); none fails, except in a dry run.
+bench_own_figures() {
+  local n
+  n=$(python3 -c 'import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip().startswith("{")]
+print(sum(1 for r in rows if "peer" not in r or "peer_value" in r))' "$1" 2>/dev/null || echo 0)
+  echo "${n:-0} figures of our own in $(basename "$1")"
+  [ "${n:-0}" -gt 0 ] || [ "$DRY" = 1 ]
 }
 
 # The Python tests on the device's python3 (PyTorch, transformers, PEFT); pytest from the carry if absent.
+# pytest_env [PYTHON]: the PYTHONPATH=... for that python3 (default python3).
 pytest_env() {
   local pp="$ROOT/python"
-  python3 -c "import pytest" 2>/dev/null || pp="$pp:$BUILD_ABS/pydeps"
+  "${1:-python3}" -c "import pytest" 2>/dev/null || pp="$pp:$BUILD_ABS/pydeps"
   [ "$DRY" = 1 ] && pp="$pp:$ROOT/build-pydeps"
   echo "PYTHONPATH=$pp${PYTHONPATH:+:$PYTHONPATH}"
 }
@@ -334,15 +360,47 @@ phase_models() {
   phase 5 models
   local py=python3
   [ "$DRY" = 1 ] && py=${GPUCORE_TORCH_PYTHON:-/usr/bin/python3}
-  local f n found=0
+  local f n found=0 env_pp
+  env_pp=$(pytest_env "$py")
+  # which Python, PyTorch, transformers and PEFT the checks ran against (and where each was imported from)
+  say "  models: $(env "$env_pp" timeout 60 "$py" - 2>&1 <<'PY' | tail -1 | cut -c1-400
+import os, sys
+out = [f"python {sys.version.split()[0]} ({sys.executable})"]
+for name in ("torch", "transformers", "peft", "pytest"):
+    try:
+        m = __import__(name)
+        out.append(f"{name} {m.__version__} ({os.path.dirname(os.path.dirname(m.__file__))})")
+    except Exception as e:
+        out.append(f"{name} not importable ({type(e).__name__}: {e})")
+print("; ".join(out))
+PY
+)"
   for f in python/torch_tests/test_lm_capi.py python/torch_tests/test_models_hf.py; do
     [ -f "$f" ] || continue
     found=1
     n=$(basename "$f" .py)
-    step "$n" 150 env "$(pytest_env)" GPUCORE_LIBRARY="$BUILD_ABS/src/libgpucore.so" GPUCORE_TEST_DEVICE=cuda \
+    step "$n" 150 env "$env_pp" GPUCORE_LIBRARY="$BUILD_ABS/src/libgpucore.so" GPUCORE_TEST_DEVICE=cuda \
       "$py" -m pytest -q -p no:cacheprovider -rs "$f"
   done
   [ "$found" = 1 ] || say "  models: no language-model tests in this tree"
+}
+
+# GPU_RUN_ONLY=name,...: the suite phase runs only the tests (or "pytest") named (tests/test_gpu_run.sh
+# checks their invocations that way).
+only() { [ -z "${GPU_RUN_ONLY:-}" ] || case ",$GPU_RUN_ONLY," in *",$1,"*) true ;; *) false ;; esac; }
+
+# test_mpi_optional EXE: one scenario per process, as meson runs it: the MPI module unfindable, and a
+# library that is no MPI module. "found" and "nolibmpi" need the build's MPI module.
+mpi_optional_steps() {
+  local mod="$BUILD_ABS/src/dist/mpi/libgpucore_mpi.so"
+  step test_mpi_optional_missing 30 env GPUCORE_MPI_MODULE="$BUILD_ABS/no-such-folder/libgpucore_mpi.so" "$1" missing
+  step test_mpi_optional_notmodule 30 "$1" notmodule "$BUILD_ABS/src/libgpucore.so"
+  if [ -f "$mod" ]; then
+    step test_mpi_optional_found 30 "$1" found
+    step test_mpi_optional_nolibmpi 30 "$1" nolibmpi "$mod"
+  else
+    say "  test_mpi_optional found, nolibmpi: left out (this build has no MPI module: built without Open MPI)"
+  fi
 }
 
 phase_suite() {
@@ -351,11 +409,16 @@ phase_suite() {
   for t in "$T"/test_*; do
     n=$(basename "$t")
     [ -x "$t" ] && [ -f "$t" ] || continue
-    case $n in test_matmul | test_conv | test_attention | test_core | *.p | *.sh) continue ;; esac
-    case $n in test_comm | test_ddp | test_zero) step "${n}_local" 60 "$t" local; continue ;; esac
-    step "$n" 60 "$t"
+    # phases 2 and 3 ran these (test_comm and test_ddp with "local")
+    case $n in test_matmul | test_conv | test_attention | test_core | test_comm | test_ddp | *.p | *.sh) continue ;; esac
+    only "$n" || continue
+    case $n in
+    test_zero) step "${n}_local" 60 "$t" local ;;
+    test_mpi_optional) mpi_optional_steps "$t" ;;
+    *) step "$n" 60 "$t" ;;
+    esac
   done
-  step pytest 120 env "$(pytest_env)" GPUCORE_LIBRARY="$BUILD_ABS/src/libgpucore.so" GPUCORE_DEVICE=cuda \
+  only pytest && step pytest 120 env "$(pytest_env)" GPUCORE_LIBRARY="$BUILD_ABS/src/libgpucore.so" GPUCORE_DEVICE=cuda \
     python3 -m pytest -q -p no:cacheprovider -x python/tests
 }
 
@@ -382,9 +445,9 @@ case "${1:-}" in
   # a second call on a warm machine: only these phases (ldd and the doctor always run first)
   PHASES="ldd doctor ${2:?--phases LIST, e.g. suite,memcheck}"
   PHASES=${PHASES//,/ } ;;
-*) sed -n '2,40p' "$0"; exit 2 ;;
+*) sed -n '2,/^set -uo pipefail/{/^set -uo/!p}' "$0"; exit 2 ;;
 esac
-export -f ldd_check ldd_expect_host_libs doctor_check
+export -f ldd_check ldd_expect_host_libs doctor_check bench_own_figures
 export ALLOWED_RE CUDA_SONAME_RE DRY BUILD
 BUILD_ABS=$(realpath -m "$BUILD")
 START=$SECONDS

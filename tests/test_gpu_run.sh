@@ -3,7 +3,11 @@
 #   1. a dry run on the strict stand-ins (GPU_RUN_DRY=1) under a short shared deadline: it ends inside
 #      the deadline, leaves at most 8 files in OUT (summary.txt + at most 7 packed logs, each a readable
 #      tar), the summary has every phase and an end line, the ldd step names the host-only libraries
-#      the CI build links, and the doctor, smoke and contract-sensitive steps pass on the stand-ins;
+#      the CI build links, the doctor, smoke and contract-sensitive steps pass on the stand-ins, no step
+#      fails and the run ends RESULT: PASS (what needs a real GPU is marked so, not failed);
+#   1b. the later phases' invocations: the models phase (naming the Python, PyTorch and transformers it
+#      used) and suite steps of the model layer and the token data, test_mpi_optional's scenarios with
+#      their arguments, all passing (GPU_RUN_ONLY keeps the suite to them);
 #   2. a tiny deadline: the script stops on time and reports steps as not reached, not as passed;
 #   3. the stand-ins with every device hidden: a test that skips the cuda backend fails its step;
 #   4. the real (not dry) run on this machine, which has no GPU: it must fail, and say so.
@@ -51,6 +55,24 @@ done
 check "every step line that says ok has its seconds" \
   sh -c "! grep -E '^[a-z_0-9]+ +ok' '$S' | grep -vqE '^[a-z_0-9]+ +ok +[0-9]+s'"
 check "rc agrees with the summary (rc $rc)" sh -c "{ [ $rc = 0 ] && grep -q '^RESULT: PASS' '$S'; } || { [ $rc != 0 ] && grep -q '^RESULT: FAIL' '$S'; }"
+check "no step failed on the stand-ins" sh -c "! grep -E '^[a-z_0-9]+ +FAIL' '$S'"
+check "the dry run ends RESULT: PASS (rc $rc)" sh -c "[ $rc = 0 ] && grep -q '^RESULT: PASS' '$S'"
+check "memcheck is marked as needing a GPU, not failed" grep -q "memcheck: not run (a dry run has no GPU)" "$S"
+
+# 1b. the models phase and the suite's model-layer, token-data and MPI steps (the rest of the suite is the
+#     meson suite itself, on the same stand-ins)
+only=test_mpi_optional,test_models,test_lora,test_token_data
+GPU_RUN_ONLY=$only GPU_RUN_DRY=1 GPU_RUN_BUILD=$BUILD GPU_RUN_TOTAL_S=${GPU_RUN_TEST_LATER_S:-240} OUT="$tmp/later" \
+  bash bench/gpu-run.sh --phases models,suite >"$tmp/later.log" 2>&1
+rc=$?
+L="$tmp/later/summary.txt"
+check "later phases: RESULT: PASS (rc $rc)" sh -c "[ $rc = 0 ] && grep -q '^RESULT: PASS' '$L'"
+check "models phase names its Python, PyTorch and transformers" \
+  grep -qE "^  models: python [0-9.]+ .*; torch [^ ]+ .*; transformers [^ ]+ " "$L"
+for s in test_lm_capi test_models_hf test_models test_mpi_optional_missing test_mpi_optional_notmodule; do
+  check "step $s passed on the stand-ins" grep -qE "^$s +ok " "$L"
+done
+check "test_models ran its cuda pass" sh -c "tar xzOf '$tmp/later/6-suite.tgz' 6-suite/test_models.log | grep -q '^-- cuda$'"
 
 # 2. a deadline too short for the work: stops on time, later steps "not reached"
 t0=$SECONDS
@@ -85,6 +107,7 @@ check "and names the doctor or the missing module" grep -qE "^doctor +FAIL|no CU
 echo "test_gpu_run: $passes passed, $fails failed"
 if [ "$fails" != 0 ]; then
   echo "--- dry summary"; cat "$S" 2>/dev/null
+  echo "--- later phases' summary"; cat "$L" 2>/dev/null
   echo "--- real summary"; cat "$tmp/real/summary.txt" 2>/dev/null
   exit 1
 fi
