@@ -48,7 +48,7 @@ SOURCE_DIR = next((d for d in (os.path.normpath(os.path.join(BENCH_DIR, "@SOURCE
 # (name, argv prefix) — programs run in this order; comm runs under mpirun with 2 ranks.
 PROGRAMS = ["bench_alloc", "bench_ops", "bench_matmul", "bench_conv", "bench_optim", "bench_checkpoint", "bench_comm"]
 # Also runnable by name with --only (not in the default run: they need a GPU to say much, or minutes).
-EXTRA_PROGRAMS = ["bench_attention", "bench_lm", "bench_generate"]
+EXTRA_PROGRAMS = ["bench_attention", "bench_lm", "bench_generate", "bench_tokenizer"]
 TIME_UNITS = {"ns", "us", "ms", "s"}
 MEMORY_UNITS = {"bytes", "B", "KiB", "MiB", "GiB"}
 

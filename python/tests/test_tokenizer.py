@@ -18,14 +18,11 @@ import pytest
 
 import gpucore
 from gguf_files import smollm2_path
+from tokenizer_files import build_tokenizer_json, read_vocab
 
 tokenizers = pytest.importorskip("tokenizers", reason="the reference tokenizer (scripts/setup.sh installs it)")
 gguf = pytest.importorskip("gguf", reason="the GGUF reader of the reference (scripts/setup.sh installs it)")
 
-GPT2 = r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"
-LLAMA3 = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|"
-          r"\s*[\r\n]+|\s+(?!\S)|\s+")
-QWEN2 = LLAMA3.replace(r"\p{N}{1,3}", r"\p{N}")
 STYLES = ["gpt2", "smollm", "llama3", "qwen2"]
 
 PARAGRAPHS = [
@@ -72,54 +69,7 @@ def _smollm2_gguf():
 
 @pytest.fixture(scope="module")
 def vocab():
-    r = gguf.GGUFReader(_smollm2_gguf())
-
-    def arr(key):
-        f = r.fields[key]
-        return [f.parts[i] for i in f.data]
-
-    def scalar(key):
-        f = r.fields[key]
-        return f.parts[f.data[0]]
-
-    return {
-        "tokens": [bytes(p).decode("utf-8") for p in arr("tokenizer.ggml.tokens")],
-        "types": [int(p[0]) for p in arr("tokenizer.ggml.token_type")],
-        "merges": [bytes(p).decode("utf-8") for p in arr("tokenizer.ggml.merges")],
-        "pre": bytes(scalar("tokenizer.ggml.pre")).decode(),
-        "bos": int(scalar("tokenizer.ggml.bos_token_id")[0]),
-        "eos": int(scalar("tokenizer.ggml.eos_token_id")[0]),
-        "template": bytes(scalar("tokenizer.chat_template")).decode("utf-8"),
-    }
-
-
-def _build(style, v, path):
-    from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors
-    ids = {t: i for i, t in enumerate(v["tokens"])}
-    bpe = models.BPE(ids, [tuple(m.split(" ")) for m in v["merges"]], ignore_merges=style == "llama3")
-    tk = Tokenizer(bpe)
-    byte_level = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=style in ("gpt2", "smollm"))
-    if style == "gpt2":
-        tk.pre_tokenizer = byte_level
-    elif style == "smollm":
-        tk.pre_tokenizer = pre_tokenizers.Sequence([pre_tokenizers.Digits(individual_digits=True), byte_level])
-    else:
-        split = pre_tokenizers.Split(Regex(LLAMA3 if style == "llama3" else QWEN2), behavior="isolated")
-        tk.pre_tokenizer = pre_tokenizers.Sequence([split, byte_level])
-    if style == "qwen2":
-        tk.normalizer = normalizers.NFC()
-    tk.decoder = decoders.ByteLevel()
-    post = processors.ByteLevel(trim_offsets=False)
-    if style == "llama3":
-        bos = v["tokens"][v["bos"]]
-        post = processors.Sequence([post, processors.TemplateProcessing(single=f"{bos} $A", special_tokens=[(bos, v["bos"])])])
-    tk.post_processor = post
-    tk.add_special_tokens([AddedToken(t, special=True, normalized=False)
-                           for t, ty in zip(v["tokens"], v["types"]) if ty == 3])
-    tk.add_tokens([AddedToken("<think>", lstrip=True, rstrip=True, normalized=False),
-                   AddedToken("</think>", normalized=False),
-                   AddedToken("word", single_word=True, normalized=False)])
-    tk.save(path)
+    return read_vocab(_smollm2_gguf())
 
 
 @pytest.fixture(scope="module")
@@ -127,7 +77,7 @@ def files(vocab, tmp_path_factory):
     out = {}
     for style in STYLES:
         d = tmp_path_factory.mktemp(style)
-        _build(style, vocab, str(d / "tokenizer.json"))
+        build_tokenizer_json(style, vocab, str(d / "tokenizer.json"))
         with open(d / "tokenizer_config.json", "w") as f:
             json.dump({"bos_token": vocab["tokens"][vocab["bos"]], "eos_token": vocab["tokens"][vocab["eos"]],
                        "chat_template": vocab["template"]}, f)
