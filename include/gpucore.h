@@ -2768,7 +2768,7 @@ GPUCORE_API gpucore_status gpucore_lm_set_seed(gpucore_lm *lm, uint64_t seed);
  * `rows` rows of the [B·T, hidden] final hidden states: each chunk's logits, its cross-entropy
  * and (training) their gradient, written over those logits, then the hidden states' and the
  * head weight's gradients, so the [B, T, vocab] logits never exist (gpucore_lm_forward still
- * returns them). rows 0 (the default): chunks of about 32 MiB of logits, at least 64 rows.
+ * returns them). rows 0 (the default): chunks of about 32 MiB of logits, at least 256 rows.
  * Results equal those of whole logits to rounding (the loss's chunk sums add in f64, dW adds
  * chunk by chunk in the model's dtype). rows < 0: INVALID_ARGUMENT. */
 GPUCORE_API gpucore_status gpucore_lm_set_head_chunk_rows(gpucore_lm *lm, int64_t rows);

@@ -302,7 +302,7 @@ class LanguageModel(_Owned):
 
     def set_head_chunk_rows(self, rows: int = 0) -> None:
         """Rows per chunk of the head and the loss in loss() and forward_backward() (the [B, T, vocab] logits
-        never exist); 0: chunks of about 32 MiB of logits."""
+        never exist); 0: chunks of about 32 MiB of logits, at least 256 rows."""
         C.gpucore_lm_set_head_chunk_rows(self.handle, to_int(rows, "rows"))
 
     def set_seed(self, seed: int) -> None:
