@@ -226,16 +226,22 @@ static void test_refusals(void)
     refused("BPE", "null", BYTE_LEVEL, 1, (const char *const[]){"q z"}, GPUCORE_ERR_CORRUPT_FILE, "qz");
 }
 
-/* The vocabulary as arrays (a GGUF file's metadata) with each pre-tokenizer. */
-static void test_arrays(void)
+/* The fixture's vocabulary as a GGUF file's arrays: <|end|> and <s> control tokens, <tool> user defined. */
+static void fixture_arrays(const char **tokens, int32_t *types)
 {
-    const char *tokens[N_VOCAB];
-    int32_t types[N_VOCAB];
     for (int b = 0; b < 256; b++) { tokens[b] = byte_char[b]; types[b] = 1; }
     for (int m = 256; m < ID_END; m++) { tokens[m] = MERGED[m - 256]; types[m] = 1; }
     tokens[ID_END] = "<|end|>"; types[ID_END] = 3;
     tokens[ID_TOOL] = "<tool>"; types[ID_TOOL] = 4;
     tokens[ID_BOS] = "<s>"; types[ID_BOS] = 3;
+}
+
+/* The vocabulary as arrays (a GGUF file's metadata) with each pre-tokenizer. */
+static void test_arrays(void)
+{
+    const char *tokens[N_VOCAB];
+    int32_t types[N_VOCAB];
+    fixture_arrays(tokens, types);
     gpucore_tokenizer_arrays a = {N_VOCAB, tokens, types, N_MERGES, MERGES, "gpt2", ID_BOS, ID_END, 1, 0};
     static const struct { const char *pre; int n; int32_t ids[6]; } cases[] = {
         {"gpt2", 3, {ID_BOS, ID_12, ID_12}},
@@ -299,11 +305,7 @@ static void test_random_roundtrip(unsigned seed)
 {
     const char *tokens[N_VOCAB];
     int32_t types[N_VOCAB];
-    for (int b = 0; b < 256; b++) { tokens[b] = byte_char[b]; types[b] = 1; }
-    for (int m = 256; m < ID_END; m++) { tokens[m] = MERGED[m - 256]; types[m] = 1; }
-    tokens[ID_END] = "<|end|>"; types[ID_END] = 3;
-    tokens[ID_TOOL] = "<tool>"; types[ID_TOOL] = 4;
-    tokens[ID_BOS] = "<s>"; types[ID_BOS] = 3;
+    fixture_arrays(tokens, types);
     static const char *const pres[] = {"gpt2", "llama3", "qwen2", "smollm"};
     static const char *const pieces[] = {" ", "  ", "\n", "\r\n", "\t", "'s", "'LL", "12", "<tool>", "<|end|>", "hello",
                                          "\xc2\xa0", "\xe3\x80\x80", "\xd9\xa9", "\xf0\x9f\x98\x80"};
