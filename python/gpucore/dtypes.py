@@ -6,14 +6,15 @@ gpucore dtype  C enum    numpy dtype         notes
 float32        F32       float32
 float64        F64       float64
 float16        F16       float16
-bfloat16       BF16      (none) -> uint16    numpy has no bf16: ``Tensor.numpy()`` gives
-                                             the raw bits as uint16 (zero-copy);
-                                             ``Tensor.numpy(convert=True)`` gives float32
+bfloat16       BF16      ml_dtypes.bfloat16  ``Tensor.numpy()`` gives an ml_dtypes array
+                                             (zero-copy; refused without ml_dtypes);
+                                             ``Tensor.numpy(convert=True)`` gives float32;
+                                             ``DType.numpy`` is uint16, the bits
 int32          I32       int32
 int64          I64       int64
 uint8          U8        uint8
-float8_e4m3    FP8_E4M3  (none) -> uint8     matmul operands, cast, LoRA base; bits as uint8
-float8_e5m2    FP8_E5M2  (none) -> uint8     matmul operands, cast, LoRA base; bits as uint8
+float8_e4m3    FP8_E4M3  ml_dtypes.float8_e4m3fn  matmul operands, cast, LoRA base; DType.numpy uint8
+float8_e5m2    FP8_E5M2  ml_dtypes.float8_e5m2    matmul operands, cast, LoRA base; DType.numpy uint8
 =============  ========  ==================  ======================================
 """
 from __future__ import annotations
@@ -93,6 +94,16 @@ _BY_NAME.update({"float": float32, "double": float64, "half": float16, "bf16": b
                  "long": int64, "int": int32, "e4m3": float8_e4m3, "e5m2": float8_e5m2})
 _FROM_NUMPY: Dict[np.dtype, DType] = {np.dtype(d.numpy): d for d in _ALL if d.exact_numpy}
 
+# bf16 and fp8 as numpy dtypes: ml_dtypes' (the ones JAX uses), when that package is importable.
+try:
+    import ml_dtypes as _ml_dtypes
+    VALUE_NUMPY: Dict[int, np.dtype] = {bfloat16.value: np.dtype(_ml_dtypes.bfloat16),
+                                        float8_e4m3.value: np.dtype(_ml_dtypes.float8_e4m3fn),
+                                        float8_e5m2.value: np.dtype(_ml_dtypes.float8_e5m2)}
+except ImportError:  # pragma: no cover - ml_dtypes is a dependency; numpy() then refuses these dtypes
+    VALUE_NUMPY = {}
+_FROM_NUMPY.update({nd: _BY_VALUE[v] for v, nd in VALUE_NUMPY.items()})
+
 DTypeLike = Union[DType, str, np.dtype, type]
 
 
@@ -140,10 +151,17 @@ def from_numpy_dtype(nd: np.dtype) -> DType:
 
 # ---- conversions for the dtypes numpy lacks ----
 
+def _bits_of(a: Any, bits_dtype: Any) -> np.ndarray:
+    """a as an array of bits_dtype: an ml_dtypes array (bf16, fp8) is viewed as its bits, not converted."""
+    if isinstance(a, np.ndarray) and a.dtype in VALUE_NUMPY.values() and a.dtype.itemsize == np.dtype(bits_dtype).itemsize:
+        return a.view(bits_dtype)
+    return np.asarray(a, dtype=bits_dtype)
+
+
 def bf16_to_float32(bits: np.ndarray) -> np.ndarray:
-    """bf16 values stored as uint16 bits -> float32 (exact)."""
+    """bf16 values (uint16 bits, or an ml_dtypes.bfloat16 array) -> float32 (exact)."""
     # np.ascontiguousarray would turn a 0-d array into shape (1,): keep the shape explicitly.
-    b = np.asarray(bits, dtype=np.uint16)
+    b = _bits_of(bits, np.uint16)
     return (b.reshape(-1).astype(np.uint32) << 16).view(np.float32).reshape(b.shape)
 
 
@@ -182,12 +200,12 @@ _FP8_TABLES: Dict[int, np.ndarray] = {}
 
 
 def fp8_to_float32(bits: np.ndarray, dtype: DType) -> np.ndarray:
-    """fp8 (e4m3fn or e5m2) bits as uint8 -> float32 (exact)."""
+    """fp8 (e4m3fn or e5m2) bits as uint8 (or an ml_dtypes float8 array) -> float32 (exact)."""
     dtype = as_dtype(dtype)
     if dtype.value not in (7, 8):
         raise InvalidArgumentError("fp8_to_float32: dtype must be float8_e4m3 or float8_e5m2, not %s" % dtype.long_name)
     if dtype.value not in _FP8_TABLES:
         _FP8_TABLES[7] = _fp8_table(4, 3, 7, True)
         _FP8_TABLES[8] = _fp8_table(5, 2, 15, False)
-    b = np.asarray(bits, dtype=np.uint8)
+    b = _bits_of(bits, np.uint8)
     return _FP8_TABLES[dtype.value][b.reshape(-1)].reshape(b.shape)

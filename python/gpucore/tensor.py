@@ -610,7 +610,7 @@ class Tensor:
             if src.dtype is not self.dtype:
                 raise DtypeMismatchError("copy_: dst is %s but src is %s; copies do not convert"
                                          % (self.dtype.name, src.dtype.name))
-            src = src.numpy(copy=True)
+            src = src._numpy_bits(True)
         arr = _host_array_for(self, src, "copy_")
         h = self.handle
         if nb:
@@ -739,14 +739,28 @@ class Tensor:
         its context is closed. Elsewhere it is a copy (``copy=False`` then raises).
         The context is synchronised first.
 
-        bf16 and fp8 have no numpy dtype: you get the raw bits (uint16 / uint8), or
-        with ``convert=True`` a float32 copy of the values.
+        bf16 and fp8 come as ``ml_dtypes`` arrays (``ml_dtypes.bfloat16``,
+        ``float8_e4m3fn``, ``float8_e5m2``: numpy arrays of those values, shared as above);
+        without the ml_dtypes package they are refused. ``convert=True`` gives a float32
+        copy of the values instead (for any dtype numpy lacks).
         """
+        dt = self._dtype
+        if dt.exact_numpy:
+            return self._numpy_bits(copy)
+        if convert:
+            bits = self._numpy_bits(True)
+            return _dt.bf16_to_float32(bits) if dt is _dt.bfloat16 else _dt.fp8_to_float32(bits, dt)
+        value_dtype = _dt.VALUE_NUMPY.get(dt.value)
+        if value_dtype is None:
+            raise NotSupportedError("numpy(): %s has no numpy dtype here: install the ml_dtypes package "
+                                    "(pip install ml_dtypes) for a %s array, or pass convert=True for a float32 "
+                                    "copy" % (dt.long_name, dt.long_name))
+        return self._numpy_bits(copy).view(value_dtype)
+
+    def _numpy_bits(self, copy: Optional[bool]) -> np.ndarray:
+        """numpy() with bf16/fp8 as their bits (uint16 / uint8)."""
         h = self.handle
         dt = self._dtype
-        if convert and not dt.exact_numpy:
-            bits = self.numpy(copy=True)
-            return _dt.bf16_to_float32(bits) if dt is _dt.bfloat16 else _dt.fp8_to_float32(bits, dt)
         shareable = self._ctx.is_cpu
         if copy is False and not shareable:
             raise NotSupportedError("numpy(copy=False): the tensor is on %s; only CPU tensors can be shared "
@@ -841,6 +855,8 @@ def _host_array_for(t: Tensor, src: Any, what: str) -> np.ndarray:
     """A dense numpy array with t's bytes layout (t.dtype.numpy, t.shape) built from src."""
     dt = t.dtype
     if isinstance(src, np.ndarray):
+        if dt.value in _dt.VALUE_NUMPY and src.dtype == _dt.VALUE_NUMPY[dt.value]:  # an ml_dtypes array of t's dtype
+            src = src.view(dt.numpy)
         if src.dtype != dt.numpy:
             if dt is _dt.bfloat16 and src.dtype.kind == "f":
                 src = _dt.float32_to_bf16(src)
@@ -1052,6 +1068,8 @@ def tensor(data: Any, dtype: Any = None, device: DeviceLike = None) -> Tensor:
         if dt is _dt.bfloat16 and arr.dtype != np.uint16:
             arr = _dt.float32_to_bf16(arr.astype(np.float32))
         elif not dt.exact_numpy and dt is not _dt.bfloat16:
+            if dt.value in _dt.VALUE_NUMPY and arr.dtype == _dt.VALUE_NUMPY[dt.value]:
+                arr = arr.view(np.uint8)
             if arr.dtype != np.uint8:
                 raise DtypeMismatchError("tensor(): %s data must be given as uint8 bits" % dt.long_name)
         elif arr.dtype != dt.numpy:

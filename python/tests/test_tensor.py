@@ -47,9 +47,15 @@ def test_bf16_and_fp8(ctx):
     x = np.array([1.0, -2.5, 3.140625, 1e-3, 65504.0, np.inf], np.float32)
     t = ctx.tensor(x, dtype="bf16")
     assert t.dtype is gpucore.bfloat16
-    bits = t.numpy()
-    assert bits.dtype == np.uint16
-    np.testing.assert_array_equal(bits, gpucore.float32_to_bf16(x))
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    vals = t.numpy()   # an ml_dtypes.bfloat16 array sharing the tensor's memory
+    assert vals.dtype == ml_dtypes.bfloat16
+    np.testing.assert_array_equal(vals.view(np.uint16), gpucore.float32_to_bf16(x))
+    vals[0] = 2.0
+    assert t.numpy(convert=True)[0] == 2.0 and np.isinf(vals.astype(np.float32)[5])
+    vals[0] = 1.0
+    assert ctx.tensor(vals).dtype is gpucore.bfloat16   # and back: the bits, unchanged
+    np.testing.assert_array_equal(ctx.tensor(vals).numpy().view(np.uint16), vals.view(np.uint16))
     back = t.numpy(convert=True)
     assert back.dtype == np.float32
     np.testing.assert_allclose(back, x, rtol=1 / 128)
@@ -58,6 +64,9 @@ def test_bf16_and_fp8(ctx):
     np.testing.assert_array_equal(t2.numpy(convert=True), [1.5] * 4)
     # fp8: bits only (fill is not supported for fp8, the library says so)
     f8 = ctx.tensor(np.array([0x38, 0xB8, 0x00, 0x7F], np.uint8), dtype="float8_e4m3")
+    assert f8.numpy().dtype == ml_dtypes.float8_e4m3fn and f8.numpy().view(np.uint8)[1] == 0xB8
+    np.testing.assert_array_equal(f8.numpy().astype(np.float32)[:3], [1.0, -1.0, 0.0])
+    assert ctx.tensor(np.array([0x3C], np.uint8), dtype="float8_e5m2").numpy().dtype == ml_dtypes.float8_e5m2
     np.testing.assert_array_equal(f8.numpy(convert=True)[:3], [1.0, -1.0, 0.0])
     assert np.isnan(f8.numpy(convert=True)[3])
     with pytest.raises(gpucore.NotSupportedError) as e:
@@ -65,6 +74,18 @@ def test_bf16_and_fp8(ctx):
     assert "fp8" in str(e.value)
     e5 = gpucore.fp8_to_float32(np.array([0x3C, 0x7C], np.uint8), gpucore.float8_e5m2)
     assert e5[0] == 1.0 and np.isinf(e5[1])
+
+
+def test_bf16_numpy_without_ml_dtypes_refuses(ctx, monkeypatch):
+    """Never raw bits that look like numbers: without ml_dtypes, numpy() of bf16/fp8 refuses and
+    names convert=True."""
+    monkeypatch.setattr(gpucore.dtypes, "VALUE_NUMPY", {})
+    t = ctx.tensor(np.array([1.5], np.float32), dtype="bf16")
+    with pytest.raises(gpucore.NotSupportedError, match=r"ml_dtypes.*convert=True"):
+        t.numpy()
+    with pytest.raises(gpucore.NotSupportedError, match="convert=True"):
+        ctx.tensor(np.array([0x38], np.uint8), dtype="float8_e4m3").numpy()
+    assert t.numpy(convert=True)[0] == 1.5
 
 
 def test_views_match_numpy(ctx):

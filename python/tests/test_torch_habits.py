@@ -307,7 +307,7 @@ def test_to_dtype_device_and_tensor(ctx):
     x = gc.tensor(a, device=ctx)
     b = x.to(gc.bfloat16)
     assert b.dtype is gc.bfloat16
-    np.testing.assert_array_equal(b.numpy(), gc.float32_to_bf16(a))                # round to nearest even
+    np.testing.assert_array_equal(b.numpy().view(np.uint16), gc.float32_to_bf16(a))                # round to nearest even
     assert x.to("bf16").dtype is gc.bfloat16 and x.to(dtype="float16").dtype is gc.float16
     assert x.to(gc.float32) is x and x.to("cpu") is x and x.to(ctx) is x
     assert x.to(ctx, copy=True) is not x
