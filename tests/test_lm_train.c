@@ -7,7 +7,7 @@
  *     takes their place; bytes from the shape), a peak the caller made before the step
  *     survives it, and on the CPU with caching off the rise is checked against the
  *     process's high-water mark (VmHWM, reset through /proc/self/clear_refs where the
- *     kernel allows); in chunks of 8 rows the step's peak drops below the logits' size;
+ *     kernel allows); in chunks of 8 rows the step's peak drops by the logits less a chunk's;
  *   - the fused, chunked head and loss: chunks of 5 rows and of 1 row give the loss and
  *     gradients of one chunk (f32, 1e-6), and the loss equals a float64 cross-entropy of
  *     gpucore_lm_forward's logits;
@@ -207,7 +207,8 @@ static void test_peak_is_the_callers(gpucore_context *ctx)
     const int64_t chunked = memory_stat(ctx, 1) - before;
     printf("  %s: in chunks of 8 rows: peak rise %lld bytes (a chunk's logits %lld)\n", check_device,
            (long long)chunked, (long long)(8 * fx.vocab * 4));
-    CHECK(chunked >= 8 * fx.vocab * 4 && chunked < logits_bytes);
+    /* what else the step holds (a GEMM library's workspace, 32 MiB on CUDA) is the same in both */
+    CHECK(chunked >= 8 * fx.vocab * 4 && rise - chunked >= logits_bytes - 8 * fx.vocab * 4);
     /* a peak the caller made before the step is still the peak after it */
     gpucore_tensor *big = NULL;
     int64_t big_shape[1] = {8 * logits_bytes / 4};
