@@ -950,14 +950,15 @@ GPUCORE_API gpucore_status gpucore_quant_size(gpucore_quant_format fmt, int64_t 
  * (kernels/quant_formats.h). The call waits for its stream: it checks every value, and a NaN
  * or infinite one is INVALID_ARGUMENT naming its position (out is then partly written).
  * Q4_K, Q5_K and Q6_K are read (gpucore_dequantize) but not written: NOT_SUPPORTED. The
- * CPU backend runs it; others return NOT_SUPPORTED. Also: NULL_POINTER, INVALID_HANDLE,
+ * CPU backend runs it; others return NOT_SUPPORTED (quantize a CPU copy, copy the bytes). Also: NULL_POINTER, INVALID_HANDLE,
  * DTYPE_MISMATCH (x not a float type, out not u8), SHAPE_MISMATCH (out's size),
  * DEVICE_MISMATCH, INVALID_ARGUMENT (format, block size, flags, cols of a GGUF format). */
 GPUCORE_API gpucore_status gpucore_quantize(const gpucore_tensor *x, gpucore_quant_format fmt, int64_t block_size,
                                             int flags, gpucore_tensor *out, gpucore_stream *stream);
 /* out (f32, f16 or bf16, any strides; its shape gives rows and cols as above) = the values of
  * q (u8, contiguous, gpucore_quant_size bytes of fmt), computed in f32 as the reference does and
- * rounded to out's dtype. Asynchronous on the stream; the same errors as gpucore_quantize. */
+ * rounded to out's dtype, the same bits on every backend (CUDA: kernels/quant.cu). Asynchronous
+ * on the stream; the same errors as gpucore_quantize. */
 GPUCORE_API gpucore_status gpucore_dequantize(const gpucore_tensor *q, gpucore_quant_format fmt, int64_t block_size,
                                               int flags, gpucore_tensor *out, gpucore_stream *stream);
 

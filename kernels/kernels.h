@@ -17,6 +17,7 @@
 #include "attention_math.h"
 #include "transformer_math.h"
 #include "conv_desc.h"
+#include "quant_formats.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -56,6 +57,9 @@ int gpucore_kernel_reduce(const gpucore_launch *launch, const gpucore_reduce_arg
 int gpucore_kernel_rows(const gpucore_launch *launch, const gpucore_rows_args *args);
 /* embedding.cu: GPUCORE_ROWS_EMBED and GPUCORE_ROWS_EMBED_BWD. */
 int gpucore_kernel_embedding(const gpucore_launch *launch, const gpucore_rows_args *args);
+
+/* quant.cu: dequantize a quantized weight (formats and layouts in quant_formats.h) into its values. */
+int gpucore_kernel_quant_dequantize(const gpucore_launch *launch, const gpucore_quant_args *args);
 
 /* optim.cu: multi-tensor training kernels (descriptors and per-element math in optim_math.h). */
 int gpucore_kernel_optim_step(const gpucore_launch *launch, const gpucore_optim_hparams *hp,

@@ -60,6 +60,13 @@ gpucore_status kops_reduce(void *bctx, const gpucore_reduce_args *args, void *s)
     return launched(gpucore_kernel_reduce(&l, args), "reduce kernel launch");
 }
 
+gpucore_status kops_quant(void *bctx, const struct gpucore_quant_args *args, void *s)
+{
+    if (!args->dequantize) return kops_error(1 /* cudaErrorInvalidValue */, "quantize (runs on the CPU backend)");
+    LAUNCH_OR_RETURN(bctx, s, l);
+    return launched(gpucore_kernel_quant_dequantize(&l, args), "dequantize kernel launch");
+}
+
 gpucore_status kops_rows(void *bctx, const gpucore_rows_args *args, void *s)
 {
     LAUNCH_OR_RETURN(bctx, s, l);

@@ -47,6 +47,8 @@ KOPS_HIDDEN gpucore_status kops_clip_grad_norm(void *bctx, const gpucore_mt_tens
 KOPS_HIDDEN gpucore_status kops_attention(void *bctx, const gpucore_attn_args *args, void *s);
 /* RoPE, gated linear units, fused residual + norm (kernels/transformer.cu) */
 KOPS_HIDDEN gpucore_status kops_transformer(void *bctx, const gpucore_tfm_args *args, void *s);
+/* Dequantizing only: src/ops/quant.c sends quantizing to the CPU backend alone. */
+KOPS_HIDDEN gpucore_status kops_quant(void *bctx, const struct gpucore_quant_args *args, void *s);
 
 /* Every op entry above, as designated initializers: the cuda-emulated module
  * (tests/simt) installs exactly this list, so a new kops_* op must be added here
@@ -65,6 +67,7 @@ KOPS_HIDDEN gpucore_status kops_transformer(void *bctx, const gpucore_tfm_args *
     .amp_update = kops_amp_update,               \
     .clip_grad_norm = kops_clip_grad_norm,      \
     .attention = kops_attention,                \
-    .transformer = kops_transformer,
+    .transformer = kops_transformer,            \
+    .quant = kops_quant,
 
 #endif

@@ -193,6 +193,10 @@ gpucore_status gpucore_quantize(const gpucore_tensor *x, gpucore_quant_format fm
     gpucore_stream *s;
     gpucore_status st = quant_prepare(op, x, "x", out, "out", (int)fmt, block_size, flags, stream, &L, &s);
     if (st) return st;
+    if (x->ctx->type != GPUCORE_DEVICE_CPU)
+        return gpucore_set_error(GPUCORE_ERR_NOT_SUPPORTED,
+                                 "quantize: runs on the CPU backend (it checks every value on the host); quantize a "
+                                 "CPU copy of x and copy the bytes to this context (gpucore_dequantize runs here)");
     if (gpucore_gguf_block_elems(L.fmt) == 256)
         return gpucore_set_error(GPUCORE_ERR_NOT_SUPPORTED,
                                  "quantize: quantizing to %s is not implemented (its blocks are read and dequantized); "

@@ -329,6 +329,7 @@ static const gpucore_backend cuda_backend_table = {
     .rows = kops_rows,
     .attention = cuda_attention_checked,
     .transformer = kops_transformer,
+    .quant = kops_quant,
     .host_alloc = cuda_host_alloc,
     .host_free = cuda_host_free,
     .stream_priority_range = cuda_stream_priority_range,
