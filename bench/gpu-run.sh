@@ -16,7 +16,10 @@
 #                                      1 ldd of every carried binary; machine facts
 #                                      2 doctor (gpucore-info: fails unless a CUDA device is usable)
 #                                        and smoke (quickstart on cuda, test_core)
-#                                      3 contract-sensitive tests with GPUCORE_LOG=info (matmul
+#                                      3 the attention probe (does cuDNN's SDPA take our bf16 graphs: one
+#                                        verdict per graph) and bf16 attention TFLOP/s per path (cuDNN,
+#                                        our kernel) against PyTorch's SDPA; contract-sensitive tests
+#                                        with GPUCORE_LOG=info (matmul
 #                                        epilogues and fallbacks, conv, attention with fallback
 #                                        counts, comm and DDP with groups), fallback counts
 #                                      4 bench_matmul and bench_attention against PyTorch on the device
@@ -292,6 +295,19 @@ phase_doctor() {
 phase_contract() {
   phase 3 contract
   local t
+  # attention first: does cuDNN's SDPA take our bf16 graphs (each one's verdict in the summary; a decline of a
+  # graph we expect it to take fails this step and test_attention's), and how fast are cuDNN, our kernel and
+  # PyTorch's SDPA in bf16
+  export GPUCORE_EXPECT_CUDNN=1
+  if [ -x "$BUILD/bench/bench_attention" ]; then
+    step attention_probe 60 env GPUCORE_LOG=info "$BUILD/bench/bench_attention" --probe --device cuda
+    grep -h "^attention probe" "$PHASE_DIR/attention_probe.log" | cut -c1-700 | sed 's/^/  /' | tee -a "$OUT/summary.txt"
+    local sizes="--seqs 1024,2048,4096,8192"
+    [ "$DRY" = 1 ] && sizes="--seqs 32 --batch 1 --heads 2" # the stand-ins compute on the host
+    # shellcheck disable=SC2086
+    step attention_bf16 150 python3 bench/attention_paths.py "$BUILD/bench/bench_attention" --device cuda --dtype bf16 $sizes
+    grep -h "^  " "$PHASE_DIR/attention_bf16.log" | head -70 >>"$OUT/summary.txt"
+  fi
   for t in test_matmul test_conv test_attention; do
     have $t && step $t 120 env GPUCORE_LOG=info "$T/$t"
   done

@@ -1,12 +1,14 @@
 #!/usr/bin/env python3
 """torch_attention.py — the peer of bench_attention: torch.nn.functional.scaled_dot_product_attention
-forward and backward on bench_attention's cases (same case names, same dense-equivalent FLOP count:
-forward 4·B·H·S²·D, backward 2.5× that, halved when causal), on the GPU when one is usable (CUDA-event
+forward, backward and forward+backward on bench_attention's cases (same case names and options, same
+dense-equivalent FLOP count: forward 4·B·H·S²·D, backward 2.5× that, halved when causal, forward+backward
+over the sum of the two medians), on the GPU when one is usable (CUDA-event
 timing, torch.cuda.max_memory_allocated for the peak beyond the inputs), else on the CPU (wall-clock
 timing; no peak figure). Medians after warm-up. Prints bench_attention's JSON lines so gpucore-bench
 joins them. Prints nothing and exits 0 without PyTorch.
 
-    torch_attention.py [--json] [--quick|--full] [--device cpu|cuda] [--dtype f32|bf16]
+    torch_attention.py [--json] [--quick|--full] [--device cpu|cuda] [--dtype f32|f16|bf16]
+                       [--seqs S1,S2,...] [--batch B] [--heads H]
 """
 import json
 import sys
@@ -33,7 +35,9 @@ def main():
     if not cpu:
         torch.backends.cuda.matmul.allow_tf32 = False
     seqs = [128, 256, 512, 1024][: 4 if full else 3] if cpu else [512, 1024, 2048, 4096, 8192][: 5 if full else 3]
+    seqs = [int(x) for x in arg("--seqs", ",".join(map(str, seqs))).split(",")]
     B, H = (1, 4) if cpu else (4, 16)
+    B, H = int(arg("--batch", B)), int(arg("--heads", H))
     reps = 3 if cpu else 10
     device_name = "cpu" if cpu else torch.cuda.get_device_name()
 
@@ -70,7 +74,8 @@ def main():
                     fms = timed(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal))
                 out = F.scaled_dot_product_attention(q, k, v, is_causal=causal)
                 bms = timed(lambda: torch.autograd.grad(out, (q, k, v), dout, retain_graph=True))
-                rows = [("fwd", flops / (fms * 1e-3) / 1e12, "TFLOP/s"), ("bwd", 2.5 * flops / (bms * 1e-3) / 1e12, "TFLOP/s")]
+                rows = [("fwd", flops / (fms * 1e-3) / 1e12, "TFLOP/s"), ("bwd", 2.5 * flops / (bms * 1e-3) / 1e12, "TFLOP/s"),
+                        ("fwd+bwd", 3.5 * flops / ((fms + bms) * 1e-3) / 1e12, "TFLOP/s")]
                 if not cpu:
                     rows.append(("peak_extra", (torch.cuda.max_memory_allocated() - base) / 2 ** 20, "MiB"))
                 for metric, value, unit in rows:
