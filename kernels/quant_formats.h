@@ -344,6 +344,13 @@ GPUCORE_HD void gpucore_quant_item_dequantize(const gpucore_quant_layout *L, con
 {
     int64_t lo = item * L->block, hi = lo + L->block < L->n ? lo + L->block : L->n;
     int es = gpucore_kdt_size(dt);
+    if (L->fmt == GPUCORE_QF_NF4 || L->fmt == GPUCORE_QF_FP4) { /* the block's 16 values, once */
+        float absmax = gpucore_q_f32_at(bytes + L->scale_off + 4 * item), v[16];
+        for (int k = 0; k < 16; k++) v[k] = GPUCORE_QMUL(gpucore_q4_code(L->fmt, k), absmax);
+        for (int64_t i = lo; i < hi; i++)
+            gpucore_store_from_f32((char *)values + i * es, dt, v[(i & 1) ? (bytes[i / 2] & 0x0f) : (bytes[i / 2] >> 4)]);
+        return;
+    }
     for (int64_t i = lo; i < hi; i++) gpucore_store_from_f32((char *)values + i * es, dt, gpucore_quant_value(L, bytes, i));
 }
 

@@ -1,10 +1,8 @@
 """Quantized formats against their references, bit for bit: GGUF blocks against the gguf
 package's numpy quantize/dequantize (ggml's reference C functions mirrored), bitsandbytes'
 NF4 / FP4 / int8 rows against bitsandbytes' documented code books, packing and rounding written
-here in numpy, and against a fixture of bitsandbytes' own outputs."""
+here in numpy."""
 from __future__ import annotations
-
-import os
 
 import numpy as np
 import pytest
@@ -165,30 +163,6 @@ def test_int8_rows_match_reference(shape):
     want = (qs * scb[:, None]) * np.float32(7.874015718698502e-3)
     back = gpucore.dequantize(gpucore.from_numpy(q), "int8", shape).numpy()
     assert np.array_equal(bits(back), bits(want))
-
-
-FIXTURE = os.path.join(os.path.dirname(__file__), "data", "bnb_quant_fixture.npz")
-
-
-@pytest.mark.skipif(not os.path.exists(FIXTURE), reason="no bitsandbytes fixture in python/tests/data")
-def test_bitsandbytes_fixture():
-    """Outputs of bitsandbytes itself (made once by tools/make_bnb_fixture.py) on its inputs."""
-    f = np.load(FIXTURE)
-    for key in sorted(k for k in f.files if k.endswith("_input")):
-        name = key[: -len("_input")]
-        fmt, block = name.split("_")[0], int(name.split("_")[1])
-        x = f[key]
-        if fmt == "int8":
-            want = np.concatenate([f[name + "_q"].view(np.uint8).reshape(-1),
-                                   np.zeros((-f[name + "_q"].size) % 4, np.uint8), f[name + "_scb"].view(np.uint8)])
-            assert np.array_equal(gpucore.quantize(gp(x), "int8").numpy(), want), name
-            continue
-        packed = f[name + "_packed"].reshape(-1)
-        want = np.concatenate([packed, np.zeros((-packed.size) % 4, np.uint8), f[name + "_absmax"].view(np.uint8)])
-        got = gpucore.quantize(gp(x), fmt, block_size=block).numpy()
-        assert np.array_equal(got, want), "%s: first differing byte at %d" % (name, int(np.argmax(got != want)))
-        back = gpucore.dequantize(gpucore.from_numpy(got), fmt, x.shape, block_size=block).numpy()
-        assert np.array_equal(bits(back), bits(f[name + "_dequant"])), name
 
 
 def test_sizes_and_refusals():
