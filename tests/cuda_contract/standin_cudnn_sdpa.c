@@ -306,10 +306,15 @@ static int64_t pw_axis(const desc *op)
 {
     return i64(ref(op, CUDNN_ATTR_OPERATION_POINTWISE_PW_DESCRIPTOR, 0), CUDNN_ATTR_POINTWISE_AXIS, 0);
 }
+/* STANDIN_SDPA_CAUSAL_FIRST (tests): pointwise X inputs as the matcher sees them rewired, while it matches. */
+static struct { const desc *op, *x; } rewired[8];
+static int nrewired;
 static const desc *pin(const desc *op, int k)
 {
     static const int names[3] = {CUDNN_ATTR_OPERATION_POINTWISE_XDESC, CUDNN_ATTR_OPERATION_POINTWISE_BDESC,
                                  CUDNN_ATTR_OPERATION_POINTWISE_TDESC};
+    for (int i = 0; k == 0 && i < nrewired; i++)
+        if (rewired[i].op == op) return rewired[i].x;
     return ref(op, names[k], 0);
 }
 static const desc *mm(const desc *op, int name) { return ref(op, name, 0); }
@@ -720,6 +725,37 @@ static int frontend_order(const pmatch *p, int bwd, const fe_node *order[])
     return n;
 }
 
+/* STANDIN_SDPA_CAUSAL_FIRST (tests): a backward whose causal mask follows sub_s_m is seen with the mask before
+ * it (the mask's indices and select read S, sub_s_m reads the select, exp_s reads sub_s_m, the mask's four nodes
+ * listed before sub_s_m): the order the module built before it followed the frontend. */
+static void causal_first(pmatch *p)
+{
+    for (int e = 0; e < p->nops; e++) {
+        if (pw_mode(p->ops[e]) != CUDNN_POINTWISE_EXP || select_kind(p, pin(p->ops[e], 0)) != 1) continue;
+        const int s = writer_at(p, pin(p->ops[e], 0)), u = writer_at(p, pin(p->ops[s], 0));
+        if (u < 0 || pw_mode(p->ops[u]) != CUDNN_POINTWISE_SUB) return;
+        const int c = writer_at(p, pin(p->ops[s], 2));
+        const int r = writer_at(p, pin(p->ops[c], 0)), k = writer_at(p, pin(p->ops[c], 1));
+        const desc *S = pin(p->ops[u], 0), *tsel = pin(p->ops[e], 0), *tsub = pin(p->ops[s], 0);
+        const desc *ops[MAX_OPS];
+        const int mask[4] = {r, k, c, s};
+        int n = 0;
+        rewired[0].op = p->ops[r]; rewired[0].x = S;
+        rewired[1].op = p->ops[k]; rewired[1].x = S;
+        rewired[2].op = p->ops[s]; rewired[2].x = S;
+        rewired[3].op = p->ops[u]; rewired[3].x = tsel;
+        rewired[4].op = p->ops[e]; rewired[4].x = tsub;
+        nrewired = 5;
+        for (int i = 0; i < p->nops; i++) {
+            if (i == r || i == k || i == c || i == s) continue;
+            if (i == u) for (int m = 0; m < 4; m++) ops[n++] = p->ops[mask[m]];
+            ops[n++] = p->ops[i];
+        }
+        memcpy(p->ops, ops, sizeof(ops[0]) * (size_t)n);
+        return;
+    }
+}
+
 /* NULL when graph is the frontend's SDPA forward or backward, its nodes in the frontend's order; else why not.
  * STANDIN_SDPA_SWAP=i (tests): the matcher sees nodes i and i + 1 exchanged. */
 static const char *sdpa_pattern(const desc *graph, pmatch *p)
@@ -738,6 +774,8 @@ static const char *sdpa_pattern(const desc *graph, pmatch *p)
             p->ops[i + 1] = t;
         }
     }
+    nrewired = 0;
+    if (getenv("STANDIN_SDPA_CAUSAL_FIRST")) causal_first(p);
     const int nmm = count_matmuls(graph);
     int ok = nmm == 2 ? match_forward(p) : nmm == 5 ? match_backward(p)
            : pfail(p, "%d matmul nodes: the frontend's forward has 2 (bmm1, bmm2), its backward 5", nmm);
@@ -751,6 +789,7 @@ static const char *sdpa_pattern(const desc *graph, pmatch *p)
         if (p->role[i] != order[i])
             ok = pfail(p, "node %d is %s (%s); cudnn-frontend emits %s there (%s)", i, p->role[i]->name,
                        p->role[i]->where, order[i]->name, order[i]->where);
+    nrewired = 0;
     return ok ? NULL : p->why;
 }
 
@@ -839,7 +878,7 @@ static int node_io(const desc *op, const desc *in[NODE_IN], const desc **out)
         in[0] = ref(op, CUDNN_ATTR_OPERATION_RESHAPE_XDESC, 0);
         *out = ref(op, CUDNN_ATTR_OPERATION_RESHAPE_YDESC, 0);
     } else if (op->type == CUDNN_BACKEND_OPERATION_POINTWISE_DESCRIPTOR) {
-        in[0] = ref(op, CUDNN_ATTR_OPERATION_POINTWISE_XDESC, 0);
+        in[0] = pin(op, 0); /* (as rewired while matching, STANDIN_SDPA_CAUSAL_FIRST) */
         in[1] = ref(op, CUDNN_ATTR_OPERATION_POINTWISE_BDESC, 0);
         in[2] = ref(op, CUDNN_ATTR_OPERATION_POINTWISE_TDESC, 0);
         *out = ref(op, CUDNN_ATTR_OPERATION_POINTWISE_YDESC, 0);

@@ -407,7 +407,8 @@ static void test_sdpa_old_cudnn(gpucore_context *ctx)
 /* The stand-in gives engines only to graphs whose nodes are in cudnn-frontend's order: our forward and backward
  * with every part (bias, padding, causal; at cuDNN 9.9.0 the backward's second padding mask too) run on cuDNN,
  * and the same graphs with any two neighbouring nodes exchanged (STANDIN_SDPA_SWAP=i, i = 0, 1, ...) get no
- * engine, the refusal naming the frontend's node, until i passes the longer graph (the backward). */
+ * engine, the refusal naming the frontend's node, until i passes the longer graph (the backward); the backward
+ * seen with its causal mask before sub_s_m (STANDIN_SDPA_CAUSAL_FIRST) gets none either. */
 static void test_sdpa_frontend_order(gpucore_context *ctx)
 {
     gpucore_log_level saved = gpucore_get_log_level();
@@ -451,6 +452,20 @@ static void test_sdpa_frontend_order(gpucore_context *ctx)
         if (versions[ver]) unsetenv("STANDIN_DNN_VERSION");
         expect_clean("frontend order");
     }
+    /* our backward with its causal mask before sub_s_m (the order the module built before; the frontend's is
+     * after): refused, the forward still on cuDNN */
+    setenv("STANDIN_SDPA_CAUSAL_FIRST", "1", 1);
+    CHECK_OK(gpucore_attention_reset_stats(ctx));
+    const acase c = {GPUCORE_BF16, 3, 1, 1, sq++, 9, 16, 1, 1, 1, 0, 0, 0, 0};
+    run_case(ctx, &c, "causal mask before sub_s_m");
+    unsetenv("STANDIN_SDPA_CAUSAL_FIRST");
+    const gpucore_attention_stats st = stats_of(ctx);
+    CHECK(st.cudnn_calls == 1 && st.fallback_by_reason[GPUCORE_ATTN_FALLBACK_NO_ENGINE] == 1);
+    CHECK(strstr(refusal(), "the causal mask on the scores before sub_s_m") != NULL);
+    if (st.cudnn_calls != 1 || !strstr(refusal(), "before sub_s_m"))
+        fprintf(stderr, "  causal mask before sub_s_m: %lld calls on cuDNN; last refusal: %s\n",
+                (long long)st.cudnn_calls, refusal());
+    expect_clean("causal mask before sub_s_m");
     gpucore_set_log_level(saved);
 }
 
