@@ -1,8 +1,8 @@
 /*
  * quant_formats.h — the quantized weight formats, one block at a time: their byte layouts,
  * code books and the quantize / dequantize arithmetic, shared by the CPU backend, the
- * host-side helpers of src/ops/quant.c, the CUDA kernels and the tests, so every place
- * computes the same bits.
+ * host-side helpers of src/ops/quant.c and the CUDA kernel, so every place computes the same
+ * bits.
  *
  * GGUF blocks (llama.cpp's ggml), every multi-byte field little-endian:
  *   Q4_0  32 values, 18 bytes: f16 d, 16 bytes of nibbles; value j is the low nibble of
@@ -19,8 +19,9 @@
  *         the fifth bit of value l of sub-block i) between the scales and the nibbles.
  *   Q6_K  256 values, 210 bytes: 128 bytes of low nibbles, 64 bytes of high bit pairs,
  *         16 int8 scales (one per 16 values), f16 d; x = (d * sc) * (q - 32).
- * Quantizing follows ggml's reference C functions (quantize_row_*_ref), which the gguf
- * package's numpy code mirrors: f32 arithmetic, scales rounded to f16 after use.
+ * Quantizing Q4_0..Q8_0 follows ggml's reference C functions (quantize_row_*_ref), which the
+ * gguf package's numpy code mirrors: f32 arithmetic, scales rounded to f16 after use. The K
+ * formats are read only here.
  *
  * bitsandbytes 4-bit (NF4, FP4): the tensor flattened, blocks of a power of two from 32 to
  * 4096 values (the last may be partial), an f32 absmax per block; each value is scaled by
@@ -30,8 +31,8 @@
  * bitsandbytes 8-bit rows (Int8Params): SCB = the row's absmax (f32), q = round half even
  * of x * (127 / SCB) in f32 (0 in a row of zeros); x = (q * SCB) * (1/127 as f32).
  *
- * Every function is arithmetic on one block with no state; none checks its arguments
- * (src/ops/quant.c does). Products whose rounding the references take separately are
+ * Every function works on one value, block or work item, with no state; none checks its
+ * arguments (src/ops/quant.c does). Products whose rounding the references take separately are
  * written so no compiler fuses them into one fused multiply-add (GPUCORE_QMUL/QADD).
  */
 #ifndef GPUCORE_KERNELS_QUANT_FORMATS_H
@@ -55,8 +56,8 @@ enum {
 #define GPUCORE_QMUL(a, b) __fmul_rn((a), (b))
 #define GPUCORE_QADD(a, b) __fadd_rn((a), (b))
 #else
-/* Host C is compiled in ISO mode (no contraction across a separately rounded product); the
- * volatile-free form below keeps clang from contracting too. */
+/* Host C is compiled in ISO C mode, where GCC contracts nothing; the product is also rounded in
+ * a statement of its own, which clang's default contraction (within one expression) leaves alone. */
 GPUCORE_HD float gpucore_qmul_host(float a, float b) { float p = a * b; return p; }
 #define GPUCORE_QMUL(a, b) gpucore_qmul_host((a), (b))
 #define GPUCORE_QADD(a, b) ((a) + (b))
