@@ -3,10 +3,12 @@
 model cut to a few layers (vocab 151936, hidden 896, 14 heads, 2 key/value heads, intermediate 4864; tied
 head), LoRA r 8 on q_proj/v_proj, f32, CPU backend. Prints, per setting: the allocator's peak rise over the
 step (gpucore.max_memory_allocated after reset_peak_memory_stats, minus what was allocated before), the
-process's VmHWM rise (reset through /proc/self/clear_refs), the step's time and its loss.
+process's VmHWM rise (reset through /proc/self/clear_refs), the step's time and its loss. Run against a
+build from before the chunks (with that tree's python/ first on PYTHONPATH), it measures that build's
+unfused head (the whole logits and a gradient of their size).
 
     GPUCORE_LIBRARY=build/src/libgpucore.so PYTHONPATH=python:build-pydeps:python/torch_tests \
-        /usr/bin/python3 bench/results/2026-12-07-lm-head-chunks/probe_head_chunks.py [--batch 1 --seq 1024 --layers 2]
+        /usr/bin/python3 bench/results/2026-12-07-lm-head-chunks/probe_head_chunks.py [--batch 1 --seq 1024 --layers 2 --warm 1 --rows R,R]
 """
 import argparse
 import tempfile
@@ -41,6 +43,7 @@ def main():
     ap.add_argument("--batch", type=int, default=1)
     ap.add_argument("--seq", type=int, default=1024)
     ap.add_argument("--layers", type=int, default=2)
+    ap.add_argument("--warm", type=int, default=1, help="0: no warm-up step (big shapes)")
     ap.add_argument("--rows", default="", help="comma-separated chunk rows to time besides one chunk and the default")
     a = ap.parse_args()
     d = tempfile.mkdtemp()
@@ -58,9 +61,13 @@ def main():
     print("%-28s %14s %14s %9s %12s" % ("head and loss", "peak rise B", "VmHWM rise B", "step s", "loss"))
     settings = [("one chunk (whole logits)", n), ("default chunks", 0)]
     settings += [("chunks of %s rows" % r, int(r)) for r in a.rows.split(",") if r]
+    if not hasattr(m, "set_head_chunk_rows"):  # a build from before the chunks (its own binding)
+        settings = [("unfused (before chunks)", None)]
     for label, rows in settings:
-        m.set_head_chunk_rows(rows)
-        m.forward_backward(ids)  # warm: executor, gradients, cached blocks
+        if rows is not None:
+            m.set_head_chunk_rows(rows)
+        if a.warm:
+            m.forward_backward(ids)  # warm: executor, gradients, cached blocks
         gpucore.empty_cache(ctx)
         gpucore.reset_peak_memory_stats(ctx)
         before = gpucore.memory_allocated(ctx)
