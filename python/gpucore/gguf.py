@@ -13,15 +13,15 @@ from __future__ import annotations
 
 import ctypes
 from ctypes import byref, c_char_p, c_int, c_int64, c_void_p
-from typing import Any, Dict, Iterator, List, NamedTuple, Optional, Tuple
+from typing import Any, Dict, Iterator, List, NamedTuple, Tuple
 
 import numpy as np
 
 from . import dtypes as _dt
 from ._lib import C
 from .context import DeviceLike, get_context
-from .errors import InvalidArgumentTypeError, InvalidHandleError
-from .serialization import _name, _path
+from .errors import InvalidArgumentTypeError
+from .serialization import _OpenedFile, _name
 from .tensor import Tensor
 
 __all__ = ["GGUFFile", "GGUFTensorInfo", "open_gguf", "VALUE_TYPES"]
@@ -51,25 +51,17 @@ def _text(p: Any, n: int) -> str:
         return raw.decode("utf-8", "surrogateescape")
 
 
-class GGUFFile:
+class GGUFFile(_OpenedFile):
     """An opened, validated GGUF file. ``keys()``, ``f[key]``, ``metadata()``, ``value_type(key)``,
     ``tensors()``, ``tensor_info(name)``, ``get_tensor(name, dtype, device)``, ``read_into``. Use with ``with``."""
 
+    _open_fn, _close_fn, _kind = "gpucore_gguf_open", "gpucore_gguf_close", "GGUF"
+
     def __init__(self, path: Any) -> None:
-        self._h: Optional[int] = None
-        h = c_void_p()
-        C.gpucore_gguf_open(_path(path), byref(h))
-        self._h = h.value
-        self.path = path
+        super().__init__(path)
         v, a, d = c_int64(), c_int64(), c_int64()
         C.gpucore_gguf_file_info(self._h, byref(v), byref(a), byref(d))
         self.version, self.alignment, self.data_offset = v.value, a.value, d.value
-
-    @property
-    def handle(self) -> int:
-        if self._h is None:
-            raise InvalidHandleError("the GGUF file was closed")
-        return self._h
 
     # ---- metadata ----
     def keys(self) -> List[str]:
@@ -161,24 +153,6 @@ class GGUFFile:
             raise InvalidArgumentTypeError("tensor must be a gpucore.Tensor, not %s" % type(tensor).__name__)
         C.gpucore_gguf_read(self.handle, self._tensor_index(name), tensor.handle)
         return tensor
-
-    def close(self) -> None:
-        """Close the file (idempotent)."""
-        h, self._h = self._h, None
-        if h is not None:
-            C.gpucore_gguf_close(h)
-
-    def __enter__(self) -> "GGUFFile":
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.close()
-
-    def __del__(self) -> None:
-        try:
-            self.close()
-        except Exception:
-            pass
 
 
 def open_gguf(path: Any) -> GGUFFile:

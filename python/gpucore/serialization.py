@@ -62,22 +62,52 @@ def save_file(tensors: Mapping[str, Tensor], path: Any, metadata: Optional[Mappi
     C.gpucore_safetensors_save(_path(path), names, handles, len(ts), keys, vals, m)
 
 
-class SafetensorsFile:
-    """An opened, validated safetensors file: ``keys()``, ``info(name)`` -> (dtype, shape),
-    ``metadata()``, ``get_tensor(name, device)``, ``read_into(name, tensor)``. Use with ``with``."""
+class _OpenedFile:
+    """An opened file handle of the C library (safetensors, GGUF): ``handle`` refuses a closed file,
+    ``close()`` is idempotent, ``with`` and garbage collection close it. Subclasses name the C open and
+    close functions and the file kind."""
+
+    _open_fn = ""
+    _close_fn = ""
+    _kind = ""
 
     def __init__(self, path: Any) -> None:
         self._h: Optional[int] = None
         h = c_void_p()
-        C.gpucore_safetensors_open(_path(path), byref(h))
+        getattr(C, self._open_fn)(_path(path), byref(h))
         self._h = h.value
         self.path = path
 
     @property
     def handle(self) -> int:
         if self._h is None:
-            raise InvalidHandleError("the safetensors file was closed")
+            raise InvalidHandleError("the %s file was closed" % self._kind)
         return self._h
+
+    def close(self) -> None:
+        """Close the file (idempotent)."""
+        h, self._h = self._h, None
+        if h is not None:
+            getattr(C, self._close_fn)(h)
+
+    def __enter__(self) -> Any:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:
+            pass
+
+
+class SafetensorsFile(_OpenedFile):
+    """An opened, validated safetensors file: ``keys()``, ``info(name)`` -> (dtype, shape),
+    ``metadata()``, ``get_tensor(name, device)``, ``read_into(name, tensor)``. Use with ``with``."""
+
+    _open_fn, _close_fn, _kind = "gpucore_safetensors_open", "gpucore_safetensors_close", "safetensors"
 
     def keys(self) -> List[str]:
         """Tensor names in file order."""
@@ -120,24 +150,6 @@ class SafetensorsFile:
             raise InvalidArgumentTypeError("tensor must be a gpucore.Tensor, not %s" % type(tensor).__name__)
         C.gpucore_safetensors_read(self.handle, _name(name), tensor.handle)
         return tensor
-
-    def close(self) -> None:
-        """Close the file (idempotent)."""
-        h, self._h = self._h, None
-        if h is not None:
-            C.gpucore_safetensors_close(h)
-
-    def __enter__(self) -> "SafetensorsFile":
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.close()
-
-    def __del__(self) -> None:
-        try:
-            self.close()
-        except Exception:
-            pass
 
 
 def _name(name: Any) -> bytes:
