@@ -213,11 +213,12 @@ static int prompt_ids(const lm_opts *o, gpucore_tokenizer *tok, int64_t **ids, i
         text = rendered;
     }
     int64_t n = 0;
-    CHECK_LM(gpucore_tokenizer_encode(tok, text, -1, 1, NULL, 0, &n));
+    int special = !o->chat; /* a rendered chat prompt holds its special tokens already */
+    CHECK_LM(gpucore_tokenizer_encode(tok, text, -1, special, NULL, 0, &n));
     int32_t *i32 = malloc((size_t)(n ? n : 1) * sizeof *i32);
     *ids = malloc((size_t)(n ? n : 1) * sizeof **ids);
     if (!i32 || !*ids) { fprintf(stderr, "gpucore-lm: out of host memory\n"); return 1; }
-    CHECK_LM(gpucore_tokenizer_encode(tok, text, -1, 1, i32, n, &n));
+    CHECK_LM(gpucore_tokenizer_encode(tok, text, -1, special, i32, n, &n));
     for (int64_t k = 0; k < n; k++) (*ids)[k] = i32[k];
     *T = n;
     free(i32);

@@ -26,7 +26,7 @@ import ctypes
 import json
 import os
 from ctypes import byref, c_char_p, c_double, c_int64, c_void_p
-from typing import Any, Dict, Iterator, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
@@ -390,10 +390,36 @@ class LanguageModel(_Owned):
     def generate_text(self, prompt: str, max_new_tokens: int = 20, **kw: Any) -> str:
         """generate() on the encoded prompt; returns the decoded prompt and continuation."""
         tok = self.tokenizer()
-        ids = tok.encode(prompt)
-        ids = ids.ids if hasattr(ids, "ids") else ids
-        out = self.generate(np.array([ids], dtype=np.int64), max_new_tokens=max_new_tokens, **kw)
+        out = self.generate(np.array([_encode(tok, prompt, True)], dtype=np.int64), max_new_tokens=max_new_tokens, **kw)
         return tok.decode(out[0].tolist())
+
+    def chat_prompt(self, messages: Sequence[Dict[str, str]], tokenizer: Any = None) -> str:
+        """``messages`` ([{"role": ..., "content": ...}]) rendered by the C library with the model's chat template
+        (its BOS and EOS tokens named by the tokenizer), the assistant's turn open."""
+        from .text import chat_template
+        tpl = self.chat_template
+        if tpl is None:
+            raise NotSupportedError("%s has no chat template (a GGUF file's tokenizer.chat_template or a folder's "
+                                    "tokenizer_config.json); use generate_text" % self.path)
+        tok = tokenizer if tokenizer is not None else self.tokenizer()
+        name = lambda key: None if self.config_int(key) < 0 else tok.id_to_token(self.config_int(key))
+        return chat_template(tpl, messages, add_generation_prompt=True, bos_token=name("bos_token_id"),
+                             eos_token=name("eos_token_id"))
+
+    def chat(self, messages: Sequence[Dict[str, str]], max_new_tokens: int = 128, **kw: Any) -> str:
+        """The assistant's answer to ``messages``: chat_prompt() encoded (its special tokens are in the text, so none
+        is added), generate() on it (up to the model's EOS unless eos_token_id says otherwise; greedy unless
+        do_sample=True), the new tokens decoded without special tokens."""
+        tok = self.tokenizer()
+        ids = _encode(tok, self.chat_prompt(messages, tok), False)
+        out = self.generate(np.array([ids], dtype=np.int64), max_new_tokens=max_new_tokens, **kw)
+        return tok.decode(out[0, len(ids):].tolist(), skip_special_tokens=True)
+
+
+def _encode(tok: Any, text: str, add_special_tokens: bool) -> List[int]:
+    """Token ids of text by a gpucore.Tokenizer or a `tokenizers` package Tokenizer."""
+    ids = tok.encode(text, add_special_tokens=add_special_tokens)
+    return list(ids.ids if hasattr(ids, "ids") else ids)
 
 
 def from_pretrained(path: Any, device: Any = None, dtype: Any = None) -> LanguageModel:

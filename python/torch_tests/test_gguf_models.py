@@ -14,7 +14,9 @@ Runs under Debian's python3 with torch 1.13 and transformers + gguf from build-p
 with the reason when they are not importable."""
 from __future__ import annotations
 
+import json
 import os
+import sys
 
 import numpy as np
 import pytest
@@ -248,3 +250,56 @@ def test_smollm2_logits_and_greedy_chat(smollm2):
     np.testing.assert_array_equal(ours, want)
     answer = tok.decode(ours[0, ids.shape[1]:].tolist())
     assert "Paris" in answer, answer
+
+
+FRANCE = [{"role": "user", "content": "What is the capital of France?"}]
+
+
+def test_smollm2_chat_without_tokenizers_package(smollm2, monkeypatch):
+    """m.chat on the C tokenizer and chat renderer (the `tokenizers` package made unimportable): the prompt is
+    the file's template with the assistant's turn open, encoded with no ids added; the answer names Paris and is
+    the decoded new tokens of transformers' greedy generate on the same prompt ids (up to the EOS)."""
+    path, tokens, ref = smollm2
+    monkeypatch.setitem(sys.modules, "tokenizers", None)
+    m = models.from_pretrained(path, device=DEVICE)
+    tok = m.tokenizer()
+    assert isinstance(tok, gpucore.Tokenizer)
+    prompt = m.chat_prompt(FRANCE)
+    assert prompt == gpucore.chat_template(m.chat_template, FRANCE, add_generation_prompt=True)
+    assert prompt.endswith("<|im_start|>assistant\n")
+    ids = tok.encode(prompt, add_special_tokens=False)
+    answer = m.chat(FRANCE, max_new_tokens=24)
+    assert "Paris" in answer, answer
+    with torch.no_grad():
+        want = ref.generate(torch.as_tensor([ids]), max_new_tokens=24, do_sample=False, eos_token_id=2,
+                            pad_token_id=2)[0, len(ids):].tolist()
+    assert answer == tok.decode(want, skip_special_tokens=True)
+    assert m.generate(np.array([ids]), max_new_tokens=24)[0, len(ids):].tolist() == want
+    text = "The capital of France is"
+    out = m.generate(np.array([tok.encode(text)]), max_new_tokens=3)[0].tolist()
+    assert m.generate_text(text, max_new_tokens=3) == tok.decode(out)
+
+
+def test_folder_tokenizer_json_without_tokenizers_package(smollm2, tmp_path, monkeypatch):
+    """A Hugging Face folder's tokenizer.json (SmolLM2's vocabulary as the `tokenizers` package writes it) and
+    tokenizer_config.json's chat template: with the package made unimportable, m.tokenizer() is the C tokenizer
+    (the package's ids on the chat prompt) and m.chat equals the generate path on those ids."""
+    tokenizers = pytest.importorskip("tokenizers")
+    import tokenizer_files  # python/tests, on the path through gguf_fixtures
+    v = tokenizer_files.read_vocab(smollm2[0])
+    folder, _ = hf_fixtures.make_model("llama", tmp_path, vocab_size=len(v["tokens"]), bos_token_id=v["bos"],
+                                       eos_token_id=v["eos"])
+    tokenizer_files.build_tokenizer_json("smollm", v, os.path.join(folder, "tokenizer.json"), extra_added=False)
+    with open(os.path.join(folder, "tokenizer_config.json"), "w", encoding="utf-8") as f:
+        json.dump({"chat_template": v["template"]}, f)
+    prompt = gpucore.chat_template(v["template"], FRANCE, add_generation_prompt=True)
+    want_ids = tokenizers.Tokenizer.from_file(os.path.join(folder, "tokenizer.json")).encode(
+        prompt, add_special_tokens=False).ids
+    monkeypatch.setitem(sys.modules, "tokenizers", None)
+    m = models.from_pretrained(folder, device=DEVICE)
+    tok = m.tokenizer()
+    assert isinstance(tok, gpucore.Tokenizer) and tok.chat_template == v["template"]
+    assert m.chat_prompt(FRANCE) == prompt and tok.encode(prompt, add_special_tokens=False) == want_ids
+    out = m.generate(np.array([want_ids]), max_new_tokens=6, eos_token_id=-1)[0, len(want_ids):].tolist()
+    assert m.chat(FRANCE, max_new_tokens=6, eos_token_id=-1) == tok.decode(out, skip_special_tokens=True)
+    assert len(out) == 6
