@@ -4,15 +4,17 @@
  * f32/f16/bf16 operands given with any strides.
  *
  * Flash-attention style, so memory stays O(seq): no score matrix is stored.
- *   forward:  one block per (batch, head, 16 query rows); key tiles stream
- *             through shared memory with an online softmax (running max and
- *             normaliser, accumulator rescaled), tiles past the causal
+ *   forward:  the blocks stride over (batch, head, query-row tile) units (16
+ *             rows on the FMA path, 64 on the tensor-core path); key tiles
+ *             stream through shared memory with an online softmax (running max
+ *             and normaliser, accumulator rescaled), tiles past the causal
  *             diagonal or the key length skipped; saves out and lse.
- *   backward: P = exp(S - lse) recomputed; dq by (batch, head, 16 query rows)
- *             over the key tiles, dk and dv by (batch, kv head, 16 keys) over
+ *   backward: D_i = dout_i · out_i once per row into the caller's scratch
+ *             a.delta (attention_delta_kernel, the first launch); then
+ *             P = exp(S - lse) recomputed; dq by (batch, head, query-row tile)
+ *             over the key tiles, dk and dv by (batch, kv head, key tile) over
  *             the group's query heads and query tiles, so every gradient
- *             element has one owner: deterministic, no atomics. D_i =
- *             dout_i · out_i is recomputed per tile (no workspace).
+ *             element has one owner: deterministic, no atomics.
  * Threads: 128 per block = 16 rows x 8 lanes; a lane owns columns lane + 8n of
  * its row (accumulators in registers, NC per thread by the head dim class) and
  * score entries lane + 8m. Rows stored with one float of padding against bank

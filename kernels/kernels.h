@@ -72,7 +72,8 @@ int gpucore_kernel_clip_grad_norm(const gpucore_launch *launch, const gpucore_mt
                                   float *partials, float max_norm, float *total_norm, float *clip_coef);
 
 /* attention.cu: scaled dot-product attention forward (out, lse) or backward (dq and/or dk, dv);
- * attention_math.h defines it. No workspace. */
+ * attention_math.h defines it. The forward needs no scratch; the backward needs args->delta
+ * ([B, H, Sq] f32, the caller's) and fails with 1 (cudaErrorInvalidValue) without it. */
 int gpucore_kernel_attention(const gpucore_launch *launch, const gpucore_attn_args *args);
 /* attention_fixup.cu: the rows with no admitted key after (FWD) or before (BWD_STATS) cuDNN's SDPA graphs:
  * FWD: where stats[r] is not finite and row r of attn admits no key, stats[r] := -inf and attn.out's row r := 0
