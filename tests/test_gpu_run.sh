@@ -10,6 +10,7 @@
 #      their arguments, all passing (GPU_RUN_ONLY keeps the suite to them);
 #   2. a tiny deadline: the script stops on time and reports steps as not reached, not as passed;
 #   3. the stand-ins with every device hidden: a test that skips the cuda backend fails its step;
+#   3b. memcheck through a stand-in sanitizer: a kill at its own bound is "not concluded", an error fails;
 #   4. the real (not dry) run on this machine, which has no GPU: it must fail, and say so.
 # usage: tests/test_gpu_run.sh BUILD_DIR   (the normal build, with its tests/cuda_contract module)
 set -uo pipefail
@@ -96,6 +97,24 @@ CUDA_VISIBLE_DEVICES=-1 GPU_RUN_DOCTOR=skip GPU_RUN_DRY=1 GPU_RUN_BUILD=$BUILD G
 rc=$?
 check "a test that skipped cuda: its step fails" grep -qE "^test_conv +FAIL .*skipped the cuda backend" "$tmp/skip/summary.txt"
 check "and the run fails (rc $rc)" sh -c "[ $rc != 0 ] && grep -q '^RESULT: FAIL' '$tmp/skip/summary.txt'"
+
+# 3b. memcheck through a stand-in sanitizer (GPU_RUN_SANITIZER): a kill at the step's own bound is "not
+#     concluded", neither a failure nor a pass; an error exit is a failure
+printf '#!/bin/sh\nsleep 60\n' >"$tmp/slow-sanitizer"
+printf '#!/bin/sh\necho "========= Invalid __global__ read"\nexit 9\n' >"$tmp/bad-sanitizer"
+chmod +x "$tmp/slow-sanitizer" "$tmp/bad-sanitizer"
+GPU_RUN_SANITIZER="$tmp/slow-sanitizer" GPU_RUN_MEMCHECK_CAP_S=1 GPU_RUN_DOCTOR=skip GPU_RUN_DRY=1 GPU_RUN_BUILD=$BUILD \
+  GPU_RUN_TOTAL_S=90 OUT="$tmp/mcslow" bash bench/gpu-run.sh --phases memcheck >"$tmp/mcslow.log" 2>&1
+rc=$?
+M="$tmp/mcslow/summary.txt"
+check "memcheck killed at its own bound: not concluded" grep -qE "^memcheck_test_matmul +UNDECIDED .*not concluded" "$M"
+check "and not failed, the run passes saying so (rc $rc)" \
+  sh -c "[ $rc = 0 ] && ! grep -qE '^memcheck_[a-z_]+ +FAIL' '$M' && grep -q '^RESULT: PASS (with steps not concluded)' '$M'"
+GPU_RUN_SANITIZER="$tmp/bad-sanitizer" GPU_RUN_DOCTOR=skip GPU_RUN_DRY=1 GPU_RUN_BUILD=$BUILD \
+  GPU_RUN_TOTAL_S=90 OUT="$tmp/mcbad" bash bench/gpu-run.sh --phases memcheck >"$tmp/mcbad.log" 2>&1
+rc=$?
+check "memcheck reporting an error fails its step and the run (rc $rc)" \
+  sh -c "[ $rc != 0 ] && grep -qE '^memcheck_test_matmul +FAIL' '$tmp/mcbad/summary.txt' && grep -q '^RESULT: FAIL' '$tmp/mcbad/summary.txt'"
 
 # 4. not dry, on a machine with no GPU: a failure, never green
 GPU_RUN_BUILD=$BUILD GPU_RUN_TOTAL_S=60 OUT="$tmp/real" bash bench/gpu-run.sh --all >"$tmp/real.log" 2>&1
