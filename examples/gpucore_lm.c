@@ -8,12 +8,16 @@
  *              [--targets q_proj,v_proj] [--steps N] [--batch B] [--seq T] [--lr LR]
  *              [--weight-decay WD] [--clip C] [--seed S] [--checkpoint-policy none|all|sqrt|every:K|budget:BYTES]
  *              [--save DIR] [--save-every N] [--resume DIR] [--ddp | --zero 0|1|2] [--grad-accum K]
- *   gpucore-lm eval MODEL --data FILE[,FILE...] [--batch B] [--seq T] [--batches N] [--adapter DIR]
+ *   gpucore-lm eval MODEL --data FILE[,FILE...] | --text FILE [--batch B] [--seq T] [--batches N] [--adapter DIR]
+ *   gpucore-lm tokenize MODEL --text FILE --out FILE.bin
  *   common: [--device cpu|cuda|cuda:N|auto] [--dtype f32|bf16|f16] [--json] [--quiet]
  *
  * --prompt encodes TEXT with the model's tokenizer (the folder's tokenizer.json, or a GGUF file's
  * metadata) and prints the generated text; --chat first renders TEXT as the user's message of the
- * model's chat template, with the assistant's turn open.
+ * model's chat template, with the assistant's turn open. tokenize encodes a UTF-8 text file
+ * with the model's tokenizer (the ids its post-processor adds included) and writes the ids
+ * as an llm.c token file (gpucore_token_data_write); eval --text does the same into a
+ * temporary file and evaluates that.
  * MODEL is a Hugging Face folder (gpt2, llama, mistral, qwen2). Token files are llm.c .bin
  * or .npy (the library's token data: windows of --seq + 1 tokens, a seeded permutation per
  * epoch, each rank its shard). finetune trains LoRA adapters (default, rank 8 on PEFT's
@@ -38,6 +42,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 #include "gpucore.h"
 #include "train_common.h"
 
@@ -53,6 +58,8 @@ typedef struct lm_opts {
     uint64_t seed;
     const char *prompt; /* generate: text to encode (instead of ids) */
     int chat;           /* generate --prompt: through the chat template */
+    const char *text;   /* tokenize, eval: a UTF-8 text file */
+    const char *out;    /* tokenize: the token file to write */
 } lm_opts;
 
 static int rank0 = 1; /* only rank 0 prints progress */
@@ -77,7 +84,9 @@ static void usage(void)
             "                  [--targets a,b] [--steps N] [--batch B] [--seq T] [--lr LR] [--weight-decay WD]\n"
             "                  [--clip C] [--seed S] [--checkpoint-policy none|all|sqrt|every:K|budget:BYTES]\n"
             "                  [--save DIR] [--save-every N] [--resume DIR] [--ddp | --zero 0|1|2] [--grad-accum K]\n"
-            "       gpucore-lm eval MODEL --data FILE[,FILE...] [--batch B] [--seq T] [--batches N] [--adapter DIR]\n"
+            "       gpucore-lm eval MODEL --data FILE[,FILE...] | --text FILE [--batch B] [--seq T] [--batches N]\n"
+            "                  [--adapter DIR]\n"
+            "       gpucore-lm tokenize MODEL --text FILE --out FILE.bin\n"
             "       common: [--device D] [--dtype f32|bf16|f16] [--json] [--quiet]\n");
 }
 
@@ -97,6 +106,8 @@ static int parse_args(int argc, char **argv, lm_opts *o)
         if (!strcmp(a, "--ids")) { VAL(); o->ids = v; }
         else if (!strcmp(a, "--prompt")) { VAL(); o->prompt = v; }
         else if (!strcmp(a, "--chat")) o->chat = 1;
+        else if (!strcmp(a, "--text")) { VAL(); o->text = v; }
+        else if (!strcmp(a, "--out")) { VAL(); o->out = v; }
         else if (!strcmp(a, "--max-new")) { VAL(); o->max_new = atoll(v); }
         else if (!strcmp(a, "--sample")) o->sample = 1;
         else if (!strcmp(a, "--temperature")) { VAL(); o->temperature = atof(v); }
@@ -137,7 +148,8 @@ static int parse_args(int argc, char **argv, lm_opts *o)
         else { fprintf(stderr, "gpucore-lm: unknown option %s\n", a); return 1; }
 #undef VAL
     }
-    if (strcmp(o->cmd, "generate") && strcmp(o->cmd, "finetune") && strcmp(o->cmd, "eval")) {
+    if (strcmp(o->cmd, "generate") && strcmp(o->cmd, "finetune") && strcmp(o->cmd, "eval") &&
+        strcmp(o->cmd, "tokenize")) {
         fprintf(stderr, "gpucore-lm: unknown command %s\n", o->cmd);
         return 1;
     }
@@ -145,7 +157,15 @@ static int parse_args(int argc, char **argv, lm_opts *o)
         fprintf(stderr, "gpucore-lm: generate needs --ids or --prompt\n");
         return 1;
     }
-    if (strcmp(o->cmd, "generate") && !o->ndata) { fprintf(stderr, "gpucore-lm: %s needs --data\n", o->cmd); return 1; }
+    if (!strcmp(o->cmd, "tokenize") && (!o->text || !o->out)) {
+        fprintf(stderr, "gpucore-lm: tokenize needs --text and --out\n");
+        return 1;
+    }
+    if (!strcmp(o->cmd, "eval") && !o->ndata == !o->text) {
+        fprintf(stderr, "gpucore-lm: eval needs --data or --text\n");
+        return 1;
+    }
+    if (!strcmp(o->cmd, "finetune") && !o->ndata) { fprintf(stderr, "gpucore-lm: %s needs --data\n", o->cmd); return 1; }
     if (o->ddp && o->zero >= 0) { fprintf(stderr, "gpucore-lm: --ddp and --zero exclude each other\n"); return 1; }
     if (o->zero > 2) {
         fprintf(stderr, "gpucore-lm: --zero %d: stage 3 needs the model's executor to gather its weights, "
@@ -256,6 +276,46 @@ static int print_text(gpucore_tokenizer *tok, const int64_t *ids, int64_t n, int
     return 0;
 }
 
+/* --text FILE: the file's UTF-8 text encoded by the model's tokenizer (the ids its post-processor adds included). */
+static int text_ids(const lm_opts *o, int32_t **ids, int64_t *n)
+{
+    FILE *f = fopen(o->text, "rb");
+    if (!f) { fprintf(stderr, "gpucore-lm: --text %s: %s\n", o->text, strerror(errno)); return 2; }
+    size_t cap = 1 << 16, len = 0, got;
+    char *text = malloc(cap);
+    while (text && (got = fread(text + len, 1, cap - len, f)) > 0)
+        if ((len += got) == cap) {
+            char *more = realloc(text, cap *= 2);
+            if (!more) free(text);
+            text = more;
+        }
+    int bad = ferror(f);
+    fclose(f);
+    if (!text) { fprintf(stderr, "gpucore-lm: out of host memory\n"); return 1; }
+    if (bad) { fprintf(stderr, "gpucore-lm: --text %s: read failed\n", o->text); free(text); return 2; }
+    gpucore_tokenizer *tok = NULL;
+    CHECK_LM(open_tokenizer(o->model, &tok));
+    CHECK_LM(gpucore_tokenizer_encode(tok, text, (int64_t)len, 1, NULL, 0, n));
+    if (!(*ids = malloc((size_t)(*n ? *n : 1) * sizeof **ids))) { fprintf(stderr, "gpucore-lm: out of host memory\n"); return 1; }
+    CHECK_LM(gpucore_tokenizer_encode(tok, text, (int64_t)len, 1, *ids, *n, n));
+    gpucore_tokenizer_destroy(tok);
+    free(text);
+    return 0;
+}
+
+static int cmd_tokenize(const lm_opts *o)
+{
+    int32_t *ids = NULL;
+    int64_t n = 0;
+    int rc = text_ids(o, &ids, &n);
+    if (rc) return rc;
+    CHECK_LM(gpucore_token_data_write(o->out, ids, n));
+    if (o->json) printf("{\"cmd\":\"tokenize\",\"tokens\":%" PRId64 ",\"out\":\"%s\"}\n", n, o->out);
+    else if (!o->quiet) printf("tokenize: %" PRId64 " tokens written to %s\n", n, o->out);
+    free(ids);
+    return 0;
+}
+
 static int cmd_generate(const lm_opts *o)
 {
     gpucore_context *ctx = NULL;
@@ -336,7 +396,38 @@ static int open_data(const lm_opts *o, gpucore_context *ctx, gpucore_lm *lm, int
 
 /* ---------------------------------------------------------------- eval */
 
+static int cmd_eval_data(const lm_opts *o);
+
+/* eval --text: the file tokenized into a temporary token file, evaluated, removed. */
 static int cmd_eval(const lm_opts *o)
+{
+    if (!o->text) return cmd_eval_data(o);
+    int32_t *ids = NULL;
+    int64_t n = 0;
+    int rc = text_ids(o, &ids, &n);
+    if (rc) return rc;
+    const char *dir = getenv("TMPDIR");
+    char tmp[4096];
+    snprintf(tmp, sizeof tmp, "%s/gpucore-lm-eval-XXXXXX", dir && *dir ? dir : "/tmp");
+    int fd = mkstemp(tmp);
+    if (fd < 0) { fprintf(stderr, "gpucore-lm: cannot create a temporary file %s: %s\n", tmp, strerror(errno)); return 1; }
+    close(fd);
+    lm_opts with = *o;
+    with.data[0] = tmp, with.ndata = 1;
+    gpucore_status st = gpucore_token_data_write(tmp, ids, n);
+    free(ids);
+    if (st != GPUCORE_OK) {
+        fprintf(stderr, "gpucore-lm: gpucore_token_data_write failed: %s: %s\n", gpucore_status_string(st),
+                gpucore_last_error());
+        unlink(tmp);
+        return 1;
+    }
+    rc = cmd_eval_data(&with);
+    unlink(tmp);
+    return rc;
+}
+
+static int cmd_eval_data(const lm_opts *o)
 {
     gpucore_context *ctx = NULL;
     gpucore_lm *lm = NULL;
@@ -649,5 +740,6 @@ int main(int argc, char **argv)
     }
     if (!strcmp(o.cmd, "generate")) return cmd_generate(&o);
     if (!strcmp(o.cmd, "eval")) return cmd_eval(&o);
+    if (!strcmp(o.cmd, "tokenize")) return cmd_tokenize(&o);
     return cmd_finetune(&o);
 }

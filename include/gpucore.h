@@ -1635,6 +1635,11 @@ GPUCORE_API gpucore_status gpucore_token_data_seek(gpucore_token_data *data, int
 GPUCORE_API gpucore_status gpucore_token_data_batch_windows(gpucore_token_data *data, int64_t batch_index,
                                                             int64_t *windows);
 
+/* Write `count` tokens (each >= 0, count <= INT32_MAX) to `path` in llm.c's format above:
+ * version 1 (uint16) when every token is below 65536, else version 2 (uint32). A file
+ * that cannot be written fully is removed (GPUCORE_ERR_IO). */
+GPUCORE_API gpucore_status gpucore_token_data_write(const char *path, const int32_t *tokens, int64_t count);
+
 /* ------------------------------------------------- collective communication
  *
  * A communicator joins `size` ranks (processes, or devices of one process) for

@@ -547,6 +547,7 @@ DECLARATIONS: Dict[str, Tuple[Any, List[Any]]] = {
     "gpucore_token_data_position": (STATUS, [H, P_I64]),
     "gpucore_token_data_seek": (STATUS, [H, c_int64]),
     "gpucore_token_data_batch_windows": (STATUS, [H, c_int64, P_I64]),
+    "gpucore_token_data_write": (STATUS, [c_char_p, c_void_p, c_int64]),
     # language models (host id arrays as POINTER(c_int64); names come back as c_char_p)
     "gpucore_lm_create": (STATUS, [H, c_char_p, c_int, P_H]),
     "gpucore_lm_destroy": (STATUS, [H]),

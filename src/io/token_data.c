@@ -5,7 +5,8 @@
  * Philox Fisher-Yates permutation per epoch, sharded over ranks, and copied to the
  * device one batch ahead: each batch is gathered into pinned host memory and copied on
  * the dataset's own stream, and the consumer's stream waits on an event, so a training
- * step never waits for the host to read its data.
+ * step never waits for the host to read its data. gpucore_token_data_write writes llm.c's
+ * format from the same definition (magic, header size, versions).
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -639,4 +640,48 @@ gpucore_status gpucore_token_data_batch_windows(gpucore_token_data *d, int64_t b
         return gpucore_set_error(GPUCORE_ERR_INVALID_ARGUMENT, TD "_batch_windows: batch_index %" PRId64 " is negative",
                                  batch_index);
     return batch_windows(d, batch_index, windows);
+}
+
+/* ------------------------------------------------------------ writing llm.c's format */
+
+static void put_le(uint8_t *p, uint32_t v, int bytes)
+{
+    for (int k = 0; k < bytes; k++) p[k] = (uint8_t)(v >> (8 * k));
+}
+
+gpucore_status gpucore_token_data_write(const char *path, const int32_t *tokens, int64_t count)
+{
+    if (!path || (!tokens && count > 0))
+        return gpucore_set_error(GPUCORE_ERR_NULL_POINTER, TD "_write: path or tokens is NULL");
+    if (count < 0 || count > INT32_MAX)
+        return gpucore_set_error(GPUCORE_ERR_INVALID_ARGUMENT, TD "_write: count %" PRId64 " is outside llm.c's "
+                                 "header range 0..%d", count, INT32_MAX);
+    int32_t top = 0;
+    for (int64_t k = 0; k < count; k++) {
+        if (tokens[k] < 0)
+            return gpucore_set_error(GPUCORE_ERR_INVALID_ARGUMENT, TD "_write: token %" PRId64 " is %" PRId32
+                                     " (negative)", k, tokens[k]);
+        if (tokens[k] > top) top = tokens[k];
+    }
+    int elem = top < 65536 ? 2 : 4; /* version 1: uint16 tokens, version 2: uint32 */
+    uint8_t header[LLMC_HEADER_BYTES] = {0};
+    put_le(header, LLMC_MAGIC, 4);
+    put_le(header + 4, elem == 2 ? 1 : 2, 4);
+    put_le(header + 8, (uint32_t)count, 4);
+    FILE *f = fopen(path, "wb");
+    if (!f) return gpucore_set_error(GPUCORE_ERR_IO, TD "_write: cannot create \"%s\": %s", path, strerror(errno));
+    int ok = fwrite(header, 1, sizeof header, f) == sizeof header;
+    uint8_t buf[4096];
+    for (int64_t k = 0; ok && k < count;) {
+        int64_t n = 0;
+        for (; n < (int64_t)sizeof buf / elem && k < count; n++, k++) put_le(buf + n * elem, (uint32_t)tokens[k], elem);
+        ok = fwrite(buf, (size_t)elem, (size_t)n, f) == (size_t)n;
+    }
+    int err = errno;
+    if (fclose(f) != 0 && ok) ok = 0, err = errno;
+    if (!ok) {
+        unlink(path);
+        return gpucore_set_error(GPUCORE_ERR_IO, TD "_write: writing \"%s\" failed: %s", path, strerror(err));
+    }
+    return GPUCORE_OK;
 }
