@@ -10,6 +10,7 @@
  *              [--save DIR] [--save-every N] [--resume DIR] [--ddp | --zero 0|1|2] [--grad-accum K]
  *   gpucore-lm eval MODEL --data FILE[,FILE...] | --text FILE [--batch B] [--seq T] [--batches N] [--adapter DIR]
  *   gpucore-lm tokenize MODEL --text FILE --out FILE.bin
+ *   gpucore-lm chat MODEL [--max-new N] [--eos ID] [--adapter DIR]
  *   common: [--device cpu|cuda|cuda:N|auto] [--dtype f32|bf16|f16] [--json] [--quiet]
  *
  * --prompt encodes TEXT with the model's tokenizer (the folder's tokenizer.json, or a GGUF file's
@@ -17,7 +18,9 @@
  * model's chat template, with the assistant's turn open. tokenize encodes a UTF-8 text file
  * with the model's tokenizer (the ids its post-processor adds included) and writes the ids
  * as an llm.c token file (gpucore_token_data_write); eval --text does the same into a
- * temporary file and evaluates that.
+ * temporary file and evaluates that. chat reads the user's lines from standard input and
+ * answers each greedily through the chat template, the conversation kept in the KV cache,
+ * the answer printed as it is generated; end of input (Ctrl-D) ends it.
  * MODEL is a Hugging Face folder (gpt2, llama, mistral, qwen2). Token files are llm.c .bin
  * or .npy (the library's token data: windows of --seq + 1 tokens, a seeded permutation per
  * epoch, each rank its shard). finetune trains LoRA adapters (default, rank 8 on PEFT's
@@ -87,6 +90,7 @@ static void usage(void)
             "       gpucore-lm eval MODEL --data FILE[,FILE...] | --text FILE [--batch B] [--seq T] [--batches N]\n"
             "                  [--adapter DIR]\n"
             "       gpucore-lm tokenize MODEL --text FILE --out FILE.bin\n"
+            "       gpucore-lm chat MODEL [--max-new N] [--eos ID] [--adapter DIR]\n"
             "       common: [--device D] [--dtype f32|bf16|f16] [--json] [--quiet]\n");
 }
 
@@ -94,7 +98,7 @@ static int parse_args(int argc, char **argv, lm_opts *o)
 {
     memset(o, 0, sizeof *o);
     o->device = "auto";
-    o->max_new = 20, o->temperature = 1.0, o->top_p = 1.0, o->eos = -2;
+    o->max_new = -1, o->temperature = 1.0, o->top_p = 1.0, o->eos = -2;
     o->steps = 20, o->batch = 4, o->seq = 64, o->lr = 1e-3, o->wd = 0.0;
     o->lora_r = 8, o->alpha = 16, o->policy = "none", o->zero = -1, o->grad_accum = 1;
     if (argc < 3) return 1;
@@ -148,8 +152,9 @@ static int parse_args(int argc, char **argv, lm_opts *o)
         else { fprintf(stderr, "gpucore-lm: unknown option %s\n", a); return 1; }
 #undef VAL
     }
+    if (o->max_new < 0) o->max_new = strcmp(o->cmd, "chat") ? 20 : 512; /* a chat answer ends at its EOS */
     if (strcmp(o->cmd, "generate") && strcmp(o->cmd, "finetune") && strcmp(o->cmd, "eval") &&
-        strcmp(o->cmd, "tokenize")) {
+        strcmp(o->cmd, "tokenize") && strcmp(o->cmd, "chat")) {
         fprintf(stderr, "gpucore-lm: unknown command %s\n", o->cmd);
         return 1;
     }
@@ -216,29 +221,40 @@ static gpucore_status open_tokenizer(const char *model, gpucore_tokenizer **tok)
     return gpucore_tokenizer_create_from_file(path, tok);
 }
 
+/* messages rendered by the model's chat template with the assistant's turn open (*text: malloc'ed). */
+static int render_chat(gpucore_tokenizer *tok, const gpucore_chat_message *m, int64_t n, char **text)
+{
+    const char *tpl = gpucore_tokenizer_chat_template(tok);
+    if (!tpl) { fprintf(stderr, "gpucore-lm: the model has no chat template\n"); return 2; }
+    const char *bos = gpucore_tokenizer_id_to_token(tok, gpucore_tokenizer_bos_id(tok));
+    const char *eos = gpucore_tokenizer_id_to_token(tok, gpucore_tokenizer_eos_id(tok));
+    int64_t len = 0;
+    CHECK_LM(gpucore_chat_render(tpl, bos, eos, m, n, 1, NULL, 0, &len));
+    if (!(*text = malloc((size_t)len + 1))) { fprintf(stderr, "gpucore-lm: out of host memory\n"); return 1; }
+    CHECK_LM(gpucore_chat_render(tpl, bos, eos, m, n, 1, *text, len + 1, &len));
+    return 0;
+}
+
+/* text's ids (*ids: malloc'ed); special: add the ids the tokenizer's post-processor adds. */
+static int encode(gpucore_tokenizer *tok, const char *text, int64_t len, int special, int32_t **ids, int64_t *n)
+{
+    CHECK_LM(gpucore_tokenizer_encode(tok, text, len, special, NULL, 0, n));
+    if (!(*ids = malloc((size_t)(*n ? *n : 1) * sizeof **ids))) { fprintf(stderr, "gpucore-lm: out of host memory\n"); return 1; }
+    CHECK_LM(gpucore_tokenizer_encode(tok, text, len, special, *ids, *n, n));
+    return 0;
+}
+
 /* --prompt: the text (through the chat template with --chat) as one row of ids. */
 static int prompt_ids(const lm_opts *o, gpucore_tokenizer *tok, int64_t **ids, int64_t *T)
 {
-    char *text = (char *)o->prompt, *rendered = NULL;
-    if (o->chat) {
-        const char *tpl = gpucore_tokenizer_chat_template(tok);
-        if (!tpl) { fprintf(stderr, "gpucore-lm: --chat: the model has no chat template\n"); return 2; }
-        gpucore_chat_message m = {"user", o->prompt};
-        const char *bos = gpucore_tokenizer_id_to_token(tok, gpucore_tokenizer_bos_id(tok));
-        const char *eos = gpucore_tokenizer_id_to_token(tok, gpucore_tokenizer_eos_id(tok));
-        int64_t len = 0;
-        CHECK_LM(gpucore_chat_render(tpl, bos, eos, &m, 1, 1, NULL, 0, &len));
-        if (!(rendered = malloc((size_t)len + 1))) { fprintf(stderr, "gpucore-lm: out of host memory\n"); return 1; }
-        CHECK_LM(gpucore_chat_render(tpl, bos, eos, &m, 1, 1, rendered, len + 1, &len));
-        text = rendered;
-    }
-    int64_t n = 0;
-    int special = !o->chat; /* a rendered chat prompt holds its special tokens already */
-    CHECK_LM(gpucore_tokenizer_encode(tok, text, -1, special, NULL, 0, &n));
-    int32_t *i32 = malloc((size_t)(n ? n : 1) * sizeof *i32);
-    *ids = malloc((size_t)(n ? n : 1) * sizeof **ids);
-    if (!i32 || !*ids) { fprintf(stderr, "gpucore-lm: out of host memory\n"); return 1; }
-    CHECK_LM(gpucore_tokenizer_encode(tok, text, -1, special, i32, n, &n));
+    char *rendered = NULL;
+    gpucore_chat_message m = {"user", o->prompt};
+    int rc = o->chat ? render_chat(tok, &m, 1, &rendered) : 0;
+    if (rc) return rc;
+    int32_t *i32 = NULL;
+    int64_t n = 0; /* a rendered chat prompt holds its special tokens already */
+    if ((rc = encode(tok, rendered ? rendered : o->prompt, -1, !o->chat, &i32, &n))) return rc;
+    if (!(*ids = malloc((size_t)(n ? n : 1) * sizeof **ids))) { fprintf(stderr, "gpucore-lm: out of host memory\n"); return 1; }
     for (int64_t k = 0; k < n; k++) (*ids)[k] = i32[k];
     *T = n;
     free(i32);
@@ -295,12 +311,10 @@ static int text_ids(const lm_opts *o, int32_t **ids, int64_t *n)
     if (bad) { fprintf(stderr, "gpucore-lm: --text %s: read failed\n", o->text); free(text); return 2; }
     gpucore_tokenizer *tok = NULL;
     CHECK_LM(open_tokenizer(o->model, &tok));
-    CHECK_LM(gpucore_tokenizer_encode(tok, text, (int64_t)len, 1, NULL, 0, n));
-    if (!(*ids = malloc((size_t)(*n ? *n : 1) * sizeof **ids))) { fprintf(stderr, "gpucore-lm: out of host memory\n"); return 1; }
-    CHECK_LM(gpucore_tokenizer_encode(tok, text, (int64_t)len, 1, *ids, *n, n));
+    int rc = encode(tok, text, (int64_t)len, 1, ids, n);
     gpucore_tokenizer_destroy(tok);
     free(text);
-    return 0;
+    return rc;
 }
 
 static int cmd_tokenize(const lm_opts *o)
@@ -368,6 +382,135 @@ static int cmd_generate(const lm_opts *o)
                                        rows * (out_len - T), dt, tps);
     free(ids);
     free(out);
+    gpucore_tokenizer_destroy(tok);
+    gpucore_lm_destroy(lm);
+    gpucore_context_destroy(ctx);
+    return 0;
+}
+
+/* ---------------------------------------------------------------- chat */
+
+/* ids [1, n] through the cache; *logits (f32 host, vocab entries) of the last position. */
+static int feed(gpucore_lm *lm, gpucore_lm_cache *cache, gpucore_context *ctx, const int32_t *ids, int64_t n,
+                float *logits, int64_t vocab)
+{
+    int64_t shape[2] = {1, n}, *i64 = malloc((size_t)n * sizeof *i64);
+    if (!i64) { fprintf(stderr, "gpucore-lm: out of host memory\n"); return 1; }
+    for (int64_t k = 0; k < n; k++) i64[k] = ids[k];
+    gpucore_tensor *in = NULL, *out = NULL, *f32 = NULL;
+    CHECK_LM(gpucore_tensor_create(ctx, GPUCORE_I64, 2, shape, &in));
+    CHECK_LM(gpucore_copy_from_host(in, i64, n * (int64_t)sizeof *i64));
+    CHECK_LM(gpucore_lm_forward_cached(lm, cache, in, 1, &out));
+    if (gpucore_tensor_dtype(out) != GPUCORE_F32) {
+        int64_t vs[3] = {1, 1, vocab};
+        CHECK_LM(gpucore_tensor_create(ctx, GPUCORE_F32, 3, vs, &f32));
+        CHECK_LM(gpucore_cast(f32, out, NULL));
+    }
+    CHECK_LM(gpucore_copy_to_host(logits, vocab * (int64_t)sizeof *logits, f32 ? f32 : out));
+    gpucore_tensor_destroy(f32);
+    gpucore_tensor_destroy(out);
+    gpucore_tensor_destroy(in);
+    free(i64);
+    return 0;
+}
+
+/* Print the text of ids[0..n) past the *printed bytes already shown (special tokens left out). */
+static int stream_text(gpucore_tokenizer *tok, const int32_t *ids, int64_t n, int64_t *printed)
+{
+    int64_t len = 0;
+    CHECK_LM(gpucore_tokenizer_decode(tok, ids, n, 1, NULL, 0, &len));
+    char *text = malloc((size_t)len + 1);
+    if (!text) { fprintf(stderr, "gpucore-lm: out of host memory\n"); return 1; }
+    CHECK_LM(gpucore_tokenizer_decode(tok, ids, n, 1, text, len + 1, &len));
+    if (len > *printed) fwrite(text + *printed, 1, (size_t)(len - *printed), stdout), *printed = len;
+    fflush(stdout);
+    free(text);
+    return 0;
+}
+
+/* An interactive conversation: each line read is the user's message; the whole conversation is rendered by the
+ * chat template and only the ids past those the KV cache holds are run (the cache is refilled when the rendered
+ * ids no longer start with them); the answer is greedy, printed as it is generated, up to the EOS or --max-new
+ * tokens. End of input (Ctrl-D) ends it and prints the generation speed. */
+static int cmd_chat(const lm_opts *o)
+{
+    gpucore_context *ctx = NULL;
+    gpucore_lm *lm = NULL;
+    gpucore_tokenizer *tok = NULL;
+    gpucore_lm_cache *cache = NULL;
+    CHECK_LM(gpucore_context_create(o->device, &ctx));
+    int rc = open_model(o, ctx, &lm);
+    if (rc) return rc;
+    CHECK_LM(open_tokenizer(o->model, &tok));
+    if (!gpucore_tokenizer_chat_template(tok)) { fprintf(stderr, "gpucore-lm: chat: the model has no chat template\n"); return 2; }
+    int64_t eos = o->eos, vocab = 0, cap = 0;
+    if (eos == -2) CHECK_LM(gpucore_lm_config_int(lm, "eos_token_id", &eos));
+    CHECK_LM(gpucore_lm_config_int(lm, "vocab_size", &vocab));
+    CHECK_LM(gpucore_lm_config_int(lm, "max_position_embeddings", &cap));
+    if (cap <= 0 || cap > 4096) cap = 4096;
+    CHECK_LM(gpucore_lm_cache_create(lm, 1, cap, &cache));
+    int32_t *held = malloc((size_t)cap * sizeof *held), *ids = NULL;
+    float *logits = malloc((size_t)vocab * sizeof *logits);
+    gpucore_chat_message *msgs = NULL;
+    int64_t nheld = 0, nmsg = 0, total = 0;
+    double seconds = 0;
+    char *line = NULL;
+    size_t line_cap = 0;
+    if (!held || !logits) { fprintf(stderr, "gpucore-lm: out of host memory\n"); return 1; }
+    for (;;) {
+        if (!o->quiet) fputs("> ", stdout), fflush(stdout);
+        ssize_t got = getline(&line, &line_cap, stdin);
+        if (got < 0) break;
+        while (got > 0 && (line[got - 1] == '\n' || line[got - 1] == '\r')) line[--got] = 0;
+        if (!got) continue;
+        gpucore_chat_message *more = realloc(msgs, (size_t)(nmsg + 2) * sizeof *msgs);
+        if (!more) { fprintf(stderr, "gpucore-lm: out of host memory\n"); return 1; }
+        msgs = more;
+        msgs[nmsg++] = (gpucore_chat_message){"user", strdup(line)};
+        char *text = NULL;
+        int64_t n = 0;
+        if ((rc = render_chat(tok, msgs, nmsg, &text)) || (rc = encode(tok, text, -1, 0, &ids, &n))) return rc;
+        free(text);
+        if (n >= cap) { fprintf(stderr, "gpucore-lm: chat: the conversation outgrew the cache (%" PRId64 " tokens)\n", cap); break; }
+        int64_t keep = 0;
+        while (keep < nheld && keep < n - 1 && held[keep] == ids[keep]) keep++;
+        if (keep < nheld) { /* the held ids no longer a prefix: refill */
+            CHECK_LM(gpucore_lm_cache_reset(cache));
+            keep = 0;
+        }
+        double t0 = train_now_s();
+        if ((rc = feed(lm, cache, ctx, ids + keep, n - keep, logits, vocab))) return rc;
+        memcpy(held, ids, (size_t)n * sizeof *held);
+        nheld = n;
+        int64_t start = nheld, printed = 0;
+        for (int64_t step = 0; step < o->max_new && nheld < cap; step++) {
+            int32_t next = 0; /* greedy: the first index of the maximum, as gpucore_lm_generate */
+            for (int64_t v = 1; v < vocab; v++) if (logits[v] > logits[next]) next = (int32_t)v;
+            total++;
+            if (next == eos) break;
+            held[nheld++] = next;
+            if ((rc = stream_text(tok, held + start, nheld - start, &printed))) return rc;
+            if (step + 1 < o->max_new && (rc = feed(lm, cache, ctx, &next, 1, logits, vocab))) return rc;
+        }
+        seconds += train_now_s() - t0;
+        printf("\n");
+        int64_t len = 0;
+        CHECK_LM(gpucore_tokenizer_decode(tok, held + start, nheld - start, 1, NULL, 0, &len));
+        char *answer = malloc((size_t)len + 1);
+        if (!answer) { fprintf(stderr, "gpucore-lm: out of host memory\n"); return 1; }
+        CHECK_LM(gpucore_tokenizer_decode(tok, held + start, nheld - start, 1, answer, len + 1, &len));
+        msgs[nmsg++] = (gpucore_chat_message){"assistant", answer};
+        free(ids);
+        ids = NULL;
+    }
+    if (!o->quiet) fprintf(stderr, "\nchat: %" PRId64 " tokens generated in %.3f s (%.1f tokens/s, prompts included)\n",
+                           total, seconds, (double)total / (seconds > 0 ? seconds : 1e-9));
+    for (int64_t k = 0; k < nmsg; k++) free((char *)msgs[k].content);
+    free(msgs);
+    free(line);
+    free(held);
+    free(logits);
+    gpucore_lm_cache_destroy(cache);
     gpucore_tokenizer_destroy(tok);
     gpucore_lm_destroy(lm);
     gpucore_context_destroy(ctx);
@@ -741,5 +884,6 @@ int main(int argc, char **argv)
     if (!strcmp(o.cmd, "generate")) return cmd_generate(&o);
     if (!strcmp(o.cmd, "eval")) return cmd_eval(&o);
     if (!strcmp(o.cmd, "tokenize")) return cmd_tokenize(&o);
+    if (!strcmp(o.cmd, "chat")) return cmd_chat(&o);
     return cmd_finetune(&o);
 }

