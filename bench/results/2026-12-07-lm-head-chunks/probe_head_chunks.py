@@ -7,7 +7,7 @@ process's VmHWM rise (reset through /proc/self/clear_refs), the step's time and 
 build from before the chunks (with that tree's python/ first on PYTHONPATH), it measures that build's
 unfused head (the whole logits and a gradient of their size).
 
-    GPUCORE_LIBRARY=build/src/libgpucore.so PYTHONPATH=python:build-pydeps:python/torch_tests \
+    GPUCORE_LIBRARY=build/src/libgpucore.so PYTHONPATH=python:build-pydeps:python/torch_tests:bench/peers \
         /usr/bin/python3 bench/results/2026-12-07-lm-head-chunks/probe_head_chunks.py [--batch 1 --seq 1024 --layers 2 --warm 1 --rows R,R]
 """
 import argparse
@@ -18,24 +18,8 @@ import numpy as np
 
 import gpucore
 import hf_fixtures
+from proc_memory import peak_rss_bytes, reset_peak_rss
 from gpucore import models
-
-
-def status_bytes(key):
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith(key + ":"):
-                return int(line.split()[1]) * 1024
-    return -1
-
-
-def reset_hwm():
-    try:
-        with open("/proc/self/clear_refs", "w") as f:
-            f.write("5")
-        return True
-    except OSError:
-        return False
 
 
 def main():
@@ -71,13 +55,13 @@ def main():
         gpucore.empty_cache(ctx)
         gpucore.reset_peak_memory_stats(ctx)
         before = gpucore.memory_allocated(ctx)
-        hwm = reset_hwm()
-        h0 = status_bytes("VmHWM")
+        hwm = reset_peak_rss()
+        h0 = peak_rss_bytes()
         t0 = time.perf_counter()
         loss = m.forward_backward(ids)
         dt = time.perf_counter() - t0
         rise = gpucore.max_memory_allocated(ctx) - before
-        hrise = status_bytes("VmHWM") - h0 if hwm else -1
+        hrise = peak_rss_bytes() - h0 if hwm else -1
         print("%-28s %14d %14d %9.2f %12.6f" % (label, rise, hrise, dt, loss))
 
 
