@@ -4,7 +4,7 @@
  *   gpucore-lm generate MODEL --ids 1,2,3[;4,5,6] [--max-new N] [--sample] [--temperature T]
  *   gpucore-lm generate MODEL --prompt TEXT [--chat] [options of --ids]
  *              [--top-k K] [--top-p P] [--seed S] [--eos ID] [--adapter DIR]
- *   gpucore-lm finetune MODEL --data FILE[,FILE...] [--lora R | --full] [--alpha A] [--dropout P]
+ *   gpucore-lm finetune MODEL --data FILE[,FILE...] | --text FILE [--lora R | --full] [--alpha A] [--dropout P]
  *              [--targets q_proj,v_proj] [--steps N] [--batch B] [--seq T] [--lr LR]
  *              [--weight-decay WD] [--clip C] [--seed S] [--checkpoint-policy none|all|sqrt|every:K|budget:BYTES]
  *              [--save DIR] [--save-every N] [--resume DIR] [--ddp | --zero 0|1|2] [--grad-accum K]
@@ -17,8 +17,8 @@
  * metadata) and prints the generated text; --chat first renders TEXT as the user's message of the
  * model's chat template, with the assistant's turn open. tokenize encodes a UTF-8 text file
  * with the model's tokenizer (the ids its post-processor adds included) and writes the ids
- * as an llm.c token file (gpucore_token_data_write); eval --text does the same into a
- * temporary file and evaluates that. chat reads the user's lines from standard input and
+ * as an llm.c token file (gpucore_token_data_write); eval --text and finetune --text do the
+ * same into a temporary file and evaluate or train on that. chat reads the user's lines from standard input and
  * answers each greedily through the chat template, the conversation kept in the KV cache,
  * the answer printed as it is generated; end of input (Ctrl-D) ends it.
  * MODEL is a Hugging Face folder (gpt2, llama, mistral, qwen2). Token files are llm.c .bin
@@ -83,9 +83,9 @@ static void usage(void)
             "usage: gpucore-lm generate MODEL --ids 1,2,3[;4,5,6] [--max-new N] [--sample] [--temperature T]\n"
             "                  [--top-k K] [--top-p P] [--seed S] [--eos ID] [--adapter DIR]\n"
             "       gpucore-lm generate MODEL --prompt TEXT [--chat] [the options of --ids]\n"
-            "       gpucore-lm finetune MODEL --data FILE[,FILE...] [--lora R | --full] [--alpha A] [--dropout P]\n"
-            "                  [--targets a,b] [--steps N] [--batch B] [--seq T] [--lr LR] [--weight-decay WD]\n"
-            "                  [--clip C] [--seed S] [--checkpoint-policy none|all|sqrt|every:K|budget:BYTES]\n"
+            "       gpucore-lm finetune MODEL --data FILE[,FILE...] | --text FILE [--lora R | --full] [--alpha A]\n"
+            "                  [--dropout P] [--targets a,b] [--steps N] [--batch B] [--seq T] [--lr LR]\n"
+            "                  [--weight-decay WD] [--clip C] [--seed S] [--checkpoint-policy none|all|sqrt|every:K|budget:BYTES]\n"
             "                  [--save DIR] [--save-every N] [--resume DIR] [--ddp | --zero 0|1|2] [--grad-accum K]\n"
             "       gpucore-lm eval MODEL --data FILE[,FILE...] | --text FILE [--batch B] [--seq T] [--batches N]\n"
             "                  [--adapter DIR]\n"
@@ -170,7 +170,10 @@ static int parse_args(int argc, char **argv, lm_opts *o)
         fprintf(stderr, "gpucore-lm: eval needs --data or --text\n");
         return 1;
     }
-    if (!strcmp(o->cmd, "finetune") && !o->ndata) { fprintf(stderr, "gpucore-lm: %s needs --data\n", o->cmd); return 1; }
+    if (!strcmp(o->cmd, "finetune") && !o->ndata == !o->text) {
+        fprintf(stderr, "gpucore-lm: finetune needs --data or --text\n");
+        return 1;
+    }
     if (o->ddp && o->zero >= 0) { fprintf(stderr, "gpucore-lm: --ddp and --zero exclude each other\n"); return 1; }
     if (o->zero > 2) {
         fprintf(stderr, "gpucore-lm: --zero %d: stage 3 needs the model's executor to gather its weights, "
@@ -541,17 +544,16 @@ static int open_data(const lm_opts *o, gpucore_context *ctx, gpucore_lm *lm, int
 
 static int cmd_eval_data(const lm_opts *o);
 
-/* eval --text: the file tokenized into a temporary token file, evaluated, removed. */
-static int cmd_eval(const lm_opts *o)
+/* --text: the file tokenized into a temporary token file, run(o with that file as --data), the file removed. */
+static int with_text_data(const lm_opts *o, int (*run)(const lm_opts *))
 {
-    if (!o->text) return cmd_eval_data(o);
     int32_t *ids = NULL;
     int64_t n = 0;
     int rc = text_ids(o, &ids, &n);
     if (rc) return rc;
     const char *dir = getenv("TMPDIR");
     char tmp[4096];
-    snprintf(tmp, sizeof tmp, "%s/gpucore-lm-eval-XXXXXX", dir && *dir ? dir : "/tmp");
+    snprintf(tmp, sizeof tmp, "%s/gpucore-lm-text-XXXXXX", dir && *dir ? dir : "/tmp");
     int fd = mkstemp(tmp);
     if (fd < 0) { fprintf(stderr, "gpucore-lm: cannot create a temporary file %s: %s\n", tmp, strerror(errno)); return 1; }
     close(fd);
@@ -565,9 +567,14 @@ static int cmd_eval(const lm_opts *o)
         unlink(tmp);
         return 1;
     }
-    rc = cmd_eval_data(&with);
+    rc = run(&with);
     unlink(tmp);
     return rc;
+}
+
+static int cmd_eval(const lm_opts *o)
+{
+    return o->text ? with_text_data(o, cmd_eval_data) : cmd_eval_data(o);
 }
 
 static int cmd_eval_data(const lm_opts *o)
@@ -885,5 +892,5 @@ int main(int argc, char **argv)
     if (!strcmp(o.cmd, "eval")) return cmd_eval(&o);
     if (!strcmp(o.cmd, "tokenize")) return cmd_tokenize(&o);
     if (!strcmp(o.cmd, "chat")) return cmd_chat(&o);
-    return cmd_finetune(&o);
+    return o.text ? with_text_data(&o, cmd_finetune) : cmd_finetune(&o);
 }

