@@ -92,7 +92,7 @@ GPUCORE_HIDDEN void caching_allocator_destroy(caching_allocator *a);
 GPUCORE_HIDDEN gpucore_status caching_allocator_alloc(caching_allocator *a, int64_t bytes, void *stream, void **ptr);
 /* ptr from caching_allocator_alloc (NULL: no-op). Unknown pointers: INVALID_ARGUMENT. */
 GPUCORE_HIDDEN gpucore_status caching_allocator_free(caching_allocator *a, void *ptr);
-/* Inside a comm group (src/dist/comm_group.c) frees on this thread are held: the block
+/* Inside a comm group (src/comm/comm_group.c) frees on this thread are held: the block
  * stays allocated until the outermost group ends (begin 0 at depth 1 frees them, in
  * order), because work that uses it may be held until then and an event recorded
  * meanwhile would read as complete. Destroying an allocator drops this thread's held

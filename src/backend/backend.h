@@ -1,7 +1,7 @@
 /*
  * backend.h — the vtable a backend fills in: raw memory, copies, streams and
  * events, and one entry per op. Everything shared (validation, the caching
- * allocator, tensor bookkeeping) lives above it (src/core, src/alloc, src/ops, src/train, src/dist); a backend only
+ * allocator, tensor bookkeeping) lives above it (src/core, src/alloc, src/ops, src/train, src/comm); a backend only
  * supplies primitives. Backends: backend/cpu (built in), backend/cuda (a plugin module,
  * loaded at run time so libgpucore.so loads where no CUDA is installed), and the
  * test-only cuda-emulated module (tests/simt).
@@ -34,7 +34,7 @@ struct gpucore_quant_args; /* kernels/quant_formats.h */
 
 typedef void (*gpucore_host_fn)(void *arg);
 
-/* One collective call on a communicator, as src/dist/comm.c hands it to a backend
+/* One collective call on a communicator, as src/comm/comm.c hands it to a backend
  * (validated: contiguous buffers, counts > 0 fit the transport, dtype supported). */
 typedef enum gpucore_comm_kind {
     GPUCORE_COMM_ALLREDUCE = 0,      /* recv[i] = op over ranks of send[i], i < count */
@@ -151,7 +151,7 @@ typedef struct gpucore_backend {
     gpucore_status (*clip_grad_norm)(void *bctx, const gpucore_mt_tensor *grads, int64_t count, float *partials,
                                      float max_norm, float *total_norm, float *clip_coef, void *stream);
 
-    /* --- collective communication (src/dist/comm.c validates and keeps the sequence
+    /* --- collective communication (src/comm/comm.c validates and keeps the sequence
      * numbers and waits; the CPU backend carries data over MPI, CUDA over NCCL).
      * `bcomm` is the backend's communicator. NULL entries: not supported. --- */
     /* Fill id (GPUCORE_COMM_ID_BYTES) with a fresh unique id for comm_init. */

@@ -1,7 +1,7 @@
 /*
  * view_span.h — the byte span of a strided view and the overlap tests built on
  * it, one copy for every front-end that checks aliasing (ops/ops_common.c,
- * ops/matmul.c, ops/conv.c, core/copy.c, dist/comm.c).
+ * ops/matmul.c, ops/conv.c, core/copy.c, comm/comm.c).
  */
 #ifndef GPUCORE_CORE_VIEW_SPAN_H
 #define GPUCORE_CORE_VIEW_SPAN_H

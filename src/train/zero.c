@@ -17,7 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "zero_internal.h"
-#include "dist/comm_internal.h" /* comm groups: gpucore_comm_group_after */
+#include "comm/comm_internal.h" /* comm groups: gpucore_comm_group_after */
 
 static gpucore_handle_pool zero_handle_pool = GPUCORE_HANDLE_POOL_INIT(sizeof(struct gpucore_zero));
 

@@ -25,7 +25,7 @@ typedef struct zero_bucket {
     int pending;                 /* gradients not yet marked in this round */
     int zero_pending;            /* stages 0/1: grad_full must be zeroed before the next round */
     gpucore_event *gathered;     /* stage 3: recorded on the comm stream after the bucket's all-gather */
-    uint64_t group_gen;          /* the comm group (src/dist/comm_group.c) it was last reduced in */
+    uint64_t group_gen;          /* the comm group (src/comm/comm_group.c) it was last reduced in */
 } zero_bucket;
 
 struct gpucore_zero {

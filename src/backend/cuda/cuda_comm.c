@@ -11,7 +11,7 @@
  * kernels return) and keeps a message naming rank, op, sequence number, count and
  * dtype for comm_check. Without NCCL in the build every entry says so.
  *
- * Groups (gpucore_comm_group_start/end, src/dist/comm_group.c): "Nothing will be
+ * Groups (gpucore_comm_group_start/end, src/comm/comm_group.c): "Nothing will be
  * started on the CUDA stream until ncclGroupEnd" (nccl.h:555) and "Operations on
  * the CUDA stream depending on the NCCL operations need to be called after
  * ncclGroupEnd" (nccl.h:565). A stream a grouped collective was queued on is held
@@ -36,7 +36,7 @@
 #include <string.h>
 #include <time.h>
 #include "cuda_internal.h"
-#include "dist/comm_names.h"
+#include "comm/comm_names.h"
 #include "gpucore_config.h"
 #include "cuda_dynlib.h" /* NCCL through the loader's table (NCCL.nccl...), opened on first use */
 
