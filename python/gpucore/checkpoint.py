@@ -33,12 +33,12 @@ from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
 from ._lib import (C, CKPT_BACKWARD_FN, CKPT_DISCARD_FN, CKPT_FORWARD_FN, CKPT_GRAD_READY_FN, CKPT_PACK_FN,
                    CKPT_SEGMENT_HOOK_FN, CKPT_UNPACK_FN, CkptStats)
+from ._op_args import _act
 from ._validate import UINT64_MAX, to_float, to_int
 from .context import Context, DeviceLike, get_context
 from .errors import (ERR_INVALID_ARGUMENT, GpucoreError, InvalidArgumentError, InvalidArgumentTypeError,
                      InvalidHandleError)
 from .nn import IntPair, _conv_options
-from .ops import _act
 from .optim import _Owned
 from .tensor import Tensor
 

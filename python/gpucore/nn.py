@@ -22,10 +22,11 @@ import numpy as np
 
 from . import dtypes as _dt
 from ._lib import C, ConvOptions, ConvStats, MatmulOptions, MatmulStats
+from ._op_args import _act, _opt, _out, _same_ctx, _stream, _tensor
 from ._validate import to_float, to_int, to_shape
 from .context import Context, DeviceLike, Stream, get_context
 from .errors import InvalidArgumentError, InvalidArgumentTypeError, ShapeMismatchError
-from .ops import _act, _opt, _out, _same_ctx, _stream, _tensor
+from .ops import sum as _sum
 from .tensor import Tensor, _i64_array, empty, zeros
 
 __all__ = ["matmul", "matmul_backward", "linear", "linear_backward", "conv2d", "conv1d", "conv2d_backward",
@@ -151,7 +152,6 @@ def _matmul_broadcast(a: Tensor, b: Tensor, out: Optional[Tensor], out_dtype: An
 
 def _sum_to(t: Tensor, shape: Sequence[int], stream: Optional[Stream]) -> Tensor:
     """t summed over the dims that broadcasting added or stretched from 1, as ``shape``."""
-    from .ops import sum as _sum
     lead = len(t.shape) - len(shape)
     dims = list(range(lead)) + [lead + i for i, s in enumerate(shape) if s == 1 and t.shape[lead + i] != 1]
     if dims:
@@ -442,7 +442,6 @@ def conv2d_backward(grad_output: Tensor, input: Tensor, weight: Tensor, bias_gra
     if weight_grad:
         dw = conv2d_backward_filter(dy, xp, w.shape, stride, padding, dilation, groups, layout=layout, stream=stream)
     if bias_grad:
-        from .ops import sum as _sum
         dims = (0, 1, 2) if layout == "nhwc" else (0, 2, 3)
         db = _sum(dy, dim=dims[:len(dy.shape) - 1] if len(dy.shape) == 3 else dims, stream=stream)
     return dx, dw, db
@@ -478,24 +477,3 @@ def conv_stats(device: DeviceLike = None) -> dict:
     C.gpucore_conv_get_stats(ctx.handle, byref(s))
     return {n: getattr(s, n) for n, _ in ConvStats._fields_ if n != "struct_size"}
 
-
-# ---------------------------------------------------------------- the @ operator
-
-def _install_matmul_operator() -> None:
-    def matmul_op(self: Tensor, other: Any) -> Any:
-        if not isinstance(other, Tensor):
-            return NotImplemented
-        return matmul(self, other)
-
-    def rmatmul_op(self: Tensor, other: Any) -> Any:
-        # other @ self where other is no Tensor (numpy arrays answer @ themselves): a list or
-        # scalar data becomes a tensor of self's dtype on self's context, as torch.tensor would
-        from .tensor import tensor
-        return matmul(tensor(other, dtype=self.dtype, device=self.context), self)
-
-    Tensor.__matmul__ = matmul_op  # type: ignore[attr-defined]
-    Tensor.__rmatmul__ = rmatmul_op  # type: ignore[attr-defined]
-    Tensor.matmul = lambda self, other: matmul(self, other)  # type: ignore[attr-defined]
-
-
-_install_matmul_operator()

@@ -33,9 +33,11 @@ from . import dtypes as _dt
 from ._lib import C
 from ._validate import check_dim, to_int
 from .context import DeviceLike, Stream
+from ._op_args import _is_number, _tensor
 from .errors import InvalidArgumentError, InvalidArgumentTypeError, ShapeMismatchError
-from .ops import (ADD, DIV, MUL, SUB, _binary, _FLOAT_DTYPES, _is_number, _promoted_dtype, _cast_to, _tensor,
-                  abs, amax, amin, argmax, cat, exp, log, maximum, minimum, neg, rsqrt, scale, sqrt, square)
+from .ops import amax, amin, argmax, cat
+from .ops_elementwise import (ADD, DIV, MUL, SUB, _binary, _FLOAT_DTYPES, _promoted_dtype, _cast_to, abs, exp, log,
+                              maximum, minimum, neg, rsqrt, scale, sqrt, square)
 from .tensor import Tensor, _new, empty, full, full_like, tensor
 
 __all__ = ["eq", "ne", "lt", "le", "gt", "ge", "pow", "max", "min", "arange", "stack", "where", "all", "any"]
@@ -128,15 +130,12 @@ def _comparison(name: str) -> Any:
 eq, ne, lt, le, gt, ge = (_comparison(n) for n in ("eq", "ne", "lt", "le", "gt", "ge"))
 
 
-def _operator(name: str) -> Any:
-    """A comparison dunder (Python itself swaps 1 < t into t > 1): other types give NotImplemented,
-    so == with None or a string is Python's identity answer, False, as in PyTorch."""
-    def f(self: Tensor, other: Any) -> Any:
-        if not isinstance(other, Tensor) and not (_is_number(other) or isinstance(other, bool)):
-            return NotImplemented
-        return _compare(name, self, other)
-    f.__name__ = "__%s__" % name
-    return f
+def _compare_operator(name: str, self: Tensor, other: Any) -> Any:
+    """Tensor's comparison operators (Python itself swaps 1 < t into t > 1): other types give
+    NotImplemented, so == with None or a string is Python's identity answer, False, as in PyTorch."""
+    if not isinstance(other, Tensor) and not (_is_number(other) or isinstance(other, bool)):
+        return NotImplemented
+    return _compare(name, self, other)
 
 
 def all(input: Tensor, dim: Optional[int] = None, keepdim: bool = False) -> Tensor:  # noqa: A001
@@ -314,16 +313,3 @@ def where(condition: Any, input: Any = None, other: Any = None) -> Tensor:
         "(a 1.0/0.0 mask of x's dtype), x * m + y * (1 - m) gives the same result; for any values, select on "
         "the host: gpucore.tensor(numpy.where(condition.numpy() != 0, x.numpy(), y.numpy()))")
 
-
-def _install_methods() -> None:
-    T = Tensor
-    for name in ("eq", "ne", "lt", "le", "gt", "ge"):
-        setattr(T, "__%s__" % name, _operator(name))
-    T.__pow__ = lambda self, e: pow(self, e)  # type: ignore[assignment]
-    T.__rpow__ = lambda self, b: pow(b, self)  # type: ignore[assignment]
-    for name, fn in (("eq", eq), ("ne", ne), ("lt", lt), ("le", le), ("gt", gt), ("ge", ge), ("pow", pow),
-                     ("max", max), ("min", min), ("all", all), ("any", any)):
-        setattr(T, name, fn)
-
-
-_install_methods()

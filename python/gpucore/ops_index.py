@@ -14,8 +14,9 @@ from . import dtypes as _dt
 from ._lib import C
 from ._validate import to_float, to_int
 from .context import Context, Stream
+from ._op_args import TensorOrNumber, _is_number, _out, _same_ctx, _stream, _tensor
 from .errors import InvalidArgumentError, ShapeMismatchError
-from .ops import TensorOrNumber, _is_number, _loss_reduction, _out, _same_ctx, _stream, _tensor, cast, mul
+from .ops_elementwise import cast, mul
 from .tensor import Tensor, empty, full
 from .tensor import tensor as _tensor_from_host
 
@@ -24,6 +25,13 @@ __all__ = ["cross_entropy", "cross_entropy_backward", "embedding", "embedding_ba
 
 _CLASS_DIM_TORCH = 1000  # GPUCORE_CE_CLASS_DIM_TORCH: class dim 1, or 0 for (C,) logits
 _FLOATS = (_dt.float32, _dt.float16, _dt.bfloat16, _dt.float64)
+LOSS_REDUCTIONS = {"none": 0, "mean": 1, "sum": 2}
+
+
+def _loss_reduction(reduction: str) -> int:
+    if reduction not in LOSS_REDUCTIONS:
+        raise InvalidArgumentError("reduction must be 'none', 'mean' or 'sum', not %r" % (reduction,))
+    return LOSS_REDUCTIONS[reduction]
 
 
 def cross_entropy(input: Tensor, target: Tensor, weight: Optional[Tensor] = None, ignore_index: int = -100,

@@ -10,10 +10,10 @@ from typing import Any, Optional, Tuple
 import numpy as np
 
 from ._lib import C
+from ._op_args import _opt, _out, _same_ctx, _stream, _tensor
 from ._validate import to_float
 from .context import Stream
 from .errors import InvalidArgumentError, ShapeMismatchError
-from .ops import _opt, _out, _same_ctx, _stream, _tensor
 from .tensor import Tensor, empty, full
 
 __all__ = ["layer_norm", "layer_norm_backward", "rms_norm", "rms_norm_backward"]

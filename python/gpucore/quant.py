@@ -15,9 +15,9 @@ from typing import Any, Optional, Sequence, Tuple, Union
 
 from . import dtypes as _dt
 from ._lib import C
+from ._op_args import _out, _same_ctx, _stream, _tensor
 from .context import Stream
 from .errors import InvalidArgumentError, InvalidArgumentTypeError
-from .ops import _out, _same_ctx, _stream, _tensor
 from .tensor import Tensor
 
 __all__ = ["QUANT_FORMATS", "QUANT_DOUBLE", "quant_size", "quantize", "dequantize"]

@@ -11,6 +11,7 @@ call ``t.context.synchronize()`` before reading the numpy array directly.
 """
 from __future__ import annotations
 
+import importlib
 import numbers
 from ctypes import byref, c_int, c_int64, c_void_p
 from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple, Union
@@ -92,6 +93,33 @@ class _ArrayExport:
     def __init__(self, interface: dict, keep: _Keep) -> None:
         self.__array_interface__ = interface
         self._keep = keep
+
+
+class _Later:
+    """A module of this package that imports this one (the ops), imported when first used so that
+    this module imports none of them; each name is fetched once, then read from this object's
+    attributes, so an operator call costs an attribute lookup, not an import statement."""
+
+    def __init__(self, module: str) -> None:
+        self._module = module
+
+    def __getattr__(self, name: str) -> Any:
+        value = getattr(importlib.import_module(self._module, __package__), name)
+        setattr(self, name, value)
+        return value
+
+
+_elementwise, _ops, _compose, _nn = _Later(".ops_elementwise"), _Later(".ops"), _Later(".ops_compose"), _Later(".nn")
+
+
+def _op_method(ops: _Later, name: str) -> Any:
+    """A method of Tensor that is the function ``name`` of ops with the tensor as first argument."""
+    def method(self: "Tensor", *args: Any, **kwargs: Any) -> Any:
+        return getattr(ops, name)(self, *args, **kwargs)
+    method.__name__ = name
+    method.__qualname__ = "Tensor." + name
+    method.__doc__ = "t.%s(...) is gpucore.%s(t, ...): see help(gpucore.%s)." % (name, name, name)
+    return method
 
 
 class Tensor:
@@ -676,8 +704,7 @@ class Tensor:
         dt = self.dtype if dtype is None else _dt.as_dtype(dtype)
         src = self
         if dt is not self._dtype:
-            from .ops import cast
-            src = cast(self, dt)
+            src = _elementwise.cast(self, dt)
         if ctx is self._ctx:
             return src.clone() if copy and src is self else src
         out = empty(src.shape, dt, device=ctx)
@@ -815,7 +842,7 @@ class Tensor:
                                        "has %d (shape %s)" % (what, n, self._shape))
         return self.item()
 
-    # The comparison operators (gpucore.ops) return tensors, so == is no identity test; hashing stays
+    # The comparison operators (below) return tensors, so == is no identity test; hashing stays
     # by identity (as torch.Tensor), so tensors still work as dict keys and in sets.
     __hash__ = object.__hash__
 
@@ -836,6 +863,140 @@ class Tensor:
         """Version-3 CUDA array interface of a CUDA tensor (AttributeError elsewhere)."""
         from .interop import cuda_array_interface
         return cuda_array_interface(self)
+
+    # ---- operators and op methods: the ops live in gpucore.ops_elementwise, ops, ops_compose and nn ----
+    def __add__(self, other: Any) -> "Tensor":
+        return _elementwise._binary(_elementwise.ADD, self, other, None, None)
+
+    def __radd__(self, other: Any) -> "Tensor":
+        return _elementwise._binary(_elementwise.ADD, other, self, None, None)
+
+    def __sub__(self, other: Any) -> "Tensor":
+        return _elementwise._binary(_elementwise.SUB, self, other, None, None)
+
+    def __rsub__(self, other: Any) -> "Tensor":
+        return _elementwise._binary(_elementwise.SUB, other, self, None, None)
+
+    def __mul__(self, other: Any) -> "Tensor":
+        return _elementwise._binary(_elementwise.MUL, self, other, None, None)
+
+    def __rmul__(self, other: Any) -> "Tensor":
+        return _elementwise._binary(_elementwise.MUL, other, self, None, None)
+
+    def __truediv__(self, other: Any) -> "Tensor":
+        return _elementwise._binary(_elementwise.DIV, self, other, None, None)
+
+    def __rtruediv__(self, other: Any) -> "Tensor":
+        return _elementwise._binary(_elementwise.DIV, other, self, None, None)
+
+    def __iadd__(self, other: Any) -> "Tensor":
+        return _elementwise._binary(_elementwise.ADD, self, other, self, None)
+
+    def __isub__(self, other: Any) -> "Tensor":
+        return _elementwise._binary(_elementwise.SUB, self, other, self, None)
+
+    def __imul__(self, other: Any) -> "Tensor":
+        return _elementwise._binary(_elementwise.MUL, self, other, self, None)
+
+    def __itruediv__(self, other: Any) -> "Tensor":
+        return _elementwise._binary(_elementwise.DIV, self, other, self, None)
+
+    def __neg__(self) -> "Tensor":
+        return _elementwise.neg(self)
+
+    def __abs__(self) -> "Tensor":
+        return _elementwise.abs(self)
+
+    def __pow__(self, exponent: Any) -> "Tensor":
+        return _compose.pow(self, exponent)
+
+    def __rpow__(self, base: Any) -> "Tensor":
+        return _compose.pow(base, self)
+
+    # comparisons give 1.0/0.0 masks (see gpucore.ops_compose); other types: NotImplemented
+    def __eq__(self, other: Any) -> Any:  # type: ignore[override]
+        return _compose._compare_operator("eq", self, other)
+
+    def __ne__(self, other: Any) -> Any:  # type: ignore[override]
+        return _compose._compare_operator("ne", self, other)
+
+    def __lt__(self, other: Any) -> Any:
+        return _compose._compare_operator("lt", self, other)
+
+    def __le__(self, other: Any) -> Any:
+        return _compose._compare_operator("le", self, other)
+
+    def __gt__(self, other: Any) -> Any:
+        return _compose._compare_operator("gt", self, other)
+
+    def __ge__(self, other: Any) -> Any:
+        return _compose._compare_operator("ge", self, other)
+
+    def __matmul__(self, other: Any) -> Any:
+        if not isinstance(other, Tensor):
+            return NotImplemented
+        return _nn.matmul(self, other)
+
+    def __rmatmul__(self, other: Any) -> Any:
+        # other @ self where other is no Tensor (numpy arrays answer @ themselves): a list or
+        # scalar data becomes a tensor of self's dtype on self's context, as torch.tensor would
+        return _nn.matmul(tensor(other, dtype=self.dtype, device=self.context), self)
+
+    def matmul(self, other: "Tensor") -> "Tensor":
+        """self @ other; see gpucore.matmul."""
+        return _nn.matmul(self, other)
+
+    def astype(self, dtype: Any) -> "Tensor":
+        """This tensor converted to ``dtype`` (self when it already has it); see gpucore.cast."""
+        return self if _dt.as_dtype(dtype) is self.dtype else _elementwise.cast(self, dtype)
+
+    def float(self) -> "Tensor":
+        """self.astype(gpucore.float32)."""
+        return self.astype("float32")
+
+    def double(self) -> "Tensor":
+        """self.astype(gpucore.float64)."""
+        return self.astype("float64")
+
+    def half(self) -> "Tensor":
+        """self.astype(gpucore.float16)."""
+        return self.astype("float16")
+
+    def bfloat16(self) -> "Tensor":
+        """self.astype(gpucore.bfloat16)."""
+        return self.astype("bfloat16")
+
+    # t.exp(...) is gpucore.exp(t, ...), with the function's arguments
+    exp = _op_method(_elementwise, "exp")
+    log = _op_method(_elementwise, "log")
+    sqrt = _op_method(_elementwise, "sqrt")
+    rsqrt = _op_method(_elementwise, "rsqrt")
+    abs = _op_method(_elementwise, "abs")
+    neg = _op_method(_elementwise, "neg")
+    clamp = _op_method(_elementwise, "clamp")
+    relu = _op_method(_elementwise, "relu")
+    gelu = _op_method(_elementwise, "gelu")
+    silu = _op_method(_elementwise, "silu")
+    sigmoid = _op_method(_elementwise, "sigmoid")
+    tanh = _op_method(_elementwise, "tanh")
+    sum = _op_method(_ops, "sum")
+    mean = _op_method(_ops, "mean")
+    amax = _op_method(_ops, "amax")
+    amin = _op_method(_ops, "amin")
+    argmax = _op_method(_ops, "argmax")
+    softmax = _op_method(_ops, "softmax")
+    log_softmax = _op_method(_ops, "log_softmax")
+    eq = _op_method(_compose, "eq")
+    ne = _op_method(_compose, "ne")
+    lt = _op_method(_compose, "lt")
+    le = _op_method(_compose, "le")
+    gt = _op_method(_compose, "gt")
+    ge = _op_method(_compose, "ge")
+    pow = _op_method(_compose, "pow")
+    max = _op_method(_compose, "max")
+    min = _op_method(_compose, "min")
+    all = _op_method(_compose, "all")
+    any = _op_method(_compose, "any")
 
 
 def _context_for(device: DeviceLike) -> Context:

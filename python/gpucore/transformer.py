@@ -15,11 +15,11 @@ from ctypes import byref, c_double, c_int32, c_int64, c_uint64, c_void_p
 from typing import Any, Optional, Tuple
 
 from ._lib import C
+from ._op_args import _opt, _out, _same_ctx, _stream, _tensor
 from ._validate import UINT64_MAX, to_float, to_int
 from .context import DeviceLike, Stream, get_context
 from .errors import InvalidArgumentError, ShapeMismatchError
 from .nn import fallback_stats
-from .ops import _opt, _out, _same_ctx, _stream, _tensor
 from .tensor import Tensor, _generator, empty
 
 __all__ = ["AttentionOptions", "scaled_dot_product_attention", "scaled_dot_product_attention_backward",
