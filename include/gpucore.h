@@ -2632,6 +2632,9 @@ GPUCORE_API gpucore_status gpucore_lm_config_int(const gpucore_lm *lm, const cha
 GPUCORE_API gpucore_status gpucore_lm_config_double(const gpucore_lm *lm, const char *key, double *value);
 /* "gpt2", "llama", "mistral", "qwen2"; NULL for an invalid handle. */
 GPUCORE_API const char *gpucore_lm_arch_name(const gpucore_lm *lm);
+/* The configuration as JSON text: a folder's config.json as it was read, or the config a GGUF
+ * file's metadata was written as. *json is borrowed, valid until the model is destroyed. */
+GPUCORE_API gpucore_status gpucore_lm_config_json(const gpucore_lm *lm, const char **json);
 
 /* Every base weight by its state-dict name ("model.layers.0.self_attn.q_proj.weight",
  * "transformer.h.0.attn.c_attn.weight"), i in [0, gpucore_lm_parameter_count).

@@ -177,6 +177,11 @@ static void test_bad_folders(gpucore_context *ctx)
     CHECK_STATUS(gpucore_lm_config_int(lm, "no_such_key", &v), GPUCORE_ERR_INVALID_ARGUMENT);
     CHECK(gpucore_lm_parameter_count(lm) == NW);
     CHECK(strcmp(gpucore_lm_arch_name(lm), "llama") == 0);
+    const char *json = NULL; /* the config.json text as written, byte for byte */
+    CHECK_OK(gpucore_lm_config_json(lm, &json));
+    CHECK(json && strcmp(json, config_json(NULL)) == 0);
+    CHECK_STATUS(gpucore_lm_config_json(lm, NULL), GPUCORE_ERR_NULL_POINTER);
+    CHECK_STATUS(gpucore_lm_config_json(NULL, &json), GPUCORE_ERR_NULL_POINTER);
     /* lengths */
     int64_t ids[17] = {0};
     gpucore_tensor *lg = NULL;
@@ -195,6 +200,7 @@ static void test_bad_folders(gpucore_context *ctx)
     CHECK_STATUS(gpucore_lm_forward_host(NULL, ids, 1, 4, &lg), GPUCORE_ERR_NULL_POINTER);
     CHECK_OK(gpucore_lm_destroy(lm));
     CHECK_STATUS(gpucore_lm_forward_host(lm, ids, 1, 4, &lg), GPUCORE_ERR_INVALID_HANDLE);
+    CHECK_STATUS(gpucore_lm_config_json(lm, &json), GPUCORE_ERR_INVALID_HANDLE);
 
     /* files */
     expect_refused(ctx, "absent", GPUCORE_ERR_IO, "config.json");

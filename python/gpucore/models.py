@@ -121,11 +121,9 @@ class LanguageModel(_Owned):
         C.gpucore_lm_create(ctx.handle, _enc(path, "path"), dt, byref(h))
         self._h = h.value
         self._trainable: Optional[Tuple[Dict[str, Tensor], Dict[str, Tensor]]] = None
-        try:
-            with open(os.path.join(self.path, "config.json"), encoding="utf-8") as f:
-                self.config: Dict[str, Any] = json.load(f)
-        except (OSError, ValueError):
-            self.config = {}
+        text = c_char_p()
+        C.gpucore_lm_config_json(self.handle, byref(text))
+        self.config: Dict[str, Any] = json.loads(text.value.decode())  # as the library read it
 
     # ---- description ----
     @property

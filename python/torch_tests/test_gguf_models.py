@@ -82,6 +82,8 @@ def test_logits_f32(store, arch):
     cfg = hf.config
     assert m.config_int("vocab_size") == cfg.vocab_size
     assert m.config_int("tie_word_embeddings") == int(arch != "llama")
+    # .config: the config the library wrote from the metadata
+    assert m.config["model_type"] == arch and m.config["vocab_size"] == cfg.vocab_size
     if arch != "gpt2":
         assert m.config_int("num_key_value_heads") == cfg.num_key_value_heads
         assert m.config_float("rope_theta") == pytest.approx(cfg.rope_theta, rel=1e-7)

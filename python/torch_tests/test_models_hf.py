@@ -127,6 +127,8 @@ def test_logits_converted_on_load(store, arch):
 def test_logits_config_variants(store, arch, overrides):
     folder, ref = hf_model(store, arch, **overrides)
     m = ours(folder)
+    with open(os.path.join(folder, "config.json"), encoding="utf-8") as f:
+        assert m.config == json.load(f)  # the text the library read
     ids = ids_for(m.vocab_size, B=3, T=9, seed=2)
     assert rel(to_np(m(ids)), hf_logits(ref, ids)) < 1e-4
 

@@ -243,6 +243,16 @@ gpucore_status gpucore_lm_context(const gpucore_lm *lm, gpucore_context **ctx)
     return GPUCORE_OK;
 }
 
+gpucore_status gpucore_lm_config_json(const gpucore_lm *lm, const char **json)
+{
+    const char *op = "gpucore_lm_config_json";
+    gpucore_status st = lm_check(lm, op);
+    if (st) return st;
+    if (!json) return gpucore_set_error(GPUCORE_ERR_NULL_POINTER, "%s: json is NULL", op);
+    *json = lm->cfg.json;
+    return GPUCORE_OK;
+}
+
 const char *gpucore_lm_arch_name(const gpucore_lm *lm)
 {
     static const char *names[4] = {"gpt2", "llama", "mistral", "qwen2"};
