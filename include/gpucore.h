@@ -962,6 +962,34 @@ GPUCORE_API gpucore_status gpucore_quantize(const gpucore_tensor *x, gpucore_qua
 GPUCORE_API gpucore_status gpucore_dequantize(const gpucore_tensor *q, gpucore_quant_format fmt, int64_t block_size,
                                               int flags, gpucore_tensor *out, gpucore_stream *stream);
 
+/* A quantized weight W [rows, cols] (a linear layer's [out, in]) as the calls below read it:
+ * its bytes and how they were made. */
+typedef struct gpucore_qweight {
+    const gpucore_tensor *data;  /* u8, contiguous, exactly gpucore_quant_size bytes */
+    gpucore_quant_format format;
+    int64_t block_size;          /* as gpucore_quantize: NF4/FP4 0 (64) or a power of two; others 0 */
+    int flags;                   /* as gpucore_quantize */
+    int64_t rows, cols;          /* W's shape */
+} gpucore_qweight;
+
+/* A linear layer with a quantized weight: y = act(x·Wᵀ + bias), the arguments and epilogues of
+ * gpucore_linear_forward (x [..., cols] with contiguous rows, bias [rows] or NULL, y and aux
+ * [..., rows]; x, bias, y and aux one dtype: f32, f16 or bf16). W is never materialised whole:
+ * each element is dequantized in f32 (gpucore_dequantize's value) and rounded to x's dtype, as
+ * a dequantize-then-GEMM in that dtype would see it; products accumulate in f32 and the result
+ * is rounded once. CPU: tiles of W dequantized into the GEMM's panels, and for 1-4 rows a
+ * product that reads the blocks directly; CUDA: kernels that dequantize in the tile.
+ * Errors: those of gpucore_linear_forward and gpucore_dequantize (w's bytes, format, sizes),
+ * SHAPE_MISMATCH when x's last dim is not w->cols or y's is not w->rows. */
+GPUCORE_API gpucore_status gpucore_qlinear_forward(const gpucore_tensor *x, const gpucore_qweight *w,
+                                                   const gpucore_tensor *bias, gpucore_activation act,
+                                                   gpucore_tensor *y, gpucore_tensor *aux, gpucore_stream *stream);
+/* The input gradient of that layer: dx = dy·W + beta·dx, dy [..., rows], dx [..., cols], one
+ * dtype, W read as above; beta 0 (overwrite) or 1 (accumulate). No weight gradient: a quantized
+ * base is frozen. The same errors, and INVALID_ARGUMENT for another beta. */
+GPUCORE_API gpucore_status gpucore_qlinear_backward_data(const gpucore_tensor *dy, const gpucore_qweight *w,
+                                                         double beta, gpucore_tensor *dx, gpucore_stream *stream);
+
 /* ------------------------------------------------------------------ matmul
  *
  *   d = epilogue(alpha · op(a) · op(b) + beta · c)
@@ -1155,6 +1183,9 @@ typedef struct gpucore_lora_options {
     double dropout_p;      /* on the adapter input, in [0, 1); default 0 */
     uint64_t seed, offset; /* the dropout's Philox stream */
     const gpucore_tensor *w_scale; /* fp8 W only: f32 one-element tensor (required); NULL otherwise */
+    /* A quantized base (QLoRA): W read from w_quant as gpucore_qlinear_forward does, never
+     * materialised; the w argument must then be NULL. NULL: W is the w argument. */
+    const gpucore_qweight *w_quant;
 } gpucore_lora_options;
 
 /* Set struct_size and the defaults. */

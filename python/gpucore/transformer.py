@@ -268,7 +268,7 @@ __all__ += ["rotary_embedding", "rotary_embedding_backward", "glu", "glu_backwar
 class LoraOptions(ctypes.Structure):
     """ctypes mirror of ``gpucore_lora_options``."""
     _fields_ = [("struct_size", c_int64), ("scale", c_double), ("dropout_p", c_double), ("seed", c_uint64),
-                ("offset", c_uint64), ("w_scale", c_void_p)]
+                ("offset", c_uint64), ("w_scale", c_void_p), ("w_quant", c_void_p)]
 
 
 def _lora_options(scale: float, dropout_p: float, seed: int, offset: int,

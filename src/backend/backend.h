@@ -25,6 +25,7 @@
 #include "transformer_math.h"
 
 struct gpucore_quant_args; /* kernels/quant_formats.h */
+struct gpucore_qmm_args;   /* kernels/quant_matmul.h */
 
 /* 2: event_create_untimed in the vtable, gemm_desc.fallback_out
  * 3: attn_args.algo and attn_args.engine_out (cuDNN SDPA)
@@ -195,6 +196,9 @@ typedef struct gpucore_backend {
     /* Quantize or dequantize a weight (src/ops/quant.c validates; kernels/quant_formats.h
      * holds the formats). NULL: not supported. */
     gpucore_status (*quant)(void *bctx, const struct gpucore_quant_args *args, void *stream);
+    /* A GEMM with a quantized weight operand (src/ops/quant_linear.c validates;
+     * kernels/quant_matmul.h defines what it computes). NULL: not supported. */
+    gpucore_status (*quant_matmul)(void *bctx, const struct gpucore_qmm_args *args, void *stream);
 
     /* --- what the host can know of a stream without asking it. NULL: nothing (CUDA: the
      * device runs the work). --- */

@@ -5,12 +5,15 @@
  * matmul, linear, dropout, axpy, cast and mul calls, so every backend runs it and
  * computes the same formulas; this file only validates and sequences the GEMMs.
  * An fp8 W (with its per-tensor scale) is dequantised into a scratch copy of the
- * activations' dtype for each call, then used as a float W would be.
+ * activations' dtype for each call, then used as a float W would be. A quantized W
+ * (opts->w_quant: QLoRA) is never materialised: the base GEMM and dx's run through
+ * gpucore_qlinear_forward / gpucore_qlinear_backward_data.
  */
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
 #include "ops_internal.h"
+#include "ops/quant_layout.h"
 
 void gpucore_lora_options_init(gpucore_lora_options *o)
 {
@@ -73,12 +76,46 @@ static gpucore_status check_rows_like(const gpucore_tensor *t, const char *name,
 }
 
 
-/* W [out, in], A [r, in], B [out, r], one context; A, B (and a float W) of one float
- * dtype; an fp8 W needs its scale (an f32 scalar), a float W has none. */
-static gpucore_status check_weights(const gpucore_tensor *w, const gpucore_tensor *a, const gpucore_tensor *b,
-                                    const gpucore_tensor *w_scale, const char *op)
+/* A quantized base: no w and no w_scale beside it, its bytes on a's context and valid for its
+ * format and shape; dims = its [out, in]. */
+static gpucore_status check_quant_base(const gpucore_tensor *w, const gpucore_qweight *wq, const gpucore_tensor *w_scale,
+                                       const gpucore_tensor *a, const char *op, int64_t dims[2])
 {
     gpucore_status st;
+    quant_layout L;
+    if (w)
+        return gpucore_set_error(GPUCORE_ERR_INVALID_ARGUMENT, "%s: both 'w' and opts->w_quant are set; a quantized base "
+                                 "is read from opts->w_quant alone (pass w NULL)", op);
+    if (w_scale)
+        return gpucore_set_error(GPUCORE_ERR_INVALID_ARGUMENT, "%s: opts->w_scale is set with opts->w_quant; the scale "
+                                 "dequantises an fp8 'w', a quantized base carries its own (leave w_scale NULL)", op);
+    if (!wq->data)
+        return gpucore_set_error(GPUCORE_ERR_NULL_POINTER, "%s: opts->w_quant->data (the quantized bytes) is NULL", op);
+    if ((st = gpucore_check_tensor(wq->data, op, "w_quant->data")) ||
+        (st = ops_check_same(wq->data, "w_quant->data", a, "a", op, 0)) ||
+        (st = quant_layout_make((int)wq->format, wq->rows, wq->cols, wq->block_size, wq->flags, op, &L)) ||
+        (st = quant_check_bytes(wq->data, &L, op, "w_quant->data")))
+        return st;
+    dims[0] = wq->rows;
+    dims[1] = wq->cols;
+    return GPUCORE_OK;
+}
+
+/* W [out, in] (w, or the quantized wq), A [r, in], B [out, r], one context; A, B (and a float W)
+ * of one float dtype; an fp8 W needs its scale (an f32 scalar), a float W has none. dims: W's
+ * [out, in]. */
+static gpucore_status check_weights(const gpucore_tensor *w, const gpucore_qweight *wq, const gpucore_tensor *a,
+                                    const gpucore_tensor *b, const gpucore_tensor *w_scale, const char *op,
+                                    int64_t dims[2])
+{
+    gpucore_status st;
+    if (wq) {
+        if ((st = gpucore_check_tensor(a, op, "a")) || (st = gpucore_check_tensor(b, op, "b")) ||
+            (st = ops_check_float(a, op, "a")) || (st = ops_check_same(b, "b", a, "a", op, 1)) ||
+            (st = check_quant_base(w, wq, w_scale, a, op, dims)))
+            return st;
+        goto shapes;
+    }
     if ((st = gpucore_check_tensor(w, op, "w")) || (st = gpucore_check_tensor(a, op, "a")) ||
         (st = gpucore_check_tensor(b, op, "b")) || (st = ops_check_float(a, op, "a")) ||
         (st = ops_check_same(b, "b", a, "a", op, 1)) || (st = ops_check_same(w, "w", a, "a", op, !ops_dtype_is_fp8(w->dtype))))
@@ -102,9 +139,12 @@ static gpucore_status check_weights(const gpucore_tensor *w, const gpucore_tenso
             return shape_error(op, "w_scale", w_scale, "it must hold one element (0-d or [1])");
     }
     if (w->ndim != 2) return shape_error(op, "w", w, "it must be 2-d [out, in]");
-    if (a->ndim != 2 || a->shape[1] != w->shape[1] || a->shape[0] < 1)
+    dims[0] = w->shape[0];
+    dims[1] = w->shape[1];
+shapes:
+    if (a->ndim != 2 || a->shape[1] != dims[1] || a->shape[0] < 1)
         return shape_error(op, "a", a, "it must be [r, in] with r >= 1 and in = w's second dim");
-    if (b->ndim != 2 || b->shape[0] != w->shape[0] || b->shape[1] != a->shape[0])
+    if (b->ndim != 2 || b->shape[0] != dims[0] || b->shape[1] != a->shape[0])
         return shape_error(op, "b", b, "it must be [out, r] (w's first dim by a's first dim)");
     return GPUCORE_OK;
 }
@@ -124,12 +164,12 @@ static gpucore_status check_options(const gpucore_lora_options *o, const char *o
 }
 
 /* x (the activation, [..., in]) and an optional [..., r] adapter activation xa. */
-static gpucore_status check_input(const gpucore_tensor *x, const gpucore_tensor *xa, const gpucore_tensor *w,
+static gpucore_status check_input(const gpucore_tensor *x, const gpucore_tensor *xa, int64_t in,
                                   const gpucore_tensor *a, const char *op)
 {
     gpucore_status st;
     if ((st = gpucore_check_tensor(x, op, "x")) || (st = ops_check_same(x, "x", a, "a", op, 1))) return st;
-    if (x->ndim < 1 || x->shape[x->ndim - 1] != w->shape[1])
+    if (x->ndim < 1 || x->shape[x->ndim - 1] != in)
         return shape_error(op, "x", x, "its last dim must be w's in features");
     if (xa && ((st = gpucore_check_tensor(xa, op, "xa")) || (st = ops_check_same(xa, "xa", a, "a", op, 1)) ||
                (st = check_rows_like(xa, "xa", x, "x", a->shape[0], op))))
@@ -138,19 +178,20 @@ static gpucore_status check_input(const gpucore_tensor *x, const gpucore_tensor 
 }
 
 /* What both directions check: the options (copied to *o, defaults for NULL), the
- * weights, x and xa, and yy (y or dy) as [..., out] with x's leading dims. */
+ * weights (dims: W's [out, in]), x and xa, and yy (y or dy) as [..., out] with x's leading dims. */
 static gpucore_status check_call(const gpucore_lora_options *opts, gpucore_lora_options *o, const gpucore_tensor *x,
                                  const gpucore_tensor *xa, const gpucore_tensor *w, const gpucore_tensor *a,
-                                 const gpucore_tensor *b, const gpucore_tensor *yy, const char *yname, const char *op)
+                                 const gpucore_tensor *b, const gpucore_tensor *yy, const char *yname, const char *op,
+                                 int64_t dims[2])
 {
     gpucore_lora_options_init(o);
     if (opts) *o = *opts;
     gpucore_status st;
-    if ((st = check_options(o, op)) || (st = check_weights(w, a, b, o->w_scale, op)) ||
-        (st = check_input(x, xa, w, a, op)) || (st = gpucore_check_tensor(yy, op, yname)) ||
+    if ((st = check_options(o, op)) || (st = check_weights(w, o->w_quant, a, b, o->w_scale, op, dims)) ||
+        (st = check_input(x, xa, dims[1], a, op)) || (st = gpucore_check_tensor(yy, op, yname)) ||
         (st = ops_check_same(yy, yname, a, "a", op, 1)))
         return st;
-    return check_rows_like(yy, yname, x, "x", w->shape[0], op);
+    return check_rows_like(yy, yname, x, "x", dims[0], op);
 }
 
 /* xd = drop(x) as a [rows, in] matrix: x itself without dropout (*owned NULL). */
@@ -226,9 +267,10 @@ gpucore_status gpucore_lora_forward(gpucore_tensor *y, gpucore_tensor *xa, const
 {
     const char *op = "lora_forward";
     gpucore_lora_options o;
-    gpucore_status st = check_call(opts, &o, x, xa, w, a, b, y, "y", op);
+    int64_t dims[2];
+    gpucore_status st = check_call(opts, &o, x, xa, w, a, b, y, "y", op, dims);
     if (st) return st;
-    const gpucore_tensor *ins[6] = {x, w, bias, a, b, xa};
+    const gpucore_tensor *ins[6] = {x, o.w_quant ? o.w_quant->data : w, bias, a, b, xa};
     const char *names[6] = {"x", "w", "bias", "a", "b", "xa"};
     for (int i = 0; i < 6; i++)
         if ((st = ops_check_tensor_alias(y, ins[i], op, names[i], 0))) return st;
@@ -240,8 +282,11 @@ gpucore_status gpucore_lora_forward(gpucore_tensor *y, gpucore_tensor *xa, const
     void *prof = gpucore_prof_begin(x->ctx, stream, op, gpucore_prof_bytes(x) + gpucore_prof_bytes(w) +
                                                             gpucore_prof_bytes(a) + gpucore_prof_bytes(b) +
                                                             gpucore_prof_bytes(y) + gpucore_prof_bytes(xa));
-    TRY(base_weight(w, o.w_scale, (gpucore_dtype)a->dtype, stream, &we, &wo));
-    TRY(gpucore_linear_forward(x, we, bias, GPUCORE_ACT_NONE, y, NULL, stream)); /* y = x·Wᵀ + bias */
+    if (o.w_quant) TRY(gpucore_qlinear_forward(x, o.w_quant, bias, GPUCORE_ACT_NONE, y, NULL, stream));
+    else {
+        TRY(base_weight(w, o.w_scale, (gpucore_dtype)a->dtype, stream, &we, &wo));
+        TRY(gpucore_linear_forward(x, we, bias, GPUCORE_ACT_NONE, y, NULL, stream)); /* y = x·Wᵀ + bias */
+    }
     TRY(as_matrix(x, op, "x", &x2, &x2o));
     TRY(as_matrix(y, op, "y", &y2, &y2o));
     if (xa) TRY(as_matrix(xa, op, "xa", &h2, &h2o));
@@ -266,11 +311,12 @@ gpucore_status gpucore_lora_backward(gpucore_tensor *dx, gpucore_tensor *da, gpu
 {
     const char *op = "lora_backward";
     gpucore_lora_options o;
-    gpucore_status st = check_call(opts, &o, x, xa, w, a, b, dy, "dy", op);
+    int64_t dims[2];
+    gpucore_status st = check_call(opts, &o, x, xa, w, a, b, dy, "dy", op, dims);
     if (st) return st;
     gpucore_tensor *outs[3] = {dx, da, db};
     const char *onames[3] = {"dx", "da", "db"};
-    const gpucore_tensor *ins[6] = {dy, x, w, a, b, xa};
+    const gpucore_tensor *ins[6] = {dy, x, o.w_quant ? o.w_quant->data : w, a, b, xa};
     const char *inames[6] = {"dy", "x", "w", "a", "b", "xa"};
     for (int i = 0; i < 3; i++) {
         if (!outs[i]) continue;
@@ -281,7 +327,7 @@ gpucore_status gpucore_lora_backward(gpucore_tensor *dx, gpucore_tensor *da, gpu
         for (int j = 0; j < i; j++)
             if ((st = ops_check_tensor_alias(outs[i], outs[j], op, onames[j], 0))) return st;
     }
-    if (dx && (st = check_rows_like(dx, "dx", x, "x", w->shape[1], op))) return st;
+    if (dx && (st = check_rows_like(dx, "dx", x, "x", dims[1], op))) return st;
     if (da && (da->ndim != a->ndim || memcmp(da->shape, a->shape, sizeof(int64_t) * 2)))
         return shape_error(op, "da", da, "it must have a's shape [r, in]");
     if (db && (db->ndim != b->ndim || memcmp(db->shape, b->shape, sizeof(int64_t) * 2)))
@@ -313,12 +359,15 @@ gpucore_status gpucore_lora_backward(gpucore_tensor *dx, gpucore_tensor *da, gpu
     }
     if (da) TRY(gemm(dh, 1, xd, 0, da, 1.0, 0.0, stream)); /* dA = dhᵀ·drop(x) */
     if (dx) {
-        TRY(base_weight(w, o.w_scale, (gpucore_dtype)a->dtype, stream, &we, &wo));
-        TRY(gpucore_linear_backward(dy, NULL, we, NULL, dx, NULL, NULL, stream)); /* dx = dy·W */
+        if (o.w_quant) TRY(gpucore_qlinear_backward_data(dy, o.w_quant, 0.0, dx, stream)); /* dx = dy·W */
+        else {
+            TRY(base_weight(w, o.w_scale, (gpucore_dtype)a->dtype, stream, &we, &wo));
+            TRY(gpucore_linear_backward(dy, NULL, we, NULL, dx, NULL, NULL, stream)); /* dx = dy·W */
+        }
         TRY(as_matrix(dx, op, "dx", &dx2, &dx2o));
         if (o.dropout_p == 0) TRY(gemm(dh, 0, a, 0, dx2, 1.0, 1.0, stream)); /* dx += dh·A */
         else {
-            TRY(scratch(x->ctx, (gpucore_dtype)x->dtype, rows, w->shape[1], stream, &t));
+            TRY(scratch(x->ctx, (gpucore_dtype)x->dtype, rows, dims[1], stream, &t));
             TRY(gemm(dh, 0, a, 0, t, 1.0, 0.0, stream));
             TRY(gpucore_dropout(t, t, o.dropout_p, o.seed, o.offset, stream)); /* the forward's mask and 1/(1-p) */
             TRY(gpucore_axpy(dx2, 1.0, t, stream));
@@ -341,7 +390,8 @@ static gpucore_status lora_fold(gpucore_tensor *w, const gpucore_tensor *a, cons
                                  "would have to be requantised (rounded to the fp8 grid, likely with a new scale), so "
                                  "unmerge could not give W back. Dequantise W (gpucore_cast to f32/bf16, times its "
                                  "scale) and merge into that copy", op, gpucore_dtype_name((gpucore_dtype)w->dtype));
-    if ((st = check_weights(w, a, b, NULL, op))) return st;
+    int64_t dims[2];
+    if ((st = check_weights(w, NULL, a, b, NULL, op, dims))) return st;
     if (!isfinite(scale)) return gpucore_set_error(GPUCORE_ERR_INVALID_ARGUMENT, "%s: scale must be finite, got %g", op, scale);
     if ((st = ops_check_tensor_alias(w, a, op, "a", 0)) || (st = ops_check_tensor_alias(w, b, op, "b", 0))) return st;
     void *prof = gpucore_prof_begin(w->ctx, stream, op, gpucore_prof_bytes(w) * 2 + gpucore_prof_bytes(a) +

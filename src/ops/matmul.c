@@ -214,14 +214,6 @@ static gpucore_status check_scalar(const char *op, const char *name, const gpuco
     return GPUCORE_OK;
 }
 
-static void *tensor_ptr(const gpucore_tensor *t)
-{
-    if (!t) return NULL;
-    gpucore_view v;
-    gpucore_tensor_view_of(t, &v);
-    return v.data;
-}
-
 /* ---- matmul_impl in steps: options, shapes and the GEMM descriptor, epilogue, fp8, dispatch ---- */
 
 /* What the steps share: the logical matrices, the sizes and the descriptor being filled. */
@@ -337,7 +329,7 @@ static gpucore_status matmul_shapes(const char *op, gpucore_context *ctx, const 
         if (!all[i]) continue;
         int64_t al = gpucore_dtype_size((gpucore_dtype)all[i]->dtype);
         if (fp8 && i < 2) al = 16;
-        if ((st = check_aligned(op, all_names[i], tensor_ptr(all[i]), al))) return st;
+        if ((st = check_aligned(op, all_names[i], ops_tensor_data(all[i]), al))) return st;
     }
 
     /* aliasing: outputs must not overlap inputs or each other (c may be d exactly) */
@@ -409,7 +401,7 @@ static gpucore_status matmul_epilogue(const char *op, const gpucore_tensor *a, c
         if (gpucore_tensors_overlap(d, o.bias))
             return gpucore_set_error(GPUCORE_ERR_INVALID_ARGUMENT, "%s: d overlaps bias", op);
         gp->epilogue |= GPUCORE_GEMM_EPI_BIAS;
-        gp->bias = tensor_ptr(o.bias);
+        gp->bias = ops_tensor_data(o.bias);
     }
     if (epi == GPUCORE_EPILOGUE_RELU || epi == GPUCORE_EPILOGUE_BIAS_RELU) gp->epilogue |= GPUCORE_GEMM_EPI_RELU;
     if (gelu) gp->epilogue |= GPUCORE_GEMM_EPI_GELU;
@@ -443,7 +435,7 @@ static gpucore_status matmul_epilogue(const char *op, const gpucore_tensor *a, c
         gp->epilogue |= epi == GPUCORE_EPILOGUE_DGELU_BGRAD ? GPUCORE_GEMM_EPI_BGRAD_D
                       : epi == GPUCORE_EPILOGUE_BGRAD_A   ? GPUCORE_GEMM_EPI_BGRAD_B
                                                           : GPUCORE_GEMM_EPI_BGRAD_A;
-        gp->bias_grad = tensor_ptr(o.bias_grad);
+        gp->bias_grad = ops_tensor_data(o.bias_grad);
     }
     return GPUCORE_OK;
 }
@@ -467,9 +459,9 @@ static gpucore_status matmul_fp8(const char *op, gpucore_context *ctx, const gpu
     if (o.scale_b && (st = check_scalar(op, "scale_b", o.scale_b))) return st;
     if (o.amax_d && (st = check_scalar(op, "amax_d", o.amax_d))) return st;
     /* desc A is the user's b: the scales swap with the operands */
-    gp->scale_a = tensor_ptr(o.scale_b);
-    gp->scale_b = tensor_ptr(o.scale_a);
-    gp->amax_d = tensor_ptr(o.amax_d);
+    gp->scale_a = ops_tensor_data(o.scale_b);
+    gp->scale_b = ops_tensor_data(o.scale_a);
+    gp->amax_d = ops_tensor_data(o.amax_d);
     if (ctx->type != GPUCORE_DEVICE_CUDA)
         return gpucore_set_error(GPUCORE_ERR_NOT_SUPPORTED, "%s: fp8 operands need a CUDA device of compute "
                                  "capability 8.9 or newer; the %s backend has no fp8 GEMM (convert to bf16)", op,

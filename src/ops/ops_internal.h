@@ -51,6 +51,14 @@ GPUCORE_HIDDEN gpucore_status ops_engine_stats_reset(gpucore_context *ctx, ops_s
 /* INVALID_ARGUMENT unless value is a value of public enum `type` ("gpucore_unary_op", ...;
  * the tables of kernels/op_tables.h) and >= first; the message lists the valid names. */
 GPUCORE_HIDDEN gpucore_status ops_check_enum(const char *op, const char *what, const char *type, int value, int first);
+/* The address of t's first element (NULL for a NULL t: an optional operand). */
+static inline void *ops_tensor_data(const gpucore_tensor *t)
+{
+    if (!t) return NULL;
+    gpucore_view v;
+    gpucore_tensor_view_of(t, &v);
+    return v.data;
+}
 /* NOT_SUPPORTED unless the backend has the entry. */
 GPUCORE_HIDDEN gpucore_status ops_need_entry(const gpucore_context *ctx, const void *entry, const char *op);
 

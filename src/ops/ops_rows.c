@@ -416,13 +416,6 @@ static int ce_rows_in_place(const gpucore_rows_args *a, int k, const gpucore_ten
            (!probs || ce_class_last(targets, k)) && (!dlogits || ce_class_last(dlogits, k));
 }
 
-static void *ce_data(const gpucore_tensor *t)
-{
-    gpucore_view v;
-    gpucore_tensor_view_of(t, &v);
-    return v.data;
-}
-
 /* logits with class dim k (ce_dims) and C > 0 where rows > 0; targets i32/i64 of logits'
  * shape without dim k (or, where probs is not NULL, class probabilities of logits' dtype and
  * shape: *probs set); a loss-like tensor (loss or dloss) of the targets' shape (NONE) or one
@@ -502,8 +495,8 @@ static gpucore_status ce_forward(gpucore_tensor *loss, const gpucore_tensor *log
     const int in_place = ce_rows_in_place(&a, k, logits, targets, probs, NULL);
     if (in_place) {
         a.inner = 1;
-        a.x = ce_data(logits);
-        if (probs) a.targets = ce_data(targets);
+        a.x = ops_tensor_data(logits);
+        if (probs) a.targets = ops_tensor_data(targets);
     }
     if ((in_place || !(st = io_in(&io, logits, &a.x))) && ((in_place && probs) || !(st = io_in(&io, targets, &a.targets))) &&
         !(st = io_in(&io, weight, &a.weight)) && !(st = io_out(&io, loss, &a.loss)))
@@ -551,9 +544,9 @@ static gpucore_status ce_backward(gpucore_tensor *dlogits, const gpucore_tensor 
     const int in_place = ce_rows_in_place(&a, k, logits, targets, probs, dlogits);
     if (in_place) {
         a.inner = 1;
-        a.x = ce_data(logits);
-        a.dx = ce_data(dlogits);
-        if (probs) a.targets = ce_data(targets);
+        a.x = ops_tensor_data(logits);
+        a.dx = ops_tensor_data(dlogits);
+        if (probs) a.targets = ops_tensor_data(targets);
     }
     if ((in_place || !(st = io_in(&io, logits, &a.x))) && ((in_place && probs) || !(st = io_in(&io, targets, &a.targets))) &&
         !(st = io_in(&io, dloss, &a.dloss)) && !(st = io_in(&io, weight, &a.weight)) &&

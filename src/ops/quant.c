@@ -140,8 +140,7 @@ static gpucore_status values_matrix(const gpucore_tensor *t, const char *op, con
     return GPUCORE_OK;
 }
 
-/* The bytes tensor: U8, contiguous, exactly L->total elements. */
-static gpucore_status check_bytes(const gpucore_tensor *q, const quant_layout *L, const char *op, const char *arg)
+gpucore_status quant_check_bytes(const gpucore_tensor *q, const quant_layout *L, const char *op, const char *arg)
 {
     if (q->dtype != GPUCORE_U8)
         return gpucore_set_error(GPUCORE_ERR_DTYPE_MISMATCH, "%s: %s holds the quantized bytes and must be u8, not %s", op,
@@ -168,7 +167,7 @@ static gpucore_status quant_prepare(const char *op, const gpucore_tensor *values
     if ((st = gpucore_check_tensor(values, op, vname)) || (st = gpucore_check_tensor(bytes, op, bname)) ||
         (st = ops_check_float(values, op, vname)) || (st = ops_check_same(values, vname, bytes, bname, op, 0)) ||
         (st = values_matrix(values, op, vname, &rows, &cols)) ||
-        (st = quant_layout_make(fmt, rows, cols, block_size, flags, op, L)) || (st = check_bytes(bytes, L, op, bname)) ||
+        (st = quant_layout_make(fmt, rows, cols, block_size, flags, op, L)) || (st = quant_check_bytes(bytes, L, op, bname)) ||
         (st = ops_need_entry(values->ctx, (const void *)values->ctx->be->quant, op)) ||
         (st = gpucore_resolve_stream(values->ctx, stream, op, s)))
         return st;

@@ -21,6 +21,10 @@ typedef gpucore_quant_layout quant_layout;
  * not valid for the format (no message when op is NULL). */
 GPUCORE_HIDDEN gpucore_status quant_layout_make(int fmt, int64_t rows, int64_t cols, int64_t block_size, int flags,
                                                 const char *op, quant_layout *L);
+/* A quantized matrix's bytes tensor (arg of op): u8, contiguous, exactly L->total elements;
+ * DTYPE_MISMATCH / SHAPE_MISMATCH / NOT_CONTIGUOUS with a message otherwise. */
+GPUCORE_HIDDEN gpucore_status quant_check_bytes(const gpucore_tensor *q, const quant_layout *L, const char *op,
+                                                const char *arg);
 /* The format's name ("NF4", "Q4_K", ...). */
 GPUCORE_HIDDEN const char *quant_format_name(int fmt);
 

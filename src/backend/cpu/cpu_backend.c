@@ -179,6 +179,7 @@ static const gpucore_backend cpu_backend_table = {
     .reduce = cpu_reduce,
     .rows = cpu_rows,
     .quant = cpu_quant,
+    .quant_matmul = cpu_quant_matmul,
     .optim_step = cpu_optim_step,
     .amp_unscale = cpu_amp_unscale,
     .amp_update = cpu_amp_update,

@@ -59,6 +59,8 @@ GPUCORE_HIDDEN gpucore_status cpu_copy_strided(void *bctx, const gpucore_view *d
 GPUCORE_HIDDEN gpucore_status cpu_fill(void *bctx, const gpucore_view *dst, uint64_t bits, void *s);
 /* cpu_quant.c */
 GPUCORE_HIDDEN gpucore_status cpu_quant(void *bctx, const struct gpucore_quant_args *args, void *s);
+/* cpu_quant_linear.c: a GEMM with a quantized weight (kernels/quant_matmul.h) */
+GPUCORE_HIDDEN gpucore_status cpu_quant_matmul(void *bctx, const struct gpucore_qmm_args *args, void *s);
 GPUCORE_HIDDEN gpucore_status cpu_random(void *bctx, const gpucore_view *dst, int dist, double a, double b,
                                          uint64_t seed, uint64_t offset, void *s);
 /* cpu_matmul.c */

@@ -1,0 +1,390 @@
+/*
+ * cpu_quant_linear.c — the CPU backend's GEMM with a quantized weight (kernels/quant_matmul.h):
+ * y = act(x·Wᵀ + bias) and dx = dy·W + beta·dx for W [N, K] in one of the quantized formats.
+ * Every weight value is dequantized in f32 with kernels/quant_formats.h's arithmetic and rounded
+ * to the activations' dtype; products accumulate in f32; each output is rounded once.
+ *
+ * Two paths, W never dequantized whole:
+ *  - 1 to QMM_FUSED_ROWS rows (a decode step): W is read block by block; each row of W (forward)
+ *    or each row's slice of a column chunk (backward) is decoded into an L1-resident f32 buffer
+ *    and at once multiplied with the few activation rows (16 f32 lanes, no reassociation, so the
+ *    AVX-512, AVX2 and portable bodies give the same bits). OpenMP over W's rows (forward) or
+ *    column chunks (backward, each output summed in row order whatever the thread count).
+ *  - more rows: W dequantized a tile of rows at a time (all K columns; QMM_TILE_VALUES values)
+ *    into a scratch of the GEMM's compute dtype (bf16 for bf16 activations where oneDNN's bf16
+ *    product runs, else f32, exact for f16) and multiplied by the backend's GEMM (cpu_sgemm /
+ *    cpu_matmul_dnnl_product); the forward's epilogue is applied per tile, the backward's tiles
+ *    accumulate in f32 and are rounded once at the end.
+ */
+#include <stdlib.h>
+#include <string.h>
+#include "cpu_internal.h"
+#include "cpu_vec.h"
+#include "gpucore_config.h"
+#include "activation_math.h"
+#include "quant_matmul.h"
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#define QMM_X86 1
+#define QMM_AVX2 __attribute__((target("avx2,fma")))
+#define QMM_AVX512 __attribute__((target("avx512f,avx512bw,avx2,fma")))
+#endif
+
+#define QMM_FUSED_ROWS 4          /* activation rows up to which the fused path runs */
+#define QMM_FUSED_CHUNK 32        /* forward: rows of W per parallel chunk */
+#define QMM_COL_CHUNK 512         /* backward: columns of W per parallel chunk */
+#define QMM_TILE_VALUES (1 << 19) /* values of W per dequantized tile (2 MiB of f32) */
+#define QMM_PARALLEL_VALUES 32768 /* values of W from which the fused path is threaded */
+#define QMM_LANES 16
+
+typedef struct qmm_task_args {
+    gpucore_qmm_args a;
+    cpu_context *ctx;
+} qmm_task_args;
+
+static inline __attribute__((always_inline)) float round_to(float v, int dt)
+{
+    if (dt == GPUCORE_KDT_BF16) return gpucore_bf16_to_f32(gpucore_f32_to_bf16(v));
+    if (dt == GPUCORE_KDT_F16) return gpucore_f16_to_f32(gpucore_f32_to_f16(v));
+    return v;
+}
+
+/* One GGUF block's values (f32, quant_formats.h's arithmetic) with its scales read once. */
+static inline __attribute__((always_inline)) void gguf_block(int fmt, const uint8_t *b, float *v)
+{
+    switch (fmt) {
+    case GPUCORE_QF_Q4_0: {
+        const float d = gpucore_q_f16_at(b);
+        for (int j = 0; j < 16; j++) {
+            v[j] = GPUCORE_QMUL(d, (float)((b[2 + j] & 0x0f) - 8));
+            v[j + 16] = GPUCORE_QMUL(d, (float)((b[2 + j] >> 4) - 8));
+        }
+        return;
+    }
+    case GPUCORE_QF_Q4_1: {
+        const float d = gpucore_q_f16_at(b), mn = gpucore_q_f16_at(b + 2);
+        for (int j = 0; j < 16; j++) {
+            v[j] = GPUCORE_QADD(GPUCORE_QMUL(d, (float)(b[4 + j] & 0x0f)), mn);
+            v[j + 16] = GPUCORE_QADD(GPUCORE_QMUL(d, (float)(b[4 + j] >> 4)), mn);
+        }
+        return;
+    }
+    case GPUCORE_QF_Q8_0: {
+        const float d = gpucore_q_f16_at(b);
+        for (int j = 0; j < 32; j++) v[j] = GPUCORE_QMUL(d, (float)(int8_t)b[2 + j]);
+        return;
+    }
+    default: {
+        const int n = gpucore_gguf_block_elems(fmt);
+        for (int j = 0; j < n; j++) v[j] = gpucore_gguf_dequant_one(fmt, b, j);
+        return;
+    }
+    }
+}
+
+/* Values [lo, hi) of W (flat, row-major), each dequantized and rounded to dt, into out. */
+static inline __attribute__((always_inline)) void decode_range(const gpucore_quant_layout *L, const uint8_t *w,
+                                                               int64_t lo, int64_t hi, int dt, float *out)
+{
+    if (L->fmt == GPUCORE_QF_NF4 || L->fmt == GPUCORE_QF_FP4) {
+        for (int64_t i = lo; i < hi;) {
+            const int64_t blk = i / L->block, bend = (blk + 1) * L->block < hi ? (blk + 1) * L->block : hi;
+            const float absmax = gpucore_q_f32_at(w + L->scale_off + 4 * blk);
+            float lut[16];
+            for (int k = 0; k < 16; k++) lut[k] = round_to(GPUCORE_QMUL(gpucore_q4_code(L->fmt, k), absmax), dt);
+            if (i & 1) { out[i - lo] = lut[w[i / 2] & 0x0f]; i++; }
+            for (; i + 1 < bend; i += 2) { /* the earlier value in the high nibble */
+                const uint8_t byte = w[i / 2];
+                out[i - lo] = lut[byte >> 4];
+                out[i + 1 - lo] = lut[byte & 0x0f];
+            }
+            if (i < bend) { out[i - lo] = lut[w[i / 2] >> 4]; i++; }
+        }
+        return;
+    }
+    if (L->fmt == GPUCORE_QF_INT8_ROW) {
+        for (int64_t i = lo; i < hi;) {
+            const int64_t row = i / L->cols, rend = (row + 1) * L->cols < hi ? (row + 1) * L->cols : hi;
+            const float scb = gpucore_q_f32_at(w + L->scale_off + 4 * row);
+            for (; i < rend; i++) out[i - lo] = round_to(gpucore_q_int8_row_value((int8_t)w[i], scb), dt);
+        }
+        return;
+    }
+    const int be = (int)L->block, bb = gpucore_gguf_block_bytes(L->fmt);
+    float v[256];
+    for (int64_t i = lo; i < hi;) {
+        const int64_t blk = i / be, off = i - blk * be;
+        const int64_t take = (be - off) < (hi - i) ? (be - off) : (hi - i);
+        gguf_block(L->fmt, w + blk * bb, v);
+        for (int64_t j = 0; j < take; j++) out[i - lo + j] = round_to(v[off + j], dt);
+        i += take;
+    }
+}
+
+/* Σ_k w[k]·x[k] in 16 f32 lanes (lane l takes k % 16 == l), folded in a fixed tree, the tail in order. */
+static inline __attribute__((always_inline)) float dot16(const float *w, const float *x, int64_t n)
+{
+    float acc[QMM_LANES] = {0};
+    int64_t k = 0;
+    for (; k + QMM_LANES <= n; k += QMM_LANES)
+        for (int l = 0; l < QMM_LANES; l++) acc[l] += w[k + l] * x[k + l];
+    for (int h = QMM_LANES / 2; h >= 1; h /= 2)
+        for (int l = 0; l < h; l++) acc[l] += acc[l + h];
+    float s = acc[0];
+    for (; k < n; k++) s += w[k] * x[k];
+    return s;
+}
+
+/* pre (n values of one output row, f32) + bias, the pre-activation into aux, act, rounded into y:
+ * the epilogue formula of kernels/gemm_desc.h, GELU through the vector tanh as the GEMM's f32 path. */
+static void epilogue_row(float *pre, int64_t n, int dt, const void *bias, int act, void *aux, void *y)
+{
+    const int es = gpucore_kdt_size(dt);
+    if (bias)
+        for (int64_t i = 0; i < n; i++) pre[i] += gpucore_load_as_f32((const char *)bias + i * es, dt);
+    if (aux) cpu_vec_store(aux, dt, pre, n);
+    if (act == GPUCORE_ACT_RELU)
+        for (int64_t i = 0; i < n; i++) pre[i] = gpucore_relu(pre[i]);
+    else if (act == GPUCORE_ACT_GELU_TANH)
+        cpu_vec_gelu_tanh(pre, pre, n);
+    cpu_vec_store(y, dt, pre, n);
+}
+
+/* ---- the fused path (1-4 rows) ---- */
+
+/* Forward, rows [n0, n1) of W (at most QMM_FUSED_CHUNK): dots[j][r] = x_j · W[n0 + r]. */
+#define QMM_FWD_BODY(NAME, ATTR)                                                                                    \
+    ATTR static void NAME(const gpucore_qmm_args *a, const float *xf, int64_t n0, int64_t n1, float *wrow,       \
+                          float (*dots)[QMM_FUSED_CHUNK])                                                          \
+    {                                                                                                               \
+        const int64_t K = a->L.cols;                                                                                \
+        for (int64_t r = n0; r < n1; r++) {                                                                         \
+            decode_range(&a->L, a->w, r * K, (r + 1) * K, a->dt, wrow);                                             \
+            for (int j = 0; j < (int)a->m; j++) dots[j][r - n0] = dot16(wrow, xf + j * K, K);                       \
+        }                                                                                                           \
+    }
+/* Backward, columns [k0, k1) of W: acc[j][c] = Σ_n dy[j][n] · W[n][k0 + c], n in order. */
+#define QMM_BWD_BODY(NAME, ATTR)                                                                                    \
+    ATTR static void NAME(const gpucore_qmm_args *a, const float *dyf, int64_t k0, int64_t k1, float *wseg,      \
+                          float *acc)                                                                               \
+    {                                                                                                               \
+        const int64_t K = a->L.cols, N = a->L.rows, w = k1 - k0;                                                    \
+        memset(acc, 0, sizeof(float) * (size_t)(a->m * w));                                                        \
+        for (int64_t n = 0; n < N; n++) {                                                                           \
+            decode_range(&a->L, a->w, n * K + k0, n * K + k1, a->dt, wseg);                                         \
+            for (int j = 0; j < (int)a->m; j++) {                                                                   \
+                const float s = dyf[j * N + n];                                                                     \
+                float *o = acc + j * w;                                                                             \
+                for (int64_t c = 0; c < w; c++) o[c] += s * wseg[c];                                                \
+            }                                                                                                       \
+        }                                                                                                           \
+    }
+
+QMM_FWD_BODY(fused_fwd_portable, )
+QMM_BWD_BODY(fused_bwd_portable, )
+#if QMM_X86
+QMM_FWD_BODY(fused_fwd_avx2, QMM_AVX2)
+QMM_BWD_BODY(fused_bwd_avx2, QMM_AVX2)
+QMM_FWD_BODY(fused_fwd_avx512, QMM_AVX512)
+QMM_BWD_BODY(fused_bwd_avx512, QMM_AVX512)
+#endif
+
+typedef void (*fused_fwd_fn)(const gpucore_qmm_args *, const float *, int64_t, int64_t, float *,
+                             float (*)[QMM_FUSED_CHUNK]);
+typedef void (*fused_bwd_fn)(const gpucore_qmm_args *, const float *, int64_t, int64_t, float *, float *);
+
+static void pick_fused(fused_fwd_fn *fwd, fused_bwd_fn *bwd)
+{
+    *fwd = fused_fwd_portable;
+    *bwd = fused_bwd_portable;
+#if QMM_X86
+    if (cpu_vec_have_avx512()) { *fwd = fused_fwd_avx512; *bwd = fused_bwd_avx512; }
+    else if (cpu_vec_have_avx2()) { *fwd = fused_fwd_avx2; *bwd = fused_bwd_avx2; }
+#endif
+}
+
+/* rows x cols of dtype dt (row stride ld) widened to a dense f32 [rows][cols]; NULL when out of memory. */
+static float *widen_rows(const void *src, int dt, int64_t rows, int64_t cols, int64_t ld)
+{
+    float *f = malloc(sizeof(float) * (size_t)(rows * cols > 0 ? rows * cols : 1));
+    if (!f) return NULL;
+    const int es = gpucore_kdt_size(dt);
+    for (int64_t r = 0; r < rows; r++) cpu_vec_load(f + r * cols, (const char *)src + r * ld * es, dt, cols);
+    return f;
+}
+
+static gpucore_status fused_forward(const gpucore_qmm_args *a)
+{
+    const int64_t N = a->L.rows, K = a->L.cols, chunks = (N + QMM_FUSED_CHUNK - 1) / QMM_FUSED_CHUNK;
+    const int es = gpucore_kdt_size(a->dt);
+    float *xf = widen_rows(a->x, a->dt, a->m, K, a->ldx);
+    if (!xf) return GPUCORE_ERR_OUT_OF_MEMORY;
+    fused_fwd_fn fwd;
+    fused_bwd_fn bwd;
+    pick_fused(&fwd, &bwd);
+    int failed = 0;
+#pragma omp parallel if (N * K > QMM_PARALLEL_VALUES && chunks > 1) reduction(| : failed)
+    {
+        float *wrow = malloc(sizeof(float) * (size_t)(K > 0 ? K : 1));
+        float dots[QMM_FUSED_ROWS][QMM_FUSED_CHUNK];
+        failed |= !wrow;
+#pragma omp for schedule(static)
+        for (int64_t c = 0; c < chunks; c++) {
+            if (!wrow) continue;
+            const int64_t n0 = c * QMM_FUSED_CHUNK, n1 = n0 + QMM_FUSED_CHUNK < N ? n0 + QMM_FUSED_CHUNK : N;
+            fwd(a, xf, n0, n1, wrow, dots);
+            for (int j = 0; j < (int)a->m; j++)
+                epilogue_row(dots[j], n1 - n0, a->dt, a->bias ? (const char *)a->bias + n0 * es : NULL, a->act,
+                             a->aux ? (char *)a->aux + (j * a->ldaux + n0) * es : NULL,
+                             (char *)a->y + (j * a->ldy + n0) * es);
+        }
+        free(wrow);
+    }
+    free(xf);
+    return failed ? GPUCORE_ERR_OUT_OF_MEMORY : GPUCORE_OK;
+}
+
+/* out = acc + beta·out (f32), rounded once into out's dtype: n values. */
+static void finish_grad_row(float *acc, int64_t n, int dt, float beta, void *out)
+{
+    if (beta != 0.0f) {
+        const int es = gpucore_kdt_size(dt);
+        for (int64_t i = 0; i < n; i++) acc[i] += beta * gpucore_load_as_f32((const char *)out + i * es, dt);
+    }
+    cpu_vec_store(out, dt, acc, n);
+}
+
+static gpucore_status fused_backward(const gpucore_qmm_args *a)
+{
+    const int64_t N = a->L.rows, K = a->L.cols, chunks = (K + QMM_COL_CHUNK - 1) / QMM_COL_CHUNK;
+    const int es = gpucore_kdt_size(a->dt);
+    float *dyf = widen_rows(a->x, a->dt, a->m, N, a->ldx);
+    if (!dyf) return GPUCORE_ERR_OUT_OF_MEMORY;
+    fused_fwd_fn fwd;
+    fused_bwd_fn bwd;
+    pick_fused(&fwd, &bwd);
+    int failed = 0;
+#pragma omp parallel if (N * K > QMM_PARALLEL_VALUES && chunks > 1) reduction(| : failed)
+    {
+        float *buf = malloc(sizeof(float) * (size_t)(QMM_COL_CHUNK * (1 + QMM_FUSED_ROWS)));
+        failed |= !buf;
+#pragma omp for schedule(static)
+        for (int64_t c = 0; c < chunks; c++) {
+            if (!buf) continue;
+            const int64_t k0 = c * QMM_COL_CHUNK, k1 = k0 + QMM_COL_CHUNK < K ? k0 + QMM_COL_CHUNK : K;
+            float *acc = buf + QMM_COL_CHUNK;
+            bwd(a, dyf, k0, k1, buf, acc);
+            for (int j = 0; j < (int)a->m; j++)
+                finish_grad_row(acc + j * (k1 - k0), k1 - k0, a->dt, a->beta, (char *)a->y + (j * a->ldy + k0) * es);
+        }
+        free(buf);
+    }
+    free(dyf);
+    return failed ? GPUCORE_ERR_OUT_OF_MEMORY : GPUCORE_OK;
+}
+
+/* ---- the tiled path (5 rows and more) ---- */
+
+/* Rows [n0, n0 + nt) of W, all K columns, dequantized (rounded to dt) into tile [nt][K] f32, and
+ * into tile16 as bf16 when not NULL. Threaded over rows where oneDNN (not OpenBLAS's own threads)
+ * runs the GEMMs. */
+static void decode_tile(const gpucore_qmm_args *a, int64_t n0, int64_t nt, float *tile, uint16_t *tile16, int threaded)
+{
+    const int64_t K = a->L.cols;
+    CPU_PARALLEL_FOR(threaded && nt * K > QMM_PARALLEL_VALUES, r, nt,
+        decode_range(&a->L, a->w, (n0 + r) * K, (n0 + r + 1) * K, a->dt, tile + r * K);
+        if (tile16) cpu_vec_store(tile16 + r * K, GPUCORE_KDT_BF16, tile + r * K, K););
+}
+
+static gpucore_status tiled(cpu_context *ctx, const gpucore_qmm_args *a)
+{
+    const int64_t N = a->L.rows, K = a->L.cols, m = a->m;
+    const int es = gpucore_kdt_size(a->dt), bwd = a->transpose;
+    int64_t tn = K > 0 ? QMM_TILE_VALUES / K : N;
+    tn = tn < 16 ? 16 : tn > 256 ? 256 : tn & ~(int64_t)15;
+    if (tn > N) tn = N;
+    /* bf16 activations: oneDNN's bf16 product on a bf16 tile (it needs AVX2, see cpu_matmul.c), else f32 */
+    int use16 = a->dt == GPUCORE_KDT_BF16 && cpu_vec_have_avx2();
+    const int threaded = !GPUCORE_HAVE_OPENBLAS || use16 || cpu_gemm_engine_dnnl(m, tn, K, 1);
+    const int64_t in_cols = bwd ? N : K;
+    float *tile = malloc(sizeof(float) * (size_t)(tn * K > 0 ? tn * K : 1));
+    uint16_t *tile16 = use16 ? malloc(sizeof(uint16_t) * (size_t)(tn * K > 0 ? tn * K : 1)) : NULL;
+    /* forward: T [m][tn] per tile; backward: acc [m][K] over every tile, T [m][K] the bf16 product */
+    float *T = malloc(sizeof(float) * (size_t)(m * (bwd ? K : tn) > 0 ? m * (bwd ? K : tn) : 1));
+    float *acc = bwd ? calloc((size_t)(m * K > 0 ? m * K : 1), sizeof(float)) : NULL;
+    float *xf = NULL; /* the activations widened to f32 (f16, or bf16 where oneDNN declined) */
+    gpucore_status st = GPUCORE_OK;
+    if (!tile || (use16 && !tile16) || !T || (bwd && !acc)) { st = GPUCORE_ERR_OUT_OF_MEMORY; goto out; }
+    if (a->dt != GPUCORE_KDT_F32 && !use16 && !(xf = widen_rows(a->x, a->dt, m, in_cols, a->ldx))) {
+        st = GPUCORE_ERR_OUT_OF_MEMORY;
+        goto out;
+    }
+    for (int64_t n0 = 0; n0 < N; n0 += tn) {
+        const int64_t nt = n0 + tn < N ? tn : N - n0;
+        decode_tile(a, n0, nt, tile, use16 ? tile16 : NULL, threaded);
+        int done = 0;
+        if (use16) {
+            const uint16_t *x16 = (const uint16_t *)a->x;
+            /* column-major T = op(A)·op(B): forward [nt x m] = tileᵀ(stored [K x nt])ᵀ · xᵀ, i.e. T[r][n];
+             * backward [K x m] = tile (stored [K x nt] column-major) · dy[:, n0:n0+nt]ᵀ, i.e. T[r][k] */
+            done = bwd ? cpu_matmul_dnnl_product(ctx, GPUCORE_KDT_BF16, K, m, nt, tile16, K, 0, x16 + n0, a->ldx, 0, T)
+                       : cpu_matmul_dnnl_product(ctx, GPUCORE_KDT_BF16, nt, m, K, tile16, K, 1, x16, a->ldx, 0, T);
+            if (done && bwd) cpu_vec_add_into(acc, T, m * K);
+            if (!done) { /* oneDNN declined: f32 from here on */
+                use16 = 0;
+                if (!(xf = widen_rows(a->x, a->dt, m, in_cols, a->ldx))) { st = GPUCORE_ERR_OUT_OF_MEMORY; goto out; }
+            }
+        }
+        if (!done) {
+            const float *X = xf ? xf : (const float *)a->x;
+            const int64_t ldX = xf ? in_cols : a->ldx;
+            st = bwd ? cpu_sgemm(0, 0, m, K, nt, 1.0f, X + n0, ldX, tile, K, 1.0f, acc, K)
+                     : cpu_sgemm(0, 1, m, nt, K, 1.0f, X, ldX, tile, K, 0.0f, T, nt);
+            if (st) goto out;
+        }
+        if (!bwd)
+            CPU_PARALLEL_FOR(threaded && m * nt > QMM_PARALLEL_VALUES, r, m,
+                epilogue_row(T + r * nt, nt, a->dt, a->bias ? (const char *)a->bias + n0 * es : NULL, a->act,
+                             a->aux ? (char *)a->aux + (r * a->ldaux + n0) * es : NULL,
+                             (char *)a->y + (r * a->ldy + n0) * es););
+    }
+    if (bwd)
+        CPU_PARALLEL_FOR(threaded && m * K > QMM_PARALLEL_VALUES, r, m,
+            finish_grad_row(acc + r * K, K, a->dt, a->beta, (char *)a->y + r * a->ldy * es););
+out:
+    free(tile);
+    free(tile16);
+    free(T);
+    free(acc);
+    free(xf);
+    return st;
+}
+
+static gpucore_status qmm_task(void *p)
+{
+    qmm_task_args *t = p;
+    const gpucore_qmm_args *a = &t->a;
+    if (a->L.cols == 0 || a->L.rows == 0) { /* an empty sum: y = act(bias), dx = beta·dx */
+        const int64_t n = a->transpose ? a->L.cols : a->L.rows;
+        float *z = calloc((size_t)(n > 0 ? n : 1), sizeof(float));
+        if (!z) return GPUCORE_ERR_OUT_OF_MEMORY;
+        const int es = gpucore_kdt_size(a->dt);
+        for (int64_t r = 0; r < a->m && n > 0; r++) {
+            memset(z, 0, sizeof(float) * (size_t)n);
+            if (a->transpose) finish_grad_row(z, n, a->dt, a->beta, (char *)a->y + r * a->ldy * es);
+            else
+                epilogue_row(z, n, a->dt, a->bias, a->act, a->aux ? (char *)a->aux + r * a->ldaux * es : NULL,
+                             (char *)a->y + r * a->ldy * es);
+        }
+        free(z);
+        return GPUCORE_OK;
+    }
+    if (a->m <= QMM_FUSED_ROWS) return a->transpose ? fused_backward(a) : fused_forward(a);
+    return tiled(t->ctx, a);
+}
+
+gpucore_status cpu_quant_matmul(void *bctx, const gpucore_qmm_args *args, void *s)
+{
+    qmm_task_args t = {*args, bctx};
+    return cpu_stream_enqueue(s, qmm_task, &t, sizeof t);
+}
