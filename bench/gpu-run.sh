@@ -451,7 +451,7 @@ only() { [ -z "${GPU_RUN_ONLY:-}" ] || case ",$GPU_RUN_ONLY," in *",$1,"*) true 
 # test_mpi_optional EXE: one scenario per process, as meson runs it: the MPI module unfindable, and a
 # library that is no MPI module. "found" and "nolibmpi" need the build's MPI module.
 mpi_optional_steps() {
-  local mod="$BUILD_ABS/src/comm/mpi/libgpucore_mpi.so"
+  local mod="$BUILD_ABS/src/backend/mpi/libgpucore_mpi.so"
   step test_mpi_optional_missing 30 env GPUCORE_MPI_MODULE="$BUILD_ABS/no-such-folder/libgpucore_mpi.so" "$1" missing
   step test_mpi_optional_notmodule 30 "$1" notmodule "$BUILD_ABS/src/libgpucore.so"
   if [ -f "$mod" ]; then

@@ -33,19 +33,20 @@ LAYERS = {
     "src/io": ("safetensors, GGUF and token data files: readers and writers", ["src/core", "src/ops", "src/train"]),
     "src/train": ("optimizers, loss scaler, clipping, checkpoint executor, ZeRO, training-state checkpoints",
                   ["src/core", "src/ops", "src/comm"]),
-    "src/comm": ("communicators, comm groups, DDP reducer, the MPI module's loader",
-                 ["src/core", "src/alloc", "src/backend"]),
-    "src/comm/mpi": ("the MPI module (libgpucore_mpi.so), the only code compiled against mpi.h", ["src/comm"]),
+    "src/comm": ("communicators, comm groups, DDP reducer: validation, sequence numbers and waits over the "
+                 "vtable's collectives", ["src/core", "src/alloc", "src/backend"]),
     "src/ops": ("argument validation and dispatch per op family (no CUDA types)", ["src/core"]),
     "src/core": ("context, stream, event, tensor, copy, memory, errors, log, profiler; calls the backend vtable",
                  ["src/alloc", "src/backend"]),
     "src/alloc": ("the caching allocator over the backends' raw alloc/free", ["src/core"]),
-    "src/backend": ("the backend vtable, the registry, the module loader, kernel-op glue",
-                    ["src/core", "src/comm"]),
+    "src/backend": ("the backend vtable, the registry, the module loader (CUDA and MPI modules), kernel-op glue, "
+                    "the collectives' names", ["src/core"]),
     "src/backend/cpu": ("the CPU backend (OpenMP, OpenBLAS/oneDNN, SLEEF, stream threads)",
-                        ["src/core", "src/comm", "src/backend"]),
+                        ["src/core", "src/backend"]),
     "src/backend/cuda": ("the CUDA backend module (cudart, cuBLASLt, cuDNN graphs, NCCL, NVML)",
-                         ["src/core", "src/comm", "src/backend"]),
+                         ["src/core", "src/backend"]),
+    "src/backend/mpi": ("the MPI module (libgpucore_mpi.so): the CPU backend's collectives, the only code "
+                        "compiled against mpi.h", ["src/backend"]),
     "kernels": ("hand-written CUDA kernels and the per-element math / argument headers shared with C", []),
     "include": ("gpucore.h, the one public header and its manual", []),
 }
@@ -59,10 +60,6 @@ KNOWN_TIES = {
     ("src/backend", "src/core"): "backends use core's internal types (tensor, stream, error setter)",
     ("src/backend/cpu", "src/core"): "as above",
     ("src/backend/cuda", "src/core"): "as above",
-    ("src/backend", "src/comm"): "the vtable's collective entries take the communicator's types",
-    ("src/backend/cpu", "src/comm"): "as above",
-    ("src/backend/cuda", "src/comm"): "as above",
-    ("src/comm", "src/backend"): "communicators call the vtable's collectives",
     ("src/io", "src/train"): "training-state checkpoints are written by the safetensors code",
 }
 
@@ -70,7 +67,7 @@ KNOWN_TIES = {
 def folder_of(path):
     parts = path.split("/")
     if parts[0] == "src" and len(parts) > 2:
-        if parts[1] in ("backend", "comm") and len(parts) > 3:
+        if parts[1] == "backend" and len(parts) > 3:
             return "/".join(parts[:3])
         return "/".join(parts[:2])
     return parts[0]

@@ -7,7 +7,7 @@
  * libcudnn or libcuda becomes a clear message instead of a loader failure.
  * The test-only cuda-emulated backend (kernel sources on the SIMT layer) is found
  * through GPUCORE_EMULATED_PLUGIN. The search and dlopen (gpucore_module_open,
- * module_loader.h) serve the MPI module too (src/comm/mpi_link.c).
+ * module_loader.h) serve the MPI module too (src/backend/mpi_link.c).
  */
 #include <dlfcn.h>
 #include <stdio.h>
@@ -15,7 +15,7 @@
 #include <string.h>
 #include "core/internal.h"
 #include "module_loader.h"
-#include "comm/comm_internal.h"
+#include "mpi_link.h"
 
 const gpucore_plugin_host gpucore_plugin_host_table = {GPUCORE_BACKEND_ABI, gpucore_set_error, gpucore_log};
 

@@ -1,6 +1,6 @@
 /*
  * module_loader.h — finding and opening libgpucore's run-time modules: the CUDA
- * backend (backend_registry.c) and the MPI transport (src/comm/mpi_link.c). Both
+ * backend (backend_registry.c) and the MPI transport (src/backend/mpi_link.c). Both
  * are shared objects loaded with dlopen on first use, so libgpucore.so itself
  * needs neither CUDA nor MPI installed. One search order for every module: the
  * path in an environment variable when it is set, else beside libgpucore.so, in

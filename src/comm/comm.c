@@ -5,7 +5,7 @@
  * its event ordering against the caller's stream, and host waits with timeouts.
  * The data moves in the backends: MPI on the CPU (src/backend/cpu/cpu_comm.c), NCCL on
  * CUDA (src/backend/cuda/cuda_comm.c, with the watchdog). MPI itself is in the MPI
- * module (src/comm/mpi/, opened on first use by mpi_link.c): the CUDA path calls it
+ * module (src/backend/mpi/, opened on first use by mpi_link.c): the CUDA path calls it
  * here too, to ship NCCL's unique id.
  */
 #include <stdio.h>
@@ -15,7 +15,8 @@
 #include <sched.h>
 #include <unistd.h>
 #include "comm_internal.h"
-#include "comm_names.h"
+#include "backend/comm_names.h"
+#include "backend/mpi_link.h"
 #include "core/view_span.h"
 
 /* -------------------------------------------------------------- helpers */

@@ -1,13 +1,13 @@
 /*
  * comm_internal.h — what comm.c shares with ddp.c (the reducer queues its bucket
- * reductions through the same sequence numbers and waits) and with the CPU
- * backend's collectives (the MPI module, loaded on first use by mpi_link.c).
+ * reductions through the same sequence numbers and waits), comm_group.c and the
+ * ZeRO trainer: the communicator's layout, comm groups, submission and ordering.
+ * Backends never include it: what they need is in src/backend/.
  */
 #ifndef GPUCORE_COMM_INTERNAL_H
 #define GPUCORE_COMM_INTERNAL_H
 
 #include "core/internal.h"
-#include "mpi_module.h"
 
 #define GPUCORE_MAGIC_COMM 0xC0AA1C0Au
 #define GPUCORE_MAGIC_DDP 0xDD9DD9D1u
@@ -79,18 +79,5 @@ GPUCORE_HIDDEN gpucore_status gpucore_comm_submit(gpucore_comm *comm, gpucore_co
 /* Order the communicator's stream after every collective issued so far (some may
  * have run on a caller's stream); call before queueing work on it directly. */
 GPUCORE_HIDDEN gpucore_status gpucore_comm_order_stream(gpucore_comm *comm);
-
-/* MPI (mpi_link.c, through the MPI module): load the module on first use, start MPI
- * if the program has not (MPI_Init_thread, finalized at exit), and report this
- * process's world rank and size. NOT_SUPPORTED, saying what to install, when the
- * module or Open MPI is missing. */
-GPUCORE_HIDDEN gpucore_status gpucore_mpi_world(const char *op, int *rank, int *size);
-/* The MPI module once gpucore_mpi_world has loaded it, else NULL. */
-GPUCORE_HIDDEN const gpucore_mpi_module *gpucore_mpi_loaded(void);
-/* A collective over MPI failed: MPI is unusable, so the exit handler must not call
- * MPI_Finalize (it could wait forever for a dead peer). */
-GPUCORE_HIDDEN void gpucore_mpi_mark_broken(void);
-/* component_version's "mpi" (the MPI library's version) and "mpi_module" (the module's path). */
-GPUCORE_HIDDEN gpucore_status gpucore_mpi_component(const char *component, char *buf, size_t len);
 
 #endif

@@ -1,6 +1,6 @@
 /*
  * cpu_comm.c — the CPU backend's collectives. MPI carries the data, in the MPI
- * module (src/comm/mpi/mpi_transport.c, loaded by gpucore_comm_create_mpi): each
+ * module (src/backend/mpi/mpi_transport.c, loaded by gpucore_comm_create_mpi): each
  * collective is a stream task (on the communication stream, or on the caller's
  * stream when the caller waits for it: see comm.c) that has the module run the
  * non-blocking MPI calls on the tensors themselves and poll them until they
@@ -20,8 +20,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include "cpu_internal.h"
-#include "comm/comm_names.h"
-#include "comm/comm_internal.h"
+#include "backend/comm_names.h"
+#include "backend/mpi_link.h"
 
 typedef struct cpu_comm {
     int self; /* 1-rank, no MPI */

@@ -36,7 +36,7 @@
 #include <string.h>
 #include <time.h>
 #include "cuda_internal.h"
-#include "comm/comm_names.h"
+#include "backend/comm_names.h"
 #include "gpucore_config.h"
 #include "cuda_dynlib.h" /* NCCL through the loader's table (NCCL.nccl...), opened on first use */
 

@@ -1,8 +1,8 @@
 /*
  * mpi_module.h — the interface between libgpucore.so and its MPI module,
- * libgpucore_mpi.so (src/comm/mpi/). The module is the only code compiled
+ * libgpucore_mpi.so (src/backend/mpi/). The module is the only code compiled
  * against mpi.h and linked with libmpi: libgpucore.so loads it with dlopen the
- * first time an MPI communicator is created (src/comm/mpi_link.c), so a program
+ * first time an MPI communicator is created (src/backend/mpi_link.c), so a program
  * that never uses MPI needs no MPI installed, and a missing Open MPI becomes a
  * status with a message instead of a loader failure. No MPI type crosses this
  * interface: communicators are opaque pointers, buffers are bytes.

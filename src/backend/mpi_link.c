@@ -9,7 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include "comm_internal.h"
+#include "mpi_link.h"
 #include "mpi_module.h"
 #include "backend/module_loader.h"
 #include "gpucore_config.h"
@@ -34,7 +34,7 @@ static int accept_mpi_module(void *entry, void *arg, char *why, size_t why_len)
 
 static void mpi_load(void)
 {
-    static const gpucore_module_spec spec = {GPUCORE_MPI_MODULE_ENV, GPUCORE_MPI_MODULE_FILE, "comm/mpi",
+    static const gpucore_module_spec spec = {GPUCORE_MPI_MODULE_ENV, GPUCORE_MPI_MODULE_FILE, "backend/mpi",
                                              GPUCORE_MPI_ENTRY_NAME};
     const char *env = getenv(GPUCORE_MPI_MODULE_ENV);
     char errors[700] = "";

@@ -6,7 +6,7 @@
 #ifndef GPUCORE_MPI_INTERNAL_H
 #define GPUCORE_MPI_INTERNAL_H
 
-#include "comm/mpi_module.h"
+#include "backend/mpi_module.h"
 
 #define MPI_MODULE_HIDDEN __attribute__((visibility("hidden")))
 

@@ -17,7 +17,7 @@
 #include <time.h>
 #include <mpi.h>
 #include "mpi_internal.h"
-#include "comm/comm_names.h"
+#include "backend/comm_names.h"
 #include "numeric.h"
 
 typedef struct mpi_comm {
