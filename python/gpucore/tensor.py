@@ -112,14 +112,18 @@ class _Later:
 _elementwise, _ops, _compose, _nn = _Later(".ops_elementwise"), _Later(".ops"), _Later(".ops_compose"), _Later(".nn")
 
 
-def _op_method(ops: _Later, name: str) -> Any:
-    """A method of Tensor that is the function ``name`` of ops with the tensor as first argument."""
-    def method(self: "Tensor", *args: Any, **kwargs: Any) -> Any:
-        return getattr(ops, name)(self, *args, **kwargs)
-    method.__name__ = name
-    method.__qualname__ = "Tensor." + name
-    method.__doc__ = "t.%s(...) is gpucore.%s(t, ...): see help(gpucore.%s)." % (name, name, name)
-    return method
+class _OpMethod:
+    """Tensor's method ``name``: the op function of that name with the tensor as its first argument
+    (t.exp(...) is gpucore.exp(t, ...)). On the method's first use the function is fetched and set
+    on Tensor in this object's place, so later calls are plain calls of the function, as fast."""
+
+    def __init__(self, ops: _Later, name: str) -> None:
+        self._ops, self._name = ops, name
+
+    def __get__(self, obj: Any, owner: Any = None) -> Any:
+        fn = getattr(self._ops, self._name)
+        setattr(Tensor, self._name, fn)
+        return fn if obj is None else fn.__get__(obj, Tensor)
 
 
 class Tensor:
@@ -967,36 +971,36 @@ class Tensor:
         return self.astype("bfloat16")
 
     # t.exp(...) is gpucore.exp(t, ...), with the function's arguments
-    exp = _op_method(_elementwise, "exp")
-    log = _op_method(_elementwise, "log")
-    sqrt = _op_method(_elementwise, "sqrt")
-    rsqrt = _op_method(_elementwise, "rsqrt")
-    abs = _op_method(_elementwise, "abs")
-    neg = _op_method(_elementwise, "neg")
-    clamp = _op_method(_elementwise, "clamp")
-    relu = _op_method(_elementwise, "relu")
-    gelu = _op_method(_elementwise, "gelu")
-    silu = _op_method(_elementwise, "silu")
-    sigmoid = _op_method(_elementwise, "sigmoid")
-    tanh = _op_method(_elementwise, "tanh")
-    sum = _op_method(_ops, "sum")
-    mean = _op_method(_ops, "mean")
-    amax = _op_method(_ops, "amax")
-    amin = _op_method(_ops, "amin")
-    argmax = _op_method(_ops, "argmax")
-    softmax = _op_method(_ops, "softmax")
-    log_softmax = _op_method(_ops, "log_softmax")
-    eq = _op_method(_compose, "eq")
-    ne = _op_method(_compose, "ne")
-    lt = _op_method(_compose, "lt")
-    le = _op_method(_compose, "le")
-    gt = _op_method(_compose, "gt")
-    ge = _op_method(_compose, "ge")
-    pow = _op_method(_compose, "pow")
-    max = _op_method(_compose, "max")
-    min = _op_method(_compose, "min")
-    all = _op_method(_compose, "all")
-    any = _op_method(_compose, "any")
+    exp = _OpMethod(_elementwise, "exp")
+    log = _OpMethod(_elementwise, "log")
+    sqrt = _OpMethod(_elementwise, "sqrt")
+    rsqrt = _OpMethod(_elementwise, "rsqrt")
+    abs = _OpMethod(_elementwise, "abs")
+    neg = _OpMethod(_elementwise, "neg")
+    clamp = _OpMethod(_elementwise, "clamp")
+    relu = _OpMethod(_elementwise, "relu")
+    gelu = _OpMethod(_elementwise, "gelu")
+    silu = _OpMethod(_elementwise, "silu")
+    sigmoid = _OpMethod(_elementwise, "sigmoid")
+    tanh = _OpMethod(_elementwise, "tanh")
+    sum = _OpMethod(_ops, "sum")
+    mean = _OpMethod(_ops, "mean")
+    amax = _OpMethod(_ops, "amax")
+    amin = _OpMethod(_ops, "amin")
+    argmax = _OpMethod(_ops, "argmax")
+    softmax = _OpMethod(_ops, "softmax")
+    log_softmax = _OpMethod(_ops, "log_softmax")
+    eq = _OpMethod(_compose, "eq")
+    ne = _OpMethod(_compose, "ne")
+    lt = _OpMethod(_compose, "lt")
+    le = _OpMethod(_compose, "le")
+    gt = _OpMethod(_compose, "gt")
+    ge = _OpMethod(_compose, "ge")
+    pow = _OpMethod(_compose, "pow")
+    max = _OpMethod(_compose, "max")
+    min = _OpMethod(_compose, "min")
+    all = _OpMethod(_compose, "all")
+    any = _OpMethod(_compose, "any")
 
 
 def _context_for(device: DeviceLike) -> Context:
