@@ -10,7 +10,7 @@
  *              [--save DIR] [--save-every N] [--resume DIR] [--ddp | --zero 0|1|2] [--grad-accum K]
  *   gpucore-lm eval MODEL --data FILE[,FILE...] | --text FILE [--batch B] [--seq T] [--batches N] [--adapter DIR]
  *   gpucore-lm tokenize MODEL --text FILE --out FILE.bin
- *   gpucore-lm chat MODEL [--max-new N] [--eos ID] [--adapter DIR]
+ *   gpucore-lm chat MODEL [--max-new N] [--eos ID] [--adapter DIR] [--sample and its options as generate's]
  *   common: [--device cpu|cuda|cuda:N|auto] [--dtype f32|bf16|f16] [--json] [--quiet]
  *
  * --prompt encodes TEXT with the model's tokenizer (the folder's tokenizer.json, or a GGUF file's
@@ -18,9 +18,10 @@
  * model's chat template, with the assistant's turn open. tokenize encodes a UTF-8 text file
  * with the model's tokenizer (the ids its post-processor adds included) and writes the ids
  * as an llm.c token file (gpucore_token_data_write); eval --text and finetune --text do the
- * same into a temporary file and evaluate or train on that. chat reads the user's lines from standard input and
- * answers each greedily through the chat template, the conversation kept in the KV cache,
- * the answer printed as it is generated; end of input (Ctrl-D) ends it.
+ * same into a temporary file and evaluate or train on that. chat reads the user's lines from
+ * standard input and answers each through the chat template (greedily, or drawn as generate
+ * draws with --sample), the conversation kept in the KV cache, the answer printed as it is
+ * generated; end of input (Ctrl-D) ends it.
  * MODEL is a Hugging Face folder (gpt2, llama, mistral, qwen2). Token files are llm.c .bin
  * or .npy (the library's token data: windows of --seq + 1 tokens, a seeded permutation per
  * epoch, each rank its shard). finetune trains LoRA adapters (default, rank 8 on PEFT's
@@ -90,7 +91,8 @@ static void usage(void)
             "       gpucore-lm eval MODEL --data FILE[,FILE...] | --text FILE [--batch B] [--seq T] [--batches N]\n"
             "                  [--adapter DIR]\n"
             "       gpucore-lm tokenize MODEL --text FILE --out FILE.bin\n"
-            "       gpucore-lm chat MODEL [--max-new N] [--eos ID] [--adapter DIR]\n"
+            "       gpucore-lm chat MODEL [--max-new N] [--eos ID] [--adapter DIR] [--sample] [--temperature T]\n"
+            "                  [--top-k K] [--top-p P] [--seed S]\n"
             "       common: [--device D] [--dtype f32|bf16|f16] [--json] [--quiet]\n");
 }
 
@@ -433,8 +435,8 @@ static int stream_text(gpucore_tokenizer *tok, const int32_t *ids, int64_t n, in
 
 /* An interactive conversation: each line read is the user's message; the whole conversation is rendered by the
  * chat template and only the ids past those the KV cache holds are run (the cache is refilled when the rendered
- * ids no longer start with them); the answer is greedy, printed as it is generated, up to the EOS or --max-new
- * tokens. End of input (Ctrl-D) ends it and prints the generation speed. */
+ * ids no longer start with them); the answer is greedy (or sampled: --sample), printed as it is generated, up to
+ * the EOS or --max-new tokens. End of input (Ctrl-D) ends it and prints the generation speed. */
 static int cmd_chat(const lm_opts *o)
 {
     gpucore_context *ctx = NULL;
@@ -487,8 +489,10 @@ static int cmd_chat(const lm_opts *o)
         nheld = n;
         int64_t start = nheld, printed = 0;
         for (int64_t step = 0; step < o->max_new && nheld < cap; step++) {
-            int32_t next = 0; /* greedy: the first index of the maximum, as gpucore_lm_generate */
-            for (int64_t v = 1; v < vocab; v++) if (logits[v] > logits[next]) next = (int32_t)v;
+            int64_t pick = 0; /* as gpucore_lm_generate picks, the session's count of tokens the Philox counter */
+            CHECK_LM(gpucore_lm_sample_token(logits, vocab, o->sample, o->temperature, o->top_k, o->top_p, o->seed,
+                                             (uint64_t)total, &pick));
+            int32_t next = (int32_t)pick;
             total++;
             if (next == eos) break;
             held[nheld++] = next;

@@ -2752,6 +2752,15 @@ GPUCORE_API gpucore_status gpucore_lm_forward_backward(gpucore_lm *lm, const gpu
                                                        const gpucore_tensor *labels, double *loss);
 /* Host-array forms: B·T int64 ids and labels (labels NULL: the ids). */
 GPUCORE_API gpucore_status gpucore_lm_loss_host(gpucore_lm *lm, const int64_t *input_ids, const int64_t *labels,
+/* The next token from one row of `vocab` host f32 logits, chosen as gpucore_lm_generate chooses
+ * it (the same greedy rule, warpers and inverse-CDF draw) with the Philox uniform
+ * gpucore_philox_uniform(seed, 0, counter): a caller running its own loop over
+ * gpucore_lm_forward_cached (an interactive chat) draws what generate would, given the counter.
+ * NULL logits or token is NULL_POINTER; vocab < 1 or bad sampling parameters (as generate's)
+ * INVALID_ARGUMENT; host memory for two vocab-long f64 rows is OUT_OF_MEMORY. */
+GPUCORE_API gpucore_status gpucore_lm_sample_token(const float *logits, int64_t vocab, int do_sample,
+                                                   double temperature, int64_t top_k, double top_p, uint64_t seed,
+                                                   uint64_t counter, int64_t *token);
                                                 int64_t batch, int64_t seq, double *loss);
 GPUCORE_API gpucore_status gpucore_lm_forward_backward_host(gpucore_lm *lm, const int64_t *input_ids,
                                                             const int64_t *labels, int64_t batch, int64_t seq,

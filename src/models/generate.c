@@ -78,6 +78,37 @@ static int64_t sample_row(sampler *sp, const float *l, double u)
     return last >= 0 ? last : argmax(l, V);
 }
 
+/* generate's and sample_token's checks of the sampling parameters. */
+static gpucore_status check_sampling(const char *op, int do_sample, double temperature, int64_t top_k, double top_p)
+{
+    if (do_sample && (!(temperature > 0) || !isfinite(temperature) || top_k < 0 || !(top_p > 0) || top_p > 1))
+        return gpucore_set_error(GPUCORE_ERR_INVALID_ARGUMENT, "%s: sampling needs temperature > 0, top_k >= 0 and "
+                                 "top_p in (0, 1] (got %g, %lld, %g)", op, temperature, (long long)top_k, top_p);
+    return GPUCORE_OK;
+}
+
+gpucore_status gpucore_lm_sample_token(const float *logits, int64_t vocab, int do_sample, double temperature,
+                                       int64_t top_k, double top_p, uint64_t seed, uint64_t counter, int64_t *token)
+{
+    const char *op = "gpucore_lm_sample_token";
+    if (!logits || !token) return gpucore_set_error(GPUCORE_ERR_NULL_POINTER, "%s: logits or token is NULL", op);
+    if (vocab < 1 || vocab > ((int64_t)1 << 40))
+        return gpucore_set_error(GPUCORE_ERR_INVALID_ARGUMENT, "%s: vocab (%lld) must be >= 1", op, (long long)vocab);
+    gpucore_status st = check_sampling(op, do_sample, temperature, top_k, top_p);
+    if (st) return st;
+    if (!do_sample) {
+        *token = argmax(logits, vocab);
+        return GPUCORE_OK;
+    }
+    sampler sp = {1, temperature, top_p, top_k, vocab, seed, malloc((size_t)vocab * sizeof(double)),
+                  malloc((size_t)vocab * sizeof(double))};
+    if (!sp.work || !sp.sorted) st = gpucore_set_error(GPUCORE_ERR_OUT_OF_MEMORY, "%s: out of host memory", op);
+    else *token = sample_row(&sp, logits, gpucore_philox_uniform(seed, 0, counter));
+    free(sp.work);
+    free(sp.sorted);
+    return st;
+}
+
 /* The last position's logits [B, 1, V] to host f32 rows. */
 static gpucore_status logits_to_host(gpucore_lm *lm, gpucore_tensor *logits, float *host)
 {
@@ -107,9 +138,7 @@ gpucore_status gpucore_lm_generate(gpucore_lm *lm, const int64_t *input_ids, int
         return gpucore_set_error(GPUCORE_ERR_INVALID_ARGUMENT, "%s: batch (%lld) and prompt_len (%lld) must be >= 1 and "
                                  "max_new_tokens (%lld) >= 0", op, (long long)batch, (long long)prompt_len,
                                  (long long)max_new_tokens);
-    if (do_sample && (!(temperature > 0) || !isfinite(temperature) || top_k < 0 || !(top_p > 0) || top_p > 1))
-        return gpucore_set_error(GPUCORE_ERR_INVALID_ARGUMENT, "%s: sampling needs temperature > 0, top_k >= 0 and "
-                                 "top_p in (0, 1] (got %g, %lld, %g)", op, temperature, (long long)top_k, top_p);
+    if ((st = check_sampling(op, do_sample, temperature, top_k, top_p))) return st;
     if (eos_token_id >= lm->cfg.vocab || pad_token_id >= lm->cfg.vocab)
         return gpucore_set_error(GPUCORE_ERR_INVALID_ARGUMENT, "%s: eos_token_id / pad_token_id outside the vocabulary", op);
     int64_t total = prompt_len + max_new_tokens;
