@@ -1,7 +1,8 @@
 """`import gpucore` imports no module cyclically: read from the source (every module's import statements
 that run when the module is imported, as a graph that must have no cycle) and watched in a fresh
 interpreter (no module of the package asked for while it is still being imported). Both checks run
-once more on a copy of the package with a cycle planted, and must name it."""
+once more on a copy of the package with a cycle planted, and must name it. Tensor's operators and
+methods are written in tensor.py: no other module sets an attribute of Tensor."""
 import ast
 import json
 import os
@@ -63,6 +64,29 @@ def import_graph(package_dir, package="gpucore"):
                     edges.add(n)
         graph[m] = edges
     return graph
+
+
+def tensor_attributes_set_outside(package_dir):
+    """["module.py:line", ...] where a module other than tensor.py sets an attribute of Tensor
+    (Tensor.x = ..., setattr(Tensor, ...), also through a name bound to Tensor: T = Tensor)."""
+    found = []
+    for f in sorted(os.listdir(package_dir)):
+        if not f.endswith(".py") or f == "tensor.py":
+            continue
+        with open(os.path.join(package_dir, f), encoding="utf-8") as fh:
+            tree = ast.parse(fh.read(), f)
+        names = {"Tensor"} | {t.id for node in ast.walk(tree) if isinstance(node, ast.Assign)
+                              and isinstance(node.value, ast.Name) and node.value.id == "Tensor"
+                              for t in node.targets if isinstance(t, ast.Name)}
+        for node in ast.walk(tree):
+            targets = node.targets if isinstance(node, ast.Assign) else \
+                [node.target] if isinstance(node, (ast.AugAssign, ast.AnnAssign)) else []
+            if any(isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name) and t.value.id in names
+                   for t in targets) or \
+                    (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "setattr"
+                     and node.args and isinstance(node.args[0], ast.Name) and node.args[0].id in names):
+                found.append("%s:%d" % (f, node.lineno))
+    return found
 
 
 def find_cycle(graph):
@@ -167,6 +191,15 @@ def test_module_level_imports_form_no_cycle():
     assert find_cycle(graph) is None, "modules import each other: " + " -> ".join(find_cycle(graph))
 
 
+def test_tensor_operators_are_written_in_tensor_py():
+    assert tensor_attributes_set_outside(PACKAGE_DIR) == []
+    for name in ("__add__", "__rsub__", "__itruediv__", "__neg__", "__eq__", "__lt__", "__pow__", "__matmul__",
+                 "astype", "float"):
+        assert name in vars(gpucore.Tensor) and vars(gpucore.Tensor)[name].__module__ == "gpucore.tensor", name
+    for name in ("exp", "sum", "softmax", "clamp", "max", "all", "matmul"):
+        assert name in vars(gpucore.Tensor), name
+
+
 def test_import_gpucore_in_a_fresh_interpreter_imports_no_module_cyclically():
     seen = watch_import(os.path.dirname(PACKAGE_DIR))
     assert seen["error"] is None, seen["error"]
@@ -187,3 +220,14 @@ def test_both_checks_name_a_planted_cycle(tmp_path, planted):
     seen = watch_import(str(tmp_path))
     assert seen["error"] is None, seen["error"]
     assert any("gpucore.tensor" in c for c in seen["cycles"]), seen
+
+
+def test_an_attribute_set_on_tensor_elsewhere_is_named(tmp_path):
+    copy = tmp_path / "gpucore"
+    shutil.copytree(PACKAGE_DIR, copy, ignore=shutil.ignore_patterns("__pycache__"))
+    with open(copy / "ops_compose.py", "a", encoding="utf-8") as f:
+        f.write("\nTensor.__xor__ = lambda self, other: ne(self, other)  # planted\n"
+                "setattr(Tensor, \"planted\", eq)\n")
+    lines = sum(1 for _ in open(copy / "ops_compose.py", encoding="utf-8"))
+    assert tensor_attributes_set_outside(str(copy)) == ["ops_compose.py:%d" % (lines - 1),
+                                                        "ops_compose.py:%d" % lines]
