@@ -2822,6 +2822,73 @@ GPUCORE_API gpucore_status gpucore_lm_set_seed(gpucore_lm *lm, uint64_t seed);
  * chunk by chunk in the model's dtype). rows < 0: INVALID_ARGUMENT. */
 GPUCORE_API gpucore_status gpucore_lm_set_head_chunk_rows(gpucore_lm *lm, int64_t rows);
 
+/* ---- memory plan ----
+ * What a training step (gpucore_lm_forward_backward, then an optimizer step) holds on one
+ * device, computed from the config alone, before anything is loaded: the allocations of the
+ * model layer, the checkpoint executor, the head and loss and the optimizer replayed in the
+ * order the step makes and frees them, each rounded as the caching allocator rounds, so the
+ * peak is the allocator's allocated peak (gpucore_memory_stats.allocated_bytes_peak) of that
+ * step, the caller's ids and labels included. The budget policy's plan is chosen by the
+ * executor's own planner from the segments' planned records. Categories of the bytes: */
+typedef enum gpucore_mem_category {
+    GPUCORE_MEM_WEIGHTS = 0,     /* base weights (quantized linears at their format's size), LoRA adapters, RoPE tables */
+    GPUCORE_MEM_GRADIENTS = 1,   /* the trainable parameters' gradients */
+    GPUCORE_MEM_OPTIMIZER = 2,   /* AdamW moments / SGD momentum, f32 masters of f16/bf16 parameters */
+    GPUCORE_MEM_ACTIVATIONS = 3, /* ids, labels, embeddings, what the executor holds for the backward */
+    GPUCORE_MEM_TRANSIENT = 4,   /* a segment's scratch while it runs (forward, recompute, backward) */
+    GPUCORE_MEM_HEAD_LOSS = 5,   /* the head and loss: one chunk's logits, the hidden states' gradient */
+    GPUCORE_MEM_WORKSPACE = 6,   /* a CUDA matmul's cuBLASLt workspace */
+    GPUCORE_MEM_CATEGORIES = 7
+} gpucore_mem_category;
+/* "weights", "gradients", "optimizer", "activations", "transient", "head_loss", "workspace";
+ * NULL outside the enum. */
+GPUCORE_API const char *gpucore_mem_category_name(int category);
+
+typedef struct gpucore_lm_plan_options {
+    int64_t struct_size;     /* sizeof(gpucore_lm_plan_options), set by _init */
+    int32_t dtype;           /* -1 (default): the model's, or the config's torch_dtype (f32 when absent) */
+    int32_t device_type;     /* gpucore_device_type; -1 (default): the model's context, else the CPU */
+    int64_t batch, seq;      /* the micro-batch: rows and tokens per row (seq >= 2) */
+    int32_t full_finetune;   /* 1: every base weight trainable (then lora_r must be 0) */
+    int64_t lora_r;          /* > 0: LoRA adapters of rank r on the modules lora_targets names (PEFT's rule) */
+    const char *const *lora_targets;
+    int64_t n_lora_targets;
+    double lora_dropout;     /* > 0: the adapters' dropout scratch is counted */
+    int32_t ckpt_policy;     /* gpucore_ckpt_policy (default KEEP_ALL) */
+    int64_t ckpt_param;      /* k of EVERY_K, bytes of BUDGET */
+    int32_t optimizer;       /* -1: none, GPUCORE_OPTIMIZER_SGD, GPUCORE_OPTIMIZER_ADAMW (default) */
+    double momentum;         /* SGD: > 0 counts a momentum buffer */
+    int32_t zero_stage;      /* 0 (default); ZeRO stages 1-3 are not planned yet: NOT_SUPPORTED */
+    int32_t world_size;      /* 1 (default) */
+    int64_t grad_accum;      /* micro-batches per step (default 1); > 1 counts the accumulation scratch */
+    int32_t quant_format;    /* -1 (default): dense; else the gpucore_quant_format of the decoder's linears */
+    int64_t quant_block_size;
+    int32_t quant_flags;
+    int64_t head_chunk_rows; /* 0 (default): the model's setting (gpucore_lm_set_head_chunk_rows) or by size */
+    int64_t workspace_bytes; /* CUDA matmul workspace; 0 (default): the context's, else 32 MiB */
+} gpucore_lm_plan_options;
+GPUCORE_API void gpucore_lm_plan_options_init(gpucore_lm_plan_options *opts);
+
+typedef struct gpucore_lm_memory_plan {
+    int64_t struct_size;                    /* sizeof(gpucore_lm_memory_plan) */
+    int64_t peak_bytes;                     /* the step's allocated peak */
+    int64_t bytes[GPUCORE_MEM_CATEGORIES];  /* live at the peak, per category (they sum to peak_bytes) */
+    int64_t persistent_bytes;               /* held between steps: weights, gradients, optimizer state */
+    int32_t phase;                          /* at the peak: gpucore_ckpt_phase, or -1 in the head and loss */
+    int64_t layer;                          /* the decoder layer at the peak, -1 for none */
+    char where[64];                         /* "layer 3 mlp backward", "head and loss", "final norm forward" */
+    int64_t recomputed_segments;            /* the checkpoint plan's segments run twice */
+    int64_t segments;
+} gpucore_lm_memory_plan;
+/* Plan one training step of lm (loaded; its dtype, context and head chunk rows are the
+ * defaults) or, with lm NULL, of the model whose config.json is in `folder` (no weights are
+ * read; a GGUF file: NOT_SUPPORTED, load it and pass the model). Set plan->struct_size first.
+ * INVALID_ARGUMENT names a bad option (LoRA targets matching no module, LoRA with full
+ * fine-tuning, batch or seq out of range, an unknown policy, quant format or optimizer);
+ * NOT_SUPPORTED for ZeRO stages above 0. */
+GPUCORE_API gpucore_status gpucore_lm_plan(const gpucore_lm *lm, const char *folder, const gpucore_lm_plan_options *opts,
+                                           gpucore_lm_memory_plan *plan);
+
 /* ---- LoRA in PEFT's format ----
  * Adapters on the linear layers named in target_modules (count names; each matched
  * against the last component of the module name, as PEFT does for a list):

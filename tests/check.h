@@ -85,6 +85,17 @@ __attribute__((unused)) static int test_devices(const char **out, int max)
     return n;
 }
 
+/* The device allocator's allocated bytes now (peak 0) or its peak (peak 1), after the context's work. */
+__attribute__((unused)) static int64_t check_allocated_bytes(gpucore_context *ctx, int peak)
+{
+    gpucore_memory_stats m;
+    memset(&m, 0, sizeof m);
+    m.struct_size = sizeof m;
+    gpucore_context_synchronize(ctx);
+    CHECK_OK(gpucore_memory_get_stats(ctx, GPUCORE_MEMORY_DEVICE, &m));
+    return peak ? m.allocated_bytes_peak : m.allocated_bytes;
+}
+
 /* Each of the `n` test functions on a fresh context of every backend present (test_devices), in order,
  * printing "-- <backend>" first; check_device names the backend while they run. for_each_device is
  * one such pass (a test may make several); run_on_devices is one pass then check_finish(name), for

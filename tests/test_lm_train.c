@@ -122,16 +122,6 @@ static int64_t grads_host(gpucore_lm *lm, double *out)
     return n;
 }
 
-static int64_t memory_stat(gpucore_context *ctx, int peak)
-{
-    gpucore_memory_stats m;
-    memset(&m, 0, sizeof m);
-    m.struct_size = sizeof m;
-    gpucore_context_synchronize(ctx);
-    CHECK_OK(gpucore_memory_get_stats(ctx, GPUCORE_MEMORY_DEVICE, &m));
-    return peak ? m.allocated_bytes_peak : m.allocated_bytes;
-}
-
 /* kB of a "Key:  N kB" line of /proc/self/status, as bytes; -1 if absent. */
 static int64_t proc_status_bytes(const char *key)
 {
@@ -186,7 +176,7 @@ static void test_peak_is_the_callers(gpucore_context *ctx)
         CHECK_OK(gpucore_memory_empty_cache(ctx, GPUCORE_MEMORY_DEVICE));
     }
     CHECK_OK(gpucore_memory_reset_peak_stats(ctx, GPUCORE_MEMORY_DEVICE));
-    const int64_t before = memory_stat(ctx, 0);
+    const int64_t before = check_allocated_bytes(ctx, 0);
     /* under ASan or TSan the process's high-water mark holds the sanitizer's shadow memory and its own
      * allocator's quarantine (mallopt does not reach it): not an independent measure of the step there */
 #if defined(__SANITIZE_THREAD__) || defined(__SANITIZE_ADDRESS__)
@@ -197,7 +187,7 @@ static void test_peak_is_the_callers(gpucore_context *ctx)
     const int hwm = cpu && !sanitized && reset_hwm();
     const int64_t hwm0 = proc_status_bytes("VmHWM");
     CHECK_OK(gpucore_lm_forward_backward(lm, x, NULL, &loss));
-    const int64_t rise = memory_stat(ctx, 1) - before, hwm_rise = proc_status_bytes("VmHWM") - hwm0;
+    const int64_t rise = check_allocated_bytes(ctx, 1) - before, hwm_rise = proc_status_bytes("VmHWM") - hwm0;
     printf("  %s: a step's allocator peak rise %lld bytes; logits %lld", check_device, (long long)rise,
            (long long)logits_bytes);
     if (hwm) printf("; VmHWM rise %lld (caching off)\n", (long long)hwm_rise);
@@ -212,7 +202,7 @@ static void test_peak_is_the_callers(gpucore_context *ctx)
     CHECK_OK(gpucore_lm_set_head_chunk_rows(lm, 8));
     CHECK_OK(gpucore_memory_reset_peak_stats(ctx, GPUCORE_MEMORY_DEVICE));
     CHECK_OK(gpucore_lm_forward_backward(lm, x, NULL, &loss));
-    const int64_t chunked = memory_stat(ctx, 1) - before;
+    const int64_t chunked = check_allocated_bytes(ctx, 1) - before;
     printf("  %s: in chunks of 8 rows: peak rise %lld bytes (a chunk's logits %lld)\n", check_device,
            (long long)chunked, (long long)(8 * fx.vocab * 4));
     /* what else the step holds (a GEMM library's workspace, 32 MiB on CUDA) is the same in both */
@@ -221,10 +211,10 @@ static void test_peak_is_the_callers(gpucore_context *ctx)
     gpucore_tensor *big = NULL;
     int64_t big_shape[1] = {8 * logits_bytes / 4};
     CHECK_OK(gpucore_tensor_create(ctx, GPUCORE_F32, 1, big_shape, &big));
-    const int64_t users_peak = memory_stat(ctx, 1);
+    const int64_t users_peak = check_allocated_bytes(ctx, 1);
     gpucore_tensor_destroy(big);
     CHECK_OK(gpucore_lm_forward_backward(lm, x, NULL, &loss));
-    CHECK(memory_stat(ctx, 1) == users_peak);
+    CHECK(check_allocated_bytes(ctx, 1) == users_peak);
     gpucore_tensor_destroy(x);
     free(ids);
     gpucore_lm_destroy(lm);

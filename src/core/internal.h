@@ -80,6 +80,10 @@ struct gpucore_event {
     struct gpucore_event *prev, *next; /* context's list of live events (freed with the context) */
 };
 
+/* The cuBLASLt workspace a CUDA matmul takes from the allocator for its duration, unless
+ * gpucore_matmul_set_workspace_size says otherwise (matmul.c; the memory planner counts it). */
+#define MATMUL_DEFAULT_WORKSPACE (32ll << 20)
+
 struct gpucore_context {
     uint32_t magic;
     const gpucore_backend *be;
@@ -97,7 +101,7 @@ struct gpucore_context {
     gpucore_stream *pool_streams[2][4];  /* [high priority][i], created on first use (stream.c) */
     atomic_uint pool_next[2];
     atomic_int matmul_allow_tf32;        /* matmul.c: context default for f32 operands (0 off) */
-    atomic_llong matmul_workspace_bytes; /* matmul.c: cuBLASLt workspace; 0 = default (32 MiB) */
+    atomic_llong matmul_workspace_bytes; /* matmul.c: cuBLASLt workspace; 0 = MATMUL_DEFAULT_WORKSPACE */
     atomic_llong matmul_gemms;           /* matmul.c: gpucore_matmul_stats */
     atomic_llong matmul_fallbacks[GPUCORE_MATMUL_FALLBACK_REASONS];
     atomic_llong attn_cudnn_calls;    /* attention.c: gpucore_attention_stats */

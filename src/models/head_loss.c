@@ -21,9 +21,14 @@
 
 int64_t lm_head_chunk_rows(const gpucore_lm *lm, int64_t rows)
 {
-    int64_t r = lm->head_chunk_rows;
+    return lm_head_chunk_rows_for(lm->cfg.vocab, lm->dtype, lm->head_chunk_rows, rows);
+}
+
+int64_t lm_head_chunk_rows_for(int64_t vocab, int dtype, int64_t asked, int64_t rows)
+{
+    int64_t r = asked;
     if (r <= 0) {
-        const int64_t row_bytes = lm->cfg.vocab * gpucore_dtype_size((gpucore_dtype)lm->dtype);
+        const int64_t row_bytes = vocab * gpucore_dtype_size((gpucore_dtype)dtype);
         r = LM_HEAD_CHUNK_BYTES / (row_bytes > 0 ? row_bytes : 1);
         if (r < LM_HEAD_MIN_ROWS) r = LM_HEAD_MIN_ROWS;
     }

@@ -158,6 +158,21 @@ gpucore_status lm_rebuild_trainable(gpucore_lm *lm)
     return st;
 }
 
+void lm_free_registry(gpucore_lm *lm)
+{
+    for (int64_t i = 0; lm->layer && i < lm->cfg.layers; i++) {
+        lm_layer *L = &lm->layer[i];
+        for (int k = 0; k < L->n_attn; k++) free(L->attn[k].module);
+        for (int k = 0; k < L->n_mlp; k++) free(L->mlp[k].module);
+    }
+    for (int64_t i = 0; i < lm->n_params; i++) free(lm->params[i].name);
+    free(lm->params);
+    free(lm->layer);
+    lm->params = NULL;
+    lm->layer = NULL;
+    lm->n_params = 0;
+}
+
 static void lm_free_all(gpucore_lm *lm)
 {
     if (lm->ckpt) gpucore_ckpt_destroy(lm->ckpt);
@@ -173,14 +188,11 @@ static void lm_free_all(gpucore_lm *lm)
             for (int k = 0; k < n; k++) {
                 lm_destroy_tensor(&all[k]->la); lm_destroy_tensor(&all[k]->lb);
                 lm_destroy_tensor(&all[k]->dla); lm_destroy_tensor(&all[k]->dlb);
-                free(all[k]->module);
             }
         }
     }
     lm_free_weights(lm);
-    for (int64_t i = 0; i < lm->n_params; i++) free(lm->params[i].name);
-    free(lm->params);
-    free(lm->layer);
+    lm_free_registry(lm);
     for (int64_t i = 0; i < lm->n_lora_targets; i++) free(lm->lora_targets[i]);
     free(lm->lora_targets);
     lm_destroy_tensor(&lm->rope_cos);

@@ -121,6 +121,8 @@ GPUCORE_HIDDEN gpucore_status lm_check_length(const gpucore_lm *lm, int64_t tota
 GPUCORE_HIDDEN gpucore_status lm_build_registry(gpucore_lm *lm);
 GPUCORE_HIDDEN gpucore_status lm_load_weights(gpucore_lm *lm, int dtype);
 GPUCORE_HIDDEN void lm_free_weights(gpucore_lm *lm);
+/* Free the registry (parameter names, layers and their linears' module names), not the tensors. */
+GPUCORE_HIDDEN void lm_free_registry(gpucore_lm *lm);
 /* ---- load_gguf.c: a GGUF file instead of a folder ---- */
 /* Whether path is a file, read as GGUF (a Hugging Face model is a folder). */
 GPUCORE_HIDDEN int lm_is_gguf(const char *path);
@@ -173,7 +175,9 @@ GPUCORE_HIDDEN gpucore_status lm_seg_norm_fwd(gpucore_ckpt_call *call, const gpu
 GPUCORE_HIDDEN gpucore_status lm_seg_norm_bwd(gpucore_ckpt_call *call, const gpucore_tensor *dy, gpucore_tensor *dx,
                                               gpucore_stream *s, void *user);
 
-/* ---- lora_peft.c: file helpers shared with save.c ---- */
+/* ---- lora_peft.c: file helpers shared with save.c, PEFT's target rule ---- */
+/* PEFT's rule for a list of target names: the module name equals target or ends with "." + target. */
+GPUCORE_HIDDEN int lm_module_matches(const char *module, const char *target);
 GPUCORE_HIDDEN gpucore_status lm_make_dir(const char *folder, const char *op);
 GPUCORE_HIDDEN gpucore_status lm_write_text(const char *path, const char *text, const char *op);
 
@@ -192,6 +196,8 @@ GPUCORE_HIDDEN gpucore_status lm_run_layers(gpucore_lm *lm, const gpucore_tensor
 /* ---- head_loss.c: the head and the causal-LM loss over row chunks ---- */
 /* Rows of one chunk for a batch of `rows` rows. */
 GPUCORE_HIDDEN int64_t lm_head_chunk_rows(const gpucore_lm *lm, int64_t rows);
+/* The same for a vocabulary, a dtype and the rows asked for (0: by size), without a model. */
+GPUCORE_HIDDEN int64_t lm_head_chunk_rows_for(int64_t vocab, int dtype, int64_t asked, int64_t rows);
 /* *loss = (the cross-entropy of h·Wᵀ against targets [B, T], summed over the rows whose target is not
  * -100) / divisor. dh (may be NULL: the loss only) receives its gradient [B, T, D]; dw (may be NULL)
  * receives the head weight's, added to what it holds when dw_add. divisor 0: loss NaN, gradients 0. */

@@ -19,12 +19,17 @@
 #endif
 
 /* PEFT's rule for a list of target names: the module name equals it or ends with "." + it. */
+int lm_module_matches(const char *module, const char *target)
+{
+    size_t a = strlen(module), b = strlen(target);
+    if (!b) return 0;
+    if (a == b) return !strcmp(module, target);
+    return a > b && module[a - b - 1] == '.' && !strcmp(module + a - b, target);
+}
+
 static int matches(const lm_linear *l, const char *target)
 {
-    size_t a = strlen(l->module), b = strlen(target);
-    if (!b) return 0;
-    if (a == b) return !strcmp(l->module, target);
-    return a > b && l->module[a - b - 1] == '.' && !strcmp(l->module + a - b, target);
+    return lm_module_matches(l->module, target);
 }
 
 typedef struct pending {

@@ -14,8 +14,6 @@
 #include <string.h>
 #include "ops_internal.h"
 
-#define MATMUL_DEFAULT_WORKSPACE (32ll << 20)
-
 void gpucore_matmul_options_init(gpucore_matmul_options *o)
 {
     if (!o) return;

@@ -151,6 +151,13 @@ GPUCORE_HIDDEN gpucore_status gpucore_ckpt_run_backward(gpucore_ckpt_call *call,
 /* checkpoint_plan.c: the plan for the fixed policies, the budget planner, accounting. */
 GPUCORE_HIDDEN void gpucore_ckpt_plan_fixed(ckpt_state *s, int32_t *modes);
 GPUCORE_HIDDEN gpucore_status gpucore_ckpt_plan_budget(ckpt_state *s, int64_t baseline, int64_t *estimate);
+/* The budget planner's search over n segments' records t (out_bytes, saved_bytes, saves_input,
+ * saves_output, out_view, transient, bwd_transient, bwd_known): the plan with the fewest
+ * recomputed segments whose simulated peak above the start stays within avail, into best (m:
+ * scratch of n entries); 0 when none does. *lean_est / *lean_k: the leanest plan's estimate and
+ * group size. Shared by the executor and the language-model planner (src/models/plan.c). */
+GPUCORE_HIDDEN int gpucore_ckpt_budget_search(const ckpt_top *t, int64_t n, int64_t avail, int32_t *m, int32_t *best,
+                                              int64_t *best_est, int64_t *lean_est, int64_t *lean_k);
 GPUCORE_HIDDEN void gpucore_ckpt_measure_saves(ckpt_top *t, const void *in_storage, const void *out_storage);
 GPUCORE_HIDDEN void gpucore_ckpt_measure_held(ckpt_state *s, const void *x_storage);
 

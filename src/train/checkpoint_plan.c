@@ -146,6 +146,36 @@ static int64_t simulate(const ckpt_top *t, const int32_t *m, int64_t n)
     return peak;
 }
 
+int gpucore_ckpt_budget_search(const ckpt_top *t, int64_t n, int64_t avail, int32_t *m, int32_t *best,
+                               int64_t *best_est, int64_t *lean_est, int64_t *lean_k)
+{
+    int64_t best_cost = -1;
+    *best_est = 0;
+    *lean_est = INT64_MAX;
+    *lean_k = 1;
+    for (int64_t k = 1; k <= n; k++) {
+        plan_every_k(m, n, k);
+        int64_t est = simulate(t, m, n);
+        if (est < *lean_est) { *lean_est = est; *lean_k = k; }
+        if (est > avail) continue;
+        for (int64_t g = ((n - 1) / k) * k; g >= 0; g -= k) {  /* keep whole groups, last first */
+            int64_t e = g + k < n ? g + k : n;
+            for (int64_t j = g; j < e; j++) m[j] = GPUCORE_CKPT_KEPT;
+            int64_t e2 = simulate(t, m, n);
+            if (e2 <= avail) est = e2;
+            else plan_every_k(m + g, e - g, k);  /* back to checkpoint + recomputed */
+        }
+        int64_t cost = 0;
+        for (int64_t j = 0; j < n; j++) cost += m[j] != GPUCORE_CKPT_KEPT;
+        if (best_cost < 0 || cost < best_cost || (cost == best_cost && est < *best_est)) {
+            best_cost = cost;
+            *best_est = est;
+            memcpy(best, m, sizeof *m * (size_t)n);
+        }
+    }
+    return best_cost >= 0;
+}
+
 gpucore_status gpucore_ckpt_plan_budget(ckpt_state *s, int64_t baseline, int64_t *estimate)
 {
     int64_t n = s->nsegs, avail = s->param - baseline;
@@ -155,29 +185,10 @@ gpucore_status gpucore_ckpt_plan_budget(ckpt_state *s, int64_t baseline, int64_t
         free(best);
         return gpucore_set_error(GPUCORE_ERR_OUT_OF_MEMORY, "ckpt_forward: out of host memory");
     }
-    int64_t best_cost = -1, best_est = 0, lean_est = INT64_MAX, lean_k = 1;
-    for (int64_t k = 1; k <= n; k++) {
-        plan_every_k(m, n, k);
-        int64_t est = simulate(s->tops, m, n);
-        if (est < lean_est) { lean_est = est; lean_k = k; }
-        if (est > avail) continue;
-        for (int64_t g = ((n - 1) / k) * k; g >= 0; g -= k) {  /* keep whole groups, last first */
-            int64_t e = g + k < n ? g + k : n;
-            for (int64_t j = g; j < e; j++) m[j] = GPUCORE_CKPT_KEPT;
-            int64_t e2 = simulate(s->tops, m, n);
-            if (e2 <= avail) est = e2;
-            else plan_every_k(m + g, e - g, k);  /* back to checkpoint + recomputed */
-        }
-        int64_t cost = 0;
-        for (int64_t j = 0; j < n; j++) cost += m[j] != GPUCORE_CKPT_KEPT;
-        if (best_cost < 0 || cost < best_cost || (cost == best_cost && est < best_est)) {
-            best_cost = cost;
-            best_est = est;
-            memcpy(best, m, sizeof *m * (size_t)n);
-        }
-    }
+    int64_t best_est = 0, lean_est = INT64_MAX, lean_k = 1;
+    const int found = gpucore_ckpt_budget_search(s->tops, n, avail, m, best, &best_est, &lean_est, &lean_k);
     gpucore_status st = GPUCORE_OK;
-    if (best_cost < 0) {
+    if (!found) {
         int64_t big = 0, big_need = 0;
         for (int64_t i = 0; i < n; i++) {
             int64_t need = s->tops[i].transient;
