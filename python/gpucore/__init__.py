@@ -59,7 +59,7 @@ from .nn import *  # noqa: F401,F403  (matmul, linear, conv)
 from .nn import __all__ as _nn_all
 from . import ops_compose
 from . import quant
-from .quant import QUANT_FORMATS, QUANT_DOUBLE, quant_size, quantize, dequantize
+from .quant import QUANT_FORMATS, QUANT_DOUBLE, quant_size, quantize, dequantize, QWeight, qlinear, qlinear_backward_data
 from .ops_compose import *  # noqa: F401,F403  (comparisons, pow, max/min, arange, stack, where, all/any)
 from .ops_compose import __all__ as _compose_all
 from . import cuda
@@ -94,7 +94,8 @@ __all__ = list(_errors_all) + [
     "Context", "Stream", "Event", "Timer", "get_context", "default_context",
     "Tensor", "empty", "zeros", "ones", "full", "tensor", "from_numpy", "rand", "randn", "empty_like",
     "zeros_like", "ones_like", "full_like", "manual_seed", "IndexOutOfRangeError", "ops_compose", "cuda",
-    "quant", "QUANT_FORMATS", "QUANT_DOUBLE", "quant_size", "quantize", "dequantize",
+    "quant", "QUANT_FORMATS", "QUANT_DOUBLE", "quant_size", "quantize", "dequantize", "QWeight", "qlinear",
+    "qlinear_backward_data",
     "backend_status", "from_dlpack", "to_dlpack", "cuda_array_interface",
     "ops", "nn", "memory", "optim", "serialization", "distributed", "checkpoint",
     "SGD", "AdamW", "Optimizer", "LossScaler", "clip_grad_norm_", "save_file", "load_file", "SafetensorsFile",

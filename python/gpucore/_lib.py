@@ -316,6 +316,8 @@ DECLARATIONS: Dict[str, Tuple[Any, List[Any]]] = {
     "gpucore_quant_size": (STATUS, [c_int, c_int64, c_int64, c_int64, c_int, P_I64]),
     "gpucore_quantize": (STATUS, [H, c_int, c_int64, c_int, H, H]),
     "gpucore_dequantize": (STATUS, [H, c_int, c_int64, c_int, H, H]),
+    "gpucore_qlinear_forward": (STATUS, [H, c_void_p, H, c_int, H, H, H]),
+    "gpucore_qlinear_backward_data": (STATUS, [H, c_void_p, c_double, H, H]),
     "gpucore_dropout": (STATUS, [H, H, c_double, c_uint64, c_uint64, H]),
     # reductions
     "gpucore_reduce": (STATUS, [c_int, H, H, c_int, H]),

@@ -20,6 +20,7 @@ from ._validate import UINT64_MAX, to_float, to_int
 from .context import DeviceLike, Stream, get_context
 from .errors import InvalidArgumentError, ShapeMismatchError
 from .nn import fallback_stats
+from .quant import QWeight
 from .tensor import Tensor, _generator, empty
 
 __all__ = ["AttentionOptions", "scaled_dot_product_attention", "scaled_dot_product_attention_backward",
@@ -272,7 +273,7 @@ class LoraOptions(ctypes.Structure):
 
 
 def _lora_options(scale: float, dropout_p: float, seed: int, offset: int,
-                  weight_scale: Optional[Tensor] = None) -> LoraOptions:
+                  weight_scale: Optional[Tensor] = None, weight: Any = None) -> LoraOptions:
     o = LoraOptions()
     C.gpucore_lora_options_init(byref(o))
     o.scale = to_float(scale, "scale")
@@ -280,7 +281,17 @@ def _lora_options(scale: float, dropout_p: float, seed: int, offset: int,
     o.seed = to_int(seed, "seed", 0, UINT64_MAX)
     o.offset = to_int(offset, "offset", 0, UINT64_MAX)
     o.w_scale = _opt(weight_scale, "weight_scale")
+    if isinstance(weight, QWeight):  # a quantized base: read from w_quant, the w argument NULL
+        o.w_quant = ctypes.addressof(weight._c)
     return o
+
+
+def _base(weight: Any) -> Tuple[Any, Tuple[int, int], Any]:
+    """(what the C call's w argument gets, W's [out, in], the tensor for the context check)."""
+    if isinstance(weight, QWeight):
+        return None, weight.shape, weight.data
+    w = _tensor(weight, "weight")
+    return w.handle, tuple(w.shape), w
 
 
 def lora_linear(x: Tensor, weight: Tensor, bias: Optional[Tensor], lora_a: Tensor, lora_b: Tensor,
@@ -290,21 +301,23 @@ def lora_linear(x: Tensor, weight: Tensor, bias: Optional[Tensor], lora_a: Tenso
     """y = x·weightᵀ + bias + scale·(dropout(x)·lora_aᵀ)·lora_bᵀ (``gpucore_lora_forward``).
 
     x [..., in], weight [out, in] (frozen), bias [out] or None, lora_a [r, in], lora_b [out, r];
-    one dtype (float32/float16/bfloat16), except that weight may be float8_e4m3/float8_e5m2 with
+    one dtype (float32/float16/bfloat16), except that weight may be a :class:`gpucore.QWeight`
+    (QLoRA: the quantized base is never dequantized whole) or float8_e4m3/float8_e5m2 with
     ``weight_scale`` (a one-element float32 tensor, required then): the base is
     decode(weight)·weight_scale, dequantised to x's dtype for each call. ``scale`` is LoRA's alpha/r. Dropout acts on the
     adapter's input only, with Philox (seed, offset) as :func:`gpucore.dropout`; without ``seed``
     the default generator is used and advanced (pass seed/offset yourself to replay it in
     :func:`lora_linear_backward`). ``return_xa=True`` returns ``(y, xa)``, xa = dropout(x)·lora_aᵀ
     [..., r], which the backward can reuse."""
-    t, w, a, b = _tensor(x, "x"), _tensor(weight, "weight"), _tensor(lora_a, "lora_a"), _tensor(lora_b, "lora_b")
+    t, a, b = _tensor(x, "x"), _tensor(lora_a, "lora_a"), _tensor(lora_b, "lora_b")
+    wh, wshape, w = _base(weight)
     ctx = t._ctx
     _same_ctx(ctx, (w, "weight"), (bias, "bias"), (a, "lora_a"), (b, "lora_b"), (out, "out"),
               (weight_scale, "weight_scale"))
-    if len(t.shape) < 1 or len(w.shape) != 2 or len(a.shape) != 2:
+    if len(t.shape) < 1 or len(wshape) != 2 or len(a.shape) != 2:
         raise ShapeMismatchError("lora_linear: x must be [..., in], weight [out, in] and lora_a [r, in]; got %s, %s, %s"
-                                 % (tuple(t.shape), tuple(w.shape), tuple(a.shape)))
-    y = _out(out, tuple(t.shape[:-1]) + (w.shape[0],), t.dtype, ctx)
+                                 % (tuple(t.shape), wshape, tuple(a.shape)))
+    y = _out(out, tuple(t.shape[:-1]) + (wshape[0],), t.dtype, ctx)
     xa = empty(tuple(t.shape[:-1]) + (a.shape[0],), t.dtype, device=ctx) if return_xa else None
     pv = to_float(dropout_p, "dropout_p")
     if seed is None:
@@ -314,8 +327,8 @@ def lora_linear(x: Tensor, weight: Tensor, bias: Optional[Tensor], lora_a: Tenso
             _generator["offset"] = (off + C.gpucore_random_offset_advance(t.numel(), 0)) & UINT64_MAX
     else:
         sd, off = seed, 0 if offset is None else offset
-    opts = _lora_options(scale, pv, sd, off, weight_scale)
-    C.gpucore_lora_forward(y.handle, _opt(xa, "xa"), t.handle, w.handle, _opt(bias, "bias"), a.handle, b.handle,
+    opts = _lora_options(scale, pv, sd, off, weight_scale, weight)
+    C.gpucore_lora_forward(y.handle, _opt(xa, "xa"), t.handle, wh, _opt(bias, "bias"), a.handle, b.handle,
                            byref(opts), _stream(ctx, stream))
     return (y, xa) if return_xa else y
 
@@ -329,15 +342,16 @@ def lora_linear_backward(grad_out: Tensor, x: Tensor, weight: Tensor, lora_a: Te
     with the forward's scale, dropout_p, seed and offset; xa: the forward's ``return_xa`` output
     (None: recomputed); weight_scale: as the forward's (an fp8 weight). ``need_input_grad=False``
     skips dx (returns None for it)."""
-    g, t, w = _tensor(grad_out, "grad_out"), _tensor(x, "x"), _tensor(weight, "weight")
+    g, t = _tensor(grad_out, "grad_out"), _tensor(x, "x")
+    wh, _, w = _base(weight)
     a, b = _tensor(lora_a, "lora_a"), _tensor(lora_b, "lora_b")
     ctx = t._ctx
     _same_ctx(ctx, (g, "grad_out"), (w, "weight"), (a, "lora_a"), (b, "lora_b"), (xa, "xa"),
               (weight_scale, "weight_scale"))
     dx = empty(t.shape, t.dtype, device=ctx) if need_input_grad else None
     da, db = empty(a.shape, a.dtype, device=ctx), empty(b.shape, b.dtype, device=ctx)
-    opts = _lora_options(scale, dropout_p, seed, offset, weight_scale)
-    C.gpucore_lora_backward(_opt(dx, "dx"), da.handle, db.handle, g.handle, t.handle, w.handle, a.handle, b.handle,
+    opts = _lora_options(scale, dropout_p, seed, offset, weight_scale, weight)
+    C.gpucore_lora_backward(_opt(dx, "dx"), da.handle, db.handle, g.handle, t.handle, wh, a.handle, b.handle,
                             _opt(xa, "xa"), byref(opts), _stream(ctx, stream))
     return dx, da, db
 
