@@ -30,7 +30,7 @@ LAYERS = {
     "src/models": ("decoder language models: config, weights, layers, KV cache, generation, LoRA/PEFT, "
                    "training step; built on the public API and the layers below", ["src/core", "src/io", "src/ops", "src/train"]),
     "src/text": ("the byte-level BPE tokenizer (tokenizer.json, GGUF metadata) and chat prompts", ["src/core", "src/io"]),
-    "src/io": ("safetensors, GGUF and token data files: readers and writers", ["src/core", "src/ops", "src/train"]),
+    "src/io": ("safetensors, GGUF and token data files: readers and writers", ["src/core", "src/ops"]),
     "src/train": ("optimizers, loss scaler, clipping, checkpoint executor, ZeRO, training-state checkpoints",
                   ["src/core", "src/ops", "src/comm"]),
     "src/comm": ("communicators, comm groups, DDP reducer: validation, sequence numbers and waits over the "
@@ -60,7 +60,6 @@ KNOWN_TIES = {
     ("src/backend", "src/core"): "backends use core's internal types (tensor, stream, error setter)",
     ("src/backend/cpu", "src/core"): "as above",
     ("src/backend/cuda", "src/core"): "as above",
-    ("src/io", "src/train"): "training-state checkpoints are written by the safetensors code",
 }
 
 

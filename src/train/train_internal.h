@@ -1,6 +1,6 @@
 /*
  * train_internal.h — what the training front-ends share (optim.c, amp.c,
- * clip.c, safetensors.c): the optimizer and loss-scaler handle layouts and the
+ * clip.c, state_checkpoint.c): the optimizer and loss-scaler handle layouts and the
  * checks on lists of tensors.
  */
 #ifndef GPUCORE_TRAIN_INTERNAL_H
