@@ -11,6 +11,8 @@
  *   gpucore-lm eval MODEL --data FILE[,FILE...] | --text FILE [--batch B] [--seq T] [--batches N] [--adapter DIR]
  *   gpucore-lm tokenize MODEL --text FILE --out FILE.bin
  *   gpucore-lm chat MODEL [--max-new N] [--eos ID] [--adapter DIR] [--sample and its options as generate's]
+ *   gpucore-lm plan MODEL [--batch B] [--seq T] [--lora R | --full] [--targets a,b] [--dropout P]
+ *              [--checkpoint-policy P] [--grad-accum K] [--quantize nf4|fp4|int8|q4_0|...] [--device-memory 24GiB]
  *   common: [--device cpu|cuda|cuda:N|auto] [--dtype f32|bf16|f16] [--json] [--quiet]
  *
  * --prompt encodes TEXT with the model's tokenizer (the folder's tokenizer.json, or a GGUF file's
@@ -35,7 +37,11 @@
  * the ZeRO trainer. --grad-accum K makes each step K micro-batches of --batch rows whose
  * gradients add up before the one update, each micro-batch's loss normalised by the label
  * tokens of all K (the update of one batch of K x B rows, in the memory of B rows; the
- * step's loss printed is that batch's). Each step prints its loss, tokens/s and time; --json prints one JSON
+ * step's loss printed is that batch's). plan prints the memory a finetune step with the same
+ * options would take (gpucore_lm_plan: from the folder's config.json, no weights read; --device
+ * cuda counts the CUDA matmul's workspace), per category, and where the peak falls; with
+ * --device-memory it lists the checkpoint policies and micro-batch / --grad-accum splits of
+ * --batch that fit, cheapest first, or says that nothing fits (exit status 3). Each step prints its loss, tokens/s and time; --json prints one JSON
  * object per line instead. Exit status: 0 done, 1 a library call failed (the message is
  * printed), 2 bad usage.
  */
@@ -45,6 +51,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include "gpucore.h"
@@ -64,6 +71,8 @@ typedef struct lm_opts {
     int chat;           /* generate --prompt: through the chat template */
     const char *text;   /* tokenize, eval: a UTF-8 text file */
     const char *out;    /* tokenize: the token file to write */
+    const char *quantize;      /* plan: a quant format of the decoder's linears ("nf4", ...) */
+    const char *device_memory; /* plan: the memory to fit ("24GiB", "8000MB", bytes) */
 } lm_opts;
 
 static int rank0 = 1; /* only rank 0 prints progress */
@@ -93,6 +102,8 @@ static void usage(void)
             "       gpucore-lm tokenize MODEL --text FILE --out FILE.bin\n"
             "       gpucore-lm chat MODEL [--max-new N] [--eos ID] [--adapter DIR] [--sample] [--temperature T]\n"
             "                  [--top-k K] [--top-p P] [--seed S]\n"
+            "       gpucore-lm plan MODEL [--batch B] [--seq T] [--lora R | --full] [--targets a,b] [--dropout P]\n"
+            "                  [--checkpoint-policy P] [--grad-accum K] [--quantize nf4|fp4|int8] [--device-memory 24GiB]\n"
             "       common: [--device D] [--dtype f32|bf16|f16] [--json] [--quiet]\n");
 }
 
@@ -150,13 +161,15 @@ static int parse_args(int argc, char **argv, lm_opts *o)
         else if (!strcmp(a, "--device")) { VAL(); o->device = v; }
         else if (!strcmp(a, "--dtype")) { VAL(); o->dtype = v; }
         else if (!strcmp(a, "--json")) o->json = 1;
+        else if (!strcmp(a, "--quantize")) { VAL(); o->quantize = v; }
+        else if (!strcmp(a, "--device-memory")) { VAL(); o->device_memory = v; }
         else if (!strcmp(a, "--quiet")) o->quiet = 1;
         else { fprintf(stderr, "gpucore-lm: unknown option %s\n", a); return 1; }
 #undef VAL
     }
     if (o->max_new < 0) o->max_new = strcmp(o->cmd, "chat") ? 20 : 512; /* a chat answer ends at its EOS */
     if (strcmp(o->cmd, "generate") && strcmp(o->cmd, "finetune") && strcmp(o->cmd, "eval") &&
-        strcmp(o->cmd, "tokenize") && strcmp(o->cmd, "chat")) {
+        strcmp(o->cmd, "tokenize") && strcmp(o->cmd, "chat") && strcmp(o->cmd, "plan")) {
         fprintf(stderr, "gpucore-lm: unknown command %s\n", o->cmd);
         return 1;
     }
@@ -885,6 +898,173 @@ static int cmd_finetune(const lm_opts *o)
     return 0;
 }
 
+/* ---------------------------------------------------------------------------------- plan */
+
+/* "24GiB", "8000MB", "1.5G", plain bytes; -1 when malformed. */
+static int64_t parse_size(const char *s)
+{
+    char *end = NULL;
+    double v = strtod(s, &end);
+    if (end == s || !(v > 0)) return -1;
+    double m = 1;
+    if (!strcasecmp(end, "") || !strcasecmp(end, "b")) m = 1;
+    else if (!strcasecmp(end, "k") || !strcasecmp(end, "kib")) m = 1024.0;
+    else if (!strcasecmp(end, "m") || !strcasecmp(end, "mib")) m = 1048576.0;
+    else if (!strcasecmp(end, "g") || !strcasecmp(end, "gib")) m = 1073741824.0;
+    else if (!strcasecmp(end, "kb")) m = 1e3;
+    else if (!strcasecmp(end, "mb")) m = 1e6;
+    else if (!strcasecmp(end, "gb")) m = 1e9;
+    else return -1;
+    return (int64_t)(v * m);
+}
+
+/* Whether the folder's config.json names GPT-2 (its default LoRA target is c_attn, not q_proj/v_proj). */
+static int config_is_gpt2(const char *folder)
+{
+    char p[4096], buf[8192];
+    path_join(p, sizeof p, folder, "config.json");
+    FILE *f = fopen(p, "rb");
+    if (!f) return 0;
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = 0;
+    const char *k = strstr(buf, "\"model_type\"");
+    const char *q = k ? strchr(k + 12, '"') : NULL;
+    return q && !strncmp(q, "\"gpt2\"", 6);
+}
+
+static const char *const plan_quant_names[] = {"nf4", "fp4", "int8", "q4_0", "q4_1", "q5_0", "q5_1", "q8_0"};
+
+/* The plan of one setting; nonzero on an error (printed). */
+static int plan_one(const lm_opts *o, gpucore_lm_plan_options *po, gpucore_lm_memory_plan *p)
+{
+    p->struct_size = sizeof *p;
+    CHECK_LM(gpucore_lm_plan(NULL, o->model, po, p));
+    return 0;
+}
+
+static void print_plan(const lm_opts *o, const gpucore_lm_plan_options *po, const gpucore_lm_memory_plan *p)
+{
+    const double mib = 1048576.0;
+    if (o->json) {
+        printf("{\"model\": \"%s\", \"batch\": %lld, \"seq\": %lld, \"peak_bytes\": %lld, \"persistent_bytes\": %lld, "
+               "\"where\": \"%s\", \"layer\": %lld, \"recomputed_segments\": %lld, \"segments\": %lld, \"breakdown\": {",
+               o->model, (long long)po->batch, (long long)po->seq, (long long)p->peak_bytes,
+               (long long)p->persistent_bytes, p->where, (long long)p->layer, (long long)p->recomputed_segments,
+               (long long)p->segments);
+        for (int c = 0; c < GPUCORE_MEM_CATEGORIES; c++)
+            printf("%s\"%s\": %lld", c ? ", " : "", gpucore_mem_category_name(c), (long long)p->bytes[c]);
+        printf("}}\n");
+        return;
+    }
+    printf("memory plan: %s, batch %lld x seq %lld, %s, checkpoint policy %s\n", o->model, (long long)po->batch,
+           (long long)po->seq, po->full_finetune ? "full fine-tuning" : "LoRA", o->policy);
+    printf("  %-12s %12s %7s\n", "category", "MiB", "share");
+    for (int c = 0; c < GPUCORE_MEM_CATEGORIES; c++)
+        printf("  %-12s %12.2f %6.1f%%\n", gpucore_mem_category_name(c), p->bytes[c] / mib,
+               100.0 * (double)p->bytes[c] / (double)p->peak_bytes);
+    printf("  %-12s %12.2f\n  at %s; %lld of %lld segments recomputed; %.2f MiB held between steps\n", "peak",
+           p->peak_bytes / mib, p->where, (long long)p->recomputed_segments, (long long)p->segments,
+           p->persistent_bytes / mib);
+}
+
+/* With a memory limit: the settings that fit (checkpoint policy x micro-batch with accumulation),
+ * cheapest first by estimated extra compute: a recomputed segment runs its forward again (about a third
+ * of its forward and backward), and each halving of the micro-batch is counted 5% for the GEMMs' worse
+ * shapes. */
+static int plan_fits(const lm_opts *o, gpucore_lm_plan_options base, int64_t limit)
+{
+    static const char *const pols[] = {"none", "sqrt", "all"};
+    static const int kinds[] = {GPUCORE_CKPT_KEEP_ALL, GPUCORE_CKPT_SQRT_N, GPUCORE_CKPT_RECOMPUTE_ALL};
+    struct fit { const char *pol; int64_t micro, accum, peak; double cost; } fits[64];
+    int n = 0;
+    for (int64_t micro = base.batch, halvings = 0; micro >= 1; micro /= 2, halvings++) {
+        for (int k = 0; k < 3 && n < 64; k++) {
+            gpucore_lm_plan_options po = base;
+            gpucore_lm_memory_plan p;
+            po.batch = micro;
+            po.grad_accum = (base.batch + micro - 1) / micro;
+            po.ckpt_policy = kinds[k];
+            po.ckpt_param = 0;
+            if (plan_one(o, &po, &p)) return 1;
+            if (p.peak_bytes > limit) continue;
+            fits[n++] = (struct fit){pols[k], micro, po.grad_accum, p.peak_bytes,
+                                     100.0 / 3.0 * (double)p.recomputed_segments / (double)p.segments + 5.0 * halvings};
+        }
+        if (micro == 1) break;
+    }
+    for (int i = 1; i < n; i++) /* cheapest first */
+        for (int j = i; j > 0 && fits[j].cost < fits[j - 1].cost; j--) {
+            struct fit t = fits[j]; fits[j] = fits[j - 1]; fits[j - 1] = t;
+        }
+    if (!n) {
+        printf("nothing fits in %.2f MiB: not even micro-batch 1 with every layer recomputed; try --lora with a "
+               "smaller rank, --quantize nf4, --dtype bf16 or a shorter --seq\n", limit / 1048576.0);
+        return 3;
+    }
+    printf("settings that fit in %.2f MiB, cheapest first:\n", limit / 1048576.0);
+    printf("  %-19s %8s %12s %12s %10s\n", "--checkpoint-policy", "--batch", "--grad-accum", "peak MiB", "recompute");
+    for (int i = 0; i < n; i++)
+        printf("  %-19s %8lld %12lld %12.2f %9.0f%%\n", fits[i].pol, (long long)fits[i].micro, (long long)fits[i].accum,
+               fits[i].peak / 1048576.0, fits[i].cost);
+    return 0;
+}
+
+static int cmd_plan(const lm_opts *o)
+{
+    gpucore_lm_plan_options po;
+    gpucore_lm_plan_options_init(&po);
+    po.batch = o->batch;
+    po.seq = o->seq;
+    po.dtype = parse_dtype(o->dtype);
+    po.device_type = !strncmp(o->device, "cuda", 4) ? GPUCORE_DEVICE_CUDA : GPUCORE_DEVICE_CPU;
+    po.grad_accum = o->grad_accum;
+    char tbuf[1024];
+    const char *targets[MAX_TARGETS];
+    static const char *const gpt2[] = {"c_attn"}, *const others[] = {"q_proj", "v_proj"};
+    int64_t nt = 0;
+    split_targets(o->targets, tbuf, sizeof tbuf, targets, &nt);
+    if (o->full) {
+        po.full_finetune = 1;
+    } else {
+        po.lora_r = o->lora_r;
+        po.lora_dropout = o->dropout;
+        po.lora_targets = nt ? targets : config_is_gpt2(o->model) ? gpt2 : others;
+        po.n_lora_targets = nt ? nt : config_is_gpt2(o->model) ? 1 : 2;
+    }
+    if (o->quantize) {
+        po.quant_format = -2;
+        for (int i = 0; i < (int)(sizeof plan_quant_names / sizeof plan_quant_names[0]); i++)
+            if (!strcmp(o->quantize, plan_quant_names[i])) po.quant_format = i;
+        if (po.quant_format == -2) {
+            fprintf(stderr, "gpucore-lm: --quantize %s: nf4, fp4, int8, q4_0, q4_1, q5_0, q5_1 or q8_0\n", o->quantize);
+            return 2;
+        }
+    }
+    if (o->zero > 0) po.zero_stage = o->zero;
+    train_policy pol;
+    if (train_parse_policy(o->policy, &pol)) {
+        fprintf(stderr, "gpucore-lm: --checkpoint-policy %s: none, all, sqrt, every:K or budget:BYTES\n", o->policy);
+        return 2;
+    }
+    gpucore_lm_memory_plan p;
+    if (pol.kind == GPUCORE_CKPT_BUDGET) { /* as finetune: an activation budget above the model and its gradients */
+        if (plan_one(o, &po, &p)) return 1;
+        pol.param += p.persistent_bytes - p.bytes[GPUCORE_MEM_OPTIMIZER];
+    }
+    po.ckpt_policy = pol.kind;
+    po.ckpt_param = pol.param;
+    if (plan_one(o, &po, &p)) return 1;
+    print_plan(o, &po, &p);
+    if (!o->device_memory) return 0;
+    const int64_t limit = parse_size(o->device_memory);
+    if (limit <= 0) {
+        fprintf(stderr, "gpucore-lm: --device-memory %s: give bytes or a size such as 24GiB, 8000MB\n", o->device_memory);
+        return 2;
+    }
+    return plan_fits(o, po, limit);
+}
+
 int main(int argc, char **argv)
 {
     lm_opts o;
@@ -896,5 +1076,6 @@ int main(int argc, char **argv)
     if (!strcmp(o.cmd, "eval")) return cmd_eval(&o);
     if (!strcmp(o.cmd, "tokenize")) return cmd_tokenize(&o);
     if (!strcmp(o.cmd, "chat")) return cmd_chat(&o);
+    if (!strcmp(o.cmd, "plan")) return cmd_plan(&o);
     return o.text ? with_text_data(&o, cmd_finetune) : cmd_finetune(&o);
 }

@@ -177,6 +177,24 @@ class TokenDataOptions(ctypes.Structure):
                 ("reserved", ctypes.c_int32)]
 
 
+class LmPlanOptions(ctypes.Structure):
+    """ctypes mirror of ``gpucore_lm_plan_options``."""
+    _fields_ = [("struct_size", c_int64), ("dtype", ctypes.c_int32), ("device_type", ctypes.c_int32),
+                ("batch", c_int64), ("seq", c_int64), ("full_finetune", ctypes.c_int32), ("lora_r", c_int64),
+                ("lora_targets", ctypes.POINTER(c_char_p)), ("n_lora_targets", c_int64), ("lora_dropout", c_double),
+                ("ckpt_policy", ctypes.c_int32), ("ckpt_param", c_int64), ("optimizer", ctypes.c_int32),
+                ("momentum", c_double), ("zero_stage", ctypes.c_int32), ("world_size", ctypes.c_int32),
+                ("grad_accum", c_int64), ("quant_format", ctypes.c_int32), ("quant_block_size", c_int64),
+                ("quant_flags", ctypes.c_int32), ("head_chunk_rows", c_int64), ("workspace_bytes", c_int64)]
+
+
+class LmMemoryPlan(ctypes.Structure):
+    """ctypes mirror of ``gpucore_lm_memory_plan``."""
+    _fields_ = [("struct_size", c_int64), ("peak_bytes", c_int64), ("bytes", c_int64 * 7),
+                ("persistent_bytes", c_int64), ("phase", ctypes.c_int32), ("layer", c_int64),
+                ("where", ctypes.c_char * 64), ("recomputed_segments", c_int64), ("segments", c_int64)]
+
+
 class LmBackwardOptions(ctypes.Structure):
     """ctypes mirror of ``gpucore_lm_backward_options``."""
     _fields_ = [("struct_size", c_int64), ("accumulate", ctypes.c_int32), ("total_label_tokens", c_int64)]
@@ -582,6 +600,9 @@ DECLARATIONS: Dict[str, Tuple[Any, List[Any]]] = {
     "gpucore_lm_set_checkpoint_policy": (STATUS, [H, c_int, c_int64]),
     "gpucore_lm_set_seed": (STATUS, [H, c_uint64]),
     "gpucore_lm_set_head_chunk_rows": (STATUS, [H, c_int64]),
+    "gpucore_lm_plan_options_init": (None, [POINTER(LmPlanOptions)]),
+    "gpucore_lm_plan": (STATUS, [H, c_char_p, POINTER(LmPlanOptions), POINTER(LmMemoryPlan)]),
+    "gpucore_mem_category_name": (c_char_p, [c_int]),
     "gpucore_lm_add_lora": (STATUS, [H, c_int64, c_double, c_double, P_CHARP, c_int64, c_uint64]),
     "gpucore_lm_load_adapter": (STATUS, [H, c_char_p]),
     "gpucore_lm_save_adapter": (STATUS, [H, c_char_p]),

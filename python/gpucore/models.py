@@ -38,6 +38,7 @@ from .context import Context, Stream, get_context
 from .errors import InvalidArgumentError, InvalidArgumentTypeError, NotSupportedError
 from .optim import _Owned
 from .tensor import Tensor
+from .models_plan import MemoryPlan, plan  # noqa: F401  (gpucore.models.plan)
 
 __all__ = ["LanguageModel", "KVCache", "TokenDataset", "from_pretrained", "DEFAULT_LORA_TARGETS"]
 
