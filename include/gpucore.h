@@ -2635,14 +2635,45 @@ typedef enum gpucore_lm_arch {
  * the weights from llama.cpp's tensor names (token_embd, blk.N.attn_q/k/v/output,
  * ffn_gate/up/down, attn_norm, ffn_norm, output_norm, output; GPT-2's attn_qkv and
  * position_embd), Llama's q/k rows put back from llama.cpp's interleaved rotary order,
- * each weight decoded to the model's dtype while loading, one tensor at a time
- * (dtype -1: the embedding's f16/bf16/f32, f32 when it is quantized). Another
+ * the linear layers' weights in a block type (Q4_0 .. Q6_K) kept as those blocks (computed
+ * with gpucore_qlinear_*, see gpucore_lm_create_ex), every other weight decoded to the model's
+ * dtype while loading, one tensor at a time (dtype -1: the embedding's f16/bf16/f32, f32 when
+ * it is quantized). Another
  * architecture, RoPE scaling, rope_freqs.weight, partial rotary, experts, a tensor the
  * model does not have or a block type the library does not decode is NOT_SUPPORTED
  * naming it; a missing tensor CORRUPT_FILE, a wrong shape SHAPE_MISMATCH. The model
  * then behaves as one loaded from a folder (save_pretrained writes a Hugging Face
  * folder with the config made from the metadata). */
 GPUCORE_API gpucore_status gpucore_lm_create(gpucore_context *ctx, const char *folder, int dtype, gpucore_lm **out);
+
+/* How gpucore_lm_create_ex loads a model. */
+typedef struct gpucore_lm_load_options {
+    int64_t struct_size;  /* sizeof(gpucore_lm_load_options) */
+    int dtype;            /* as gpucore_lm_create's dtype; with quantize, the compute dtype (-1: bf16) */
+    /* -1: dense weights. GPUCORE_QUANT_NF4, GPUCORE_QUANT_FP4 or GPUCORE_QUANT_INT8_ROW: every
+     * linear layer's weight of a Hugging Face folder is quantized while loading, one tensor at a
+     * time from the file's values (host memory never holds the model in 16 or 32 bits); the
+     * embeddings, norms and a separate head stay dense in dtype (as bitsandbytes leaves them). */
+    int quantize;
+    int64_t block_size;   /* NF4/FP4 block (0: 64), as gpucore_quantize */
+} gpucore_lm_load_options;
+GPUCORE_API void gpucore_lm_load_options_init(gpucore_lm_load_options *opts);
+/* gpucore_lm_create with options (NULL: the defaults, which make it gpucore_lm_create(.., -1, ..)).
+ * A GGUF file keeps its linear layers' quantized blocks (Q4_0 .. Q6_K) as they are, whatever
+ * quantize says (another quantize is INVALID_ARGUMENT: the file is already quantized); its float
+ * tensors load as gpucore_lm_create does. A model with quantized linear layers computes them with
+ * gpucore_qlinear_* / gpucore_lora_* (opts.w_quant); it trains LoRA adapters (QLoRA), not its
+ * frozen base (gpucore_lm_set_full_finetune refuses); gpucore_lm_parameter gives a quantized
+ * weight as its u8 bytes; gpucore_lm_merge_adapter dequantizes the layers it merges into.
+ * Errors: those of gpucore_lm_create, INVALID_ARGUMENT (struct_size, quantize not one of the three,
+ * block_size), and a quantization failure naming the tensor (a NaN or infinite weight). */
+GPUCORE_API gpucore_status gpucore_lm_create_ex(gpucore_context *ctx, const char *path,
+                                                const gpucore_lm_load_options *opts, gpucore_lm **out);
+/* The quantized formats of the linear weights ("nf4", "fp4", "int8", a GGUF file's "Q4_1+Q8_0",
+ * most bytes first), "" for a dense model; NULL for an invalid handle. Valid while lm lives. */
+GPUCORE_API const char *gpucore_lm_quantization(const gpucore_lm *lm);
+/* Bytes the base weights take on the device (quantized ones as stored, adapters not counted). */
+GPUCORE_API gpucore_status gpucore_lm_weight_bytes(const gpucore_lm *lm, int64_t *bytes);
 /* Frees weights, adapters, gradients and the executor (caches stay valid handles
  * to destroy). NULL is a no-op. */
 GPUCORE_API gpucore_status gpucore_lm_destroy(gpucore_lm *lm);
@@ -2721,6 +2752,15 @@ GPUCORE_API gpucore_status gpucore_lm_generate(gpucore_lm *lm, const int64_t *in
                                                double temperature, int64_t top_k, double top_p, uint64_t seed,
                                                int64_t eos_token_id, int64_t pad_token_id, int64_t *output_ids,
                                                int64_t *out_len);
+/* The next token from one row of `vocab` host f32 logits, chosen as gpucore_lm_generate chooses
+ * it (the same greedy rule, warpers and inverse-CDF draw) with the Philox uniform
+ * gpucore_philox_uniform(seed, 0, counter): a caller running its own loop over
+ * gpucore_lm_forward_cached (an interactive chat) draws what generate would, given the counter.
+ * NULL logits or token is NULL_POINTER; vocab < 1 or bad sampling parameters (as generate's)
+ * INVALID_ARGUMENT; host memory for two vocab-long f64 rows is OUT_OF_MEMORY. */
+GPUCORE_API gpucore_status gpucore_lm_sample_token(const float *logits, int64_t vocab, int do_sample,
+                                                   double temperature, int64_t top_k, double top_p, uint64_t seed,
+                                                   uint64_t counter, int64_t *token);
 
 /* ---- training ----
  * Trainable parameters: the LoRA adapters when any exist (the base frozen), else
@@ -2752,15 +2792,6 @@ GPUCORE_API gpucore_status gpucore_lm_forward_backward(gpucore_lm *lm, const gpu
                                                        const gpucore_tensor *labels, double *loss);
 /* Host-array forms: B·T int64 ids and labels (labels NULL: the ids). */
 GPUCORE_API gpucore_status gpucore_lm_loss_host(gpucore_lm *lm, const int64_t *input_ids, const int64_t *labels,
-/* The next token from one row of `vocab` host f32 logits, chosen as gpucore_lm_generate chooses
- * it (the same greedy rule, warpers and inverse-CDF draw) with the Philox uniform
- * gpucore_philox_uniform(seed, 0, counter): a caller running its own loop over
- * gpucore_lm_forward_cached (an interactive chat) draws what generate would, given the counter.
- * NULL logits or token is NULL_POINTER; vocab < 1 or bad sampling parameters (as generate's)
- * INVALID_ARGUMENT; host memory for two vocab-long f64 rows is OUT_OF_MEMORY. */
-GPUCORE_API gpucore_status gpucore_lm_sample_token(const float *logits, int64_t vocab, int do_sample,
-                                                   double temperature, int64_t top_k, double top_p, uint64_t seed,
-                                                   uint64_t counter, int64_t *token);
                                                 int64_t batch, int64_t seq, double *loss);
 GPUCORE_API gpucore_status gpucore_lm_forward_backward_host(gpucore_lm *lm, const int64_t *input_ids,
                                                             const int64_t *labels, int64_t batch, int64_t seq,

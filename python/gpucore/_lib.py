@@ -27,7 +27,7 @@ from . import errors as _errors
 __all__ = ["C", "lib", "library_path", "DECLARATIONS", "DeviceProperties", "STATUS", "QUERY",
            "LOG_FN", "DELETER_FN", "last_error", "status_string", "MemoryStats", "ProfileEntry",
            "MatmulOptions", "MatmulStats", "ConvOptions", "ConvStats", "OptimizerConfig", "LossScalerConfig", "DdpOptions",
-           "DdpTraceEvent", "TokenDataOptions", "LmBackwardOptions", "TokenizerArrays", "ChatMessage", "CkptStats", "CKPT_FORWARD_FN", "CKPT_BACKWARD_FN", "CKPT_PACK_FN",
+           "DdpTraceEvent", "TokenDataOptions", "LmBackwardOptions", "LmLoadOptions", "TokenizerArrays", "ChatMessage", "CkptStats", "CKPT_FORWARD_FN", "CKPT_BACKWARD_FN", "CKPT_PACK_FN",
            "CKPT_UNPACK_FN", "CKPT_DISCARD_FN", "CKPT_SEGMENT_HOOK_FN", "CKPT_GRAD_READY_FN",
            "PIPELINE_LOSS_FN"]
 
@@ -198,6 +198,12 @@ class LmMemoryPlan(ctypes.Structure):
 class LmBackwardOptions(ctypes.Structure):
     """ctypes mirror of ``gpucore_lm_backward_options``."""
     _fields_ = [("struct_size", c_int64), ("accumulate", ctypes.c_int32), ("total_label_tokens", c_int64)]
+
+
+class LmLoadOptions(ctypes.Structure):
+    """ctypes mirror of ``gpucore_lm_load_options``."""
+    _fields_ = [("struct_size", c_int64), ("dtype", ctypes.c_int32), ("quantize", ctypes.c_int32),
+                ("block_size", c_int64)]
 
 
 class TokenizerArrays(ctypes.Structure):
@@ -570,6 +576,10 @@ DECLARATIONS: Dict[str, Tuple[Any, List[Any]]] = {
     "gpucore_token_data_write": (STATUS, [c_char_p, c_void_p, c_int64]),
     # language models (host id arrays as POINTER(c_int64); names come back as c_char_p)
     "gpucore_lm_create": (STATUS, [H, c_char_p, c_int, P_H]),
+    "gpucore_lm_load_options_init": (None, [POINTER(LmLoadOptions)]),
+    "gpucore_lm_create_ex": (STATUS, [H, c_char_p, POINTER(LmLoadOptions), P_H]),
+    "gpucore_lm_quantization": (c_char_p, [H]),
+    "gpucore_lm_weight_bytes": (STATUS, [H, P_I64]),
     "gpucore_lm_destroy": (STATUS, [H]),
     "gpucore_lm_context": (STATUS, [H, P_H]),
     "gpucore_lm_config_int": (STATUS, [H, c_char_p, P_I64]),

@@ -31,7 +31,7 @@ from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple, Union
 import numpy as np
 
 from . import dtypes as _dt
-from ._lib import C, LmBackwardOptions, TokenDataOptions
+from ._lib import C, LmBackwardOptions, LmLoadOptions, TokenDataOptions
 from ._validate import to_bool, to_float, to_int
 from .checkpoint import POLICIES
 from .context import Context, Stream, get_context
@@ -112,14 +112,21 @@ class LanguageModel(_Owned):
     _what = "language model"
     _close_order = 5
 
-    def __init__(self, path: Any, device: Any = None, dtype: Any = None) -> None:
+    def __init__(self, path: Any, device: Any = None, dtype: Any = None, quantize: Optional[str] = None,
+                 block_size: int = 0) -> None:
         self._h: Optional[int] = None
         ctx = get_context(device)
-        dt = -1 if dtype is None else _dt.as_dtype(dtype).value
+        o = LmLoadOptions()
+        C.gpucore_lm_load_options_init(byref(o))
+        o.dtype = -1 if dtype is None else _dt.as_dtype(dtype).value
+        if quantize is not None and quantize not in _QUANTIZE:
+            raise InvalidArgumentError("quantize must be None, 'nf4', 'fp4' or 'int8', not %r" % (quantize,))
+        o.quantize = -1 if quantize is None else _QUANTIZE[quantize]
+        o.block_size = to_int(block_size, "block_size")
         self._init_owned(ctx)
         self.path = os.fspath(path) if isinstance(path, (str, os.PathLike)) else path
         h = c_void_p()
-        C.gpucore_lm_create(ctx.handle, _enc(path, "path"), dt, byref(h))
+        C.gpucore_lm_create_ex(ctx.handle, _enc(path, "path"), byref(o), byref(h))
         self._h = h.value
         self._trainable: Optional[Tuple[Dict[str, Tensor], Dict[str, Tensor]]] = None
         text = c_char_p()
@@ -153,7 +160,21 @@ class LanguageModel(_Owned):
 
     @property
     def dtype(self) -> _dt.DType:
+        """The compute dtype (of activations and every dense weight)."""
         return _dt.from_value(self.config_int("dtype"))
+
+    @property
+    def quantization(self) -> Optional[str]:
+        """The linear weights' quantized format ("nf4", "fp4", "int8", a GGUF file's "Q4_1+Q8_0"
+        with the format of most bytes first), or None for dense weights."""
+        q = C.gpucore_lm_quantization(self.handle).decode()
+        return q or None
+
+    def memory_footprint(self) -> int:
+        """Bytes the base weights take on the device (quantized ones as stored; adapters not counted)."""
+        v = c_int64()
+        C.gpucore_lm_weight_bytes(self.handle, byref(v))
+        return int(v.value)
 
     def __repr__(self) -> str:
         if self._h is None:
@@ -421,13 +442,22 @@ def _encode(tok: Any, text: str, add_special_tokens: bool) -> List[int]:
     return list(ids.ids if hasattr(ids, "ids") else ids)
 
 
-def from_pretrained(path: Any, device: Any = None, dtype: Any = None) -> LanguageModel:
+_QUANTIZE = {"nf4": 0, "fp4": 1, "int8": 2}  # gpucore_quant_format
+
+
+def from_pretrained(path: Any, device: Any = None, dtype: Any = None, quantize: Optional[str] = None,
+                    block_size: int = 0) -> LanguageModel:
     """Load the Hugging Face folder `path` (config.json + model.safetensors, or an index and its
     shards) onto `device` (a Context or a string; None: the default context), keeping the file's
-    dtype unless `dtype` (float32, bfloat16, float16) asks for another. `path` may instead be a
-    GGUF file of llama.cpp (llama, qwen2, gpt2): config from its metadata, weights decoded to
-    `dtype` (default: the file's float type, float32 for quantized weights) while loading."""
-    return LanguageModel(path, device=device, dtype=dtype)
+    dtype unless `dtype` (float32, bfloat16, float16) asks for another.
+
+    `quantize` ("nf4", "fp4" or "int8"; bitsandbytes' formats, NF4/FP4 in blocks of `block_size`,
+    0 for 64) quantizes every linear layer's weight while loading, one tensor at a time; `dtype`
+    is then the compute dtype (default bfloat16), the base is frozen and LoRA adapters train on
+    it (QLoRA). `path` may instead be a GGUF file of llama.cpp (llama, qwen2, gpt2): config from
+    its metadata, the linear layers' quantized blocks kept as they are, other weights decoded to
+    `dtype` (default: the file's float type, float32 when the embedding is quantized)."""
+    return LanguageModel(path, device=device, dtype=dtype, quantize=quantize, block_size=block_size)
 
 
 _LAYOUTS = {"shifted": 0, "window": 1}

@@ -237,6 +237,12 @@ def test_smollm2_logits_and_greedy_chat(smollm2):
     m = models.from_pretrained(path, device=DEVICE)
     assert m.is_gguf and m.config_int("dtype") == gpucore.float32.value and m.config_int("num_hidden_layers") == 30
     assert m.config_int("tie_word_embeddings") == 1 and m.config_int("eos_token_id") == 2
+    # the linear layers keep the file's blocks: the weights take about the file's bytes, not 4 per value
+    params = sum(int(np.prod(t.shape)) for t in m.named_parameters().values() if t.dtype != gpucore.uint8)
+    print("SmolLM2 GGUF: %s blocks kept, weights %.1f MB (file %.1f MB)"
+          % (m.quantization, m.memory_footprint() / 1e6, os.path.getsize(path) / 1e6))
+    assert m.quantization and m.quantization.split("+")[0] in ("Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q4_K", "Q6_K")
+    assert m.memory_footprint() < os.path.getsize(path) + 4 * params
     tok = m.tokenizer()
     prompt = gpucore.text.chat_template(m.chat_template, [{"role": "user", "content": "What is the capital of France?"}],
                                         add_generation_prompt=True)

@@ -287,7 +287,7 @@ gpucore_status gpucore_gguf_tensor_info(const gpucore_gguf *f, int64_t i, const 
 const char *gpucore_gguf_type_name(int type) { return gguf_type_name(type); }
 
 /* The library's quantized format of a ggml block type; -1 for one it does not decode. */
-static int quant_format_of(int type)
+int gguf_quant_format(int type)
 {
     switch (type) {
     case 2: return GPUCORE_QUANT_Q4_0;
@@ -328,7 +328,7 @@ gpucore_status gguf_dequantize(int type, const void *raw, int64_t n, float *out,
         }
         return GPUCORE_OK;
     default: {
-        int fmt = quant_format_of(type);
+        int fmt = gguf_quant_format(type);
         if (fmt >= 0) return quant_dequantize_host(fmt, raw, n, out);
         return gpucore_set_error(GPUCORE_ERR_NOT_SUPPORTED, "%s: tensor \"%.200s\" is %s, a ggml type this library "
                                  "does not decode (F32, F16, BF16, F64, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K and "
@@ -342,6 +342,35 @@ static int64_t tensor_numel(const gguf_tensor *t)
     int64_t n = 1;
     for (int d = 0; d < t->ndim; d++) n *= t->dims[d]; /* checked against overflow when parsed */
     return n;
+}
+
+/* Tensor t's stored bytes into raw (t->nbytes). */
+static gpucore_status read_bytes(gpucore_gguf *f, const gguf_tensor *t, void *raw, const char *op)
+{
+    int r = gpucore_io_read_at(f->fd, raw, (size_t)t->nbytes, f->h->data_start + t->offset);
+    if (!r) return GPUCORE_OK;
+    return gpucore_set_error(r == -2 ? GPUCORE_ERR_CORRUPT_FILE : GPUCORE_ERR_IO, "%s: reading \"%.200s\" from \"%s\" "
+                             "failed: %s", op, t->name, f->path,
+                             r == -2 ? "the file ended early (it shrank after it was opened?)" : strerror(errno));
+}
+
+gpucore_status gguf_read_raw(gpucore_gguf *f, int64_t i, void **out, int64_t *nbytes, const char *op)
+{
+    *out = NULL;
+    const gguf_tensor *t = NULL;
+    gpucore_status st = tensor_at(f, i, op, &t);
+    if (st) return st;
+    if (t->nbytes > SIZE_MAX)
+        return gpucore_set_error(GPUCORE_ERR_OUT_OF_MEMORY, "%s: \"%.200s\" does not fit in this address space", op,
+                                 t->name);
+    void *raw = malloc((size_t)(t->nbytes ? t->nbytes : 1));
+    if (!raw)
+        return gpucore_set_error(GPUCORE_ERR_OUT_OF_MEMORY, "%s: out of host memory for \"%.200s\" (%" PRIu64
+                                 " bytes)", op, t->name, (uint64_t)t->nbytes);
+    if ((st = read_bytes(f, t, raw, op))) { free(raw); return st; }
+    *out = raw;
+    *nbytes = (int64_t)t->nbytes;
+    return GPUCORE_OK;
 }
 
 gpucore_status gguf_read_f32(gpucore_gguf *f, int64_t i, float **out, const char *op)
@@ -363,11 +392,7 @@ gpucore_status gguf_read_f32(gpucore_gguf *f, int64_t i, float **out, const char
         return gpucore_set_error(GPUCORE_ERR_OUT_OF_MEMORY, "%s: out of host memory for \"%.200s\" (%" PRId64
                                  " elements)", op, t->name, n);
     }
-    int r = gpucore_io_read_at(f->fd, raw, (size_t)t->nbytes, f->h->data_start + t->offset);
-    if (r)
-        st = gpucore_set_error(r == -2 ? GPUCORE_ERR_CORRUPT_FILE : GPUCORE_ERR_IO, "%s: reading \"%.200s\" from \"%s\" "
-                               "failed: %s", op, t->name, f->path,
-                               r == -2 ? "the file ended early (it shrank after it was opened?)" : strerror(errno));
+    st = read_bytes(f, t, raw, op);
     if (!st) st = gguf_dequantize(t->type, raw, n, dst, op, t->name);
     if (raw != dst) free(raw);
     if (st) { free(dst); return st; }

@@ -73,6 +73,10 @@ struct gpucore_gguf {
     gguf_header *h;
 };
 
+/* The gpucore_quant_format of a ggml block type (Q4_0 .. Q6_K), -1 for any other type. */
+GPUCORE_HIDDEN int gguf_quant_format(int type);
+/* Tensor i's bytes as stored, in a new host buffer of *nbytes bytes (free it). */
+GPUCORE_HIDDEN gpucore_status gguf_read_raw(gpucore_gguf *f, int64_t i, void **out, int64_t *nbytes, const char *op);
 /* Tensor i (checked by the caller) as f32 in a new host buffer of its element count (free it). */
 GPUCORE_HIDDEN gpucore_status gguf_read_f32(gpucore_gguf *f, int64_t i, float **out, const char *op);
 /* n f32 values rewritten in place as dtype (f32: unchanged; bf16, f16: rounded to nearest even into

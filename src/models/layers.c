@@ -45,6 +45,7 @@ static gpucore_status lora_opts(gpucore_lm *lm, lm_linear *l, gpucore_ckpt_call 
                                 gpucore_lora_options *o)
 {
     gpucore_lora_options_init(o);
+    if (l->wq) o->w_quant = &l->q;
     if (!l->la) return GPUCORE_OK;
     o->scale = lm->lora_alpha / (double)lm->lora_r;
     if (call && lm->training && lm->lora_dropout > 0) {
@@ -63,7 +64,9 @@ static gpucore_status lin_fwd(gpucore_lm *lm, lm_linear *l, gpucore_ckpt_call *c
     *xa = NULL;
     gpucore_status st = like_last(x, x->dtype, l->out, y);
     if (st) return st;
-    if (!l->la) {
+    if (!l->la && l->wq) {
+        st = gpucore_qlinear_forward(x, &l->q, l->b, GPUCORE_ACT_NONE, *y, NULL, s);
+    } else if (!l->la) {
         st = gpucore_linear_forward(x, l->w, l->b, GPUCORE_ACT_NONE, *y, NULL, s);
     } else {
         gpucore_lora_options o;
@@ -84,6 +87,7 @@ static gpucore_status lin_bwd(lm_linear *l, const gpucore_lora_options *o, const
     gpucore_status st = GPUCORE_OK;
     if (want_dx && (st = like_last(x, x->dtype, l->in, dx))) return st;
     if (l->la) st = gpucore_lora_backward(*dx, l->dla, l->dlb, dy, x, l->w, l->la, l->lb, xa, o, s);
+    else if (l->wq) st = *dx ? gpucore_qlinear_backward_data(dy, &l->q, 0.0, *dx, s) : GPUCORE_OK;
     else if (*dx || l->dw) st = gpucore_linear_backward(dy, x, l->w, NULL, *dx, l->dw, l->dw ? l->db : NULL, s);
     if (st) lm_destroy_tensor(dx);
     return st;

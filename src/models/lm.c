@@ -205,26 +205,62 @@ static void lm_free_all(gpucore_lm *lm)
 
 gpucore_status gpucore_lm_create(gpucore_context *ctx, const char *folder, int dtype, gpucore_lm **out)
 {
+    gpucore_lm_load_options o;
+    gpucore_lm_load_options_init(&o);
+    o.dtype = dtype;
+    return gpucore_lm_create_ex(ctx, folder, &o, out);
+}
+
+gpucore_status gpucore_lm_create_ex(gpucore_context *ctx, const char *folder, const gpucore_lm_load_options *opts,
+                                    gpucore_lm **out)
+{
     const char *op = "gpucore_lm_create";
     if (!out) return gpucore_set_error(GPUCORE_ERR_NULL_POINTER, "%s: out is NULL", op);
     *out = NULL;
     gpucore_status st = gpucore_check_context(ctx, op);
     if (st) return st;
     if (!folder) return gpucore_set_error(GPUCORE_ERR_NULL_POINTER, "%s: folder is NULL", op);
+    gpucore_lm_load_options o;
+    gpucore_lm_load_options_init(&o);
+    if (opts) {
+        if (opts->struct_size != (int64_t)sizeof o)
+            return gpucore_set_error(GPUCORE_ERR_INVALID_ARGUMENT, "%s: opts->struct_size is %lld, not "
+                                     "sizeof(gpucore_lm_load_options) = %lld (use gpucore_lm_load_options_init)", op,
+                                     (long long)opts->struct_size, (long long)sizeof o);
+        o = *opts;
+    }
+    int dtype = o.dtype;
     if (dtype != -1 && dtype != GPUCORE_F32 && dtype != GPUCORE_BF16 && dtype != GPUCORE_F16)
         return gpucore_set_error(GPUCORE_ERR_INVALID_ARGUMENT, "%s: dtype %d: pass -1 (the checkpoint's), GPUCORE_F32, "
                                  "GPUCORE_BF16 or GPUCORE_F16", op, dtype);
+    int gguf = lm_is_gguf(folder);
+    if (o.quantize != -1 && o.quantize != GPUCORE_QUANT_NF4 && o.quantize != GPUCORE_QUANT_FP4 &&
+        o.quantize != GPUCORE_QUANT_INT8_ROW)
+        return gpucore_set_error(GPUCORE_ERR_INVALID_ARGUMENT, "%s: quantize %d: pass -1 (dense), GPUCORE_QUANT_NF4, "
+                                 "GPUCORE_QUANT_FP4 or GPUCORE_QUANT_INT8_ROW", op, o.quantize);
+    if (o.quantize != -1 && gguf)
+        return gpucore_set_error(GPUCORE_ERR_INVALID_ARGUMENT, "%s: '%s' is a GGUF file, whose weights are quantized "
+                                 "already (their blocks are kept); load it without quantize", op, folder);
+    if (o.quantize != -1) {
+        int64_t probe;
+        if ((st = gpucore_quant_size((gpucore_quant_format)o.quantize, 1, 64, o.block_size, 0, &probe))) return st;
+        if (dtype == -1) dtype = GPUCORE_BF16;
+    }
     gpucore_lm *lm = gpucore_handle_alloc(&lm_pool);
     if (!lm) return gpucore_set_error(GPUCORE_ERR_OUT_OF_MEMORY, "%s: out of host memory", op);
     lm->magic = LM_MAGIC;
     lm->ctx = ctx;
     lm->ckpt_policy = GPUCORE_CKPT_KEEP_ALL;
+    lm->quant_fmt = o.quantize;
+    lm->quant_block = o.block_size;
     lm->folder = lm_strdupf("%s", folder);
     if (!lm->folder) st = gpucore_set_error(GPUCORE_ERR_OUT_OF_MEMORY, "%s: out of host memory", op);
-    int gguf = lm_is_gguf(folder);
+    if (!st && o.quantize != -1 && ctx->type != GPUCORE_DEVICE_CPU) /* gpucore_quantize runs on the CPU */
+        st = gpucore_context_create("cpu", &lm->quant_host);
     if (!st) st = gguf ? lm_load_gguf(lm, dtype) : lm_config_read(folder, &lm->cfg);
     if (!st && !gguf) st = lm_build_registry(lm);
     if (!st && !gguf) st = lm_load_weights(lm, dtype);
+    lm_quant_finish(lm);
     if (!st) st = lm_rope_tables(lm);
     if (!st) st = gpucore_context_synchronize(ctx);
     if (st) {
@@ -323,7 +359,7 @@ gpucore_status gpucore_lm_parameter(gpucore_lm *lm, int64_t i, const char **name
         return gpucore_set_error(GPUCORE_ERR_INVALID_ARGUMENT, "%s: index %lld outside [0, %lld)", op, (long long)i,
                                  (long long)lm->n_params);
     if (name) *name = lm->params[i].name;
-    if (param) *param = *lm->params[i].slot;
+    if (param) *param = lm_param_tensor(&lm->params[i]);
     return GPUCORE_OK;
 }
 
@@ -356,6 +392,10 @@ gpucore_status gpucore_lm_set_full_finetune(gpucore_lm *lm, int enable)
     if (enable && lm->lora_count)
         return gpucore_set_error(GPUCORE_ERR_INVALID_ARGUMENT, "%s: the model has LoRA adapters; merge them "
                                  "(gpucore_lm_merge_adapter) before full fine-tuning", op);
+    if (enable && lm->quant_name[0])
+        return gpucore_set_error(GPUCORE_ERR_NOT_SUPPORTED, "%s: the base weights are quantized (%s) and frozen; "
+                                 "train LoRA adapters on them (gpucore_lm_add_lora), or load the model dense",
+                                 op, lm->quant_name);
     if (!!enable == lm->full_ft) return GPUCORE_OK;
     if (lm->ckpt) { gpucore_ckpt_destroy(lm->ckpt); lm->ckpt = NULL; } /* segments hold the gradient set */
     if (!enable) {

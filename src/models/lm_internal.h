@@ -36,7 +36,9 @@ typedef struct lm_config {
 
 /* y = x·Wᵀ + b (+ scale·B·A·drop(x)). W [out, in] as held (GPT-2's Conv1D transposed on load). */
 typedef struct lm_linear {
-    gpucore_tensor *w, *b;         /* b NULL: no bias */
+    gpucore_tensor *w, *b;         /* b NULL: no bias; w NULL when the weight is quantized */
+    gpucore_tensor *wq;            /* a quantized W's bytes (u8), read through q; NULL: W is w */
+    gpucore_qweight q;             /* q.data = wq */
     gpucore_tensor *dw, *db;       /* full fine-tuning gradients, else NULL */
     gpucore_tensor *la, *lb;       /* LoRA A [r, in], B [out, r]; NULL: no adapter */
     gpucore_tensor *dla, *dlb;
@@ -64,6 +66,7 @@ typedef struct lm_param {
     int ndim;
     int64_t shape[2];              /* as held */
     int transposed;                /* file holds shape reversed (Conv1D) */
+    struct lm_linear *lin;         /* the linear layer whose weight this is, or NULL */
 } lm_param;
 
 /* A trainable tensor as listed by gpucore_lm_trainable. */
@@ -100,6 +103,11 @@ struct gpucore_lm {
     int training;                  /* forward_backward in progress: LoRA dropout on */
     int accumulate;                /* forward_backward in progress adds into the gradients (train.c) */
     int64_t head_chunk_rows;       /* rows per chunk of the training head and loss; 0: by size (head_loss.c) */
+    /* quantized base (quantize.c): the format asked for at load (-1: none), its block size */
+    int quant_fmt;
+    int64_t quant_block;
+    char quant_name[64];           /* gpucore_lm_quantization's answer ("" when dense) */
+    gpucore_context *quant_host;   /* a CPU context quantizing while loading onto another device */
 };
 
 struct gpucore_lm_cache {
@@ -129,6 +137,21 @@ GPUCORE_HIDDEN int lm_is_gguf(const char *path);
 /* Config from the file's metadata, the registry, and every weight decoded to dtype (-1: the
  * file's float dtype, f32 for quantized weights), one tensor at a time; all or nothing. */
 GPUCORE_HIDDEN gpucore_status lm_load_gguf(gpucore_lm *lm, int dtype);
+/* ---- quantize.c: quantized linear weights ---- */
+/* Quantizes the dense weight t ([out, in], any context, any float dtype) into l's bytes on the
+ * model's context in the format asked for at load (lm->quant_fmt). t is left to the caller. */
+GPUCORE_HIDDEN gpucore_status lm_quantize_linear(gpucore_lm *lm, lm_linear *l, const gpucore_tensor *t);
+/* l's weight from host bytes already in format fmt (a GGUF block type): copied to the model's
+ * context. */
+GPUCORE_HIDDEN gpucore_status lm_adopt_quantized(gpucore_lm *lm, lm_linear *l, int fmt, const void *bytes,
+                                                 int64_t nbytes);
+/* Replaces l's quantized weight by its dequantized values in the model's dtype (l->w). */
+GPUCORE_HIDDEN gpucore_status lm_dequantize_linear(gpucore_lm *lm, lm_linear *l);
+/* After loading: gpucore_lm_quantization's text from the formats held; frees the host context. */
+GPUCORE_HIDDEN void lm_quant_finish(gpucore_lm *lm);
+/* The tensor a parameter holds: the dense one, or a quantized weight's bytes. */
+GPUCORE_HIDDEN gpucore_tensor *lm_param_tensor(const lm_param *p);
+
 /* ---- lm.c: the handle, queries, shared helpers ---- */
 GPUCORE_HIDDEN gpucore_status lm_check(const gpucore_lm *lm, const char *op);
 /* printf into a new heap string (NULL on OOM). */

@@ -2,8 +2,9 @@
  * load_gguf.c — a language model from a GGUF file (llama.cpp's format) instead of a Hugging
  * Face folder: the file's metadata written as the config.json transformers would have (so the
  * config reader's checks and refusals apply unchanged), llama.cpp's tensor names mapped to the
- * Hugging Face names of the registry (one table per architecture), and every weight decoded to
- * the model's dtype one tensor at a time. llama.cpp's converter permutes the rows of Llama's q
+ * Hugging Face names of the registry (one table per architecture); the linear layers' weights
+ * in a block format (Q4_0 .. Q6_K) kept as those blocks (quantize.c), every other weight decoded
+ * to the model's dtype, one tensor at a time. llama.cpp's converter permutes the rows of Llama's q
  * and k projections so that rotary pairs sit side by side (interleaved); the model here rotates
  * the two halves of each head (as transformers does), so those rows are put back on the way in.
  * Anything the math would not honour (another architecture, RoPE scaling, partial rotary,
@@ -233,21 +234,46 @@ static gpucore_status config_json(gpucore_gguf *f, const char *path, const arch_
 /* ---- weights ---- */
 
 /* llama.cpp's converter stores row h*hd + 2*i + half of each head where transformers has
- * h*hd + half*hd/2 + i (rotary halves); put the rows back. rows = n_head * hd, cols per row. */
-static gpucore_status unpermute_rows(float *w, int64_t rows, int64_t cols, int64_t n_head)
+ * h*hd + half*hd/2 + i (rotary halves); put the rows back. rows = n_head * hd, each row_bytes
+ * bytes (f32 values, or whole blocks of a quantized matrix). */
+static gpucore_status unpermute_byte_rows(uint8_t *w, int64_t rows, int64_t row_bytes, int64_t n_head)
 {
     int64_t hd = rows / n_head;
-    float *tmp = malloc((size_t)(hd * cols) * sizeof *tmp);
+    uint8_t *tmp = malloc((size_t)(hd * row_bytes));
     if (!tmp) return gpucore_set_error(GPUCORE_ERR_OUT_OF_MEMORY, OP ": out of host memory");
     for (int64_t h = 0; h < n_head; h++) {
-        float *head = w + h * hd * cols;
+        uint8_t *head = w + h * hd * row_bytes;
         for (int64_t half = 0; half < 2; half++)
             for (int64_t i = 0; i < hd / 2; i++)
-                memcpy(tmp + (half * (hd / 2) + i) * cols, head + (2 * i + half) * cols, (size_t)cols * sizeof *tmp);
-        memcpy(head, tmp, (size_t)(hd * cols) * sizeof *tmp);
+                memcpy(tmp + (half * (hd / 2) + i) * row_bytes, head + (2 * i + half) * row_bytes, (size_t)row_bytes);
+        memcpy(head, tmp, (size_t)(hd * row_bytes));
     }
     free(tmp);
     return GPUCORE_OK;
+}
+
+/* Which q/k head count the rows of p are permuted by (0: none). */
+static int64_t permuted_heads(const gpucore_lm *lm, const arch_table *t, const lm_param *p)
+{
+    if (!t->unpermute_qk) return 0;
+    if (strstr(p->name, ".self_attn.q_proj.")) return lm->cfg.heads;
+    if (strstr(p->name, ".self_attn.k_proj.")) return lm->cfg.kv_heads;
+    return 0;
+}
+
+/* A linear weight in a block format: its bytes kept, rows put back in place. */
+static gpucore_status adopt_blocks(gpucore_lm *lm, gpucore_gguf *f, const arch_table *t, lm_param *p, int64_t i,
+                                   int fmt)
+{
+    void *raw = NULL;
+    int64_t nbytes = 0;
+    gpucore_status st = gguf_read_raw(f, i, &raw, &nbytes, OP);
+    if (st) return st;
+    int64_t heads = permuted_heads(lm, t, p), rows = p->shape[0];
+    if (heads && nbytes % rows == 0) st = unpermute_byte_rows(raw, rows, nbytes / rows, heads);
+    if (!st) st = lm_adopt_quantized(lm, p->lin, fmt, raw, nbytes);
+    free(raw);
+    return st;
 }
 
 static gpucore_status load_param(gpucore_lm *lm, gpucore_gguf *f, const arch_table *t, lm_param *p, int dtype)
@@ -272,14 +298,14 @@ static gpucore_status load_param(gpucore_lm *lm, gpucore_gguf *f, const arch_tab
                                  gname, lm->folder, gpucore_shape_str(nd, got, a, sizeof a),
                                  gpucore_shape_str(p->ndim, p->shape, b, sizeof b));
     }
+    int type = 0;
+    gpucore_gguf_tensor_info(f, i, NULL, &type, NULL, NULL, NULL, NULL);
+    if (p->lin && gguf_quant_format(type) >= 0) return adopt_blocks(lm, f, t, p, i, gguf_quant_format(type));
     float *v = NULL;
     gpucore_status st = gguf_read_f32(f, i, &v, OP);
     if (st) return st;
-    int64_t rows = p->shape[0], cols = p->ndim == 2 ? p->shape[1] : 1;
-    if (t->unpermute_qk) {
-        if (strstr(p->name, ".self_attn.q_proj.")) st = unpermute_rows(v, rows, cols, lm->cfg.heads);
-        else if (strstr(p->name, ".self_attn.k_proj.")) st = unpermute_rows(v, rows, cols, lm->cfg.kv_heads);
-    }
+    int64_t rows = p->shape[0], cols = p->ndim == 2 ? p->shape[1] : 1, heads = permuted_heads(lm, t, p);
+    if (heads) st = unpermute_byte_rows((uint8_t *)v, rows, cols * (int64_t)sizeof *v, heads);
     if (!st) {
         gguf_f32_to_dtype(v, rows * cols, dtype);
         st = gpucore_tensor_create(lm->ctx, (gpucore_dtype)dtype, p->ndim, p->shape, p->slot);

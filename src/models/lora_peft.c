@@ -187,7 +187,11 @@ gpucore_status gpucore_lm_merge_adapter(gpucore_lm *lm)
     if ((st = pending_init(lm, &p))) { pending_free(&p); return st; }
     double scale = lm->lora_alpha / (double)lm->lora_r;
     for (int64_t i = 0; i < p.n && !st; i++)
-        if (p.lin[i]->la) st = gpucore_lora_merge(p.lin[i]->w, p.lin[i]->la, p.lin[i]->lb, scale, NULL);
+        if (p.lin[i]->la) {
+            st = lm_dequantize_linear(lm, p.lin[i]); /* a quantized base merges into its dequantized values */
+            if (!st) st = gpucore_lora_merge(p.lin[i]->w, p.lin[i]->la, p.lin[i]->lb, scale, NULL);
+        }
+    if (!st) lm_quant_finish(lm);
     if (!st) {
         for (int64_t i = 0; i < p.n; i++) drop_adapter(p.lin[i]);
         lm->lora_count = 0;

@@ -63,6 +63,11 @@ gpucore_status gpucore_lm_save_pretrained(gpucore_lm *lm, const char *folder)
     if (lm->lora_count)
         return gpucore_set_error(GPUCORE_ERR_INVALID_ARGUMENT, "%s: the model has LoRA adapters; merge them first "
                                  "(gpucore_lm_merge_adapter) or save them with gpucore_lm_save_adapter", op);
+    if (lm->quant_name[0])
+        return gpucore_set_error(GPUCORE_ERR_NOT_SUPPORTED, "%s: the base weights are quantized (%s); writing them "
+                                 "is not implemented: save the adapter (gpucore_lm_save_adapter) or merge it "
+                                 "(gpucore_lm_merge_adapter dequantizes what it merges into) and load the model dense",
+                                 op, lm->quant_name);
     if ((st = lm_make_dir(folder, op))) return st;
     int64_t n = lm->n_params;
     const char **names = calloc((size_t)n, sizeof *names);

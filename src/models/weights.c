@@ -42,6 +42,7 @@ static gpucore_status add_linear(gpucore_lm *lm, lm_linear *l, const char *modul
     if (!l->module) return gpucore_set_error(GPUCORE_ERR_OUT_OF_MEMORY, "gpucore_lm_create: out of host memory");
     l->leaf = strrchr(l->module, '.') + 1;
     gpucore_status st = add_param(lm, lm_strdupf("%s.weight", module), &l->w, &l->dw, 2, out, in, conv1d);
+    if (!st) lm->params[lm->n_params - 1].lin = l;
     if (!st && bias) st = add_param(lm, lm_strdupf("%s.bias", module), &l->b, &l->db, 1, out, 0, 0);
     return st;
 }
@@ -273,6 +274,19 @@ static gpucore_status load_param(loader *ld, lm_param *p, int *dtype)
     }
     if (*dtype < 0) *dtype = dt == GPUCORE_F64 ? GPUCORE_F32 : dt;
     gpucore_tensor *t = NULL;
+    if (p->lin && lm->quant_fmt >= 0) { /* quantized from the file's values, one tensor at a time */
+        gpucore_context *hc = lm->quant_host ? lm->quant_host : lm->ctx;
+        st = gpucore_safetensors_load_tensor(h, hc, fname, &t);
+        if (!st && (dt == GPUCORE_F64 || p->transposed)) {
+            gpucore_tensor *c = NULL;
+            st = lm_convert(t, dt == GPUCORE_F64 ? GPUCORE_F32 : (int)dt, p->transposed, &c);
+            gpucore_tensor_destroy(t);
+            t = c;
+        }
+        if (!st) st = lm_quantize_linear(lm, p->lin, t);
+        gpucore_tensor_destroy(t);
+        return st;
+    }
     st = gpucore_safetensors_load_tensor(h, lm->ctx, fname, &t);
     if (st) return st;
     if ((int)dt != *dtype || p->transposed) {
@@ -342,5 +356,6 @@ void lm_free_weights(gpucore_lm *lm)
     for (int64_t i = 0; i < lm->n_params; i++) {
         lm_destroy_tensor(lm->params[i].slot);
         lm_destroy_tensor(lm->params[i].grad);
+        if (lm->params[i].lin) lm_destroy_tensor(&lm->params[i].lin->wq);
     }
 }
