@@ -13,7 +13,7 @@
  *   gpucore-lm chat MODEL [--max-new N] [--eos ID] [--adapter DIR] [--sample and its options as generate's]
  *   gpucore-lm plan MODEL [--batch B] [--seq T] [--lora R | --full] [--targets a,b] [--dropout P]
  *              [--checkpoint-policy P] [--grad-accum K] [--quantize nf4|fp4|int8|q4_0|...] [--device-memory 24GiB]
- *   common: [--device cpu|cuda|cuda:N|auto] [--dtype f32|bf16|f16] [--json] [--quiet]
+ *   common: [--device cpu|cuda|cuda:N|auto] [--dtype f32|bf16|f16] [--quantize nf4|fp4|int8] [--json] [--quiet]
  *
  * --prompt encodes TEXT with the model's tokenizer (the folder's tokenizer.json, or a GGUF file's
  * metadata) and prints the generated text; --chat first renders TEXT as the user's message of the
@@ -24,7 +24,10 @@
  * standard input and answers each through the chat template (greedily, or drawn as generate
  * draws with --sample), the conversation kept in the KV cache, the answer printed as it is
  * generated; end of input (Ctrl-D) ends it.
- * MODEL is a Hugging Face folder (gpt2, llama, mistral, qwen2). Token files are llm.c .bin
+ * MODEL is a Hugging Face folder (gpt2, llama, mistral, qwen2) or a GGUF file (llama, qwen2,
+ * gpt2; its quantized blocks kept). --quantize loads a folder's linear layers quantized
+ * (bitsandbytes' NF4, FP4 or int8 rows; --dtype is then the compute dtype, bf16 by default):
+ * finetune then trains LoRA adapters on the frozen quantized base (QLoRA). Token files are llm.c .bin
  * or .npy (the library's token data: windows of --seq + 1 tokens, a seeded permutation per
  * epoch, each rank its shard). finetune trains LoRA adapters (default, rank 8 on PEFT's
  * default modules) or every weight (--full) with AdamW on Hugging Face's causal-LM loss.
@@ -71,7 +74,7 @@ typedef struct lm_opts {
     int chat;           /* generate --prompt: through the chat template */
     const char *text;   /* tokenize, eval: a UTF-8 text file */
     const char *out;    /* tokenize: the token file to write */
-    const char *quantize;      /* plan: a quant format of the decoder's linears ("nf4", ...) */
+    const char *quantize;      /* the decoder's linears quantized ("nf4", ...; plan takes the GGUF block formats too) */
     const char *device_memory; /* plan: the memory to fit ("24GiB", "8000MB", bytes) */
 } lm_opts;
 
@@ -104,7 +107,7 @@ static void usage(void)
             "                  [--top-k K] [--top-p P] [--seed S]\n"
             "       gpucore-lm plan MODEL [--batch B] [--seq T] [--lora R | --full] [--targets a,b] [--dropout P]\n"
             "                  [--checkpoint-policy P] [--grad-accum K] [--quantize nf4|fp4|int8] [--device-memory 24GiB]\n"
-            "       common: [--device D] [--dtype f32|bf16|f16] [--json] [--quiet]\n");
+            "       common: [--device D] [--dtype f32|bf16|f16] [--quantize nf4|fp4|int8] [--json] [--quiet]\n");
 }
 
 static int parse_args(int argc, char **argv, lm_opts *o)
@@ -215,14 +218,32 @@ static int parse_dtype(const char *s)
     return -2;
 }
 
+/* gpucore_quant_format of a --quantize name (nf4, fp4, int8, q4_0 .. q8_0, in that order); -2: none of them. */
+static const char *const quant_names[] = {"nf4", "fp4", "int8", "q4_0", "q4_1", "q5_0", "q5_1", "q8_0"};
+static int parse_quant(const char *s)
+{
+    for (int i = 0; i < (int)(sizeof quant_names / sizeof quant_names[0]); i++)
+        if (!strcmp(s, quant_names[i])) return i;
+    return -2;
+}
+
 static int open_model(const lm_opts *o, gpucore_context *ctx, gpucore_lm **lm)
 {
-    int dt = parse_dtype(o->dtype);
-    if (dt == -2) {
+    gpucore_lm_load_options lo;
+    gpucore_lm_load_options_init(&lo);
+    lo.dtype = parse_dtype(o->dtype);
+    if (lo.dtype == -2) {
         fprintf(stderr, "gpucore-lm: --dtype %s: one of f32, bf16, f16\n", o->dtype);
         return 2;
     }
-    CHECK_LM(gpucore_lm_create(ctx, o->model, dt, lm));
+    if (o->quantize) {
+        lo.quantize = parse_quant(o->quantize);
+        if (lo.quantize < 0 || lo.quantize > GPUCORE_QUANT_INT8_ROW) {
+            fprintf(stderr, "gpucore-lm: --quantize %s: a model loads quantized as nf4, fp4 or int8\n", o->quantize);
+            return 2;
+        }
+    }
+    CHECK_LM(gpucore_lm_create_ex(ctx, o->model, &lo, lm));
     if (o->adapter) CHECK_LM(gpucore_lm_load_adapter(*lm, o->adapter));
     return 0;
 }
@@ -933,8 +954,6 @@ static int config_is_gpt2(const char *folder)
     return q && !strncmp(q, "\"gpt2\"", 6);
 }
 
-static const char *const plan_quant_names[] = {"nf4", "fp4", "int8", "q4_0", "q4_1", "q5_0", "q5_1", "q8_0"};
-
 /* The plan of one setting; nonzero on an error (printed). */
 static int plan_one(const lm_opts *o, gpucore_lm_plan_options *po, gpucore_lm_memory_plan *p)
 {
@@ -1033,9 +1052,7 @@ static int cmd_plan(const lm_opts *o)
         po.n_lora_targets = nt ? nt : config_is_gpt2(o->model) ? 1 : 2;
     }
     if (o->quantize) {
-        po.quant_format = -2;
-        for (int i = 0; i < (int)(sizeof plan_quant_names / sizeof plan_quant_names[0]); i++)
-            if (!strcmp(o->quantize, plan_quant_names[i])) po.quant_format = i;
+        po.quant_format = parse_quant(o->quantize);
         if (po.quant_format == -2) {
             fprintf(stderr, "gpucore-lm: --quantize %s: nf4, fp4, int8, q4_0, q4_1, q5_0, q5_1 or q8_0\n", o->quantize);
             return 2;

@@ -299,3 +299,27 @@ def test_chat_through_a_terminal_smollm2():
                     {"role": "user", "content": questions[1]}]
     second = models.from_pretrained(path, device=DEVICE).chat(conversation, max_new_tokens=24)
     assert answers[1] == second and "Berlin" in answers[1], answers
+
+
+def test_qlora_finetune_and_eval_on_an_nf4_base(setup):
+    """finetune --quantize nf4 trains adapters on the frozen NF4 base and writes a PEFT adapter that,
+    loaded onto the same NF4 model, gives the logits gpucore-lm's own eval sees; eval --quantize
+    reports the loss of that model; --full on a quantized base is refused with the reason."""
+    d, folder, ref, data, tokens = setup
+    rows = run("finetune", folder, "--data", data, "--steps", 6, "--save", d / "q", "--quantize", "nf4",
+               "--dtype", "f32", *LORA)
+    losses = step_losses(rows)
+    assert sorted(losses) == [1, 2, 3, 4, 5, 6] and all(math.isfinite(v) for v in losses.values())
+    m = models.from_pretrained(folder, device=DEVICE, dtype="float32", quantize="nf4")
+    assert m.quantization == "nf4"
+    m.load_adapter(str(d / "q"))
+    ev = run("eval", folder, "--data", data, "--batch", 2, "--seq", 16, "--batches", 2, "--quantize", "nf4",
+             "--dtype", "f32", "--adapter", d / "q")[-1]
+    B, T = 2, 16  # eval reads consecutive windows of T + 1 tokens in file order (test_eval_perplexity_...)
+    wins = np.array([tokens[j * T: j * T + T + 1] for j in range(2 * B)], dtype=np.int64)
+    want = np.mean([m.loss(wins[k * B:(k + 1) * B]) for k in range(2)])
+    print("eval --quantize nf4 with the QLoRA adapter: loss %.6f, the model's own %.6f" % (ev["loss"], want))
+    assert abs(ev["loss"] - want) <= 1e-5 * abs(want)
+    p = subprocess.run([exe_path(), "finetune", folder, "--data", data, "--steps", "1", "--full", "--quantize", "nf4",
+                        "--device", DEVICE], capture_output=True, text=True, timeout=600)
+    assert p.returncode != 0 and "quantized" in p.stderr and "LoRA" in p.stderr, p.stderr
