@@ -48,7 +48,7 @@ SOURCE_DIR = next((d for d in (os.path.normpath(os.path.join(BENCH_DIR, "@SOURCE
 # (name, argv prefix) — programs run in this order; comm runs under mpirun with 2 ranks.
 PROGRAMS = ["bench_alloc", "bench_ops", "bench_matmul", "bench_conv", "bench_optim", "bench_checkpoint", "bench_comm"]
 # Also runnable by name with --only (not in the default run: they need a GPU to say much, or minutes).
-EXTRA_PROGRAMS = ["bench_attention", "bench_lm", "bench_generate", "bench_tokenizer"]
+EXTRA_PROGRAMS = ["bench_attention", "bench_lm", "bench_generate", "bench_tokenizer", "bench_quant_linear"]
 TIME_UNITS = {"ns", "us", "ms", "s"}
 MEMORY_UNITS = {"bytes", "B", "KiB", "MiB", "GiB"}
 
@@ -456,7 +456,7 @@ def main():
     mode = ap.add_mutually_exclusive_group()
     mode.add_argument("--quick", action="store_true", help="small sizes, under ~2 minutes on a 2-core CPU (default)")
     mode.add_argument("--full", action="store_true", help="all sizes (sizes that fill a GPU)")
-    ap.add_argument("--only", help="comma-separated benchmark names (alloc, ops, matmul, conv, optim, checkpoint, comm; also attention, lm, generate)")
+    ap.add_argument("--only", help="comma-separated benchmark names (alloc, ops, matmul, conv, optim, checkpoint, comm; also attention, lm, generate, quant_linear)")
     ap.add_argument("--device", default=os.environ.get("GPUCORE_DEVICE", "auto"))
     ap.add_argument("--json", action="store_true", help="print JSON lines instead of the table")
     ap.add_argument("--out", help="also write all JSON lines to this file")

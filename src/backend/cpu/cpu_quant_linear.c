@@ -8,8 +8,10 @@
  *  - 1 to QMM_FUSED_ROWS rows (a decode step): W is read block by block; each row of W (forward)
  *    or each row's slice of a column chunk (backward) is decoded into an L1-resident f32 buffer
  *    and at once multiplied with the few activation rows (16 f32 lanes, no reassociation, so the
- *    AVX-512, AVX2 and portable bodies give the same bits). OpenMP over W's rows (forward) or
- *    column chunks (backward, each output summed in row order whatever the thread count).
+ *    AVX-512, AVX2 and portable bodies give the same bits); on AVX-512 the forward decodes NF4/FP4
+ *    (rows starting at a block), Q4_0 and Q8_0 rows in registers instead, with the same products
+ *    and sums. OpenMP over W's rows (forward) or column chunks (backward, each output summed in
+ *    row order whatever the thread count).
  *  - more rows: W dequantized a tile of rows at a time (all K columns; QMM_TILE_VALUES values)
  *    into a scratch of the GEMM's compute dtype (bf16 for bf16 activations where oneDNN's bf16
  *    product runs, else f32, exact for f16) and multiplied by the backend's GEMM (cpu_sgemm /
@@ -25,6 +27,7 @@
 #include "quant_matmul.h"
 
 #if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
 #define QMM_X86 1
 #define QMM_AVX2 __attribute__((target("avx2,fma")))
 #define QMM_AVX512 __attribute__((target("avx512f,avx512bw,avx2,fma")))
@@ -189,6 +192,94 @@ QMM_FWD_BODY(fused_fwd_avx512, QMM_AVX512)
 QMM_BWD_BODY(fused_bwd_avx512, QMM_AVX512)
 #endif
 
+#if QMM_X86
+/* The forward rows of NF4/FP4 (rows starting at a block boundary), Q4_0 and Q8_0 with AVX-512
+ * intrinsics: 32 values of W decoded in registers (NF4/FP4 by a 16-entry permute of the block's
+ * code book times absmax; Q4_0/Q8_0 widened and scaled), rounded to dt, multiplied and added into
+ * 16 lanes in dot16's order (a product, then a sum: the same bits as the portable body). */
+QMM_AVX512 static inline __m512 round_vec(__m512 v, int dt)
+{
+    if (dt == GPUCORE_KDT_F16) return _mm512_cvtph_ps(_mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+    if (dt != GPUCORE_KDT_BF16) return v;
+    __m512i b = _mm512_castps_si512(v); /* round half to even to the top 16 bits (finite values) */
+    b = _mm512_add_epi32(b, _mm512_add_epi32(_mm512_set1_epi32(0x7fff),
+                                             _mm512_and_si512(_mm512_srli_epi32(b, 16), _mm512_set1_epi32(1))));
+    return _mm512_castsi512_ps(_mm512_and_si512(b, _mm512_set1_epi32((int)0xffff0000u)));
+}
+
+static int fwd_vec_takes(const gpucore_qmm_args *a)
+{
+    const int f = a->L.fmt;
+    return cpu_vec_have_avx512() && (f == GPUCORE_QF_Q4_0 || f == GPUCORE_QF_Q8_0 ||
+                                     ((f == GPUCORE_QF_NF4 || f == GPUCORE_QF_FP4) && a->L.cols % a->L.block == 0));
+}
+
+QMM_AVX512 static void fused_fwd_vec(const gpucore_qmm_args *a, const float *xf, int64_t n0, int64_t n1, float *wrow,
+                                     float (*dots)[QMM_FUSED_CHUNK])
+{
+    (void)wrow;
+    const gpucore_quant_layout *L = &a->L;
+    const int64_t K = L->cols;
+    const int m = (int)a->m, fmt = L->fmt, dt = a->dt;
+    const __m128i nib = _mm_set1_epi8(0x0f);
+    float code[16];
+    for (int q = 0; q < 16; q++) code[q] = fmt == GPUCORE_QF_NF4 || fmt == GPUCORE_QF_FP4 ? gpucore_q4_code(fmt, q) : 0.0f;
+    const __m512 codes = _mm512_loadu_ps(code);
+    for (int64_t r = n0; r < n1; r++) {
+        __m512 acc[QMM_FUSED_ROWS];
+        for (int j = 0; j < m; j++) acc[j] = _mm512_setzero_ps();
+#define QMM_ACC2(w0, w1, k)                                                                            \
+    for (int j = 0; j < m; j++) {                                                                      \
+        acc[j] = _mm512_add_ps(acc[j], _mm512_mul_ps((w0), _mm512_loadu_ps(xf + j * K + (k))));        \
+        acc[j] = _mm512_add_ps(acc[j], _mm512_mul_ps((w1), _mm512_loadu_ps(xf + j * K + (k) + 16)));   \
+    }
+        if (fmt == GPUCORE_QF_NF4 || fmt == GPUCORE_QF_FP4) {
+            const int64_t per_row = K / L->block;
+            for (int64_t bi = 0; bi < per_row; bi++) {
+                const int64_t blk = r * per_row + bi;
+                const __m512 lut =
+                    round_vec(_mm512_mul_ps(codes, _mm512_set1_ps(gpucore_q_f32_at(a->w + L->scale_off + 4 * blk))), dt);
+                const uint8_t *p = a->w + blk * L->block / 2;
+                for (int64_t c = 0; c < L->block; c += 32) {
+                    const __m128i b = _mm_loadu_si128((const __m128i *)(p + c / 2));
+                    const __m128i hi = _mm_and_si128(_mm_srli_epi16(b, 4), nib), lo = _mm_and_si128(b, nib);
+                    /* byte i holds values 2i (high nibble) and 2i + 1 (low) */
+                    const __m512 w0 = _mm512_permutexvar_ps(_mm512_cvtepu8_epi32(_mm_unpacklo_epi8(hi, lo)), lut);
+                    const __m512 w1 = _mm512_permutexvar_ps(_mm512_cvtepu8_epi32(_mm_unpackhi_epi8(hi, lo)), lut);
+                    QMM_ACC2(w0, w1, bi * L->block + c)
+                }
+            }
+        } else {
+            const int bb = gpucore_gguf_block_bytes(fmt);
+            for (int64_t k = 0; k < K; k += 32) {
+                const uint8_t *b = a->w + (r * K + k) / 32 * bb;
+                const __m512 d = _mm512_set1_ps(gpucore_q_f16_at(b));
+                __m512i q0, q1;
+                if (fmt == GPUCORE_QF_Q4_0) { /* value j: low nibble of byte j, j + 16: its high nibble */
+                    const __m128i qs = _mm_loadu_si128((const __m128i *)(b + 2)), eight = _mm_set1_epi8(8);
+                    q0 = _mm512_cvtepi8_epi32(_mm_sub_epi8(_mm_and_si128(qs, nib), eight));
+                    q1 = _mm512_cvtepi8_epi32(_mm_sub_epi8(_mm_and_si128(_mm_srli_epi16(qs, 4), nib), eight));
+                } else {
+                    q0 = _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(b + 2)));
+                    q1 = _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(b + 18)));
+                }
+                const __m512 w0 = round_vec(_mm512_mul_ps(d, _mm512_cvtepi32_ps(q0)), dt);
+                const __m512 w1 = round_vec(_mm512_mul_ps(d, _mm512_cvtepi32_ps(q1)), dt);
+                QMM_ACC2(w0, w1, k)
+            }
+        }
+#undef QMM_ACC2
+        for (int j = 0; j < m; j++) { /* dot16's fold */
+            float t[QMM_LANES];
+            _mm512_storeu_ps(t, acc[j]);
+            for (int h = QMM_LANES / 2; h >= 1; h /= 2)
+                for (int l = 0; l < h; l++) t[l] += t[l + h];
+            dots[j][r - n0] = t[0];
+        }
+    }
+}
+#endif
+
 typedef void (*fused_fwd_fn)(const gpucore_qmm_args *, const float *, int64_t, int64_t, float *,
                              float (*)[QMM_FUSED_CHUNK]);
 typedef void (*fused_bwd_fn)(const gpucore_qmm_args *, const float *, int64_t, int64_t, float *, float *);
@@ -222,6 +313,9 @@ static gpucore_status fused_forward(const gpucore_qmm_args *a)
     fused_fwd_fn fwd;
     fused_bwd_fn bwd;
     pick_fused(&fwd, &bwd);
+#if QMM_X86
+    if (fwd_vec_takes(a)) fwd = fused_fwd_vec;
+#endif
     int failed = 0;
 #pragma omp parallel if (N * K > QMM_PARALLEL_VALUES && chunks > 1) reduction(| : failed)
     {
