@@ -34,7 +34,8 @@
 #include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
-#include "core/internal.h"
+#include "core/base.h"
+#include "backend/backend.h"
 
 typedef struct caching_allocator caching_allocator;
 
@@ -117,7 +118,13 @@ GPUCORE_HIDDEN int64_t caching_allocator_max_split_size(caching_allocator *a);
 
 GPUCORE_HIDDEN void caching_allocator_get_stats(caching_allocator *a, gpucore_memory_stats *stats);
 GPUCORE_HIDDEN void caching_allocator_reset_peak_stats(caching_allocator *a);
-/* Watermarks (core/internal.h): every allocation raises the peak of each one added. */
+/* A watermark: the peak of the allocator's allocated bytes since it was added or last
+ * restarted (core/internal.h's gpucore_memory_watermark_* calls take them on a context's
+ * device allocator). Every allocation raises the peak of each one added. */
+typedef struct gpucore_memory_watermark {
+    int64_t peak;
+    struct gpucore_memory_watermark *next;
+} gpucore_memory_watermark;
 GPUCORE_HIDDEN void caching_allocator_watermark_add(caching_allocator *a, gpucore_memory_watermark *w);
 GPUCORE_HIDDEN void caching_allocator_watermark_remove(caching_allocator *a, gpucore_memory_watermark *w);
 GPUCORE_HIDDEN int64_t caching_allocator_watermark_restart(caching_allocator *a, gpucore_memory_watermark *w);

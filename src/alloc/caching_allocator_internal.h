@@ -7,6 +7,7 @@
 #ifndef GPUCORE_CACHING_ALLOCATOR_INTERNAL_H
 #define GPUCORE_CACHING_ALLOCATOR_INTERNAL_H
 
+#include <pthread.h>
 #include "caching_allocator.h"
 
 #define MIN_BLOCK_SIZE ((int64_t)512)             /* rounding granule and smallest split remainder */

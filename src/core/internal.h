@@ -1,6 +1,6 @@
 /*
- * internal.h — what the API front-end files share: the error and log helpers,
- * the handle pool, and the layouts of the opaque handles (context, stream,
+ * internal.h — what the API front-end files share: the error and log helpers
+ * (base.h), the handle pool, and the layouts of the opaque handles (context, stream,
  * event, tensor). Never included by backends' device code or by users.
  */
 #ifndef GPUCORE_INTERNAL_H
@@ -10,14 +10,11 @@
 #include <stdatomic.h>
 #include <stdint.h>
 #include "gpucore.h"
+#include "base.h"
 #include "backend/backend.h"
+#include "alloc/caching_allocator.h"
 
-#define GPUCORE_HIDDEN __attribute__((visibility("hidden")))
-
-/* ---- errors and logs (error.c, log.c) ---- */
-GPUCORE_HIDDEN gpucore_status gpucore_set_error(gpucore_status status, const char *fmt, ...)
-    __attribute__((format(printf, 2, 3)));
-GPUCORE_HIDDEN void gpucore_log(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* The error setter and logger handed to backend modules (backend_registry.c). */
 GPUCORE_HIDDEN extern const gpucore_plugin_host gpucore_plugin_host_table;
 
 /* ---- backends (backend_registry.c) ---- */
@@ -183,11 +180,8 @@ GPUCORE_HIDDEN void gpucore_memory_stream_destroyed(gpucore_context *ctx, gpucor
  * the watermark was added or last restarted. It is kept apart from the statistics' peaks,
  * which belong to the caller (gpucore_memory_reset_peak_stats): the library's executors
  * measure their phases with watermarks and never reset the statistics. Remove it before
- * freeing it (nothing to remove once the context is gone). */
-typedef struct gpucore_memory_watermark {
-    int64_t peak;
-    struct gpucore_memory_watermark *next;
-} gpucore_memory_watermark;
+ * freeing it (nothing to remove once the context is gone). The type is the allocator's
+ * (alloc/caching_allocator.h). */
 GPUCORE_HIDDEN void gpucore_memory_watermark_add(gpucore_context *ctx, gpucore_memory_watermark *w);
 GPUCORE_HIDDEN void gpucore_memory_watermark_remove(gpucore_context *ctx, gpucore_memory_watermark *w);
 /* Set the peak to the allocated bytes now; returns them. */
