@@ -2916,7 +2916,13 @@ typedef struct gpucore_lm_memory_plan {
  * read; a GGUF file: NOT_SUPPORTED, load it and pass the model). Set plan->struct_size first.
  * INVALID_ARGUMENT names a bad option (LoRA targets matching no module, LoRA with full
  * fine-tuning, batch or seq out of range, an unknown policy, quant format or optimizer);
- * NOT_SUPPORTED for ZeRO stages above 0. */
+ * NOT_SUPPORTED for ZeRO stages above 0.
+ * A gpucore_lm_forward_backward(_ex/_host) that runs out of memory says so with the allocator's
+ * message followed by this plan's account of the step: the bytes allocated when it began, the bytes
+ * planned above them at the peak and where, the planned bytes by category, and under the context's
+ * memory limit (gpucore_memory_set_limit) the largest micro-batch and the cheapest checkpoint policy
+ * that fit ("fits under it: micro-batch 4 (gradient accumulation over 2) with checkpoint policy
+ * sqrt_n (planned peak ...)"). The model stays usable: the next call may run that setting. */
 GPUCORE_API gpucore_status gpucore_lm_plan(const gpucore_lm *lm, const char *folder, const gpucore_lm_plan_options *opts,
                                            gpucore_lm_memory_plan *plan);
 

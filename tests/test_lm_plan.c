@@ -14,7 +14,9 @@
  *   - the plan from the folder alone (no weights read) equals the plan from the loaded model;
  *   - the plan's categories sum to its peak; the table it prints names the phase and layer;
  *   - a quantized base shrinks the weights by the format's size rule (gpucore_quant_size);
- *   - bad options are refused with a message, ZeRO stages above 0 are NOT_SUPPORTED.
+ *   - bad options are refused with a message, ZeRO stages above 0 are NOT_SUPPORTED;
+ *   - a step that runs out of memory under a context limit says what the plan expected by category
+ *     and which micro-batch and checkpoint policy fit; the model stays usable and that setting runs.
  * The table of every case is printed (the figures of the test command).
  */
 #include <stdio.h>
@@ -343,6 +345,59 @@ static void test_quantized_base(const char *dir, const model_shape *m)
     CHECK(dense.bytes[GPUCORE_MEM_WEIGHTS] - q.bytes[GPUCORE_MEM_WEIGHTS] == saved);
 }
 
+/* An out-of-memory step explains itself: with a memory limit below the step's planned peak, the step fails
+ * with the allocator's message, the plan's account by category and a micro-batch and policy that fit; the
+ * model stays usable, and that setting then runs under the same limit. */
+static void test_oom_explains(gpucore_context *ctx, const char *dir, const model_shape *m)
+{
+    const char *targets[2] = {"q_proj", "v_proj"};
+    const int64_t B = 8, T = 128;
+    gpucore_lm *lm = NULL;
+    CHECK_OK(gpucore_memory_empty_cache(ctx, GPUCORE_MEMORY_DEVICE));
+    CHECK_OK(gpucore_lm_create(ctx, dir, GPUCORE_F32, &lm));
+    if (!lm) return;
+    CHECK_OK(gpucore_lm_add_lora(lm, 8, 16.0, 0.0, targets, 2, 3));
+    gpucore_lm_plan_options o;
+    gpucore_lm_memory_plan full = {.struct_size = sizeof full}, half = {.struct_size = sizeof half};
+    gpucore_lm_plan_options_init(&o);
+    o.batch = B;
+    o.seq = T;
+    o.optimizer = -1;
+    o.lora_r = 8;
+    o.lora_targets = targets;
+    o.n_lora_targets = 2;
+    CHECK_OK(gpucore_lm_plan(lm, NULL, &o, &full));
+    o.batch = B / 4;
+    CHECK_OK(gpucore_lm_plan(lm, NULL, &o, &half));
+    int64_t *ids = malloc((size_t)(B * T) * sizeof *ids);
+    for (int64_t i = 0; i < B * T; i++) ids[i] = (i * 7919 + 13) % m->vocab;
+    /* the limit: between a quarter batch's peak and the whole batch's */
+    const int64_t limit = (half.peak_bytes + full.peak_bytes) / 2;
+    CHECK_OK(gpucore_memory_set_limit(ctx, limit));
+    double loss = 0;
+    CHECK_STATUS(gpucore_lm_forward_backward_host(lm, ids, ids, B, T, &loss), GPUCORE_ERR_OUT_OF_MEMORY);
+    const char *msg = gpucore_last_error();
+    printf("  induced out of memory (limit %.1f MiB): %s\n", limit / 1048576.0, msg);
+    CHECK(strstr(msg, "gpucore_lm_plan") != NULL && strstr(msg, "activations") != NULL &&
+          strstr(msg, "head_loss") != NULL && strstr(msg, "fits under it: micro-batch") != NULL);
+    long long micro = 0, accum = 0;
+    char pol[32] = "";
+    const char *f = strstr(msg, "fits under it: micro-batch");
+    if (f)
+        CHECK(sscanf(f, "fits under it: micro-batch %lld (gradient accumulation over %lld) with checkpoint policy %31s",
+                     &micro, &accum, pol) == 3);
+    CHECK(micro >= 1 && micro <= B && micro * accum >= B);
+    /* the suggested setting runs under the same limit, on the same model */
+    const gpucore_ckpt_policy p = !strcmp(pol, "sqrt_n") ? GPUCORE_CKPT_SQRT_N
+                                  : !strcmp(pol, "recompute_all") ? GPUCORE_CKPT_RECOMPUTE_ALL : GPUCORE_CKPT_KEEP_ALL;
+    CHECK_OK(gpucore_lm_set_checkpoint_policy(lm, p, 0));
+    if (micro >= 1 && micro <= B) CHECK_OK(gpucore_lm_forward_backward_host(lm, ids, ids, micro, T, &loss));
+    CHECK(loss > 0);
+    CHECK_OK(gpucore_memory_set_limit(ctx, 0));
+    free(ids);
+    gpucore_lm_destroy(lm);
+}
+
 int main(void)
 {
     snprintf(root, sizeof root, "/tmp/gpucore_test_lm_plan_%d", (int)getpid());
@@ -368,6 +423,7 @@ int main(void)
         for (size_t i = 0; i < sizeof scases / sizeof scases[0]; i++) run_one(ctx, sdir, &SMOL, scases[i]);
         test_bad_options(sdir);
         test_quantized_base(sdir, &SMOL);
+        test_oom_explains(ctx, sdir, &SMOL);
         const char *qdir = make_model(ctx, &QWEN);
         const run_case qcases[] = {
             {GPUCORE_BF16, 1, GPUCORE_CKPT_KEEP_ALL, 1, 128},    {GPUCORE_F32, 1, GPUCORE_CKPT_BUDGET, 2, 64},

@@ -198,6 +198,12 @@ GPUCORE_HIDDEN gpucore_status lm_seg_norm_fwd(gpucore_ckpt_call *call, const gpu
 GPUCORE_HIDDEN gpucore_status lm_seg_norm_bwd(gpucore_ckpt_call *call, const gpucore_tensor *dy, gpucore_tensor *dx,
                                               gpucore_stream *s, void *user);
 
+/* ---- plan.c: the memory plan ---- */
+/* After a training step of batch x seq ran out of memory: the allocator's message (the last error) with
+ * the plan's account of the step appended (at_start: bytes allocated when it began; the categories at
+ * the planned peak) and the micro-batch / checkpoint policy that fits under the context's limit. */
+GPUCORE_HIDDEN void lm_explain_oom(const gpucore_lm *lm, int64_t batch, int64_t seq, int64_t at_start);
+
 /* ---- lora_peft.c: file helpers shared with save.c, PEFT's target rule ---- */
 /* PEFT's rule for a list of target names: the module name equals target or ends with "." + target. */
 GPUCORE_HIDDEN int lm_module_matches(const char *module, const char *target);

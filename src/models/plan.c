@@ -824,3 +824,77 @@ gpucore_status gpucore_lm_plan(const gpucore_lm *lm, const char *folder, const g
     }
     return st;
 }
+
+/* ------------------------------------------------------------------ out of memory */
+
+/* The plan of lm's training step at batch x seq under its own settings (no optimizer: the model does not
+ * know it), with the policy and micro-batch given. */
+static gpucore_status plan_as_set(const gpucore_lm *lm, int64_t batch, int64_t seq, int policy, int64_t param,
+                                  gpucore_lm_memory_plan *p)
+{
+    gpucore_lm_plan_options o;
+    gpucore_lm_plan_options_init(&o);
+    o.batch = batch;
+    o.seq = seq;
+    o.optimizer = -1;
+    o.full_finetune = lm->full_ft;
+    o.lora_r = lm->full_ft ? 0 : lm->lora_r;
+    o.lora_targets = (const char *const *)lm->lora_targets;
+    o.n_lora_targets = lm->full_ft ? 0 : lm->n_lora_targets;
+    o.lora_dropout = lm->lora_dropout;
+    o.ckpt_policy = policy;
+    o.ckpt_param = param;
+    p->struct_size = sizeof *p;
+    return gpucore_lm_plan(lm, NULL, &o, p);
+}
+
+void lm_explain_oom(const gpucore_lm *lm, int64_t batch, int64_t seq, int64_t at_start)
+{
+    char *prev = lm_strdupf("%s", gpucore_last_error());
+    gpucore_lm_memory_plan p;
+    gpucore_memory_stats ms;
+    memset(&ms, 0, sizeof ms);
+    ms.struct_size = sizeof ms;
+    if (!prev || gpucore_memory_get_stats(lm->ctx, GPUCORE_MEMORY_DEVICE, &ms) ||
+        plan_as_set(lm, batch, seq, lm->ckpt_policy, lm->ckpt_param, &p)) {
+        if (prev) gpucore_set_error(GPUCORE_ERR_OUT_OF_MEMORY, "%s", prev); /* the allocator's message stands */
+        free(prev);
+        return;
+    }
+    /* the step's own memory, planned; what was allocated when it began is measured (it holds the
+     * optimizer's state and the caller's other tensors, which the model does not know) */
+    const int64_t step = p.peak_bytes - p.persistent_bytes;
+    char cats[400] = "";
+    size_t n = 0;
+    for (int c = 0; c < GPUCORE_MEM_CATEGORIES && n < sizeof cats; c++)
+        n += (size_t)snprintf(cats + n, sizeof cats - n, "%s%s %.1f MiB", c ? ", " : "", category_names[c],
+                              p.bytes[c] / 1048576.0);
+    char fit[200] = "no checkpoint policy or smaller micro-batch fits under it either: shorten the sequence, "
+                    "use LoRA, a lower rank or bf16";
+    const int64_t limit = ms.limit_bytes;
+    if (limit <= 0) {
+        snprintf(fit, sizeof fit, "no memory limit is set on the context, so the device itself is full");
+    } else {
+        static const int pols[] = {GPUCORE_CKPT_KEEP_ALL, GPUCORE_CKPT_SQRT_N, GPUCORE_CKPT_RECOMPUTE_ALL};
+        static const char *const names[] = {"keep_all", "sqrt_n", "recompute_all"};
+        int found = 0;
+        for (int64_t b = batch; b >= 1 && !found; b /= 2) {
+            for (int k = 0; k < 3 && !found; k++) {
+                gpucore_lm_memory_plan q;
+                if (plan_as_set(lm, b, seq, pols[k], 0, &q)) continue;
+                const int64_t need = at_start + (q.peak_bytes - q.persistent_bytes);
+                if (need > limit) continue;
+                found = 1;
+                snprintf(fit, sizeof fit, "fits under it: micro-batch %lld (gradient accumulation over %lld) with "
+                         "checkpoint policy %s (planned peak %.1f MiB)", (long long)b, (long long)((batch + b - 1) / b),
+                         names[k], need / 1048576.0);
+            }
+            if (b == 1) break;
+        }
+    }
+    gpucore_set_error(GPUCORE_ERR_OUT_OF_MEMORY, "%s. The training step of batch %lld x seq %lld (gpucore_lm_plan): "
+                      "%.1f MiB allocated when it began, %.1f MiB more planned at its peak (%s); planned at the peak "
+                      "by category: %s; limit %.1f MiB: %s", prev, (long long)batch, (long long)seq,
+                      at_start / 1048576.0, step / 1048576.0, p.where, cats, limit / 1048576.0, fit);
+    free(prev);
+}

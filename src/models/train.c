@@ -323,6 +323,8 @@ static gpucore_status forward_backward(gpucore_lm *lm, const gpucore_tensor *inp
         return gpucore_set_error(GPUCORE_ERR_INVALID_ARGUMENT, "%s: nothing is trainable: add LoRA adapters "
                                  "(gpucore_lm_add_lora / load_adapter) or call gpucore_lm_set_full_finetune", op);
     if ((st = ensure_ckpt(lm))) return st;
+    gpucore_memory_stats ms = {.struct_size = sizeof ms};
+    if ((st = gpucore_memory_get_stats(lm->ctx, GPUCORE_MEMORY_DEVICE, &ms))) return st;
     gpucore_tensor *x0 = NULL, *pos = NULL, *y = NULL, *targets = NULL, *dy = NULL, *dx0 = NULL;
     int started = 0;
     lm->training = 1;
@@ -344,6 +346,7 @@ static gpucore_status forward_backward(gpucore_lm *lm, const gpucore_tensor *inp
     lm->accumulate = 0;
     gpucore_tensor *all[] = {x0, pos, targets, dy, dx0};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) gpucore_tensor_destroy(all[i]);
+    if (st == GPUCORE_ERR_OUT_OF_MEMORY) lm_explain_oom(lm, input_ids->shape[0], input_ids->shape[1], ms.allocated_bytes);
     return st;
 }
 
