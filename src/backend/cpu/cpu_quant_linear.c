@@ -15,7 +15,8 @@
  *  - more rows: W dequantized a tile of rows at a time (all K columns; QMM_TILE_VALUES values)
  *    into a scratch of the GEMM's compute dtype (bf16 for bf16 activations where oneDNN's bf16
  *    product runs, else f32, exact for f16) and multiplied by the backend's GEMM (cpu_sgemm /
- *    cpu_matmul_dnnl_product); the forward's epilogue is applied per tile, the backward's tiles
+ *    cpu_matmul_dnnl_product; the tile's rows decoded in registers on AVX-512 for the formats the
+ *    decode path takes there); the forward's epilogue is applied per tile, the backward's tiles
  *    accumulate in f32 and are rounded once at the end.
  */
 #include <stdlib.h>
@@ -207,12 +208,59 @@ QMM_AVX512 static inline __m512 round_vec(__m512 v, int dt)
     return _mm512_castsi512_ps(_mm512_and_si512(b, _mm512_set1_epi32((int)0xffff0000u)));
 }
 
-static int fwd_vec_takes(const gpucore_qmm_args *a)
+static int vec_takes(const gpucore_qmm_args *a)
 {
     const int f = a->L.fmt;
     return cpu_vec_have_avx512() && (f == GPUCORE_QF_Q4_0 || f == GPUCORE_QF_Q8_0 ||
                                      ((f == GPUCORE_QF_NF4 || f == GPUCORE_QF_FP4) && a->L.cols % a->L.block == 0));
 }
+
+/* The AVX-512 register decode (vec_takes: NF4/FP4 rows starting at a block, Q4_0, Q8_0). */
+/* What QMM_VEC_ROW uses besides the arguments: the nibble mask and the 4-bit code book in a vector. */
+#define QMM_VEC_SETUP                                                                                          \
+    const __m128i nib = _mm_set1_epi8(0x0f);                                                                   \
+    float code[16];                                                                                            \
+    for (int q = 0; q < 16; q++) code[q] = fmt == GPUCORE_QF_NF4 || fmt == GPUCORE_QF_FP4 ? gpucore_q4_code(fmt, q) : 0.0f; \
+    const __m512 codes = _mm512_loadu_ps(code);
+
+/* Row r of W in 32-value steps, each as two vectors w0, w1 (values k .. k + 31, rounded to dt) handed to
+ * ACTION(w0, w1, k); uses a, L, K, fmt, dt, nib and codes (the 4-bit code book) of the caller. */
+#define QMM_VEC_ROW(ACTION)                                                                                                \
+        if (fmt == GPUCORE_QF_NF4 || fmt == GPUCORE_QF_FP4) {                                                              \
+            const int64_t per_row = K / L->block;                                                                          \
+            for (int64_t bi = 0; bi < per_row; bi++) {                                                                     \
+                const int64_t blk = r * per_row + bi;                                                                      \
+                const __m512 lut =                                                                                         \
+                    round_vec(_mm512_mul_ps(codes, _mm512_set1_ps(gpucore_q_f32_at(a->w + L->scale_off + 4 * blk))), dt);  \
+                const uint8_t *p = a->w + blk * L->block / 2;                                                              \
+                for (int64_t c = 0; c < L->block; c += 32) {                                                               \
+                    const __m128i b = _mm_loadu_si128((const __m128i *)(p + c / 2));                                       \
+                    const __m128i hi = _mm_and_si128(_mm_srli_epi16(b, 4), nib), lo = _mm_and_si128(b, nib);               \
+                    /* byte i holds values 2i (high nibble) and 2i + 1 (low) */                                            \
+                    const __m512 w0 = _mm512_permutexvar_ps(_mm512_cvtepu8_epi32(_mm_unpacklo_epi8(hi, lo)), lut);         \
+                    const __m512 w1 = _mm512_permutexvar_ps(_mm512_cvtepu8_epi32(_mm_unpackhi_epi8(hi, lo)), lut);         \
+                    ACTION(w0, w1, bi * L->block + c)                                                                      \
+                }                                                                                                          \
+            }                                                                                                              \
+        } else {                                                                                                           \
+            const int bb = gpucore_gguf_block_bytes(fmt);                                                                  \
+            for (int64_t k = 0; k < K; k += 32) {                                                                          \
+                const uint8_t *b = a->w + (r * K + k) / 32 * bb;                                                           \
+                const __m512 d = _mm512_set1_ps(gpucore_q_f16_at(b));                                                      \
+                __m512i q0, q1;                                                                                            \
+                if (fmt == GPUCORE_QF_Q4_0) { /* value j: low nibble of byte j, j + 16: its high nibble */                 \
+                    const __m128i qs = _mm_loadu_si128((const __m128i *)(b + 2)), eight = _mm_set1_epi8(8);                \
+                    q0 = _mm512_cvtepi8_epi32(_mm_sub_epi8(_mm_and_si128(qs, nib), eight));                                \
+                    q1 = _mm512_cvtepi8_epi32(_mm_sub_epi8(_mm_and_si128(_mm_srli_epi16(qs, 4), nib), eight));             \
+                } else {                                                                                                   \
+                    q0 = _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(b + 2)));                                  \
+                    q1 = _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(b + 18)));                                 \
+                }                                                                                                          \
+                const __m512 w0 = round_vec(_mm512_mul_ps(d, _mm512_cvtepi32_ps(q0)), dt);                                 \
+                const __m512 w1 = round_vec(_mm512_mul_ps(d, _mm512_cvtepi32_ps(q1)), dt);                                 \
+                ACTION(w0, w1, k)                                                                                          \
+            }                                                                                                              \
+        }
 
 QMM_AVX512 static void fused_fwd_vec(const gpucore_qmm_args *a, const float *xf, int64_t n0, int64_t n1, float *wrow,
                                      float (*dots)[QMM_FUSED_CHUNK])
@@ -221,10 +269,7 @@ QMM_AVX512 static void fused_fwd_vec(const gpucore_qmm_args *a, const float *xf,
     const gpucore_quant_layout *L = &a->L;
     const int64_t K = L->cols;
     const int m = (int)a->m, fmt = L->fmt, dt = a->dt;
-    const __m128i nib = _mm_set1_epi8(0x0f);
-    float code[16];
-    for (int q = 0; q < 16; q++) code[q] = fmt == GPUCORE_QF_NF4 || fmt == GPUCORE_QF_FP4 ? gpucore_q4_code(fmt, q) : 0.0f;
-    const __m512 codes = _mm512_loadu_ps(code);
+    QMM_VEC_SETUP
     for (int64_t r = n0; r < n1; r++) {
         __m512 acc[QMM_FUSED_ROWS];
         for (int j = 0; j < m; j++) acc[j] = _mm512_setzero_ps();
@@ -233,41 +278,7 @@ QMM_AVX512 static void fused_fwd_vec(const gpucore_qmm_args *a, const float *xf,
         acc[j] = _mm512_add_ps(acc[j], _mm512_mul_ps((w0), _mm512_loadu_ps(xf + j * K + (k))));        \
         acc[j] = _mm512_add_ps(acc[j], _mm512_mul_ps((w1), _mm512_loadu_ps(xf + j * K + (k) + 16)));   \
     }
-        if (fmt == GPUCORE_QF_NF4 || fmt == GPUCORE_QF_FP4) {
-            const int64_t per_row = K / L->block;
-            for (int64_t bi = 0; bi < per_row; bi++) {
-                const int64_t blk = r * per_row + bi;
-                const __m512 lut =
-                    round_vec(_mm512_mul_ps(codes, _mm512_set1_ps(gpucore_q_f32_at(a->w + L->scale_off + 4 * blk))), dt);
-                const uint8_t *p = a->w + blk * L->block / 2;
-                for (int64_t c = 0; c < L->block; c += 32) {
-                    const __m128i b = _mm_loadu_si128((const __m128i *)(p + c / 2));
-                    const __m128i hi = _mm_and_si128(_mm_srli_epi16(b, 4), nib), lo = _mm_and_si128(b, nib);
-                    /* byte i holds values 2i (high nibble) and 2i + 1 (low) */
-                    const __m512 w0 = _mm512_permutexvar_ps(_mm512_cvtepu8_epi32(_mm_unpacklo_epi8(hi, lo)), lut);
-                    const __m512 w1 = _mm512_permutexvar_ps(_mm512_cvtepu8_epi32(_mm_unpackhi_epi8(hi, lo)), lut);
-                    QMM_ACC2(w0, w1, bi * L->block + c)
-                }
-            }
-        } else {
-            const int bb = gpucore_gguf_block_bytes(fmt);
-            for (int64_t k = 0; k < K; k += 32) {
-                const uint8_t *b = a->w + (r * K + k) / 32 * bb;
-                const __m512 d = _mm512_set1_ps(gpucore_q_f16_at(b));
-                __m512i q0, q1;
-                if (fmt == GPUCORE_QF_Q4_0) { /* value j: low nibble of byte j, j + 16: its high nibble */
-                    const __m128i qs = _mm_loadu_si128((const __m128i *)(b + 2)), eight = _mm_set1_epi8(8);
-                    q0 = _mm512_cvtepi8_epi32(_mm_sub_epi8(_mm_and_si128(qs, nib), eight));
-                    q1 = _mm512_cvtepi8_epi32(_mm_sub_epi8(_mm_and_si128(_mm_srli_epi16(qs, 4), nib), eight));
-                } else {
-                    q0 = _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(b + 2)));
-                    q1 = _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(b + 18)));
-                }
-                const __m512 w0 = round_vec(_mm512_mul_ps(d, _mm512_cvtepi32_ps(q0)), dt);
-                const __m512 w1 = round_vec(_mm512_mul_ps(d, _mm512_cvtepi32_ps(q1)), dt);
-                QMM_ACC2(w0, w1, k)
-            }
-        }
+        QMM_VEC_ROW(QMM_ACC2)
 #undef QMM_ACC2
         for (int j = 0; j < m; j++) { /* dot16's fold */
             float t[QMM_LANES];
@@ -276,6 +287,21 @@ QMM_AVX512 static void fused_fwd_vec(const gpucore_qmm_args *a, const float *xf,
                 for (int l = 0; l < h; l++) t[l] += t[l + h];
             dots[j][r - n0] = t[0];
         }
+    }
+}
+
+/* Rows [r0, r1) of W (vec_takes' formats) dequantized and rounded to dt into out [r1 - r0][K]. */
+QMM_AVX512 static void vec_decode_rows(const gpucore_qmm_args *a, int64_t r0, int64_t r1, float *out)
+{
+    const gpucore_quant_layout *L = &a->L;
+    const int64_t K = L->cols;
+    const int fmt = L->fmt, dt = a->dt;
+    QMM_VEC_SETUP
+    for (int64_t r = r0; r < r1; r++) {
+        float *o = out + (r - r0) * K;
+#define QMM_STORE2(w0, w1, k) _mm512_storeu_ps(o + (k), (w0)); _mm512_storeu_ps(o + (k) + 16, (w1));
+        QMM_VEC_ROW(QMM_STORE2)
+#undef QMM_STORE2
     }
 }
 #endif
@@ -314,7 +340,7 @@ static gpucore_status fused_forward(const gpucore_qmm_args *a)
     fused_bwd_fn bwd;
     pick_fused(&fwd, &bwd);
 #if QMM_X86
-    if (fwd_vec_takes(a)) fwd = fused_fwd_vec;
+    if (vec_takes(a)) fwd = fused_fwd_vec;
 #endif
     int failed = 0;
 #pragma omp parallel if (N * K > QMM_PARALLEL_VALUES && chunks > 1) reduction(| : failed)
@@ -385,8 +411,14 @@ static gpucore_status fused_backward(const gpucore_qmm_args *a)
 static void decode_tile(const gpucore_qmm_args *a, int64_t n0, int64_t nt, float *tile, uint16_t *tile16, int threaded)
 {
     const int64_t K = a->L.cols;
+#if QMM_X86
+    const int vec = vec_takes(a);
+#else
+    const int vec = 0;
+#endif
     CPU_PARALLEL_FOR(threaded && nt * K > QMM_PARALLEL_VALUES, r, nt,
-        decode_range(&a->L, a->w, (n0 + r) * K, (n0 + r + 1) * K, a->dt, tile + r * K);
+        if (vec) vec_decode_rows(a, n0 + r, n0 + r + 1, tile + r * K);
+        else decode_range(&a->L, a->w, (n0 + r) * K, (n0 + r + 1) * K, a->dt, tile + r * K);
         if (tile16) cpu_vec_store(tile16 + r * K, GPUCORE_KDT_BF16, tile + r * K, K););
 }
 
