@@ -2970,8 +2970,9 @@ GPUCORE_API gpucore_status gpucore_lm_save_pretrained(gpucore_lm *lm, const char
 /* ------------------------------------------------- text: tokenizer and chat prompts (src/text)
  * A byte-level BPE tokenizer as Hugging Face's `tokenizers` runs it, id for id: the added tokens
  * (matched whole in the text first, longest first, with their lstrip / rstrip / single_word), then
- * the pre-tokenizer (the split patterns of GPT-2, Llama-3, Qwen2 and SmolLM: ByteLevel with its
- * regex, a Split of one of those exact patterns, Digits), then the merges by rank. What a file asks
+ * NFC where the file's normalizer is NFC, then the pre-tokenizer (the split patterns of GPT-2,
+ * Llama-3, Qwen2 and SmolLM: ByteLevel with its regex, a Split of one of those exact patterns,
+ * Digits), then the merges by rank. What a file asks
  * for and this code does not do (another model type — SentencePiece Unigram, WordPiece, WordLevel —,
  * BPE with byte_fallback / dropout / subword affixes, another normalizer, pre-tokenizer, Split
  * pattern, decoder or post-processor) is refused with NOT_SUPPORTED naming it. Unicode classes come

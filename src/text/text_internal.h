@@ -21,6 +21,8 @@ GPUCORE_HIDDEN int text_is_number(uint32_t cp);     /* \p{N} */
 GPUCORE_HIDDEN int text_is_space(uint32_t cp);      /* \s: White_Space */
 GPUCORE_HIDDEN int text_is_word(uint32_t cp);       /* \w of Rust's regex crate */
 GPUCORE_HIDDEN int text_is_nfc_unsafe(uint32_t cp); /* may change under NFC */
+/* s[0, len) (valid UTF-8) in NFC, in *out (malloc'ed, *out_len bytes); 0, or -1 out of memory (nfc.c). */
+GPUCORE_HIDDEN int text_nfc(const uint8_t *s, size_t len, uint8_t **out, size_t *out_len);
 
 /* ---- pre-tokenizer steps (pretokenize.c) ---- */
 typedef enum text_pre_kind {
@@ -69,7 +71,7 @@ struct gpucore_tokenizer {
     int n_pre;
     int add_prefix_space;  /* ByteLevel's add_prefix_space */
     int ignore_merges;     /* a piece that is a whole vocabulary token is that token */
-    int nfc;               /* the normalizer is NFC (text that NFC would change is refused) */
+    int nfc;               /* the normalizer is NFC (applied to the text between the added tokens not normalized) */
     int32_t unk_id;        /* -1: none (characters outside the vocabulary are dropped, as HF does) */
     int32_t prefix[TEXT_MAX_AFFIX], suffix[TEXT_MAX_AFFIX]; /* ids added around a sequence by add_special */
     int n_prefix, n_suffix;

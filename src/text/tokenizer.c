@@ -261,6 +261,27 @@ static int encode_plain(const gpucore_tokenizer *t, const uint8_t *s, size_t len
     return rc;
 }
 
+/* Text between the added tokens matched on the raw text: normalized (NFC where the file's normalizer is),
+ * the normalized added tokens split off, the rest encoded (0, or -1 out of host memory). */
+static int encode_segment(const gpucore_tokenizer *t, const uint8_t *s, size_t from, size_t end, text_ids *ids)
+{
+    uint8_t *norm = NULL;
+    size_t nlen = 0;
+    if (t->nfc) {
+        if (text_nfc(s + from, end - from, &norm, &nlen)) return -1;
+        s = norm, from = 0, end = nlen;
+    }
+    pieces all = {0};
+    int rc = split_added(t, s, from, end, 1, &all);
+    for (size_t p = 0; p < all.n && !rc; p++) {
+        if (all.v[p].id >= 0) rc = text_ids_push(ids, all.v[p].id);
+        else rc = encode_plain(t, s + all.v[p].start, all.v[p].end - all.v[p].start, ids);
+    }
+    free(all.v);
+    free(norm);
+    return rc;
+}
+
 gpucore_status gpucore_tokenizer_encode(const gpucore_tokenizer *t, const char *text, int64_t len, int add_special,
                                         int32_t *ids, int64_t cap, int64_t *n_ids)
 {
@@ -278,31 +299,16 @@ gpucore_status gpucore_tokenizer_encode(const gpucore_tokenizer *t, const char *
     if (bad < n)
         return gpucore_set_error(GPUCORE_ERR_INVALID_ARGUMENT, "%s: the text is not valid UTF-8 at byte %zu (0x%02x)",
                                  op, bad, s[bad]);
-    if (t->nfc)
-        for (size_t i = 0; i < n;) {
-            size_t k;
-            uint32_t cp = text_utf8_at(s, n, i, &k);
-            if (text_is_nfc_unsafe(cp))
-                return gpucore_set_error(GPUCORE_ERR_NOT_SUPPORTED, "%s: the tokenizer normalizes to NFC and the text "
-                                         "has U+%04X at byte %zu, which NFC may change; NFC normalization is not "
-                                         "implemented: normalize the text first", op, (unsigned)cp, i);
-            i += k;
-        }
-    pieces raw = {0}, all = {0};
+    pieces raw = {0};
     text_ids out = {0};
     int rc = split_added(t, s, 0, n, 0, &raw);
-    for (size_t p = 0; p < raw.n && !rc; p++) {
-        if (raw.v[p].id >= 0) rc = pieces_push(&all, raw.v[p].start, raw.v[p].end, raw.v[p].id);
-        else rc = split_added(t, s, raw.v[p].start, raw.v[p].end, 1, &all);
-    }
     for (int k = 0; add_special && k < t->n_prefix && !rc; k++) rc = text_ids_push(&out, t->prefix[k]);
-    for (size_t p = 0; p < all.n && !rc; p++) {
-        if (all.v[p].id >= 0) rc = text_ids_push(&out, all.v[p].id);
-        else rc = encode_plain(t, s + all.v[p].start, all.v[p].end - all.v[p].start, &out);
+    for (size_t p = 0; p < raw.n && !rc; p++) {
+        if (raw.v[p].id >= 0) rc = text_ids_push(&out, raw.v[p].id);
+        else rc = encode_segment(t, s, raw.v[p].start, raw.v[p].end, &out);
     }
     for (int k = 0; add_special && k < t->n_suffix && !rc; k++) rc = text_ids_push(&out, t->suffix[k]);
     free(raw.v);
-    free(all.v);
     if (rc) { free(out.v); return gpucore_set_error(GPUCORE_ERR_OUT_OF_MEMORY, "%s: out of host memory", op); }
     size_t w = out.n < (size_t)cap ? out.n : (size_t)cap;
     if (w) memcpy(ids, out.v, w * sizeof *ids);
