@@ -48,7 +48,7 @@ SOURCE_DIR = next((d for d in (os.path.normpath(os.path.join(BENCH_DIR, "@SOURCE
 # (name, argv prefix) — programs run in this order; comm runs under mpirun with 2 ranks.
 PROGRAMS = ["bench_alloc", "bench_ops", "bench_matmul", "bench_conv", "bench_optim", "bench_checkpoint", "bench_comm"]
 # Also runnable by name with --only (not in the default run: they need a GPU to say much, or minutes).
-EXTRA_PROGRAMS = ["bench_attention", "bench_lm", "bench_generate", "bench_tokenizer", "bench_quant_linear"]
+EXTRA_PROGRAMS = ["bench_attention", "bench_lm", "bench_generate", "bench_tokenizer", "bench_quant_linear", "bench_qlora"]
 TIME_UNITS = {"ns", "us", "ms", "s"}
 MEMORY_UNITS = {"bytes", "B", "KiB", "MiB", "GiB"}
 
@@ -58,7 +58,8 @@ def progress(msg):
 
 
 def run_lines(argv, env, timeout):
-    """Run a program, return the JSON objects it printed (non-JSON lines are ignored)."""
+    """Run a program: the JSON objects it printed (non-JSON lines are ignored) and what went wrong, or None
+    (a run that printed no figure included, with the last line it said on stderr)."""
     try:
         proc = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=timeout)
     except subprocess.TimeoutExpired:
@@ -75,6 +76,8 @@ def run_lines(argv, env, timeout):
             except json.JSONDecodeError:
                 pass
     err = None if proc.returncode == 0 else f"exit {proc.returncode}: {proc.stderr.strip()[-300:]}"
+    if err is None and not rows:  # a peer that cannot run here says why on stderr (e.g. its package missing)
+        err = "no figures: " + ((proc.stderr.strip().splitlines() or ["nothing said on stderr"])[-1][-300:])
     return rows, err
 
 
@@ -456,7 +459,7 @@ def main():
     mode = ap.add_mutually_exclusive_group()
     mode.add_argument("--quick", action="store_true", help="small sizes, under ~2 minutes on a 2-core CPU (default)")
     mode.add_argument("--full", action="store_true", help="all sizes (sizes that fill a GPU)")
-    ap.add_argument("--only", help="comma-separated benchmark names (alloc, ops, matmul, conv, optim, checkpoint, comm; also attention, lm, generate, quant_linear)")
+    ap.add_argument("--only", help="comma-separated benchmark names (alloc, ops, matmul, conv, optim, checkpoint, comm; also attention, lm, generate, quant_linear, qlora)")
     ap.add_argument("--device", default=os.environ.get("GPUCORE_DEVICE", "auto"))
     ap.add_argument("--json", action="store_true", help="print JSON lines instead of the table")
     ap.add_argument("--out", help="also write all JSON lines to this file")
@@ -526,6 +529,7 @@ def main():
                 prows, perr = run_lines([peer_python, os.path.join(peer_dir, script), "--json", size], env, args.timeout)
                 if perr:
                     errors[script] = perr
+                    progress(f"  {script}: {perr}")
                 for r in prows:
                     r["_peer_script"] = script
                 run["peer_rows"][script] = max(run["peer_rows"][script], len(prows))
