@@ -597,6 +597,8 @@ DECLARATIONS: Dict[str, Tuple[Any, List[Any]]] = {
     "gpucore_lm_forward_cached": (STATUS, [H, H, H, c_int, P_H]),
     "gpucore_lm_generate": (STATUS, [H, P_I64, c_int64, c_int64, c_int64, c_int, c_double, c_int64, c_double,
                                      c_uint64, c_int64, c_int64, P_I64, P_I64]),
+    "gpucore_lm_sample_token": (STATUS, [POINTER(c_float), c_int64, c_int, c_double, c_int64, c_double, c_uint64,
+                                         c_uint64, P_I64]),
     "gpucore_lm_trainable_count": (c_int64, [H]),
     "gpucore_lm_trainable": (STATUS, [H, c_int64, P_CHARP, P_H, P_H]),
     "gpucore_lm_set_full_finetune": (STATUS, [H, c_int]),
