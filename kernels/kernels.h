@@ -18,6 +18,7 @@
 #include "transformer_math.h"
 #include "conv_desc.h"
 #include "quant_formats.h"
+#include "quant_matmul.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -60,6 +61,9 @@ int gpucore_kernel_embedding(const gpucore_launch *launch, const gpucore_rows_ar
 
 /* quant.cu: dequantize a quantized weight (formats and layouts in quant_formats.h) into its values. */
 int gpucore_kernel_quant_dequantize(const gpucore_launch *launch, const gpucore_quant_args *args);
+/* quant_matmul.cu: a GEMM with a quantized weight, dequantized tile by tile (quant_matmul.h defines it):
+ * a tiled tensor-core (f16/bf16) or FMA (f32) kernel, and a warp-per-row GEMV for forwards of m <= 4. */
+int gpucore_kernel_quant_matmul(const gpucore_launch *launch, const gpucore_qmm_args *args);
 
 /* optim.cu: multi-tensor training kernels (descriptors and per-element math in optim_math.h). */
 int gpucore_kernel_optim_step(const gpucore_launch *launch, const gpucore_optim_hparams *hp,

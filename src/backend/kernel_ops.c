@@ -67,6 +67,12 @@ gpucore_status kops_quant(void *bctx, const struct gpucore_quant_args *args, voi
     return launched(gpucore_kernel_quant_dequantize(&l, args), "dequantize kernel launch");
 }
 
+gpucore_status kops_quant_matmul(void *bctx, const struct gpucore_qmm_args *args, void *s)
+{
+    LAUNCH_OR_RETURN(bctx, s, l);
+    return launched(gpucore_kernel_quant_matmul(&l, args), "quantized matmul kernel launch");
+}
+
 gpucore_status kops_rows(void *bctx, const gpucore_rows_args *args, void *s)
 {
     LAUNCH_OR_RETURN(bctx, s, l);

@@ -49,6 +49,8 @@ KOPS_HIDDEN gpucore_status kops_attention(void *bctx, const gpucore_attn_args *a
 KOPS_HIDDEN gpucore_status kops_transformer(void *bctx, const gpucore_tfm_args *args, void *s);
 /* Dequantizing only: src/ops/quant.c sends quantizing to the CPU backend alone. */
 KOPS_HIDDEN gpucore_status kops_quant(void *bctx, const struct gpucore_quant_args *args, void *s);
+/* A GEMM with a quantized weight (kernels/quant_matmul.cu). */
+KOPS_HIDDEN gpucore_status kops_quant_matmul(void *bctx, const struct gpucore_qmm_args *args, void *s);
 
 /* Every op entry above, as designated initializers: the cuda-emulated module
  * (tests/simt) installs exactly this list, so a new kops_* op must be added here
@@ -68,6 +70,7 @@ KOPS_HIDDEN gpucore_status kops_quant(void *bctx, const struct gpucore_quant_arg
     .clip_grad_norm = kops_clip_grad_norm,      \
     .attention = kops_attention,                \
     .transformer = kops_transformer,            \
-    .quant = kops_quant,
+    .quant = kops_quant,                        \
+    .quant_matmul = kops_quant_matmul,
 
 #endif

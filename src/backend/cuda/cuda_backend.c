@@ -330,6 +330,7 @@ static const gpucore_backend cuda_backend_table = {
     .attention = cuda_attention_checked,
     .transformer = kops_transformer,
     .quant = kops_quant,
+    .quant_matmul = kops_quant_matmul,
     .host_alloc = cuda_host_alloc,
     .host_free = cuda_host_free,
     .stream_priority_range = cuda_stream_priority_range,
