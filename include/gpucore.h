@@ -2892,7 +2892,8 @@ typedef struct gpucore_lm_plan_options {
     int32_t zero_stage;      /* 0 (default); ZeRO stages 1-3 are not planned yet: NOT_SUPPORTED */
     int32_t world_size;      /* 1 (default) */
     int64_t grad_accum;      /* micro-batches per step (default 1); > 1 counts the accumulation scratch */
-    int32_t quant_format;    /* -1 (default): dense; else the gpucore_quant_format of the decoder's linears */
+    int32_t quant_format;    /* -1 (default): dense (a model loaded quantized: its format); else the
+                                gpucore_quant_format of the decoder's linears */
     int64_t quant_block_size;
     int32_t quant_flags;
     int64_t head_chunk_rows; /* 0 (default): the model's setting (gpucore_lm_set_head_chunk_rows) or by size */

@@ -805,6 +805,13 @@ gpucore_status gpucore_lm_plan(const gpucore_lm *lm, const char *folder, const g
         shell->magic = LM_MAGIC;
         lm = shell;
     }
+    gpucore_lm_plan_options qo;
+    if (!shell && opts->struct_size == (int64_t)sizeof qo && opts->quant_format == -1 && lm->quant_fmt >= 0) {
+        qo = *opts;                        /* a model loaded quantized: its format unless another is asked */
+        qo.quant_format = lm->quant_fmt;
+        qo.quant_block_size = lm->quant_block;
+        opts = &qo;
+    }
     st = check_options(lm, opts, op);
     if (!st) {
         int dtype = opts->dtype >= 0 ? opts->dtype
