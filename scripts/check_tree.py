@@ -28,7 +28,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LAYERS = {
     "src/tools": ("the command-line tools (gpucore-info, gpucore-lm): public API only", []),
     "src/models": ("decoder language models: config, weights, layers, KV cache, generation, LoRA/PEFT, "
-                   "training step; built on the public API and the layers below", ["src/core", "src/io", "src/ops", "src/train"]),
+                   "training step, its memory plan (on a caching allocator of its own); built on the public API and the "
+                   "layers below", ["src/core", "src/io", "src/ops", "src/train", "src/alloc/caching_allocator.h"]),
     "src/text": ("the byte-level BPE tokenizer (tokenizer.json, GGUF metadata) and chat prompts", ["src/core", "src/io"]),
     "src/io": ("safetensors, GGUF and token data files: readers and writers", ["src/core", "src/ops"]),
     "src/train": ("optimizers, loss scaler, clipping, checkpoint executor, ZeRO, training-state checkpoints",
