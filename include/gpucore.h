@@ -2584,6 +2584,15 @@ GPUCORE_API gpucore_status gpucore_residual_norm_backward(gpucore_tensor *dx, gp
  * buffers such as GPT-2's attn.bias and rotary_emb.inv_freq are skipped); else
  * GPUCORE_ERR_CORRUPT_FILE / SHAPE_MISMATCH naming the tensor and file. A missing
  * file is GPUCORE_ERR_IO naming it. Nothing is left allocated on failure.
+ * A folder transformers saved with bitsandbytes' 4-bit weights (config.json's
+ * quantization_config: quant_method "bitsandbytes", load_in_4bit, bnb_4bit_quant_type
+ * nf4 or fp4) loads as it is: each quantized linear's <m>.weight (u8 [ceil(n/2), 1], the
+ * packed indices), .weight.absmax (f32), .weight.quant_map (f32 [16], which must be the
+ * format's code book) and .weight.quant_state.bitsandbytes__nf4|fp4 (u8 JSON whose
+ * quant_type, blocksize and shape must agree) become a GPUCORE_QUANT_NF4/FP4 weight of that
+ * block size; modules in llm_int8_skip_modules stay dense; dtype -1 is
+ * bnb_4bit_compute_dtype (float32 when absent). bnb_4bit_use_double_quant, load_in_8bit,
+ * another quant_method or bnb_4bit_quant_storage are NOT_SUPPORTED naming it.
  *
  * Math, per architecture (what transformers 4.44 computes):
  *   gpt2: wte + wpe (learned positions), pre-LayerNorm blocks with biases,
@@ -2665,6 +2674,8 @@ GPUCORE_API void gpucore_lm_load_options_init(gpucore_lm_load_options *opts);
  * gpucore_qlinear_* / gpucore_lora_* (opts.w_quant); it trains LoRA adapters (QLoRA), not its
  * frozen base (gpucore_lm_set_full_finetune refuses); gpucore_lm_parameter gives a quantized
  * weight as its u8 bytes; gpucore_lm_merge_adapter dequantizes the layers it merges into.
+ * A bitsandbytes folder (see gpucore_lm_create) keeps its NF4/FP4 weights; quantize is then
+ * INVALID_ARGUMENT as for a GGUF file.
  * Errors: those of gpucore_lm_create, INVALID_ARGUMENT (struct_size, quantize not one of the three,
  * block_size), and a quantization failure naming the tensor (a NaN or infinite weight). */
 GPUCORE_API gpucore_status gpucore_lm_create_ex(gpucore_context *ctx, const char *path,
@@ -2965,7 +2976,15 @@ GPUCORE_API int64_t gpucore_lm_lora_count(const gpucore_lm *lm);
  * (the loaded one with torch_dtype set to the weights' dtype) and model.safetensors
  * (state-dict names, file layout: GPT-2 Conv1D weights back to [in, out]; a tied
  * head saved once), which transformers' from_pretrained loads. Adapters are not
- * included (merge them first); refused with INVALID_ARGUMENT while they exist. */
+ * included (merge them first); refused with INVALID_ARGUMENT while they exist.
+ * NF4/FP4 linear layers are written as transformers + bitsandbytes save a model loaded
+ * in 4 bits (the four tensors gpucore_lm_create reads, their [out, in] order for GPT-2
+ * too; quant_state's dtype the model's dtype) with transformers' quantization_config
+ * (bnb_4bit_compute_dtype the model's dtype, no double quantization) added to config.json,
+ * or the one read kept; a model with no quantized layer left drops a quantization_config
+ * it was read with. INT8_ROW or GGUF blocks, NF4 mixed with FP4, or dense linear layers
+ * beside quantized ones (after merge_adapter) that llm_int8_skip_modules does not name
+ * are NOT_SUPPORTED. */
 GPUCORE_API gpucore_status gpucore_lm_save_pretrained(gpucore_lm *lm, const char *folder);
 
 /* ------------------------------------------------- text: tokenizer and chat prompts (src/text)

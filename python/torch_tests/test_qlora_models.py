@@ -8,8 +8,8 @@ logits (f32 compute: normalised error 1e-5), the loss and every LoRA gradient ag
 through that dense model (QLoRA: only the adapters train), an adapter we train on the quantized
 base that PEFT loads onto the dense reference with equal logits, merge_adapter into a
 dequantized base, the weight bytes the model reports against the bytes of its tensors, and the
-refusals (full fine-tuning and save_pretrained of a quantized base, quantize of a GGUF file, an
-unknown format).
+refusals (full fine-tuning of a quantized base, save_pretrained of an int8 one, quantize of a GGUF
+file, an unknown format).
 
 Runs under Debian's python3 with torch 1.13 and transformers + peft from build-pydeps; skips
 with the reason when they are not importable."""
@@ -178,6 +178,7 @@ def test_refusals(store, tmp_path):
     m = models.from_pretrained(folder, device=DEVICE, quantize="nf4")
     with pytest.raises(gpucore.NotSupportedError, match="quantized"):
         m.set_full_finetune(True)
-    with pytest.raises(gpucore.NotSupportedError, match="quantized"):
-        m.save_pretrained(str(tmp_path / "out"))
+    m8 = models.from_pretrained(folder, device=DEVICE, quantize="int8")  # nf4/fp4: test_bnb_folder.py
+    with pytest.raises(gpucore.NotSupportedError, match="int8"):
+        m8.save_pretrained(str(tmp_path / "out"))
     assert m.quantization == "nf4" and np.isfinite(to_np(m(ids_for(m.vocab_size)))).all()  # still usable

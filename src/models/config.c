@@ -190,13 +190,18 @@ static void read_llama_family(reader *r, lm_config *c, const char *type)
     }
 }
 
-static int dtype_from_torch(const char *s)
+int lm_dtype_from_torch(const char *s)
 {
     if (!s) return -1;
     if (!strcmp(s, "float32")) return GPUCORE_F32;
     if (!strcmp(s, "bfloat16")) return GPUCORE_BF16;
     if (!strcmp(s, "float16")) return GPUCORE_F16;
     return -1;
+}
+
+const char *lm_torch_dtype(int dtype)
+{
+    return dtype == GPUCORE_BF16 ? "bfloat16" : dtype == GPUCORE_F16 ? "float16" : "float32";
 }
 
 /* The config from its JSON text (owned: kept in c->json on success, freed otherwise) and its parse
@@ -221,7 +226,7 @@ static gpucore_status config_from_json(char *text, void *jv, const char *path, l
         c->bos = get_token(&r, "bos_token_id");
         c->eos = get_token(&r, "eos_token_id");
         c->pad = get_token(&r, "pad_token_id");
-        c->file_dtype = dtype_from_torch(get_str(&r, "torch_dtype", NULL));
+        c->file_dtype = lm_dtype_from_torch(get_str(&r, "torch_dtype", NULL));
         if (!c->rope_llama3) c->rs_factor = 1.0;
         /* products used for sizes stay far from int64 limits */
         if (c->vocab > ((int64_t)1 << 31) || c->hidden > ((int64_t)1 << 20) || c->inter > ((int64_t)1 << 22) ||

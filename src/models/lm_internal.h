@@ -122,6 +122,9 @@ GPUCORE_HIDDEN gpucore_status lm_config_read(const char *folder, lm_config *cfg)
 /* The same from config.json's text (a GGUF file's metadata written as one); label names the source. */
 GPUCORE_HIDDEN gpucore_status lm_config_from_text(const char *text, const char *label, lm_config *cfg);
 GPUCORE_HIDDEN void lm_config_free(lm_config *cfg);
+/* torch's dtype names ("float32", "bfloat16", "float16") to a gpucore float dtype (-1: another) and back. */
+GPUCORE_HIDDEN int lm_dtype_from_torch(const char *s);
+GPUCORE_HIDDEN const char *lm_torch_dtype(int dtype);
 /* The math refuses sequences past max_position_embeddings or an active sliding window. */
 GPUCORE_HIDDEN gpucore_status lm_check_length(const gpucore_lm *lm, int64_t total, const char *op);
 
@@ -141,9 +144,9 @@ GPUCORE_HIDDEN gpucore_status lm_load_gguf(gpucore_lm *lm, int dtype);
 /* Quantizes the dense weight t ([out, in], any context, any float dtype) into l's bytes on the
  * model's context in the format asked for at load (lm->quant_fmt). t is left to the caller. */
 GPUCORE_HIDDEN gpucore_status lm_quantize_linear(gpucore_lm *lm, lm_linear *l, const gpucore_tensor *t);
-/* l's weight from host bytes already in format fmt (a GGUF block type): copied to the model's
- * context. */
-GPUCORE_HIDDEN gpucore_status lm_adopt_quantized(gpucore_lm *lm, lm_linear *l, int fmt, const void *bytes,
+/* l's weight from host bytes already in format fmt (a GGUF block type, or bitsandbytes' NF4/FP4
+ * with its block size): copied to the model's context. */
+GPUCORE_HIDDEN gpucore_status lm_adopt_quantized(gpucore_lm *lm, lm_linear *l, int fmt, int64_t block, const void *bytes,
                                                  int64_t nbytes);
 /* Replaces l's quantized weight by its dequantized values in the model's dtype (l->w). */
 GPUCORE_HIDDEN gpucore_status lm_dequantize_linear(gpucore_lm *lm, lm_linear *l);

@@ -271,7 +271,7 @@ static gpucore_status adopt_blocks(gpucore_lm *lm, gpucore_gguf *f, const arch_t
     if (st) return st;
     int64_t heads = permuted_heads(lm, t, p), rows = p->shape[0];
     if (heads && nbytes % rows == 0) st = unpermute_byte_rows(raw, rows, nbytes / rows, heads);
-    if (!st) st = lm_adopt_quantized(lm, p->lin, fmt, raw, nbytes);
+    if (!st) st = lm_adopt_quantized(lm, p->lin, fmt, 0, raw, nbytes);
     free(raw);
     return st;
 }

@@ -74,17 +74,18 @@ gpucore_status lm_quantize_linear(gpucore_lm *lm, lm_linear *l, const gpucore_te
     return GPUCORE_OK;
 }
 
-gpucore_status lm_adopt_quantized(gpucore_lm *lm, lm_linear *l, int fmt, const void *bytes, int64_t nbytes)
+gpucore_status lm_adopt_quantized(gpucore_lm *lm, lm_linear *l, int fmt, int64_t block, const void *bytes,
+                                  int64_t nbytes)
 {
     int64_t want = 0;
-    gpucore_status st = gpucore_quant_size((gpucore_quant_format)fmt, l->out, l->in, 0, 0, &want);
+    gpucore_status st = gpucore_quant_size((gpucore_quant_format)fmt, l->out, l->in, block, 0, &want);
     if (st) return st;
     if (want != nbytes)
         return gpucore_set_error(GPUCORE_ERR_CORRUPT_FILE, "gpucore_lm_create: '%s.weight' holds %lld bytes of %s, "
                                  "but a %lld x %lld matrix takes %lld", l->module, (long long)nbytes,
                                  format_name(fmt), (long long)l->out, (long long)l->in, (long long)want);
     if ((st = bytes_to_model(lm, NULL, bytes, nbytes, &l->wq))) return st;
-    set_qweight(l, fmt, 0);
+    set_qweight(l, fmt, block);
     return GPUCORE_OK;
 }
 

@@ -4,14 +4,16 @@
  * shards a model.safetensors.index.json names: every expected tensor present with
  * the shape the config implies, no tensor left over that the model would ignore
  * (a bias the architecture does not have, say), dtype converted and GPT-2's
- * Conv1D weights transposed to [out, in] on the way in. On any failure everything
- * loaded so far is released.
+ * Conv1D weights transposed to [out, in] on the way in; a folder that transformers saved
+ * with bitsandbytes' 4-bit weights (quantization_config) keeps them quantized (bnb_folder.c).
+ * On any failure everything loaded so far is released.
  */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 #include "lm_internal.h"
+#include "bnb_folder.h"
 
 #if GPUCORE_HAVE_CJSON
 #include <cjson/cJSON.h>
@@ -118,6 +120,9 @@ typedef struct loader {
     char **map_names;           /* index: tensor name -> source index */
     int64_t *map_src, n_map;
     int gpt2_bare;              /* GPT-2 file without the "transformer." prefix */
+#if GPUCORE_HAVE_CJSON
+    lm_bnb bnb;                 /* config.json's bitsandbytes quantization (bnb.fmt -1: none) */
+#endif
 } loader;
 
 static void loader_free(loader *ld)
@@ -127,6 +132,9 @@ static void loader_free(loader *ld)
     for (int64_t i = 0; i < ld->n_map; i++) free(ld->map_names[i]);
     free(ld->map_names);
     free(ld->map_src);
+#if GPUCORE_HAVE_CJSON
+    lm_bnb_free(&ld->bnb);
+#endif
 }
 
 static gpucore_status open_source(loader *ld, const char *file, int64_t *index, const char *index_path)
@@ -245,9 +253,29 @@ static int is_float(gpucore_dtype dt)
     return dt == GPUCORE_F32 || dt == GPUCORE_BF16 || dt == GPUCORE_F16 || dt == GPUCORE_F64;
 }
 
+#if GPUCORE_HAVE_CJSON
+static gpucore_safetensors *bnb_find(void *user, const char *name, const char **file)
+{
+    loader *ld = user;
+    int64_t si = find_source(ld, name);
+    if (si < 0) return NULL;
+    *file = ld->src[si].file;
+    return ld->src[si].h;
+}
+
+/* A linear layer of a bitsandbytes folder: quantized unless llm_int8_skip_modules keeps it dense. */
+static int bnb_quantized(const loader *ld, const lm_param *p)
+{
+    return p->lin && ld->bnb.fmt >= 0 && !lm_bnb_skipped(&ld->bnb, p->lin->module);
+}
+#endif
+
 static gpucore_status load_param(loader *ld, lm_param *p, int *dtype)
 {
     gpucore_lm *lm = ld->lm;
+#if GPUCORE_HAVE_CJSON
+    if (bnb_quantized(ld, p)) return lm_bnb_load_linear(lm, &ld->bnb, p->lin, bnb_find, ld);
+#endif
     const char *fname = file_name(ld, p->name);
     int64_t si = find_source(ld, fname);
     if (si < 0)
@@ -310,7 +338,10 @@ static gpucore_status check_leftovers(loader *ld)
             const char *name = gpucore_safetensors_name(ld->src[s].h, i);
             if (skippable(lm, name)) continue;
             int used = 0;
-            for (int64_t k = 0; k < lm->n_params && !used; k++) used = !strcmp(file_name(ld, lm->params[k].name), name);
+            for (int64_t k = 0; k < lm->n_params && !used; k++) {
+                const lm_param *p = &lm->params[k];
+                used = !strcmp(file_name(ld, p->name), name) || (p->lin && p->lin->wq && lm_bnb_state_key(p->name, name));
+            }
             if (!used)
                 return gpucore_set_error(GPUCORE_ERR_CORRUPT_FILE, "gpucore_lm_create: '%s' holds tensor '%s', which a "
                                          "%s model with this config.json does not have (a field such as a bias flag may "
@@ -338,6 +369,17 @@ gpucore_status lm_load_weights(gpucore_lm *lm, int dtype)
         st = gpucore_set_error(GPUCORE_ERR_IO, "gpucore_lm_create: '%s' holds neither model.safetensors nor "
                                "model.safetensors.index.json (only safetensors checkpoints are read)", lm->folder);
     }
+#if GPUCORE_HAVE_CJSON
+    if (!st) st = lm_bnb_read_config(lm->cfg.json, &ld.bnb);
+    if (!st && ld.bnb.fmt >= 0) {
+        if (lm->quant_fmt >= 0)
+            st = gpucore_set_error(GPUCORE_ERR_INVALID_ARGUMENT, "gpucore_lm_create: '%s' holds bitsandbytes-quantized "
+                                   "weights (config.json's quantization_config); load it without quantize", lm->folder);
+        if (dtype < 0) dtype = ld.bnb.compute_dtype;
+        if (!st && lm->ctx->type != GPUCORE_DEVICE_CPU && !lm->quant_host) /* the tensors pass through the host */
+            st = gpucore_context_create("cpu", &lm->quant_host);
+    }
+#endif
     if (!st && lm->cfg.arch == GPUCORE_LM_GPT2 && find_source(&ld, "transformer.wte.weight") < 0 &&
         find_source(&ld, "wte.weight") >= 0)
         ld.gpt2_bare = 1;

@@ -1,0 +1,293 @@
+/*
+ * bnb_folder.c — bitsandbytes' 4-bit layout of a Hugging Face folder, as transformers saves a
+ * model loaded with BitsAndBytesConfig(load_in_4bit=True): config.json's quantization_config,
+ * and for each quantized linear layer <m>
+ *   <m>.weight                                  u8 [ceil(n/2), 1]: the packed 4-bit indices
+ *   <m>.weight.absmax                           f32 [ceil(n/block)]
+ *   <m>.weight.quant_map                        f32 [16]: the code book
+ *   <m>.weight.quant_state.bitsandbytes__nf4    u8: JSON {"quant_type", "blocksize", "dtype", "shape"}
+ * (bitsandbytes' QuantState.as_dict(packed=True)). Our NF4/FP4 bytes are the same packed
+ * indices (the earlier value in the high nibble, as bitsandbytes packs them) followed by the
+ * absmax, so loading checks every tensor and places the two parts, and saving splits them.
+ * Double quantization (nested_absmax, nested_quant_map) and the 8-bit layout (SCB) are refused
+ * by name: the library's formats do not hold them (int8 tensors have no dtype here).
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "lm_internal.h"
+#include "bnb_folder.h"
+#include "quant_formats.h"
+
+int lm_bnb_state_key(const char *weight, const char *name)
+{
+    size_t n = strlen(weight);
+    if (strncmp(name, weight, n)) return 0;
+    const char *s = name + n;
+    return !strcmp(s, ".absmax") || !strcmp(s, ".quant_map") || !strcmp(s, ".quant_state.bitsandbytes__nf4") ||
+           !strcmp(s, ".quant_state.bitsandbytes__fp4") || !strcmp(s, ".nested_absmax") ||
+           !strcmp(s, ".nested_quant_map");
+}
+
+#if GPUCORE_HAVE_CJSON
+#include <cjson/cJSON.h>
+
+static const char *const OP = "gpucore_lm_create";
+
+static const char *q4_name(int fmt) { return fmt == GPUCORE_QUANT_FP4 ? "fp4" : "nf4"; }
+
+static int json_true(const cJSON *o, const char *key)
+{
+    return cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(o, key));
+}
+
+gpucore_status lm_bnb_read_config(const char *json, lm_bnb *b)
+{
+    memset(b, 0, sizeof *b);
+    b->fmt = -1;
+    b->compute_dtype = -1;
+    cJSON *root = json ? cJSON_Parse(json) : NULL;
+    const cJSON *qc = root ? cJSON_GetObjectItemCaseSensitive(root, "quantization_config") : NULL;
+    if (!qc || cJSON_IsNull(qc)) { cJSON_Delete(root); return GPUCORE_OK; }
+    b->root = root;
+    const cJSON *method = cJSON_GetObjectItemCaseSensitive(qc, "quant_method");
+    const char *m = cJSON_IsString(method) ? method->valuestring : NULL;
+    gpucore_status st = GPUCORE_OK;
+    if (!cJSON_IsObject(qc))
+        st = gpucore_set_error(GPUCORE_ERR_CORRUPT_FILE, "%s: config.json's quantization_config is not an object", OP);
+    else if (!m || strcmp(m, "bitsandbytes"))
+        st = gpucore_set_error(GPUCORE_ERR_NOT_SUPPORTED, "%s: config.json's quantization_config has quant_method "
+                               "'%s'; only bitsandbytes' 4-bit layout (load_in_4bit) is read", OP, m ? m : "(none)");
+    else if (json_true(qc, "load_in_8bit"))
+        st = gpucore_set_error(GPUCORE_ERR_NOT_SUPPORTED, "%s: a bitsandbytes load_in_8bit folder (int8 weights and "
+                               "SCB) is not read: load the dense model with quantize int8 instead", OP);
+    else if (!json_true(qc, "load_in_4bit"))
+        st = gpucore_set_error(GPUCORE_ERR_NOT_SUPPORTED, "%s: config.json's bitsandbytes quantization_config sets "
+                               "neither load_in_4bit nor load_in_8bit", OP);
+    else if (json_true(qc, "bnb_4bit_use_double_quant"))
+        st = gpucore_set_error(GPUCORE_ERR_NOT_SUPPORTED, "%s: bnb_4bit_use_double_quant (the absmax quantized again) "
+                               "is not implemented for loaded folders; save the model without it", OP);
+    if (st) { lm_bnb_free(b); return st; }
+    const cJSON *qt = cJSON_GetObjectItemCaseSensitive(qc, "bnb_4bit_quant_type");
+    const char *t = cJSON_IsString(qt) ? qt->valuestring : "fp4"; /* BitsAndBytesConfig's default */
+    b->fmt = !strcmp(t, "nf4") ? GPUCORE_QUANT_NF4 : !strcmp(t, "fp4") ? GPUCORE_QUANT_FP4 : -1;
+    const cJSON *storage = cJSON_GetObjectItemCaseSensitive(qc, "bnb_4bit_quant_storage");
+    const cJSON *cd = cJSON_GetObjectItemCaseSensitive(qc, "bnb_4bit_compute_dtype");
+    b->compute_dtype = cJSON_IsString(cd) ? lm_dtype_from_torch(cd->valuestring) : GPUCORE_F32; /* transformers' default */
+    const cJSON *skip = cJSON_GetObjectItemCaseSensitive(qc, "llm_int8_skip_modules");
+    if (b->fmt < 0)
+        st = gpucore_set_error(GPUCORE_ERR_NOT_SUPPORTED, "%s: bnb_4bit_quant_type '%s': nf4 or fp4", OP, t);
+    else if (storage && !cJSON_IsNull(storage) && !(cJSON_IsString(storage) && !strcmp(storage->valuestring, "uint8")))
+        st = gpucore_set_error(GPUCORE_ERR_NOT_SUPPORTED, "%s: bnb_4bit_quant_storage other than uint8 is not read",
+                               OP);
+    else if (b->compute_dtype < 0)
+        st = gpucore_set_error(GPUCORE_ERR_NOT_SUPPORTED, "%s: bnb_4bit_compute_dtype '%s': float32, bfloat16 or "
+                               "float16", OP, cJSON_IsString(cd) ? cd->valuestring : "?");
+    else if (skip && !cJSON_IsNull(skip) && !cJSON_IsArray(skip))
+        st = gpucore_set_error(GPUCORE_ERR_CORRUPT_FILE, "%s: llm_int8_skip_modules is not a list", OP);
+    else if (skip && cJSON_IsArray(skip)) b->skip = skip;
+    if (st) lm_bnb_free(b);
+    return st;
+}
+
+void lm_bnb_free(lm_bnb *b)
+{
+    cJSON_Delete(b->root);
+    b->root = NULL;
+    b->skip = NULL;
+}
+
+int lm_bnb_skipped(const lm_bnb *b, const char *module)
+{
+    const cJSON *e;
+    cJSON_ArrayForEach(e, (const cJSON *)b->skip) /* transformers: the name holds the entry */
+        if (cJSON_IsString(e) && strstr(module, e->valuestring)) return 1;
+    return 0;
+}
+
+/* Tensor `name` (dtype dt, shape want[nd]) read into host memory (n bytes at dst). */
+static gpucore_status read_exact(gpucore_lm *lm, lm_bnb_find find, void *user, const char *name, gpucore_dtype dt,
+                                 int nd, const int64_t *want, void *dst, int64_t n)
+{
+    const char *file = NULL;
+    gpucore_safetensors *h = find(user, name, &file);
+    if (!h)
+        return gpucore_set_error(GPUCORE_ERR_CORRUPT_FILE, "%s: tensor '%s' is missing from '%s' (bitsandbytes' "
+                                 "4-bit layout needs it)", OP, name, lm->folder);
+    gpucore_dtype fdt;
+    int fnd;
+    int64_t shp[GPUCORE_MAX_DIMS];
+    gpucore_status st = gpucore_safetensors_info(h, name, &fdt, &fnd, shp);
+    if (st) return st;
+    int same = fdt == dt && fnd == nd;
+    for (int i = 0; same && i < nd; i++) same = shp[i] == want[i];
+    if (!same) {
+        char got[96], exp[96];
+        gpucore_shape_str(fnd, shp, got, sizeof got);
+        gpucore_shape_str(nd, want, exp, sizeof exp);
+        return gpucore_set_error(GPUCORE_ERR_SHAPE_MISMATCH, "%s: tensor '%s' in '%s' is %s %s; bitsandbytes' layout "
+                                 "of this layer is %s %s", OP, name, file, gpucore_dtype_name(fdt), got,
+                                 gpucore_dtype_name(dt), exp);
+    }
+    gpucore_context *hc = lm->quant_host ? lm->quant_host : lm->ctx;
+    gpucore_tensor *t = NULL;
+    st = gpucore_safetensors_load_tensor(h, hc, name, &t);
+    if (!st) st = gpucore_copy_to_host(dst, n, t);
+    gpucore_tensor_destroy(t);
+    return st;
+}
+
+/* The packed indices' bytes and the absmax's offset in our format's bytes. */
+static void split_sizes(const lm_linear *l, int64_t block, int64_t *packed, int64_t *absmax_off, int64_t *nblocks)
+{
+    int64_t n = l->out * l->in;
+    *packed = (n + 1) / 2;
+    *absmax_off = (*packed + 3) / 4 * 4;
+    *nblocks = (n + block - 1) / block;
+}
+
+gpucore_status lm_bnb_load_linear(gpucore_lm *lm, const lm_bnb *b, lm_linear *l, lm_bnb_find find, void *user)
+{
+    char *wname = lm_strdupf("%s.weight", l->module);
+    char *key = wname ? lm_strdupf("%s.quant_state.bitsandbytes__%s", wname, q4_name(b->fmt)) : NULL;
+    if (!key) { free(wname); return gpucore_set_error(GPUCORE_ERR_OUT_OF_MEMORY, "%s: out of host memory", OP); }
+    const char *file = NULL;
+    gpucore_status st = GPUCORE_OK;
+    char *nested = lm_strdupf("%s.nested_absmax", wname);
+    if (!nested) st = gpucore_set_error(GPUCORE_ERR_OUT_OF_MEMORY, "%s: out of host memory", OP);
+    else if (find(user, nested, &file))
+        st = gpucore_set_error(GPUCORE_ERR_NOT_SUPPORTED, "%s: '%s' holds '%s': bnb_4bit_use_double_quant is not "
+                               "implemented for loaded folders", OP, file, nested);
+    free(nested);
+    /* the quant_state JSON: quant_type, blocksize, dtype and shape must be this layer's */
+    gpucore_safetensors *h = st ? NULL : find(user, key, &file);
+    gpucore_dtype dt;
+    int nd;
+    int64_t shp[GPUCORE_MAX_DIMS];
+    if (!st && !h)
+        st = gpucore_set_error(GPUCORE_ERR_CORRUPT_FILE, "%s: tensor '%s' is missing from '%s' (config.json's "
+                               "quantization_config says %s)", OP, key, lm->folder, q4_name(b->fmt));
+    if (!st) st = gpucore_safetensors_info(h, key, &dt, &nd, shp);
+    if (!st && (dt != GPUCORE_U8 || nd != 1 || shp[0] > 4096))
+        st = gpucore_set_error(GPUCORE_ERR_CORRUPT_FILE, "%s: '%s' in '%s' is not a u8 vector of JSON text", OP, key,
+                               file);
+    char *text = st ? NULL : calloc((size_t)shp[0] + 1, 1);
+    if (!st && !text) st = gpucore_set_error(GPUCORE_ERR_OUT_OF_MEMORY, "%s: out of host memory", OP);
+    if (!st) st = read_exact(lm, find, user, key, GPUCORE_U8, 1, shp, text, shp[0]);
+    cJSON *qs = st ? NULL : cJSON_Parse(text);
+    free(text);
+    int64_t block = 0;
+    if (!st) {
+        const cJSON *type = cJSON_GetObjectItemCaseSensitive(qs, "quant_type");
+        const cJSON *bs = cJSON_GetObjectItemCaseSensitive(qs, "blocksize");
+        const cJSON *dty = cJSON_GetObjectItemCaseSensitive(qs, "dtype");
+        const cJSON *shape = cJSON_GetObjectItemCaseSensitive(qs, "shape");
+        int64_t probe;
+        if (!qs)
+            st = gpucore_set_error(GPUCORE_ERR_CORRUPT_FILE, "%s: '%s' in '%s' is not JSON", OP, key, file);
+        else if (cJSON_GetObjectItemCaseSensitive(qs, "nested_blocksize"))
+            st = gpucore_set_error(GPUCORE_ERR_NOT_SUPPORTED, "%s: '%s' is double-quantized: "
+                                   "bnb_4bit_use_double_quant is not implemented for loaded folders", OP, key);
+        else if (!cJSON_IsString(type) || strcmp(type->valuestring, q4_name(b->fmt)))
+            st = gpucore_set_error(GPUCORE_ERR_CORRUPT_FILE, "%s: '%s' gives quant_type '%s', not config.json's %s",
+                                   OP, key, cJSON_IsString(type) ? type->valuestring : "?", q4_name(b->fmt));
+        else if (!cJSON_IsNumber(bs) || (double)(block = (int64_t)bs->valuedouble) != bs->valuedouble ||
+                 gpucore_quant_size((gpucore_quant_format)b->fmt, 1, 64, block, 0, &probe))
+            st = gpucore_set_error(GPUCORE_ERR_NOT_SUPPORTED, "%s: '%s' gives blocksize %g: a power of two from 32 "
+                                   "to 4096 is read", OP, key, cJSON_IsNumber(bs) ? bs->valuedouble : -1.0);
+        else if (!cJSON_IsString(dty) || lm_dtype_from_torch(dty->valuestring) < 0)
+            st = gpucore_set_error(GPUCORE_ERR_CORRUPT_FILE, "%s: '%s' gives dtype '%s': float32, bfloat16 or "
+                                   "float16", OP, key, cJSON_IsString(dty) ? dty->valuestring : "?");
+        else if (!cJSON_IsArray(shape) || cJSON_GetArraySize(shape) != 2 ||
+                 cJSON_GetArrayItem(shape, 0)->valuedouble != (double)l->out ||
+                 cJSON_GetArrayItem(shape, 1)->valuedouble != (double)l->in)
+            st = gpucore_set_error(GPUCORE_ERR_SHAPE_MISMATCH, "%s: '%s' gives a shape other than config.json's "
+                                   "[%lld, %lld]", OP, key, (long long)l->out, (long long)l->in);
+    }
+    cJSON_Delete(qs);
+    /* our bytes: the packed indices (<m>.weight), zeros to a multiple of 4, the absmax */
+    int64_t packed, off, nb, total = 0;
+    if (!st) {
+        split_sizes(l, block, &packed, &off, &nb);
+        st = gpucore_quant_size((gpucore_quant_format)b->fmt, l->out, l->in, block, 0, &total);
+        if (!st && total != off + 4 * nb)
+            st = gpucore_set_error(GPUCORE_ERR_INTERNAL, "%s: the NF4/FP4 size rule and bnb_folder.c disagree", OP);
+    }
+    unsigned char *bytes = st ? NULL : calloc((size_t)total, 1);
+    float map[16];
+    if (!st && !bytes) st = gpucore_set_error(GPUCORE_ERR_OUT_OF_MEMORY, "%s: out of host memory", OP);
+    int64_t wshape[2] = {packed, 1}, one = 16;
+    if (!st) st = read_exact(lm, find, user, wname, GPUCORE_U8, 2, wshape, bytes, packed);
+    char *aname = st ? NULL : lm_strdupf("%s.absmax", wname), *mname = st ? NULL : lm_strdupf("%s.quant_map", wname);
+    if (!st && (!aname || !mname)) st = gpucore_set_error(GPUCORE_ERR_OUT_OF_MEMORY, "%s: out of host memory", OP);
+    if (!st) st = read_exact(lm, find, user, aname, GPUCORE_F32, 1, &nb, bytes + off, 4 * nb);
+    if (!st) st = read_exact(lm, find, user, mname, GPUCORE_F32, 1, &one, map, sizeof map);
+    for (int k = 0; k < 16 && !st; k++)
+        if (map[k] != gpucore_q4_code(b->fmt, k))
+            st = gpucore_set_error(GPUCORE_ERR_NOT_SUPPORTED, "%s: '%s' entry %d is %.9g, not bitsandbytes' %s code "
+                                   "book's %.9g (another code book is not implemented)", OP, mname, k, map[k],
+                                   q4_name(b->fmt), gpucore_q4_code(b->fmt, k));
+    if (!st) st = lm_adopt_quantized(lm, l, b->fmt, block, bytes, total);
+    free(bytes); free(aname); free(mname); free(wname); free(key);
+    return st;
+}
+
+/* ---- writing ---- */
+
+static gpucore_status host_tensor(gpucore_context *ctx, gpucore_dtype dt, int nd, const int64_t *shape,
+                                  const void *src, int64_t n, gpucore_tensor **out)
+{
+    gpucore_status st = gpucore_tensor_create(ctx, dt, nd, shape, out);
+    if (!st) st = gpucore_copy_from_host(*out, src, n);
+    if (st) lm_destroy_tensor(out);
+    return st;
+}
+
+gpucore_status lm_bnb_save_linear(gpucore_lm *lm, const lm_linear *l, gpucore_context *hc, char **names,
+                                  gpucore_tensor **ts)
+{
+    const char *op = "gpucore_lm_save_pretrained";
+    int fmt = l->q.format;
+    int64_t block = l->q.block_size ? l->q.block_size : 64, packed, off, nb;
+    split_sizes(l, block, &packed, &off, &nb);
+    int64_t total = gpucore_tensor_nbytes(l->wq);
+    unsigned char *bytes = malloc((size_t)total);
+    char *json = lm_strdupf("{\"quant_type\": \"%s\", \"blocksize\": %lld, \"dtype\": \"%s\", \"shape\": [%lld, %lld]}",
+                            q4_name(fmt), (long long)block, lm_torch_dtype(lm->dtype), (long long)l->out,
+                            (long long)l->in);
+    names[0] = lm_strdupf("%s.weight", l->module);
+    names[1] = lm_strdupf("%s.weight.absmax", l->module);
+    names[2] = lm_strdupf("%s.weight.quant_map", l->module);
+    names[3] = lm_strdupf("%s.weight.quant_state.bitsandbytes__%s", l->module, q4_name(fmt));
+    gpucore_status st = GPUCORE_OK;
+    if (!bytes || !json || !names[0] || !names[1] || !names[2] || !names[3])
+        st = gpucore_set_error(GPUCORE_ERR_OUT_OF_MEMORY, "%s: out of host memory", op);
+    if (!st) st = gpucore_copy_to_host(bytes, total, l->wq);
+    float map[16];
+    for (int k = 0; k < 16; k++) map[k] = gpucore_q4_code(fmt, k) + 0.0f; /* bitsandbytes' FP4 book has +0 at 8 */
+    int64_t wshape[2] = {packed, 1}, sixteen = 16, jlen = json ? (int64_t)strlen(json) : 0;
+    if (!st) st = host_tensor(hc, GPUCORE_U8, 2, wshape, bytes, packed, &ts[0]);
+    if (!st) st = host_tensor(hc, GPUCORE_F32, 1, &nb, bytes + off, 4 * nb, &ts[1]);
+    if (!st) st = host_tensor(hc, GPUCORE_F32, 1, &sixteen, map, sizeof map, &ts[2]);
+    if (!st) st = host_tensor(hc, GPUCORE_U8, 1, &jlen, json, jlen, &ts[3]);
+    free(bytes);
+    free(json);
+    return st;
+}
+
+char *lm_bnb_config_text(const char *json, int fmt, int dtype)
+{
+    const char *brace = strchr(json, '{');
+    if (!brace) return NULL;
+    /* BitsAndBytesConfig.to_dict() as transformers writes it for load_in_4bit */
+    const char *dt = lm_torch_dtype(dtype);
+    return lm_strdupf("%.*s\n  \"quantization_config\": {\n    \"_load_in_4bit\": true,\n    \"_load_in_8bit\": false,\n"
+                      "    \"bnb_4bit_compute_dtype\": \"%s\",\n    \"bnb_4bit_quant_storage\": \"uint8\",\n"
+                      "    \"bnb_4bit_quant_type\": \"%s\",\n    \"bnb_4bit_use_double_quant\": false,\n"
+                      "    \"llm_int8_enable_fp32_cpu_offload\": false,\n    \"llm_int8_has_fp16_weight\": false,\n"
+                      "    \"llm_int8_skip_modules\": null,\n    \"llm_int8_threshold\": 6.0,\n"
+                      "    \"load_in_4bit\": true,\n    \"load_in_8bit\": false,\n"
+                      "    \"quant_method\": \"bitsandbytes\"\n  },%s",
+                      (int)(brace + 1 - json), json, dt, q4_name(fmt), brace + 1);
+}
+#endif
