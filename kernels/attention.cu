@@ -24,7 +24,10 @@
  * m16n8k16 (f32 accumulate, mma_sync.cuh; the *_tc_kernel functions, 64-key or
  * 64-query tiles): the forward and dq with 64 query rows a block (16 a warp)
  * and their element-wise steps in registers, dk/dv with them on f32 tiles in
- * shared memory; f32, and other head dims (up to 256), use the FMA loops.
+ * shared memory; f32, and other head dims (up to 256), use the FMA loops. The
+ * tensor-core forward's softmax runs in base 2 with masks only on the tiles that
+ * need them; for unit-stride operands with 16-byte rows (decided on the host) its
+ * tiles move by 16-byte cp.async, K/V double-buffered, and O leaves by 16-byte stores.
  */
 #include "kernels.h"
 #include "launch.h"
@@ -33,6 +36,7 @@
 #include <cuda_fp16.h>
 #include <cuda_bf16.h>
 #include "mma_sync.cuh"
+#include "attention_cp_async.h"
 #include <type_traits>
 
 #define ATT_THREADS 128
@@ -496,13 +500,13 @@ static_assert(att_tc_pitches_conflict_free(), "f32 tile pitches of the tensor-co
  * rows 16w..16w+15, and keeps its products in registers in mma.sync's documented accumulator layout
  * (lane l: rows l / 4 and l / 4 + 8 of the warp's 16, columns 8 n + 2 (l % 4) and the next), so each
  * K and V tile in shared memory serves 64 query rows. Shared memory: Q [ATT_TC_QROWS][ldq], dout
- * [ATT_TC_QROWS][ldo] (dq only) and one K-or-V tile [bk][ldkv], 16-bit. */
+ * [ATT_TC_QROWS][ldo] (dq only) and nkv K-or-V tiles [bk][ldkv] (two: the forward's cp.async path), 16-bit. */
 #define ATT_TC_QROWS (16 * ATT_TC_WARPS)
 struct att_tc_rows_layout {
     int ldq, ldo, ldkv;
     size_t o, kv, bytes; /* byte offsets of dout and the K/V tile (Q at 0) */
 };
-static __host__ __device__ inline att_tc_rows_layout att_tc_rows_plan(int64_t D, int64_t Dv, int dq, int bk)
+static __host__ __device__ inline att_tc_rows_layout att_tc_rows_plan(int64_t D, int64_t Dv, int dq, int bk, int nkv = 1)
 {
     att_tc_rows_layout L;
     L.ldq = (int)D + 8; /* halves: +16 bytes, an odd multiple of 4 words (see above) */
@@ -510,11 +514,12 @@ static __host__ __device__ inline att_tc_rows_layout att_tc_rows_plan(int64_t D,
     L.ldkv = (int)(D > Dv ? D : Dv) + 8;
     L.o = 2 * (size_t)ATT_TC_QROWS * L.ldq;
     L.kv = L.o + (dq ? 2 * (size_t)ATT_TC_QROWS * L.ldo : 0);
-    L.bytes = L.kv + 2 * (size_t)bk * L.ldkv;
+    L.bytes = L.kv + nkv * 2 * (size_t)bk * L.ldkv;
     return L;
 }
-/* dq's key tile: 64 keys up to head dim 64, 32 above (Q, dout and the tile stay under 48 KiB at 128). */
-template <int NC> __host__ __device__ constexpr int att_tc_dq_bk() { return NC <= 8 ? 64 : 32; }
+/* The key tile of dq and of the forward's cp.async path: 64 keys up to head dim 64, 32 above (Q, dout and
+ * one tile, or Q and two tiles, stay under 48 KiB at 128). */
+template <int NC> __host__ __device__ constexpr int att_tc_rows_bk() { return NC <= 8 ? 64 : 32; }
 
 /* c[2f + h] = the warp's 16 rows (a_row: this lane's ldmatrix row address in a row-major A) times
  * columns 16 f + 8 h .. + 7 of Bᵀ's rows bt (row n = column n of B), over nk16 steps of 16, for
@@ -595,51 +600,117 @@ __device__ __forceinline__ att_rows_block att_rows_block_of(const gpucore_attn_a
     return q;
 }
 
-/* The forward: per key tile S = Q Kᵀ (the warp's 16 x 64 block), masks, bias and the online softmax per
+/* The unit-stride path of the row kernels, chosen on the host per operand: one with unit stride along
+ * the head dim, a 16-byte aligned base and 16-byte multiple batch, head and row strides, so each row of a
+ * tile is D / 8 (or Dv / 8) 16-byte chunks. */
+static inline int att_tc_rows16(const gpucore_attn_tensor *t)
+{
+    return (uintptr_t)t->data % 16 == 0 && t->stride[3] == 1 && t->stride[0] % 8 == 0 && t->stride[1] % 8 == 0 &&
+           t->stride[2] % 8 == 0;
+}
+static inline int att_tc_fwd_async_ok(const gpucore_attn_args *a)
+{
+    return att_tc_rows16(&a->q) && att_tc_rows16(&a->k) && att_tc_rows16(&a->v);
+}
+
+/* rows [0, n) of a unit-stride operand (src: its row 0 of the tile, rs: its row stride in elements) as
+ * 16-byte cp.async chunks into s[rows][ld], rows [n, rows) zeroed by 16-byte shared stores. Thread tid
+ * copies chunk tid % (cols / 8) of rows tid / (cols / 8) + k (ATT_THREADS / (cols / 8)): one division per
+ * tile, a row's address one multiply-add. */
+__device__ __forceinline__ void att_cp_tile(att_cp_pipe &p, uint16_t *s, int ld, const uint16_t *src, int64_t rs, int n,
+                                            int rows, int cols)
+{
+    const int cpr = cols / 8, step = ATT_THREADS / cpr, c = threadIdx.x % cpr, r0 = threadIdx.x / cpr;
+    if (r0 >= step) return; /* cols / 8 does not divide the block (D = 48, 80, ...): the rest idle */
+    for (int r = r0; r < rows; r += step) {
+        uint16_t *d = s + r * ld + 8 * c;
+        if (r < n) att_cp16(p, d, src + r * rs + 8 * c);
+        else *(uint4 *)d = make_uint4(0u, 0u, 0u, 0u);
+    }
+}
+
+/* Row (b, h, row0) of a [B, H, S, D] operand: the tile's base, one 4-term offset per tile. */
+__device__ __forceinline__ const uint16_t *att_row_ptr(const gpucore_attn_tensor &t, int64_t b, int64_t h, int64_t row0)
+{
+    return (const uint16_t *)t.data + gpucore_attn_offset(&t, b, h, row0, 0);
+}
+
+/* The forward: per key tile S = Q Kᵀ (the warp's 16 x BK block), masks, bias and the online softmax per
  * element (the row max and sum over the 4 lanes of a row), P̃ = P keep rounded to the operand type as the
  * A fragments of P̃ V, then O = alpha O + P̃ V. NC bounds Dv (8: Dv <= 64, 16: Dv <= 128). A row with
  * nothing admitted yet (max -inf) changes nothing, as in attention_forward_kernel.
+ * The softmax runs in base 2: s2 = dot · (scale log2 e) + bias log2 e (one FMA), P = exp2(s2 - m2), and
+ * lse = m2 ln 2 + log l. Masks are evaluated only on tiles that need them: a tile is interior when there
+ * is no u8/additive mask, it is full (BK keys below the key end, so the key length is past it) and, causal,
+ * its last key is at or before the block's first query row; there every score is dot · scale log2 e.
+ * ASYNC (att_tc_fwd_async_ok, decided on the host): Q, K and V tiles move by 16-byte cp.async
+ * (attention_cp_async.h) into two tile buffers, V_j loading while S_j = Q K_jᵀ and its softmax run, K_{j+1}
+ * while O += P̃ V_j, as FlashAttention-2's forward does; BK is att_tc_rows_bk (64 keys up to head dim 64,
+ * 32 above, under 48 KiB); and when out16 (out has such rows too, also decided on the host) O is staged
+ * through the tile buffers as 16-bit values and written 16 bytes a lane. Otherwise (any strides): one tile
+ * buffer, BK = 64, element loads (att_load_raw); O by element stores unless out16.
  * Dv up to 128 (NC 16): 64 output and 32 score accumulators a thread; at four blocks per SM (128
  * registers) ptxas spills 60 bytes, at three (168) none. */
 #define ATT_TC_ROWS_MIN_BLOCKS_WIDE 3
-template <int NC, typename T>
+template <int NC, typename T, bool ASYNC>
 __global__ void __launch_bounds__(ATT_THREADS, NC <= 8 ? ATT_TC_MIN_BLOCKS : ATT_TC_ROWS_MIN_BLOCKS_WIDE)
-    attention_forward_tc_kernel(gpucore_attn_args a, int64_t nqt)
+    attention_forward_tc_kernel(gpucore_attn_args a, int64_t nqt, int out16)
 {
     extern __shared__ __align__(128) float attn_smem[]; /* the tiles' offsets are multiples of 32 bytes from here */
-    enum { NS = ATT_TC_BK / 16 };
+    enum { BK = ASYNC ? att_tc_rows_bk<NC>() : ATT_TC_BK, NS = BK / 16 };
     const int D = (int)a.head_dim, Dv = (int)a.head_dim_v;
-    const att_tc_rows_layout L = att_tc_rows_plan(D, Dv, 0, ATT_TC_BK);
-    uint16_t *Qh = (uint16_t *)attn_smem, *KVh = (uint16_t *)((char *)attn_smem + L.kv);
+    const att_tc_rows_layout L = att_tc_rows_plan(D, Dv, 0, BK, ASYNC ? 2 : 1);
+    uint16_t *Qh = (uint16_t *)attn_smem, *Kh = (uint16_t *)((char *)attn_smem + L.kv);
+    uint16_t *Vh = ASYNC ? Kh + BK * L.ldkv : Kh; /* the second tile buffer, or the one */
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, t = lane % 4;
     const T *q_row = (const T *)Qh + (16 * warp + lane % 16) * L.ldq + 8 * (lane / 16);
+    const float sl2 = a.scale * 1.4426950408889634f; /* scale · log2 e */
+    const bool dropout = a.dropout_p > 0.0f, masked = a.mask_dtype != GPUCORE_ATTN_NO_MASK;
+    att_cp_pipe pipe;
     const int64_t total = a.batch * a.heads * nqt;
     for (int64_t blk = blockIdx.x; blk < total; blk += gridDim.x) {
         const att_rows_block q = att_rows_block_of(a, blk, nqt);
         const int64_t b = q.b, h = q.h;
+        const int64_t kend = gpucore_attn_key_end(&a, b, q.i0 + q.nq - 1);
         __syncthreads(); /* the previous block's readers are done */
-        att_load_raw(Qh, L.ldq, a.q, b, h, q.i0, q.nq, ATT_TC_QROWS, D);
+        if constexpr (ASYNC) {
+            att_cp_tile(pipe, Qh, L.ldq, att_row_ptr(a.q, b, h, q.i0), a.q.stride[2], (int)q.nq, ATT_TC_QROWS, D);
+            if (kend > 0)
+                att_cp_tile(pipe, Kh, L.ldkv, att_row_ptr(a.k, b, q.hk, 0), a.k.stride[2], (int)att_min(BK, kend),
+                            (int)((att_min(BK, kend) + 15) / 16 * 16), D);
+            att_cp_commit(pipe);
+        } else {
+            att_load_raw(Qh, L.ldq, a.q, b, h, q.i0, q.nq, ATT_TC_QROWS, D);
+        }
         float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f}, o[NC][4];
 #pragma unroll
         for (int n = 0; n < NC; n++) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
-        const int64_t kend = gpucore_attn_key_end(&a, b, q.i0 + q.nq - 1);
-        for (int64_t j0 = 0; j0 < kend; j0 += ATT_TC_BK) {
-            const int nk = (int)att_min(ATT_TC_BK, kend - j0), nk16 = (nk + 15) / 16;
-            __syncthreads();
-            att_load_raw(KVh, L.ldkv, a.k, b, q.hk, j0, nk, nk16 * 16, D);
-            __syncthreads();
+        for (int64_t j0 = 0; j0 < kend; j0 += BK) {
+            const int nk = (int)att_min(BK, kend - j0), nk16 = (nk + 15) / 16;
+            if constexpr (ASYNC) {
+                att_cp_wait_all(pipe);
+                __syncthreads(); /* K_j (and Q) in; the previous tile's V readers are done */
+                att_cp_tile(pipe, Vh, L.ldkv, att_row_ptr(a.v, b, q.hk, j0), a.v.stride[2], nk, nk16 * 16, Dv);
+                att_cp_commit(pipe);
+            } else {
+                __syncthreads();
+                att_load_raw(Kh, L.ldkv, a.k, b, q.hk, j0, nk, nk16 * 16, D);
+                __syncthreads();
+            }
             float sc[2 * NS][4];
-            att_warp_abt<T, NS>(sc, q_row, (const T *)KVh, L.ldkv, nk16, D / 16);
-            __syncthreads(); /* K's readers are done */
-            att_load_raw(KVh, L.ldkv, a.v, b, q.hk, j0, nk, nk16 * 16, Dv);
+            att_warp_abt<T, NS>(sc, q_row, (const T *)Kh, L.ldkv, nk16, D / 16);
+            const bool interior = !masked && nk == BK && (!a.causal || j0 + BK - 1 <= q.i0);
             float mt[2] = {-INFINITY, -INFINITY};
 #pragma unroll
             for (int n = 0; n < 2 * NS; n++)
 #pragma unroll
                 for (int e = 0; e < 4; e++) {
                     const int r = e / 2, jj = 8 * n + 2 * t + e % 2;
-                    float sv = -INFINITY;
-                    if (q.ok[r] && jj < nk) sv = gpucore_attn_score(&a, sc[n][e], gpucore_attn_bias(&a, b, h, q.row[r], j0 + jj));
+                    float sv = sc[n][e] * sl2;
+                    if (!interior) {
+                        const float bias = q.ok[r] && jj < nk ? gpucore_attn_bias(&a, b, h, q.row[r], j0 + jj) : -INFINITY;
+                        sv = bias == -INFINITY ? -INFINITY : fmaf(sc[n][e], sl2, bias * 1.4426950408889634f);
+                    }
                     sc[n][e] = sv;
                     mt[r] = fmaxf(mt[r], sv);
                 }
@@ -648,13 +719,13 @@ __global__ void __launch_bounds__(ATT_THREADS, NC <= 8 ? ATT_TC_MIN_BLOCKS : ATT
             for (int r = 0; r < 2; r++) {
                 for (int w = 1; w < 4; w *= 2) mt[r] = fmaxf(mt[r], __shfl_xor_sync(0xffffffffu, mt[r], w));
                 mn[r] = fmaxf(m[r], mt[r]);
-                alpha[r] = mn[r] == -INFINITY ? 1.0f : gpucore_attn_exp(m[r], mn[r]);
+                alpha[r] = mn[r] == -INFINITY ? 1.0f : exp2f(m[r] - mn[r]);
             }
             uint32_t pa[NS][4];
             att_pack_a<NS>(pa, [&](int n, int e, int r, int jj) {
-                const float p = mn[r] == -INFINITY ? 0.0f : gpucore_attn_exp(sc[n][e], mn[r]);
+                const float p = mn[r] == -INFINITY ? 0.0f : exp2f(sc[n][e] - mn[r]);
                 lt[r] += p;
-                return att_bits((T)(p == 0.0f ? 0.0f : p * gpucore_attn_keep(&a, b, h, q.row[r], j0 + jj)));
+                return att_bits((T)(dropout && p != 0.0f ? p * gpucore_attn_keep(&a, b, h, q.row[r], j0 + jj) : p));
             });
 #pragma unroll
             for (int r = 0; r < 2; r++) {
@@ -669,20 +740,60 @@ __global__ void __launch_bounds__(ATT_THREADS, NC <= 8 ? ATT_TC_MIN_BLOCKS : ATT
                 o[n][0] *= alpha[0], o[n][1] *= alpha[0];
                 o[n][2] *= alpha[1], o[n][3] *= alpha[1];
             }
-            __syncthreads(); /* V is in */
-            att_warp_pb<T, NC, NS>(o, pa, (const T *)KVh, L.ldkv, Dv / 16, nk16);
+            if constexpr (ASYNC) {
+                att_cp_wait_all(pipe);
+                __syncthreads(); /* V_j in; K_j's readers are done */
+                if (j0 + BK < kend) {
+                    const int nn = (int)att_min(BK, kend - j0 - BK);
+                    att_cp_tile(pipe, Kh, L.ldkv, att_row_ptr(a.k, b, q.hk, j0 + BK), a.k.stride[2], nn,
+                                (nn + 15) / 16 * 16, D);
+                    att_cp_commit(pipe);
+                }
+            } else {
+                __syncthreads(); /* K's readers are done */
+                att_load_raw(Vh, L.ldkv, a.v, b, q.hk, j0, nk, nk16 * 16, Dv);
+                __syncthreads(); /* V is in */
+            }
+            att_warp_pb<T, NC, NS>(o, pa, (const T *)Vh, L.ldkv, Dv / 16, nk16);
         }
+        if constexpr (ASYNC) att_cp_wait_all(pipe); /* no key tile (kend 0): Q's copies */
+        float inv[2];
 #pragma unroll
         for (int r = 0; r < 2; r++) {
-            if (!q.ok[r]) continue;
-            const float inv = l[r] > 0.0f ? 1.0f / l[r] : 0.0f;
-            att_store_acc_row<NC>(&a.out, a.dtype, b, h, q.row[r], o, r, inv, Dv);
-            if (t == 0 && a.lse) a.lse[(b * a.heads + h) * a.seq_q + q.row[r]] = gpucore_attn_lse(m[r], l[r]);
+            inv[r] = l[r] > 0.0f ? 1.0f / l[r] : 0.0f;
+            if (q.ok[r] && t == 0 && a.lse)
+                a.lse[(b * a.heads + h) * a.seq_q + q.row[r]] = gpucore_attn_lse(m[r] * 0.6931471805599453f, l[r]);
+        }
+        if (ASYNC && out16) {
+            /* The warp's 16 rows as 16-bit values into rows 16 warp.. of the tile buffers (2 BK >= 64 rows of
+             * ldkv >= Dv + 8), then each lane writes 16-byte chunks of them. */
+            __syncthreads(); /* every warp's V readers are done */
+            uint16_t *os = Kh + 16 * warp * L.ldkv;
+#pragma unroll
+            for (int n = 0; n < NC; n++)
+#pragma unroll
+                for (int r = 0; r < 2; r++)
+                    if (8 * n < Dv)
+                        *(uint32_t *)(os + (lane / 4 + 8 * r) * L.ldkv + 8 * n + 2 * t) =
+                            (uint32_t)att_bits((T)(o[n][2 * r] * inv[r])) |
+                            (uint32_t)att_bits((T)(o[n][2 * r + 1] * inv[r])) << 16;
+            __syncwarp();
+            const int cpr = Dv / 8, step = 32 / cpr, c = lane % cpr;
+            const int64_t rs = a.out.stride[2];
+            uint16_t *dst = (uint16_t *)a.out.data + gpucore_attn_offset(&a.out, b, h, q.i0 + 16 * warp, 0);
+            const int nrows = (int)att_min(16, q.nq - 16 * warp);
+            if (lane / cpr < step)
+                for (int r = lane / cpr; r < nrows; r += step)
+                    *(uint4 *)(dst + r * rs + 8 * c) = *(const uint4 *)(os + r * L.ldkv + 8 * c);
+        } else {
+#pragma unroll
+            for (int r = 0; r < 2; r++)
+                if (q.ok[r]) att_store_acc_row<NC>(&a.out, a.dtype, b, h, q.row[r], o, r, inv[r], Dv);
         }
     }
 }
 
-/* dq: per key tile (att_tc_dq_bk keys) dP = dout Vᵀ and then S = Q Kᵀ (in that order, so the K tile
+/* dq: per key tile (att_tc_rows_bk keys) dP = dout Vᵀ and then S = Q Kᵀ (in that order, so the K tile
  * stays for dS K: each of K and V is read once per tile), dS = P (dP keep - D_i) scale per element,
  * rounded to the operand type (as P is in the forward) as the A fragments of dS K, added to the warp's
  * dq accumulators. NC bounds D. Three blocks per SM at both head-dim classes: at four (128 registers)
@@ -691,7 +802,7 @@ template <int NC, typename T>
 __global__ void __launch_bounds__(ATT_THREADS, ATT_TC_ROWS_MIN_BLOCKS_WIDE) attention_dq_tc_kernel(gpucore_attn_args a, int64_t nqt)
 {
     extern __shared__ __align__(128) float attn_smem[]; /* the tiles' offsets are multiples of 32 bytes from here */
-    enum { BK = att_tc_dq_bk<NC>(), NS = BK / 16 };
+    enum { BK = att_tc_rows_bk<NC>(), NS = BK / 16 };
     const int D = (int)a.head_dim, Dv = (int)a.head_dim_v;
     const att_tc_rows_layout L = att_tc_rows_plan(D, Dv, 1, BK);
     uint16_t *Qh = (uint16_t *)attn_smem, *dOh = (uint16_t *)((char *)attn_smem + L.o);
@@ -860,15 +971,22 @@ template <int NC, typename T> static int attention_launch_tc(const gpucore_launc
     const int64_t nqt = (a->seq_q + ATT_TC_QROWS - 1) / ATT_TC_QROWS;
     unsigned grid = gpucore_grid_for(a->batch * a->heads * nqt * ATT_THREADS, ATT_THREADS, l->sm_count);
     if (a->op == GPUCORE_ATTN_FWD) {
+        const int out16 = att_tc_rows16(&a->out);
+        if (att_tc_fwd_async_ok(a)) {
+            const size_t bytes = att_tc_rows_plan(a->head_dim, a->head_dim_v, 0, att_tc_rows_bk<NC>(), 2).bytes;
+            void (*const attention_forward_tc)(gpucore_attn_args, int64_t, int) = attention_forward_tc_kernel<NC, T, true>;
+            GPUCORE_LAUNCH(attention_forward_tc, grid, ATT_THREADS, bytes, l->stream, *a, nqt, out16);
+            return GPUCORE_LAUNCH_STATUS();
+        }
         const size_t bytes = att_tc_rows_plan(a->head_dim, a->head_dim_v, 0, ATT_TC_BK).bytes;
-        void (*const attention_forward_tc)(gpucore_attn_args, int64_t) = attention_forward_tc_kernel<NC, T>;
-        GPUCORE_LAUNCH(attention_forward_tc, grid, ATT_THREADS, bytes, l->stream, *a, nqt);
+        void (*const attention_forward_tc)(gpucore_attn_args, int64_t, int) = attention_forward_tc_kernel<NC, T, false>;
+        GPUCORE_LAUNCH(attention_forward_tc, grid, ATT_THREADS, bytes, l->stream, *a, nqt, 0);
         return GPUCORE_LAUNCH_STATUS();
     }
     int derr = attention_delta_launch(l, a);
     if (derr) return derr;
     if (a->dq.data) {
-        const size_t bytes = att_tc_rows_plan(a->head_dim, a->head_dim_v, 1, att_tc_dq_bk<NC>()).bytes;
+        const size_t bytes = att_tc_rows_plan(a->head_dim, a->head_dim_v, 1, att_tc_rows_bk<NC>()).bytes;
         void (*const attention_dq_tc)(gpucore_attn_args, int64_t) = attention_dq_tc_kernel<NC, T>;
         GPUCORE_LAUNCH(attention_dq_tc, grid, ATT_THREADS, bytes, l->stream, *a, nqt);
         int err = GPUCORE_LAUNCH_STATUS();

@@ -3,8 +3,10 @@
  * _backward) against a float64 reference on every backend: plain, causal,
  * key-padding lengths, additive and boolean masks (broadcast), GQA, dropout,
  * odd sequence lengths and head dims up to 256, q/k/v/out as permuted
- * [B,S,H,D] views and strided slices, f32/f16/bf16 (f16/bf16 head dims 16..128
- * in steps of 16 on the CUDA kernel's tensor-core forward); outputs poisoned and
+ * [B,S,H,D] views, strided slices and unit-stride views whose rows are not 16-byte
+ * aligned, f32/f16/bf16 (f16/bf16 head dims 16..128 in steps of 16 on the CUDA
+ * kernel's tensor-core forward: its cp.async path for unit-stride 16-byte rows, its
+ * element path otherwise); outputs poisoned and
  * guarded. The reference backward is itself checked by finite differences.
  * MHA f16/bf16 cases that cuDNN's SDPA takes on the cuda backend (causal, key
  * lengths with a 0, additive [Sq, Sk] and [B, 1, 1, Sk] masks, rows that admit no
@@ -25,7 +27,8 @@ typedef struct att_case {
                     * 4 additive f32 [B, 1, 1, Sk] (batch entry 1 all -inf, key 0 of entry 0 -inf) */
     int lens;      /* 1: kv_lengths (i32) < Sk for some batch entries, one of them 0 */
     double dropout;
-    int layout;    /* 0 contiguous; 1 [B,S,H,D] projections permuted (inputs and outputs); 2 strided last dim */
+    int layout;    /* 0 contiguous; 1 [B,S,H,D] projections permuted (inputs and outputs); 2 strided last dim;
+                    * 3 q, k, v with unit stride but rows not 16-byte aligned (a view one element into rows of D + 1) */
     int cudnn;     /* 1: f16/bf16 on the cuda backend must run on cuDNN's SDPA under GPUCORE_EXPECT_CUDNN=1 */
 } att_case;
 
@@ -184,6 +187,14 @@ static gpucore_tensor *make_operand(gpucore_context *ctx, gpucore_dtype dt, int 
                                     int64_t D, double **host)
 {
     const int64_t shape[4] = {B, H, S, D};
+    if (layout == 3) {
+        const int64_t wide[4] = {B, H, S, D + 1};
+        gpucore_tensor *base = make_input(ctx, dt, 4, wide, 0, -1.5, 1.5, NULL), *view = NULL;
+        CHECK_OK(gpucore_tensor_slice(base, 3, 1, D + 1, 1, &view));
+        gpucore_tensor_destroy(base);
+        if (host) *host = read_back(view);
+        return view;
+    }
     if (layout != 1) return make_input(ctx, dt, 4, shape, layout == 2 ? 1 : 0, -1.5, 1.5, host);
     const int64_t bshape[4] = {B, S, H, D};
     gpucore_tensor *base = make_input(ctx, dt, 4, bshape, 0, -1.5, 1.5, NULL), *view = NULL;
@@ -194,13 +205,18 @@ static gpucore_tensor *make_operand(gpucore_context *ctx, gpucore_dtype dt, int 
     return view;
 }
 
-/* A poisoned, guarded output; with permuted, *view is a [B,S,H,D] buffer seen as [B,H,S,D]. */
+/* A poisoned, guarded output; with permuted, *view is a [B,S,H,D] buffer seen as [B,H,S,D]; else
+ * contiguous, starting OUT_ALIGN_PAD elements past the guard (a 16-byte boundary: GUARD + OUT_ALIGN_PAD = 72),
+ * so a head dim that is a multiple of 8 gives 16-byte aligned rows (the CUDA forward's 16-byte stores). */
+#define OUT_ALIGN_PAD 5
 static guarded make_out(gpucore_context *ctx, gpucore_dtype dt, int permuted, const int64_t *shape,
                         gpucore_tensor **view)
 {
     if (!permuted) {
-        guarded g = make_output(ctx, dt, 4, shape, 0);
-        *view = g.view;
+        const int64_t n = shape[0] * shape[1] * shape[2] * shape[3] + OUT_ALIGN_PAD;
+        const int64_t strides[4] = {shape[1] * shape[2] * shape[3], shape[2] * shape[3], shape[3], 1};
+        guarded g = make_output(ctx, dt, 1, &n, 0);
+        CHECK_OK(gpucore_tensor_as_strided(g.view, 4, shape, strides, GUARD + OUT_ALIGN_PAD, view));
         return g;
     }
     const int64_t bshape[4] = {shape[0], shape[2], shape[1], shape[3]};
@@ -262,7 +278,7 @@ static void run_case(gpucore_context *ctx, const att_case *c, gpucore_dtype dt)
     gpucore_tensor *q = make_operand(ctx, dt, c->layout, c->B, c->H, c->Sq, c->D, &r.q);
     gpucore_tensor *k = make_operand(ctx, dt, c->layout, c->B, c->Hkv, c->Sk, c->D, &r.k);
     gpucore_tensor *v = make_operand(ctx, dt, c->layout, c->B, c->Hkv, c->Sk, c->Dv, &r.v);
-    gpucore_tensor *dout = make_operand(ctx, dt, c->layout == 1 ? 0 : c->layout, c->B, c->H, c->Sq, c->Dv, NULL);
+    gpucore_tensor *dout = make_operand(ctx, dt, c->layout == 1 || c->layout == 3 ? 0 : c->layout, c->B, c->H, c->Sq, c->Dv, NULL);
     double *hdout = read_back(dout);
     gpucore_tensor *mask = NULL, *lens = NULL;
     double *hmask = NULL;
@@ -377,6 +393,12 @@ static const att_case cases[] = {
     {"tc-hd64",      2, 4, 2,  81, 83, 64,  64, 1, 0, 0, 0.0, 1, 0},
     {"tc-hd128",     3, 2, 1,  37, 71, 128, 128, 0, 1, 1, 0.1, 2, 0},
     {"tc-hd32-96",   2, 2, 2,  18, 65, 32,  96, 0, 2, 0, 0.0, 0, 0},
+    /* the forward's cp.async path (unit stride, 16-byte rows) with tiles that need no mask (non-causal and
+     * unmasked; causal below the diagonal) beside diagonal and key-end tiles, and its element path for rows
+     * that are not 16-byte aligned */
+    {"tc-open",      1, 2, 2, 150, 200, 64, 64, 0, 0, 0, 0.0, 0, 0},
+    {"tc-causal-128", 1, 2, 1, 140, 140, 128, 128, 1, 0, 0, 0.0, 0, 0},
+    {"tc-unaligned", 2, 2, 2,  70, 66, 64,  32, 1, 0, 1, 0.0, 3, 0},
     /* B·Hkv of 16: the CPU's backward runs fused over (b, kv head) with up to 4 threads */
     {"fused-gqa-len", 8, 4, 2, 45, 45, 16,  16, 1, 1, 1, 0.0, 1, 0},
     {"fused-drop",    4, 4, 4, 70, 70, 16,  24, 0, 2, 0, 0.2, 2, 0},
@@ -389,8 +411,8 @@ static const att_case cases[] = {
     {"mha-mask-b11sk", 2, 2, 2, 40, 61, 64,  64, 1, 4, 0, 0.0, 1, 1},
 };
 #define FIRST_TC_CASE 7
-#define FIRST_FUSED_CASE 10
-#define FIRST_MHA_CASE 12
+#define FIRST_FUSED_CASE 13
+#define FIRST_MHA_CASE 15
 
 static void test_cases(gpucore_context *ctx)
 {
