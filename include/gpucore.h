@@ -2705,6 +2705,10 @@ GPUCORE_API gpucore_status gpucore_lm_config_int(const gpucore_lm *lm, const cha
 GPUCORE_API gpucore_status gpucore_lm_config_double(const gpucore_lm *lm, const char *key, double *value);
 /* "gpt2", "llama", "mistral", "qwen2"; NULL for an invalid handle. */
 GPUCORE_API const char *gpucore_lm_arch_name(const gpucore_lm *lm);
+/* PEFT's default LoRA target modules of an architecture by its model_type ("gpt2": "c_attn";
+ * "llama", "mistral", "qwen2": "q_proj,v_proj"), comma-separated, static; NULL (with the error set)
+ * for a model_type that is not implemented. */
+GPUCORE_API const char *gpucore_lm_default_lora_targets(const char *model_type);
 /* The configuration as JSON text: a folder's config.json as it was read, or the config a GGUF
  * file's metadata was written as. *json is borrowed, valid until the model is destroyed. */
 GPUCORE_API gpucore_status gpucore_lm_config_json(const gpucore_lm *lm, const char **json);

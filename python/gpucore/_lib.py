@@ -585,6 +585,7 @@ DECLARATIONS: Dict[str, Tuple[Any, List[Any]]] = {
     "gpucore_lm_config_int": (STATUS, [H, c_char_p, P_I64]),
     "gpucore_lm_config_double": (STATUS, [H, c_char_p, POINTER(c_double)]),
     "gpucore_lm_arch_name": (c_char_p, [H]),
+    "gpucore_lm_default_lora_targets": (c_char_p, [c_char_p]),
     "gpucore_lm_config_json": (STATUS, [H, POINTER(c_char_p)]),
     "gpucore_lm_parameter_count": (c_int64, [H]),
     "gpucore_lm_parameter": (STATUS, [H, c_int64, P_CHARP, P_H]),

@@ -40,13 +40,16 @@ from .optim import _Owned
 from .tensor import Tensor
 from .models_plan import MemoryPlan, plan  # noqa: F401  (gpucore.models.plan)
 
-__all__ = ["LanguageModel", "KVCache", "TokenDataset", "from_pretrained", "DEFAULT_LORA_TARGETS"]
+__all__ = ["LanguageModel", "KVCache", "TokenDataset", "from_pretrained", "default_lora_targets"]
 
 P_I64 = ctypes.POINTER(c_int64)
 
-# PEFT's default target modules per architecture (peft.utils.constants)
-DEFAULT_LORA_TARGETS = {"gpt2": ("c_attn",), "llama": ("q_proj", "v_proj"), "mistral": ("q_proj", "v_proj"),
-                        "qwen2": ("q_proj", "v_proj")}
+
+def default_lora_targets(model_type: str) -> Tuple[str, ...]:
+    """PEFT's default target modules of an architecture (its entry in the C library's table); () for
+    a model_type that is not implemented."""
+    t = C.gpucore_lm_default_lora_targets(_enc(model_type, "model_type"))
+    return tuple(t.decode().split(",")) if t else ()
 
 
 def _host_ids(x: Any, what: str) -> np.ndarray:
@@ -335,7 +338,7 @@ class LanguageModel(_Owned):
         """Adapters of rank r on the modules named (PEFT's defaults for the architecture when None:
         q_proj, v_proj; GPT-2 c_attn), scale lora_alpha / r, A kaiming-uniform from Philox(seed), B 0."""
         if target_modules is None:
-            target_modules = DEFAULT_LORA_TARGETS.get(self.arch, ())
+            target_modules = default_lora_targets(self.arch)
         if isinstance(target_modules, str):
             target_modules = (target_modules,)
         names = [str(t).encode() for t in target_modules]

@@ -86,7 +86,7 @@ def plan(model_or_path: Any, batch: int, seq: int, dtype: Any = None, quantize: 
     ``optimizer`` "adamw", "sgd" or "none"; ``quantize`` a quant format name ("nf4", "fp4", "int8", ...)
     of the decoder's linear weights; ``device`` "cpu" or "cuda" (the CUDA matmul's workspace counts;
     default: the model's context, else the CPU); ``dtype`` default: the model's (or the config's)."""
-    from .models import DEFAULT_LORA_TARGETS, LanguageModel  # models re-exports this module
+    from .models import LanguageModel, default_lora_targets  # models re-exports this module
     from .quant import QUANT_FORMATS
     if generate_max_len is not None:
         raise NotSupportedError("plan: generation (generate_max_len) is not planned yet; the plan is a training step's")
@@ -127,7 +127,7 @@ def plan(model_or_path: Any, batch: int, seq: int, dtype: Any = None, quantize: 
         known = {"r", "lora_alpha", "lora_dropout", "target_modules", "seed"}
         if not isinstance(lora, dict) or set(lora) - known:
             raise InvalidArgumentError("plan: lora must be a dict of add_lora's arguments (%s)" % ", ".join(sorted(known)))
-        targets = lora.get("target_modules") or DEFAULT_LORA_TARGETS.get(arch, ())
+        targets = lora.get("target_modules") or default_lora_targets(arch)
         if isinstance(targets, str):
             targets = (targets,)
         names = [str(t).encode() for t in targets]

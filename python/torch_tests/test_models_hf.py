@@ -443,3 +443,11 @@ def test_text_prompt_through_tokenizer_json(store, tmp_path):
     assert out == " ".join("w%d" % i for i in ids)
     with pytest.raises(gpucore.NotSupportedError, match="tokenizer.json"):
         ours(folder).generate_text("w1")
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_default_lora_targets_are_peft_defaults(arch):
+    """The library's table of architectures gives PEFT's own default target modules."""
+    from peft.utils.constants import TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING as peft_defaults
+    assert models.default_lora_targets(arch) == tuple(peft_defaults[arch])
+    assert models.default_lora_targets("no_such_arch") == ()

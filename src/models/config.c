@@ -114,10 +114,6 @@ static void read_gpt2(reader *r, lm_config *c)
     if (!r->st && c->hidden % c->heads)
         bad(r, GPUCORE_ERR_CORRUPT_FILE, "'%s' is not a multiple of n_head%s", "n_embd", "");
     c->head_dim = r->st ? 0 : c->hidden / c->heads;
-    c->qkv_bias = c->o_bias = c->mlp_bias = 1;
-    c->layer_norm = 1;
-    c->rope_theta = 0;
-    c->sliding_window = -1;
 }
 
 static void read_rope_scaling(reader *r, lm_config *c)
@@ -145,7 +141,7 @@ static void read_rope_scaling(reader *r, lm_config *c)
     if (sub.st && !r->st) r->st = sub.st;
 }
 
-static void read_llama_family(reader *r, lm_config *c, const char *type)
+static void read_llama_family(reader *r, lm_config *c, const lm_arch *a)
 {
     c->vocab = get_int(r, "vocab_size", NULL, 1);
     c->hidden = get_int(r, "hidden_size", NULL, 1);
@@ -162,7 +158,7 @@ static void read_llama_family(reader *r, lm_config *c, const char *type)
     if (c->heads % c->kv_heads) { bad(r, GPUCORE_ERR_CORRUPT_FILE, "'%s' does not divide num_attention_heads%s", "num_key_value_heads", ""); return; }
     int64_t hd = c->hidden / c->heads;
     c->head_dim = hd;
-    if (!strcmp(type, "mistral")) c->head_dim = get_int(r, "head_dim", &hd, 1);
+    if (a->head_dim_key) c->head_dim = get_int(r, "head_dim", &hd, 1);
     else refuse_if(r, get_int(r, "head_dim", &hd, 1) != hd, "head_dim",
                    "transformers 4.44 uses hidden_size / num_attention_heads for this model_type");
     if (c->head_dim % 2) bad(r, GPUCORE_ERR_CORRUPT_FILE, "'%s' must be even for RoPE%s", "head_dim", "");
@@ -171,23 +167,29 @@ static void read_llama_family(reader *r, lm_config *c, const char *type)
     refuse_if(r, strcmp(act, "silu"), "hidden_act", "only \"silu\" (SwiGLU) is implemented");
     refuse_if(r, get_num(r, "partial_rotary_factor", 1.0) != 1.0, "partial_rotary_factor", "RoPE on part of head_dim");
     read_rope_scaling(r, c);
-    c->layer_norm = 0;
-    c->sliding_window = -1;
-    if (!strcmp(type, "llama")) {
+    c->tie = get_bool(r, "tie_word_embeddings", 0);
+}
+
+/* The biases and the sliding window, as the architecture's entry says. */
+static void read_bias_window(reader *r, lm_config *c, const lm_arch *a)
+{
+    if (a->bias == LM_BIAS_KEYS) {
         c->qkv_bias = c->o_bias = get_bool(r, "attention_bias", 0);
         c->mlp_bias = get_bool(r, "mlp_bias", 0);
-        c->tie = get_bool(r, "tie_word_embeddings", 0);
-    } else {
+    } else if (a->bias != LM_BIAS_ALL) {
         refuse_if(r, get_bool(r, "attention_bias", 0), "attention_bias",
                   "this architecture's attention has no such biases in transformers");
         refuse_if(r, get_bool(r, "mlp_bias", 0), "mlp_bias", "this architecture's MLP has no biases in transformers");
-        c->qkv_bias = !strcmp(type, "qwen2");
-        c->o_bias = c->mlp_bias = 0;
-        c->tie = get_bool(r, "tie_word_embeddings", 0);
-        int64_t none = -1, w4096 = 4096;
-        if (!strcmp(type, "mistral")) c->sliding_window = get_int(r, "sliding_window", &none, 1);
-        else if (get_bool(r, "use_sliding_window", 0)) c->sliding_window = get_int(r, "sliding_window", &w4096, 1);
     }
+    if (a->bias != LM_BIAS_KEYS) {
+        c->qkv_bias = a->bias == LM_BIAS_ALL || a->bias == LM_BIAS_QKV;
+        c->o_bias = c->mlp_bias = a->bias == LM_BIAS_ALL;
+    }
+    int64_t none = -1, w4096 = 4096;
+    c->sliding_window = -1;
+    if (a->window == LM_WINDOW_KEY) c->sliding_window = get_int(r, "sliding_window", &none, 1);
+    else if (a->window == LM_WINDOW_FLAG && get_bool(r, "use_sliding_window", 0))
+        c->sliding_window = get_int(r, "sliding_window", &w4096, 1);
 }
 
 int lm_dtype_from_torch(const char *s)
@@ -212,13 +214,18 @@ static gpucore_status config_from_json(char *text, void *jv, const char *path, l
     const char *type = get_str(&r, "model_type", NULL);
     if (!r.st && !type) bad(&r, GPUCORE_ERR_CORRUPT_FILE, "field '%s' is missing%s", "model_type", "");
     if (!r.st) {
-        if (!strcmp(type, "gpt2")) { c->arch = GPUCORE_LM_GPT2; read_gpt2(&r, c); }
-        else if (!strcmp(type, "llama")) { c->arch = GPUCORE_LM_LLAMA; read_llama_family(&r, c, type); }
-        else if (!strcmp(type, "mistral")) { c->arch = GPUCORE_LM_MISTRAL; read_llama_family(&r, c, type); }
-        else if (!strcmp(type, "qwen2")) { c->arch = GPUCORE_LM_QWEN2; read_llama_family(&r, c, type); }
-        else {
-            char why[160];
-            snprintf(why, sizeof why, "model_type \"%.64s\" (gpt2, llama, mistral and qwen2 are implemented)", type);
+        c->def = lm_arch_by_type(type);
+        if (c->def) {
+            c->arch = c->def->id;
+            if (c->def->keys == LM_KEYS_GPT2) read_gpt2(&r, c);
+            else read_llama_family(&r, c, c->def);
+            read_bias_window(&r, c, c->def);
+            c->layer_norm = c->def->norm == LM_NORM_LAYER;
+            if (c->def->pos != LM_POS_ROPE) c->rope_theta = 0;
+        } else {
+            char why[256], known[160];
+            snprintf(why, sizeof why, "model_type \"%.64s\" (%s are implemented)", type,
+                     lm_arch_list(0, known, sizeof known));
             refuse_if(&r, 1, "model_type", why);
         }
     }
@@ -297,7 +304,7 @@ gpucore_status lm_check_length(const gpucore_lm *lm, int64_t total, const char *
     const lm_config *c = &lm->cfg;
     if (total > c->max_pos)
         return gpucore_set_error(GPUCORE_ERR_INVALID_ARGUMENT, "%s: %lld positions exceed the model's %s (%lld)", op,
-                                 (long long)total, c->arch == GPUCORE_LM_GPT2 ? "n_positions" : "max_position_embeddings",
+                                 (long long)total, c->def->keys == LM_KEYS_GPT2 ? "n_positions" : "max_position_embeddings",
                                  (long long)c->max_pos);
     if (c->sliding_window >= 0 && total > c->sliding_window)
         return gpucore_set_error(GPUCORE_ERR_NOT_SUPPORTED, "%s: %lld positions exceed the config's sliding_window "

@@ -181,7 +181,7 @@ gpucore_status lm_attention_forward(lm_layer *L, gpucore_ckpt_call *call, const 
 {
     gpucore_lm *lm = L->lm;
     const lm_config *c = &lm->cfg;
-    int gpt2 = c->arch == GPUCORE_LM_GPT2;
+    int fused = c->def->fused_qkv;
     int64_t B = x->shape[0], T = x->shape[1], hd = c->head_dim, H = c->heads, Hk = c->kv_heads;
     int64_t pos0 = run ? run->pos0 : 0;
     gpucore_lm_cache *cache = run ? run->cache : NULL;
@@ -191,11 +191,11 @@ gpucore_status lm_attention_forward(lm_layer *L, gpucore_ckpt_call *call, const 
     gpucore_status st = GPUCORE_OK;
     *y = NULL;
     CHK(norm_fwd(lm, call, x, L->n1_w, L->n1_b, &n, s));
-    if (gpt2) {
+    if (fused) {
         CHK(lin_fwd(lm, &L->attn[0], call, n, &p[0], &xa[0], s));
         CHK(heads_view(p[0], H, hd, 0, &q4));
-        CHK(heads_view(p[0], H, hd, H * hd, &k4));
-        CHK(heads_view(p[0], H, hd, 2 * H * hd, &v4));
+        CHK(heads_view(p[0], Hk, hd, H * hd, &k4));
+        CHK(heads_view(p[0], Hk, hd, (H + Hk) * hd, &v4));
     } else {
         for (int k = 0; k < 3; k++) CHK(lin_fwd(lm, &L->attn[k], call, n, &p[k], &xa[k], s));
         CHK(heads_view(p[0], H, hd, 0, &q4));
@@ -226,12 +226,12 @@ gpucore_status lm_attention_forward(lm_layer *L, gpucore_ckpt_call *call, const 
     CHK(heads_view(ao, H, hd, 0, &ao4));
     if (call) CHK(gpucore_tensor_create(x->ctx, GPUCORE_F32, 3, lshape, &lse));
     CHK(gpucore_attention_forward(ao4, lse, q4, K, V, mask, NULL, &ao_opts, s));
-    lm_linear *lo = &L->attn[gpt2 ? 1 : 3];
+    lm_linear *lo = &L->attn[fused ? 1 : 3];
     CHK(lin_fwd(lm, lo, call, ao, &o, &xa[3], s));
     CHK(gpucore_axpy(o, 1.0, x, s));
     if (call) {
         /* 4, 5, 6: q, k, v (rotated); 7: attention output; 8: lse; 9..: the adapters' x·Aᵀ in forward order */
-        for (int k = 0; k < 3; k++) CHK(save(call, p[gpt2 ? 0 : k]));
+        for (int k = 0; k < 3; k++) CHK(save(call, p[fused ? 0 : k]));
         CHK(save(call, ao));
         CHK(save(call, lse));
         for (int k = 0; k < 4; k++)
@@ -251,8 +251,8 @@ static gpucore_status attention_backward(lm_layer *L, gpucore_ckpt_call *call, c
 {
     gpucore_lm *lm = L->lm;
     const lm_config *c = &lm->cfg;
-    int gpt2 = c->arch == GPUCORE_LM_GPT2;
-    int nl = gpt2 ? 2 : 4;
+    int fused = c->def->fused_qkv;
+    int nl = lm_arch_n_attn(c->def);
     gpucore_tensor *x, *n, *p[3], *ao, *lse, *xa[4] = {NULL, NULL, NULL, NULL};
     gpucore_tensor *dao = NULL, *d[3] = {NULL, NULL, NULL}, *dqkv = NULL, *dh = NULL, *tmp = NULL;
     gpucore_tensor *q4 = NULL, *k4 = NULL, *v4 = NULL, *ao4 = NULL, *dq4 = NULL, *dk4 = NULL, *dv4 = NULL;
@@ -277,10 +277,10 @@ static gpucore_status attention_backward(lm_layer *L, gpucore_ckpt_call *call, c
     CHK(gpucore_tensor_create(x->ctx, (gpucore_dtype)x->dtype, 3, sh_q, &d[0]));
     CHK(gpucore_tensor_create(x->ctx, (gpucore_dtype)x->dtype, 3, sh_kv, &d[1]));
     CHK(gpucore_tensor_create(x->ctx, (gpucore_dtype)x->dtype, 3, sh_kv, &d[2]));
-    if (gpt2) {
+    if (fused) {
         CHK(heads_view(p[0], H, hd, 0, &q4));
-        CHK(heads_view(p[0], H, hd, H * hd, &k4));
-        CHK(heads_view(p[0], H, hd, 2 * H * hd, &v4));
+        CHK(heads_view(p[0], Hk, hd, H * hd, &k4));
+        CHK(heads_view(p[0], Hk, hd, (H + Hk) * hd, &v4));
     } else {
         CHK(heads_view(p[0], H, hd, 0, &q4));
         CHK(heads_view(p[1], Hk, hd, 0, &k4));
@@ -303,8 +303,8 @@ static gpucore_status attention_backward(lm_layer *L, gpucore_ckpt_call *call, c
         CHK(gpucore_rotary_embedding_backward(dk4, dk4, cs, sn, 0, s));
     }
     int want_dh = dx || L->dn1_w;
-    if (gpt2) {
-        int64_t sh[3] = {B, T, 3 * H * hd};
+    if (fused) {
+        int64_t sh[3] = {B, T, (H + 2 * Hk) * hd};
         CHK(gpucore_tensor_create(x->ctx, (gpucore_dtype)x->dtype, 3, sh, &dqkv));
         CHK(gpucore_concat(dqkv, d, 3, 2, s));
         CHK(lin_bwd(&L->attn[0], &o[0], n, dqkv, xa[0], want_dh, &dh, s));
@@ -328,20 +328,20 @@ gpucore_status lm_mlp_forward(lm_layer *L, gpucore_ckpt_call *call, const gpucor
                               gpucore_stream *s)
 {
     gpucore_lm *lm = L->lm;
-    int gpt2 = lm->cfg.arch == GPUCORE_LM_GPT2;
+    int gelu = lm->cfg.def->mlp == LM_MLP_GELU_TANH;
     gpucore_tensor *n = NULL, *a = NULL, *b = NULL, *m = NULL, *o = NULL, *xa[3] = {NULL, NULL, NULL};
     gpucore_status st = GPUCORE_OK;
     *y = NULL;
     CHK(norm_fwd(lm, call, x, L->n2_w, L->n2_b, &n, s));
     CHK(lin_fwd(lm, &L->mlp[0], call, n, &a, &xa[0], s));
     CHK(gpucore_tensor_create(x->ctx, (gpucore_dtype)x->dtype, a->ndim, a->shape, &m));
-    if (gpt2) {
+    if (gelu) {
         CHK(gpucore_activation_forward(GPUCORE_ACT_GELU_TANH, m, a, s));
     } else {
         CHK(lin_fwd(lm, &L->mlp[1], call, n, &b, &xa[1], s));
         CHK(gpucore_glu(m, a, b, GPUCORE_GLU_SWIGLU, s));
     }
-    CHK(lin_fwd(lm, &L->mlp[gpt2 ? 1 : 2], call, m, &o, &xa[2], s));
+    CHK(lin_fwd(lm, &L->mlp[gelu ? 1 : 2], call, m, &o, &xa[2], s));
     CHK(gpucore_axpy(o, 1.0, x, s));
     if (call) {
         /* 4: fc / gate output; 5: up output (GPT-2: the fc output again); 6: the activation; 7..: x·Aᵀ */
@@ -363,10 +363,10 @@ static gpucore_status mlp_backward(lm_layer *L, gpucore_ckpt_call *call, const g
                                    gpucore_stream *s)
 {
     gpucore_lm *lm = L->lm;
-    int gpt2 = lm->cfg.arch == GPUCORE_LM_GPT2;
+    int gelu = lm->cfg.def->mlp == LM_MLP_GELU_TANH;
     gpucore_tensor *n, *a, *b, *m, *xa[3] = {NULL, NULL, NULL};
     gpucore_tensor *dm = NULL, *da = NULL, *db = NULL, *dh = NULL, *tmp = NULL;
-    lm_linear *lin[3] = {&L->mlp[0], gpt2 ? NULL : &L->mlp[1], &L->mlp[gpt2 ? 1 : 2]};
+    lm_linear *lin[3] = {&L->mlp[0], gelu ? NULL : &L->mlp[1], &L->mlp[gelu ? 1 : 2]};
     gpucore_lora_options o[3];
     gpucore_status st = GPUCORE_OK;
     CHK(gpucore_ckpt_saved(call, 3, &n));
@@ -382,7 +382,7 @@ static gpucore_status mlp_backward(lm_layer *L, gpucore_ckpt_call *call, const g
     }
     CHK(lin_bwd(lin[2], &o[2], m, dy, xa[2], 1, &dm, s));
     int want_dh = dx || L->dn2_w;
-    if (gpt2) {
+    if (gelu) {
         CHK(gpucore_activation_backward(GPUCORE_ACT_GELU_TANH, dm, dm, a, s));
         CHK(lin_bwd(lin[0], &o[0], n, dm, xa[0], want_dh, &dh, s));
     } else {

@@ -303,9 +303,8 @@ gpucore_status gpucore_lm_config_json(const gpucore_lm *lm, const char **json)
 
 const char *gpucore_lm_arch_name(const gpucore_lm *lm)
 {
-    static const char *names[4] = {"gpt2", "llama", "mistral", "qwen2"};
     if (!lm || lm->magic != LM_MAGIC) return NULL;
-    return names[lm->cfg.arch];
+    return lm->cfg.def->model_type;
 }
 
 gpucore_status gpucore_lm_config_int(const gpucore_lm *lm, const char *key, int64_t *value)

@@ -12,6 +12,7 @@
 #include "core/internal.h"
 #include "gpucore_config.h"
 #include "io/json_file.h"
+#include "arch.h"
 
 #define LM_MAGIC 0x1A4E0D31u
 #define LM_CACHE_MAGIC 0x1AC4C4E1u
@@ -19,6 +20,7 @@
 
 typedef struct lm_config {
     int arch;                      /* gpucore_lm_arch */
+    const lm_arch *def;            /* its table entry (arch.c) */
     int64_t vocab, layers, hidden, heads, kv_heads, head_dim, inter, max_pos;
     int64_t sliding_window;        /* -1: none in use */
     int tie;                       /* head = embedding */
@@ -48,8 +50,8 @@ typedef struct lm_linear {
     int conv1d;                    /* stored [in, out] in the file (GPT-2) */
 } lm_linear;
 
-/* Attention linears: gpt2 {c_attn (q|k|v fused), c_proj}; others {q, k, v, o}.
- * MLP linears: gpt2 {c_fc, c_proj}; others {gate, up, down}. */
+/* Attention linears: fused {qkv, out} (gpt2's c_attn, c_proj); others {q, k, v, o}.
+ * MLP linears: GELU {fc, proj}; SwiGLU {gate, up, down} (the entry's names, arch.h). */
 typedef struct lm_layer {
     struct gpucore_lm *lm;
     int64_t index;

@@ -2,7 +2,7 @@
  * load_gguf.c — a language model from a GGUF file (llama.cpp's format) instead of a Hugging
  * Face folder: the file's metadata written as the config.json transformers would have (so the
  * config reader's checks and refusals apply unchanged), llama.cpp's tensor names mapped to the
- * Hugging Face names of the registry (one table per architecture); the linear layers' weights
+ * Hugging Face names of the registry (the architecture's entry, arch.c); the linear layers' weights
  * in a block format (Q4_0 .. Q6_K) kept as those blocks (quantize.c), every other weight decoded
  * to the model's dtype, one tensor at a time. llama.cpp's converter permutes the rows of Llama's q
  * and k projections so that rotary pairs sit side by side (interleaved); the model here rotates
@@ -21,68 +21,19 @@
 
 #define OP "gpucore_lm_create"
 
-/* ---- the name tables: Hugging Face name (per-layer ones after the layer prefix) -> GGUF name ---- */
-
-typedef struct name_pair { const char *hf, *gguf; } name_pair;
-
-static const name_pair llama_global[] = {
-    {"model.embed_tokens.weight", "token_embd.weight"}, {"model.norm.weight", "output_norm.weight"},
-    {"lm_head.weight", "output.weight"},
-};
-static const name_pair llama_layer[] = {
-    {"input_layernorm.weight", "attn_norm.weight"},
-    {"self_attn.q_proj.weight", "attn_q.weight"},      {"self_attn.q_proj.bias", "attn_q.bias"},
-    {"self_attn.k_proj.weight", "attn_k.weight"},      {"self_attn.k_proj.bias", "attn_k.bias"},
-    {"self_attn.v_proj.weight", "attn_v.weight"},      {"self_attn.v_proj.bias", "attn_v.bias"},
-    {"self_attn.o_proj.weight", "attn_output.weight"}, {"self_attn.o_proj.bias", "attn_output.bias"},
-    {"post_attention_layernorm.weight", "ffn_norm.weight"},
-    {"mlp.gate_proj.weight", "ffn_gate.weight"},       {"mlp.gate_proj.bias", "ffn_gate.bias"},
-    {"mlp.up_proj.weight", "ffn_up.weight"},           {"mlp.up_proj.bias", "ffn_up.bias"},
-    {"mlp.down_proj.weight", "ffn_down.weight"},       {"mlp.down_proj.bias", "ffn_down.bias"},
-};
-/* GPT-2's Conv1D weights are stored transposed by llama.cpp's converter: [out, in] row-major, as held here. */
-static const name_pair gpt2_global[] = {
-    {"transformer.wte.weight", "token_embd.weight"}, {"transformer.wpe.weight", "position_embd.weight"},
-    {"transformer.ln_f.weight", "output_norm.weight"}, {"transformer.ln_f.bias", "output_norm.bias"},
-    {"lm_head.weight", "output.weight"},
-};
-static const name_pair gpt2_layer[] = {
-    {"ln_1.weight", "attn_norm.weight"},        {"ln_1.bias", "attn_norm.bias"},
-    {"attn.c_attn.weight", "attn_qkv.weight"},  {"attn.c_attn.bias", "attn_qkv.bias"},
-    {"attn.c_proj.weight", "attn_output.weight"}, {"attn.c_proj.bias", "attn_output.bias"},
-    {"ln_2.weight", "ffn_norm.weight"},         {"ln_2.bias", "ffn_norm.bias"},
-    {"mlp.c_fc.weight", "ffn_up.weight"},       {"mlp.c_fc.bias", "ffn_up.bias"},
-    {"mlp.c_proj.weight", "ffn_down.weight"},   {"mlp.c_proj.bias", "ffn_down.bias"},
-};
-
-typedef struct arch_table {
-    const char *name;              /* general.architecture */
-    int arch;                      /* gpucore_lm_arch */
-    const char *layer_prefix;      /* "model.layers." */
-    const name_pair *global, *layer;
-    int n_global, n_layer;
-    int unpermute_qk;              /* llama.cpp's converter permuted q/k rows (LlamaModel) */
-} arch_table;
-
-#define N(a) ((int)(sizeof a / sizeof a[0]))
-static const arch_table tables[] = {
-    {"llama", GPUCORE_LM_LLAMA, "model.layers.", llama_global, llama_layer, N(llama_global), N(llama_layer), 1},
-    {"qwen2", GPUCORE_LM_QWEN2, "model.layers.", llama_global, llama_layer, N(llama_global), N(llama_layer), 0},
-    {"gpt2", GPUCORE_LM_GPT2, "transformer.h.", gpt2_global, gpt2_layer, N(gpt2_global), N(gpt2_layer), 0},
-};
-
 /* The GGUF name of registry name hf into buf; 0 when the table has none. */
-static int gguf_name(const arch_table *t, const char *hf, char *buf, size_t len)
+static int gguf_name(const lm_arch *t, const char *hf, char *buf, size_t len)
 {
-    for (int i = 0; i < t->n_global; i++)
-        if (!strcmp(hf, t->global[i].hf)) { snprintf(buf, len, "%s", t->global[i].gguf); return 1; }
+    for (int i = 0; i < t->n_gguf_global; i++)
+        if (!strcmp(hf, t->gguf_global[i].hf)) { snprintf(buf, len, "%s", t->gguf_global[i].gguf); return 1; }
     size_t pl = strlen(t->layer_prefix);
-    if (strncmp(hf, t->layer_prefix, pl)) return 0;
+    if (strncmp(hf, t->layer_prefix, pl) || hf[pl] != '.') return 0;
+    pl++;
     char *end;
     long long layer = strtoll(hf + pl, &end, 10);
     if (end == hf + pl || *end != '.') return 0;
-    for (int i = 0; i < t->n_layer; i++)
-        if (!strcmp(end + 1, t->layer[i].hf)) { snprintf(buf, len, "blk.%lld.%s", layer, t->layer[i].gguf); return 1; }
+    for (int i = 0; i < t->n_gguf_layer; i++)
+        if (!strcmp(end + 1, t->gguf_layer[i].hf)) { snprintf(buf, len, "blk.%lld.%s", layer, t->gguf_layer[i].gguf); return 1; }
     return 0;
 }
 
@@ -150,22 +101,22 @@ static void refuse(meta *m, const char *what)
 }
 
 /* The file's metadata as the config.json transformers would have for it (new string in *json). */
-static gpucore_status config_json(gpucore_gguf *f, const char *path, const arch_table *t, int dtype, char **json)
+static gpucore_status config_json(gpucore_gguf *f, const char *path, const lm_arch *t, int dtype, char **json)
 {
-    meta m = {f, path, t->name, GPUCORE_OK};
+    meta m = {f, path, t->gguf_arch, GPUCORE_OK};
     int64_t layers = meta_int(&m, "block_count", 0, 1), hidden = meta_int(&m, "embedding_length", 0, 1);
     int64_t heads = meta_int(&m, "attention.head_count", 0, 1);
     int64_t kv = meta_int(&m, "attention.head_count_kv", heads, 0);
     int64_t ctx = meta_int(&m, "context_length", 0, 1), ffn = meta_int(&m, "feed_forward_length", 4 * hidden, 0);
     if (!m.st && (heads < 1 || hidden % heads))
         m.st = gpucore_set_error(GPUCORE_ERR_CORRUPT_FILE, OP ": '%s': %s.embedding_length (%lld) is not a multiple "
-                                 "of %s.attention.head_count (%lld)", path, t->name, (long long)hidden, t->name,
+                                 "of %s.attention.head_count (%lld)", path, t->gguf_arch, (long long)hidden, t->gguf_arch,
                                  (long long)heads);
     int64_t head_dim = m.st ? 0 : hidden / heads;
     char what[320];
     if (meta_int(&m, "expert_count", 0, 0) > 0) refuse(&m, "a mixture of experts (expert_count)");
     int64_t rot = meta_int(&m, "rope.dimension_count", head_dim, 0);
-    if (t->arch != GPUCORE_LM_GPT2 && rot != head_dim) {
+    if (t->pos == LM_POS_ROPE && rot != head_dim) {
         snprintf(what, sizeof what, "RoPE on %lld of the head's %lld dimensions (rope.dimension_count)", (long long)rot,
                  (long long)head_dim);
         refuse(&m, what);
@@ -174,7 +125,7 @@ static gpucore_status config_json(gpucore_gguf *f, const char *path, const arch_
         meta_int(&m, "attention.value_length", head_dim, 0) != head_dim)
         refuse(&m, "a head size other than embedding_length / head_count (attention.key_length / value_length)");
     char key[160];
-    snprintf(key, sizeof key, "%s.rope.scaling.type", t->name);
+    snprintf(key, sizeof key, "%s.rope.scaling.type", t->gguf_arch);
     int64_t ki = gpucore_gguf_kv_find(f, key);
     const char *scaling = NULL;
     if (ki >= 0 && gpucore_gguf_kv_string(f, ki, 0, &scaling, NULL) == GPUCORE_OK && strcmp(scaling, "none")) {
@@ -191,20 +142,20 @@ static gpucore_status config_json(gpucore_gguf *f, const char *path, const arch_
     if (vocab < 0 && emb >= 0) gpucore_gguf_tensor_info(f, emb, NULL, NULL, NULL, dims, NULL, NULL), vocab = dims[1];
     if (!m.st && vocab < 1)
         m.st = gpucore_set_error(GPUCORE_ERR_CORRUPT_FILE, OP ": '%s' gives no vocabulary size (no tokenizer.ggml.tokens, "
-                                 "%s.vocab_size or token_embd.weight)", path, t->name);
+                                 "%s.vocab_size or token_embd.weight)", path, t->gguf_arch);
     if (m.st) return m.st;
     int tie = gpucore_gguf_tensor_find(f, "output.weight") < 0;
     int64_t bos = token_id(f, "tokenizer.ggml.bos_token_id"), eos = token_id(f, "tokenizer.ggml.eos_token_id");
     int64_t pad = token_id(f, "tokenizer.ggml.padding_token_id");
     const char *torch = dtype == GPUCORE_BF16 ? "bfloat16" : dtype == GPUCORE_F16 ? "float16" : "float32";
-    if (t->arch == GPUCORE_LM_GPT2) {
+    if (t->keys == LM_KEYS_GPT2) {
         double eps = meta_float(&m, "attention.layer_norm_epsilon", 1e-5);
-        *json = lm_strdupf("{\"model_type\": \"gpt2\", \"vocab_size\": %lld, \"n_embd\": %lld, \"n_layer\": %lld, "
+        *json = lm_strdupf("{\"model_type\": \"%s\", \"vocab_size\": %lld, \"n_embd\": %lld, \"n_layer\": %lld, "
                            "\"n_head\": %lld, \"n_positions\": %lld, \"n_inner\": %lld, \"layer_norm_epsilon\": %.17g, "
                            "\"activation_function\": \"gelu_new\", \"tie_word_embeddings\": %s, \"bos_token_id\": %lld, "
                            "\"eos_token_id\": %lld, \"pad_token_id\": %lld, \"torch_dtype\": \"%s\"}",
-                           (long long)vocab, (long long)hidden, (long long)layers, (long long)heads, (long long)ctx,
-                           (long long)ffn, eps, tie ? "true" : "false", (long long)bos, (long long)eos, (long long)pad,
+                           t->model_type, (long long)vocab, (long long)hidden, (long long)layers, (long long)heads,
+                           (long long)ctx, (long long)ffn, eps, tie ? "true" : "false", (long long)bos, (long long)eos, (long long)pad,
                            torch);
     } else {
         double eps = meta_float(&m, "attention.layer_norm_rms_epsilon", 1e-6);
@@ -212,7 +163,7 @@ static gpucore_status config_json(gpucore_gguf *f, const char *path, const arch_
         int qkv_bias = gpucore_gguf_tensor_find(f, "blk.0.attn_q.bias") >= 0;
         int mlp_bias = gpucore_gguf_tensor_find(f, "blk.0.ffn_up.bias") >= 0;
         char extra[96];
-        if (t->arch == GPUCORE_LM_LLAMA)
+        if (t->bias == LM_BIAS_KEYS)
             snprintf(extra, sizeof extra, "\"attention_bias\": %s, \"mlp_bias\": %s", qkv_bias ? "true" : "false",
                      mlp_bias ? "true" : "false");
         else
@@ -223,7 +174,7 @@ static gpucore_status config_json(gpucore_gguf *f, const char *path, const arch_
                            "\"rope_theta\": %.17g, \"hidden_act\": \"silu\", \"tie_word_embeddings\": %s, %s, "
                            "\"bos_token_id\": %lld, \"eos_token_id\": %lld, \"pad_token_id\": %lld, "
                            "\"torch_dtype\": \"%s\"}",
-                           t->name, (long long)vocab, (long long)hidden, (long long)ffn, (long long)layers,
+                           t->model_type, (long long)vocab, (long long)hidden, (long long)ffn, (long long)layers,
                            (long long)heads, (long long)kv, (long long)ctx, eps, theta, tie ? "true" : "false", extra,
                            (long long)bos, (long long)eos, (long long)pad, torch);
     }
@@ -253,16 +204,16 @@ static gpucore_status unpermute_byte_rows(uint8_t *w, int64_t rows, int64_t row_
 }
 
 /* Which q/k head count the rows of p are permuted by (0: none). */
-static int64_t permuted_heads(const gpucore_lm *lm, const arch_table *t, const lm_param *p)
+static int64_t permuted_heads(const gpucore_lm *lm, const lm_arch *t, const lm_param *p)
 {
-    if (!t->unpermute_qk) return 0;
-    if (strstr(p->name, ".self_attn.q_proj.")) return lm->cfg.heads;
-    if (strstr(p->name, ".self_attn.k_proj.")) return lm->cfg.kv_heads;
+    if (!t->gguf_unpermute_qk) return 0;
+    if (strstr(p->name, t->attn[0])) return lm->cfg.heads;
+    if (strstr(p->name, t->attn[1])) return lm->cfg.kv_heads;
     return 0;
 }
 
 /* A linear weight in a block format: its bytes kept, rows put back in place. */
-static gpucore_status adopt_blocks(gpucore_lm *lm, gpucore_gguf *f, const arch_table *t, lm_param *p, int64_t i,
+static gpucore_status adopt_blocks(gpucore_lm *lm, gpucore_gguf *f, const lm_arch *t, lm_param *p, int64_t i,
                                    int fmt)
 {
     void *raw = NULL;
@@ -276,15 +227,15 @@ static gpucore_status adopt_blocks(gpucore_lm *lm, gpucore_gguf *f, const arch_t
     return st;
 }
 
-static gpucore_status load_param(gpucore_lm *lm, gpucore_gguf *f, const arch_table *t, lm_param *p, int dtype)
+static gpucore_status load_param(gpucore_lm *lm, gpucore_gguf *f, const lm_arch *t, lm_param *p, int dtype)
 {
     char gname[200];
     if (!gguf_name(t, p->name, gname, sizeof gname))
-        return gpucore_set_error(GPUCORE_ERR_INTERNAL, OP ": no GGUF name for the %s weight '%s'", t->name, p->name);
+        return gpucore_set_error(GPUCORE_ERR_INTERNAL, OP ": no GGUF name for the %s weight '%s'", t->gguf_arch, p->name);
     int64_t i = gpucore_gguf_tensor_find(f, gname);
     if (i < 0)
         return gpucore_set_error(GPUCORE_ERR_CORRUPT_FILE, OP ": '%s' has no tensor '%s' (the %s model's '%s', implied "
-                                 "by its metadata)", lm->folder, gname, t->name, p->name);
+                                 "by its metadata)", lm->folder, gname, t->gguf_arch, p->name);
     int nd;
     int64_t dims[4];
     gpucore_gguf_tensor_info(f, i, NULL, NULL, &nd, dims, NULL, NULL);
@@ -316,7 +267,7 @@ static gpucore_status load_param(gpucore_lm *lm, gpucore_gguf *f, const arch_tab
 }
 
 /* Every tensor of the file is one the model reads. */
-static gpucore_status check_leftovers(gpucore_lm *lm, gpucore_gguf *f, const arch_table *t)
+static gpucore_status check_leftovers(gpucore_lm *lm, gpucore_gguf *f, const lm_arch *t)
 {
     char gname[200];
     for (int64_t i = 0; i < gpucore_gguf_tensor_count(f); i++) {
@@ -327,7 +278,7 @@ static gpucore_status check_leftovers(gpucore_lm *lm, gpucore_gguf *f, const arc
             used = gguf_name(t, lm->params[k].name, gname, sizeof gname) && !strcmp(gname, name);
         if (!used)
             return gpucore_set_error(GPUCORE_ERR_NOT_SUPPORTED, OP ": '%s' holds tensor '%s', which a %s model as "
-                                     "implemented here does not have", lm->folder, name, t->name);
+                                     "implemented here does not have", lm->folder, name, t->gguf_arch);
     }
     return GPUCORE_OK;
 }
@@ -355,12 +306,12 @@ gpucore_status lm_load_gguf(gpucore_lm *lm, int dtype)
         return gpucore_set_error(GPUCORE_ERR_CORRUPT_FILE, OP ": '%s' has no string general.architecture",
                                  lm->folder);
     }
-    const arch_table *t = NULL;
-    for (int k = 0; k < N(tables); k++)
-        if (!strcmp(arch, tables[k].name)) t = &tables[k];
+    const lm_arch *t = lm_arch_by_gguf(arch);
     if (!t) {
+        char known[160];
         st = gpucore_set_error(GPUCORE_ERR_NOT_SUPPORTED, OP ": '%s' is a GGUF model of architecture \"%.64s\"; the "
-                               "architectures read from GGUF files are llama, qwen2 and gpt2", lm->folder, arch);
+                               "architectures read from GGUF files are %s", lm->folder, arch,
+                               lm_arch_list(1, known, sizeof known));
         gpucore_gguf_close(f);
         return st;
     }

@@ -123,6 +123,28 @@ static gpucore_status install(gpucore_lm *lm, pending *p, int64_t r, double alph
     return lm_rebuild_trainable(lm);
 }
 
+/* The distinct leaf names of the architecture's linears ("q_proj, k_proj, ..."), for messages. */
+static const char *leaf_list(const gpucore_lm *lm, char *buf, size_t len)
+{
+    const lm_arch *a = lm->cfg.def;
+    const char *names[7];
+    int n = 0;
+    for (int k = 0; k < lm_arch_n_attn(a); k++) names[n++] = a->attn[k];
+    for (int k = 0; k < lm_arch_n_mlp(a); k++) names[n++] = a->mlp_names[k];
+    size_t used = 0;
+    buf[0] = 0;
+    for (int k = 0; k < n && used < len; k++) {
+        const char *leaf = strrchr(names[k], '.') ? strrchr(names[k], '.') + 1 : names[k];
+        int seen = 0;
+        for (int j = 0; j < k && !seen; j++) {
+            const char *other = strrchr(names[j], '.') ? strrchr(names[j], '.') + 1 : names[j];
+            seen = !strcmp(leaf, other);
+        }
+        if (!seen) used += (size_t)snprintf(buf + used, len - used, "%s%s", used ? ", " : "", leaf);
+    }
+    return buf;
+}
+
 static gpucore_status check_hyper(int64_t r, double alpha, double dropout, const char *op)
 {
     if (r < 1 || r > 65536 || !isfinite(alpha) || !(dropout >= 0 && dropout < 1))
@@ -141,6 +163,7 @@ gpucore_status gpucore_lm_add_lora(gpucore_lm *lm, int64_t r, double lora_alpha,
     if (!target_modules || count < 1)
         return gpucore_set_error(GPUCORE_ERR_INVALID_ARGUMENT, "%s: give at least one target module name", op);
     pending p;
+    char leaves[200];
     if ((st = pending_init(lm, &p))) { pending_free(&p); return st; }
     for (int64_t t = 0; t < count && !st; t++) {
         int hit = 0;
@@ -149,8 +172,7 @@ gpucore_status gpucore_lm_add_lora(gpucore_lm *lm, int64_t r, double lora_alpha,
         if (!hit)
             st = gpucore_set_error(GPUCORE_ERR_INVALID_ARGUMENT, "%s: target module '%s' matches no linear layer of this "
                                    "%s model (%s)", op, target_modules[t], gpucore_lm_arch_name(lm),
-                                   lm->cfg.arch == GPUCORE_LM_GPT2 ? "c_attn, c_proj, c_fc"
-                                   : "q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj");
+                                   leaf_list(lm, leaves, sizeof leaves));
     }
     uint64_t offset = 0;
     for (int64_t i = 0; i < p.n && !st; i++) {
@@ -303,7 +325,7 @@ static gpucore_status read_adapter_config(gpucore_lm *lm, const char *path, adap
     else if (json_nonempty(root, "layer_replication")) refused = "layer_replication";
     else if (bias && !cJSON_IsNull(bias) && (!cJSON_IsString(bias) || strcmp(bias->valuestring, "none")))
         refused = "bias (only \"none\")";
-    else if (json_true(root, "fan_in_fan_out") && lm->cfg.arch != GPUCORE_LM_GPT2)
+    else if (json_true(root, "fan_in_fan_out") && !lm->cfg.def->conv1d)
         refused = "fan_in_fan_out (this architecture's weights are not Conv1D)";
     else if (tm && cJSON_IsString(tm)) refused = "target_modules as a regular expression (give a list)";
     if (refused) {
@@ -434,7 +456,7 @@ gpucore_status gpucore_lm_save_adapter(gpucore_lm *lm, const char *folder)
         cJSON_AddNullToObject(root, "auto_mapping");
         cJSON_AddStringToObject(root, "base_model_name_or_path", lm->folder);
         cJSON_AddStringToObject(root, "bias", "none");
-        cJSON_AddBoolToObject(root, "fan_in_fan_out", lm->cfg.arch == GPUCORE_LM_GPT2);
+        cJSON_AddBoolToObject(root, "fan_in_fan_out", lm->cfg.def->conv1d);
         cJSON_AddBoolToObject(root, "inference_mode", 1);
         cJSON_AddBoolToObject(root, "init_lora_weights", 1);
         cJSON_AddNullToObject(root, "layers_pattern");

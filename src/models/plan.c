@@ -162,7 +162,8 @@ typedef struct shape {
     const gpucore_lm *lm;          /* the registry (a loaded model or one built from the config) */
     const gpucore_lm_plan_options *o;
     int64_t B, T, N, D, e;         /* rows, tokens, B·T, hidden, dtype bytes */
-    int dtype, cuda, gpt2, ln;
+    int dtype, cuda, ln;
+    int fused, gelu, learned;      /* the architecture's kinds: q|k|v one linear, GELU MLP, learned positions */
     int64_t ws;                    /* CUDA matmul workspace per GEMM, 0 on the CPU */
     int64_t lora_r;
     int lora_drop;
@@ -252,12 +253,12 @@ static id attention_fwd(ledger *g, const shape *m, const lm_layer *L, id x, save
 {
     const lm_config *c = &m->lm->cfg;
     id n = norm_fwd(g, m, x, sv), p[3] = {NONE, NONE, NONE}, xa[4] = {NONE, NONE, NONE, NONE};
-    const int np = m->gpt2 ? 1 : 3;
+    const int np = m->fused ? 1 : 3;
     for (int k = 0; k < np; k++) p[k] = lin_fwd(g, m, &L->attn[k], sv != NULL, &xa[k]);
     id ao = alloc_buf(g, GPUCORE_MEM_TRANSIENT, act(m, c->heads * c->head_dim));
     id lse = sv ? alloc_buf(g, GPUCORE_MEM_TRANSIENT, m->B * c->heads * m->T * 4) : NONE;
-    id o = lin_fwd(g, m, &L->attn[m->gpt2 ? 1 : 3], sv != NULL, &xa[3]);
-    for (int k = 0; k < 3; k++) save(g, sv, p[m->gpt2 ? 0 : k]);
+    id o = lin_fwd(g, m, &L->attn[m->fused ? 1 : 3], sv != NULL, &xa[3]);
+    for (int k = 0; k < 3; k++) save(g, sv, p[m->fused ? 0 : k]);
     save(g, sv, ao);
     save(g, sv, lse);
     for (int k = 0; k < 4; k++) if (xa[k] >= 0) save(g, sv, xa[k]);
@@ -271,8 +272,8 @@ static id mlp_fwd(ledger *g, const shape *m, const lm_layer *L, id x, saves *sv)
     id n = norm_fwd(g, m, x, sv), xa[3] = {NONE, NONE, NONE}, b = NONE;
     id a = lin_fwd(g, m, &L->mlp[0], sv != NULL, &xa[0]);
     id mm = alloc_buf(g, GPUCORE_MEM_TRANSIENT, act(m, L->mlp[0].out));
-    if (!m->gpt2) b = lin_fwd(g, m, &L->mlp[1], sv != NULL, &xa[1]);
-    id o = lin_fwd(g, m, &L->mlp[m->gpt2 ? 1 : 2], sv != NULL, &xa[2]);
+    if (!m->gelu) b = lin_fwd(g, m, &L->mlp[1], sv != NULL, &xa[1]);
+    id o = lin_fwd(g, m, &L->mlp[m->gelu ? 1 : 2], sv != NULL, &xa[2]);
     save(g, sv, a);
     save(g, sv, b >= 0 ? b : a);
     save(g, sv, mm);
@@ -331,13 +332,13 @@ static void segment_bwd(ledger *g, const shape *m, int64_t i, int want_dx)
     } else if (i % 2 == 0) {                           /* attention */
         const lm_layer *L = &m->lm->layer[i / 2];
         accumulation_scratch(g, m, L->attn, L->n_attn, m->ln ? 2 : 1, scratch, &ns);
-        const int nla = m->gpt2 ? 2 : 4, want_dh = want_dx || ft;
+        const int nla = m->fused ? 2 : 4, want_dh = want_dx || ft;
         id dao = lin_bwd(g, m, &L->attn[nla - 1], 1);
         id d0 = alloc_buf(g, GPUCORE_MEM_TRANSIENT, act(m, c->heads * c->head_dim));
         id d1 = alloc_buf(g, GPUCORE_MEM_TRANSIENT, act(m, c->kv_heads * c->head_dim));
         id d2 = alloc_buf(g, GPUCORE_MEM_TRANSIENT, act(m, c->kv_heads * c->head_dim));
         id dh = NONE, dqkv = NONE;
-        if (m->gpt2) {
+        if (m->fused) {
             dqkv = alloc_buf(g, GPUCORE_MEM_TRANSIENT, act(m, L->attn[0].out));
             dh = lin_bwd(g, m, &L->attn[0], want_dh);
         } else {
@@ -354,8 +355,8 @@ static void segment_bwd(ledger *g, const shape *m, int64_t i, int want_dx)
         accumulation_scratch(g, m, L->mlp, L->n_mlp, m->ln ? 2 : 1, scratch, &ns);
         const int want_dh = want_dx || ft;
         const int64_t F = L->mlp[0].out;
-        id dm = lin_bwd(g, m, &L->mlp[m->gpt2 ? 1 : 2], 1), da = NONE, db = NONE, dh = NONE;
-        if (m->gpt2) {
+        id dm = lin_bwd(g, m, &L->mlp[m->gelu ? 1 : 2], 1), da = NONE, db = NONE, dh = NONE;
+        if (m->gelu) {
             dh = lin_bwd(g, m, &L->mlp[0], want_dh);
         } else {
             da = alloc_buf(g, GPUCORE_MEM_TRANSIENT, act(m, F));
@@ -581,7 +582,7 @@ static void embedding_grads(ledger *g, const shape *m)
     } else if (add) {
         moment(g, GPUCORE_MEM_TRANSIENT, lm->cfg.vocab * m->D * m->e);
     }
-    if (m->gpt2) {
+    if (m->learned) {
         id dpe = alloc_buf(g, GPUCORE_MEM_TRANSIENT, m->T * m->D * m->e);
         if (m->accumulate) moment(g, GPUCORE_MEM_GRADIENTS, lm->cfg.max_pos * m->D * m->e);
         unref(g, dpe);
@@ -594,7 +595,8 @@ static gpucore_status run_plan(const gpucore_lm *lm, const gpucore_lm_plan_optio
     const lm_config *c = &lm->cfg;
     shape m = {.lm = lm, .o = o, .B = o->batch, .T = o->seq, .N = o->batch * o->seq, .D = c->hidden,
                .e = gpucore_dtype_size((gpucore_dtype)dtype), .dtype = dtype, .cuda = cuda,
-               .gpt2 = c->arch == GPUCORE_LM_GPT2, .ln = c->layer_norm, .ws = cuda ? ws : 0,
+               .fused = c->def->fused_qkv, .gelu = c->def->mlp == LM_MLP_GELU_TANH,
+               .learned = c->def->pos == LM_POS_LEARNED, .ln = c->layer_norm, .ws = cuda ? ws : 0,
                .lora_r = o->lora_r, .lora_drop = o->lora_r > 0 && o->lora_dropout > 0,
                .accumulate = o->grad_accum > 1};
     const int64_t n = 2 * c->layers + 1;
@@ -621,7 +623,7 @@ static gpucore_status run_plan(const gpucore_lm *lm, const gpucore_lm_plan_optio
     id targets = alloc_buf(&g, GPUCORE_MEM_ACTIVATIONS, m.N * 8);
     g.what = "embedding";
     id x0 = alloc_buf(&g, GPUCORE_MEM_ACTIVATIONS, act(&m, m.D)), pos = NONE;
-    if (m.gpt2) {
+    if (m.learned) {
         pos = alloc_buf(&g, GPUCORE_MEM_ACTIVATIONS, m.T * 8);
         moment(&g, GPUCORE_MEM_TRANSIENT, m.T * m.D * m.e);
     }

@@ -49,59 +49,61 @@ static gpucore_status add_linear(gpucore_lm *lm, lm_linear *l, const char *modul
     return st;
 }
 
+/* A norm's weight, and its bias for a LayerNorm. */
+static gpucore_status add_norm(gpucore_lm *lm, const char *module, gpucore_tensor **w, gpucore_tensor **dw,
+                               gpucore_tensor **b, gpucore_tensor **db)
+{
+    int64_t D = lm->cfg.hidden;
+    gpucore_status st = add_param(lm, lm_strdupf("%s.weight", module), w, dw, 1, D, 0, 0);
+    if (!st && lm->cfg.def->norm == LM_NORM_LAYER) st = add_param(lm, lm_strdupf("%s.bias", module), b, db, 1, D, 0, 0);
+    return st;
+}
+
+/* The registry from the architecture's entry (arch.h): its names, linear counts, biases and layouts. */
 gpucore_status lm_build_registry(gpucore_lm *lm)
 {
     const lm_config *c = &lm->cfg;
+    const lm_arch *a = c->def;
     int64_t n = 6 + c->layers * 18;
     lm->params = calloc((size_t)n, sizeof *lm->params);
     lm->layer = calloc((size_t)c->layers, sizeof *lm->layer);
     if (!lm->params || !lm->layer) return gpucore_set_error(GPUCORE_ERR_OUT_OF_MEMORY, "gpucore_lm_create: out of host memory");
     int64_t D = c->hidden, F = c->inter, qd = c->heads * c->head_dim, kvd = c->kv_heads * c->head_dim;
-    int gpt2 = c->arch == GPUCORE_LM_GPT2;
-    const char *pre = gpt2 ? "transformer" : "model";
-    gpucore_status st = add_param(lm, lm_strdupf("%s.%s.weight", pre, gpt2 ? "wte" : "embed_tokens"), &lm->wte,
-                                  &lm->dwte, 2, c->vocab, D, 0);
-    if (!st && gpt2) st = add_param(lm, lm_strdupf("transformer.wpe.weight"), &lm->wpe, &lm->dwpe, 2, c->max_pos, D, 0);
+    int na = lm_arch_n_attn(a), nm = lm_arch_n_mlp(a);
+    /* in, out, bias of each linear in lm_layer's order */
+    int64_t ain[4] = {D, D, D, qd}, aout[4] = {qd, kvd, kvd, D};
+    int abias[4] = {c->qkv_bias, c->qkv_bias, c->qkv_bias, c->o_bias};
+    if (a->fused_qkv) {
+        ain[1] = qd; aout[0] = qd + 2 * kvd; aout[1] = D; abias[1] = c->o_bias;
+    }
+    int64_t min_[3] = {D, D, F}, mout[3] = {F, F, D};
+    if (nm == 2) { min_[1] = F; mout[1] = D; }
     char m[160];
+    gpucore_status st = add_param(lm, lm_strdupf("%s.%s.weight", a->prefix, a->embed), &lm->wte, &lm->dwte, 2,
+                                  c->vocab, D, 0);
+    if (!st && a->pos == LM_POS_LEARNED)
+        st = add_param(lm, lm_strdupf("%s.%s.weight", a->prefix, a->pos_embed), &lm->wpe, &lm->dwpe, 2, c->max_pos, D, 0);
     for (int64_t i = 0; i < c->layers && !st; i++) {
         lm_layer *L = &lm->layer[i];
         L->lm = lm;
         L->index = i;
-        if (gpt2) {
-            L->n_attn = 2; L->n_mlp = 2;
-            st = add_param(lm, lm_strdupf("transformer.h.%lld.ln_1.weight", (long long)i), &L->n1_w, &L->dn1_w, 1, D, 0, 0);
-            if (!st) st = add_param(lm, lm_strdupf("transformer.h.%lld.ln_1.bias", (long long)i), &L->n1_b, &L->dn1_b, 1, D, 0, 0);
-            snprintf(m, sizeof m, "transformer.h.%lld.attn.c_attn", (long long)i);
-            if (!st) st = add_linear(lm, &L->attn[0], m, D, 3 * D, 1, 1);
-            snprintf(m, sizeof m, "transformer.h.%lld.attn.c_proj", (long long)i);
-            if (!st) st = add_linear(lm, &L->attn[1], m, D, D, 1, 1);
-            if (!st) st = add_param(lm, lm_strdupf("transformer.h.%lld.ln_2.weight", (long long)i), &L->n2_w, &L->dn2_w, 1, D, 0, 0);
-            if (!st) st = add_param(lm, lm_strdupf("transformer.h.%lld.ln_2.bias", (long long)i), &L->n2_b, &L->dn2_b, 1, D, 0, 0);
-            snprintf(m, sizeof m, "transformer.h.%lld.mlp.c_fc", (long long)i);
-            if (!st) st = add_linear(lm, &L->mlp[0], m, D, F, 1, 1);
-            snprintf(m, sizeof m, "transformer.h.%lld.mlp.c_proj", (long long)i);
-            if (!st) st = add_linear(lm, &L->mlp[1], m, F, D, 1, 1);
-        } else {
-            static const char *an[4] = {"q_proj", "k_proj", "v_proj", "o_proj"};
-            static const char *mn[3] = {"gate_proj", "up_proj", "down_proj"};
-            int64_t ain[4] = {D, D, D, qd}, aout[4] = {qd, kvd, kvd, D};
-            int64_t min_[3] = {D, D, F}, mout[3] = {F, F, D};
-            L->n_attn = 4; L->n_mlp = 3;
-            st = add_param(lm, lm_strdupf("model.layers.%lld.input_layernorm.weight", (long long)i), &L->n1_w, &L->dn1_w, 1, D, 0, 0);
-            for (int k = 0; k < 4 && !st; k++) {
-                snprintf(m, sizeof m, "model.layers.%lld.self_attn.%s", (long long)i, an[k]);
-                st = add_linear(lm, &L->attn[k], m, ain[k], aout[k], k < 3 ? c->qkv_bias : c->o_bias, 0);
-            }
-            if (!st) st = add_param(lm, lm_strdupf("model.layers.%lld.post_attention_layernorm.weight", (long long)i),
-                                    &L->n2_w, &L->dn2_w, 1, D, 0, 0);
-            for (int k = 0; k < 3 && !st; k++) {
-                snprintf(m, sizeof m, "model.layers.%lld.mlp.%s", (long long)i, mn[k]);
-                st = add_linear(lm, &L->mlp[k], m, min_[k], mout[k], c->mlp_bias, 0);
-            }
+        L->n_attn = na;
+        L->n_mlp = nm;
+        snprintf(m, sizeof m, "%s.%lld.%s", a->layer_prefix, (long long)i, a->norm1);
+        st = add_norm(lm, m, &L->n1_w, &L->dn1_w, &L->n1_b, &L->dn1_b);
+        for (int k = 0; k < na && !st; k++) {
+            snprintf(m, sizeof m, "%s.%lld.%s", a->layer_prefix, (long long)i, a->attn[k]);
+            st = add_linear(lm, &L->attn[k], m, ain[k], aout[k], abias[k], a->conv1d);
+        }
+        snprintf(m, sizeof m, "%s.%lld.%s", a->layer_prefix, (long long)i, a->norm2);
+        if (!st) st = add_norm(lm, m, &L->n2_w, &L->dn2_w, &L->n2_b, &L->dn2_b);
+        for (int k = 0; k < nm && !st; k++) {
+            snprintf(m, sizeof m, "%s.%lld.%s", a->layer_prefix, (long long)i, a->mlp_names[k]);
+            st = add_linear(lm, &L->mlp[k], m, min_[k], mout[k], c->mlp_bias, a->conv1d);
         }
     }
-    if (!st) st = add_param(lm, lm_strdupf("%s.%s.weight", pre, gpt2 ? "ln_f" : "norm"), &lm->nf_w, &lm->dnf_w, 1, D, 0, 0);
-    if (!st && gpt2) st = add_param(lm, lm_strdupf("transformer.ln_f.bias"), &lm->nf_b, &lm->dnf_b, 1, D, 0, 0);
+    snprintf(m, sizeof m, "%s.%s", a->prefix, a->final_norm);
+    if (!st) st = add_norm(lm, m, &lm->nf_w, &lm->dnf_w, &lm->nf_b, &lm->dnf_b);
     if (!st && !c->tie) st = add_param(lm, lm_strdupf("lm_head.weight"), &lm->head, &lm->dhead, 2, c->vocab, D, 0);
     return st;
 }
@@ -119,7 +121,7 @@ typedef struct loader {
     int64_t n_src;
     char **map_names;           /* index: tensor name -> source index */
     int64_t *map_src, n_map;
-    int gpt2_bare;              /* GPT-2 file without the "transformer." prefix */
+    int bare;                   /* files without the "<prefix>." of the entry's names (prefix_optional) */
 #if GPUCORE_HAVE_CJSON
     lm_bnb bnb;                 /* config.json's bitsandbytes quantization (bnb.fmt -1: none) */
 #endif
@@ -229,7 +231,9 @@ static int64_t find_source(const loader *ld, const char *name)
 /* The name a registry tensor has in the files. */
 static const char *file_name(const loader *ld, const char *name)
 {
-    if (ld->gpt2_bare && !strncmp(name, "transformer.", 12)) return name + 12;
+    const char *pre = ld->lm->cfg.def->prefix;
+    size_t pl = strlen(pre);
+    if (ld->bare && !strncmp(name, pre, pl) && name[pl] == '.') return name + pl + 1;
     return name;
 }
 
@@ -243,7 +247,8 @@ static int ends_with(const char *s, const char *suffix)
 static int skippable(const gpucore_lm *lm, const char *name)
 {
     if (ends_with(name, "rotary_emb.inv_freq")) return 1;
-    if (lm->cfg.arch == GPUCORE_LM_GPT2 && (ends_with(name, ".attn.bias") || ends_with(name, ".attn.masked_bias"))) return 1;
+    for (int k = 0; k < 2; k++)
+        if (lm->cfg.def->skip[k] && ends_with(name, lm->cfg.def->skip[k])) return 1;
     if (lm->cfg.tie && !strcmp(name, "lm_head.weight")) return 1; /* tied: transformers overwrites it */
     return 0;
 }
@@ -380,9 +385,10 @@ gpucore_status lm_load_weights(gpucore_lm *lm, int dtype)
             st = gpucore_context_create("cpu", &lm->quant_host);
     }
 #endif
-    if (!st && lm->cfg.arch == GPUCORE_LM_GPT2 && find_source(&ld, "transformer.wte.weight") < 0 &&
-        find_source(&ld, "wte.weight") >= 0)
-        ld.gpt2_bare = 1;
+    if (!st && lm->cfg.def->prefix_optional && find_source(&ld, lm->params[0].name) < 0) {
+        ld.bare = 1; /* the embedding (params[0]) named without the prefix? */
+        ld.bare = find_source(&ld, file_name(&ld, lm->params[0].name)) >= 0;
+    }
     for (int64_t i = 0; i < lm->n_params && !st; i++) st = load_param(&ld, &lm->params[i], &dtype);
     if (!st) st = check_leftovers(&ld);
     if (!st) lm->dtype = dtype;
