@@ -7,8 +7,7 @@
  * attention never has) and names other default LoRA targets: its logits match the llama model's
  * within f32 rounding, PEFT's default targets come from its entry (gpucore_lm_default_lora_targets),
  * and a target it does not have is refused naming the leaves it has. Linked with the library's
- * static sources (lm_arch_register is internal). CPU only: the other backends run the same layers
- * in test_models.
+ * static sources (lm_arch_register is internal); on every backend present.
  */
 #include <math.h>
 #include <stdio.h>
@@ -82,7 +81,9 @@ static void write_config(const char *dir, const char *type)
 static void write_folder(gpucore_context *ctx, const char *name, const char *type, int which)
 {
     char dir[300], path[512];
-    snprintf(dir, sizeof dir, "%s/%s", root, name);
+    snprintf(dir, sizeof dir, "%s/%s", root, check_device);
+    mkdir(dir, 0777);
+    snprintf(dir, sizeof dir, "%s/%s/%s", root, check_device, name);
     mkdir(dir, 0777);
     write_config(dir, type);
     gpucore_tensor *ts[NW];
@@ -115,7 +116,7 @@ static void write_folder(gpucore_context *ctx, const char *name, const char *typ
 static void logits(gpucore_context *ctx, const char *name, const int64_t *ids, float *out, gpucore_lm **keep)
 {
     char dir[300];
-    snprintf(dir, sizeof dir, "%s/%s", root, name);
+    snprintf(dir, sizeof dir, "%s/%s/%s", root, check_device, name);
     gpucore_lm *lm = NULL;
     gpucore_tensor *lg = NULL;
     CHECK_OK(gpucore_lm_create(ctx, dir, GPUCORE_F32, &lm));
@@ -126,6 +127,8 @@ static void logits(gpucore_context *ctx, const char *name, const int64_t *ids, f
     if (keep) *keep = lm;
     else gpucore_lm_destroy(lm);
 }
+
+static void toy_models(gpucore_context *ctx);
 
 int main(void)
 {
@@ -138,11 +141,22 @@ int main(void)
             double u = (double)(x >> 11) / 9007199254740992.0;
             values[i][j] = (float)(weights[i].s1 ? u - 0.5 : 0.8 + 0.4 * u);
         }
-    gpucore_context *ctx = NULL;
-    CHECK_OK(gpucore_context_create("cpu", &ctx));
     CHECK_OK(lm_arch_register(&toy_named));
     CHECK_OK(lm_arch_register(&toy_fused));
     CHECK_STATUS(lm_arch_register(&toy_named), GPUCORE_ERR_INVALID_ARGUMENT);
+    const device_test_fn tests[] = {toy_models};
+    for_each_device(tests, 1);
+    CHECK(gpucore_lm_default_lora_targets("nonesuch") == NULL);
+    CHECK(strstr(gpucore_last_error(), "toy_fused") != NULL);
+    char cmd[300];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", root);
+    if (system(cmd)) fprintf(stderr, "  could not remove %s\n", root);
+    return check_finish("test_lm_arch");
+}
+
+/* The toys and llama on one backend, each against llama's logits on the same backend. */
+static void toy_models(gpucore_context *ctx)
+{
     write_folder(ctx, "llama", "llama", 0);
     write_folder(ctx, "named", "toy_named", 1);
     write_folder(ctx, "fused", "toy_fused", 2);
@@ -170,11 +184,4 @@ int main(void)
         CHECK(strstr(gpucore_last_error(), "(wqkv, wo, w1, w3, w2)") != NULL);
         gpucore_lm_destroy(lm);
     }
-    CHECK(gpucore_lm_default_lora_targets("nonesuch") == NULL);
-    CHECK(strstr(gpucore_last_error(), "toy_fused") != NULL);
-    gpucore_context_destroy(ctx);
-    char cmd[300];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", root);
-    if (system(cmd)) fprintf(stderr, "  could not remove %s\n", root);
-    return check_finish("test_lm_arch");
 }
