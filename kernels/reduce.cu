@@ -2,7 +2,8 @@
  * reduce.cu — sum, mean, max, min, argmax and sum of squares over one axis of
  * a contiguous [outer, len, inner] tensor, deterministically.
  *
- * Rows (inner == 1) up to RED_WARP_MAX_LEN elements: one warp per row. Longer
+ * Rows (inner == 1) up to RED_WARP_MAX_LEN elements: one warp per row, 16-byte
+ * vector loads where the rows are aligned. Longer
  * rows (inner == 1): each row is cut into fixed chunks of GPUCORE_RED_ROW_CHUNK
  * elements; a block reduces one chunk — threads stride the chunk with 16-byte
  * vector loads where the row is aligned, then a fixed warp-shuffle tree and a
@@ -58,30 +59,41 @@ __device__ __forceinline__ void red_store(const gpucore_reduce_args &p, int64_t 
     }
 }
 
+/* This thread's share of elements [l0, l1) of a row (t of n threads): with vec_ok (row start 16-byte
+ * aligned and l0 a multiple of V) 16-byte vector loads over the whole vectors, then elements. */
+template <int DT>
+__device__ __forceinline__ gpucore_red_acc red_row_span(const gpucore_reduce_args &p, const char *rowp, int64_t l0,
+                                                        int64_t l1, int vec_ok, int t, int n)
+{
+    const int V = gpucore_dt_size<DT>::vec;
+    gpucore_red_acc a = gpucore_red_empty();
+    int64_t l = l0;
+    if (vec_ok) {
+        const int64_t nvec = (l1 - l0) / V;
+        for (int64_t v = t; v < nvec; v += n) {
+            float x[V];
+            gpucore_ldv<DT>(rowp, l0 + v * V, x);
+#pragma unroll
+            for (int k = 0; k < V; k++) a = gpucore_red_combine(p.op, a, gpucore_red_element(p.op, x[k], l0 + v * V + k));
+        }
+        l = l0 + nvec * V;
+    }
+    for (int64_t i = l + t; i < l1; i += n)
+        a = gpucore_red_combine(p.op, a, gpucore_red_element(p.op, gpucore_ld<DT>(rowp, i), i));
+    return a;
+}
+
 /* One block per (row, chunk) work item. */
 template <int DT>
 __global__ void red_rows_kernel(gpucore_reduce_args p, int64_t chunks, int vec_ok)
 {
-    const int es = gpucore_dt_size<DT>::es, V = gpucore_dt_size<DT>::vec;
+    const int es = gpucore_dt_size<DT>::es;
     for (int64_t w = blockIdx.x; w < p.outer * chunks; w += gridDim.x) {
         const int64_t row = w / chunks, c = w % chunks;
         const int64_t l0 = c * GPUCORE_RED_ROW_CHUNK;
         const int64_t l1 = l0 + GPUCORE_RED_ROW_CHUNK < p.len ? l0 + GPUCORE_RED_ROW_CHUNK : p.len;
         const char *rowp = (const char *)p.in.data + row * p.len * es;
-        gpucore_red_acc a = gpucore_red_empty();
-        int64_t l = l0;
-        if (vec_ok) { /* row start 16-byte aligned and chunk a multiple of V: vector part */
-            const int64_t nvec = (l1 - l0) / V;
-            for (int64_t v = threadIdx.x; v < nvec; v += blockDim.x) {
-                float x[V];
-                gpucore_ldv<DT>(rowp, l0 + v * V, x);
-#pragma unroll
-                for (int k = 0; k < V; k++) a = gpucore_red_combine(p.op, a, gpucore_red_element(p.op, x[k], l0 + v * V + k));
-            }
-            l = l0 + nvec * V;
-        }
-        for (int64_t i = l + threadIdx.x; i < l1; i += blockDim.x)
-            a = gpucore_red_combine(p.op, a, gpucore_red_element(p.op, gpucore_ld<DT>(rowp, i), i));
+        gpucore_red_acc a = red_row_span<DT>(p, rowp, l0, l1, vec_ok, (int)threadIdx.x, (int)blockDim.x);
         a = red_block(p.op, a);
         if (threadIdx.x == 0) {
             if (chunks == 1) red_store(p, row, a);
@@ -90,19 +102,17 @@ __global__ void red_rows_kernel(gpucore_reduce_args p, int64_t chunks, int vec_o
     }
 }
 
-/* Short rows (len <= RED_WARP_MAX_LEN): one warp per row, lanes striding it, a shuffle fold,
- * no shared memory and no block barrier, so a [1M, 8] argmax does not park 224 idle threads
- * and two __syncthreads per row. */
+/* Short rows (len <= RED_WARP_MAX_LEN): one warp per row, lanes striding it (16-byte vector loads
+ * when the rows are 16-byte aligned, as the block path), a shuffle fold, no shared memory and no
+ * block barrier, so a [1M, 8] argmax does not park 224 idle threads and two __syncthreads per row. */
 #define RED_WARP_MAX_LEN 1024
 template <int DT>
-__global__ void red_rows_warp_kernel(gpucore_reduce_args p)
+__global__ void red_rows_warp_kernel(gpucore_reduce_args p, int vec_ok)
 {
     const int lane = threadIdx.x % 32, wpb = blockDim.x / 32;
     for (int64_t row = (int64_t)blockIdx.x * wpb + threadIdx.x / 32; row < p.outer; row += (int64_t)gridDim.x * wpb) {
         const char *rowp = (const char *)p.in.data + row * p.len * gpucore_dt_size<DT>::es;
-        gpucore_red_acc a = gpucore_red_empty();
-        for (int64_t i = lane; i < p.len; i += 32)
-            a = gpucore_red_combine(p.op, a, gpucore_red_element(p.op, gpucore_ld<DT>(rowp, i), i));
+        gpucore_red_acc a = red_row_span<DT>(p, rowp, 0, p.len, vec_ok, lane, 32);
         for (int d = 16; d > 0; d /= 2) a = gpucore_red_combine(p.op, a, red_shfl_down(a, d));
         if (lane == 0) red_store(p, row, a);
     }
@@ -154,13 +164,13 @@ static int red_launch(const gpucore_launch *l, const gpucore_reduce_args *p)
 {
     const int64_t chunks = gpucore_reduce_chunks(p->len, p->inner);
     const int es = gpucore_dt_size<DT>::es;
+    const int vec_ok = ((uintptr_t)p->in.data % 16) == 0 && (p->len * es) % 16 == 0;
     if (p->inner == 1 && p->len <= RED_WARP_MAX_LEN) {
         unsigned grid = gpucore_grid_for(p->outer * 32, RED_THREADS, l->sm_count);
-        GPUCORE_LAUNCH(red_rows_warp_kernel<DT>, grid, RED_THREADS, 0, l->stream, *p);
+        GPUCORE_LAUNCH(red_rows_warp_kernel<DT>, grid, RED_THREADS, 0, l->stream, *p, vec_ok);
         return GPUCORE_LAUNCH_STATUS();
     }
     if (p->inner == 1) {
-        int vec_ok = ((uintptr_t)p->in.data % 16) == 0 && (p->len * es) % 16 == 0;
         unsigned grid = gpucore_grid_for(p->outer * chunks * RED_THREADS, RED_THREADS, l->sm_count);
         GPUCORE_LAUNCH(red_rows_kernel<DT>, grid, RED_THREADS, 0, l->stream, *p, chunks, vec_ok);
         int err = GPUCORE_LAUNCH_STATUS();
