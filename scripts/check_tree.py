@@ -11,6 +11,7 @@
    glob that matches something), so moved files leave no stale pointers.
 
 3. The public header's opening comment lists its sections in order (`--toc` prints the list).
+4. docs/DESIGN.md holds the table of 1 exactly as `--table` prints it (the written map is the checked one).
 
 usage: scripts/check_tree.py [--table | --toc]     exit 0 when both checks pass, 1 otherwise (one line per fault)
 """
@@ -209,6 +210,15 @@ def table():
     return "\n".join(rows)
 
 
+def check_design_table():
+    path = os.path.join(ROOT, "docs", "DESIGN.md")
+    with open(path, encoding="utf-8") as f:
+        if table() in f.read():
+            return []
+    return ["docs/DESIGN.md: its layer table differs from the one check_tree.py enforces "
+            "(paste scripts/check_tree.py --table in its place)"]
+
+
 def main():
     if "--table" in sys.argv[1:]:
         print(table())
@@ -218,7 +228,7 @@ def main():
         return 0
     for (a, b) in KNOWN_TIES:
         assert b in LAYERS[a][1], (a, b)
-    faults = check_layers() + check_paths() + check_header_toc()
+    faults = check_layers() + check_paths() + check_header_toc() + check_design_table()
     for line in faults:
         print(line)
     print(f"check_tree: {len(faults)} fault(s)")
