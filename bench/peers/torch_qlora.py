@@ -63,7 +63,7 @@ def main():
         loss.backward()
         opt.step()
         opt.zero_grad(set_to_none=True)
-        return float(loss)
+        return loss.detach().item()
 
     fx.run_cases(a, "torch", load, step, row)
     return 0
