@@ -95,7 +95,12 @@ static void test_distribution(const float *l, double temperature, int64_t top_k,
         fprintf(stderr, "T %g top_k %lld top_p %g: %d tokens drawn outside the support, chi2 %.2f over %d bins "
                 "(bound %.2f)\n", temperature, (long long)top_k, top_p, outside, chi2, bins, bound);
     CHECK(outside == 0);
-    CHECK(bins > 1 && chi2 <= bound);
+    /* a support of one token (a dominant logit under a low top_p or temperature) leaves nothing to
+     * compare: every draw is that token, which `outside` checked */
+    int support = 0;
+    double collide = 0; /* the chance two independent draws agree */
+    for (int i = 0; i < V; i++) support += p[i] > 0, collide += p[i] * p[i];
+    if (support > 1) CHECK(bins > 1 && chi2 <= bound);
     /* deterministic under the seed; another seed, other draws */
     int same = 1, differ = 0;
     for (int64_t d = 0; d < 2000; d++) {
@@ -106,13 +111,16 @@ static void test_distribution(const float *l, double temperature, int64_t top_k,
         differ += b != first[d];
     }
     CHECK(same);
-    CHECK(differ > 0);
+    /* other draws under another seed, where 2000 pairs are expected to differ 20 times or more
+     * (P(none) < e^-20); a distribution with one token above 99% may agree throughout */
+    if (2000 * (1 - collide) >= 20) CHECK(differ > 0);
     free(first);
 }
 
 int main(void)
 {
-    unsigned seed = (unsigned)time(NULL) ^ (unsigned)getpid();
+    const char *fixed = getenv("GPUCORE_TEST_SEED"); /* rerun a printed seed */
+    unsigned seed = fixed ? (unsigned)strtoul(fixed, NULL, 10) : (unsigned)time(NULL) ^ (unsigned)getpid();
     printf("seed %u\n", seed);
     srand(seed);
     float l[V];
