@@ -206,7 +206,7 @@ gpucore_status lm_bnb_load_linear(gpucore_lm *lm, const lm_bnb *b, lm_linear *l,
     }
     cJSON_Delete(qs);
     /* our bytes: the packed indices (<m>.weight), zeros to a multiple of 4, the absmax */
-    int64_t packed, off, nb, total = 0;
+    int64_t packed = 0, off = 0, nb = 0, total = 0;
     if (!st) {
         split_sizes(l, block, &packed, &off, &nb);
         st = gpucore_quant_size((gpucore_quant_format)b->fmt, l->out, l->in, block, 0, &total);
