@@ -1005,8 +1005,11 @@ static int plan_fits(const lm_opts *o, gpucore_lm_plan_options base, int64_t lim
             po.grad_accum = (base.batch + micro - 1) / micro;
             po.ckpt_policy = kinds[k];
             po.ckpt_param = 0;
-            if (plan_one(o, &po, &p)) return 1;
-            if (p.peak_bytes > limit) continue;
+            po.memory_limit = limit; /* replayed under the limit: it caps the allocator's segments, not its blocks */
+            p.struct_size = sizeof p;
+            const gpucore_status st = gpucore_lm_plan(NULL, o->model, &po, &p);
+            if (st == GPUCORE_ERR_OUT_OF_MEMORY) continue;
+            CHECK_LM(st);
             fits[n++] = (struct fit){pols[k], micro, po.grad_accum, p.peak_bytes,
                                      100.0 / 3.0 * (double)p.recomputed_segments / (double)p.segments + 5.0 * halvings};
         }

@@ -2913,6 +2913,10 @@ typedef struct gpucore_lm_plan_options {
     int32_t quant_flags;
     int64_t head_chunk_rows; /* 0 (default): the model's setting (gpucore_lm_set_head_chunk_rows) or by size */
     int64_t workspace_bytes; /* CUDA matmul workspace; 0 (default): the context's, else 32 MiB */
+    int64_t memory_limit;    /* > 0: the step replayed under this limit as gpucore_memory_set_limit caps the
+                                allocator (its reserved segments, cached ones released when it is reached):
+                                OUT_OF_MEMORY, naming where, when it would not fit. The allocated peak alone
+                                does not decide it: the blocks' places in the segments can need more. */
 } gpucore_lm_plan_options;
 GPUCORE_API void gpucore_lm_plan_options_init(gpucore_lm_plan_options *opts);
 

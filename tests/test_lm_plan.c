@@ -15,8 +15,12 @@
  *   - the plan's categories sum to its peak; the table it prints names the phase and layer;
  *   - a quantized base shrinks the weights by the format's size rule (gpucore_quant_size);
  *   - bad options are refused with a message, ZeRO stages above 0 are NOT_SUPPORTED;
- *   - a step that runs out of memory under a context limit says what the plan expected by category
- *     and which micro-batch and checkpoint policy fit; the model stays usable and that setting runs.
+ *   - `gpucore-lm plan --device-memory` (its path is the argument): its first setting under a limit below
+ *     the whole batch's planned peak, run as finetune runs it (AdamW, micro-batches accumulated) with that
+ *     limit on the context, succeeds within it; the whole batch then runs out of memory on the same model,
+ *     its message gives the plan's bytes by category and a micro-batch and policy that fit, and that runs.
+ * The same comparisons on the CUDA backend for the GPT-2 and SmolLM2 widths (the cuda lane; in CI over the
+ * stand-ins of tests/cuda_contract, as test_lm_plan_contract), the cuBLASLt workspace counted.
  * The table of every case is printed (the figures of the test command).
  */
 #include <stdio.h>
@@ -27,6 +31,7 @@
 #include "check.h"
 
 static char root[256];
+static int plan_device = GPUCORE_DEVICE_CPU; /* the lane's backend: the plan's device_type */
 
 typedef struct model_shape {
     const char *name, *arch;
@@ -170,7 +175,7 @@ static void set_options(gpucore_lm_plan_options *o, const model_shape *m, const 
     o->batch = c->batch;
     o->seq = c->seq;
     o->dtype = c->dtype;
-    o->device_type = GPUCORE_DEVICE_CPU;
+    o->device_type = plan_device;
     o->full_finetune = !c->lora;
     o->lora_r = c->lora ? 8 : 0;
     o->lora_targets = targets;
@@ -181,6 +186,20 @@ static void set_options(gpucore_lm_plan_options *o, const model_shape *m, const 
     o->head_chunk_rows = c->policy == GPUCORE_CKPT_BUDGET ? 16 : 0;
     o->quant_format = c->nf4 ? GPUCORE_QUANT_NF4 : -1;
     (void)m;
+}
+
+/* AdamW over lm's trainable parameters (its state allocated now, as gpucore-lm finetune allocates it). */
+static gpucore_optimizer *adamw_of(gpucore_context *ctx, gpucore_lm *lm)
+{
+    const int64_t n = gpucore_lm_trainable_count(lm);
+    gpucore_tensor **params = calloc((size_t)n, sizeof *params);
+    for (int64_t i = 0; i < n; i++) CHECK_OK(gpucore_lm_trainable(lm, i, NULL, &params[i], NULL));
+    gpucore_optimizer_config oc;
+    CHECK_OK(gpucore_optimizer_config_default(GPUCORE_OPTIMIZER_ADAMW, &oc));
+    gpucore_optimizer *opt = NULL;
+    CHECK_OK(gpucore_optimizer_create(ctx, &oc, params, n, &opt));
+    free(params);
+    return opt;
 }
 
 /* One case: plan it (from the folder and from the model), run one step, compare. */
@@ -234,13 +253,7 @@ static void run_one(gpucore_context *ctx, const char *dir, const model_shape *m,
     CHECK_OK(gpucore_lm_plan(lm, NULL, &o, &from_model));
     CHECK(from_model.peak_bytes == from_folder.peak_bytes);
     CHECK(!memcmp(from_model.bytes, from_folder.bytes, sizeof from_model.bytes));
-    const int64_t n = gpucore_lm_trainable_count(lm);
-    gpucore_tensor **params = calloc((size_t)n, sizeof *params);
-    for (int64_t i = 0; i < n; i++) CHECK_OK(gpucore_lm_trainable(lm, i, NULL, &params[i], NULL));
-    gpucore_optimizer_config oc;
-    CHECK_OK(gpucore_optimizer_config_default(GPUCORE_OPTIMIZER_ADAMW, &oc));
-    gpucore_optimizer *opt = NULL;
-    CHECK_OK(gpucore_optimizer_create(ctx, &oc, params, n, &opt));
+    gpucore_optimizer *opt = adamw_of(ctx, lm);
     const int64_t N = c.batch * c.seq;
     int64_t *ids = malloc((size_t)N * sizeof *ids);
     for (int64_t i = 0; i < N; i++) ids[i] = (i * 7919 + 13) % m->vocab;
@@ -275,7 +288,6 @@ static void run_one(gpucore_context *ctx, const char *dir, const model_shape *m,
     gpucore_tensor_destroy(x);
     gpucore_tensor_destroy(y);
     free(ids);
-    free(params);
     gpucore_lm_destroy(lm);
 }
 
@@ -352,65 +364,200 @@ static void test_quantized_base(const char *dir, const model_shape *m)
     CHECK(dense.bytes[GPUCORE_MEM_WEIGHTS] - q.bytes[GPUCORE_MEM_WEIGHTS] == saved);
 }
 
-/* An out-of-memory step explains itself: with a memory limit below the step's planned peak, the step fails
- * with the allocator's message, the plan's account by category and a micro-batch and policy that fit; the
- * model stays usable, and that setting then runs under the same limit. */
-static void test_oom_explains(gpucore_context *ctx, const char *dir, const model_shape *m)
+/* A training step as gpucore-lm finetune runs it: AdamW's state allocated with the optimizer, the batch of
+ * `batch` rows run as micro-batches of `micro` rows whose gradients accumulate (the loss over the whole
+ * batch's label tokens), then one optimizer step. Returns its status; *peak: the allocator's allocated peak. */
+static gpucore_status accumulated_step(gpucore_context *ctx, gpucore_lm *lm, gpucore_optimizer *opt,
+                                       const int64_t *ids, int64_t batch, int64_t micro, int64_t T, int64_t *peak)
+{
+    gpucore_status st = GPUCORE_OK;
+    int64_t shape[2] = {micro, T}, total = 0;
+    gpucore_tensor *x = NULL;
+    CHECK_OK(gpucore_memory_reset_peak_stats(ctx, GPUCORE_MEMORY_DEVICE));
+    if ((st = gpucore_tensor_create(ctx, GPUCORE_I64, 2, shape, &x))) return st;
+    for (int64_t r = 0; r < batch && !st; r += micro) { /* the whole batch's label tokens first */
+        int64_t c = 0;
+        st = gpucore_copy_from_host(x, ids + r * T, micro * T * 8);
+        if (!st) st = gpucore_lm_count_label_tokens(lm, x, NULL, &c);
+        total += c;
+    }
+    gpucore_lm_backward_options bo;
+    gpucore_lm_backward_options_init(&bo);
+    bo.total_label_tokens = total;
+    double loss = 0, sum = 0;
+    for (int64_t r = 0; r < batch && !st; r += micro) {
+        bo.accumulate = r > 0;
+        st = gpucore_copy_from_host(x, ids + r * T, micro * T * 8);
+        if (!st) st = gpucore_lm_forward_backward_ex(lm, x, x, &bo, &loss);
+        sum += loss;
+    }
+    const int64_t n = gpucore_lm_trainable_count(lm);
+    gpucore_tensor **grads = calloc((size_t)n, sizeof *grads);
+    for (int64_t i = 0; i < n && !st; i++) st = gpucore_lm_trainable(lm, i, NULL, NULL, &grads[i]);
+    if (!st) st = gpucore_optimizer_step(opt, grads, n, NULL, NULL);
+    free(grads);
+    gpucore_tensor_destroy(x);
+    *peak = check_allocated_bytes(ctx, 1);
+    if (!st) CHECK(sum > 0);
+    return st;
+}
+
+/* gpucore-lm plan --device-memory: under a limit below the unconstrained step's planned peak, the CLI's
+ * first (cheapest) setting is run as finetune runs it (LoRA, AdamW, its micro-batch and accumulation,
+ * its checkpoint policy) with that limit on the context: it succeeds and the allocator's peak is within
+ * the limit. On the same model under the same limit the unconstrained setting then runs out of memory,
+ * its message says what the plan expected by category and which micro-batch and policy fit, and that
+ * setting runs (the model stays usable; no restart). */
+static void test_recommendation_runs(gpucore_context *ctx, const char *cli, const char *dir, const model_shape *m)
 {
     const char *targets[2] = {"q_proj", "v_proj"};
     const int64_t B = 8, T = 128;
+    if (!cli) {
+        CHECK(!"test_lm_plan needs the path of gpucore-lm as its argument (tests/meson.build passes it)");
+        return;
+    }
+    gpucore_lm_plan_options o;
+    gpucore_lm_plan_options_init(&o);
+    o.batch = B;
+    o.seq = T;
+    o.dtype = GPUCORE_F32;
+    o.device_type = GPUCORE_DEVICE_CPU;
+    o.lora_r = 8;
+    o.lora_targets = targets;
+    o.n_lora_targets = 2;
+    gpucore_lm_memory_plan full = {.struct_size = sizeof full}, half = {.struct_size = sizeof half};
+    CHECK_OK(gpucore_lm_plan(NULL, dir, &o, &full));
+    o.batch = B / 4;
+    o.grad_accum = 4;
+    CHECK_OK(gpucore_lm_plan(NULL, dir, &o, &half));
+    /* the limit: between a quarter batch's peak (with accumulation) and the whole batch's */
+    const int64_t limit = (half.peak_bytes + full.peak_bytes) / 2;
+    char cmd[1200], line[512];
+    snprintf(cmd, sizeof cmd, "'%s' plan '%s' --device cpu --dtype f32 --lora 8 --targets q_proj,v_proj --batch %lld "
+             "--seq %lld --device-memory %lld 2>&1", cli, dir, (long long)B, (long long)T, (long long)limit);
+    FILE *f = popen(cmd, "r");
+    char pol[32] = "";
+    long long micro = 0, accum = 0;
+    double peak_mib = 0, cost = -1;
+    int state = 0; /* 1: the header of the settings that fit is next, 2: the first setting is next */
+    while (f && fgets(line, sizeof line, f)) {
+        printf("    | %s", line);
+        if (state == 2 && sscanf(line, " %31s %lld %lld %lf %lf%%", pol, &micro, &accum, &peak_mib, &cost) == 5)
+            state = 3;
+        else if (state == 1) state = 2;
+        else if (!state && strstr(line, "settings that fit in")) state = 1;
+    }
+    CHECK(f && pclose(f) == 0);
+    printf("  gpucore-lm plan --device-memory %.2f MiB (the step alone %.2f MiB): first --checkpoint-policy %s "
+           "--batch %lld --grad-accum %lld, planned %.2f MiB, recompute %.0f%%\n", limit / 1048576.0,
+           full.peak_bytes / 1048576.0, pol, micro, accum, peak_mib, cost);
+    CHECK(state == 3 && micro >= 1 && micro < B && micro * accum == B && peak_mib * 1048576.0 <= (double)limit);
+    const gpucore_ckpt_policy p = !strcmp(pol, "sqrt") ? GPUCORE_CKPT_SQRT_N
+                                  : !strcmp(pol, "all") ? GPUCORE_CKPT_RECOMPUTE_ALL : GPUCORE_CKPT_KEEP_ALL;
+    CHECK(!strcmp(pol, "none") || p != GPUCORE_CKPT_KEEP_ALL);
+    if (state != 3 || micro < 1 || B % micro) return;
+
+    /* the recommendation, run under the limit on a fresh model (as a fresh process would) */
     gpucore_lm *lm = NULL;
+    CHECK_OK(gpucore_memory_set_limit(ctx, 0));
     CHECK_OK(gpucore_memory_empty_cache(ctx, GPUCORE_MEMORY_DEVICE));
     CHECK_OK(gpucore_lm_create(ctx, dir, GPUCORE_F32, &lm));
     if (!lm) return;
     CHECK_OK(gpucore_lm_add_lora(lm, 8, 16.0, 0.0, targets, 2, 3));
-    gpucore_lm_plan_options o;
-    gpucore_lm_memory_plan full = {.struct_size = sizeof full}, half = {.struct_size = sizeof half};
-    gpucore_lm_plan_options_init(&o);
-    o.batch = B;
-    o.seq = T;
-    o.optimizer = -1;
-    o.lora_r = 8;
-    o.lora_targets = targets;
-    o.n_lora_targets = 2;
-    CHECK_OK(gpucore_lm_plan(lm, NULL, &o, &full));
-    o.batch = B / 4;
-    CHECK_OK(gpucore_lm_plan(lm, NULL, &o, &half));
+    CHECK_OK(gpucore_lm_set_checkpoint_policy(lm, p, 0));
+    gpucore_optimizer *opt = adamw_of(ctx, lm);
     int64_t *ids = malloc((size_t)(B * T) * sizeof *ids);
     for (int64_t i = 0; i < B * T; i++) ids[i] = (i * 7919 + 13) % m->vocab;
-    /* the limit: between a quarter batch's peak and the whole batch's */
-    const int64_t limit = (half.peak_bytes + full.peak_bytes) / 2;
     CHECK_OK(gpucore_memory_set_limit(ctx, limit));
-    double loss = 0;
-    CHECK_STATUS(gpucore_lm_forward_backward_host(lm, ids, ids, B, T, &loss), GPUCORE_ERR_OUT_OF_MEMORY);
+    int64_t peak = 0;
+    CHECK_OK(accumulated_step(ctx, lm, opt, ids, B, micro, T, &peak));
+    printf("  the recommendation run under the limit: allocated peak %.2f MiB (planned %.2f MiB, limit %.2f MiB)\n",
+           peak / 1048576.0, peak_mib, limit / 1048576.0);
+    CHECK(peak > 0 && peak <= limit);
+
+    /* the whole batch at once, on the same model under the same limit: out of memory, explained */
+    CHECK_OK(gpucore_lm_set_checkpoint_policy(lm, GPUCORE_CKPT_KEEP_ALL, 0));
+    CHECK_STATUS(accumulated_step(ctx, lm, opt, ids, B, B, T, &peak), GPUCORE_ERR_OUT_OF_MEMORY);
     const char *msg = gpucore_last_error();
-    printf("  induced out of memory (limit %.1f MiB): %s\n", limit / 1048576.0, msg);
-    CHECK(strstr(msg, "gpucore_lm_plan") != NULL && strstr(msg, "activations") != NULL &&
-          strstr(msg, "head_loss") != NULL && strstr(msg, "fits under it: micro-batch") != NULL);
-    long long micro = 0, accum = 0;
-    char pol[32] = "";
-    const char *f = strstr(msg, "fits under it: micro-batch");
-    if (f)
-        CHECK(sscanf(f, "fits under it: micro-batch %lld (gradient accumulation over %lld) with checkpoint policy %31s",
-                     &micro, &accum, pol) == 3);
-    CHECK(micro >= 1 && micro <= B && micro * accum >= B);
-    /* the suggested setting runs under the same limit, on the same model */
-    const gpucore_ckpt_policy p = !strcmp(pol, "sqrt_n") ? GPUCORE_CKPT_SQRT_N
-                                  : !strcmp(pol, "recompute_all") ? GPUCORE_CKPT_RECOMPUTE_ALL : GPUCORE_CKPT_KEEP_ALL;
-    CHECK_OK(gpucore_lm_set_checkpoint_policy(lm, p, 0));
-    if (micro >= 1 && micro <= B) CHECK_OK(gpucore_lm_forward_backward_host(lm, ids, ids, micro, T, &loss));
-    CHECK(loss > 0);
+    printf("  the whole batch under the limit: %s\n", msg);
+    CHECK(strstr(msg, "gpucore_lm_plan") != NULL && strstr(msg, "fits under it: micro-batch") != NULL);
+    for (int c = 0; c < GPUCORE_MEM_CATEGORIES; c++) {
+        char want[40];
+        snprintf(want, sizeof want, "%s %.1f MiB", gpucore_mem_category_name(c), full.bytes[c] / 1048576.0);
+        /* the step's planned categories (the optimizer's state was allocated before it: measured, not planned) */
+        if (c != GPUCORE_MEM_OPTIMIZER && !strstr(msg, want)) {
+            printf("    the message lacks \"%s\"\n", want);
+            CHECK(!"the out-of-memory message gives the plan's bytes of every category");
+        }
+    }
+    long long smicro = 0, saccum = 0;
+    char spol[32] = "";
+    const char *s = strstr(msg, "fits under it: micro-batch");
+    if (s)
+        CHECK(sscanf(s, "fits under it: micro-batch %lld (gradient accumulation over %lld) with checkpoint policy %31s",
+                     &smicro, &saccum, spol) == 3);
+    CHECK(smicro >= 1 && smicro <= B && smicro * saccum == B);
+    /* the suggested setting, on the same model under the same limit */
+    const gpucore_ckpt_policy sp = !strcmp(spol, "sqrt_n") ? GPUCORE_CKPT_SQRT_N
+                                   : !strcmp(spol, "recompute_all") ? GPUCORE_CKPT_RECOMPUTE_ALL : GPUCORE_CKPT_KEEP_ALL;
+    CHECK_OK(gpucore_lm_set_checkpoint_policy(lm, sp, 0));
+    if (smicro >= 1 && B % smicro == 0) {
+        CHECK_OK(accumulated_step(ctx, lm, opt, ids, B, smicro, T, &peak));
+        printf("  the suggested micro-batch %lld x %lld (%s) under the limit: allocated peak %.2f MiB\n", smicro, saccum,
+               spol, peak / 1048576.0);
+        CHECK(peak <= limit);
+    }
     CHECK_OK(gpucore_memory_set_limit(ctx, 0));
+    gpucore_optimizer_destroy(opt);
     free(ids);
     gpucore_lm_destroy(lm);
 }
 
-int main(void)
+/* The cuda lane: the GPT-2 and SmolLM2 widths on the CUDA backend (in CI the real module over the stand-ins of
+ * tests/cuda_contract): the same allocator, the cuBLASLt workspace counted. */
+static void cuda_lane(void)
+{
+    char why[768];
+    if (gpucore_backend_available(GPUCORE_DEVICE_CUDA, why, sizeof why) != GPUCORE_OK) {
+        check_skipped++;
+        printf("SKIP cuda backend: %s\n", why);
+        gpucore_clear_error();
+        return;
+    }
+    gpucore_context *ctx = NULL;
+    CHECK_OK(gpucore_context_create("cuda", &ctx));
+    if (!ctx) return;
+    check_device = "cuda";
+    plan_device = GPUCORE_DEVICE_CUDA;
+    printf("-- cuda\n");
+    const char *gdir = make_model(ctx, &GPT2);
+    const run_case gcases[] = {
+        {GPUCORE_F32, 1, GPUCORE_CKPT_KEEP_ALL, 2, 128, 0}, {GPUCORE_F32, 1, GPUCORE_CKPT_SQRT_N, 2, 128, 0},
+        {GPUCORE_F32, 1, GPUCORE_CKPT_BUDGET, 2, 128, 0},   {GPUCORE_F32, 0, GPUCORE_CKPT_KEEP_ALL, 1, 128, 0},
+        {GPUCORE_BF16, 0, GPUCORE_CKPT_KEEP_ALL, 1, 64, 0},
+    };
+    for (size_t i = 0; i < sizeof gcases / sizeof gcases[0]; i++) run_one(ctx, gdir, &GPT2, gcases[i]);
+    const char *sdir = make_model(ctx, &SMOL);
+    const run_case scases[] = {
+        {GPUCORE_F32, 1, GPUCORE_CKPT_KEEP_ALL, 2, 128, 0},  {GPUCORE_F32, 1, GPUCORE_CKPT_RECOMPUTE_ALL, 1, 128, 0},
+        {GPUCORE_F32, 0, GPUCORE_CKPT_SQRT_N, 1, 64, 0},     {GPUCORE_BF16, 1, GPUCORE_CKPT_KEEP_ALL, 1, 128, 0},
+        {GPUCORE_F32, 1, GPUCORE_CKPT_KEEP_ALL, 2, 128, 1},
+    };
+    for (size_t i = 0; i < sizeof scases / sizeof scases[0]; i++) run_one(ctx, sdir, &SMOL, scases[i]);
+    gpucore_context_destroy(ctx);
+    check_device = "";
+    plan_device = GPUCORE_DEVICE_CPU;
+}
+
+/* test_lm_plan GPUCORE_LM [cuda]: the path of gpucore-lm; "cuda": the cuda lane alone (the contract run). */
+int main(int argc, char **argv)
 {
     snprintf(root, sizeof root, "/tmp/gpucore_test_lm_plan_%d", (int)getpid());
     mkdir(root, 0777);
     gpucore_context *ctx = NULL;
-    CHECK_OK(gpucore_context_create("cpu", &ctx));
+    const int cuda_only = argc > 2 && !strcmp(argv[2], "cuda");
+    if (cuda_only) printf("the cpu lane: test_lm_plan without the \"cuda\" argument\n");
+    else CHECK_OK(gpucore_context_create("cpu", &ctx));
     if (ctx) {
         check_device = "cpu";
         const char *gdir = make_model(ctx, &GPT2);
@@ -430,14 +577,16 @@ int main(void)
         for (size_t i = 0; i < sizeof scases / sizeof scases[0]; i++) run_one(ctx, sdir, &SMOL, scases[i]);
         test_bad_options(sdir);
         test_quantized_base(sdir, &SMOL);
-        test_oom_explains(ctx, sdir, &SMOL);
+        test_recommendation_runs(ctx, argc > 1 ? argv[1] : NULL, sdir, &SMOL);
         const char *qdir = make_model(ctx, &QWEN);
         const run_case qcases[] = {
             {GPUCORE_BF16, 1, GPUCORE_CKPT_KEEP_ALL, 1, 128, 0},    {GPUCORE_F32, 1, GPUCORE_CKPT_BUDGET, 2, 64, 0},
         };
         for (size_t i = 0; i < sizeof qcases / sizeof qcases[0]; i++) run_one(ctx, qdir, &QWEN, qcases[i]);
         gpucore_context_destroy(ctx);
+        check_device = "";
     }
+    cuda_lane();
     char cmd[600];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", root);
     if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", root);

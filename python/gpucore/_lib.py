@@ -185,7 +185,8 @@ class LmPlanOptions(ctypes.Structure):
                 ("ckpt_policy", ctypes.c_int32), ("ckpt_param", c_int64), ("optimizer", ctypes.c_int32),
                 ("momentum", c_double), ("zero_stage", ctypes.c_int32), ("world_size", ctypes.c_int32),
                 ("grad_accum", c_int64), ("quant_format", ctypes.c_int32), ("quant_block_size", c_int64),
-                ("quant_flags", ctypes.c_int32), ("head_chunk_rows", c_int64), ("workspace_bytes", c_int64)]
+                ("quant_flags", ctypes.c_int32), ("head_chunk_rows", c_int64), ("workspace_bytes", c_int64),
+                ("memory_limit", c_int64)]
 
 
 class LmMemoryPlan(ctypes.Structure):

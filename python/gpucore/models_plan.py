@@ -78,14 +78,17 @@ def _arch_of(path: str) -> str:
 def plan(model_or_path: Any, batch: int, seq: int, dtype: Any = None, quantize: Optional[str] = None,
          lora: Optional[Dict[str, Any]] = None, checkpoint_policy: str = "keep_all", checkpoint_param: int = 0,
          zero: int = 0, world_size: int = 1, optimizer: str = "adamw", grad_accum: int = 1,
-         generate_max_len: Optional[int] = None, device: Any = None, head_chunk_rows: int = 0) -> MemoryPlan:
+         generate_max_len: Optional[int] = None, device: Any = None, head_chunk_rows: int = 0,
+         memory_limit: int = 0) -> MemoryPlan:
     """The memory of one training step of ``model_or_path`` (a LanguageModel, or a Hugging Face folder whose
     config.json alone is read) at ``batch`` x ``seq`` tokens: full fine-tuning when ``lora`` is None, else
     LoRA with ``add_lora``'s arguments as a dict (r, lora_alpha, lora_dropout, target_modules: the
     architecture's defaults when absent); ``checkpoint_policy`` one of set_checkpoint_policy's names;
     ``optimizer`` "adamw", "sgd" or "none"; ``quantize`` a quant format name ("nf4", "fp4", "int8", ...)
     of the decoder's linear weights; ``device`` "cpu" or "cuda" (the CUDA matmul's workspace counts;
-    default: the model's context, else the CPU); ``dtype`` default: the model's (or the config's)."""
+    default: the model's context, else the CPU); ``dtype`` default: the model's (or the config's);
+    ``memory_limit`` > 0 replays the step under that limit as ``memory.set_limit`` caps the allocator (its
+    segments, not only the blocks in use) and raises OutOfMemoryError where it would not fit."""
     from .models import LanguageModel, default_lora_targets  # models re-exports this module
     from .quant import QUANT_FORMATS
     if generate_max_len is not None:
@@ -117,6 +120,7 @@ def plan(model_or_path: Any, batch: int, seq: int, dtype: Any = None, quantize: 
     o.world_size = to_int(world_size, "world_size")
     o.grad_accum = to_int(grad_accum, "grad_accum")
     o.head_chunk_rows = to_int(head_chunk_rows, "head_chunk_rows")
+    o.memory_limit = to_int(memory_limit, "memory_limit", 0)
     is_model = isinstance(model_or_path, LanguageModel)
     path = None if is_model else os.fspath(model_or_path)
     arch = model_or_path.arch if is_model else _arch_of(path)

@@ -86,3 +86,16 @@ def test_plan_table_and_arguments(folder):
         gpucore.models.plan(folder, 1, 32, zero=3, world_size=2)
     with pytest.raises(NotSupportedError):
         gpucore.models.plan(folder, 1, 32, generate_max_len=64)
+
+
+def test_plan_under_a_memory_limit(folder):
+    """memory_limit replays the step under the allocator's limit: the step's own allocated peak passes, a limit
+    below it raises OutOfMemoryError naming the request, and the plan under a limit that fits is the same plan."""
+    from gpucore.errors import OutOfMemoryError
+    p = gpucore.models.plan(folder, 2, 64, lora={"r": 4}, device="cpu")
+    q = gpucore.models.plan(folder, 2, 64, lora={"r": 4}, device="cpu", memory_limit=4 * p.peak_bytes)
+    assert q.as_dict() == p.as_dict()
+    with pytest.raises(OutOfMemoryError, match="does not fit under a memory limit"):
+        gpucore.models.plan(folder, 2, 64, lora={"r": 4}, device="cpu", memory_limit=p.peak_bytes - 1)
+    with pytest.raises(InvalidArgumentError):
+        gpucore.models.plan(folder, 2, 64, lora={"r": 4}, memory_limit=-1)

@@ -44,6 +44,8 @@ typedef struct ledger {
     int phase_at_peak;
     int64_t seg_at_peak;
     int oom;                       /* host allocation failed */
+    int64_t limit;                 /* > 0: the allocator's limit (gpucore_memory_set_limit) */
+    char limit_hit[96];            /* where the first request past the limit was: "" for none */
 } ledger;
 
 typedef int64_t id;                /* a buffer; -1: none */
@@ -64,17 +66,51 @@ static void raw_free(void *bctx, void *ptr)
     (void)ptr;
 }
 
-static const gpucore_backend no_backend; /* no events, no memory information: one stream, no limit */
+/* Events that are always complete: under a limit the allocator waits on a cached segment's stream before it
+ * releases the segment, and the ledger's one stream has nothing queued. */
+static gpucore_status event_none(void *bctx, void **event)
+{
+    (void)bctx;
+    *event = (void *)&event_none;
+    return GPUCORE_OK;
+}
 
-static int ledger_init(ledger *g)
+static gpucore_status event_done(void *bctx, void *event)
+{
+    (void)bctx;
+    (void)event;
+    return GPUCORE_OK;
+}
+
+static gpucore_status event_record_none(void *bctx, void *event, void *stream)
+{
+    (void)stream;
+    return event_done(bctx, event);
+}
+
+static void event_drop(void *bctx, void *event)
+{
+    (void)bctx;
+    (void)event;
+}
+
+/* no memory information: one stream, no device limit */
+static const gpucore_backend no_backend = {.event_create_untimed = event_none, .event_record = event_record_none,
+                                           .event_synchronize = event_done, .event_query = event_done,
+                                           .event_destroy = event_drop, .stream_synchronize = event_done};
+
+static int ledger_init(ledger *g, int64_t limit)
 {
     memset(g, 0, sizeof *g);
+    g->limit = limit;
     g->phase = -1;
     g->seg = -1;
     g->next = (uintptr_t)1 << 44;
     caching_allocator_params p = {.be = &no_backend, .bctx = &g->next, .raw_alloc = raw_alloc, .raw_free = raw_free,
                                   .name = "plan", .what = "planned memory"};
-    return caching_allocator_create(&p, &g->a) == GPUCORE_OK;
+    if (caching_allocator_create(&p, &g->a) != GPUCORE_OK) return 0;
+    if (limit > 0) caching_allocator_set_limit(g->a, limit);
+    return 1;
 }
 
 static void ledger_free(ledger *g)
@@ -117,7 +153,14 @@ static id alloc_buf(ledger *g, int cat, int64_t bytes)
     int64_t size = 0;
     if (bytes > 0) {
         const int64_t before = allocated_now(g);
-        if (caching_allocator_alloc(g->a, bytes, (void *)1, &ptr)) { g->oom = 1; return NONE; }
+        if (caching_allocator_alloc(g->a, bytes, (void *)1, &ptr)) {
+            if (g->limit <= 0) { g->oom = 1; return NONE; }
+            if (!g->limit_hit[0]) /* past the limit: the rest of the replay goes on without this buffer */
+                snprintf(g->limit_hit, sizeof g->limit_hit, "%lld bytes asked at %s with %lld allocated",
+                         (long long)bytes, g->what ? g->what : "", (long long)g->total);
+            gpucore_clear_error();
+            return NONE;
+        }
         size = allocated_now(g) - before;
     }
     g->b[g->n] = (buf){size, ptr, cat, 1};
@@ -460,7 +503,7 @@ static void budget_records(ledger *g, const shape *m, ckpt_top *t, int64_t n)
 {
     for (int64_t i = 0; i < n; i++) {
         ledger s;
-        if (!ledger_init(&s)) { g->oom = 1; return; }
+        if (!ledger_init(&s, 0)) { g->oom = 1; return; }
         id x = alloc_buf(&s, GPUCORE_MEM_ACTIVATIONS, act(m, m->D));
         const int64_t before = s.total;
         s.peak = s.total;
@@ -601,7 +644,7 @@ static gpucore_status run_plan(const gpucore_lm *lm, const gpucore_lm_plan_optio
                .accumulate = o->grad_accum > 1};
     const int64_t n = 2 * c->layers + 1;
     ledger g;
-    if (!ledger_init(&g)) return gpucore_set_error(GPUCORE_ERR_OUT_OF_MEMORY, "gpucore_lm_plan: out of host memory");
+    if (!ledger_init(&g, o->memory_limit)) return gpucore_set_error(GPUCORE_ERR_OUT_OF_MEMORY, "gpucore_lm_plan: out of host memory");
     g.what = "before the step";
     exec x = {.n = n};
     x.modes = calloc((size_t)n, sizeof *x.modes);
@@ -657,6 +700,12 @@ static gpucore_status run_plan(const gpucore_lm *lm, const gpucore_lm_plan_optio
     if (o->full_finetune) embedding_grads(&g, &m);
     if (g.oom) {
         st = gpucore_set_error(GPUCORE_ERR_OUT_OF_MEMORY, "gpucore_lm_plan: out of host memory");
+        goto done;
+    }
+    if (g.limit_hit[0]) {
+        st = gpucore_set_error(GPUCORE_ERR_OUT_OF_MEMORY, "gpucore_lm_plan: the step does not fit under a memory "
+                               "limit of %lld bytes: the allocator refuses %s", (long long)o->memory_limit,
+                               g.limit_hit);
         goto done;
     }
     memset(plan, 0, sizeof *plan);
@@ -757,9 +806,9 @@ static gpucore_status check_options(const gpucore_lm *lm, const gpucore_lm_plan_
     if (o->grad_accum < 1)
         return gpucore_set_error(GPUCORE_ERR_INVALID_ARGUMENT, "%s: grad_accum is %lld; it must be >= 1", op,
                                  (long long)o->grad_accum);
-    if (o->head_chunk_rows < 0 || o->workspace_bytes < 0)
-        return gpucore_set_error(GPUCORE_ERR_INVALID_ARGUMENT, "%s: head_chunk_rows and workspace_bytes must be >= 0",
-                                 op);
+    if (o->head_chunk_rows < 0 || o->workspace_bytes < 0 || o->memory_limit < 0)
+        return gpucore_set_error(GPUCORE_ERR_INVALID_ARGUMENT, "%s: head_chunk_rows, workspace_bytes and memory_limit "
+                                 "must be >= 0", op);
     if (o->quant_format >= 0) {            /* every decoder linear must take the format */
         for (int64_t l = 0; l < lm->cfg.layers; l++)
             for (int k = 0; k < lm->layer[l].n_attn + lm->layer[l].n_mlp; k++) {
@@ -839,7 +888,7 @@ gpucore_status gpucore_lm_plan(const gpucore_lm *lm, const char *folder, const g
 /* The plan of lm's training step at batch x seq under its own settings (no optimizer: the model does not
  * know it), with the policy and micro-batch given. */
 static gpucore_status plan_as_set(const gpucore_lm *lm, int64_t batch, int64_t seq, int policy, int64_t param,
-                                  gpucore_lm_memory_plan *p)
+                                  int64_t limit, gpucore_lm_memory_plan *p)
 {
     gpucore_lm_plan_options o;
     gpucore_lm_plan_options_init(&o);
@@ -853,6 +902,7 @@ static gpucore_status plan_as_set(const gpucore_lm *lm, int64_t batch, int64_t s
     o.lora_dropout = lm->lora_dropout;
     o.ckpt_policy = policy;
     o.ckpt_param = param;
+    o.memory_limit = limit;
     p->struct_size = sizeof *p;
     return gpucore_lm_plan(lm, NULL, &o, p);
 }
@@ -865,7 +915,7 @@ void lm_explain_oom(const gpucore_lm *lm, int64_t batch, int64_t seq, int64_t at
     memset(&ms, 0, sizeof ms);
     ms.struct_size = sizeof ms;
     if (!prev || gpucore_memory_get_stats(lm->ctx, GPUCORE_MEMORY_DEVICE, &ms) ||
-        plan_as_set(lm, batch, seq, lm->ckpt_policy, lm->ckpt_param, &p)) {
+        plan_as_set(lm, batch, seq, lm->ckpt_policy, lm->ckpt_param, 0, &p)) {
         if (prev) gpucore_set_error(GPUCORE_ERR_OUT_OF_MEMORY, "%s", prev); /* the allocator's message stands */
         free(prev);
         return;
@@ -889,8 +939,11 @@ void lm_explain_oom(const gpucore_lm *lm, int64_t batch, int64_t seq, int64_t at
         int found = 0;
         for (int64_t b = batch; b >= 1 && !found; b /= 2) {
             for (int k = 0; k < 3 && !found; k++) {
+                /* replayed under the limit less what the step's start holds beyond the model's own bytes
+                 * (the optimizer's state, the caller's tensors): the limit caps segments, not blocks */
                 gpucore_lm_memory_plan q;
-                if (plan_as_set(lm, b, seq, pols[k], 0, &q)) continue;
+                const int64_t extra = at_start - p.persistent_bytes;
+                if (limit - extra <= 0 || plan_as_set(lm, b, seq, pols[k], 0, limit - extra, &q)) continue;
                 const int64_t need = at_start + (q.peak_bytes - q.persistent_bytes);
                 if (need > limit) continue;
                 found = 1;
