@@ -18,19 +18,22 @@
  * Threads: 128 per block = 16 rows x 8 lanes; a lane owns columns lane + 8n of
  * its row (accumulators in registers, NC per thread by the head dim class) and
  * score entries lane + 8m. Rows stored with one float of padding against bank
- * conflicts. Shared memory stays under 48 KiB (no opt-in).
+ * conflicts. The FMA kernels' shared memory stays under 48 KiB (no opt-in).
  * Tensor cores: for f16/bf16 with head dims (D and Dv) multiples of 16 up to
  * 128, forward, dq and dk/dv run their products on ldmatrix + mma.sync
  * m16n8k16 (f32 accumulate, mma_sync.cuh; the *_tc_kernel functions, 64-key or
- * 64-query tiles): the forward and dq with 64 query rows a block (16 a warp)
- * and their element-wise steps in registers, dk/dv with them on f32 tiles in
- * shared memory; f32, and other head dims (up to 256), use the FMA loops. The
- * tensor-core forward's softmax runs in base 2 with masks only on the tiles that
- * need them; for unit-stride operands with 16-byte rows (decided on the host) its
- * tiles move by 16-byte cp.async, K/V double-buffered, and O leaves by 16-byte stores.
+ * 64-query tiles): the forward and dq with 64 query rows a block (16 a warp),
+ * dk/dv with 64 keys a block (16 a warp, dk and dv in the mma accumulators
+ * across the query tiles), their element-wise steps in registers; f32, and other
+ * head dims (up to 256), use the FMA loops. The tensor-core forward's and dk/dv's
+ * softmax runs in base 2 with masks only on the tiles that need them; for
+ * unit-stride operands with 16-byte rows (decided on the host) the tiles of all
+ * three move by cp.async, double-buffered (the forward's and dq's K/V, dk/dv's
+ * Q/dout/lse/D tiles), and the forward's O leaves by 16-byte stores.
  */
 #include "kernels.h"
 #include "launch.h"
+#include <cuda_runtime.h> /* cudaFuncSetAttribute (the SIMT layer's shim under GPUCORE_SIMT) */
 #include "grid.h"
 #include "attention_math.h"
 #include <cuda_fp16.h>
@@ -381,9 +384,8 @@ __global__ void __launch_bounds__(ATT_THREADS) attention_dkv_kernel(gpucore_attn
 /* ---------------------------------------------------- tensor cores (ldmatrix + mma.sync) */
 /* f16/bf16 with head dims that are multiples of 16 up to 128: the same masks, dropout and online
  * softmax as the FMA kernels, the products on tensor cores (ldmatrix + mma.sync m16n8k16, f32
- * accumulate, mma_sync.cuh): the forward and dq (64 query rows a block) in registers, dk/dv
- * through att_tc_product into f32 tiles in shared memory, where each thread owns row r, columns
- * lane + 8n, as in the FMA kernels. P (and dS) is rounded to the operand type before its product (as
+ * accumulate, mma_sync.cuh): the forward and dq (64 query rows a block) and dk/dv (64 keys a block)
+ * in registers. P (and dS) is rounded to the operand type before its product (as
  * in every flash-attention kernel); l sums the unrounded probabilities. Operands are copied to shared
  * memory as their raw 16-bit values, rows past the tile zero-filled; every tile starts a multiple of
  * 32 bytes from the dynamic shared memory base and every 16-bit row pitch is a multiple of 16 bytes
@@ -391,7 +393,8 @@ __global__ void __launch_bounds__(ATT_THREADS) attention_dkv_kernel(gpucore_attn
  * fall in 8 different bank quads).
  * One difference from the FMA kernels, shared with other tensor-core flash kernels: a product
  * multiplies whole tiles, so a NaN/Inf in V (forward), or in K (dq), of a key that is masked for
- * some rows reaches those rows as 0·NaN; the FMA loops skip masked keys. Keys past the key length
+ * some rows reaches those rows as 0·NaN, as does one in Q or dout (dk/dv) of a query that is masked for
+ * some keys; the FMA loops skip masked keys. Keys past the key length
  * are never loaded (zero-filled), so padding by kv_len stays clean on both paths. */
 #define ATT_TC_BK 64
 #define ATT_TC_WARPS (ATT_THREADS / 32)
@@ -431,69 +434,8 @@ __device__ __forceinline__ void att_load_raw(uint16_t *s, int ld, const gpucore_
     }
 }
 
-/* C[16][16 nf] (f32, ldc) = A[16][16 nk16] (row-major, lda) · B for the 16-column blocks f this warp owns,
- * f = warp, warp + ATT_TC_WARPS, ... < nf; B is k-by-n, given as Bᵀ (bcol: rows are n, as a K tile for
- * Q Kᵀ) or as B (rows are k, as a V tile for P V). Per 16-deep step: ldmatrix .x4 loads A's four 8x8
- * quarters (lane l passes row l % 16, column 8 (l / 16)) and B's for both 8-column halves, then two
- * mma.sync m16n8k16 (mma_sync.cuh). Lane l's accumulators c[h] are C rows l / 4 and l / 4 + 8,
- * columns 16 f + 8 h + 2 (l % 4) and the next. */
-template <typename T, bool BCOL>
-__device__ __forceinline__ void att_tc_product(float *C, int ldc, const T *A, int lda, const T *B, int ldb, int nf,
-                                               int nk16)
-{
-    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    const T *a_row = A + (lane % 16) * lda + 8 * (lane / 16);
-    /* B's quarters: matrix q = lane / 8 covers k rows 8 (q & 1) .. + 7 and n columns 8 (q >> 1) .. + 7; lane
-     * passes the row i = lane % 8 of it: a row of Bᵀ (bcol, n = i) or of B (k = i, transposed by .trans). */
-    const int i = lane % 8, kh = 8 * ((lane / 8) & 1), nh = 8 * (lane / 16);
-    for (int f = warp; f < nf; f += ATT_TC_WARPS) {
-        float c[2][4] = {};
-        const T *b_row = BCOL ? B + (f * 16 + nh + i) * ldb + kh : B + (kh + i) * ldb + f * 16 + nh;
-        for (int kt = 0; kt < nk16; kt++) {
-            uint32_t a[4], b[4];
-            mma_ldsm<4>(a, a_row + kt * 16);
-            if constexpr (BCOL) mma_ldsm<4>(b, b_row + kt * 16);
-            else mma_ldsm_trans<4>(b, b_row + kt * 16 * ldb);
-            const uint32_t b0[2] = {b[0], b[1]}, b1[2] = {b[2], b[3]};
-            mma_m16n8k16<T>(c[0], a, b0);
-            mma_m16n8k16<T>(c[1], a, b1);
-        }
-        float *out = C + (lane / 4) * ldc + f * 16 + 2 * (lane % 4);
-#pragma unroll
-        for (int h = 0; h < 2; h++) {
-            *(float2 *)(out + 8 * h) = make_float2(c[h][0], c[h][1]);
-            *(float2 *)(out + 8 * ldc + 8 * h) = make_float2(c[h][2], c[h][3]);
-        }
-    }
-}
-
-/* Row pitch padding of the f32 tiles, in floats. A warp reads 4 rows x 8 lanes (row r, column lane + 8n), and
- * a half-warp's float2 accumulator stores (att_tc_product) write 4 rows x 8 floats: with a pitch of 8 (mod 32) words those
- * 32 words lie in 32 different banks; with 4 (mod 32) two rows share banks (2-way conflicts). The pitch stays
- * a multiple of 4 floats and at D = Dv = 128 every kernel stays under 48 KiB. */
-#define ATT_TC_F32_PAD 8
-static constexpr bool att_tc_pitch_conflict_free(int ld)
-{
-    bool used[32] = {};
-    for (int r = 0; r < 4; r++)
-        for (int lane = 0; lane < ATT_LANES; lane++) {
-            const int bank = (r * ld + lane) % 32;
-            if (used[bank]) return false;
-            used[bank] = true;
-        }
-    return ld % 4 == 0;
-}
-static constexpr bool att_tc_pitches_conflict_free()
-{
-    for (int d = 16; d <= 128; d += 16) /* ldt = max(D, Dv) + pad */
-        if (!att_tc_pitch_conflict_free(d + ATT_TC_F32_PAD)) return false;
-    return att_tc_pitch_conflict_free(ATT_TC_BK + ATT_TC_F32_PAD); /* lds */
-}
-static_assert(att_tc_pitches_conflict_free(), "f32 tile pitches of the tensor-core kernels have bank conflicts");
-
-/* Four blocks per SM: what shared memory allows on sm_80 at head dim 128 (dk/dv: 40 KiB a block), so the
- * register budget (128) is no tighter than it; unbounded, ptxas aims at 6 blocks (80 registers)
- * on sm_80 for f16 and spills 52 bytes. */
+/* Four blocks per SM for the forward up to head dim 64 (128 registers); unbounded, ptxas aims at 6
+ * blocks (80 registers) on sm_80 for f16 and spills 52 bytes. */
 #define ATT_TC_MIN_BLOCKS 4
 
 /* The row kernels (forward and dq): a block owns ATT_TC_QROWS query rows of one (batch, head), warp w
@@ -635,6 +577,16 @@ __device__ __forceinline__ const uint16_t *att_row_ptr(const gpucore_attn_tensor
     return (const uint16_t *)t.data + gpucore_attn_offset(&t, b, h, row0, 0);
 }
 
+/* Rows [row0, row0 + n) of t at (b, h) into s[rows][ld] (zero past n): 16-byte cp.async (ASYNC; the caller
+ * commits and waits) or element loads. */
+template <bool ASYNC>
+__device__ __forceinline__ void att_tile_in(att_cp_pipe &p, uint16_t *s, int ld, const gpucore_attn_tensor &t, int64_t b,
+                                            int64_t h, int64_t row0, int n, int rows, int cols)
+{
+    if constexpr (ASYNC) att_cp_tile(p, s, ld, att_row_ptr(t, b, h, row0), t.stride[2], n, rows, cols);
+    else att_load_raw(s, ld, t, b, h, row0, n, rows, cols);
+}
+
 /* The forward: per key tile S = Q Kᵀ (the warp's 16 x BK block), masks, bias and the online softmax per
  * element (the row max and sum over the 4 lanes of a row), P̃ = P keep rounded to the operand type as the
  * A fragments of P̃ V, then O = alpha O + P̃ V. NC bounds Dv (8: Dv <= 64, 16: Dv <= 128). A row with
@@ -673,14 +625,11 @@ __global__ void __launch_bounds__(ATT_THREADS, NC <= 8 ? ATT_TC_MIN_BLOCKS : ATT
         const int64_t b = q.b, h = q.h;
         const int64_t kend = gpucore_attn_key_end(&a, b, q.i0 + q.nq - 1);
         __syncthreads(); /* the previous block's readers are done */
+        att_tile_in<ASYNC>(pipe, Qh, L.ldq, a.q, b, h, q.i0, (int)q.nq, ATT_TC_QROWS, D);
         if constexpr (ASYNC) {
-            att_cp_tile(pipe, Qh, L.ldq, att_row_ptr(a.q, b, h, q.i0), a.q.stride[2], (int)q.nq, ATT_TC_QROWS, D);
-            if (kend > 0)
-                att_cp_tile(pipe, Kh, L.ldkv, att_row_ptr(a.k, b, q.hk, 0), a.k.stride[2], (int)att_min(BK, kend),
-                            (int)((att_min(BK, kend) + 15) / 16 * 16), D);
+            const int nk = (int)att_min(BK, kend);
+            if (kend > 0) att_tile_in<ASYNC>(pipe, Kh, L.ldkv, a.k, b, q.hk, 0, nk, (nk + 15) / 16 * 16, D);
             att_cp_commit(pipe);
-        } else {
-            att_load_raw(Qh, L.ldq, a.q, b, h, q.i0, q.nq, ATT_TC_QROWS, D);
         }
         float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f}, o[NC][4];
 #pragma unroll
@@ -797,16 +746,22 @@ __global__ void __launch_bounds__(ATT_THREADS, NC <= 8 ? ATT_TC_MIN_BLOCKS : ATT
  * stays for dS K: each of K and V is read once per tile), dS = P (dP keep - D_i) scale per element,
  * rounded to the operand type (as P is in the forward) as the A fragments of dS K, added to the warp's
  * dq accumulators. NC bounds D. Three blocks per SM at both head-dim classes: at four (128 registers)
- * ptxas spills for NC 8 (8 bytes stored, 128 loaded: dP and S over 64 keys are 64 accumulators). */
-template <int NC, typename T>
+ * ptxas spills for NC 8 (8 bytes stored, 128 loaded: dP and S over 64 keys are 64 accumulators).
+ * ASYNC (att_tc_bwd_async_ok, decided on the host): Q, dout, K and V move by 16-byte cp.async into a K and
+ * a V buffer, K_j loading while dP_j = dout V_jᵀ runs and V_{j+1} while S_j, dS_j and dq += dS_j K_j run (as
+ * the forward's pipeline); at head dim 128 Q, dout and the two 32-key tiles take 51 KiB, over the default
+ * 48 KiB limit, which the launcher raises. Otherwise one tile buffer filled by element loads. */
+template <int NC, typename T, bool ASYNC>
 __global__ void __launch_bounds__(ATT_THREADS, ATT_TC_ROWS_MIN_BLOCKS_WIDE) attention_dq_tc_kernel(gpucore_attn_args a, int64_t nqt)
 {
     extern __shared__ __align__(128) float attn_smem[]; /* the tiles' offsets are multiples of 32 bytes from here */
     enum { BK = att_tc_rows_bk<NC>(), NS = BK / 16 };
     const int D = (int)a.head_dim, Dv = (int)a.head_dim_v;
-    const att_tc_rows_layout L = att_tc_rows_plan(D, Dv, 1, BK);
+    const att_tc_rows_layout L = att_tc_rows_plan(D, Dv, 1, BK, ASYNC ? 2 : 1);
     uint16_t *Qh = (uint16_t *)attn_smem, *dOh = (uint16_t *)((char *)attn_smem + L.o);
-    uint16_t *KVh = (uint16_t *)((char *)attn_smem + L.kv);
+    uint16_t *Kh = (uint16_t *)((char *)attn_smem + L.kv);
+    uint16_t *Vh = ASYNC ? Kh + BK * L.ldkv : Kh; /* the second tile buffer, or the one */
+    att_cp_pipe pipe;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int a_off = (16 * warp + lane % 16), a_col = 8 * (lane / 16);
     const T *q_row = (const T *)Qh + a_off * L.ldq + a_col, *do_row = (const T *)dOh + a_off * L.ldo + a_col;
@@ -822,21 +777,43 @@ __global__ void __launch_bounds__(ATT_THREADS, ATT_TC_ROWS_MIN_BLOCKS_WIDE) atte
         }
 #pragma unroll
         for (int n = 0; n < NC; n++) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.0f;
-        __syncthreads(); /* the previous block's readers are done */
-        att_load_raw(Qh, L.ldq, a.q, b, h, q.i0, q.nq, ATT_TC_QROWS, D);
-        att_load_raw(dOh, L.ldo, a.dout, b, h, q.i0, q.nq, ATT_TC_QROWS, Dv);
         const int64_t kend = gpucore_attn_key_end(&a, b, q.i0 + q.nq - 1);
+        __syncthreads(); /* the previous block's readers are done */
+        att_tile_in<ASYNC>(pipe, Qh, L.ldq, a.q, b, h, q.i0, (int)q.nq, ATT_TC_QROWS, D);
+        att_tile_in<ASYNC>(pipe, dOh, L.ldo, a.dout, b, h, q.i0, (int)q.nq, ATT_TC_QROWS, Dv);
+        if constexpr (ASYNC) {
+            const int nk = (int)att_min(BK, kend);
+            if (kend > 0) att_tile_in<ASYNC>(pipe, Vh, L.ldkv, a.v, b, q.hk, 0, nk, (nk + 15) / 16 * 16, Dv);
+            att_cp_commit(pipe);
+        }
         for (int64_t j0 = 0; j0 < kend; j0 += BK) {
             const int nk = (int)att_min(BK, kend - j0), nk16 = (nk + 15) / 16;
-            __syncthreads();
-            att_load_raw(KVh, L.ldkv, a.v, b, q.hk, j0, nk, nk16 * 16, Dv);
-            __syncthreads();
+            if constexpr (ASYNC) {
+                att_cp_wait_all(pipe);
+                __syncthreads(); /* V_j (and Q, dout) in; the previous tile's K readers are done */
+                att_tile_in<ASYNC>(pipe, Kh, L.ldkv, a.k, b, q.hk, j0, nk, nk16 * 16, D);
+                att_cp_commit(pipe);
+            } else {
+                __syncthreads();
+                att_tile_in<ASYNC>(pipe, Vh, L.ldkv, a.v, b, q.hk, j0, nk, nk16 * 16, Dv);
+                __syncthreads();
+            }
             float dp[2 * NS][4], sc[2 * NS][4];
-            att_warp_abt<T, NS>(dp, do_row, (const T *)KVh, L.ldkv, nk16, Dv / 16);
-            __syncthreads(); /* V's readers are done */
-            att_load_raw(KVh, L.ldkv, a.k, b, q.hk, j0, nk, nk16 * 16, D);
-            __syncthreads();
-            att_warp_abt<T, NS>(sc, q_row, (const T *)KVh, L.ldkv, nk16, D / 16);
+            att_warp_abt<T, NS>(dp, do_row, (const T *)Vh, L.ldkv, nk16, Dv / 16);
+            if constexpr (ASYNC) {
+                att_cp_wait_all(pipe);
+                __syncthreads(); /* K_j in; V_j's readers are done */
+                if (j0 + BK < kend) {
+                    const int nn = (int)att_min(BK, kend - j0 - BK);
+                    att_tile_in<ASYNC>(pipe, Vh, L.ldkv, a.v, b, q.hk, j0 + BK, nn, (nn + 15) / 16 * 16, Dv);
+                    att_cp_commit(pipe);
+                }
+            } else {
+                __syncthreads(); /* V's readers are done */
+                att_tile_in<ASYNC>(pipe, Kh, L.ldkv, a.k, b, q.hk, j0, nk, nk16 * 16, D);
+                __syncthreads();
+            }
+            att_warp_abt<T, NS>(sc, q_row, (const T *)Kh, L.ldkv, nk16, D / 16);
             uint32_t dsa[NS][4];
             att_pack_a<NS>(dsa, [&](int n, int e, int r, int jj) {
                 float ds = 0.0f;
@@ -847,122 +824,180 @@ __global__ void __launch_bounds__(ATT_THREADS, ATT_TC_ROWS_MIN_BLOCKS_WIDE) atte
                 }
                 return att_bits((T)(ds * a.scale));
             });
-            att_warp_pb<T, NC, NS>(acc, dsa, (const T *)KVh, L.ldkv, D / 16, nk16);
+            att_warp_pb<T, NC, NS>(acc, dsa, (const T *)Kh, L.ldkv, D / 16, nk16);
         }
+        if constexpr (ASYNC) att_cp_wait_all(pipe); /* no key tile (kend 0): Q's and dout's copies */
 #pragma unroll
         for (int r = 0; r < 2; r++)
             if (q.ok[r]) att_store_acc_row<NC>(&a.dq, a.dtype, b, h, q.row[r], acc, r, 1.0f, D);
     }
 }
 
-/* dk and dv on tensor cores: a block owns 16 keys of one kv head (as attention_dkv_kernel) and walks the
- * group's query heads and 64-row query tiles: Sᵀ = K Qᵀ and dPᵀ = V doutᵀ (tensor cores), P̃ᵀ = Pᵀ keep and
- * dSᵀ = Pᵀ (dPᵀ keep - D_i) scale per element (rounded to the operand type), then dv += P̃ᵀ dout and
- * dk += dSᵀ Q (tensor cores) into the row's f32 accumulators. The Q/dout tile shares one buffer (Q, dout, Q
- * again), the products' f32 tile lies over Sᵀ and dPᵀ. Shared memory (bytes), offsets multiples of 32. */
+/* dk and dv on tensor cores, FlashAttention-2's backward for one key block: a block owns ATT_TC_KROWS = 64
+ * keys of one kv head, warp w keys 16w..16w+15 (K and V in shared memory for the whole block), and walks the
+ * group's query heads and BQ-row query tiles (att_tc_rows_bk: 64 up to head dim 64, 32 above). Per tile,
+ * each warp computes Sᵀ = K Qᵀ (its 16 keys x BQ queries) in registers, Pᵀ = exp2(Sᵀ scale log2 e + bias
+ * log2 e - lse_i log2 e) per element, P̃ᵀ = Pᵀ keep rounded to the operand type as the A fragments of
+ * dv += P̃ᵀ dout; then dPᵀ = V doutᵀ in registers, dSᵀ = Pᵀ (dPᵀ keep - D_i) scale rounded as the A fragments
+ * of dk += dSᵀ Q. dk and dv stay in the mma accumulators across every tile (no shared-memory round trip);
+ * masks, bias and the key/query ends are evaluated only on tiles that need them (as in the forward).
+ * ASYNC (att_tc_bwd_async_ok, decided on the host): K, V and each tile's Q, dout, lse and D move by cp.async
+ * (16-byte rows, 4-byte lse/D) into two tile stages, tile t + 1 loading while tile t is computed; otherwise
+ * one stage filled by element loads. Shared memory (att_tc_dkv_plan), 16-bit rows of pitch dim + 8 (see
+ * above): K [64][D + 8], V [64][Dv + 8], then per stage Q [BQ][D + 8], dout [BQ][Dv + 8], lse [BQ], D [BQ]
+ * (f32). ASYNC at head dim 64 (BQ 64): 18 KiB + 2 x 18.5 KiB = 55 KiB; at 128 (BQ 32): 34 KiB + 2 x 17.25
+ * KiB = 68.5 KiB: over 48 KiB, so the launcher raises the kernel's dynamic shared memory limit. */
+#define ATT_TC_KROWS (16 * ATT_TC_WARPS)
 struct att_tc_dkv_layout {
-    int ldk, ldv, ldb, lds, ldp, ldt;
-    size_t k, v, st, dpt, pt, dst, stats, bytes;
+    int ldk, ldv;
+    size_t v, stage0, o, stats, stage, bytes; /* V, stage 0, and within a stage dout and lse/D (Q at 0) */
 };
-static __host__ __device__ inline att_tc_dkv_layout att_tc_dkv_plan(int64_t D, int64_t Dv)
+static __host__ __device__ inline att_tc_dkv_layout att_tc_dkv_plan(int64_t D, int64_t Dv, int bq, int nstages)
 {
     att_tc_dkv_layout L;
     L.ldk = (int)D + 8;
     L.ldv = (int)Dv + 8;
-    L.ldb = (int)(D > Dv ? D : Dv) + 8;
-    L.lds = ATT_TC_BK + ATT_TC_F32_PAD;
-    L.ldp = ATT_TC_BK + 8;
-    L.ldt = (int)(D > Dv ? D : Dv) + ATT_TC_F32_PAD; /* <= 2 lds: the product tile fits over Sᵀ and dPᵀ */
-    L.k = 0;
-    L.v = L.k + 2 * ATT_ROWS * L.ldk;
-    L.st = L.v + 2 * ATT_ROWS * L.ldv;
-    L.dpt = L.st + sizeof(float) * ATT_ROWS * L.lds;
-    L.pt = L.dpt + sizeof(float) * ATT_ROWS * L.lds;
-    L.dst = L.pt + 2 * ATT_ROWS * L.ldp;
-    L.stats = L.dst + 2 * ATT_ROWS * L.ldp;
-    L.bytes = L.stats + sizeof(float) * 2 * ATT_TC_BK + 2 * ATT_TC_BK * L.ldb;
+    L.v = 2 * (size_t)ATT_TC_KROWS * L.ldk;
+    L.stage0 = L.v + 2 * (size_t)ATT_TC_KROWS * L.ldv;
+    L.o = 2 * (size_t)bq * L.ldk;
+    L.stats = L.o + 2 * (size_t)bq * L.ldv;
+    L.stage = L.stats + sizeof(float) * 2 * bq;
+    L.bytes = L.stage0 + nstages * L.stage;
     return L;
 }
-
-/* acc[n] += T[r][lane + 8n] for columns below ncols. */
-template <int NC>
-__device__ __forceinline__ void att_add_tile_row(float *acc, const float *T, int ldt, int r, int lane, int ncols)
+/* The backward's cp.async paths (dq and dk/dv): q, k, v and dout with 16-byte rows. */
+static inline int att_tc_bwd_async_ok(const gpucore_attn_args *a)
 {
-#pragma unroll
-    for (int n = 0; n < NC; n++)
-        if (lane + ATT_LANES * n < ncols) acc[n] += T[r * ldt + lane + ATT_LANES * n];
+    return att_tc_fwd_async_ok(a) && att_tc_rows16(&a->dout);
 }
 
-template <int NC, typename T>
-__global__ void __launch_bounds__(ATT_THREADS, ATT_TC_MIN_BLOCKS) attention_dkv_tc_kernel(gpucore_attn_args a, int64_t nkt)
+/* One query tile of the dk/dv kernel: head h, rows [i0, i0 + nq) into stage s (Q, dout, lse and D). */
+template <bool ASYNC>
+__device__ __forceinline__ void att_dkv_load_tile(att_cp_pipe &pipe, char *s, const att_tc_dkv_layout &L,
+                                                  const gpucore_attn_args &a, int64_t b, int64_t h, int64_t i0, int nq,
+                                                  int bq)
+{
+    const int D = (int)a.head_dim, Dv = (int)a.head_dim_v, rows = (nq + 15) / 16 * 16;
+    uint16_t *Qh = (uint16_t *)s, *dOh = (uint16_t *)(s + L.o);
+    float *lse = (float *)(s + L.stats), *Di = lse + bq;
+    att_tile_in<ASYNC>(pipe, Qh, L.ldk, a.q, b, h, i0, nq, rows, D);
+    att_tile_in<ASYNC>(pipe, dOh, L.ldv, a.dout, b, h, i0, nq, rows, Dv);
+    if constexpr (ASYNC) {
+        const int64_t row = (b * a.heads + h) * a.seq_q + i0;
+        for (int t = threadIdx.x; t < 2 * bq; t += ATT_THREADS)
+            if (t % bq < nq) att_cp4(pipe, lse + t, (t < bq ? a.lse : a.delta) + row + t % bq);
+        att_cp_commit(pipe);
+    } else {
+        att_row_dots(a, b, h, i0, nq, bq, Di, lse);
+    }
+}
+
+/* NC bounds D and Dv. Two blocks per SM (255 registers): dk and dv are 2 NC x 4 accumulators a thread. */
+#define ATT_TC_DKV_MIN_BLOCKS 2
+template <int NC, typename T, bool ASYNC>
+__global__ void __launch_bounds__(ATT_THREADS, ATT_TC_DKV_MIN_BLOCKS) attention_dkv_tc_kernel(gpucore_attn_args a, int64_t nkt)
 {
     extern __shared__ __align__(128) float attn_smem[]; /* the tiles' offsets are multiples of 32 bytes from here */
+    enum { BQ = att_tc_rows_bk<NC>(), NS = BQ / 16 };
     const int D = (int)a.head_dim, Dv = (int)a.head_dim_v;
     const int64_t G = a.heads / a.kv_heads;
-    const att_tc_dkv_layout L = att_tc_dkv_plan(D, Dv);
+    const att_tc_dkv_layout L = att_tc_dkv_plan(D, Dv, BQ, ASYNC ? 2 : 1);
     char *base = (char *)attn_smem;
-    uint16_t *Kh = (uint16_t *)(base + L.k), *Vh = (uint16_t *)(base + L.v);
-    float *St = (float *)(base + L.st), *dPt = (float *)(base + L.dpt), *Prod = St;
-    uint16_t *Pt = (uint16_t *)(base + L.pt), *dSt = (uint16_t *)(base + L.dst);
-    float *Di = (float *)(base + L.stats), *lse = Di + ATT_TC_BK;
-    uint16_t *Bh = (uint16_t *)(lse + ATT_TC_BK);
-    const int r = threadIdx.x / ATT_LANES, lane = threadIdx.x % ATT_LANES;
+    uint16_t *Kh = (uint16_t *)base, *Vh = (uint16_t *)(base + L.v);
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int a_off = 16 * warp + lane % 16, a_col = 8 * (lane / 16);
+    const T *k_row = (const T *)Kh + a_off * L.ldk + a_col, *v_row = (const T *)Vh + a_off * L.ldv + a_col;
+    const float sl2 = a.scale * 1.4426950408889634f; /* scale · log2 e */
+    const bool dropout = a.dropout_p > 0.0f, masked = a.mask_dtype != GPUCORE_ATTN_NO_MASK;
+    att_cp_pipe pipe;
     const int64_t total = a.batch * a.kv_heads * nkt;
     for (int64_t blk = blockIdx.x; blk < total; blk += gridDim.x) {
-        const att_kblock kb = att_kblock_of(a, blk, nkt);
-        const int64_t b = kb.b, hk = kb.hk, j0 = kb.j0, nk = kb.nk, nkv = kb.nkv, j = j0 + r;
-        __syncthreads();
-        att_load_raw(Kh, L.ldk, a.k, b, hk, j0, nk, ATT_ROWS, D);
-        att_load_raw(Vh, L.ldv, a.v, b, hk, j0, nk, ATT_ROWS, Dv);
-        float dk[NC], dv[NC];
-        att_zero<NC>(dk);
-        att_zero<NC>(dv);
-        for (int64_t h = hk * G; nkv > 0 && h < (hk + 1) * G; h++)
-            for (int64_t i0 = gpucore_attn_query_begin(&a, j0); i0 < a.seq_q; i0 += ATT_TC_BK) {
-                const int nq = (int)att_min(ATT_TC_BK, a.seq_q - i0), nq16 = (nq + 15) / 16;
-                __syncthreads();
-                att_load_raw(Bh, L.ldb, a.q, b, h, i0, nq, nq16 * 16, D);
-                att_row_dots(a, b, h, i0, nq, ATT_TC_BK, Di, lse);
-                __syncthreads();
-                att_tc_product<T, true>(St, L.lds, (const T *)Kh, L.ldk, (const T *)Bh, L.ldb, nq16,
-                                                           D / 16);
-                __syncthreads();
-                att_load_raw(Bh, L.ldb, a.dout, b, h, i0, nq, nq16 * 16, Dv);
-                __syncthreads();
-                att_tc_product<T, true>(dPt, L.lds, (const T *)Vh, L.ldv, (const T *)Bh, L.ldb, nq16,
-                                                           Dv / 16);
-                __syncthreads();
-#pragma unroll 1 /* rolled: unrolled, bf16 at head dim 128 needs more than the 128 registers four blocks allow */
-                for (int n = 0; n < ATT_TC_BK / ATT_LANES; n++) { /* row r = key j, column ii = query i0 + ii */
-                    const int ii = lane + ATT_LANES * n;
-                    float pk = 0.0f, ds = 0.0f;
-                    if (r < nkv && ii < nq) {
-                        const float bias = gpucore_attn_bias(&a, b, h, i0 + ii, j);
-                        const float p = bias == -INFINITY ? 0.0f
-                                                          : gpucore_attn_exp(gpucore_attn_score(&a, St[r * L.lds + ii], bias), lse[ii]);
-                        if (p != 0.0f) {
-                            const float keep = gpucore_attn_keep(&a, b, h, i0 + ii, j);
-                            ds = p * (dPt[r * L.lds + ii] * keep - Di[ii]);
-                            pk = p * keep;
-                        }
-                    }
-                    Pt[r * L.ldp + ii] = att_bits((T)pk);
-                    dSt[r * L.ldp + ii] = att_bits((T)(ds * a.scale));
+        const int64_t bh = blk / nkt, b = bh / a.kv_heads, hk = bh % a.kv_heads, j0 = (blk % nkt) * ATT_TC_KROWS;
+        const int nk = (int)att_min(ATT_TC_KROWS, a.seq_k - j0);
+        const int64_t valid = gpucore_attn_kv_valid(&a, b);
+        const int nkv = valid > j0 ? (int)att_min(nk, valid - j0) : 0; /* keys below kv_len get gradients */
+        const int64_t qbeg = gpucore_attn_query_begin(&a, j0);
+        /* the lane's two keys (accumulator rows l / 4 and l / 4 + 8 of the warp's 16) */
+        int kr[2];
+        for (int r = 0; r < 2; r++) kr[r] = 16 * warp + lane / 4 + 8 * r;
+        float dk[NC][4], dv[NC][4];
+#pragma unroll
+        for (int n = 0; n < NC; n++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) dk[n][e] = dv[n][e] = 0.0f;
+        __syncthreads(); /* the previous block's readers are done */
+        att_tile_in<ASYNC>(pipe, Kh, L.ldk, a.k, b, hk, j0, nk, ATT_TC_KROWS, D);
+        att_tile_in<ASYNC>(pipe, Vh, L.ldv, a.v, b, hk, j0, nk, ATT_TC_KROWS, Dv);
+        /* the tiles (h, i0), flattened: tile it is head hk G + it / nqt, rows qbeg + (it % nqt) BQ */
+        const int64_t nqt = nkv > 0 && qbeg < a.seq_q ? (a.seq_q - qbeg + BQ - 1) / BQ : 0, ntiles = G * nqt;
+        if (ASYNC && ntiles > 0)
+            att_dkv_load_tile<ASYNC>(pipe, base + L.stage0, L, a, b, hk * G, qbeg, (int)att_min(BQ, a.seq_q - qbeg), BQ);
+        else if (ASYNC) att_cp_commit(pipe);
+        for (int64_t it = 0; it < ntiles; it++) {
+            const int64_t h = hk * G + it / nqt, i0 = qbeg + (it % nqt) * BQ;
+            const int nq = (int)att_min(BQ, a.seq_q - i0), nq16 = (nq + 15) / 16;
+            char *stage = base + L.stage0 + (ASYNC ? (it % 2) * L.stage : 0);
+            if constexpr (ASYNC) {
+                att_cp_wait_all(pipe);
+                __syncthreads(); /* tile it (and K, V) in; tile it - 1's readers are done with the other stage */
+                if (it + 1 < ntiles) {
+                    const int64_t h1 = hk * G + (it + 1) / nqt, i1 = qbeg + ((it + 1) % nqt) * BQ;
+                    att_dkv_load_tile<ASYNC>(pipe, base + L.stage0 + ((it + 1) % 2) * L.stage, L, a, b, h1, i1,
+                                             (int)att_min(BQ, a.seq_q - i1), BQ);
                 }
+            } else {
+                __syncthreads(); /* the previous tile's readers are done */
+                att_dkv_load_tile<ASYNC>(pipe, stage, L, a, b, h, i0, nq, BQ);
                 __syncthreads();
-                att_tc_product<T, false>(Prod, L.ldt, (const T *)Pt, L.ldp, (const T *)Bh, L.ldb, Dv / 16,
-                                                           nq16); /* P̃ᵀ dout */
-                __syncthreads();
-                att_add_tile_row<NC>(dv, Prod, L.ldt, r, lane, Dv);
-                att_load_raw(Bh, L.ldb, a.q, b, h, i0, nq, nq16 * 16, D); /* dout's readers are done */
-                __syncthreads();
-                att_tc_product<T, false>(Prod, L.ldt, (const T *)dSt, L.ldp, (const T *)Bh, L.ldb, D / 16,
-                                                           nq16); /* dSᵀ Q */
-                __syncthreads();
-                att_add_tile_row<NC>(dk, Prod, L.ldt, r, lane, D);
             }
-        if (r < nk) att_store_dkv_row<NC>(a, b, hk, j, lane, dk, dv);
+            const uint16_t *Qh = (const uint16_t *)stage, *dOh = (const uint16_t *)(stage + L.o);
+            const float *lse = (const float *)(stage + L.stats), *Di = lse + BQ;
+            /* a tile without masks: no mask, every key of the block below kv_len, a full query tile and,
+             * causal, the block's last key at or before the tile's first row */
+            const bool interior = !masked && nkv == ATT_TC_KROWS && nq == BQ && (!a.causal || j0 + ATT_TC_KROWS - 1 <= i0);
+            float st[2 * NS][4];
+            att_warp_abt<T, NS>(st, k_row, (const T *)Qh, L.ldk, nq16, D / 16);
+            uint32_t pa[NS][4];
+            att_pack_a<NS>(pa, [&](int n, int e, int r, int ii) {
+                const float l2 = lse[ii] * 1.4426950408889634f;
+                float p;
+                if (interior) {
+                    p = exp2f(fmaf(st[n][e], sl2, -l2));
+                } else {
+                    const float bias = kr[r] < nkv && ii < nq ? gpucore_attn_bias(&a, b, h, i0 + ii, j0 + kr[r]) : -INFINITY;
+                    p = bias == -INFINITY ? 0.0f : exp2f(fmaf(st[n][e], sl2, fmaf(bias, 1.4426950408889634f, -l2)));
+                }
+                st[n][e] = p; /* P, kept for dS */
+                return att_bits((T)(dropout && p != 0.0f ? p * gpucore_attn_keep(&a, b, h, i0 + ii, j0 + kr[r]) : p));
+            });
+            att_warp_pb<T, NC, NS>(dv, pa, (const T *)dOh, L.ldv, Dv / 16, nq16); /* dv += P̃ᵀ dout */
+            float dp[2 * NS][4];
+            att_warp_abt<T, NS>(dp, v_row, (const T *)dOh, L.ldv, nq16, Dv / 16);
+            att_pack_a<NS>(pa, [&](int n, int e, int r, int ii) {
+                const float p = st[n][e];
+                float ds = 0.0f;
+                if (p != 0.0f)
+                    ds = p * ((dropout ? dp[n][e] * gpucore_attn_keep(&a, b, h, i0 + ii, j0 + kr[r]) : dp[n][e]) - Di[ii]);
+                return att_bits((T)(ds * a.scale));
+            });
+            att_warp_pb<T, NC, NS>(dk, pa, (const T *)Qh, L.ldk, D / 16, nq16); /* dk += dSᵀ Q */
+        }
+        if constexpr (ASYNC) att_cp_wait_all(pipe); /* no tile: K's and V's copies */
+#pragma unroll
+        for (int r = 0; r < 2; r++)
+            if (kr[r] < nk) {
+                if (a.dk.data) att_store_acc_row<NC>(&a.dk, a.dtype, b, hk, j0 + kr[r], dk, r, 1.0f, D);
+                if (a.dv.data) att_store_acc_row<NC>(&a.dv, a.dtype, b, hk, j0 + kr[r], dv, r, 1.0f, Dv);
+            }
     }
+}
+
+/* A kernel's dynamic shared memory limit raised to bytes where they pass the default 48 KiB (the backward's
+ * cp.async paths take at most 70 KiB: sm_80 allows 163, sm_90 227). */
+static int att_tc_smem_limit(void (*kernel)(gpucore_attn_args, int64_t), size_t bytes)
+{
+    if (bytes <= 48 * 1024) return 0;
+    return (int)cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes);
 }
 
 /* The tensor-core forward, or the tensor-core dq and dk, dv. */
@@ -986,17 +1021,25 @@ template <int NC, typename T> static int attention_launch_tc(const gpucore_launc
     int derr = attention_delta_launch(l, a);
     if (derr) return derr;
     if (a->dq.data) {
-        const size_t bytes = att_tc_rows_plan(a->head_dim, a->head_dim_v, 1, att_tc_rows_bk<NC>()).bytes;
-        void (*const attention_dq_tc)(gpucore_attn_args, int64_t) = attention_dq_tc_kernel<NC, T>;
+        const int async = att_tc_bwd_async_ok(a);
+        const size_t bytes = att_tc_rows_plan(a->head_dim, a->head_dim_v, 1, att_tc_rows_bk<NC>(), async ? 2 : 1).bytes;
+        void (*const attention_dq_tc)(gpucore_attn_args, int64_t) =
+            async ? attention_dq_tc_kernel<NC, T, true> : attention_dq_tc_kernel<NC, T, false>;
+        int serr = att_tc_smem_limit(attention_dq_tc, bytes);
+        if (serr) return serr;
         GPUCORE_LAUNCH(attention_dq_tc, grid, ATT_THREADS, bytes, l->stream, *a, nqt);
         int err = GPUCORE_LAUNCH_STATUS();
         if (err) return err;
     }
     if ((a->dk.data || a->dv.data) && a->seq_k > 0) {
-        const int64_t nkt = (a->seq_k + ATT_ROWS - 1) / ATT_ROWS;
-        const size_t bytes = att_tc_dkv_plan(a->head_dim, a->head_dim_v).bytes;
+        const int64_t nkt = (a->seq_k + ATT_TC_KROWS - 1) / ATT_TC_KROWS;
+        const int async = att_tc_bwd_async_ok(a);
+        const size_t bytes = att_tc_dkv_plan(a->head_dim, a->head_dim_v, att_tc_rows_bk<NC>(), async ? 2 : 1).bytes;
         unsigned kgrid = gpucore_grid_for(a->batch * a->kv_heads * nkt * ATT_THREADS, ATT_THREADS, l->sm_count);
-        void (*const attention_dkv_tc)(gpucore_attn_args, int64_t) = attention_dkv_tc_kernel<NC, T>;
+        void (*const attention_dkv_tc)(gpucore_attn_args, int64_t) =
+            async ? attention_dkv_tc_kernel<NC, T, true> : attention_dkv_tc_kernel<NC, T, false>;
+        int serr = att_tc_smem_limit(attention_dkv_tc, bytes);
+        if (serr) return serr;
         GPUCORE_LAUNCH(attention_dkv_tc, kgrid, ATT_THREADS, bytes, l->stream, *a, nkt);
         return GPUCORE_LAUNCH_STATUS();
     }
