@@ -258,6 +258,15 @@ static void test_products(gpucore_context *ctx, const char *dev)
     mm_case ab = {1, 23, 17, 41, 1, 0, 0, 0}, abv = {1, 3, 29, 130, 0, 1, 0, 0}; /* abv: the matrix-vector path */
     for (int p = 0; p < 5; p++) run_case(ctx, dev, pairs[p][0], pairs[p][1], &ab, 0.5, -1.25, 0);
     for (int p = 0; p < 5; p++) run_case(ctx, dev, pairs[p][0], pairs[p][1], &abv, 0.5, -1.25, 0);
+    /* b row-major [K, N] with rows of 4 KiB in f32: on an AVX-512 CPU, oneDNN's f32 weights copied in
+     * column chunks of 960 (320 with 3 batches) and a narrower last one (cpu_matmul_dnnl.c's
+     * mm_chunk_cols); a plain, a as aᵀ (the weight-gradient layout), 3 batches each with its own b, and
+     * one b broadcast to 2 */
+    for (int p = 0; p < 5; p++) {
+        mm_case rows[] = {{1, 5, 1024, 1000, 0, 0, 0, 0}, {1, 4, 1024, 1000, 1, 0, 0, 1}, {3, 4, 1024, 1000, 0, 0, 0, 0},
+                          {2, 3, 1024, 1000, 1, 0, 1, 0}};
+        for (int r = 0; r < 4; r++) run_case(ctx, dev, pairs[p][0], pairs[p][1], &rows[r], r == 3 ? 0.5 : 1.0, 0.0, 0);
+    }
     mm_case tf = {1, 65, 33, 97, 0, 0, 0, 0};
     run_case(ctx, dev, GPUCORE_F32, GPUCORE_F32, &tf, 1.0, 0.0, 1);
     /* strided batches, and one b shared by the batch */
@@ -277,11 +286,14 @@ static void test_epilogues(gpucore_context *ctx, const char *dev)
 {
     static const int pairs[][2] = {{GPUCORE_F32, GPUCORE_F32}, {GPUCORE_BF16, GPUCORE_BF16}, {GPUCORE_F16, GPUCORE_F32},
                                    {GPUCORE_F16, GPUCORE_F16}};
-    /* the last two: one to four rows (the CPU's matrix-vector path for bias/ReLU/GELU) */
-    static const int64_t shapes[][3] = {{13, 24, 7}, {32, 40, 64}, {5, 9, 1}, {1, 37, 100}, {4, 21, 515}};
+    /* {5, 9, 1}, {1, 37, 100}, {4, 21, 515}: one to four rows (the CPU's matrix-vector path for
+     * bias/ReLU/GELU); the last, b row-major [K, N] (rowb) with rows of 4 KiB in f32: on an AVX-512 CPU,
+     * oneDNN's f32 weights copied in column chunks of 960 and a narrower last one (cpu_matmul_dnnl.c's
+     * mm_chunk_cols), each with its columns of bias and d */
+    static const int64_t shapes[][3] = {{13, 24, 7}, {32, 40, 64}, {5, 9, 1}, {1, 37, 100}, {4, 21, 515}, {3, 1024, 1000}};
     int before = check_failed;
     for (int p = 0; p < 4; p++)
-        for (int s = 0; s < 5; s++)
+        for (int s = 0; s < 6; s++)
             for (int epi = GPUCORE_EPILOGUE_BIAS; epi <= GPUCORE_EPILOGUE_BGRAD_B; epi++)
                 for (int with_aux = 0; with_aux < 2; with_aux++) {
                     int gelu = epi == GPUCORE_EPILOGUE_GELU || epi == GPUCORE_EPILOGUE_BIAS_GELU;
@@ -289,10 +301,12 @@ static void test_epilogues(gpucore_context *ctx, const char *dev)
                     if (with_aux && !gelu) continue;
                     const int in_dt = pairs[p][0], dt = pairs[p][1];
                     const int64_t M = shapes[s][0], N = shapes[s][1], K = shapes[s][2];
+                    const int rowb = s == 5;
+#define BV(j, q) (rowb ? bv[(q) * N + (j)] : bv[(j) * K + (q)])
                     double *av = random_values(in_dt, M * K), *bv = random_values(in_dt, N * K);
                     double *biasv = random_values(dt, N), *auxv = random_values(dt, M * N);
                     for (int64_t i = 0; i < M * N; i++) auxv[i] = round_to(dt, 2.5 * auxv[i]);
-                    int64_t as[2] = {M, K}, bs[2] = {N, K}, vs[1] = {N}, xs[2] = {M, N};
+                    int64_t as[2] = {M, K}, bs[2] = {rowb ? K : N, rowb ? N : K}, vs[1] = {N}, xs[2] = {M, N};
                     gpucore_tensor *a = upload(ctx, in_dt, 2, as, av), *b = upload(ctx, in_dt, 2, bs, bv);
                     gpucore_tensor *bias = upload(ctx, dt, 1, vs, biasv), *aux = NULL, *bgrad = NULL;
                     guarded d, auxg;
@@ -300,7 +314,7 @@ static void test_epilogues(gpucore_context *ctx, const char *dev)
                     guarded_make(ctx, dt, 1, M, N, 2, &d);
                     gpucore_matmul_options o;
                     gpucore_matmul_options_init(&o);
-                    o.trans_b = 1; /* the linear-layer layout x·Wᵀ */
+                    o.trans_b = !rowb; /* the linear-layer layout x·Wᵀ */
                     o.epilogue = epi;
                     if (epi == GPUCORE_EPILOGUE_BIAS || epi == GPUCORE_EPILOGUE_BIAS_RELU || epi == GPUCORE_EPILOGUE_BIAS_GELU)
                         o.bias = bias;
@@ -325,7 +339,7 @@ static void test_epilogues(gpucore_context *ctx, const char *dev)
                     for (int64_t i = 0; i < M; i++)
                         for (int64_t j = 0; j < N; j++) {
                             double acc = 0;
-                            for (int64_t q = 0; q < K; q++) acc += av[i * K + q] * bv[j * K + q];
+                            for (int64_t q = 0; q < K; q++) acc += av[i * K + q] * BV(j, q);
                             double x = o.bias ? acc + biasv[j] : acc, r;
                             pre[i * N + j] = x;
                             if (epi == GPUCORE_EPILOGUE_RELU || epi == GPUCORE_EPILOGUE_BIAS_RELU) r = x > 0 ? x : 0;
@@ -340,7 +354,8 @@ static void test_epilogues(gpucore_context *ctx, const char *dev)
                             for (int64_t q = 0; q < K; q++) gref[i] += av[i * K + q];
                     if (epi == GPUCORE_EPILOGUE_BGRAD_B)
                         for (int64_t j = 0; j < N; j++)
-                            for (int64_t q = 0; q < K; q++) gref[j] += bv[j * K + q];
+                            for (int64_t q = 0; q < K; q++) gref[j] += BV(j, q);
+#undef BV
                     int guard_bad = 0, aux_guard_bad = 0;
                     double *out = guarded_read(&d, &guard_bad);
                     double tol = tolerance(in_dt, dt, K, 0);
@@ -370,10 +385,10 @@ static void test_epilogues(gpucore_context *ctx, const char *dev)
                         free(buf);
                     }
                     if (!ok)
-                        fprintf(stderr, "FAIL %s epilogue %d aux %d %s->%s %lldx%lldx%lld: rel err %.3g (tol %.1g), %d "
+                        fprintf(stderr, "FAIL %s epilogue %d aux %d %s->%s %lldx%lldx%lld%s: rel err %.3g (tol %.1g), %d "
                                 "guard elements written\n", dev, epi, with_aux, gpucore_dtype_name((gpucore_dtype)in_dt),
-                                gpucore_dtype_name((gpucore_dtype)dt), (long long)M, (long long)N, (long long)K, err, tol,
-                                guard_bad);
+                                gpucore_dtype_name((gpucore_dtype)dt), (long long)M, (long long)N, (long long)K,
+                                rowb ? " b [K,N]" : "", err, tol, guard_bad);
                     CHECK(ok);
                     free(out); free(ref); free(pre); free(gref);
                     free(av); free(bv); free(biasv); free(auxv);

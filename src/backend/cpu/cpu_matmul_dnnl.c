@@ -11,7 +11,8 @@
  * declined: oneDNN orders its output scale and its bias otherwise). The pre-activation output (AUX_OUT) is
  * written by the primitive into aux and the activation applied from it after. A batch
  * is one 3-d primitive (a batch stride of 0 broadcasts that operand). Operands are
- * described by strides (a transpose is a stride swap), so nothing is copied. Prepared
+ * described by strides (a transpose is a stride swap), so nothing is copied, except f32 weights whose
+ * rows would thrash the L1 sets (mm_chunk_cols: copied in column chunks, a matmul each). Prepared
  * primitives live in the context's plan cache (cpu_plan_cache.c), keyed by shape,
  * strides, dtypes and post-ops, so a repeated GEMM costs a lookup. Also here: which
  * engine takes an f32 GEMM (cpu_gemm_engine) and cpu_sgemm's oneDNN route.
@@ -112,7 +113,18 @@ static void *mm_build(const void *kp, void *arg)
     return pl;
 }
 
-static int mm_run(cpu_context *ctx, const mm_key *key, const void *A, const void *B, void *D, const void *bias)
+/* Where the repacked weights of mm_run's chunks come from: src is the chunk's first column, op(A)ᵀ's
+ * rows (p) are ld elements apart, each batch's matrix bs apart (0: one shared matrix); a chunk is
+ * key->m columns of them. */
+typedef struct mm_pack {
+    const char *src;
+    int64_t ld, bs;
+} mm_pack;
+
+/* Runs key's plan. With pack, the weights are first copied from pack's rows into a dense
+ * [batch][k][key->m] block at the end of the scratch buffer (key's a_p is key->m, its bsa k·m). */
+static int mm_exec(cpu_context *ctx, const mm_key *key, const void *A, const void *B, void *D, const void *bias,
+                   const mm_pack *pack)
 {
     dnnl_engine_t eng = (dnnl_engine_t)cpu_dnnl_engine();
     if (!eng || !ctx) return 0;
@@ -124,9 +136,19 @@ static int mm_run(cpu_context *ctx, const mm_key *key, const void *A, const void
     }
     dnnl_stream_t stream = NULL;
     dnnl_memory_t am = NULL, bm = NULL, dm = NULL, biasm = NULL, sm = NULL;
-    const size_t sbytes = dnnl_memory_desc_get_size(&pl->scratch);
-    void *sp = sbytes ? cpu_plan_scratch(sbytes) : NULL;
-    int ok = (!sbytes || sp) && dnnl_stream_create(&stream, eng, dnnl_stream_default_flags) == dnnl_success &&
+    const size_t sbytes = (dnnl_memory_desc_get_size(&pl->scratch) + 63) & ~(size_t)63;
+    const int es = key->ab_dt == GPUCORE_KDT_BF16 ? 2 : 4;
+    const int64_t nb = pack && pack->bs ? key->batch : 1, row = key->m * es;
+    const size_t pbytes = pack ? (size_t)(nb * key->k * row) : 0;
+    char *sp = sbytes + pbytes ? cpu_plan_scratch(sbytes + pbytes) : NULL;
+    if (pack && sp) {
+        char *dst = sp + sbytes;
+        const int64_t k = key->k;
+        CPU_PARALLEL_FOR(nb * k * key->m > 65536, r, nb * k,
+                         memcpy(dst + r * row, pack->src + ((r / k) * pack->bs + (r % k) * pack->ld) * es, (size_t)row););
+        A = dst;
+    }
+    int ok = (!(sbytes + pbytes) || sp) && dnnl_stream_create(&stream, eng, dnnl_stream_default_flags) == dnnl_success &&
              dnnl_memory_create(&sm, &pl->scratch, eng, sp) == dnnl_success &&
              dnnl_memory_create(&am, &pl->wei, eng, (void *)A) == dnnl_success &&
              dnnl_memory_create(&bm, &pl->src, eng, (void *)B) == dnnl_success &&
@@ -144,6 +166,45 @@ static int mm_run(cpu_context *ctx, const mm_key *key, const void *A, const void
     if (stream) dnnl_stream_destroy(stream);
     cpu_plan_cache_release(ctx->plans, handle);
     return ok;
+}
+
+/* Columns of a repacked chunk of f32 weights: at most 4 MiB of them, a multiple of 64 whose row is an
+ * odd multiple of 256 bytes (so successive rows fall in different L1 sets), 0 when the weights are
+ * read as they are. oneDNN's brgemm (its AVX-512 matmul) reads row-major f32 weights (op(A)ᵀ [k, m]:
+ * the user's right operand b [K, N] as given) in place, a row of a 64-column block per step of k;
+ * with a short K (768, 1024: GPT-2's rows and widths) and rows a multiple of 2 KiB long (N = 3072)
+ * it ran at 40% of the FMA peak against 75-85% with the operand transposed or with N = 2304, whose
+ * rows fall in 4 places of a 4 KiB page; copied in chunks, at 70-85%. Measured unaffected: K = 2048
+ * with N = 2048 or 8192 (80% either way), and there the chunks' extra pass cost more than it gained
+ * at K = 8192 (81% to 63%): so only K <= 1024. Transposed weights (the linear layout) and bf16 ones
+ * (packed in pairs for the dot product) are copied into blocks by oneDNN itself. */
+static int64_t mm_chunk_cols(const mm_key *key)
+{
+    /* beta != 0: the chunks add into D, which a fallback after a failed chunk would add again */
+    if (key->ab_dt != GPUCORE_KDT_F32 || key->a_i != 1 || (key->a_p * 4) % 2048 || key->k < 64 || key->k > 1024 ||
+        key->m < 128 || key->beta != 0.0f || !cpu_vec_have_avx512()) /* oneDNN's AVX2 matmul is gemm:jit, packing */
+        return 0;
+    const int64_t nb = key->bsa ? key->batch : 1; /* weight matrices */
+    int64_t c = ((int64_t)4 << 20) / (nb * key->k * 4) / 64;
+    if (c < 1) c = 1;
+    if (!(c & 1)) c--;
+    return c * 64 < key->m ? c * 64 : 0; /* one chunk of every column has the same row length */
+}
+
+static int mm_run(cpu_context *ctx, const mm_key *key, const void *A, const void *B, void *D, const void *bias)
+{
+    const int64_t cols = mm_chunk_cols(key);
+    if (!cols) return mm_exec(ctx, key, A, B, D, bias, NULL);
+    const int es = key->ab_dt == GPUCORE_KDT_BF16 ? 2 : 4, ds = key->d_dt == GPUCORE_KDT_BF16 ? 2 : 4;
+    for (int64_t i0 = 0; i0 < key->m; i0 += cols) {
+        mm_key ck = *key;
+        ck.m = key->m - i0 < cols ? key->m - i0 : cols;
+        ck.a_p = ck.m;
+        ck.bsa = key->bsa ? ck.m * key->k : 0;
+        const mm_pack pack = {(const char *)A + i0 * es, key->a_p, key->bsa};
+        if (!mm_exec(ctx, &ck, NULL, B, (char *)D + i0 * ds, bias ? (const char *)bias + i0 * ds : NULL, &pack)) return 0;
+    }
+    return 1;
 }
 
 static void key_operands(mm_key *key, int64_t lda, int ta, int64_t ldb, int tb)
