@@ -10,10 +10,19 @@
  * Prefill and decode come from two calls: max_new 1 (prefill) and max_new N (all); decode
  * per step = (all - prefill) / (N - 1). Each figure is the median over --repeats runs.
  *
- *   bench_generate [--json] [--quick|--full] [--device cpu|cuda] [--dir DIR] [--dtype f32,bf16]
- *                  [--batch 1,4] [--prompt 64] [--new 64] [--repeats R] [--profile]
+ *   bench_generate [--json] [--quick|--full] [--device cpu|cuda] [--dir DIR] [--model PATH] [--llama-bench BIN]
+ *                  [--dtype f32,bf16] [--batch 1,4] [--prompt 64] [--new 64] [--repeats R] [--profile]
  * --quick (default): 3 repeats after one warm-up; --full: 7. --profile prints the library
  * profiler's per-op table of the last run to stderr.
+ *
+ * --model PATH runs a given model instead (a Hugging Face folder or a GGUF file, e.g. a
+ * published one and its f32 copy from bench/peers/gguf_widen.py; prompt ids spread over
+ * its first 1000 tokens). Every run first measures the machine's read bandwidth
+ * (bench_read_bw.h) and prints each decode step's weight stream (the base weights' bytes
+ * per step: gpucore_lm_weight_bytes, a tied head read once) as GB/s and as a fraction of it.
+ * --llama-bench BIN (a benchmark-only peer: llama.cpp's llama-bench, with a GGUF --model)
+ * runs the same file, prompt and new-token counts and thread count through llama.cpp
+ * (`-o jsonl`) right after ours and prints its prefill and decode tokens/s beside ours.
  */
 #include <inttypes.h>
 #include <stdio.h>
@@ -22,12 +31,17 @@
 #include "gpucore.h"
 #include "bench_time.h"
 #include "lm_fixture.h"
+#include "bench_read_bw.h"
 
 enum { MAX_REPEATS = 32, SHOWN_IDS = 16 };
 
 static int json;
 static const char *device_name;
 static FILE *ours_file; /* DIR/ours_generate.jsonl */
+static double read_gbs;  /* the machine's measured read bandwidth, GB/s (<= 0: unknown) */
+enum { MAX_CASES = 16 };
+static struct { char name[64]; double prefill_tps, decode_tps; } b1_cases[MAX_CASES]; /* ours at batch 1 */
+static int n_b1_cases;
 
 static void row(const char *cs, const char *metric, double value, const char *unit)
 {
@@ -36,6 +50,56 @@ static void row(const char *cs, const char *metric, double value, const char *un
              "\"value\":%.10g,\"unit\":\"%s\"}\n", cs, device_name, metric, value, unit);
     if (json) fputs(line, stdout);
 }
+
+/* The number after "key": in a JSON line, or -1. */
+static double json_number(const char *line, const char *key)
+{
+    char pat[64];
+    snprintf(pat, sizeof pat, "\"%s\":", key);
+    const char *p = strstr(line, pat);
+    return p ? strtod(p + strlen(pat), NULL) : -1.0;
+}
+
+/* llama.cpp's llama-bench on the same GGUF file, prompt and new-token counts and threads; its figures
+ * beside ours. Returns 0, or 1 when it did not run or said nothing we read (said). */
+static int run_llama_bench(const char *bin, const char *model, int64_t plen, int64_t nnew, int repeats)
+{
+    if (strchr(bin, '\'') || strchr(model, '\'')) {
+        fprintf(stderr, "bench_generate: --llama-bench: paths with a quote are not passed to a shell\n");
+        return 1;
+    }
+    const char *omp = getenv("OMP_NUM_THREADS");
+    const int threads = omp && atoi(omp) > 0 ? atoi(omp) : (int)sysconf(_SC_NPROCESSORS_ONLN);
+    char cmd[2 * LM_PATH_LEN + 160];
+    snprintf(cmd, sizeof cmd, "'%s' -m '%s' -p %" PRId64 " -n %" PRId64 " -t %d -r %d -o jsonl 2>/dev/null", bin, model,
+             plen, nnew, threads, repeats);
+    FILE *f = popen(cmd, "r");
+    if (!f) { fprintf(stderr, "bench_generate: cannot run %s\n", cmd); return 1; }
+    char line[16384];
+    double pp = -1, tg = -1;
+    while (fgets(line, sizeof line, f)) {
+        const double np = json_number(line, "n_prompt"), ng = json_number(line, "n_gen"), ts = json_number(line, "avg_ts");
+        if (np == (double)plen && ng == 0) pp = ts;
+        if (np == 0 && ng == (double)nnew) tg = ts;
+    }
+    const int rc = pclose(f);
+    if (pp <= 0 || tg <= 0) {
+        fprintf(stderr, "bench_generate: %s gave no pp%" PRId64 "/tg%" PRId64 " figures (exit status %d)\n", cmd, plen,
+                nnew, rc);
+        return 1;
+    }
+    row("llama.cpp B1", "prefill_tokens_per_s", pp, "tokens/s");
+    row("llama.cpp B1", "decode_tokens_per_s", tg, "tokens/s");
+    if (!json) {
+        printf("llama.cpp (llama-bench, same file, %d threads, %d runs): prefill %.1f tokens/s, decode %.1f tokens/s\n",
+               threads, repeats, pp, tg);
+        for (int i = 0; i < n_b1_cases; i++)
+            printf("  ours %-18s prefill %.2fx, decode %.2fx llama.cpp's (ours / peer, > 1: we are faster)\n",
+                   b1_cases[i].name, b1_cases[i].prefill_tps / pp, b1_cases[i].decode_tps / tg);
+    }
+    return 0;
+}
+
 
 static double median(double *v, int n)
 {
@@ -105,6 +169,18 @@ static int run_case(gpucore_context *ctx, const char *dir, const int64_t *tokens
         row(cs, "decode_tokens_per_s", (double)batch / (step * 1e-3), "tokens/s");
     }
     row(cs, "peak_allocated_bytes", (double)mst.allocated_bytes_peak, "bytes");
+    if (batch == 1 && n_b1_cases < MAX_CASES) {
+        snprintf(b1_cases[n_b1_cases].name, sizeof b1_cases[n_b1_cases].name, "%s", cs);
+        b1_cases[n_b1_cases].prefill_tps = (double)plen / (p * 1e-3);
+        b1_cases[n_b1_cases++].decode_tps = step > 0 ? 1.0 / (step * 1e-3) : 0.0;
+    }
+    int64_t wbytes = 0;
+    gpucore_lm_weight_bytes(lm, &wbytes);
+    const double stream_gbs = step > 0 ? (double)wbytes / (step * 1e-3) / 1e9 : 0.0;
+    if (nnew > 1) {
+        row(cs, "decode_weight_stream", stream_gbs, "GB/s");
+        if (read_gbs > 0) row(cs, "decode_fraction_of_read_bandwidth", stream_gbs / read_gbs, "ratio");
+    }
     const int64_t shown = nnew < SHOWN_IDS ? nnew : SHOWN_IDS;
     if (ours_file) { /* row 0's new ids, for the peer's agreement check */
         fprintf(ours_file, "{\"bench\":\"generate\",\"case\":\"%s\",\"metric\":\"ids\",\"values\":[", cs);
@@ -113,7 +189,8 @@ static int run_case(gpucore_context *ctx, const char *dir, const int64_t *tokens
         fflush(ours_file);
     }
     if (!json) {
-        printf("%-20s %9.1f %10.1f %9.2f %9.1f %9.2f GB  ", cs, tps, p, step, step > 0 ? (double)batch / (step * 1e-3) : 0,
+        printf("%-20s %9.1f %10.1f %9.2f %9.1f %6.1f %4.0f%% %9.2f GB  ", cs, tps, p, step,
+               step > 0 ? (double)batch / (step * 1e-3) : 0, stream_gbs, read_gbs > 0 ? 100 * stream_gbs / read_gbs : 0,
                (double)mst.allocated_bytes_peak / 1e9);
         for (int64_t i = 0; i < shown; i++) printf("%s%" PRId64, i ? " " : "", out[plen + i]);
         printf("\n");
@@ -129,11 +206,11 @@ done:
 
 int main(int argc, char **argv)
 {
-    const char *dev = NULL, *dir = NULL;
+    const char *dev = NULL, *dir = NULL, *model = NULL, *llama_bench = NULL;
     char dtypes[64] = "f32,bf16", batches[64] = "1,4", dirbuf[LM_PATH_LEN];
     int full = 0, repeats = -1, profile = 0;
     int64_t plen = 64, nnew = 64;
-    const char *usage = "usage: bench_generate [--json] [--quick|--full] [--device cpu|cuda] [--dir DIR] "
+    const char *usage = "usage: bench_generate [--json] [--quick|--full] [--device cpu|cuda] [--dir DIR] [--model PATH] [--llama-bench BIN] "
                         "[--dtype f32,bf16] [--batch 1,4] [--prompt 64] [--new 64] [--repeats R] [--profile]\n";
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -143,6 +220,8 @@ int main(int argc, char **argv)
         else if (!strcmp(a, "--profile")) profile = 1;
         else if (v && !strcmp(a, "--device")) dev = v, i++;
         else if (v && !strcmp(a, "--dir")) dir = v, i++;
+        else if (v && !strcmp(a, "--model")) model = v, i++;
+        else if (v && !strcmp(a, "--llama-bench")) llama_bench = v, i++;
         else if (v && !strcmp(a, "--dtype")) snprintf(dtypes, sizeof dtypes, "%s", v), i++;
         else if (v && !strcmp(a, "--batch")) snprintf(batches, sizeof batches, "%s", v), i++;
         else if (v && !strcmp(a, "--prompt")) plen = atoll(v), i++;
@@ -172,24 +251,42 @@ int main(int argc, char **argv)
         return 1;
     }
     device_name = gpucore_context_device_name(ctx);
-    if (lm_fixture_ensure(ctx, dir)) { gpucore_context_destroy(ctx); return 1; }
-    int64_t *tokens = lm_fixture_tokens(dir);
+    int64_t *tokens = NULL;
+    if (model) { /* a user's model: prompt ids spread over the first 1000 of its vocabulary */
+        tokens = malloc(LM_NTOK * sizeof *tokens);
+        for (int64_t i = 0; tokens && i < LM_NTOK; i++) tokens[i] = 3 + (int64_t)(((uint64_t)i * 2654435761u) % 997u);
+        if (!tokens) fprintf(stderr, "bench_generate: out of host memory\n");
+    } else if (!lm_fixture_ensure(ctx, dir)) {
+        tokens = lm_fixture_tokens(dir);
+    }
     if (!tokens) { gpucore_context_destroy(ctx); return 1; }
+    read_gbs = read_bandwidth_gbs((size_t)1 << 30, 0);
+    row("machine", "read_bandwidth", read_gbs, "GB/s");
     char path[LM_PATH_LEN];
-    ours_file = lm_fixture_path(path, dir, "ours_generate.jsonl") ? NULL : fopen(path, "w");
-    if (!ours_file) fprintf(stderr, "bench_generate: cannot write %s (the peer will not compare ids)\n", path);
+    ours_file = model || lm_fixture_path(path, dir, "ours_generate.jsonl") ? NULL : fopen(path, "w");
+    if (!ours_file && !model) fprintf(stderr, "bench_generate: cannot write %s (the peer will not compare ids)\n", path);
     if (!json) {
-        printf("bench_generate on %s: GPT-2 124M greedy generation with the KV cache, %d runs after a warm-up, model "
-               "in %s\n", device_name, repeats, dir);
-        printf("%-20s %9s %10s %9s %9s %12s  %s\n", "case", "tokens/s", "prefill ms", "step ms", "decode/s", "peak alloc",
-               "first new ids of row 0");
+        printf("bench_generate on %s: %s greedy generation with the KV cache, %d runs after a warm-up, model "
+               "in %s\n", device_name, model ? "a given model's" : "GPT-2 124M", repeats, model ? model : dir);
+        printf("machine read bandwidth (a streaming read, %s threads): %.1f GB/s\n",
+               getenv("OMP_NUM_THREADS") ? getenv("OMP_NUM_THREADS") : "all", read_gbs);
+        printf("%-20s %9s %10s %9s %9s %6s %5s %12s  %s\n", "case", "tokens/s", "prefill ms", "step ms", "decode/s", "GB/s",
+               "of bw", "peak alloc", "first new ids of row 0");
     }
     int rc = 0;
     for (int d = 0; d < ndt; d++)
         for (int b = 0; b < nb; b++)
-            rc |= run_case(ctx, dir, tokens, dtv[d], !strcmp(dtv[d], "f32") ? GPUCORE_F32 : GPUCORE_BF16, atoll(bv[b]),
+            rc |= run_case(ctx, model ? model : dir, tokens, dtv[d], !strcmp(dtv[d], "f32") ? GPUCORE_F32 : GPUCORE_BF16, atoll(bv[b]),
                            plen, nnew, repeats, profile);
-    if (!json) printf("tokens/s: new tokens of all sequences over the whole call; decode/s: sequences / step time\n");
+    if (!json)
+        printf("tokens/s: new tokens of all sequences over the whole call; decode/s: sequences / step time; GB/s: the "
+               "base weights' bytes per decode step; of bw: of the machine's read bandwidth\n");
+    if (llama_bench && !model) {
+        fprintf(stderr, "bench_generate: --llama-bench needs --model FILE.gguf (the file both run)\n");
+        rc = 1;
+    } else if (llama_bench) {
+        rc |= run_llama_bench(llama_bench, model, plen, nnew, repeats);
+    }
     if (ours_file) fclose(ours_file);
     free(tokens);
     gpucore_context_destroy(ctx);

@@ -30,8 +30,9 @@ static void *run(void *arg)
     gpucore_stream *a = NULL, *b = NULL;
     gpucore_event *ready = NULL;
     gpucore_tensor *x = NULL, *y = NULL, *sum = NULL, *junk = NULL, *mm = NULL, *mo = NULL;
+    gpucore_tensor *gx = NULL, *gw = NULL, *gy = NULL;
     float *host = malloc(sizeof(float) * N), *ref = malloc(sizeof(float) * N);
-    int64_t shape[1] = {N}, one[1] = {1}, msq[2] = {16, 16};
+    int64_t shape[1] = {N}, one[1] = {1}, msq[2] = {16, 16}, vx[2] = {1, 256}, vw[2] = {512, 256}, vy[2] = {1, 512};
     W_TRY(gpucore_stream_create(w->ctx, 0, &a));
     W_TRY(gpucore_stream_create(w->ctx, 0, &b));
     W_TRY(gpucore_event_create(w->ctx, &ready));
@@ -69,6 +70,27 @@ static void *run(void *arg)
                 snprintf(w->why, sizeof w->why, "matmul element %d is %g, not 4", i, mval[i]);
                 goto done;
             }
+        /* a matrix-vector product on B (the CPU's decode path: one thread team for every stream, so
+         * the threads' products meet there): 256 · 0.25 · v, exact, different in every thread */
+        const double v = 0.5 + it + 100 * w->id;
+        W_TRY(gpucore_tensor_create(w->ctx, GPUCORE_F32, 2, vx, &gx));
+        W_TRY(gpucore_tensor_create(w->ctx, GPUCORE_F32, 2, vw, &gw));
+        W_TRY(gpucore_tensor_create(w->ctx, GPUCORE_F32, 2, vy, &gy));
+        W_TRY(gpucore_fill(gx, v, b));
+        W_TRY(gpucore_fill(gw, 0.25, b));
+        W_TRY(gpucore_linear_forward(gx, gw, NULL, GPUCORE_ACT_NONE, gy, NULL, b));
+        float gval[512];
+        W_TRY(gpucore_copy_to_host_async(gval, sizeof gval, gy, b));
+        W_TRY(gpucore_stream_synchronize(b));
+        for (int i = 0; i < 512; i++)
+            if (gval[i] != (float)(64 * v)) {
+                w->failures++;
+                snprintf(w->why, sizeof w->why, "matrix-vector element %d is %g, not %g", i, gval[i], 64 * v);
+                goto done;
+            }
+        gpucore_tensor_destroy(gx); gx = NULL;
+        gpucore_tensor_destroy(gw); gw = NULL;
+        gpucore_tensor_destroy(gy); gy = NULL;
         /* check B's results against the same numbers drawn again */
         W_TRY(gpucore_stream_synchronize(b));
         W_TRY(gpucore_copy_to_host_async(host, (int64_t)sizeof(float) * N, y, b));
@@ -103,6 +125,9 @@ static void *run(void *arg)
         gpucore_tensor_destroy(mo); mo = NULL;
     }
 done:
+    gpucore_tensor_destroy(gx);
+    gpucore_tensor_destroy(gw);
+    gpucore_tensor_destroy(gy);
     gpucore_tensor_destroy(x);
     gpucore_tensor_destroy(y);
     gpucore_tensor_destroy(sum);

@@ -35,6 +35,12 @@ GPUCORE_HIDDEN cpu_plan_cache *cpu_plan_cache_create(int capacity);
  * 20 ms under the adaptive policy); described for gpucore_component_version("openmp"). */
 GPUCORE_HIDDEN void cpu_thread_policy_apply(void);
 GPUCORE_HIDDEN void cpu_thread_policy_tick(void);
+/* Whether the policy sees the machine's CPUs shared now (idle threads should sleep at once). */
+GPUCORE_HIDDEN int cpu_thread_policy_shared(void);
+/* cpu_team.c: fn(arg, part, parts) for every part < parts, spread over a persistent team of
+ * omp_get_max_threads() threads (the caller one of them); returns when all have run. */
+typedef void (*cpu_team_fn)(void *arg, int part, int parts);
+GPUCORE_HIDDEN void cpu_team_run(cpu_team_fn fn, void *arg, int parts);
 GPUCORE_HIDDEN void cpu_thread_policy_describe(char *buf, size_t len);
 GPUCORE_HIDDEN void cpu_plan_cache_destroy(cpu_plan_cache *c);
 GPUCORE_HIDDEN void *cpu_plan_cache_get(cpu_plan_cache *c, const void *key, size_t key_len,

@@ -9,9 +9,9 @@
  *    or each row's slice of a column chunk (backward) is decoded into an L1-resident f32 buffer
  *    and at once multiplied with the few activation rows (16 f32 lanes, no reassociation, so the
  *    AVX-512, AVX2 and portable bodies give the same bits); on AVX-512 the forward decodes NF4/FP4
- *    (rows starting at a block), Q4_0 and Q8_0 rows in registers instead, with the same products
- *    and sums. OpenMP over W's rows (forward) or column chunks (backward, each output summed in
- *    row order whatever the thread count).
+ *    (rows starting at a block), Q4_0, Q4_1 and Q8_0 rows in registers instead, with the same products
+ *    and sums. The thread team (cpu_team.c) over W's rows (forward), OpenMP over column chunks
+ *    (backward, each output summed in row order whatever the thread count).
  *  - more rows: W dequantized a tile of rows at a time (all K columns; QMM_TILE_VALUES values)
  *    into a scratch of the GEMM's compute dtype (bf16 for bf16 activations where oneDNN's bf16
  *    product runs, else f32, exact for f16) and multiplied by the backend's GEMM (cpu_sgemm /
@@ -39,6 +39,7 @@
 #define QMM_COL_CHUNK 512         /* backward: columns of W per parallel chunk */
 #define QMM_TILE_VALUES (1 << 19) /* values of W per dequantized tile (2 MiB of f32) */
 #define QMM_PARALLEL_VALUES 32768 /* values of W from which the fused path is threaded */
+#define QMM_MAX_PARTS 32          /* forward: parts the thread team's members claim (whole chunks) */
 #define QMM_LANES 16
 
 typedef struct qmm_task_args {
@@ -194,9 +195,9 @@ QMM_BWD_BODY(fused_bwd_avx512, QMM_AVX512)
 #endif
 
 #if QMM_X86
-/* The forward rows of NF4/FP4 (rows starting at a block boundary), Q4_0 and Q8_0 with AVX-512
+/* The forward rows of NF4/FP4 (rows starting at a block boundary), Q4_0, Q4_1 and Q8_0 with AVX-512
  * intrinsics: 32 values of W decoded in registers (NF4/FP4 by a 16-entry permute of the block's
- * code book times absmax; Q4_0/Q8_0 widened and scaled), rounded to dt, multiplied and added into
+ * code book times absmax; Q4_0/Q4_1/Q8_0 widened, scaled and (Q4_1) offset), rounded to dt, multiplied and added into
  * 16 lanes in dot16's order (a product, then a sum: the same bits as the portable body). */
 QMM_AVX512 static inline __m512 round_vec(__m512 v, int dt)
 {
@@ -211,11 +212,11 @@ QMM_AVX512 static inline __m512 round_vec(__m512 v, int dt)
 static int vec_takes(const gpucore_qmm_args *a)
 {
     const int f = a->L.fmt;
-    return cpu_vec_have_avx512() && (f == GPUCORE_QF_Q4_0 || f == GPUCORE_QF_Q8_0 ||
+    return cpu_vec_have_avx512() && (f == GPUCORE_QF_Q4_0 || f == GPUCORE_QF_Q4_1 || f == GPUCORE_QF_Q8_0 ||
                                      ((f == GPUCORE_QF_NF4 || f == GPUCORE_QF_FP4) && a->L.cols % a->L.block == 0));
 }
 
-/* The AVX-512 register decode (vec_takes: NF4/FP4 rows starting at a block, Q4_0, Q8_0). */
+/* The AVX-512 register decode (vec_takes: NF4/FP4 rows starting at a block, Q4_0, Q4_1, Q8_0). */
 /* What QMM_VEC_ROW uses besides the arguments: the nibble mask and the 4-bit code book in a vector. */
 #define QMM_VEC_SETUP                                                                                          \
     const __m128i nib = _mm_set1_epi8(0x0f);                                                                   \
@@ -248,16 +249,24 @@ static int vec_takes(const gpucore_qmm_args *a)
                 const uint8_t *b = a->w + (r * K + k) / 32 * bb;                                                           \
                 const __m512 d = _mm512_set1_ps(gpucore_q_f16_at(b));                                                      \
                 __m512i q0, q1;                                                                                            \
+                __m512 mn = _mm512_setzero_ps(); /* Q4_1's minimum, added after the product */                             \
                 if (fmt == GPUCORE_QF_Q4_0) { /* value j: low nibble of byte j, j + 16: its high nibble */                 \
                     const __m128i qs = _mm_loadu_si128((const __m128i *)(b + 2)), eight = _mm_set1_epi8(8);                \
                     q0 = _mm512_cvtepi8_epi32(_mm_sub_epi8(_mm_and_si128(qs, nib), eight));                                \
                     q1 = _mm512_cvtepi8_epi32(_mm_sub_epi8(_mm_and_si128(_mm_srli_epi16(qs, 4), nib), eight));             \
+                } else if (fmt == GPUCORE_QF_Q4_1) { /* unsigned nibbles in Q4_0's order, after d and the minimum */       \
+                    const __m128i qs = _mm_loadu_si128((const __m128i *)(b + 4));                                          \
+                    mn = _mm512_set1_ps(gpucore_q_f16_at(b + 2));                                                          \
+                    q0 = _mm512_cvtepu8_epi32(_mm_and_si128(qs, nib));                                                     \
+                    q1 = _mm512_cvtepu8_epi32(_mm_and_si128(_mm_srli_epi16(qs, 4), nib));                                  \
                 } else {                                                                                                   \
                     q0 = _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(b + 2)));                                  \
                     q1 = _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(b + 18)));                                 \
                 }                                                                                                          \
-                const __m512 w0 = round_vec(_mm512_mul_ps(d, _mm512_cvtepi32_ps(q0)), dt);                                 \
-                const __m512 w1 = round_vec(_mm512_mul_ps(d, _mm512_cvtepi32_ps(q1)), dt);                                 \
+                __m512 w0 = _mm512_mul_ps(d, _mm512_cvtepi32_ps(q0)), w1 = _mm512_mul_ps(d, _mm512_cvtepi32_ps(q1));       \
+                if (fmt == GPUCORE_QF_Q4_1) { w0 = _mm512_add_ps(w0, mn); w1 = _mm512_add_ps(w1, mn); }                    \
+                w0 = round_vec(w0, dt);                                                                                    \
+                w1 = round_vec(w1, dt);                                                                                    \
                 ACTION(w0, w1, k)                                                                                          \
             }                                                                                                              \
         }
@@ -330,41 +339,59 @@ static float *widen_rows(const void *src, int dt, int64_t rows, int64_t cols, in
     return f;
 }
 
+/* One fused forward's shared state, for the thread team's parts (whole chunks of QMM_FUSED_CHUNK rows). */
+typedef struct {
+    const gpucore_qmm_args *a;
+    const float *xf;
+    fused_fwd_fn fwd;
+    int row_buffer; /* fwd decodes a row into an f32 buffer (the register decode needs none) */
+    int64_t chunks, chunks_per_part;
+    int failed;     /* atomic */
+} qfwd_job;
+
+static void qfwd_part(void *arg, int part, int parts)
+{
+    (void)parts;
+    qfwd_job *j = arg;
+    const gpucore_qmm_args *a = j->a;
+    const int64_t N = a->L.rows, K = a->L.cols;
+    const int es = gpucore_kdt_size(a->dt);
+    float *wrow = j->row_buffer ? malloc(sizeof(float) * (size_t)(K > 0 ? K : 1)) : NULL;
+    if (j->row_buffer && !wrow) {
+        __atomic_store_n(&j->failed, 1, __ATOMIC_RELAXED);
+        return;
+    }
+    float dots[QMM_FUSED_ROWS][QMM_FUSED_CHUNK];
+    const int64_t c1 = (part + 1) * j->chunks_per_part < j->chunks ? (part + 1) * j->chunks_per_part : j->chunks;
+    for (int64_t c = part * j->chunks_per_part; c < c1; c++) {
+        const int64_t n0 = c * QMM_FUSED_CHUNK, n1 = n0 + QMM_FUSED_CHUNK < N ? n0 + QMM_FUSED_CHUNK : N;
+        j->fwd(a, j->xf, n0, n1, wrow, dots);
+        for (int r = 0; r < (int)a->m; r++)
+            epilogue_row(dots[r], n1 - n0, a->dt, a->bias ? (const char *)a->bias + n0 * es : NULL, a->act,
+                         a->aux ? (char *)a->aux + (r * a->ldaux + n0) * es : NULL, (char *)a->y + (r * a->ldy + n0) * es);
+    }
+    free(wrow);
+}
+
 static gpucore_status fused_forward(const gpucore_qmm_args *a)
 {
     const int64_t N = a->L.rows, K = a->L.cols, chunks = (N + QMM_FUSED_CHUNK - 1) / QMM_FUSED_CHUNK;
-    const int es = gpucore_kdt_size(a->dt);
     float *xf = widen_rows(a->x, a->dt, a->m, K, a->ldx);
     if (!xf) return GPUCORE_ERR_OUT_OF_MEMORY;
-    fused_fwd_fn fwd;
     fused_bwd_fn bwd;
-    pick_fused(&fwd, &bwd);
+    qfwd_job j = {.a = a, .xf = xf, .row_buffer = 1, .chunks = chunks};
+    pick_fused(&j.fwd, &bwd);
 #if QMM_X86
-    if (vec_takes(a)) fwd = fused_fwd_vec;
+    if (vec_takes(a)) j.fwd = fused_fwd_vec, j.row_buffer = 0;
 #endif
-    int failed = 0;
-#pragma omp parallel if (N * K > QMM_PARALLEL_VALUES && chunks > 1) reduction(| : failed)
-    {
-        float *wrow = malloc(sizeof(float) * (size_t)(K > 0 ? K : 1));
-        float dots[QMM_FUSED_ROWS][QMM_FUSED_CHUNK];
-        failed |= !wrow;
-#pragma omp for schedule(static)
-        for (int64_t c = 0; c < chunks; c++) {
-            if (!wrow) continue;
-            const int64_t n0 = c * QMM_FUSED_CHUNK, n1 = n0 + QMM_FUSED_CHUNK < N ? n0 + QMM_FUSED_CHUNK : N;
-            fwd(a, xf, n0, n1, wrow, dots);
-            for (int j = 0; j < (int)a->m; j++)
-                epilogue_row(dots[j], n1 - n0, a->dt, a->bias ? (const char *)a->bias + n0 * es : NULL, a->act,
-                             a->aux ? (char *)a->aux + (j * a->ldaux + n0) * es : NULL,
-                             (char *)a->y + (j * a->ldy + n0) * es);
-        }
-        free(wrow);
-    }
+    /* the rows over the thread team (cpu_team.c: a decode step's products come back to back) */
+    const int64_t parts = N * K > QMM_PARALLEL_VALUES && chunks > 1 ? (chunks < QMM_MAX_PARTS ? chunks : QMM_MAX_PARTS) : 1;
+    j.chunks_per_part = (chunks + parts - 1) / parts;
+    cpu_team_run(qfwd_part, &j, (int)((chunks + j.chunks_per_part - 1) / j.chunks_per_part));
     free(xf);
-    return failed ? GPUCORE_ERR_OUT_OF_MEMORY : GPUCORE_OK;
+    return j.failed ? GPUCORE_ERR_OUT_OF_MEMORY : GPUCORE_OK;
 }
 
-/* out = acc + beta·out (f32), rounded once into out's dtype: n values. */
 static void finish_grad_row(float *acc, int64_t n, int dt, float beta, void *out)
 {
     if (beta != 0.0f) {

@@ -74,7 +74,8 @@ static void *parked_main(void *arg)
         team++;
     }
     pthread_mutex_lock(&parked_mu);
-    parked_state = team == 2 ? 2 : -1; /* 2: a second OpenMP thread now sits docked in this thread's pool */
+    /* 2: a second OpenMP thread now sits docked in this thread's pool */
+    __atomic_store_n(&parked_state, team == 2 ? 2 : -1, __ATOMIC_RELAXED);
     pthread_cond_broadcast(&parked_cv);
     while (!parked_stop) pthread_cond_wait(&parked_cv, &parked_mu);
     pthread_mutex_unlock(&parked_mu);
@@ -86,9 +87,9 @@ static void parked_start_locked(void)
 {
     if (parked_state != 0) return;
     parked_stop = 0;
-    parked_state = 1;
+    __atomic_store_n(&parked_state, 1, __ATOMIC_RELAXED);
     if (pthread_create(&parked_thread, NULL, parked_main, NULL) != 0) {
-        parked_state = -1;
+        __atomic_store_n(&parked_state, -1, __ATOMIC_RELAXED);
         return;
     }
     while (parked_state == 1) pthread_cond_wait(&parked_cv, &parked_mu);
@@ -103,7 +104,7 @@ static void parked_end_locked(void)
     pthread_mutex_unlock(&parked_mu);
     pthread_join(parked_thread, NULL);
     pthread_mutex_lock(&parked_mu);
-    parked_state = 0;
+    __atomic_store_n(&parked_state, 0, __ATOMIC_RELAXED);
 }
 
 /* Unloading the library (dlclose) ends the parked thread first: it would otherwise wake
@@ -127,6 +128,15 @@ static long runnable_now(void)
     return running;
 }
 #endif
+
+int cpu_thread_policy_shared(void)
+{
+#ifdef _OPENMP
+    return __atomic_load_n(&parked_state, __ATOMIC_RELAXED) == 2;
+#else
+    return 0;
+#endif
+}
 
 void cpu_thread_policy_tick(void)
 {
