@@ -409,6 +409,10 @@ static const att_case cases[] = {
     {"mha-causal-len", 3, 2, 2, 30, 70, 32,  32, 1, 0, 1, 0.0, 0, 1},
     {"mha-mask-len",   3, 2, 2, 33, 50, 48,  48, 0, 1, 1, 0.0, 0, 1},
     {"mha-mask-b11sk", 2, 2, 2, 40, 61, 64,  64, 1, 4, 0, 0.0, 1, 1},
+    /* decode steps (one to four query rows against a longer cache, every cached key visible; key lengths),
+     * which the CPU forms with vector dot products instead of GEMM calls: SmolLM2's GQA 9/3, and 4 rows */
+    {"decode-gqa",     2, 9, 3,  1, 97, 64,  64, 0, 0, 1, 0.0, 0, 0},
+    {"decode-4rows",   1, 4, 2,  4, 130, 32, 48, 0, 0, 0, 0.0, 1, 0},
 };
 #define FIRST_TC_CASE 7
 #define FIRST_FUSED_CASE 13

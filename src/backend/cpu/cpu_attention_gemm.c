@@ -14,7 +14,10 @@
  * GPUCORE_CPU_ATTENTION=tiles (the tests run both). The choice does not depend on the
  * batch or head count, so the bits of a batch equal those of its entries one at a time.
  * Causal rows still multiply their masked half (the GEMM is
- * so much faster than the tiles that the waste does not matter at these lengths).
+ * so much faster than the tiles that the waste does not matter at these lengths). Up to
+ * CPU_ATT_DIRECT_ROWS query rows (a decode step) the forward's two products are vector dot
+ * products and row updates instead of GEMM calls, and a small problem's heads run on the
+ * calling thread (no OpenMP region to wake).
  */
 #include <math.h>
 #include <stdlib.h>
@@ -24,6 +27,12 @@
 #include "attention_math.h"
 
 #define CPU_ATT_GEMM_MAX_SCORES ((int64_t)1 << 20) /* Sq·Sk per head: 4 MiB of f32 scores */
+/* Query rows up to which the forward forms S and O with vector dot products and row updates instead of
+ * two GEMM calls (a decode step: one row per sequence, whose GEMM calls cost more than their work) */
+#define CPU_ATT_DIRECT_ROWS 4
+/* Multiply-adds (heads · Sq · Sk · (D + Dv)) below which the heads run on the calling thread: a decode
+ * step's attention over a short cache is a few microseconds of work, less than waking a thread */
+#define CPU_ATT_PARALLEL_MIN ((int64_t)1 << 20)
 
 int cpu_attention_gemm_takes(const gpucore_attn_args *a)
 {
@@ -70,7 +79,13 @@ static void forward_head(const gpucore_attn_args *a, att_bufs *w, int64_t b, int
     cpu_attn_load_rows(&a->q, dt, b, h, 0, Sq, D, w->q);
     cpu_attn_load_rows(&a->k, dt, b, hk, 0, Sk, D, w->k);
     cpu_attn_load_rows(&a->v, dt, b, hk, 0, Sk, Dv, w->v);
-    scores(a, w);
+    const int direct = Sq <= CPU_ATT_DIRECT_ROWS; /* by Sq alone: a batch's bits are its entries' */
+    if (direct) {
+        for (int64_t i = 0; i < Sq; i++)
+            for (int64_t j = 0; j < Sk; j++) w->s[i * Sk + j] = a->scale * (float)cpu_vec_dot(w->q + i * D, w->k + j * D, D);
+    } else {
+        scores(a, w);
+    }
     for (int64_t i = 0; i < Sq; i++) {
         float *p = w->s + i * Sk;
         const int64_t kend = gpucore_attn_key_end(a, b, i);
@@ -85,7 +100,18 @@ static void forward_head(const gpucore_attn_args *a, att_bufs *w, int64_t b, int
         memset(p + kend, 0, sizeof(float) * (size_t)(Sk - kend));
         if (a->lse) a->lse[(b * a->heads + h) * Sq + i] = lse;
     }
-    cpu_sgemm(0, 0, Sq, Dv, Sk, 1.0f, w->s, Sk, w->v, Dv, 0.0f, w->o, Dv);
+    if (direct) {
+        for (int64_t i = 0; i < Sq; i++) {
+            float *o = w->o + i * Dv;
+            memset(o, 0, sizeof(float) * (size_t)Dv);
+            for (int64_t j = 0; j < Sk; j++) {
+                const float pj = w->s[i * Sk + j], *v = w->v + j * Dv;
+                for (int64_t d = 0; d < Dv; d++) o[d] += pj * v[d];
+            }
+        }
+    } else {
+        cpu_sgemm(0, 0, Sq, Dv, Sk, 1.0f, w->s, Sk, w->v, Dv, 0.0f, w->o, Dv);
+    }
     cpu_attn_store_rows(&a->out, dt, b, h, 0, Sq, Dv, w->o);
 }
 
@@ -134,8 +160,9 @@ gpucore_status cpu_attention_gemm_run(const gpucore_attn_args *a)
 {
     const int bwd = a->op == GPUCORE_ATTN_BWD;
     const int64_t tasks = bwd ? a->batch * a->kv_heads : a->batch * a->heads;
+    const int64_t work = a->batch * a->heads * a->seq_q * a->seq_k * (a->head_dim + a->head_dim_v);
     int failed = 0;
-#pragma omp parallel reduction(| : failed)
+#pragma omp parallel reduction(| : failed) if (work >= CPU_ATT_PARALLEL_MIN)
     {
         att_bufs w;
         const int ok = bufs_alloc(&w, a);
