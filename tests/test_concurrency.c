@@ -7,7 +7,10 @@
  * wrong. Bounded by iteration count (it also runs under TSan and ASan in CI).
  */
 #include <pthread.h>
+#include <signal.h>
 #include <stdint.h>
+#include <sys/wait.h>
+#include <unistd.h>
 #include "check.h"
 
 enum { THREADS = 4, ITERS = 40, N = 3000 };
@@ -142,8 +145,65 @@ done:
     return NULL;
 }
 
+/* The CPU's matrix-vector products keep a thread team for the process's life. A child forked after it
+ * started has none of those threads: its products still complete (the caller claims every part nobody
+ * else takes), and its exit (the library's destructors) returns. The parent gives the child 20 s. */
+static void test_fork_after_team(void)
+{
+#if defined(__SANITIZE_THREAD__)
+    check_skipped++;
+    printf("SKIP fork after the thread team: ThreadSanitizer does not follow a fork of a threaded process\n");
+#else
+    gpucore_context *ctx = NULL;
+    CHECK_OK(gpucore_context_create("cpu", &ctx));
+    if (!ctx) return;
+    const int64_t vx[2] = {1, 256}, vw[2] = {512, 256}, vy[2] = {1, 512};
+    gpucore_tensor *x = NULL, *w = NULL, *y = NULL;
+    CHECK_OK(gpucore_tensor_create(ctx, GPUCORE_F32, 2, vx, &x));
+    CHECK_OK(gpucore_tensor_create(ctx, GPUCORE_F32, 2, vw, &w));
+    CHECK_OK(gpucore_tensor_create(ctx, GPUCORE_F32, 2, vy, &y));
+    CHECK_OK(gpucore_fill(x, 2.0, NULL));
+    CHECK_OK(gpucore_fill(w, 0.25, NULL));
+    CHECK_OK(gpucore_linear_forward(x, w, NULL, GPUCORE_ACT_NONE, y, NULL, NULL));
+    float v[512] = {0};
+    CHECK_OK(gpucore_copy_to_host(v, sizeof v, y));
+    CHECK(v[0] == 128.0f && v[511] == 128.0f);
+    fflush(stdout);
+    fflush(stderr);
+    const pid_t pid = fork();
+    if (pid == 0) { /* a product in the team's way (gpucore_linear_forward on the caller's thread), then exit */
+        float c[512] = {0};
+        int ok = gpucore_fill(x, 3.0, NULL) == GPUCORE_OK &&
+                 gpucore_linear_forward(x, w, NULL, GPUCORE_ACT_NONE, y, NULL, NULL) == GPUCORE_OK &&
+                 gpucore_copy_to_host(c, sizeof c, y) == GPUCORE_OK;
+        for (int i = 0; ok && i < 512; i++) ok = c[i] == 192.0f;
+        exit(ok ? 0 : 3); /* runs the library's destructors */
+    }
+    CHECK(pid > 0);
+    if (pid <= 0) return;
+    int status = 0, done = 0;
+    for (int i = 0; i < 200 && !done; i++) {
+        if (waitpid(pid, &status, WNOHANG) == pid) done = 1;
+        else usleep(100000);
+    }
+    if (!done) {
+        kill(pid, SIGKILL);
+        waitpid(pid, &status, 0);
+    }
+    CHECK(done && WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    printf("fork after the thread team: the child %s\n",
+           !done ? "hung (killed after 20 s)" : WIFEXITED(status) && !WEXITSTATUS(status) ? "ran a product and exited"
+                                                                                          : "failed");
+    gpucore_tensor_destroy(x);
+    gpucore_tensor_destroy(w);
+    gpucore_tensor_destroy(y);
+    CHECK_OK(gpucore_context_destroy(ctx));
+#endif
+}
+
 int main(void)
 {
+    test_fork_after_team();
     const char *devices[4];
     int nd = test_devices(devices, 4);
     for (int d = 0; d < nd; d++) {
