@@ -2465,7 +2465,7 @@ typedef struct gpucore_attention_options {
  * heuristics, timed once per shape (AUTOTUNE), or among deterministic engines only,
  * as gpucore_conv_algo does; or only the hand-written kernel. Where cuDNN is absent,
  * declines the graph (f32, head_dim not a multiple of 8, a boolean mask, i64
- * kv_lengths, dropout, GQA, a head_dim with a stride other than 1) or fails, the
+ * kv_lengths, dropout, a head_dim with a stride other than 1) or fails, the
  * kernel runs instead: counted by reason (gpucore_attention_get_stats) and logged
  * once per shape at WARN. The CPU and cuda-emulated backends have only their
  * kernels (nothing is counted there). */
@@ -2482,7 +2482,7 @@ typedef enum gpucore_attention_fallback_reason {
     GPUCORE_ATTN_FALLBACK_LAYOUT = 3,    /* a head_dim stride other than 1 */
     GPUCORE_ATTN_FALLBACK_MASK = 4,      /* a boolean (u8) mask or i64 kv_lengths */
     GPUCORE_ATTN_FALLBACK_DROPOUT = 5,   /* dropout (cuDNN's random numbers differ from ours) */
-    GPUCORE_ATTN_FALLBACK_GQA = 6,       /* fewer key/value heads than query heads */
+    GPUCORE_ATTN_FALLBACK_GQA = 6,       /* key/value heads not dividing the query heads (GQA/MQA run on cuDNN) */
     GPUCORE_ATTN_FALLBACK_NO_ENGINE = 7, /* cuDNN refused the graph or offered no usable engine */
     GPUCORE_ATTN_FALLBACK_FAILED = 8,    /* building or running the plan failed */
     GPUCORE_ATTN_FALLBACK_CACHE_FULL = 9,/* the plan cache is full */

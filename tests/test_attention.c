@@ -10,7 +10,7 @@
  * guarded. The reference backward is itself checked by finite differences.
  * MHA f16/bf16 cases that cuDNN's SDPA takes on the cuda backend (causal, key
  * lengths with a 0, additive [Sq, Sk] and [B, 1, 1, Sk] masks, rows that admit no
- * key, Sk not a multiple of 128): with GPUCORE_EXPECT_CUDNN=1 (the contract
+ * key, Sk not a multiple of 128), and a GQA decode case: with GPUCORE_EXPECT_CUDNN=1 (the contract
  * stand-ins' run and the GPU run set it) a forward or backward graph of theirs that
  * cuDNN declines fails the test, naming the graph and the reason.
  * Memory: the allocator's peak during forward + backward stays far below one
@@ -410,8 +410,9 @@ static const att_case cases[] = {
     {"mha-mask-len",   3, 2, 2, 33, 50, 48,  48, 0, 1, 1, 0.0, 0, 1},
     {"mha-mask-b11sk", 2, 2, 2, 40, 61, 64,  64, 1, 4, 0, 0.0, 1, 1},
     /* decode steps (one to four query rows against a longer cache, every cached key visible; key lengths),
-     * which the CPU forms with vector dot products instead of GEMM calls: SmolLM2's GQA 9/3, and 4 rows */
-    {"decode-gqa",     2, 9, 3,  1, 97, 64,  64, 0, 0, 1, 0.0, 0, 0},
+     * which the CPU forms with vector dot products instead of GEMM calls: SmolLM2's GQA 9/3 (a grouped-head graph
+     * cuDNN's SDPA takes), and 4 rows */
+    {"decode-gqa",     2, 9, 3,  1, 97, 64,  64, 0, 0, 1, 0.0, 0, 1},
     {"decode-4rows",   1, 4, 2,  4, 130, 32, 48, 0, 0, 0, 0.0, 1, 0},
 };
 #define FIRST_TC_CASE 7

@@ -10,7 +10,10 @@
  * give BOOLEAN, GEN_INDEX needs an axis inside y's dims and an integer y),
  * broadcasting (each input dim equals y's or is 1), matmul shapes ([.., M, K] x
  * [.., K, N] -> [.., M, N], batch dims equal or 1), reduction shapes (y's dims are
- * x's or 1), by-value tensors (not virtual, one element). Modes and operators not
+ * x's or 1), by-value tensors (not virtual, one element); grouped heads (GQA/MQA) as
+ * cudnn-frontend's SDPA graphs use them: dim 1 (heads) of a 4-d matmul operand or
+ * reduction output may also divide the full head count (each of its heads serves a
+ * group of consecutive heads), nowhere else. Modes and operators not
  * listed are refused as not modelled. At execution: every non-virtual tensor bound
  * exactly once in the variant pack, device ranges for the others, every virtual
  * tensor written by a node before it is read (a topological order exists).
@@ -100,6 +103,14 @@ static int broadcasts(const desc *x, const desc *y)
     return 1;
 }
 
+/* Grouped heads: x's dim 1 of 4 divides `full` heads (cudnn-frontend's SDPA: K/V of h_k heads against Q's h_q,
+ * validated h_q % h_k == 0 at scaled_dot_product_flash_attention.h:1169; dK/dV summed per group of h_q/h_k
+ * consecutive heads at :1780 and :1892, "b (hk g) skv d -> b hk skv d"). */
+static int grouped_heads(const desc *x, int64_t full)
+{
+    return tndims(x) == 4 && tdim(x, 1) > 0 && tdim(x, 1) < full && full % tdim(x, 1) == 0;
+}
+
 cudnnStatus_t standin_sdpa_finalize(desc *d)
 {
     const char *api = "cudnnBackendFinalize";
@@ -169,8 +180,12 @@ cudnnStatus_t standin_sdpa_finalize(desc *d)
     }
     if (d->type == CUDNN_BACKEND_OPERATION_REDUCTION_DESCRIPTOR) {
         const desc *x = ref(d, CUDNN_ATTR_OPERATION_REDUCTION_XDESC, 0), *y = ref(d, CUDNN_ATTR_OPERATION_REDUCTION_YDESC, 0);
-        if (!broadcasts(y, x))
-            return refuse(CUDNN_STATUS_BAD_PARAM, api, G ":637", "reduction y must have x's rank with each dim x's or 1");
+        int ok = tndims(x) == tndims(y);
+        for (int i = 0; ok && i < tndims(y); i++)
+            ok = tdim(y, i) == tdim(x, i) || tdim(y, i) == 1 || (i == 1 && grouped_heads(y, tdim(x, 1)));
+        if (!ok)
+            return refuse(CUDNN_STATUS_BAD_PARAM, api, G ":637", "reduction y must have x's rank with each dim x's or 1 "
+                          "(or, dim 1 of 4, a divisor of x's: the frontend's grouped-head reduction)");
     }
     if (d->type == CUDNN_BACKEND_OPERATION_MATMUL_DESCRIPTOR) {
         const desc *a = ref(d, CUDNN_ATTR_OPERATION_MATMUL_ADESC, 0), *b = ref(d, CUDNN_ATTR_OPERATION_MATMUL_BDESC, 0);
@@ -194,7 +209,8 @@ cudnnStatus_t standin_sdpa_finalize(desc *d)
                               "[B, 1, 1, 1] tensor (one extent per batch entry)", "MNK"[k]);
         }
         for (int i = 0; i < n - 2; i++)
-            if ((tdim(a, i) != tdim(c, i) && tdim(a, i) != 1) || (tdim(b, i) != tdim(c, i) && tdim(b, i) != 1))
+            if ((tdim(a, i) != tdim(c, i) && tdim(a, i) != 1 && !(i == 1 && grouped_heads(a, tdim(c, 1)))) ||
+                (tdim(b, i) != tdim(c, i) && tdim(b, i) != 1 && !(i == 1 && grouped_heads(b, tdim(c, 1)))))
                 return refuse(CUDNN_STATUS_BAD_PARAM, api, G ":625", "matmul batch dim %d: a %lld, b %lld, c %lld", i,
                               (long long)tdim(a, i), (long long)tdim(b, i), (long long)tdim(c, i));
     }
@@ -264,6 +280,9 @@ static const fe_node FE_BWD[B_NODES] = {
     {"matmul_dO_VT", FE_SDPA "1788"}, {"sub_dP_softmax_sum", FE_SDPA "1804"}, {"mul_dP_exp_s", FE_SDPA "1809"},
     {"mul_dS_attn_scale", FE_SDPA "1837"}, {"reshape_dS", FE_SDPA "1848"}, {"matmul_dST_Q", FE_SDPA "1854"},
     {"reshape_k", FE_SDPA "1904"}, {"matmul_dS_K", FE_SDPA "1931"}, {"identity_dQ", FE_SDPA "1939"}};
+/* with grouped K/V heads (h_q != h_v, h_q != h_k): matmul_pT_dO (:1752) and matmul_dST_Q (:1863) write a virtual
+ * [b, h_q, s_kv, d] dV_fullhead / dK_fullhead, each followed by its head reduction */
+static const fe_node FE_RED_HEAD[2] = {{"red_dV_head", FE_SDPA "1780"}, {"red_dK_head", FE_SDPA "1892"}};
 
 static int node_io(const desc *op, const desc *in[NODE_IN], const desc **out);
 
@@ -272,7 +291,7 @@ typedef struct pmatch {
     int nops, used[MAX_OPS];
     const desc *ops[MAX_OPS];    /* the graph's node list as the matcher sees it (STANDIN_SDPA_SWAP) */
     const fe_node *role[MAX_OPS]; /* the frontend's node each matched node is */
-    int bias, padding, padding2, causal, identity; /* the optional parts found */
+    int bias, padding, padding2, causal, identity, red_head[2]; /* the optional parts found (red_head: dV, dK) */
     char why[400];
 } pmatch;
 
@@ -530,6 +549,17 @@ static int count_matmuls(const desc *graph)
     return n;
 }
 
+/* K (here Kᵀ) and V have h_k and h_v heads, each a divisor of Q's h_q (sdpa :1169: "For group-query attention,
+ * number of heads for key and query must be a factor of number of heads for query"). */
+static int kv_heads_ok(pmatch *p, int64_t H, const desc *kt, const desc *v)
+{
+    const int64_t hk = tndims(kt) == 4 ? tdim(kt, 1) : 0, hv = tndims(v) == 4 ? tdim(v, 1) : 0;
+    if (hk <= 0 || hv <= 0 || H % hk || H % hv)
+        return pfail(p, "K and V heads (%lld, %lld) must divide Q's %lld (" FE_SDPA "1169)", (long long)hk,
+                     (long long)hv, (long long)H);
+    return 1;
+}
+
 /* CompositeSDPANode: S as above [causal mask]; CompositeSoftmaxNode: M = max S, E = exp(S - M), L = Σ E, stats =
  * M + log L (virtual when not requested), P = E / L in the I/O dtype; O = bmm2(P, V). */
 static int match_forward(pmatch *p)
@@ -572,9 +602,10 @@ static int match_forward(pmatch *p)
     if (!match_scores(p, s, &r, 0, "the causal mask and the softmax")) return 0;
     const desc *stats = ref(add, CUDNN_ATTR_OPERATION_POINTWISE_YDESC, 0);
     if (!virt(stats) && !is_rowstat(p, stats, r.B, r.H, r.Sq, "Stats")) return 0;
-    if (!dims_are(r.q, r.B, r.H, r.Sq, tdim(r.q, 3)) || !dims_are(r.kt, r.B, r.H, tdim(r.q, 3), r.Sk) ||
-        !dims_are(v, r.B, r.H, r.Sk, tdim(o, 3)))
-        return pfail(p, "forward: Q [B, H, Sq, D], Kᵀ [B, H, D, Sk], V [B, H, Sk, Dv]");
+    if (!kv_heads_ok(p, r.H, r.kt, v)) return 0;
+    if (!dims_are(r.q, r.B, r.H, r.Sq, tdim(r.q, 3)) || !dims_are(r.kt, r.B, tdim(r.kt, 1), tdim(r.q, 3), r.Sk) ||
+        !dims_are(v, r.B, tdim(v, 1), r.Sk, tdim(o, 3)))
+        return pfail(p, "forward: Q [B, H, Sq, D], Kᵀ [B, Hk, D, Sk], V [B, Hv, Sk, Dv]");
     /* bmm2: m override seq_len_q, k override seq_len_kv (with padding) */
     return overrides(p, bmm2, r.seq_q, NULL, r.seq_kv, "bmm2");
 }
@@ -669,13 +700,18 @@ static int match_backward(pmatch *p)
         return pfail(p, "backward: the second padding mask reads the first one's seq_len_q and seq_len_kv");
     if (!is_rowstat(p, ssum, B, H, Sq, "softmax_sum (the frontend makes it non-virtual, in its workspace)")) return 0;
     if (ref(rk, CUDNN_ATTR_OPERATION_RESHAPE_XDESC, 0) != r.kt) return pfail(p, "reshape_k reads Kᵀ, bmm1's B");
-    if (!dims_are(r.kt, B, H, D, Sk) || !dims_are(vt, B, H, Dv, Sk) || !dims_are(dO, B, H, Sq, Dv) ||
-        !dims_are(acc, B, H, Sq, D) || !dims_are(kr, B, H, Sk, D) || !dims_are(dq, B, H, Sq, D))
-        return pfail(p, "backward: Kᵀ [B, H, D, Sk], Vᵀ [B, H, Dv, Sk], dO [B, H, Sq, Dv], dQ_accum and dQ "
-                     "[B, H, Sq, D]");
+    if (!kv_heads_ok(p, H, r.kt, vt)) return 0;
+    const int64_t Hk = tdim(r.kt, 1), Hv = tdim(vt, 1);
+    if (!dims_are(r.kt, B, Hk, D, Sk) || !dims_are(vt, B, Hv, Dv, Sk) || !dims_are(dO, B, H, Sq, Dv) ||
+        !dims_are(acc, B, H, Sq, D) || !dims_are(kr, B, Hk, Sk, D) || !dims_are(dq, B, H, Sq, D))
+        return pfail(p, "backward: Kᵀ [B, Hk, D, Sk], Vᵀ [B, Hv, Dv, Sk], reshape_k(Kᵀ) [B, Hk, Sk, D], dO [B, H, Sq, "
+                     "Dv], dQ_accum and dQ [B, H, Sq, D]");
     const int io = tdtype(dO);
-    /* dV = reshape_p(P) · dO; dK = reshape_dS(dS) · Q: the reshapes give [B, H, Sk, Sq] in the I/O dtype */
+    /* dV = reshape_p(P) · dO; dK = reshape_dS(dS) · Q: the reshapes give [B, H, Sk, Sq] in the I/O dtype; the
+     * gradient [B, Hv, Sk, Dv] / [B, Hk, Sk, D] directly, or with grouped heads through a virtual packed
+     * [B, H, Sk, d] fullhead of the I/O dtype and a reduction ADD over each group */
     const desc *srcs[2] = {pexp, ds}, *rhs[2] = {dO, r.q};
+    const int64_t gh[2] = {Hv, Hk}, gd[2] = {Dv, D};
     const int roles[2][2] = {{B_RESHAPE_P, B_MATMUL_PT_DO}, {B_RESHAPE_DS, B_MATMUL_DST_Q}};
     const char *names[2] = {"reshape_p / matmul_pT_dO (dV)", "reshape_dS / matmul_dST_Q (dK)"};
     for (int k = 0; k < 2; k++) {
@@ -686,8 +722,28 @@ static int match_backward(pmatch *p)
         if (!virt(y) || tdtype(y) != io || !dims_are(y, B, H, Sk, Sq))
             return pfail(p, "%s: the reshape's output is virtual, [B, H, Sk, Sq], of the I/O data type", names[k]);
         const desc *g = consumer(p, y, CUDNN_BACKEND_OPERATION_MATMUL_DESCRIPTOR, 0);
-        if (!g || mm(g, MM_B) != rhs[k] || virt(mm(g, MM_C))) return pfail(p, "%s: the matmul is missing", names[k]);
+        if (!g || mm(g, MM_B) != rhs[k]) return pfail(p, "%s: the matmul is missing", names[k]);
         use(p, g, &FE_BWD[roles[k][1]]);
+        const desc *grad = mm(g, MM_C);
+        if (gh[k] != H) { /* dV_fullhead / dK_fullhead, then red_dV_head / red_dK_head */
+            const desc *full = grad, *red = consumer(p, full, CUDNN_BACKEND_OPERATION_REDUCTION_DESCRIPTOR, 0);
+            const int64_t pk[4] = {H * Sk * gd[k], Sk * gd[k], gd[k], 1};
+            int packed = 1;
+            for (int i = 0; i < 4; i++) packed &= i64(full, CUDNN_ATTR_TENSOR_STRIDES, i) == pk[i];
+            if (!virt(full) || tdtype(full) != io || !dims_are(full, B, H, Sk, gd[k]) || !packed)
+                return pfail(p, "%s with %lld of %lld heads: the matmul writes a virtual [B, H, Sk, d] fullhead of "
+                             "the I/O data type, packed strides (%s)", names[k], (long long)gh[k], (long long)H,
+                             FE_RED_HEAD[k].where);
+            if (!red || i32(ref(red, CUDNN_ATTR_OPERATION_REDUCTION_DESC, 0), CUDNN_ATTR_REDUCTION_OPERATOR) !=
+                            CUDNN_REDUCE_TENSOR_ADD)
+                return pfail(p, "%s: the fullhead is summed over each head group by a reduction ADD (%s)", names[k],
+                             FE_RED_HEAD[k].where);
+            use(p, red, &FE_RED_HEAD[k]);
+            p->red_head[k] = 1;
+            grad = ref(red, CUDNN_ATTR_OPERATION_REDUCTION_YDESC, 0);
+        }
+        if (!grad || virt(grad) || !dims_are(grad, B, gh[k], Sk, gd[k]))
+            return pfail(p, "%s: the gradient is non-virtual [B, %s, Sk, d]", names[k], k ? "Hk" : "Hv");
         if (!overrides(p, g, r.seq_kv, NULL, r.seq_q, names[k])) return 0;
     }
     if (!overrides(p, mdp, r.seq_q, r.seq_kv, NULL, "matmul_dO_VT") ||
@@ -717,7 +773,11 @@ static int frontend_order(const pmatch *p, int bwd, const fe_node *order[])
         PUT(&FE_BWD[B_SUB_S_M]);
         if (p->padding2) PUT_ALL(FE_PADDING[1], 6);
         if (p->causal) PUT_ALL(FE_CAUSAL, 4);
-        for (int b = B_EXP_S; b <= B_MATMUL_DS_K; b++) PUT(&FE_BWD[b]);
+        for (int b = B_EXP_S; b <= B_MATMUL_DS_K; b++) {
+            PUT(&FE_BWD[b]);
+            if (b == B_MATMUL_PT_DO && p->red_head[0]) PUT(&FE_RED_HEAD[0]);
+            if (b == B_MATMUL_DST_Q && p->red_head[1]) PUT(&FE_RED_HEAD[1]);
+        }
         if (p->identity) PUT(&FE_BWD[B_IDENTITY_DQ]);
     }
 #undef PUT_ALL
@@ -937,6 +997,16 @@ static int64_t bidx(const xt *x, const int64_t c[4])
     return i;
 }
 
+/* Dense index in x of coordinate c of a tensor of dims full: each of x's dims equals full's (c), is 1 (0), or
+ * groups full's (grouped heads: c / (full / x's)). */
+static int64_t gidx(const xt *x, const int64_t c[4], const int64_t full[4])
+{
+    int64_t i = 0;
+    for (int k = 0; k < 4; k++)
+        i = i * x->dims[k] + (x->dims[k] == 1 ? 0 : x->dims[k] == full[k] ? c[k] : c[k] / (full[k] / x->dims[k]));
+    return i;
+}
+
 static void unravel(const xt *y, int64_t e, int64_t c[4])
 {
     for (int k = 3; k >= 0; k--) { c[k] = e % y->dims[k]; e /= y->dims[k]; }
@@ -977,6 +1047,7 @@ static void run_node(sdpa_job *j, const desc *op)
         const xt *ov[3];
         for (int k = 0; k < 3; k++) ov[k] = in[2 + k] ? &j->t[find_t(j, in[2 + k])] : NULL;
         const int64_t K = x->dims[3], extent[3] = {y->dims[2], y->dims[3], K};
+        const int64_t fa[4] = {y->dims[0], y->dims[1], x->dims[2], K}, fb[4] = {y->dims[0], y->dims[1], K, b->dims[3]};
         for (int k = 0; k < 3; k++) /* an override is an actual extent: inside [0, the tensor's] */
             for (int64_t bi = 0; ov[k] && bi < ov[k]->numel; bi++)
                 if (!(ov[k]->buf[bi] >= 0 && ov[k]->buf[bi] <= (double)extent[k]))
@@ -996,7 +1067,7 @@ static void run_node(sdpa_job *j, const desc *op)
             for (int64_t k = 0; k < kend; k++) {
                 ca[3] = k;
                 cb[2] = k;
-                s += x->buf[bidx(x, ca)] * b->buf[bidx(b, cb)];
+                s += x->buf[gidx(x, ca, fa)] * b->buf[gidx(b, cb, fb)];
             }
             y->buf[e] = s;
         }
@@ -1009,7 +1080,7 @@ static void run_node(sdpa_job *j, const desc *op)
         for (int64_t e = 0; e < y->numel; e++) y->buf[e] = how == CUDNN_REDUCE_TENSOR_MAX ? -INFINITY : 0.0;
         for (int64_t e = 0; e < x->numel; e++) {
             unravel(x, e, c);
-            double *acc = &y->buf[bidx(y, c)], v = x->buf[e];
+            double *acc = &y->buf[gidx(y, c, x->dims)], v = x->buf[e];
             if (how == CUDNN_REDUCE_TENSOR_ADD) *acc += v;
             else if (v > *acc || isnan(v)) *acc = v;
         }

@@ -6,7 +6,7 @@
  * entry, an additive mask with a fully masked row, odd lengths, head_dim 64/128,
  * bf16/f16, a [B, S, H, D] layout, the three engine modes), and the fallback to
  * the kernel, counted by reason, where cuDNN declines (f32, head_dim, boolean mask,
- * dropout, GQA, a graph the stand-in's engines refuse). The stand-in gives engines only to
+ * dropout, a graph the stand-in's engines refuse); grouped K/V heads (GQA, MQA) on cuDNN. The stand-in gives engines only to
  * cudnn-frontend's SDPA pattern, so every engine case also checks the graphs are that pattern; backward calls
  * wanting some gradients; more shapes than the plan cache holds; the stand-in refusing our graphs with any two
  * neighbouring nodes out of cudnn-frontend's order. Suite cuda-contract.
@@ -279,6 +279,10 @@ static void test_sdpa_engine(gpucore_context *ctx)
         {GPUCORE_F16, 1, 2, 2, 16, 24, 64, 1, 1, 1, 0, 0, 0, 0},  /* all of them at once */
         {GPUCORE_BF16, 1, 2, 2, 9, 11, 64, 0, 0, 0, 0, 0, GPUCORE_ATTN_ALGO_AUTOTUNE, 0},
         {GPUCORE_F16, 1, 1, 1, 7, 13, 128, 1, 0, 0, 0, 0, GPUCORE_ATTN_ALGO_DETERMINISTIC, 0},
+        /* grouped K/V heads: dK, dV through the frontend's fullhead tensors and head reductions */
+        {GPUCORE_BF16, 3, 4, 2, 19, 29, 64, 1, 1, 0, 0, 1, 0, 0}, /* GQA 4/2, key lengths, [B, S, H, D] */
+        {GPUCORE_F16, 2, 3, 1, 21, 17, 64, 0, 0, 1, 0, 0, 0, 0},  /* MQA 3/1, additive mask with a dead row */
+        {GPUCORE_BF16, 1, 6, 2, 9, 11, 64, 1, 0, 0, 0, 0, GPUCORE_ATTN_ALGO_DETERMINISTIC, 0},
     };
     const int n = (int)(sizeof cases / sizeof cases[0]);
     CHECK_OK(gpucore_attention_reset_stats(ctx));
@@ -405,7 +409,8 @@ static void test_sdpa_old_cudnn(gpucore_context *ctx)
 }
 
 /* The stand-in gives engines only to graphs whose nodes are in cudnn-frontend's order: our forward and backward
- * with every part (bias, padding, causal; at cuDNN 9.9.0 the backward's second padding mask too) run on cuDNN,
+ * with every part (bias, padding, causal; at cuDNN 9.9.0 the backward's second padding mask too, and MQA's head
+ * reductions of dK and dV) run on cuDNN,
  * and the same graphs with any two neighbouring nodes exchanged (STANDIN_SDPA_SWAP=i, i = 0, 1, ...) get no
  * engine, the refusal naming the frontend's node, until i passes the longer graph (the backward); the backward
  * seen with its causal mask before sub_s_m (STANDIN_SDPA_CAUSAL_FIRST) gets none either. */
@@ -422,7 +427,7 @@ static void test_sdpa_frontend_order(gpucore_context *ctx)
             char val[16], name[64];
             snprintf(val, sizeof val, "%d", swap);
             if (swap >= 0) setenv("STANDIN_SDPA_SWAP", val, 1);
-            const acase c = {GPUCORE_BF16, 3, 1, 1, sq++, 9, 16, 1, 1, 1, 0, 0, 0, 0};
+            const acase c = {GPUCORE_BF16, 3, ver ? 2 : 1, 1, sq++, 9, 16, 1, 1, 1, 0, 0, 0, 0}; /* 9.9.0: MQA */
             snprintf(name, sizeof name, "frontend order, swap %d%s", swap, versions[ver] ? " (cuDNN 9.9.0)" : "");
             CHECK_OK(gpucore_attention_reset_stats(ctx));
             run_case(ctx, &c, name);
@@ -484,7 +489,6 @@ static void test_sdpa_fallback(gpucore_context *ctx)
         {{GPUCORE_F16, 1, 2, 2, 9, 11, 36, 0, 0, 0, 0, 0, 0, 0}, GPUCORE_ATTN_FALLBACK_HEAD_DIM},
         {{GPUCORE_F16, 1, 2, 2, 9, 11, 64, 0, 0, 0, 1, 0, 0, 0}, GPUCORE_ATTN_FALLBACK_MASK},
         {{GPUCORE_BF16, 1, 2, 2, 9, 11, 64, 0, 0, 0, 0, 0, 0, 0.25}, GPUCORE_ATTN_FALLBACK_DROPOUT},
-        {{GPUCORE_BF16, 1, 4, 2, 9, 11, 64, 1, 0, 0, 0, 0, 0, 0}, GPUCORE_ATTN_FALLBACK_GQA},
         {{GPUCORE_F16, 1, 1, 1, 5, 7, 256, 0, 0, 0, 0, 0, 0, 0}, GPUCORE_ATTN_FALLBACK_NO_ENGINE}, /* stand-in: D <= 128 */
     };
     const int n = (int)(sizeof cases / sizeof cases[0]);

@@ -21,6 +21,9 @@
  *   X = select(X, -inf, row >= col)]; P = exp(X); dV = reshape_p(P)·dO; dP = dO·Vᵀ; dS = (dP - softmax_sum)·P·scale;
  *   dK = reshape_dS(dS)·Q; dQ_accum = dS·reshape_k(Kᵀ); dQ = IDENTITY(dQ_accum) (DETERMINISTIC: dQ = dS·reshape_k(Kᵀ),
  *   the frontend's dP-workspace variant); always all three gradients.
+ * Grouped K/V heads (GQA/MQA, H a multiple of Hkv): K, V, dK, dV have Hkv heads and the matmuls broadcast each
+ * over its group of H/Hkv query heads; dK and dV go through a virtual [B, H, Sk, D] tensor and a reduction ADD
+ * over each group (the frontend's dK_fullhead/dV_fullhead, red_dK_head/red_dV_head).
  * Those graphs leave a row that admits no key (kv_len 0, a fully masked row) NaN; our contract is out = 0,
  * lse = -inf and zero gradients there: kernels/attention_fixup.cu zeroes such rows after the forward and
  * gives the backward a copy of lse with them +inf (P = 0 across them). A call's scratch (the engine's
@@ -416,13 +419,14 @@ static cudnnBackendDescriptor_t rowstat(graph_builder *g, int64_t uid, const gpu
  * always emits it); P = E / L in the I/O dtype; O = matmul(P, V) (M/K overrides with kv_lengths). */
 static void forward_nodes(graph_builder *g, const gpucore_attn_args *a)
 {
-    const int64_t B = a->batch, H = a->heads, Sq = a->seq_q, Sk = a->seq_k, D = a->head_dim, Dv = a->head_dim_v;
+    const int64_t B = a->batch, H = a->heads, Hk = a->kv_heads, Sq = a->seq_q, Sk = a->seq_k, D = a->head_dim,
+                  Dv = a->head_dim_v;
     const cudnnDataType_t dt = dnn_type(a->dtype), f32 = CUDNN_DATA_FLOAT;
     const int64_t sd[4] = {B, H, Sq, Sk}, rd[4] = {B, H, Sq, 1}, one[4] = {1, 1, 1, 1};
     cudnnBackendDescriptor_t seq[2];
     cudnnBackendDescriptor_t tq = operand(g, UID_Q, a->dtype, &a->q, B, H, Sq, D, 0, NULL);
-    cudnnBackendDescriptor_t kt = operand(g, UID_K, a->dtype, &a->k, B, H, D, Sk, 1, NULL); /* Kᵀ: a view */
-    cudnnBackendDescriptor_t tv = operand(g, UID_V, a->dtype, &a->v, B, H, Sk, Dv, 0, NULL);
+    cudnnBackendDescriptor_t kt = operand(g, UID_K, a->dtype, &a->k, B, Hk, D, Sk, 1, NULL); /* Kᵀ: a view */
+    cudnnBackendDescriptor_t tv = operand(g, UID_V, a->dtype, &a->v, B, Hk, Sk, Dv, 0, NULL);
     cudnnBackendDescriptor_t to = operand(g, UID_O, a->dtype, &a->out, B, H, Sq, Dv, 0, NULL);
     cudnnBackendDescriptor_t neginf = neginf_of(g, a);
     cudnnBackendDescriptor_t s = scores(g, a, tq, kt, tensor(g, UID_SCALE, f32, one, one, 4, 1), neginf, seq);
@@ -439,6 +443,25 @@ static void forward_nodes(graph_builder *g, const gpucore_attn_args *a)
     matmul(g, p, tv, to, seq[0], NULL, seq[1]);
 }
 
+/* dK or dV [B, Hk, Sk, d] = lhs [B, H, Sk, Sq] · rhs [B, H, Sq, d] (matmul_dST_Q, matmul_pT_dO; M/K overrides
+ * seq_len_kv / seq_len_q with kv_lengths). With grouped K/V heads (H = G·Hk, GQA/MQA) the frontend computes the
+ * per-query-head gradient into a virtual [B, H, Sk, d] "fullhead" tensor of the I/O dtype (packed strides) and
+ * sums each group of G consecutive heads into the gradient with a reduction ADD (red_dK_head, red_dV_head). */
+static void kv_grad(graph_builder *g, const gpucore_attn_args *a, cudnnBackendDescriptor_t lhs,
+                    cudnnBackendDescriptor_t rhs, int64_t uid, const gpucore_attn_tensor *t, int64_t d,
+                    cudnnBackendDescriptor_t seq[2])
+{
+    const int64_t B = a->batch, H = a->heads, Hk = a->kv_heads, Sk = a->seq_k;
+    cudnnBackendDescriptor_t grad = operand(g, uid, a->dtype, t, B, Hk, Sk, d, 0, NULL);
+    if (Hk == H) {
+        matmul(g, lhs, rhs, grad, seq[1], NULL, seq[0]);
+        return;
+    }
+    const int64_t fd[4] = {B, H, Sk, d};
+    cudnnBackendDescriptor_t full = matmul(g, lhs, rhs, vtensor(g, dnn_type(a->dtype), fd), seq[1], NULL, seq[0]);
+    reduction(g, CUDNN_REDUCE_TENSOR_ADD, full, grad);
+}
+
 /* Backward (CompositeSDPABackwardNode, no dropout): softmax_sum = (Σ_d dO∘O)·1 into a non-virtual f32
  * [B, H, Sq, 1] (the kernel backends' delta scratch); S as scores() from Q and Kᵀ; X = S - stats (sub_s_m), then
  * second_padding(), then the causal mask (after sub_s_m, as the frontend builds it); P = exp(X);
@@ -446,10 +469,11 @@ static void forward_nodes(graph_builder *g, const gpucore_attn_args *a)
  * dQ_accum = dS·reshape_k(Kᵀ) (non-virtual f32, in the workspace); dQ = IDENTITY(dQ_accum) (DETERMINISTIC: dQ
  * straight from the matmul, dq_accum()). The reshapes of P
  * and dS give [B, H, Sk, Sq] views in the I/O dtype. All three gradients always (missing ones go to the
- * workspace); with kv_lengths each matmul carries the frontend's GEMM overrides. */
+ * workspace); with kv_lengths each matmul carries the frontend's GEMM overrides; dK and dV through kv_grad(). */
 static void backward_nodes(graph_builder *g, const gpucore_attn_args *a)
 {
-    const int64_t B = a->batch, H = a->heads, Sq = a->seq_q, Sk = a->seq_k, D = a->head_dim, Dv = a->head_dim_v;
+    const int64_t B = a->batch, H = a->heads, Hk = a->kv_heads, Sq = a->seq_q, Sk = a->seq_k, D = a->head_dim,
+                  Dv = a->head_dim_v;
     const cudnnDataType_t dt = dnn_type(a->dtype), f32 = CUDNN_DATA_FLOAT;
     const int64_t sd[4] = {B, H, Sq, Sk}, rd[4] = {B, H, Sq, 1}, od[4] = {B, H, Sq, Dv}, one[4] = {1, 1, 1, 1};
     const int64_t packed_sd[4] = {H * Sq * Sk, Sq * Sk, Sk, 1}, acc_d[4] = {B, H, Sq, D};
@@ -457,8 +481,8 @@ static void backward_nodes(graph_builder *g, const gpucore_attn_args *a)
     int64_t kts[4];
     cudnnBackendDescriptor_t seq[2];
     cudnnBackendDescriptor_t tq = operand(g, UID_Q, a->dtype, &a->q, B, H, Sq, D, 0, NULL);
-    cudnnBackendDescriptor_t kt = operand(g, UID_K, a->dtype, &a->k, B, H, D, Sk, 1, kts);
-    cudnnBackendDescriptor_t vt = operand(g, UID_V, a->dtype, &a->v, B, H, Dv, Sk, 1, NULL);
+    cudnnBackendDescriptor_t kt = operand(g, UID_K, a->dtype, &a->k, B, Hk, D, Sk, 1, kts);
+    cudnnBackendDescriptor_t vt = operand(g, UID_V, a->dtype, &a->v, B, Hk, Dv, Sk, 1, NULL);
     cudnnBackendDescriptor_t to = operand(g, UID_O, a->dtype, &a->out, B, H, Sq, Dv, 0, NULL);
     cudnnBackendDescriptor_t tdo = operand(g, UID_DO, a->dtype, &a->dout, B, H, Sq, Dv, 0, NULL);
     cudnnBackendDescriptor_t stats = rowstat(g, UID_STATS, a, may_empty_rows(a) ? 16 : conv_align_of(a->lse));
@@ -473,17 +497,15 @@ static void backward_nodes(graph_builder *g, const gpucore_attn_args *a)
     if (second_padding(a)) p = padding_mask(g, a, p, neginf, seq);
     if (a->causal) p = causal_mask(g, a, p, neginf);
     p = pointwise(g, CUDNN_POINTWISE_EXP, p, NULL, NULL, vtensor(g, f32, sd), 0);
-    matmul(g, transposed(g, p, packed_sd, dt, B, H, Sq, Sk), tdo,
-           operand(g, UID_DV, a->dtype, &a->dv, B, H, Sk, Dv, 0, NULL), seq[1], NULL, seq[0]);
+    kv_grad(g, a, transposed(g, p, packed_sd, dt, B, H, Sq, Sk), tdo, UID_DV, &a->dv, Dv, seq);
     cudnnBackendDescriptor_t dp = matmul(g, tdo, vt, vtensor(g, f32, sd), seq[0], seq[1], NULL);
     cudnnBackendDescriptor_t ds = pointwise(g, CUDNN_POINTWISE_SUB, dp, ssum, NULL, vtensor(g, f32, sd), 0);
     ds = pointwise(g, CUDNN_POINTWISE_MUL, ds, p, NULL, vtensor(g, f32, sd), 0);
     ds = pointwise(g, CUDNN_POINTWISE_MUL, ds, scale, NULL, vtensor(g, f32, sd), 0);
-    matmul(g, transposed(g, ds, packed_sd, dt, B, H, Sq, Sk), tq,
-           operand(g, UID_DK, a->dtype, &a->dk, B, H, Sk, D, 0, NULL), seq[1], NULL, seq[0]);
+    kv_grad(g, a, transposed(g, ds, packed_sd, dt, B, H, Sq, Sk), tq, UID_DK, &a->dk, D, seq);
     cudnnBackendDescriptor_t tdq = operand(g, UID_DQ, a->dtype, &a->dq, B, H, Sq, D, 0, NULL);
     cudnnBackendDescriptor_t acc = dq_accum(a) ? tensor(g, UID_DQ_ACCUM, f32, acc_d, acc_s, 16, 0) : tdq;
-    matmul(g, ds, transposed(g, kt, kts, dt, B, H, D, Sk), acc, seq[0], NULL, seq[1]);
+    matmul(g, ds, transposed(g, kt, kts, dt, B, Hk, D, Sk), acc, seq[0], NULL, seq[1]);
     if (dq_accum(a)) pointwise(g, CUDNN_POINTWISE_IDENTITY, acc, NULL, NULL, tdq, 0);
 }
 
@@ -525,8 +547,8 @@ static void ws_layout(const gpucore_attn_args *a, int64_t engine_ws, sdpa_ws *w)
     const int64_t rows = a->batch * a->heads * a->seq_q, es = a->dtype == GPUCORE_F32 ? 4 : 2;
     const int bwd = a->op == GPUCORE_ATTN_BWD;
     const gpucore_attn_tensor *g[3] = {&a->dq, &a->dk, &a->dv};
-    const int64_t gn[3] = {rows * a->head_dim, a->batch * a->heads * a->seq_k * a->head_dim,
-                           a->batch * a->heads * a->seq_k * a->head_dim_v};
+    const int64_t gn[3] = {rows * a->head_dim, a->batch * a->kv_heads * a->seq_k * a->head_dim,
+                           a->batch * a->kv_heads * a->seq_k * a->head_dim_v};
     int64_t at = 0;
 #define PLACE(field, cond, bytes) (w->field = (cond) ? at : -1, at += (cond) ? ((bytes) + 255) / 256 * 256 : 0)
     PLACE(engine, engine_ws > 0, engine_ws);
@@ -724,7 +746,7 @@ static const char *reason_word(int r)
 {
     static const char *const words[GPUCORE_ATTN_FALLBACK_REASONS] = {
         "cuDNN could not be loaded", "f32 operands", "head_dim not a multiple of 8", "head_dim stride not 1",
-        "boolean mask or i64 kv_lengths", "dropout", "grouped-query attention", "no usable engine",
+        "boolean mask or i64 kv_lengths", "dropout", "K/V heads not dividing the query heads", "no usable engine",
         "building the plan failed", "plan cache full"};
     return r >= 0 && r < GPUCORE_ATTN_FALLBACK_REASONS ? words[r] : "?";
 }
@@ -739,7 +761,7 @@ static int decline(const gpucore_attn_args *a)
         if (t[i]->data && t[i]->stride[3] != 1) return GPUCORE_ATTN_FALLBACK_LAYOUT;
     if (a->mask_dtype == GPUCORE_U8 || (a->kv_len && a->len_dtype != GPUCORE_I32)) return GPUCORE_ATTN_FALLBACK_MASK;
     if (a->dropout_p > 0.0f) return GPUCORE_ATTN_FALLBACK_DROPOUT;
-    if (a->kv_heads != a->heads) return GPUCORE_ATTN_FALLBACK_GQA;
+    if (a->kv_heads <= 0 || a->heads % a->kv_heads) return GPUCORE_ATTN_FALLBACK_GQA; /* the frontend: h_q % h_k == 0 */
     return -1;
 }
 
