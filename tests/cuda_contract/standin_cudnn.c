@@ -339,6 +339,11 @@ cudnnStatus_t cudnnBackendFinalize(cudnnBackendDescriptor_t p)
     if (node != CUDNN_STATUS_SUCCESS) return node;
     if (d->type == CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR) {
         standin_count("cudnn_plan_finalized"); /* the costly step on a real GPU (runtime-compiled engines) */
+        long ms = standin_env_long("STANDIN_DNN_PLAN_MS", 0); /* tests: a finalize that long (counted first) */
+        if (ms > 0) {
+            struct timespec dl = {ms / 1000, (ms % 1000) * 1000000L};
+            nanosleep(&dl, NULL);
+        }
         desc *cfg = ref(d, CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, 0);
         d->engine = cfg->engine;
         d->graph = cfg->graph;

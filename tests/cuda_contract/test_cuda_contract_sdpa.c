@@ -13,6 +13,8 @@
  */
 #include <math.h>
 #include <pthread.h>
+#include <stdatomic.h>
+#include <time.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -616,6 +618,81 @@ static void test_sdpa_threads(gpucore_context *ctx)
     expect_clean("threads");
 }
 
+/* A long plan build holds up no cached shape: while a thread builds a new shape's plan (STANDIN_DNN_PLAN_MS: the
+ * stand-in's plan finalize lasts 3 s, as runtime-compiled engines can), this thread runs a cached shape three
+ * times to the end, on cuDNN, within 2 s of that finalize starting (a build under the cache's lock would hold
+ * them for the whole 3 s). */
+typedef struct slow_build {
+    gpucore_context *ctx;
+    gpucore_tensor *q, *out;
+    gpucore_status st;
+    atomic_int done;
+} slow_build;
+
+static void *slow_builder(void *arg)
+{
+    slow_build *b = arg;
+    gpucore_stream *s = NULL;
+    gpucore_attention_options o;
+    gpucore_attention_options_init(&o);
+    if (!(b->st = gpucore_stream_create(b->ctx, 0, &s))) {
+        b->st = gpucore_attention_forward(b->out, NULL, b->q, b->q, b->q, NULL, NULL, &o, s);
+        if (!b->st) b->st = gpucore_stream_synchronize(s);
+        gpucore_stream_destroy(s);
+    }
+    atomic_store(&b->done, 1);
+    return NULL;
+}
+
+static void test_sdpa_build_outside_lock(gpucore_context *ctx)
+{
+    const int64_t shape[4] = {TH_B, TH_H, TH_S, TH_D}, other[4] = {TH_B, TH_H, TH_S + 5, TH_D};
+    gpucore_tensor *q = NULL, *out = NULL;
+    slow_build b;
+    memset(&b, 0, sizeof b);
+    b.ctx = ctx;
+    CHECK_OK(gpucore_tensor_create(ctx, GPUCORE_BF16, 4, shape, &q));
+    CHECK_OK(gpucore_tensor_create(ctx, GPUCORE_BF16, 4, shape, &out));
+    CHECK_OK(gpucore_tensor_create(ctx, GPUCORE_BF16, 4, other, &b.q));
+    CHECK_OK(gpucore_tensor_create(ctx, GPUCORE_BF16, 4, other, &b.out));
+    CHECK_OK(gpucore_random(q, GPUCORE_UNIFORM, -1, 1, 5, 0, NULL));
+    CHECK_OK(gpucore_random(b.q, GPUCORE_UNIFORM, -1, 1, 6, 0, NULL));
+    gpucore_attention_options o;
+    gpucore_attention_options_init(&o);
+    o.is_causal = 1;
+    CHECK_OK(gpucore_attention_reset_stats(ctx));
+    CHECK_OK(gpucore_attention_forward(out, NULL, q, q, q, NULL, NULL, &o, NULL)); /* cached from here */
+    setenv("STANDIN_DNN_PLAN_MS", "3000", 1);
+    const long finalized = counter("cudnn_plan_finalized");
+    pthread_t tid;
+    pthread_create(&tid, NULL, slow_builder, &b);
+    for (int i = 0; i < 10000 && counter("cudnn_plan_finalized") == finalized && !atomic_load(&b.done); i++) {
+        struct timespec d = {0, 1000000L};
+        nanosleep(&d, NULL);
+    }
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0); /* the build's finalize (3 s) has begun */
+    const int building = !atomic_load(&b.done);
+    for (int r = 0; r < 3; r++) {
+        CHECK_OK(gpucore_attention_forward(out, NULL, q, q, q, NULL, NULL, &o, NULL));
+        CHECK_OK(gpucore_context_synchronize(ctx));
+    }
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    const double ms = (double)(t1.tv_sec - t0.tv_sec) * 1e3 + (double)(t1.tv_nsec - t0.tv_nsec) / 1e6;
+    pthread_join(tid, NULL);
+    unsetenv("STANDIN_DNN_PLAN_MS");
+    CHECK(b.st == GPUCORE_OK);
+    CHECK(building && ms < 2000.0);
+    if (!building || ms >= 2000.0)
+        fprintf(stderr, "  build outside the lock: 3 cached runs took %.0f ms during a 3 s build (building %d)\n", ms,
+                building);
+    gpucore_attention_stats st = stats_of(ctx);
+    CHECK(st.cudnn_calls == 5 && st.fallback_calls == 0);
+    gpucore_tensor *ts[4] = {q, out, b.q, b.out};
+    for (int i = 0; i < 4; i++) gpucore_tensor_destroy(ts[i]);
+    expect_clean("build outside the lock");
+}
+
 /* A machine without cuDNN (GPUCORE_CUDNN_LIBRARY points nowhere): the kernel, counted as NO_CUDNN. */
 static void test_sdpa_no_cudnn(gpucore_context *ctx)
 {
@@ -643,6 +720,7 @@ int main(int argc, char **argv)
         test_sdpa_frontend_order(ctx);
         test_sdpa_fallback(ctx);
         test_sdpa_threads(ctx);
+        test_sdpa_build_outside_lock(ctx);
         test_sdpa_cache_eviction(ctx);
     }
     if (ctx) gpucore_context_destroy(ctx);

@@ -32,10 +32,12 @@
  *
  * Plans are cached per key (op, shapes, strides, dtypes, mask kind, causal, algo, alignments, device); a key
  * that cuDNN refused is cached as refused (logged once). A full cache evicts its least recently used entry
- * that no call holds (entries are held from lookup to the end of their run), after waiting for the plan's
- * last enqueued runs (an event per stream). One lock guards the cache, the per-device handle, builds and
- * enqueueing (a cuDNN handle is not for two threads at once); AUTOTUNE times candidates on a stream of its
- * own, synchronizing that one only. Sequence lengths are not bucketed: a plan is for its exact dims (a
+ * that no call holds (entries are held from lookup to the end of their run), after waiting, outside every lock,
+ * for the plan's last enqueued runs (an event per stream). A short lock guards the cache table; per device,
+ * builds (graph, heuristics, finalize, AUTOTUNE) run under a build lock with a handle of their own, and
+ * enqueueing under an execution lock with another (a cuDNN handle is not for two threads at once), so a long
+ * build does not hold up cached shapes; AUTOTUNE times candidates on a stream of its own, synchronizing that
+ * one only. Sequence lengths are not bucketed: a plan is for its exact dims (a
  * bucketed plan would need padded copies of q, k, v and out).
  */
 #include <float.h>
@@ -85,11 +87,32 @@ typedef struct sdpa_entry {
     cuda_use_marks uses;           /* streams the plan was enqueued on, each with an event after its last run */
 } sdpa_entry;
 
+/* sdpa_lock guards the cache table (entries, refs, last_hit) and is held only briefly. Per device, the handle
+ * plans are enqueued with (exec_lock: binding it to a stream, enqueueing, the entry's use marks) and a second
+ * handle graphs are built, searched, finalized and autotuned with (build_lock), so a build (runtime-compiled
+ * engines take 0.1-1 s each) holds up neither other shapes' cached runs nor the cache. A cuDNN handle is not
+ * for two threads at once; a plan runs on any handle of its device. Lock order: build_lock, then sdpa_lock. */
 static pthread_mutex_t sdpa_lock = PTHREAD_MUTEX_INITIALIZER;
 static sdpa_entry *sdpa_cache[SDPA_CAPACITY];
 static int sdpa_count, sdpa_full_warned;
 static uint64_t sdpa_clock, sdpa_evictions;
-static cudnnHandle_t sdpa_handles[SDPA_MAX_DEVICES];
+static pthread_mutex_t exec_lock[SDPA_MAX_DEVICES], build_lock[SDPA_MAX_DEVICES];
+static cudnnHandle_t exec_handles[SDPA_MAX_DEVICES], build_handles[SDPA_MAX_DEVICES];
+static pthread_once_t sdpa_once = PTHREAD_ONCE_INIT;
+static void sdpa_init_locks(void)
+{
+    for (int i = 0; i < SDPA_MAX_DEVICES; i++) {
+        pthread_mutex_init(&exec_lock[i], NULL);
+        pthread_mutex_init(&build_lock[i], NULL);
+    }
+}
+
+/* The handle in *slot, created on first use (caller holds the lock guarding the slot); NULL if that failed. */
+static cudnnHandle_t device_handle(cudnnHandle_t *slot)
+{
+    if (!*slot && DNN.cudnnCreate(slot) != CUDNN_STATUS_SUCCESS) *slot = NULL;
+    return *slot;
+}
 
 /* ---- the graph ---- */
 
@@ -664,8 +687,8 @@ static float time_plan(void *bctx, cudnnHandle_t h, cudnnBackendDescriptor_t pla
     return best;
 }
 
-/* A plan for a's graph by a->algo, or NULL (reason set); *ws_out: the engine's workspace bytes. Caller holds
- * sdpa_lock. */
+/* A plan for a's graph by a->algo, or NULL (reason set); *ws_out: the engine's workspace bytes. h: the build
+ * handle (caller holds its build_lock). */
 static cudnnBackendDescriptor_t make_plan(void *bctx, cudnnHandle_t h, const gpucore_attn_args *a, cudaStream_t stream,
                                           int *reason, int64_t *ws_out)
 {
@@ -765,54 +788,90 @@ static int decline(const gpucore_attn_args *a)
     return -1;
 }
 
-/* Wait until nothing of e's plan runs on any stream it was enqueued on, then free it (caller holds sdpa_lock). */
-static void entry_free_locked(sdpa_entry *e)
+/* Wait until nothing of e's plan runs on any stream it was enqueued on, then free it. e is out of the table and
+ * unheld (nobody else reaches it), so no lock is needed: the wait holds up no other call. */
+static void entry_free(sdpa_entry *e)
 {
     cuda_use_marks_release(&e->uses);
     if (e->plan) DNN.cudnnBackendDestroyDescriptor(e->plan);
     free(e);
 }
 
-/* A full cache gives up its least recently used entry that no call holds (its plan waited for); 0 if every entry
- * is held. Caller holds sdpa_lock. */
-static int evict_locked(void)
+/* A full cache gives up its least recently used entry that no call holds: taken out of the table and returned
+ * (the caller frees it after unlocking); NULL if every entry is held. Caller holds sdpa_lock. */
+static sdpa_entry *evict_locked(void)
 {
     int victim = -1;
     for (int i = 0; i < sdpa_count; i++)
         if (sdpa_cache[i]->refs == 0 && (victim < 0 || sdpa_cache[i]->last_hit < sdpa_cache[victim]->last_hit))
             victim = i;
-    if (victim < 0) return 0;
-    entry_free_locked(sdpa_cache[victim]);
+    if (victim < 0) return NULL;
+    sdpa_entry *e = sdpa_cache[victim];
     sdpa_cache[victim] = sdpa_cache[--sdpa_count];
     sdpa_evictions++;
-    return 1;
+    return e;
 }
 
-/* The entry for a's key (built on a miss, evicting when full), held (refs) until entry_release; NULL when every
- * entry of a full cache is held. Caller holds sdpa_lock. */
-static sdpa_entry *lookup_locked(void *bctx, const gpucore_attn_args *a, int dev, cudaStream_t stream)
+/* The cached entry for key, held (refs) until the caller's run ends; NULL on a miss. Caller holds sdpa_lock. */
+static sdpa_entry *find_locked(const sdpa_key *key)
 {
-    sdpa_key key;
-    key_of(a, dev, &key);
     for (int i = 0; i < sdpa_count; i++)
-        if (memcmp(&sdpa_cache[i]->key, &key, sizeof key) == 0) {
+        if (memcmp(&sdpa_cache[i]->key, key, sizeof *key) == 0) {
             sdpa_cache[i]->last_hit = ++sdpa_clock;
             sdpa_cache[i]->refs++;
             return sdpa_cache[i];
         }
-    if (sdpa_count == SDPA_CAPACITY && !evict_locked()) return NULL;
-    sdpa_entry *e = calloc(1, sizeof *e);
-    if (!e) return NULL;
+    return NULL;
+}
+
+/* The entry for a's key, held until the caller drops its ref; NULL when every entry of a full cache is held (or
+ * no host memory). A miss builds the plan under the device's build_lock with its build handle, outside
+ * sdpa_lock; a second caller of the same key waits on that lock and then finds the first one's entry. */
+static sdpa_entry *lookup(void *bctx, const gpucore_attn_args *a, int dev, cudaStream_t stream)
+{
+    sdpa_key key;
+    key_of(a, dev, &key);
+    pthread_mutex_lock(&sdpa_lock);
+    sdpa_entry *e = find_locked(&key);
+    pthread_mutex_unlock(&sdpa_lock);
+    if (e) return e;
+    pthread_mutex_lock(&build_lock[dev]);
+    pthread_mutex_lock(&sdpa_lock);
+    e = find_locked(&key); /* built while this call waited for the build lock */
+    pthread_mutex_unlock(&sdpa_lock);
+    if (e) {
+        pthread_mutex_unlock(&build_lock[dev]);
+        return e;
+    }
+    e = calloc(1, sizeof *e);
+    if (!e) {
+        pthread_mutex_unlock(&build_lock[dev]);
+        return NULL;
+    }
     e->key = key;
     e->reason = decline(a);
     if (e->reason < 0 && cuda_cudnn_load("attention") != GPUCORE_OK) e->reason = GPUCORE_ATTN_FALLBACK_NO_CUDNN;
     if (e->reason < 0) {
-        if (!sdpa_handles[dev] && DNN.cudnnCreate(&sdpa_handles[dev]) != CUDNN_STATUS_SUCCESS) {
-            sdpa_handles[dev] = NULL;
-            e->reason = GPUCORE_ATTN_FALLBACK_FAILED;
-        } else {
-            e->plan = make_plan(bctx, sdpa_handles[dev], a, stream, &e->reason, &e->ws_bytes);
-        }
+        cudnnHandle_t h = device_handle(&build_handles[dev]);
+        if (!h) e->reason = GPUCORE_ATTN_FALLBACK_FAILED;
+        else e->plan = make_plan(bctx, h, a, stream, &e->reason, &e->ws_bytes);
+    }
+    /* still under build_lock: no other build of this device (this key's included) inserts meanwhile */
+    sdpa_entry *victim = NULL;
+    int inserted = 0;
+    pthread_mutex_lock(&sdpa_lock);
+    if (sdpa_count < SDPA_CAPACITY || (victim = evict_locked())) {
+        e->last_hit = ++sdpa_clock;
+        e->refs = 1;
+        sdpa_cache[sdpa_count++] = e;
+        inserted = 1;
+    }
+    pthread_mutex_unlock(&sdpa_lock);
+    pthread_mutex_unlock(&build_lock[dev]);
+    if (victim) entry_free(victim);
+    if (!inserted) {
+        entry_free(e); /* nothing of it ran outside make_plan's own, synchronized, tuning stream */
+        return NULL;
     }
     if (!e->plan)
         cuda_host->log(GPUCORE_LOG_WARN, "attention: cuDNN's SDPA does not run this %s (%s, B %lld H %lld Hkv %lld "
@@ -821,9 +880,6 @@ static sdpa_entry *lookup_locked(void *bctx, const gpucore_attn_args *a, int dev
                        a->dtype == GPUCORE_F16 ? "f16" : a->dtype == GPUCORE_BF16 ? "bf16" : "f32", (long long)a->batch,
                        (long long)a->heads, (long long)a->kv_heads, (long long)a->seq_q, (long long)a->seq_k,
                        (long long)a->head_dim, (long long)a->head_dim_v, reason_word(e->reason));
-    e->last_hit = ++sdpa_clock;
-    e->refs = 1;
-    sdpa_cache[sdpa_count++] = e;
     return e;
 }
 
@@ -842,15 +898,16 @@ static int run_plan(void *bctx, sdpa_entry *e, const gpucore_attn_args *a, int d
     int reason = -1;
     *st = prepare(bctx, a, ws, &w, cs);
     if (!*st) {
-        pthread_mutex_lock(&sdpa_lock);
-        if (execute(sdpa_handles[dev], e->plan, a, &a->scale, ws, &w, cs) != CUDNN_STATUS_SUCCESS) {
+        pthread_mutex_lock(&exec_lock[dev]);
+        cudnnHandle_t h = device_handle(&exec_handles[dev]);
+        if (!h || execute(h, e->plan, a, &a->scale, ws, &w, cs) != CUDNN_STATUS_SUCCESS) {
             reason = GPUCORE_ATTN_FALLBACK_FAILED;
             cuda_host->log(GPUCORE_LOG_WARN, "attention: running cuDNN's SDPA plan failed; the attention kernel "
                            "runs instead");
         } else {
             *st = cuda_use_marks_record(&e->uses, cs);
         }
-        pthread_mutex_unlock(&sdpa_lock);
+        pthread_mutex_unlock(&exec_lock[dev]);
     }
     if (!*st && reason < 0 && a->op == GPUCORE_ATTN_FWD && may_empty_rows(a))
         *st = fixup(bctx, a, GPUCORE_ATTN_FIXUP_FWD, ws, &w, cs);
@@ -864,17 +921,20 @@ gpucore_status cuda_attention(void *bctx, const gpucore_attn_args *a, void *stre
     if (a->algo == GPUCORE_ATTN_ALGO_KERNEL || dev < 0 || dev >= SDPA_MAX_DEVICES)
         return kops_attention(bctx, a, stream);
     CUDA_TRY(cudaSetDevice(dev), "cudaSetDevice");
+    pthread_once(&sdpa_once, sdpa_init_locks);
     const cudaStream_t cs = (cudaStream_t)stream;
     int reason = GPUCORE_ATTN_FALLBACK_CACHE_FULL;
-    pthread_mutex_lock(&sdpa_lock);
-    sdpa_entry *e = lookup_locked(bctx, a, dev, cs);
+    sdpa_entry *e = lookup(bctx, a, dev, cs);
     if (e && !e->plan) reason = e->reason;
-    if (!e && !sdpa_full_warned) {
+    if (!e) {
+        pthread_mutex_lock(&sdpa_lock);
+        const int warn = !sdpa_full_warned;
         sdpa_full_warned = 1;
-        cuda_host->log(GPUCORE_LOG_WARN, "attention: every entry of the cuDNN SDPA plan cache (%d shapes) is in use; "
-                       "this shape runs the attention kernel", SDPA_CAPACITY);
+        pthread_mutex_unlock(&sdpa_lock);
+        if (warn)
+            cuda_host->log(GPUCORE_LOG_WARN, "attention: every entry of the cuDNN SDPA plan cache (%d shapes) is in "
+                           "use; this shape runs the attention kernel", SDPA_CAPACITY);
     }
-    pthread_mutex_unlock(&sdpa_lock);
     gpucore_status st = GPUCORE_OK;
     if (e && e->plan) reason = run_plan(bctx, e, a, dev, cs, &st);
     if (e) {
