@@ -2889,6 +2889,19 @@ typedef enum gpucore_mem_category {
 /* "weights", "gradients", "optimizer", "activations", "transient", "head_loss", "workspace";
  * NULL outside the enum. */
 GPUCORE_API const char *gpucore_mem_category_name(int category);
+/* The allocated bytes of ctx's device memory by category. The model layer, the optimizer and the
+ * checkpoint executor tag every allocation they make with its category (what the executor keeps
+ * for the backward is retagged from transient to activations); anything else, the caller's own
+ * tensors included, is "other". Entry c < GPUCORE_MEM_CATEGORIES is that category's, entry
+ * GPUCORE_MEM_CATEGORIES the other bytes; they sum to gpucore_memory_stats.allocated_bytes.
+ * at_oom: the same when the allocator last refused a request (zeros before the first). The
+ * JSON and text snapshots give them too, and each allocated block's category. */
+typedef struct gpucore_memory_categories {
+    int64_t struct_size;                        /* sizeof(gpucore_memory_categories) */
+    int64_t live[GPUCORE_MEM_CATEGORIES + 1];
+    int64_t at_oom[GPUCORE_MEM_CATEGORIES + 1];
+} gpucore_memory_categories;
+GPUCORE_API gpucore_status gpucore_memory_get_categories(gpucore_context *ctx, gpucore_memory_categories *out);
 
 typedef struct gpucore_lm_plan_options {
     int64_t struct_size;     /* sizeof(gpucore_lm_plan_options), set by _init */

@@ -18,11 +18,15 @@
  *   - `gpucore-lm plan --device-memory` (its path is the argument): its first setting under a limit below
  *     the whole batch's planned peak, run as finetune runs it (AdamW, micro-batches accumulated) with that
  *     limit on the context, succeeds within it; the whole batch then runs out of memory on the same model,
- *     its message gives the plan's bytes by category and a micro-batch and policy that fit, and that runs.
+ *     its message gives the bytes each category held when the allocator refused (weights, gradients and the
+ *     optimizer's state equal to their sizes measured apart from the tags, the activations to the plan's),
+ *     the plan's bytes by category and a micro-batch and policy that fit, and that runs (argument "oom": this
+ *     part alone).
  * The same comparisons on the CUDA backend for GPT-2's and SmolLM2's architectures at narrower widths (the cuda
  * lane; in CI over the stand-ins of tests/cuda_contract, as test_lm_plan_contract), the workspace counted.
  * The table of every case is printed (the figures of the test command).
  */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -466,11 +470,43 @@ static void test_recommendation_runs(gpucore_context *ctx, const char *cli, cons
     gpucore_lm *lm = NULL;
     CHECK_OK(gpucore_memory_set_limit(ctx, 0));
     CHECK_OK(gpucore_memory_empty_cache(ctx, GPUCORE_MEMORY_DEVICE));
+    /* the bytes each category will hold, known apart from the tags: the load's and the optimizer's
+     * allocated bytes, and the adapters and their gradients (each below 1 MiB: the allocator's
+     * small pool, 512-byte blocks) */
+    int64_t known[GPUCORE_MEM_CATEGORIES + 1] = {0};
+    int64_t before = check_allocated_bytes(ctx, 0);
     CHECK_OK(gpucore_lm_create(ctx, dir, GPUCORE_F32, &lm));
     if (!lm) return;
+    known[GPUCORE_MEM_WEIGHTS] = check_allocated_bytes(ctx, 0) - before;
     CHECK_OK(gpucore_lm_add_lora(lm, 8, 16.0, 0.0, targets, 2, 3));
+    for (int64_t i = 0; i < gpucore_lm_trainable_count(lm); i++) {
+        gpucore_tensor *pa = NULL, *gr = NULL;
+        CHECK_OK(gpucore_lm_trainable(lm, i, NULL, &pa, &gr));
+        const int64_t np = gpucore_tensor_nbytes(pa), ng = gpucore_tensor_nbytes(gr);
+        CHECK(np < (1 << 20) && ng < (1 << 20));
+        known[GPUCORE_MEM_WEIGHTS] += (np + 511) / 512 * 512;
+        known[GPUCORE_MEM_GRADIENTS] += (ng + 511) / 512 * 512;
+    }
     CHECK_OK(gpucore_lm_set_checkpoint_policy(lm, p, 0));
+    before = check_allocated_bytes(ctx, 0);
     gpucore_optimizer *opt = adamw_of(ctx, lm);
+    known[GPUCORE_MEM_OPTIMIZER] = check_allocated_bytes(ctx, 0) - before;
+    gpucore_memory_categories mc = {.struct_size = sizeof mc};
+    CHECK_OK(gpucore_memory_get_categories(ctx, &mc));
+    int64_t need = 0; /* the JSON snapshot gives the same bytes by category */
+    CHECK_OK(gpucore_memory_snapshot(ctx, GPUCORE_MEMORY_DEVICE, GPUCORE_SNAPSHOT_JSON, NULL, 0, &need));
+    char *snap = malloc((size_t)need + 4096), want_snap[64];
+    CHECK_OK(gpucore_memory_snapshot(ctx, GPUCORE_MEMORY_DEVICE, GPUCORE_SNAPSHOT_JSON, snap, need + 4096, NULL));
+    snprintf(want_snap, sizeof want_snap, "\"categories\":{\"weights\":%lld,\"gradients\":%lld,",
+             (long long)known[0], (long long)known[1]);
+    CHECK(strstr(snap, want_snap) != NULL && strstr(snap, "\"category\":\"optimizer\"") != NULL);
+    free(snap);
+    for (int c = 0; c < 3; c++) {
+        if (mc.live[c] != known[c])
+            printf("    live %s: %lld bytes, known %lld\n", gpucore_mem_category_name(c), (long long)mc.live[c],
+                   (long long)known[c]);
+        CHECK(mc.live[c] == known[c]);
+    }
     int64_t *ids = malloc((size_t)(B * T) * sizeof *ids);
     for (int64_t i = 0; i < B * T; i++) ids[i] = (i * 7919 + 13) % m->vocab;
     CHECK_OK(gpucore_memory_set_limit(ctx, limit));
@@ -486,6 +522,43 @@ static void test_recommendation_runs(gpucore_context *ctx, const char *cli, cons
     const char *msg = gpucore_last_error();
     printf("  the whole batch under the limit: %s\n", msg);
     CHECK(strstr(msg, "gpucore_lm_plan") != NULL && strstr(msg, "fits under it: micro-batch") != NULL);
+    /* the live bytes by category when the allocator refused: the persistent ones as known, the step's
+     * own (activations, transient, head and loss) some, the caller's ids ("other") at least its tensor,
+     * and together no more than the limit */
+    long long live[GPUCORE_MEM_CATEGORIES + 1] = {0};
+    const char *lv = strstr(msg, "when the allocator refused, in bytes: ");
+    CHECK(lv != NULL);
+    if (lv) {
+        lv += strlen("when the allocator refused, in bytes: ");
+        char fmt[400] = "";
+        for (int c = 0; c <= GPUCORE_MEM_CATEGORIES; c++)
+            snprintf(fmt + strlen(fmt), sizeof fmt - strlen(fmt), "%s%s %%lld", c ? ", " : "",
+                     c < GPUCORE_MEM_CATEGORIES ? gpucore_mem_category_name(c) : "other");
+        CHECK(sscanf(lv, fmt, &live[0], &live[1], &live[2], &live[3], &live[4], &live[5], &live[6], &live[7]) == 8);
+    }
+    long long sum = 0;
+    for (int c = 0; c <= GPUCORE_MEM_CATEGORIES; c++) {
+        sum += live[c];
+        if (c < 3 && live[c] != known[c]) {
+            printf("    live %s at the refusal: %lld bytes, known %lld\n", gpucore_mem_category_name(c), live[c],
+                   (long long)known[c]);
+            CHECK(!"the out-of-memory message gives each category's live bytes");
+        }
+    }
+    printf("  live at the refusal: weights, gradients, optimizer as known; activations %.2f MiB, transient %.2f MiB, "
+           "head_loss %.2f MiB, other %.2f MiB (of the limit %.2f MiB)\n", live[GPUCORE_MEM_ACTIVATIONS] / 1048576.0,
+           live[GPUCORE_MEM_TRANSIENT] / 1048576.0, live[GPUCORE_MEM_HEAD_LOSS] / 1048576.0,
+           live[GPUCORE_MEM_CATEGORIES] / 1048576.0, limit / 1048576.0);
+    CHECK(live[GPUCORE_MEM_ACTIVATIONS] > 0 && live[GPUCORE_MEM_CATEGORIES] >= B * T * 8 && sum <= limit);
+    /* refused in the head and loss, where the plan puts the peak: what the executor keeps for the
+     * backward is there as planned (the plan counts the caller's ids and labels in it too) */
+    if (strstr(msg, "more planned at its peak (head and loss)") && strstr(msg, "asked for") &&
+        fabs((double)(live[GPUCORE_MEM_ACTIVATIONS] + live[GPUCORE_MEM_CATEGORIES]) -
+             (double)full.bytes[GPUCORE_MEM_ACTIVATIONS]) > 0.03 * (double)full.bytes[GPUCORE_MEM_ACTIVATIONS]) {
+        printf("    live activations %lld bytes (+ other %lld), planned %lld\n", live[GPUCORE_MEM_ACTIVATIONS],
+               live[GPUCORE_MEM_CATEGORIES], (long long)full.bytes[GPUCORE_MEM_ACTIVATIONS]);
+        CHECK(!"the activations live at the refusal are the planned ones");
+    }
     for (int c = 0; c < GPUCORE_MEM_CATEGORIES; c++) {
         char want[40];
         snprintf(want, sizeof want, "%s %.1f MiB", gpucore_mem_category_name(c), full.bytes[c] / 1048576.0);
@@ -595,8 +668,15 @@ int main(int argc, char **argv)
     mkdir(root, 0777);
     gpucore_context *ctx = NULL;
     const int cuda_only = argc > 2 && !strcmp(argv[2], "cuda");
+    const int oom_only = argc > 2 && !strcmp(argv[2], "oom"); /* the limit and out-of-memory part alone */
     if (cuda_only) printf("the cpu lane: test_lm_plan without the \"cuda\" argument\n");
     else CHECK_OK(gpucore_context_create("cpu", &ctx));
+    if (ctx && oom_only) {
+        check_device = "cpu";
+        test_recommendation_runs(ctx, argv[1], make_model(ctx, &SMOL), &SMOL);
+        gpucore_context_destroy(ctx);
+        ctx = NULL;
+    }
     if (ctx) {
         check_device = "cpu";
         const char *gdir = make_model(ctx, &GPT2);
@@ -626,7 +706,7 @@ int main(int argc, char **argv)
         gpucore_context_destroy(ctx);
         check_device = "";
     }
-    cuda_lane();
+    if (!oom_only) cuda_lane();
     char cmd[600];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", root);
     if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", root);

@@ -301,6 +301,45 @@ static block *find_free(caching_allocator *a, int small, void *stream, int64_t r
     return b;
 }
 
+/* ---- memory categories ---- */
+static _Thread_local int current_tag = -1;
+
+int caching_allocator_tag_set(int tag)
+{
+    const int prev = current_tag;
+    current_tag = tag;
+    return prev;
+}
+
+void caching_allocator_retag(caching_allocator *a, void *ptr, int tag)
+{
+    const uint8_t t = (uint8_t)(tag >= 0 && tag < GPUCORE_MEM_CATEGORIES ? tag : GPUCORE_MEM_CATEGORIES);
+    pthread_mutex_lock(&a->mu);
+    size_t slot = ptr ? live_table_find_slot(a, (uintptr_t)ptr) : SIZE_MAX;
+    if (slot != SIZE_MAX) {
+        block *b = a->table[slot];
+        a->tag_live[b->tag] -= b->size;
+        a->tag_live[t] += b->size;
+        b->tag = t;
+    }
+    pthread_mutex_unlock(&a->mu);
+}
+
+void caching_allocator_tag_bytes(caching_allocator *a, int64_t *live, int64_t *at_oom)
+{
+    pthread_mutex_lock(&a->mu);
+    if (live) memcpy(live, a->tag_live, sizeof a->tag_live);
+    if (at_oom) memcpy(at_oom, a->tag_at_oom, sizeof a->tag_at_oom);
+    pthread_mutex_unlock(&a->mu);
+}
+
+/* A request is refused: count it and keep what each category held at that moment. */
+static void note_oom(caching_allocator *a)
+{
+    a->num_ooms++;
+    memcpy(a->tag_at_oom, a->tag_live, sizeof a->tag_live);
+}
+
 static gpucore_status oom_error(caching_allocator *a, int64_t bytes, int limit_hit)
 {
     char asked[32], total_s[32], free_s[32], alloc_s[32], cached_s[32], limit_s[32], other_s[64] = "";
@@ -417,7 +456,7 @@ gpucore_status caching_allocator_alloc(caching_allocator *a, int64_t bytes, void
         return gpucore_set_error(GPUCORE_ERR_OUT_OF_MEMORY, "allocator: out of host memory for its bookkeeping");
     }
     if (a->device_total > 0 && rounded > a->device_total) { /* no amount of freeing can help */
-        a->num_ooms++;
+        note_oom(a);
         gpucore_status st = oom_error(a, bytes, 0);
         pthread_mutex_unlock(&a->mu);
         return st;
@@ -442,7 +481,7 @@ gpucore_status caching_allocator_alloc(caching_allocator *a, int64_t bytes, void
             }
         }
         if (st == GPUCORE_ERR_OUT_OF_MEMORY) {
-            a->num_ooms++;
+            note_oom(a);
             st = oom_error(a, bytes, limit_hit);
         }
     }
@@ -468,6 +507,8 @@ gpucore_status caching_allocator_alloc(caching_allocator *a, int64_t bytes, void
     }
     b->allocated = 1;
     b->requested = bytes;
+    b->tag = (uint8_t)(current_tag >= 0 && current_tag < GPUCORE_MEM_CATEGORIES ? current_tag : GPUCORE_MEM_CATEGORIES);
+    a->tag_live[b->tag] += b->size;
     live_table_insert(a, b);
     stat_add(&a->allocated_bytes, b->size);
     for (gpucore_memory_watermark *w = a->watermarks; w; w = w->next)
@@ -544,6 +585,7 @@ gpucore_status caching_allocator_free(caching_allocator *a, void *ptr)
     block *b = a->table[slot];
     live_table_remove_slot(a, slot);
     b->allocated = 0;
+    a->tag_live[b->tag] -= b->size;
     stat_add(&a->allocated_bytes, -b->size);
     stat_add(&a->allocated_blocks, -1);
     stat_add(&a->requested_bytes, -b->requested);

@@ -133,6 +133,19 @@ GPUCORE_HIDDEN int64_t caching_allocator_watermark_read(caching_allocator *a, gp
  * NUL-terminated when len > 0); returns the bytes needed including the NUL. */
 GPUCORE_HIDDEN int64_t caching_allocator_snapshot(caching_allocator *a, int json, char *buf, int64_t len);
 
+/* Memory categories. Every allocation is tagged with its thread's current category
+ * (a gpucore_mem_category; set around the allocation sites of the model layer, the
+ * optimizer and the executors) and the allocator keeps the allocated bytes per tag,
+ * and a copy of them taken when it refuses a request (out of memory). Untagged
+ * allocations (the caller's own tensors) count as tag GPUCORE_MEM_CATEGORIES. */
+/* Make `tag` this thread's category (-1: untagged); returns the previous one, to restore. */
+GPUCORE_HIDDEN int caching_allocator_tag_set(int tag);
+/* The block at ptr (an allocation's start) is held as `tag` from now on (a tensor the
+ * checkpoint executor keeps); unknown pointers are ignored. */
+GPUCORE_HIDDEN void caching_allocator_retag(caching_allocator *a, void *ptr, int tag);
+/* live / at_oom (either may be NULL): GPUCORE_MEM_CATEGORIES + 1 entries each. */
+GPUCORE_HIDDEN void caching_allocator_tag_bytes(caching_allocator *a, int64_t *live, int64_t *at_oom);
+
 /* Rounding and segment sizing, exposed for the tests' model. */
 GPUCORE_HIDDEN int64_t caching_allocator_round_size(int64_t bytes);
 

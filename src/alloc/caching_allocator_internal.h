@@ -37,6 +37,8 @@ typedef struct block {
                                   spare records: unused (the slab list goes through next) */
     int32_t height;
     uint8_t allocated, in_tree;/* in_tree: free and cached (in the tree or a bin) */
+    uint8_t tag;               /* allocated blocks: the category (gpucore_mem_category) it was
+                                  allocated under, GPUCORE_MEM_CATEGORIES when untagged */
     int32_t pending_events;    /* freed, waiting for this many events on other streams */
     void **uses;               /* other streams it was used on (record_stream) */
     int32_t nuses, uses_cap;
@@ -108,6 +110,8 @@ struct caching_allocator {
     stat allocated_bytes, allocated_blocks, reserved_bytes, reserved_segments, active_bytes, active_blocks,
         inactive_split_bytes, inactive_split_blocks, requested_bytes;
     int64_t num_raw_allocs, num_raw_frees, num_ooms, num_retries;
+    int64_t tag_live[GPUCORE_MEM_CATEGORIES + 1];   /* allocated bytes per tag (block sizes) */
+    int64_t tag_at_oom[GPUCORE_MEM_CATEGORIES + 1]; /* tag_live when the last request was refused */
     gpucore_memory_watermark *watermarks; /* the library's own peaks (caching_allocator_stats.c) */
 };
 

@@ -22,6 +22,20 @@ const char *caching_allocator_human(int64_t bytes, char *buf, size_t len)
     return buf;
 }
 
+static const char *const category_names[GPUCORE_MEM_CATEGORIES + 1] = {
+    "weights", "gradients", "optimizer", "activations", "transient", "head_loss", "workspace", "other"};
+
+const char *gpucore_mem_category_name(int category)
+{
+    return category >= 0 && category < GPUCORE_MEM_CATEGORIES ? category_names[category] : NULL;
+}
+
+/* A block's category for the snapshot: "other" for untagged ones. */
+static const char *tag_name(const block *b)
+{
+    return category_names[b->tag <= GPUCORE_MEM_CATEGORIES ? b->tag : GPUCORE_MEM_CATEGORIES];
+}
+
 static void fill_stats(const caching_allocator *a, gpucore_memory_stats *s)
 {
     int64_t size = s->struct_size;
@@ -132,20 +146,24 @@ int64_t caching_allocator_snapshot(caching_allocator *a, int json, char *buf, in
         wr(&w, "\"allocated_bytes\":%lld,\"allocated_blocks\":%lld,\"reserved_bytes\":%lld,\"reserved_segments\":%lld,"
                "\"active_bytes\":%lld,\"active_blocks\":%lld,\"inactive_split_bytes\":%lld,"
                "\"inactive_split_blocks\":%lld,\"requested_bytes\":%lld,\"num_raw_allocs\":%lld,"
-               "\"num_raw_frees\":%lld,\"num_ooms\":%lld,\"num_alloc_retries\":%lld,\"limit_bytes\":%lld},"
-               "\"segments\":[",
+               "\"num_raw_frees\":%lld,\"num_ooms\":%lld,\"num_alloc_retries\":%lld,\"limit_bytes\":%lld},",
            (long long)s.allocated_bytes, (long long)s.allocated_blocks, (long long)s.reserved_bytes,
            (long long)s.reserved_segments, (long long)s.active_bytes, (long long)s.active_blocks,
            (long long)s.inactive_split_bytes, (long long)s.inactive_split_blocks, (long long)s.requested_bytes,
            (long long)s.num_raw_allocs, (long long)s.num_raw_frees, (long long)s.num_ooms,
            (long long)s.num_alloc_retries, (long long)s.limit_bytes);
+        wr(&w, "\"categories\":{");
+        for (int c = 0; c <= GPUCORE_MEM_CATEGORIES; c++)
+            wr(&w, "%s\"%s\":%lld", c ? "," : "", category_names[c], (long long)a->tag_live[c]);
+        wr(&w, "},\"segments\":[");
         for (segment *g = a->segments; g; g = g->next) {
             wr(&w, "%s{\"address\":\"0x%" PRIxPTR "\",\"size\":%lld,\"pool\":\"%s\",\"stream\":\"%p\",\"blocks\":[",
                g == a->segments ? "" : ",", g->base, (long long)g->size, g->small ? "small" : "large", g->stream);
             for (block *b = g->first; b; b = b->next)
-                wr(&w, "%s{\"address\":\"0x%" PRIxPTR "\",\"size\":%lld,\"requested\":%lld,\"state\":\"%s\",\"stream\":\"%p\"}",
-                   b == g->first ? "" : ",", b->addr, (long long)b->size, (long long)b->requested, block_state(b),
-                   b->stream);
+                wr(&w, "%s{\"address\":\"0x%" PRIxPTR "\",\"size\":%lld,\"requested\":%lld,\"state\":\"%s\",\"stream\":\"%p\""
+                       "%s%s%s}", b == g->first ? "" : ",", b->addr, (long long)b->size, (long long)b->requested,
+                   block_state(b), b->stream, b->allocated ? ",\"category\":\"" : "", b->allocated ? tag_name(b) : "",
+                   b->allocated ? "\"" : "");
             wr(&w, "]}");
         }
         wr(&w, "]}\n");
@@ -155,12 +173,17 @@ int64_t caching_allocator_snapshot(caching_allocator *a, int json, char *buf, in
            a->what, a->name, (long long)s.reserved_bytes, (long long)s.reserved_segments, (long long)s.allocated_bytes,
            (long long)s.allocated_blocks, (long long)s.requested_bytes, (long long)s.active_bytes,
            (long long)s.inactive_split_bytes);
+        wr(&w, "allocated bytes by category:");
+        for (int c = 0; c <= GPUCORE_MEM_CATEGORIES; c++)
+            wr(&w, "%s %s %lld", c ? "," : "", category_names[c], (long long)a->tag_live[c]);
+        wr(&w, "\n");
         for (segment *g = a->segments; g; g = g->next) {
             wr(&w, "segment 0x%" PRIxPTR " size %lld pool %s stream %p\n", g->base, (long long)g->size,
                g->small ? "small" : "large", g->stream);
             for (block *b = g->first; b; b = b->next)
-                wr(&w, "  block 0x%" PRIxPTR " size %lld requested %lld %s stream %p\n", b->addr, (long long)b->size,
-                   (long long)b->requested, block_state(b), b->stream);
+                wr(&w, "  block 0x%" PRIxPTR " size %lld requested %lld %s stream %p%s%s\n", b->addr, (long long)b->size,
+                   (long long)b->requested, block_state(b), b->stream, b->allocated ? " category " : "",
+                   b->allocated ? tag_name(b) : "");
         }
     }
     pthread_mutex_unlock(&a->mu);

@@ -8,7 +8,7 @@
 #include <stdio.h>
 #include "internal.h"
 
-static _Thread_local char last_error_message[1024];
+static _Thread_local char last_error_message[2048];
 
 const char *gpucore_status_string(gpucore_status status)
 {

@@ -188,6 +188,9 @@ GPUCORE_HIDDEN void gpucore_memory_watermark_remove(gpucore_context *ctx, gpucor
 GPUCORE_HIDDEN int64_t gpucore_memory_watermark_restart(gpucore_context *ctx, gpucore_memory_watermark *w);
 /* The allocated bytes now, and the peak since the last restart in *peak (may be NULL). */
 GPUCORE_HIDDEN int64_t gpucore_memory_watermark_read(gpucore_context *ctx, gpucore_memory_watermark *w, int64_t *peak);
+/* t's memory (a block of its context's device allocator) is held as `category` (a gpucore_mem_category)
+ * from now on; wrapped memory is left alone. Allocations take their thread's category: caching_allocator_tag_set. */
+GPUCORE_HIDDEN void gpucore_memory_tag_tensor(const gpucore_tensor *t, int category);
 
 /* ---- tensors, continued ---- */
 /* Release every tensor handle still alive in ctx (context destroy). */

@@ -277,6 +277,25 @@ gpucore_status gpucore_memory_get_stats(gpucore_context *ctx, gpucore_memory_kin
     return GPUCORE_OK;
 }
 
+gpucore_status gpucore_memory_get_categories(gpucore_context *ctx, gpucore_memory_categories *out)
+{
+    caching_allocator *a = NULL;
+    gpucore_status st = pick(ctx, GPUCORE_MEMORY_DEVICE, "memory_get_categories", &a);
+    if (st) return st;
+    if (!out) return gpucore_set_error(GPUCORE_ERR_NULL_POINTER, "memory_get_categories: out is NULL");
+    if (out->struct_size != (int64_t)sizeof *out)
+        return gpucore_set_error(GPUCORE_ERR_INVALID_ARGUMENT, "memory_get_categories: out->struct_size is %lld; set it "
+                                 "to sizeof(gpucore_memory_categories) = %zu", (long long)out->struct_size, sizeof *out);
+    caching_allocator_tag_bytes(a, out->live, out->at_oom);
+    return GPUCORE_OK;
+}
+
+void gpucore_memory_tag_tensor(const gpucore_tensor *t, int category)
+{
+    if (t && t->storage && t->storage->owned && t->storage->ctx && t->storage->ctx->memory)
+        caching_allocator_retag(t->storage->ctx->memory->device, t->storage->base, category);
+}
+
 gpucore_status gpucore_memory_reset_peak_stats(gpucore_context *ctx, gpucore_memory_kind kind)
 {
     caching_allocator *a = NULL;

@@ -211,8 +211,8 @@ gpucore_status gpucore_lm_create(gpucore_context *ctx, const char *folder, int d
     return gpucore_lm_create_ex(ctx, folder, &o, out);
 }
 
-gpucore_status gpucore_lm_create_ex(gpucore_context *ctx, const char *folder, const gpucore_lm_load_options *opts,
-                                    gpucore_lm **out)
+static gpucore_status create_ex(gpucore_context *ctx, const char *folder, const gpucore_lm_load_options *opts,
+                                gpucore_lm **out)
 {
     const char *op = "gpucore_lm_create";
     if (!out) return gpucore_set_error(GPUCORE_ERR_NULL_POINTER, "%s: out is NULL", op);
@@ -270,6 +270,16 @@ gpucore_status gpucore_lm_create_ex(gpucore_context *ctx, const char *folder, co
     }
     *out = lm;
     return GPUCORE_OK;
+}
+
+/* Everything the load allocates is the model's weights (its scratch is freed before it returns). */
+gpucore_status gpucore_lm_create_ex(gpucore_context *ctx, const char *folder, const gpucore_lm_load_options *opts,
+                                    gpucore_lm **out)
+{
+    const int tag = caching_allocator_tag_set(GPUCORE_MEM_WEIGHTS);
+    gpucore_status st = create_ex(ctx, folder, opts, out);
+    caching_allocator_tag_set(tag);
+    return st;
 }
 
 gpucore_status gpucore_lm_destroy(gpucore_lm *lm)
@@ -402,11 +412,13 @@ gpucore_status gpucore_lm_set_full_finetune(gpucore_lm *lm, int enable)
         lm->full_ft = 0;
         return lm_rebuild_trainable(lm);
     }
+    const int tag = caching_allocator_tag_set(GPUCORE_MEM_GRADIENTS);
     for (int64_t i = 0; i < lm->n_params && !st; i++) {
         gpucore_tensor *p = *lm->params[i].slot;
         st = gpucore_tensor_create(lm->ctx, (gpucore_dtype)p->dtype, p->ndim, p->shape, lm->params[i].grad);
         if (!st) st = gpucore_fill(*lm->params[i].grad, 0.0, NULL);
     }
+    caching_allocator_tag_set(tag);
     if (!st) { lm->full_ft = 1; st = lm_rebuild_trainable(lm); }
     if (st) {
         gpucore_status keep = st;

@@ -92,13 +92,17 @@ static gpucore_status install(gpucore_lm *lm, pending *p, int64_t r, double alph
 {
     gpucore_tensor **ga = calloc((size_t)(p->n ? p->n : 1), sizeof *ga), **gb = calloc((size_t)(p->n ? p->n : 1), sizeof *gb);
     gpucore_status st = ga && gb ? GPUCORE_OK : gpucore_set_error(GPUCORE_ERR_OUT_OF_MEMORY, "model: out of host memory");
+    const int tag = caching_allocator_tag_set(GPUCORE_MEM_GRADIENTS);
     for (int64_t i = 0; i < p->n && !st; i++) {
         if (!p->a[i]) continue;
+        gpucore_memory_tag_tensor(p->a[i], GPUCORE_MEM_WEIGHTS); /* the adapters, made or read by the caller */
+        gpucore_memory_tag_tensor(p->b[i], GPUCORE_MEM_WEIGHTS);
         st = gpucore_tensor_create(lm->ctx, (gpucore_dtype)lm->dtype, 2, p->a[i]->shape, &ga[i]);
         if (!st) st = gpucore_tensor_create(lm->ctx, (gpucore_dtype)lm->dtype, 2, p->b[i]->shape, &gb[i]);
         if (!st) st = gpucore_fill(ga[i], 0.0, NULL);
         if (!st) st = gpucore_fill(gb[i], 0.0, NULL);
     }
+    caching_allocator_tag_set(tag);
     if (!st) st = copy_targets(lm, targets, nt);
     if (!st && lm->full_ft) st = gpucore_lm_set_full_finetune(lm, 0);
     if (st) {
@@ -208,11 +212,13 @@ gpucore_status gpucore_lm_merge_adapter(gpucore_lm *lm)
     pending p;
     if ((st = pending_init(lm, &p))) { pending_free(&p); return st; }
     double scale = lm->lora_alpha / (double)lm->lora_r;
+    const int tag = caching_allocator_tag_set(GPUCORE_MEM_WEIGHTS);
     for (int64_t i = 0; i < p.n && !st; i++)
         if (p.lin[i]->la) {
             st = lm_dequantize_linear(lm, p.lin[i]); /* a quantized base merges into its dequantized values */
             if (!st) st = gpucore_lora_merge(p.lin[i]->w, p.lin[i]->la, p.lin[i]->lb, scale, NULL);
         }
+    caching_allocator_tag_set(tag);
     if (!st) lm_quant_finish(lm);
     if (!st) {
         for (int64_t i = 0; i < p.n; i++) drop_adapter(p.lin[i]);

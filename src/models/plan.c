@@ -19,14 +19,6 @@
 #include "alloc/caching_allocator.h"
 #include "train/checkpoint_internal.h"
 
-static const char *const category_names[GPUCORE_MEM_CATEGORIES] = {
-    "weights", "gradients", "optimizer", "activations", "transient", "head_loss", "workspace"};
-
-const char *gpucore_mem_category_name(int category)
-{
-    return category >= 0 && category < GPUCORE_MEM_CATEGORIES ? category_names[category] : NULL;
-}
-
 /* ------------------------------------------------------------------ the ledger */
 
 typedef struct buf { int64_t bytes; void *ptr; int cat, refs; } buf;
@@ -926,8 +918,17 @@ void lm_explain_oom(const gpucore_lm *lm, int64_t batch, int64_t seq, int64_t at
     char cats[400] = "";
     size_t n = 0;
     for (int c = 0; c < GPUCORE_MEM_CATEGORIES && n < sizeof cats; c++)
-        n += (size_t)snprintf(cats + n, sizeof cats - n, "%s%s %.1f MiB", c ? ", " : "", category_names[c],
+        n += (size_t)snprintf(cats + n, sizeof cats - n, "%s%s %.1f MiB", c ? ", " : "", gpucore_mem_category_name(c),
                               p.bytes[c] / 1048576.0);
+    /* what was live, by category, when the allocator refused (the step has freed its part since) */
+    gpucore_memory_categories mc = {.struct_size = sizeof mc};
+    char live[400] = "";
+    n = 0;
+    if (gpucore_memory_get_categories(lm->ctx, &mc) == GPUCORE_OK)
+        for (int c = 0; c <= GPUCORE_MEM_CATEGORIES && n < sizeof live; c++)
+            n += (size_t)snprintf(live + n, sizeof live - n, "%s%s %lld", c ? ", " : "",
+                                  c < GPUCORE_MEM_CATEGORIES ? gpucore_mem_category_name(c) : "other",
+                                  (long long)mc.at_oom[c]);
     char fit[200] = "no checkpoint policy or smaller micro-batch fits under it either: shorten the sequence, "
                     "use LoRA, a lower rank or bf16";
     const int64_t limit = ms.limit_bytes;
@@ -955,8 +956,9 @@ void lm_explain_oom(const gpucore_lm *lm, int64_t batch, int64_t seq, int64_t at
         }
     }
     gpucore_set_error(GPUCORE_ERR_OUT_OF_MEMORY, "%s. The training step of batch %lld x seq %lld (gpucore_lm_plan): "
-                      "%.1f MiB allocated when it began, %.1f MiB more planned at its peak (%s); planned at the peak "
-                      "by category: %s; limit %.1f MiB: %s", prev, (long long)batch, (long long)seq,
-                      at_start / 1048576.0, step / 1048576.0, p.where, cats, limit / 1048576.0, fit);
+                      "%.1f MiB allocated when it began, %.1f MiB more planned at its peak (%s); live by category "
+                      "when the allocator refused, in bytes: %s; planned at the peak by category: %s; limit %.1f "
+                      "MiB: %s", prev, (long long)batch, (long long)seq, at_start / 1048576.0, step / 1048576.0,
+                      p.where, live, cats, limit / 1048576.0, fit);
     free(prev);
 }

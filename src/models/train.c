@@ -37,7 +37,9 @@ static gpucore_status swap_in(gpucore_lm *lm, grad_swap *g, gpucore_tensor **slo
         return gpucore_set_error(GPUCORE_ERR_INTERNAL, "gradient accumulation: more than %d gradients in one part",
                                  GRAD_SWAP_MAX);
     gpucore_tensor *scratch = NULL;
+    const int tag = caching_allocator_tag_set(GPUCORE_MEM_GRADIENTS);
     gpucore_status st = lm_new(lm, (*slot)->dtype, (*slot)->ndim, (*slot)->shape, &scratch);
+    caching_allocator_tag_set(tag);
     if (st) return st;
     g->slot[g->n] = slot;
     g->kept[g->n++] = *slot;
@@ -329,17 +331,23 @@ static gpucore_status forward_backward(gpucore_lm *lm, const gpucore_tensor *inp
     int started = 0;
     lm->training = 1;
     lm->accumulate = accumulate;
+    /* the allocator's books get each allocation's category (gpucore_mem_category): the executor
+     * tags its own (transient, and activations for what it keeps), swap_in the accumulation scratch */
+    const int tag = caching_allocator_tag_set(GPUCORE_MEM_ACTIVATIONS);
     st = shift_labels(lm, labels ? labels : input_ids, &targets);
     if (!st && !divisor) st = count_targets(targets, &divisor, op);
     if (!st) st = lm_embed(lm, input_ids, 0, &x0, &pos, NULL);
     if (!st) { st = gpucore_ckpt_forward(lm->ckpt, x0, &y); started = !st; }
+    caching_allocator_tag_set(GPUCORE_MEM_HEAD_LOSS);
     if (!st) st = gpucore_tensor_create(lm->ctx, (gpucore_dtype)lm->dtype, 3, y->shape, &dy);
     /* the head's dW (a tied head's goes into the embedding's gradient, which the embedding adds to) */
     gpucore_tensor *dhead = lm->full_ft ? (lm->head ? lm->dhead : lm->dwte) : NULL;
     if (!st) st = lm_head_loss(lm, y, targets, divisor, dy, dhead, accumulate, loss);
+    caching_allocator_tag_set(GPUCORE_MEM_TRANSIENT);
     if (!st && lm->full_ft) st = gpucore_tensor_create(lm->ctx, (gpucore_dtype)lm->dtype, 3, x0->shape, &dx0);
     if (!st) { st = gpucore_ckpt_backward(lm->ckpt, dy, dx0); started = 0; }
     if (!st && lm->full_ft) st = embedding_grads(lm, input_ids, pos, dx0);
+    caching_allocator_tag_set(tag);
     if (!st) st = gpucore_context_synchronize(lm->ctx);
     if (started) gpucore_ckpt_reset(lm->ckpt);
     lm->training = 0;

@@ -299,12 +299,21 @@ gpucore_status gpucore_ckpt_set_seed(gpucore_ckpt *c, uint64_t seed, uint64_t of
 
 /* ------------------------------------------------------------------ forward */
 
+/* What a segment run leaves for its backward counts as activations in the allocator's books (the
+ * executor's allocations are transient while they run: forward_pass, gpucore_ckpt_backward). */
+static void held_for_backward(const ckpt_top *top)
+{
+    for (int64_t k = 0; k < top->nsaved; k++)
+        if (top->saved[k].t) gpucore_memory_tag_tensor(top->saved[k].t, GPUCORE_MEM_ACTIVATIONS);
+}
+
 static gpucore_status forward_pass(ckpt_state *s, const gpucore_tensor *x, gpucore_stream *stream, int dry,
                                    gpucore_tensor **y)
 {
     gpucore_ckpt_call call = {GPUCORE_MAGIC_CKPT_CALL, s, 0, NULL, NULL, dry ? PH_DRY : PH_FORWARD, 0, s->offset,
                               stream};
     gpucore_tensor *cur = NULL;
+    const int tag = caching_allocator_tag_set(GPUCORE_MEM_TRANSIENT);
     gpucore_status st = gpucore_ckpt_alias(x, &cur);
     for (int64_t i = 0; !st && i < s->nsegs; i++) {
         ckpt_top *top = &s->tops[i];
@@ -326,6 +335,8 @@ static gpucore_status forward_pass(ckpt_state *s, const gpucore_tensor *x, gpuco
             top->transient = peak - before;
             top->out_view = out->storage == cur->storage;
             gpucore_ckpt_measure_saves(top, cur->storage, out->storage);
+            if (!dry && call.keep) held_for_backward(top);
+            if (!dry) gpucore_memory_tag_tensor(out, GPUCORE_MEM_ACTIVATIONS);
             if (call.keep && (s->pack || s->offload)) st = gpucore_ckpt_pack_top(s, i, stream);
         }
         if (!st && mode == GPUCORE_CKPT_CHECKPOINT) top->stored_input = cur;
@@ -338,6 +349,7 @@ static gpucore_status forward_pass(ckpt_state *s, const gpucore_tensor *x, gpuco
     } else {
         gpucore_tensor_destroy(cur);
     }
+    caching_allocator_tag_set(tag);
     return st;
 }
 
@@ -465,6 +477,7 @@ gpucore_status gpucore_ckpt_backward(gpucore_ckpt *c, const gpucore_tensor *dy, 
     gpucore_tensor_destroy(s->y);
     s->y = NULL;
     gpucore_tensor *g = NULL;
+    const int tag = caching_allocator_tag_set(GPUCORE_MEM_TRANSIENT);
     st = gpucore_ckpt_alias(dy, &g);
     gpucore_ckpt_call call = {GPUCORE_MAGIC_CKPT_CALL, s, 0, NULL, NULL, PH_BACKWARD, 0, 0, stream};
     for (int64_t i = s->nsegs - 1; !st && i >= 0;) {
@@ -493,6 +506,7 @@ gpucore_status gpucore_ckpt_backward(gpucore_ckpt *c, const gpucore_tensor *dy, 
             top->nsaved = 0;
             if ((st = run_hook(s, j, GPUCORE_CKPT_PHASE_RECOMPUTE, 0))) break;
             st = gpucore_ckpt_run_forward(&call, top->seg, cur, &out);
+            if (!st) held_for_backward(top);
             if (!st) st = run_hook(s, j, GPUCORE_CKPT_PHASE_RECOMPUTE, 1);
             s->stats.recompute_runs++;
             gpucore_tensor_destroy(cur);
@@ -510,6 +524,7 @@ gpucore_status gpucore_ckpt_backward(gpucore_ckpt *c, const gpucore_tensor *dy, 
     if (peak > s->step_peak) s->step_peak = peak;
     s->stats.peak_allocated_bytes = s->step_peak;
     gpucore_ckpt_step_release(s);
+    caching_allocator_tag_set(tag);
     return st;
 }
 

@@ -192,8 +192,8 @@ static gpucore_status master_of(gpucore_tensor *p, gpucore_tensor **out)
     return st;
 }
 
-gpucore_status gpucore_optimizer_create(gpucore_context *ctx, const gpucore_optimizer_config *cfg,
-                                        gpucore_tensor *const *params, int64_t count, gpucore_optimizer **out)
+static gpucore_status optimizer_create(gpucore_context *ctx, const gpucore_optimizer_config *cfg,
+                                       gpucore_tensor *const *params, int64_t count, gpucore_optimizer **out)
 {
     const char *op = "optimizer_create";
     if (!out) return gpucore_set_error(GPUCORE_ERR_NULL_POINTER, "%s: out is NULL", op);
@@ -251,6 +251,16 @@ gpucore_status gpucore_optimizer_create(gpucore_context *ctx, const gpucore_opti
     }
     *out = o;
     return GPUCORE_OK;
+}
+
+/* The optimizer's state (moments, masters, lr, step) is tagged as such in the allocator's books. */
+gpucore_status gpucore_optimizer_create(gpucore_context *ctx, const gpucore_optimizer_config *cfg,
+                                        gpucore_tensor *const *params, int64_t count, gpucore_optimizer **out)
+{
+    const int tag = caching_allocator_tag_set(GPUCORE_MEM_OPTIMIZER);
+    gpucore_status st = optimizer_create(ctx, cfg, params, count, out);
+    caching_allocator_tag_set(tag);
+    return st;
 }
 
 gpucore_status gpucore_optimizer_destroy(gpucore_optimizer *opt)
