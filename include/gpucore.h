@@ -2591,8 +2591,12 @@ GPUCORE_API gpucore_status gpucore_residual_norm_backward(gpucore_tensor *dx, gp
  * format's code book) and .weight.quant_state.bitsandbytes__nf4|fp4 (u8 JSON whose
  * quant_type, blocksize and shape must agree) become a GPUCORE_QUANT_NF4/FP4 weight of that
  * block size; modules in llm_int8_skip_modules stay dense; dtype -1 is
- * bnb_4bit_compute_dtype (float32 when absent). bnb_4bit_use_double_quant, load_in_8bit,
- * another quant_method or bnb_4bit_quant_storage are NOT_SUPPORTED naming it.
+ * bnb_4bit_compute_dtype (float32 when absent). With bnb_4bit_use_double_quant the absmax
+ * (u8 codes, .weight.nested_absmax f32 per nested_blocksize codes, .weight.nested_quant_map
+ * f32 [256], nested_offset in the JSON) is rebuilt in f32 as bitsandbytes' dequantize_4bit
+ * does and held plain (the model's config then says bnb_4bit_use_double_quant false).
+ * load_in_8bit, another quant_method or bnb_4bit_quant_storage, a nested_dtype other than
+ * float32 are NOT_SUPPORTED naming it.
  *
  * Math, per architecture (what transformers 4.44 computes):
  *   gpt2: wte + wpe (learned positions), pre-LayerNorm blocks with biases,

@@ -14,10 +14,17 @@ quantization_config. This file checks:
 - a folder made by transformers + bitsandbytes (fixtures/bnb-nf4-llama, made by
   make_bnb_fixture.py with PyTorch 2.9 and bitsandbytes 0.50) loads with logits equal to those
   transformers computed with bitsandbytes on the CPU (saved beside it);
-- what is not implemented (double quantization, 8-bit folders, another code book) and broken
-  folders (a missing or misshapen tensor, a quant_state that disagrees) are refused by name;
+- the same with double quantization (fixtures/bnb-nf4-dq-llama: bnb_4bit_use_double_quant, the
+  absmax stored as u8 codes of nested_quant_map in blocks of 256 with an f32 nested_absmax each
+  and nested_offset in the JSON): the absmax we hold equals, bit for bit, the f32 definition
+  written here (code[q] * nested_absmax[block // 256], then + offset); saved, it is a plain
+  NF4 folder whose config says so;
+- what is not implemented (8-bit folders, another code book) and broken folders (a missing or
+  misshapen tensor, a quant_state that disagrees) are refused by name;
 - where bitsandbytes is importable (PyTorch >= 2.2), transformers loads our saved folder with
-  logits equal to ours (skipped otherwise: Debian's torch 1.13 has no bitsandbytes).
+  logits equal to ours, and our dequantized weights of the double-quantized fixture are
+  bitsandbytes' dequantize_4bit's bit for bit (skipped otherwise: Debian's torch 1.13 has no
+  bitsandbytes).
 """
 from __future__ import annotations
 
@@ -38,6 +45,7 @@ from gpucore import models  # noqa: E402
 
 DEVICE = os.environ.get("GPUCORE_TEST_DEVICE", "cpu")
 FIXTURE = os.path.join(os.path.dirname(__file__), "fixtures", "bnb-nf4-llama")
+FIXTURE_DQ = os.path.join(os.path.dirname(__file__), "fixtures", "bnb-nf4-dq-llama")
 transformers.logging.set_verbosity_error()
 rel, to_np = hf_fixtures.rel, hf_fixtures.to_np
 
@@ -204,9 +212,76 @@ def test_fixture_made_by_bitsandbytes():
             np.testing.assert_array_equal(raw[off:].view(np.float32), st[name + ".absmax"], err_msg=name)
 
 
-def _variant(store, name, edit_config=None, edit_tensors=None):
-    """A copy of the saved llama nf4 folder with config.json and/or the tensors edited."""
-    _, _, _, out = saved(store, "llama", "nf4")
+def nested_absmax(st, name):
+    """The f32 absmax of double-quantized weight `name` as bitsandbytes' dequantize_4bit rebuilds it:
+    nested_quant_map[code] * nested_absmax[block // nested_blocksize] in f32, then + nested_offset
+    (the JSON's number as torch.tensor(float) rounds it, to f32)."""
+    state = json.loads(st[name + ".quant_state.bitsandbytes__nf4"].tobytes())
+    codes = st[name + ".absmax"]
+    assert codes.dtype == np.uint8 and state["nested_dtype"] == "float32"
+    scale = st[name + ".nested_absmax"][np.arange(codes.size) // state["nested_blocksize"]]
+    v = (st[name + ".nested_quant_map"][codes] * scale).astype(np.float32)
+    return (v + np.float32(state["nested_offset"])).astype(np.float32)
+
+
+def held_absmax(m, name, packed_bytes):
+    """The f32 absmax part of our bytes of quantized weight `name` (after the packed indices)."""
+    raw = m.named_parameters()[name].numpy(copy=True).reshape(-1)
+    return raw[-(-packed_bytes // 4) * 4:].view(np.float32)
+
+
+def test_fixture_double_quant_made_by_bitsandbytes(tmp_path):
+    """bnb_4bit_use_double_quant: the absmax rebuilt exactly, logits equal to bitsandbytes'."""
+    m = models.from_pretrained(FIXTURE_DQ, device=DEVICE)
+    assert m.quantization == "nf4" and m.dtype == gpucore.float32
+    ref = np.load(os.path.join(FIXTURE_DQ, "reference.npz"))
+    err = rel(to_np(m(ref["ids"])), ref["logits"])
+    print("our loader on the double-quantized folder bitsandbytes wrote (%s): rel err %.3g" % (ref["versions"], err))
+    assert err < 1e-5, err
+    st = load_st(os.path.join(FIXTURE_DQ, "model.safetensors"))
+    nested = [k[:-len(".nested_absmax")] for k in st if k.endswith(".nested_absmax")]
+    assert len(nested) == 14
+    # several nested blocks, a partial last one: the block index and the offset both matter
+    assert max(st[k + ".nested_absmax"].size for k in nested) == 3 and any(st[k + ".absmax"].size % 256 for k in nested)
+    for name in nested:
+        packed = st[name].reshape(-1)
+        raw = m.named_parameters()[name].numpy(copy=True).reshape(-1)
+        np.testing.assert_array_equal(raw[:packed.size], packed, err_msg=name)
+        want = nested_absmax(st, name)
+        got = held_absmax(m, name, packed.size)
+        assert got.tobytes() == want.tobytes(), name
+    # saved: plain NF4 with the rebuilt absmax, and a config that says so
+    m.save_pretrained(str(tmp_path / "plain"))
+    with open(tmp_path / "plain" / "config.json") as f:
+        assert json.load(f)["quantization_config"]["bnb_4bit_use_double_quant"] is False
+    out = load_st(str(tmp_path / "plain" / "model.safetensors"))
+    assert not any("nested" in k for k in out)
+    for name in nested:
+        assert out[name + ".absmax"].tobytes() == nested_absmax(st, name).tobytes(), name
+    m2 = models.from_pretrained(str(tmp_path / "plain"), device=DEVICE)
+    np.testing.assert_array_equal(to_np(m2(ref["ids"])), to_np(m(ref["ids"])))
+
+
+def test_double_quant_dequantized_as_bitsandbytes():
+    """Our dequantized weights of the double-quantized fixture: bitsandbytes' dequantize_4bit's bits."""
+    bnb_f = pytest.importorskip("bitsandbytes.functional",
+                                reason="bitsandbytes is not importable (it needs PyTorch >= 2.2)")
+    from gpucore import quant
+    m = models.from_pretrained(FIXTURE_DQ, device=DEVICE)
+    tensors = st_torch.load_file(os.path.join(FIXTURE_DQ, "model.safetensors"))
+    names = [k[:-len(".nested_absmax")] for k in tensors if k.endswith(".nested_absmax")]
+    for name in names:
+        qs = bnb_f.QuantState.from_dict({k[len(name) + 1:]: v for k, v in tensors.items()
+                                         if k.startswith(name + ".")}, device=torch.device("cpu"))
+        assert qs.nested
+        ref = bnb_f.dequantize_4bit(tensors[name], qs).numpy()
+        got = quant.dequantize(m.named_parameters()[name], "nf4", ref.shape).numpy(copy=True)
+        assert got.tobytes() == ref.astype(np.float32).tobytes(), name
+
+
+def _variant(store, name, edit_config=None, edit_tensors=None, base=None):
+    """A copy of the saved llama nf4 folder (or base) with config.json and/or the tensors edited."""
+    out = base or saved(store, "llama", "nf4")[3]
     dst = os.path.join(str(store), "variant-" + name)
     shutil.rmtree(dst, ignore_errors=True)
     shutil.copytree(out, dst)
@@ -231,19 +306,19 @@ def _set(d, k, v):
     d[k] = v
 
 
-def _state(t, **fields):
-    """Q's quant_state JSON with fields replaced."""
+def _state(t, drop=(), **fields):
+    """Q's quant_state JSON with fields replaced (and those in drop removed)."""
     key = Q + ".quant_state.bitsandbytes__nf4"
     state = json.loads(t[key].tobytes())
     state.update(fields)
+    for k in drop:
+        state.pop(k)
     t[key] = np.frombuffer(json.dumps(state).encode(), np.uint8).copy()
 
 
 @pytest.mark.parametrize("name,cfg_edit,ts_edit,err,match", [
-    ("double", lambda c: _set(c["quantization_config"], "bnb_4bit_use_double_quant", True), None,
-     gpucore.NotSupportedError, "bnb_4bit_use_double_quant"),
     ("nested", None, lambda t: _set(t, Q + ".nested_absmax", np.ones(4, np.float32)),
-     gpucore.NotSupportedError, "bnb_4bit_use_double_quant"),
+     gpucore.CorruptFileError, "nested_absmax.*nested_blocksize"),
     ("int8", lambda c: c["quantization_config"].update(load_in_8bit=True, load_in_4bit=False), None,
      gpucore.NotSupportedError, "load_in_8bit"),
     ("gptq", lambda c: _set(c["quantization_config"], "quant_method", "gptq"), None,
@@ -272,6 +347,25 @@ def test_refusals(store, name, cfg_edit, ts_edit, err, match):
     # the library stays usable
     _, _, _, out = saved(store, "llama", "nf4")
     assert models.from_pretrained(out, device=DEVICE).quantization == "nf4"
+
+
+@pytest.mark.parametrize("name,ts_edit,err,match", [
+    ("nested-dtype", lambda t: _state(t, nested_dtype="float16"), gpucore.NotSupportedError, "nested_dtype 'float16'"),
+    ("nested-fields", lambda t: _state(t, drop=("nested_offset",)), gpucore.CorruptFileError, "nested_offset"),
+    ("nested-block", lambda t: _state(t, nested_blocksize=0), gpucore.CorruptFileError, "nested_blocksize 0"),
+    ("nested-missing", lambda t: t.pop(Q + ".nested_absmax"), gpucore.CorruptFileError, "nested_absmax"),
+    ("nested-shape", lambda t: _set(t, Q + ".nested_absmax", np.ones(2, np.float32)), gpucore.ShapeMismatchError,
+     "nested_absmax"),
+    ("nested-map", lambda t: _set(t, Q + ".nested_quant_map", np.ones(128, np.float32)), gpucore.ShapeMismatchError,
+     "nested_quant_map"),
+    ("nested-codes", lambda t: _set(t, Q + ".absmax", t[Q + ".absmax"].astype(np.float32)),
+     gpucore.ShapeMismatchError, "absmax"),
+])
+def test_double_quant_refusals(store, name, ts_edit, err, match):
+    folder = _variant(store, name, None, ts_edit, base=FIXTURE_DQ)
+    with pytest.raises(err, match=match):
+        models.from_pretrained(folder, device=DEVICE)
+    assert models.from_pretrained(FIXTURE_DQ, device=DEVICE).quantization == "nf4"
 
 
 def test_refusals_at_save(store, tmp_path):

@@ -9,9 +9,17 @@
  * (bitsandbytes' QuantState.as_dict(packed=True)). Our NF4/FP4 bytes are the same packed
  * indices (the earlier value in the high nibble, as bitsandbytes packs them) followed by the
  * absmax, so loading checks every tensor and places the two parts, and saving splits them.
- * Double quantization (nested_absmax, nested_quant_map) and the 8-bit layout (SCB) are refused
- * by name: the library's formats do not hold them (int8 tensors have no dtype here).
+ * With double quantization (bnb_4bit_use_double_quant) <m>.weight.absmax is u8 [nblocks], one
+ * code per block, beside
+ *   <m>.weight.nested_absmax                    f32 [ceil(nblocks/nested_blocksize)]
+ *   <m>.weight.nested_quant_map                 f32 [256]: the 8-bit code book
+ * and the JSON's nested_blocksize, nested_dtype ("float32") and nested_offset; the absmax is
+ * rebuilt in f32 as bitsandbytes' dequantize_4bit does (nested_quant_map[code] *
+ * nested_absmax[block / nested_blocksize], then + nested_offset) and held plain, so the weight's
+ * values are bitsandbytes' bit for bit; such a model is saved without double quantization.
+ * The 8-bit layout (SCB) is refused by name (int8 tensors have no dtype here).
  */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -64,9 +72,6 @@ gpucore_status lm_bnb_read_config(const char *json, lm_bnb *b)
     else if (!json_true(qc, "load_in_4bit"))
         st = gpucore_set_error(GPUCORE_ERR_NOT_SUPPORTED, "%s: config.json's bitsandbytes quantization_config sets "
                                "neither load_in_4bit nor load_in_8bit", OP);
-    else if (json_true(qc, "bnb_4bit_use_double_quant"))
-        st = gpucore_set_error(GPUCORE_ERR_NOT_SUPPORTED, "%s: bnb_4bit_use_double_quant (the absmax quantized again) "
-                               "is not implemented for loaded folders; save the model without it", OP);
     if (st) { lm_bnb_free(b); return st; }
     const cJSON *qt = cJSON_GetObjectItemCaseSensitive(qc, "bnb_4bit_quant_type");
     const char *t = cJSON_IsString(qt) ? qt->valuestring : "fp4"; /* BitsAndBytesConfig's default */
@@ -137,6 +142,79 @@ static gpucore_status read_exact(gpucore_lm *lm, lm_bnb_find find, void *user, c
     return st;
 }
 
+/* Double quantization's fields of a quant_state (block 0: none). */
+typedef struct lm_bnb_nested {
+    int64_t block; /* nested_blocksize */
+    float offset;  /* nested_offset, rounded to f32 as bitsandbytes' torch.tensor(float(...)) does */
+} lm_bnb_nested;
+
+/* quant_state's nested_* fields: all three or none; nested_dtype float32 (the absmax's dtype). */
+static gpucore_status nested_state(const cJSON *qs, const char *key, lm_bnb_nested *nest)
+{
+    const cJSON *bs = cJSON_GetObjectItemCaseSensitive(qs, "nested_blocksize");
+    const cJSON *dt = cJSON_GetObjectItemCaseSensitive(qs, "nested_dtype");
+    const cJSON *off = cJSON_GetObjectItemCaseSensitive(qs, "nested_offset");
+    memset(nest, 0, sizeof *nest);
+    if (!bs && !dt && !off) return GPUCORE_OK;
+    if (!cJSON_IsNumber(bs) || !cJSON_IsNumber(off) || !cJSON_IsString(dt))
+        return gpucore_set_error(GPUCORE_ERR_CORRUPT_FILE, "%s: '%s' has some of nested_blocksize, nested_dtype and "
+                                 "nested_offset (double quantization) but not all three as numbers and a string", OP,
+                                 key);
+    if (bs->valuedouble < 1 || bs->valuedouble > 65536 || (double)(int64_t)bs->valuedouble != bs->valuedouble)
+        return gpucore_set_error(GPUCORE_ERR_CORRUPT_FILE, "%s: '%s' gives nested_blocksize %g: a positive whole "
+                                 "number (bitsandbytes writes 256)", OP, key, bs->valuedouble);
+    if (strcmp(dt->valuestring, "float32"))
+        return gpucore_set_error(GPUCORE_ERR_NOT_SUPPORTED, "%s: '%s' gives nested_dtype '%s': only float32 (the "
+                                 "absmax's dtype, as bitsandbytes writes it) is read", OP, key, dt->valuestring);
+    nest->block = (int64_t)bs->valuedouble;
+    nest->offset = (float)off->valuedouble;
+    if (!isfinite(nest->offset))
+        return gpucore_set_error(GPUCORE_ERR_CORRUPT_FILE, "%s: '%s' gives nested_offset %g: not a finite f32", OP,
+                                 key, off->valuedouble);
+    return GPUCORE_OK;
+}
+
+/* The nb f32 absmax of a double-quantized weight into absmax: its u8 codes (aname), the f32 scale
+ * of every nest->block codes and the 256-entry code book, as bitsandbytes' dequantize_4bit
+ * rebuilds them: code[q] * scale in f32, then + offset in f32. */
+static gpucore_status read_nested(gpucore_lm *lm, lm_bnb_find find, void *user, const char *wname, const char *aname,
+                                  const lm_bnb_nested *nest, int64_t nb, float *absmax)
+{
+    int64_t nn = (nb + nest->block - 1) / nest->block, book = 256;
+    char *sname = lm_strdupf("%s.nested_absmax", wname), *mname = lm_strdupf("%s.nested_quant_map", wname);
+    unsigned char *codes = malloc((size_t)(nb ? nb : 1));
+    float *scale = malloc((size_t)(nn ? nn : 1) * sizeof *scale), map[256];
+    gpucore_status st = GPUCORE_OK;
+    if (!sname || !mname || !codes || !scale)
+        st = gpucore_set_error(GPUCORE_ERR_OUT_OF_MEMORY, "%s: out of host memory", OP);
+    if (!st) st = read_exact(lm, find, user, aname, GPUCORE_U8, 1, &nb, codes, nb);
+    if (!st) st = read_exact(lm, find, user, sname, GPUCORE_F32, 1, &nn, scale, 4 * nn);
+    if (!st) st = read_exact(lm, find, user, mname, GPUCORE_F32, 1, &book, map, sizeof map);
+    for (int64_t i = 0; i < nb && !st; i++) {
+        float v = GPUCORE_QMUL(map[codes[i]], scale[i / nest->block]);
+        absmax[i] = v + nest->offset;
+    }
+    free(sname); free(mname); free(codes); free(scale);
+    return st;
+}
+
+/* The model holds the rebuilt absmax plain: config.json's bnb_4bit_use_double_quant becomes false
+ * so that save_pretrained describes what it writes. */
+static gpucore_status clear_double_quant(gpucore_lm *lm)
+{
+    const char *k = "\"bnb_4bit_use_double_quant\"";
+    char *at = lm->cfg.json ? strstr(lm->cfg.json, k) : NULL;
+    if (!at) return GPUCORE_OK;
+    char *v = at + strlen(k);
+    while (*v == ' ' || *v == '\t' || *v == '\n' || *v == '\r' || *v == ':') v++;
+    if (strncmp(v, "true", 4)) return GPUCORE_OK;
+    char *text = lm_strdupf("%.*sfalse%s", (int)(v - lm->cfg.json), lm->cfg.json, v + 4);
+    if (!text) return gpucore_set_error(GPUCORE_ERR_OUT_OF_MEMORY, "%s: out of host memory", OP);
+    free(lm->cfg.json);
+    lm->cfg.json = text;
+    return GPUCORE_OK;
+}
+
 /* The packed indices' bytes and the absmax's offset in our format's bytes. */
 static void split_sizes(const lm_linear *l, int64_t block, int64_t *packed, int64_t *absmax_off, int64_t *nblocks)
 {
@@ -153,14 +231,8 @@ gpucore_status lm_bnb_load_linear(gpucore_lm *lm, const lm_bnb *b, lm_linear *l,
     if (!key) { free(wname); return gpucore_set_error(GPUCORE_ERR_OUT_OF_MEMORY, "%s: out of host memory", OP); }
     const char *file = NULL;
     gpucore_status st = GPUCORE_OK;
-    char *nested = lm_strdupf("%s.nested_absmax", wname);
-    if (!nested) st = gpucore_set_error(GPUCORE_ERR_OUT_OF_MEMORY, "%s: out of host memory", OP);
-    else if (find(user, nested, &file))
-        st = gpucore_set_error(GPUCORE_ERR_NOT_SUPPORTED, "%s: '%s' holds '%s': bnb_4bit_use_double_quant is not "
-                               "implemented for loaded folders", OP, file, nested);
-    free(nested);
     /* the quant_state JSON: quant_type, blocksize, dtype and shape must be this layer's */
-    gpucore_safetensors *h = st ? NULL : find(user, key, &file);
+    gpucore_safetensors *h = find(user, key, &file);
     gpucore_dtype dt;
     int nd;
     int64_t shp[GPUCORE_MAX_DIMS];
@@ -177,6 +249,7 @@ gpucore_status lm_bnb_load_linear(gpucore_lm *lm, const lm_bnb *b, lm_linear *l,
     cJSON *qs = st ? NULL : cJSON_Parse(text);
     free(text);
     int64_t block = 0;
+    lm_bnb_nested nest = {0};
     if (!st) {
         const cJSON *type = cJSON_GetObjectItemCaseSensitive(qs, "quant_type");
         const cJSON *bs = cJSON_GetObjectItemCaseSensitive(qs, "blocksize");
@@ -185,9 +258,8 @@ gpucore_status lm_bnb_load_linear(gpucore_lm *lm, const lm_bnb *b, lm_linear *l,
         int64_t probe;
         if (!qs)
             st = gpucore_set_error(GPUCORE_ERR_CORRUPT_FILE, "%s: '%s' in '%s' is not JSON", OP, key, file);
-        else if (cJSON_GetObjectItemCaseSensitive(qs, "nested_blocksize"))
-            st = gpucore_set_error(GPUCORE_ERR_NOT_SUPPORTED, "%s: '%s' is double-quantized: "
-                                   "bnb_4bit_use_double_quant is not implemented for loaded folders", OP, key);
+        else if ((st = nested_state(qs, key, &nest)))
+            ;
         else if (!cJSON_IsString(type) || strcmp(type->valuestring, q4_name(b->fmt)))
             st = gpucore_set_error(GPUCORE_ERR_CORRUPT_FILE, "%s: '%s' gives quant_type '%s', not config.json's %s",
                                    OP, key, cJSON_IsString(type) ? type->valuestring : "?", q4_name(b->fmt));
@@ -205,6 +277,12 @@ gpucore_status lm_bnb_load_linear(gpucore_lm *lm, const lm_bnb *b, lm_linear *l,
                                    "[%lld, %lld]", OP, key, (long long)l->out, (long long)l->in);
     }
     cJSON_Delete(qs);
+    char *stray = st || nest.block ? NULL : lm_strdupf("%s.nested_absmax", wname);
+    if (stray && find(user, stray, &file))
+        st = gpucore_set_error(GPUCORE_ERR_CORRUPT_FILE, "%s: '%s' holds '%s', but '%s' has no nested_blocksize, "
+                               "nested_dtype and nested_offset (double quantization's fields)", OP, file, stray, key);
+    free(stray);
+    if (!st && nest.block) st = clear_double_quant(lm);
     /* our bytes: the packed indices (<m>.weight), zeros to a multiple of 4, the absmax */
     int64_t packed = 0, off = 0, nb = 0, total = 0;
     if (!st) {
@@ -220,7 +298,8 @@ gpucore_status lm_bnb_load_linear(gpucore_lm *lm, const lm_bnb *b, lm_linear *l,
     if (!st) st = read_exact(lm, find, user, wname, GPUCORE_U8, 2, wshape, bytes, packed);
     char *aname = st ? NULL : lm_strdupf("%s.absmax", wname), *mname = st ? NULL : lm_strdupf("%s.quant_map", wname);
     if (!st && (!aname || !mname)) st = gpucore_set_error(GPUCORE_ERR_OUT_OF_MEMORY, "%s: out of host memory", OP);
-    if (!st) st = read_exact(lm, find, user, aname, GPUCORE_F32, 1, &nb, bytes + off, 4 * nb);
+    if (!st && nest.block) st = read_nested(lm, find, user, wname, aname, &nest, nb, (float *)(bytes + off));
+    else if (!st) st = read_exact(lm, find, user, aname, GPUCORE_F32, 1, &nb, bytes + off, 4 * nb);
     if (!st) st = read_exact(lm, find, user, mname, GPUCORE_F32, 1, &one, map, sizeof map);
     for (int k = 0; k < 16 && !st; k++)
         if (map[k] != gpucore_q4_code(b->fmt, k))

@@ -14,7 +14,7 @@ typedef struct lm_bnb {
 } lm_bnb;
 
 /* config.json's quantization_config: none (fmt -1), bitsandbytes 4-bit (fmt, compute dtype), or an
- * error naming what is not read (another quant_method, load_in_8bit, double quantization, ...). */
+ * error naming what is not read (another quant_method, load_in_8bit, quant storage, ...). */
 GPUCORE_HIDDEN gpucore_status lm_bnb_read_config(const char *json, lm_bnb *b);
 GPUCORE_HIDDEN void lm_bnb_free(lm_bnb *b);
 /* A module llm_int8_skip_modules keeps dense (transformers' rule: its name holds an entry). */
@@ -23,8 +23,9 @@ GPUCORE_HIDDEN int lm_bnb_skipped(const lm_bnb *b, const char *module);
 GPUCORE_HIDDEN int lm_bnb_state_key(const char *weight, const char *name);
 /* The open file holding tensor name (its file name in *file), or NULL. */
 typedef gpucore_safetensors *(*lm_bnb_find)(void *user, const char *name, const char **file);
-/* l's weight read from its four tensors, every dtype, shape and quant_state field checked, the
- * code book equal to ours; adopted as l->wq. */
+/* l's weight read from its four tensors (six with double quantization: the absmax rebuilt in f32
+ * as bitsandbytes does, and config.json's bnb_4bit_use_double_quant turned false), every dtype,
+ * shape and quant_state field checked, the code book equal to ours; adopted as l->wq. */
 GPUCORE_HIDDEN gpucore_status lm_bnb_load_linear(gpucore_lm *lm, const lm_bnb *b, lm_linear *l, lm_bnb_find find,
                                                  void *user);
 /* l's NF4/FP4 weight as bitsandbytes' four tensors on hc: names[0..3] (malloc'ed) and ts[0..3]. */
