@@ -838,8 +838,10 @@ static sdpa_entry *lookup(void *bctx, const gpucore_attn_args *a, int dev, cudaS
     pthread_mutex_lock(&build_lock[dev]);
     pthread_mutex_lock(&sdpa_lock);
     e = find_locked(&key); /* built while this call waited for the build lock */
+    int room = sdpa_count < SDPA_CAPACITY;
+    for (int i = 0; i < sdpa_count && !room; i++) room = sdpa_cache[i]->refs == 0;
     pthread_mutex_unlock(&sdpa_lock);
-    if (e) {
+    if (e || !room) { /* !room: every entry of a full cache is held; no build whose plan could not be kept */
         pthread_mutex_unlock(&build_lock[dev]);
         return e;
     }
