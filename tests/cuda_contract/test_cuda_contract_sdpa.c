@@ -6,10 +6,11 @@
  * entry, an additive mask with a fully masked row, odd lengths, head_dim 64/128,
  * bf16/f16, a [B, S, H, D] layout, the three engine modes), and the fallback to
  * the kernel, counted by reason, where cuDNN declines (f32, head_dim, boolean mask,
- * dropout, a graph the stand-in's engines refuse); grouped K/V heads (GQA, MQA) on cuDNN. The stand-in gives engines only to
- * cudnn-frontend's SDPA pattern, so every engine case also checks the graphs are that pattern; backward calls
+ * dropout, a graph the stand-in's engines refuse); grouped K/V heads (GQA, MQA) on cuDNN. The stand-in gives
+ * engines only to cudnn-frontend's SDPA pattern, so every engine case also checks the graphs are that pattern; backward calls
  * wanting some gradients; more shapes than the plan cache holds; the stand-in refusing our graphs with any two
- * neighbouring nodes out of cudnn-frontend's order. Suite cuda-contract.
+ * neighbouring nodes out of cudnn-frontend's order; threads sharing a plan, and a cached shape running while
+ * another thread's long plan build is under way. Suite cuda-contract.
  */
 #include <math.h>
 #include <pthread.h>
