@@ -768,11 +768,15 @@ GPUCORE_API gpucore_status gpucore_memory_get_stats(gpucore_context *ctx, gpucor
 GPUCORE_API gpucore_status gpucore_memory_reset_peak_stats(gpucore_context *ctx, gpucore_memory_kind kind);
 
 typedef enum gpucore_snapshot_format {
-    GPUCORE_SNAPSHOT_TEXT = 0,  /* one line per segment, then one indented line per block */
-    GPUCORE_SNAPSHOT_JSON = 1   /* {"kind":..,"device":..,"stats":{..},"segments":[{"address":"0x..",
+    GPUCORE_SNAPSHOT_TEXT = 0,  /* a line of totals, a line of the allocated bytes by category, one line per
+                                   segment, then one indented line per block (allocated ones end with
+                                   "category <name>") */
+    GPUCORE_SNAPSHOT_JSON = 1   /* {"kind":..,"device":..,"stats":{..},"categories":{"weights":..,..,"other":..},
+                                    "segments":[{"address":"0x..",
                                     "size":..,"pool":"small"|"large","stream":"0x..","blocks":[{"address":"0x..",
                                     "size":..,"requested":..,"state":"allocated"|"free"|"pending",
-                                    "stream":"0x.."},..]},..]} */
+                                    "stream":"0x..","category":..(allocated blocks)},..]},..]}; the categories
+                                    are gpucore_memory_get_categories' */
 } gpucore_snapshot_format;
 
 /* A listing of every segment and block: address, size, requested size, state

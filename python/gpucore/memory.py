@@ -83,8 +83,10 @@ def reset_peak_memory_stats(device: DeviceLike = None, kind: str = "device") -> 
 
 def memory_snapshot(device: DeviceLike = None, kind: str = "device", format: str = "json") -> Any:
     """Every segment and block of the allocator. ``format="json"`` returns the parsed dict
-    ({"kind", "device", "stats", "segments": [{"address", "size", "pool", "stream",
-    "blocks": [{"address", "size", "requested", "state", "stream"}]}]}); "text" a string."""
+    ({"kind", "device", "stats", "categories" (allocated bytes by category: "weights", "gradients",
+    "optimizer", "activations", "transient", "head_loss", "workspace", "other"), "segments": [{"address",
+    "size", "pool", "stream", "blocks": [{"address", "size", "requested", "state", "stream", "category"
+    (allocated blocks)}]}]}); "text" a string."""
     if format not in ("json", "text"):
         raise InvalidArgumentError("format must be 'json' or 'text', not %r" % (format,))
     ctx = _settled_context(device)

@@ -18,6 +18,11 @@ def test_memory_stats_snapshot_empty_cache(ctx):
     snap = g.memory_snapshot(ctx)
     assert snap["segments"] and any(b["state"] == "allocated" for seg in snap["segments"] for b in seg["blocks"])
     assert isinstance(g.memory_snapshot(ctx, format="text"), str)
+    # the allocated bytes by category sum to the allocated bytes; the caller's tensor is "other"
+    assert sum(snap["categories"].values()) == snap["stats"]["allocated_bytes"]
+    assert snap["categories"]["other"] >= 400000
+    assert all(b["category"] in snap["categories"] for seg in snap["segments"] for b in seg["blocks"]
+               if b["state"] == "allocated")
     t.free()
     ctx.synchronize()
     g.empty_cache(ctx)
