@@ -258,6 +258,11 @@ static void test_products(gpucore_context *ctx, const char *dev)
     mm_case ab = {1, 23, 17, 41, 1, 0, 0, 0}, abv = {1, 3, 29, 130, 0, 1, 0, 0}; /* abv: the matrix-vector path */
     for (int p = 0; p < 5; p++) run_case(ctx, dev, pairs[p][0], pairs[p][1], &ab, 0.5, -1.25, 0);
     for (int p = 0; p < 5; p++) run_case(ctx, dev, pairs[p][0], pairs[p][1], &abv, 0.5, -1.25, 0);
+    /* the matrix-vector path over the CPU's thread team: 32 blocks of 32 rows of W in parts of one
+     * block (the last one short), and 66 blocks in 22 parts of 3 */
+    mm_case team1 = {1, 2, 1000, 70, 0, 1, 0, 0}, team3 = {1, 4, 2100, 40, 0, 1, 0, 0};
+    for (int p = 0; p < 5; p++) run_case(ctx, dev, pairs[p][0], pairs[p][1], &team1, 1.0, 0.0, 0);
+    for (int p = 0; p < 5; p++) run_case(ctx, dev, pairs[p][0], pairs[p][1], &team3, 0.5, -1.25, 0);
     /* b row-major [K, N] with rows of 4 KiB in f32: on an AVX-512 CPU, oneDNN's f32 weights copied in
      * column chunks of 960 (320 with 3 batches) and a narrower last one (cpu_matmul_dnnl.c's
      * mm_chunk_cols); a plain, a as aᵀ (the weight-gradient layout), 3 batches each with its own b, and

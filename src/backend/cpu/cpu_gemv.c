@@ -7,7 +7,7 @@
  * W is streamed once, widened to f32 in registers (bf16: exact), multiplied with the n token
  * vectors (held in f32) with FMA in 16 (AVX-512) or 8 (AVX2) lanes, and the dot products
  * reduced and finished with the GEMM epilogue's formula (alpha, beta·C, bias, ReLU/GELU;
- * kernels/gemm_desc.h). Rows of W are split over the OpenMP threads in blocks, and k in
+ * kernels/gemm_desc.h). Rows of W are split over the thread team (cpu_team.c) in blocks, and k in
  * chunks whose slice of the token vectors stays in L1 while a block's rows pass. f32
  * accumulation, as the other paths; without AVX2 the regular GEMM path runs.
  */
@@ -27,7 +27,6 @@
 #define GEMV_PREFETCH_BYTES 4096      /* how far ahead each row stream is prefetched */
 #define GEMV_GROUP 4                  /* rows of W streamed side by side (one or two tokens) */
 #define GEMV_PARALLEL_ELEMENTS 32768  /* m·k from which the rows are split over the team */
-#define GEMV_MAX_PARTS 32             /* parts the team's members claim (whole blocks each) */
 #define GEMV_CHUNK_FLOATS 3072        /* floats of the token vectors per k chunk: 12 KiB */
 
 int cpu_gemv_takes(const gpucore_gemm_desc *g)
@@ -175,19 +174,17 @@ static void pack_tokens(const gpucore_gemm_desc *g, int dt, int es, int64_t k, i
 typedef struct {
     const gpucore_gemm_desc *g;
     const float *x;
-    int64_t ldx, chunk, blocks, blocks_per_part;
+    int64_t ldx, chunk;
     int dt, es, n, wide, group, beta;
 } gemv_job;
 
-static void gemv_part(void *arg, int part, int parts)
+static void gemv_part(void *arg, int64_t b0, int64_t b1)
 {
-    (void)parts;
     const gemv_job *j = arg;
     const gpucore_gemm_desc *g = j->g;
     const int64_t m = g->m, k = g->k, es = j->es;
     const int n = j->n;
-    const int64_t b1 = (part + 1) * j->blocks_per_part < j->blocks ? (part + 1) * j->blocks_per_part : j->blocks;
-    for (int64_t blk = part * j->blocks_per_part; blk < b1; blk++) {
+    for (int64_t blk = b0; blk < b1; blk++) {
         const int64_t i0 = blk * GEMV_ROWS_PER_BLOCK;
         const int64_t i1 = i0 + GEMV_ROWS_PER_BLOCK < m ? i0 + GEMV_ROWS_PER_BLOCK : m;
         float dots[GEMV_ROWS_PER_BLOCK][CPU_GEMV_MAX_N] = {{0}};
@@ -228,12 +225,10 @@ gpucore_status cpu_gemv_run(const gpucore_gemm_desc *g)
     if (posix_memalign((void **)&x, 64, sizeof(float) * (size_t)(n * ldx))) return GPUCORE_ERR_OUT_OF_MEMORY;
     pack_tokens(g, dt, es, k, ldx, n, wide ? 32 : 16, x);
     gemv_job j = {.g = g, .x = x, .ldx = ldx, .chunk = GEMV_CHUNK_FLOATS / n, /* a multiple of 32 for every n <= 4 */
-                  .blocks = (m + GEMV_ROWS_PER_BLOCK - 1) / GEMV_ROWS_PER_BLOCK, .dt = dt, .es = es, .n = n,
+                  .dt = dt, .es = es, .n = n,
                   .wide = wide, .group = n <= 2 ? GEMV_GROUP : GEMV_GROUP / 2, .beta = g->c && g->beta != 0.0f};
-    /* parts of at least one block, at most GEMV_MAX_PARTS: each member streams whole blocks */
-    const int64_t parts = m * k < GEMV_PARALLEL_ELEMENTS ? 1 : j.blocks < GEMV_MAX_PARTS ? j.blocks : GEMV_MAX_PARTS;
-    j.blocks_per_part = (j.blocks + parts - 1) / parts;
-    cpu_team_run(gemv_part, &j, (int)((j.blocks + j.blocks_per_part - 1) / j.blocks_per_part));
+    /* blocks of rows over the thread team, each member streaming whole blocks */
+    cpu_team_run(gemv_part, &j, (m + GEMV_ROWS_PER_BLOCK - 1) / GEMV_ROWS_PER_BLOCK, m * k >= GEMV_PARALLEL_ELEMENTS);
     free(x);
     return GPUCORE_OK;
 #else

@@ -37,10 +37,11 @@ GPUCORE_HIDDEN void cpu_thread_policy_apply(void);
 GPUCORE_HIDDEN void cpu_thread_policy_tick(void);
 /* Whether the policy sees the machine's CPUs shared now (idle threads should sleep at once). */
 GPUCORE_HIDDEN int cpu_thread_policy_shared(void);
-/* cpu_team.c: fn(arg, part, parts) for every part < parts, spread over a persistent team of
- * omp_get_max_threads() threads (the caller one of them); returns when all have run. */
-typedef void (*cpu_team_fn)(void *arg, int part, int parts);
-GPUCORE_HIDDEN void cpu_team_run(cpu_team_fn fn, void *arg, int parts);
+/* cpu_team.c: fn(arg, begin, end) over units [0, units) in parts of whole units, spread over a
+ * persistent team of omp_get_max_threads() threads (the caller one of them) when threaded, else
+ * one call on this thread; returns when all have run. */
+typedef void (*cpu_team_fn)(void *arg, int64_t begin, int64_t end);
+GPUCORE_HIDDEN void cpu_team_run(cpu_team_fn fn, void *arg, int64_t units, int threaded);
 GPUCORE_HIDDEN void cpu_thread_policy_describe(char *buf, size_t len);
 GPUCORE_HIDDEN void cpu_plan_cache_destroy(cpu_plan_cache *c);
 GPUCORE_HIDDEN void *cpu_plan_cache_get(cpu_plan_cache *c, const void *key, size_t key_len,

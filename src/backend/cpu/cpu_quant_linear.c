@@ -31,7 +31,7 @@
 #include <immintrin.h>
 #define QMM_X86 1
 #define QMM_AVX2 __attribute__((target("avx2,fma")))
-#define QMM_AVX512 __attribute__((target("avx512f,avx512bw,avx2,fma")))
+#define QMM_AVX512 __attribute__((target("avx512f,avx512bw,avx2,fma,f16c")))
 #endif
 
 #define QMM_FUSED_ROWS 4          /* activation rows up to which the fused path runs */
@@ -39,7 +39,6 @@
 #define QMM_COL_CHUNK 512         /* backward: columns of W per parallel chunk */
 #define QMM_TILE_VALUES (1 << 19) /* values of W per dequantized tile (2 MiB of f32) */
 #define QMM_PARALLEL_VALUES 32768 /* values of W from which the fused path is threaded */
-#define QMM_MAX_PARTS 32          /* forward: parts the thread team's members claim (whole chunks) */
 #define QMM_LANES 16
 
 typedef struct qmm_task_args {
@@ -217,100 +216,168 @@ static int vec_takes(const gpucore_qmm_args *a)
 }
 
 /* The AVX-512 register decode (vec_takes: NF4/FP4 rows starting at a block, Q4_0, Q4_1, Q8_0). */
-/* What QMM_VEC_ROW uses besides the arguments: the nibble mask and the 4-bit code book in a vector. */
-#define QMM_VEC_SETUP                                                                                          \
-    const __m128i nib = _mm_set1_epi8(0x0f);                                                                   \
-    float code[16];                                                                                            \
-    for (int q = 0; q < 16; q++) code[q] = fmt == GPUCORE_QF_NF4 || fmt == GPUCORE_QF_FP4 ? gpucore_q4_code(fmt, q) : 0.0f; \
-    const __m512 codes = _mm512_loadu_ps(code);
+/* Values k .. k + 31 of row r of W (vec_takes' formats, the format kind FK constant: 0 NF4/FP4, else
+ * the GGUF format) as two vectors rounded to dt. lut: the row's 4-bit code book times its current
+ * block's absmax, made where a block starts (NF4/FP4: byte i of a block holds values 2i in its high
+ * nibble and 2i + 1 in its low one; Q4_0/Q4_1: value j the low nibble of byte j, j + 16 its high). */
+#define QMM_FK_LUT (-1)
+/* A block's f16 scale at p by the F16C conversion (one instruction; exact, as gpucore_q_f16_at), the
+ * portable one for NaN and infinity, whose payload it keeps as the reference does. */
+QMM_AVX512 static inline __attribute__((always_inline)) float vec_f16_at(const uint8_t *p)
+{
+    const uint16_t h = (uint16_t)(p[0] | (p[1] << 8));
+    return (h & 0x7c00u) == 0x7c00u ? gpucore_f16_to_f32(h) : _cvtsh_ss(h);
+}
+QMM_AVX512 static inline __attribute__((always_inline)) void vec_dec32(const gpucore_qmm_args *a, int FK, int dt,
+                                                                        int64_t K, int64_t r, int64_t k, __m512 *lut,
+                                                                        __m512 *w0, __m512 *w1, __m128i nib,
+                                                                        __m512 codes)
+{
+    const gpucore_quant_layout *L = &a->L;
+    if (FK == QMM_FK_LUT) {
+        const int64_t v = r * K + k; /* rows start at a block: v / block is the block */
+        if (k % L->block == 0)
+            *lut = round_vec(_mm512_mul_ps(codes, _mm512_set1_ps(gpucore_q_f32_at(a->w + L->scale_off + 4 * (v / L->block)))),
+                             dt);
+        const __m128i b = _mm_loadu_si128((const __m128i *)(a->w + v / 2));
+        const __m128i hi = _mm_and_si128(_mm_srli_epi16(b, 4), nib), lo = _mm_and_si128(b, nib);
+        *w0 = _mm512_permutexvar_ps(_mm512_cvtepu8_epi32(_mm_unpacklo_epi8(hi, lo)), *lut);
+        *w1 = _mm512_permutexvar_ps(_mm512_cvtepu8_epi32(_mm_unpackhi_epi8(hi, lo)), *lut);
+        return;
+    }
+    const uint8_t *b = a->w + (r * K + k) / 32 * gpucore_gguf_block_bytes(FK);
+    const __m512 d = _mm512_set1_ps(vec_f16_at(b));
+    __m512i q0, q1;
+    if (FK == GPUCORE_QF_Q4_0) {
+        const __m128i qs = _mm_loadu_si128((const __m128i *)(b + 2)), eight = _mm_set1_epi8(8);
+        q0 = _mm512_cvtepi8_epi32(_mm_sub_epi8(_mm_and_si128(qs, nib), eight));
+        q1 = _mm512_cvtepi8_epi32(_mm_sub_epi8(_mm_and_si128(_mm_srli_epi16(qs, 4), nib), eight));
+    } else if (FK == GPUCORE_QF_Q4_1) {
+        const __m128i qs = _mm_loadu_si128((const __m128i *)(b + 4));
+        q0 = _mm512_cvtepu8_epi32(_mm_and_si128(qs, nib));
+        q1 = _mm512_cvtepu8_epi32(_mm_and_si128(_mm_srli_epi16(qs, 4), nib));
+    } else {
+        q0 = _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(b + 2)));
+        q1 = _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(b + 18)));
+    }
+    __m512 v0 = _mm512_mul_ps(d, _mm512_cvtepi32_ps(q0)), v1 = _mm512_mul_ps(d, _mm512_cvtepi32_ps(q1));
+    if (FK == GPUCORE_QF_Q4_1) {
+        const __m512 mn = _mm512_set1_ps(vec_f16_at(b + 2));
+        v0 = _mm512_add_ps(v0, mn);
+        v1 = _mm512_add_ps(v1, mn);
+    }
+    *w0 = round_vec(v0, dt);
+    *w1 = round_vec(v1, dt);
+}
 
-/* Row r of W in 32-value steps, each as two vectors w0, w1 (values k .. k + 31, rounded to dt) handed to
- * ACTION(w0, w1, k); uses a, L, K, fmt, dt, nib and codes (the 4-bit code book) of the caller. */
-#define QMM_VEC_ROW(ACTION)                                                                                                \
-        if (fmt == GPUCORE_QF_NF4 || fmt == GPUCORE_QF_FP4) {                                                              \
-            const int64_t per_row = K / L->block;                                                                          \
-            for (int64_t bi = 0; bi < per_row; bi++) {                                                                     \
-                const int64_t blk = r * per_row + bi;                                                                      \
-                const __m512 lut =                                                                                         \
-                    round_vec(_mm512_mul_ps(codes, _mm512_set1_ps(gpucore_q_f32_at(a->w + L->scale_off + 4 * blk))), dt);  \
-                const uint8_t *p = a->w + blk * L->block / 2;                                                              \
-                for (int64_t c = 0; c < L->block; c += 32) {                                                               \
-                    const __m128i b = _mm_loadu_si128((const __m128i *)(p + c / 2));                                       \
-                    const __m128i hi = _mm_and_si128(_mm_srli_epi16(b, 4), nib), lo = _mm_and_si128(b, nib);               \
-                    /* byte i holds values 2i (high nibble) and 2i + 1 (low) */                                            \
-                    const __m512 w0 = _mm512_permutexvar_ps(_mm512_cvtepu8_epi32(_mm_unpacklo_epi8(hi, lo)), lut);         \
-                    const __m512 w1 = _mm512_permutexvar_ps(_mm512_cvtepu8_epi32(_mm_unpackhi_epi8(hi, lo)), lut);         \
-                    ACTION(w0, w1, bi * L->block + c)                                                                      \
-                }                                                                                                          \
-            }                                                                                                              \
-        } else {                                                                                                           \
-            const int bb = gpucore_gguf_block_bytes(fmt);                                                                  \
-            for (int64_t k = 0; k < K; k += 32) {                                                                          \
-                const uint8_t *b = a->w + (r * K + k) / 32 * bb;                                                           \
-                const __m512 d = _mm512_set1_ps(gpucore_q_f16_at(b));                                                      \
-                __m512i q0, q1;                                                                                            \
-                __m512 mn = _mm512_setzero_ps(); /* Q4_1's minimum, added after the product */                             \
-                if (fmt == GPUCORE_QF_Q4_0) { /* value j: low nibble of byte j, j + 16: its high nibble */                 \
-                    const __m128i qs = _mm_loadu_si128((const __m128i *)(b + 2)), eight = _mm_set1_epi8(8);                \
-                    q0 = _mm512_cvtepi8_epi32(_mm_sub_epi8(_mm_and_si128(qs, nib), eight));                                \
-                    q1 = _mm512_cvtepi8_epi32(_mm_sub_epi8(_mm_and_si128(_mm_srli_epi16(qs, 4), nib), eight));             \
-                } else if (fmt == GPUCORE_QF_Q4_1) { /* unsigned nibbles in Q4_0's order, after d and the minimum */       \
-                    const __m128i qs = _mm_loadu_si128((const __m128i *)(b + 4));                                          \
-                    mn = _mm512_set1_ps(gpucore_q_f16_at(b + 2));                                                          \
-                    q0 = _mm512_cvtepu8_epi32(_mm_and_si128(qs, nib));                                                     \
-                    q1 = _mm512_cvtepu8_epi32(_mm_and_si128(_mm_srli_epi16(qs, 4), nib));                                  \
-                } else {                                                                                                   \
-                    q0 = _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(b + 2)));                                  \
-                    q1 = _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(b + 18)));                                 \
-                }                                                                                                          \
-                __m512 w0 = _mm512_mul_ps(d, _mm512_cvtepi32_ps(q0)), w1 = _mm512_mul_ps(d, _mm512_cvtepi32_ps(q1));       \
-                if (fmt == GPUCORE_QF_Q4_1) { w0 = _mm512_add_ps(w0, mn); w1 = _mm512_add_ps(w1, mn); }                    \
-                w0 = round_vec(w0, dt);                                                                                    \
-                w1 = round_vec(w1, dt);                                                                                    \
-                ACTION(w0, w1, k)                                                                                          \
-            }                                                                                                              \
+/* The 4-bit code book of NF4/FP4 in a vector (FK QMM_FK_LUT; zeros for the GGUF formats). */
+QMM_AVX512 static inline __attribute__((always_inline)) __m512 q4_codes(const gpucore_qmm_args *a, int FK)
+{
+    float code[16];
+    for (int q = 0; q < 16; q++) code[q] = FK == QMM_FK_LUT ? gpucore_q4_code(a->L.fmt, q) : 0.0f;
+    return _mm512_loadu_ps(code);
+}
+
+/* Rows r .. r + RR - 1 of W side by side against the M activation rows (RR, M and FK constants): each
+ * row's own sums in the order of one row alone (so the bits do not depend on RR), RR·M independent
+ * add chains instead of M, which the f32 adds' latency bounded. */
+QMM_AVX512 static inline __attribute__((always_inline)) void fused_rows_vec(const gpucore_qmm_args *a, int FK, int RR,
+                                                                             int M, const float *xf, int64_t r,
+                                                                             float *dots0, __m128i nib, __m512 codes)
+{
+    const int64_t K = a->L.cols;
+    const int dt = a->dt;
+    __m512 acc[4][QMM_FUSED_ROWS], lut[4];
+    for (int i = 0; i < RR; i++) {
+        lut[i] = _mm512_setzero_ps();
+        for (int j = 0; j < M; j++) acc[i][j] = _mm512_setzero_ps();
+    }
+    for (int64_t k = 0; k < K; k += 32)
+        for (int i = 0; i < RR; i++) {
+            __m512 w0, w1;
+            vec_dec32(a, FK, dt, K, r + i, k, &lut[i], &w0, &w1, nib, codes);
+            for (int j = 0; j < M; j++) {
+                acc[i][j] = _mm512_add_ps(acc[i][j], _mm512_mul_ps(w0, _mm512_loadu_ps(xf + j * K + k)));
+                acc[i][j] = _mm512_add_ps(acc[i][j], _mm512_mul_ps(w1, _mm512_loadu_ps(xf + j * K + k + 16)));
+            }
         }
+    for (int i = 0; i < RR; i++)
+        for (int j = 0; j < M; j++) { /* dot16's fold */
+            float t[QMM_LANES];
+            _mm512_storeu_ps(t, acc[i][j]);
+            for (int h = QMM_LANES / 2; h >= 1; h /= 2)
+                for (int l = 0; l < h; l++) t[l] += t[l + h];
+            dots0[j * QMM_FUSED_CHUNK + i] = t[0];
+        }
+}
+
+/* Rows [n0, n1) of W, 4 side by side for 1 or 2 activation rows, 2 for 3 or 4 (the accumulators stay
+ * in registers), for one format kind FK. */
+QMM_AVX512 static inline __attribute__((always_inline)) void fused_fwd_vec_fk(const gpucore_qmm_args *a, int FK,
+                                                                               const float *xf, int64_t n0,
+                                                                               int64_t n1,
+                                                                               float (*dots)[QMM_FUSED_CHUNK])
+{
+    const int m = (int)a->m;
+    const __m128i nib = _mm_set1_epi8(0x0f);
+    const __m512 codes = q4_codes(a, FK);
+    const int group = m <= 2 ? 4 : 2;
+    for (int64_t r = n0; r < n1;) {
+        const int rr = r + group <= n1 ? group : 1;
+        float *d = &dots[0][r - n0];
+#define QMM_ROWS_CASE(RR)                                                                                   \
+    switch (m) {                                                                                            \
+    case 1: fused_rows_vec(a, FK, RR, 1, xf, r, d, nib, codes); break;                                     \
+    case 2: fused_rows_vec(a, FK, RR, 2, xf, r, d, nib, codes); break;                                     \
+    case 3: fused_rows_vec(a, FK, RR > 2 ? 2 : RR, 3, xf, r, d, nib, codes); break;                        \
+    default: fused_rows_vec(a, FK, RR > 2 ? 2 : RR, 4, xf, r, d, nib, codes); break;                       \
+    }
+        if (rr == 1) { QMM_ROWS_CASE(1) }
+        else if (group == 4) { QMM_ROWS_CASE(4) }
+        else { QMM_ROWS_CASE(2) }
+#undef QMM_ROWS_CASE
+        r += rr;
+    }
+}
 
 QMM_AVX512 static void fused_fwd_vec(const gpucore_qmm_args *a, const float *xf, int64_t n0, int64_t n1, float *wrow,
                                      float (*dots)[QMM_FUSED_CHUNK])
 {
     (void)wrow;
-    const gpucore_quant_layout *L = &a->L;
-    const int64_t K = L->cols;
-    const int m = (int)a->m, fmt = L->fmt, dt = a->dt;
-    QMM_VEC_SETUP
-    for (int64_t r = n0; r < n1; r++) {
-        __m512 acc[QMM_FUSED_ROWS];
-        for (int j = 0; j < m; j++) acc[j] = _mm512_setzero_ps();
-#define QMM_ACC2(w0, w1, k)                                                                            \
-    for (int j = 0; j < m; j++) {                                                                      \
-        acc[j] = _mm512_add_ps(acc[j], _mm512_mul_ps((w0), _mm512_loadu_ps(xf + j * K + (k))));        \
-        acc[j] = _mm512_add_ps(acc[j], _mm512_mul_ps((w1), _mm512_loadu_ps(xf + j * K + (k) + 16)));   \
+    switch (a->L.fmt) {
+    case GPUCORE_QF_Q4_0: fused_fwd_vec_fk(a, GPUCORE_QF_Q4_0, xf, n0, n1, dots); break;
+    case GPUCORE_QF_Q4_1: fused_fwd_vec_fk(a, GPUCORE_QF_Q4_1, xf, n0, n1, dots); break;
+    case GPUCORE_QF_Q8_0: fused_fwd_vec_fk(a, GPUCORE_QF_Q8_0, xf, n0, n1, dots); break;
+    default: fused_fwd_vec_fk(a, QMM_FK_LUT, xf, n0, n1, dots); break; /* NF4, FP4 */
     }
-        QMM_VEC_ROW(QMM_ACC2)
-#undef QMM_ACC2
-        for (int j = 0; j < m; j++) { /* dot16's fold */
-            float t[QMM_LANES];
-            _mm512_storeu_ps(t, acc[j]);
-            for (int h = QMM_LANES / 2; h >= 1; h /= 2)
-                for (int l = 0; l < h; l++) t[l] += t[l + h];
-            dots[j][r - n0] = t[0];
+}
+
+/* Rows [r0, r1) of W (vec_takes' formats, kind FK) dequantized and rounded to dt into out [r1 - r0][K]. */
+QMM_AVX512 static inline __attribute__((always_inline)) void vec_decode_rows_fk(const gpucore_qmm_args *a, int FK,
+                                                                                 int64_t r0, int64_t r1, float *out)
+{
+    const int64_t K = a->L.cols;
+    const __m128i nib = _mm_set1_epi8(0x0f);
+    const __m512 codes = q4_codes(a, FK);
+    for (int64_t r = r0; r < r1; r++) {
+        float *o = out + (r - r0) * K;
+        __m512 lut = _mm512_setzero_ps();
+        for (int64_t k = 0; k < K; k += 32) {
+            __m512 w0, w1;
+            vec_dec32(a, FK, a->dt, K, r, k, &lut, &w0, &w1, nib, codes);
+            _mm512_storeu_ps(o + k, w0);
+            _mm512_storeu_ps(o + k + 16, w1);
         }
     }
 }
 
-/* Rows [r0, r1) of W (vec_takes' formats) dequantized and rounded to dt into out [r1 - r0][K]. */
 QMM_AVX512 static void vec_decode_rows(const gpucore_qmm_args *a, int64_t r0, int64_t r1, float *out)
 {
-    const gpucore_quant_layout *L = &a->L;
-    const int64_t K = L->cols;
-    const int fmt = L->fmt, dt = a->dt;
-    QMM_VEC_SETUP
-    for (int64_t r = r0; r < r1; r++) {
-        float *o = out + (r - r0) * K;
-#define QMM_STORE2(w0, w1, k) _mm512_storeu_ps(o + (k), (w0)); _mm512_storeu_ps(o + (k) + 16, (w1));
-        QMM_VEC_ROW(QMM_STORE2)
-#undef QMM_STORE2
+    switch (a->L.fmt) {
+    case GPUCORE_QF_Q4_0: vec_decode_rows_fk(a, GPUCORE_QF_Q4_0, r0, r1, out); break;
+    case GPUCORE_QF_Q4_1: vec_decode_rows_fk(a, GPUCORE_QF_Q4_1, r0, r1, out); break;
+    case GPUCORE_QF_Q8_0: vec_decode_rows_fk(a, GPUCORE_QF_Q8_0, r0, r1, out); break;
+    default: vec_decode_rows_fk(a, QMM_FK_LUT, r0, r1, out); break; /* NF4, FP4 */
     }
 }
 #endif
@@ -345,13 +412,11 @@ typedef struct {
     const float *xf;
     fused_fwd_fn fwd;
     int row_buffer; /* fwd decodes a row into an f32 buffer (the register decode needs none) */
-    int64_t chunks, chunks_per_part;
     int failed;     /* atomic */
 } qfwd_job;
 
-static void qfwd_part(void *arg, int part, int parts)
+static void qfwd_part(void *arg, int64_t c0, int64_t c1)
 {
-    (void)parts;
     qfwd_job *j = arg;
     const gpucore_qmm_args *a = j->a;
     const int64_t N = a->L.rows, K = a->L.cols;
@@ -362,8 +427,7 @@ static void qfwd_part(void *arg, int part, int parts)
         return;
     }
     float dots[QMM_FUSED_ROWS][QMM_FUSED_CHUNK];
-    const int64_t c1 = (part + 1) * j->chunks_per_part < j->chunks ? (part + 1) * j->chunks_per_part : j->chunks;
-    for (int64_t c = part * j->chunks_per_part; c < c1; c++) {
+    for (int64_t c = c0; c < c1; c++) {
         const int64_t n0 = c * QMM_FUSED_CHUNK, n1 = n0 + QMM_FUSED_CHUNK < N ? n0 + QMM_FUSED_CHUNK : N;
         j->fwd(a, j->xf, n0, n1, wrow, dots);
         for (int r = 0; r < (int)a->m; r++)
@@ -379,15 +443,13 @@ static gpucore_status fused_forward(const gpucore_qmm_args *a)
     float *xf = widen_rows(a->x, a->dt, a->m, K, a->ldx);
     if (!xf) return GPUCORE_ERR_OUT_OF_MEMORY;
     fused_bwd_fn bwd;
-    qfwd_job j = {.a = a, .xf = xf, .row_buffer = 1, .chunks = chunks};
+    qfwd_job j = {.a = a, .xf = xf, .row_buffer = 1};
     pick_fused(&j.fwd, &bwd);
 #if QMM_X86
     if (vec_takes(a)) j.fwd = fused_fwd_vec, j.row_buffer = 0;
 #endif
     /* the rows over the thread team (cpu_team.c: a decode step's products come back to back) */
-    const int64_t parts = N * K > QMM_PARALLEL_VALUES && chunks > 1 ? (chunks < QMM_MAX_PARTS ? chunks : QMM_MAX_PARTS) : 1;
-    j.chunks_per_part = (chunks + parts - 1) / parts;
-    cpu_team_run(qfwd_part, &j, (int)((chunks + j.chunks_per_part - 1) / j.chunks_per_part));
+    cpu_team_run(qfwd_part, &j, chunks, N * K > QMM_PARALLEL_VALUES);
     free(xf);
     return j.failed ? GPUCORE_ERR_OUT_OF_MEMORY : GPUCORE_OK;
 }

@@ -11,7 +11,8 @@
  * 28 the machine reads.
  *
  * The team: omp_get_max_threads() − 1 helper threads (the caller is the last member),
- * created at the first call. A call publishes (fn, arg, parts) under a new generation;
+ * created at the first call. A call splits its units (rows, blocks of rows) into at most
+ * CPU_TEAM_MAX_PARTS parts of whole units and publishes (fn, arg, parts) under a new generation;
  * every member, the caller included, claims parts by a compare-and-swap on one word that
  * holds the generation, the part count and the next part (a helper still leaving the last
  * job cannot claim a part of the next one) until none is left (a helper that is
@@ -41,6 +42,7 @@
 
 #define CPU_TEAM_SPIN_NS 300000ull /* how long an idle helper polls before it sleeps */
 #define CPU_TEAM_MAX 64            /* helpers at most */
+#define CPU_TEAM_MAX_PARTS 32      /* parts a job's units are split into, whole units each */
 #define TEAM_GEN(c) ((c) >> 40)
 #define TEAM_PARTS(c) ((int)(((c) >> 20) & 0xfffff))
 #define TEAM_NEXT(c) ((int)((c) & 0xfffff))
@@ -56,6 +58,7 @@ static struct {
     uint64_t claim;         /* atomic: generation << 40 | parts << 20 | the next unclaimed part */
     cpu_team_fn fn;         /* the job: written before claim moves (release), read after a claim */
     void *arg;
+    int64_t units, per;     /* the job's units, and units per part (the last part may have fewer) */
     int done;               /* atomic: parts of the current job finished */
 } team = {.busy = PTHREAD_MUTEX_INITIALIZER, .mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER,
         .once = PTHREAD_ONCE_INIT};
@@ -67,7 +70,8 @@ static void team_work(uint64_t gen)
     for (;;) {
         if (TEAM_GEN(c) != gen || TEAM_NEXT(c) >= TEAM_PARTS(c)) return;
         if (!__atomic_compare_exchange_n(&team.claim, &c, c + 1, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) continue;
-        team.fn(team.arg, TEAM_NEXT(c), TEAM_PARTS(c));
+        const int64_t b = TEAM_NEXT(c) * team.per;
+        team.fn(team.arg, b, b + team.per < team.units ? b + team.per : team.units);
         __atomic_fetch_add(&team.done, 1, __ATOMIC_RELEASE);
         c = __atomic_load_n(&team.claim, __ATOMIC_ACQUIRE);
     }
@@ -129,18 +133,24 @@ __attribute__((destructor)) static void team_fini(void)
     team.helpers = 0;
 }
 
-void cpu_team_run(cpu_team_fn fn, void *arg, int parts)
+void cpu_team_run(cpu_team_fn fn, void *arg, int64_t units, int threaded)
 {
-    if (parts <= 0) return;
+    if (units <= 0) return;
+    /* at most CPU_TEAM_MAX_PARTS parts of whole units, so every member streams long runs */
+    int64_t parts = threaded ? (units < CPU_TEAM_MAX_PARTS ? units : CPU_TEAM_MAX_PARTS) : 1;
+    const int64_t per = (units + parts - 1) / parts;
+    parts = (units + per - 1) / per;
     pthread_once(&team.once, team_start);
-    if (parts == 1 || parts > 0xfffff || !team.helpers || pthread_mutex_trylock(&team.busy) != 0) {
+    if (parts == 1 || !team.helpers || pthread_mutex_trylock(&team.busy) != 0) {
         /* no team, or another caller holds it: OpenMP's loop (or this thread alone) */
 #pragma omp parallel for schedule(dynamic, 1) if (parts > 1)
-        for (int p = 0; p < parts; p++) fn(arg, p, parts);
+        for (int64_t p = 0; p < parts; p++) fn(arg, p * per, p * per + per < units ? p * per + per : units);
         return;
     }
     team.fn = fn;
     team.arg = arg;
+    team.units = units;
+    team.per = per;
     __atomic_store_n(&team.done, 0, __ATOMIC_RELAXED);
     const uint64_t gen = (TEAM_GEN(__atomic_load_n(&team.claim, __ATOMIC_RELAXED)) + 1) & 0xffffff;
     __atomic_store_n(&team.claim, gen << 40 | (uint64_t)parts << 20, __ATOMIC_RELEASE); /* publishes the job */
