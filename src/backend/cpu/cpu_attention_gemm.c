@@ -16,7 +16,8 @@
  * Causal rows still multiply their masked half (the GEMM is
  * so much faster than the tiles that the waste does not matter at these lengths). Up to
  * CPU_ATT_DIRECT_ROWS query rows (a decode step) the forward's two products are vector dot
- * products and row updates instead of GEMM calls, and a small problem's heads run on the
+ * products and row updates instead of GEMM calls over the keys the rows see, the query heads
+ * of a kv head share one load of its keys and values, and a small problem's heads run on the
  * calling thread (no OpenMP region to wake).
  */
 #include <math.h>
@@ -72,22 +73,13 @@ static void scores(const gpucore_attn_args *a, att_bufs *w)
               a->seq_k);
 }
 
-static void forward_head(const gpucore_attn_args *a, att_bufs *w, int64_t b, int64_t h)
+/* Softmax of score rows [Sq][Sk] of (b, h) in place (each row's keys up to its end; the rest 0),
+ * the row's lse stored when asked. */
+static void softmax_rows(const gpucore_attn_args *a, float *s, int64_t b, int64_t h)
 {
-    const int64_t Sq = a->seq_q, Sk = a->seq_k, D = a->head_dim, Dv = a->head_dim_v, hk = h / (a->heads / a->kv_heads);
-    const int dt = a->dtype;
-    cpu_attn_load_rows(&a->q, dt, b, h, 0, Sq, D, w->q);
-    cpu_attn_load_rows(&a->k, dt, b, hk, 0, Sk, D, w->k);
-    cpu_attn_load_rows(&a->v, dt, b, hk, 0, Sk, Dv, w->v);
-    const int direct = Sq <= CPU_ATT_DIRECT_ROWS; /* by Sq alone: a batch's bits are its entries' */
-    if (direct) {
-        for (int64_t i = 0; i < Sq; i++)
-            for (int64_t j = 0; j < Sk; j++) w->s[i * Sk + j] = a->scale * (float)cpu_vec_dot(w->q + i * D, w->k + j * D, D);
-    } else {
-        scores(a, w);
-    }
+    const int64_t Sq = a->seq_q, Sk = a->seq_k;
     for (int64_t i = 0; i < Sq; i++) {
-        float *p = w->s + i * Sk;
+        float *p = s + i * Sk;
         const int64_t kend = gpucore_attn_key_end(a, b, i);
         float m = -INFINITY, lse = -INFINITY;
         if (kend > 0) {
@@ -100,19 +92,48 @@ static void forward_head(const gpucore_attn_args *a, att_bufs *w, int64_t b, int
         memset(p + kend, 0, sizeof(float) * (size_t)(Sk - kend));
         if (a->lse) a->lse[(b * a->heads + h) * Sq + i] = lse;
     }
-    if (direct) {
-        for (int64_t i = 0; i < Sq; i++) {
-            float *o = w->o + i * Dv;
-            memset(o, 0, sizeof(float) * (size_t)Dv);
-            for (int64_t j = 0; j < Sk; j++) {
-                const float pj = w->s[i * Sk + j], *v = w->v + j * Dv;
-                for (int64_t d = 0; d < Dv; d++) o[d] += pj * v[d];
-            }
-        }
-    } else {
-        cpu_sgemm(0, 0, Sq, Dv, Sk, 1.0f, w->s, Sk, w->v, Dv, 0.0f, w->o, Dv);
+}
+
+/* Query heads [h0, h1) of batch entry b, all of kv head hk: K and V loaded once for them (up to
+ * CPU_ATT_DIRECT_ROWS query rows only the keys some row sees). Up to CPU_ATT_DIRECT_ROWS query
+ * rows, S and O are vector dot products and row updates; more rows take two GEMM calls per head. */
+static void forward_heads(const gpucore_attn_args *a, att_bufs *w, int64_t b, int64_t hk, int64_t h0, int64_t h1)
+{
+    const int64_t Sq = a->seq_q, Sk = a->seq_k, D = a->head_dim, Dv = a->head_dim_v;
+    const int dt = a->dtype;
+    const int direct = Sq <= CPU_ATT_DIRECT_ROWS; /* by Sq alone: a batch's bits are its entries' */
+    int64_t kmax = 0; /* keys any row of this batch entry sees */
+    for (int64_t i = 0; i < Sq; i++) {
+        const int64_t e = gpucore_attn_key_end(a, b, i);
+        kmax = e > kmax ? e : kmax;
     }
-    cpu_attn_store_rows(&a->out, dt, b, h, 0, Sq, Dv, w->o);
+    const int64_t nk = direct ? kmax : Sk;
+    cpu_attn_load_rows(&a->k, dt, b, hk, 0, nk, D, w->k);
+    cpu_attn_load_rows(&a->v, dt, b, hk, 0, nk, Dv, w->v);
+    for (int64_t h = h0; h < h1; h++) {
+        cpu_attn_load_rows(&a->q, dt, b, h, 0, Sq, D, w->q);
+        if (direct) {
+            for (int64_t i = 0; i < Sq; i++) {
+                const int64_t kend = gpucore_attn_key_end(a, b, i);
+                for (int64_t j = 0; j < kend; j++)
+                    w->s[i * Sk + j] = a->scale * (float)cpu_vec_dot(w->q + i * D, w->k + j * D, D);
+            }
+        } else {
+            scores(a, w);
+        }
+        softmax_rows(a, w->s, b, h);
+        if (direct) {
+            for (int64_t i = 0; i < Sq; i++) {
+                float *o = w->o + i * Dv;
+                const int64_t kend = gpucore_attn_key_end(a, b, i);
+                memset(o, 0, sizeof(float) * (size_t)Dv);
+                for (int64_t j = 0; j < kend; j++) cpu_vec_axpy(o, w->v + j * Dv, o, Dv, w->s[i * Sk + j]);
+            }
+        } else {
+            cpu_sgemm(0, 0, Sq, Dv, Sk, 1.0f, w->s, Sk, w->v, Dv, 0.0f, w->o, Dv);
+        }
+        cpu_attn_store_rows(&a->out, dt, b, h, 0, Sq, Dv, w->o);
+    }
 }
 
 /* One (b, kv head): every query head of its group, dK and dV summed over them. */
@@ -159,7 +180,10 @@ static void backward_group(const gpucore_attn_args *a, att_bufs *w, int64_t b, i
 gpucore_status cpu_attention_gemm_run(const gpucore_attn_args *a)
 {
     const int bwd = a->op == GPUCORE_ATTN_BWD;
-    const int64_t tasks = bwd ? a->batch * a->kv_heads : a->batch * a->heads;
+    /* the backward and a decode step's forward: a task per (batch entry, kv head), whose query heads
+     * share one load of K and V; a longer forward: a task per query head (more tasks to balance) */
+    const int grouped = bwd || a->seq_q <= CPU_ATT_DIRECT_ROWS;
+    const int64_t g = a->heads / a->kv_heads, tasks = grouped ? a->batch * a->kv_heads : a->batch * a->heads;
     const int64_t work = a->batch * a->heads * a->seq_q * a->seq_k * (a->head_dim + a->head_dim_v);
     int failed = 0;
 #pragma omp parallel reduction(| : failed) if (work >= CPU_ATT_PARALLEL_MIN)
@@ -171,7 +195,8 @@ gpucore_status cpu_attention_gemm_run(const gpucore_attn_args *a)
         for (int64_t t = 0; t < tasks; t++) {
             if (!ok) continue;
             if (bwd) backward_group(a, &w, t / a->kv_heads, t % a->kv_heads);
-            else forward_head(a, &w, t / a->heads, t % a->heads);
+            else if (grouped) forward_heads(a, &w, t / a->kv_heads, t % a->kv_heads, t % a->kv_heads * g, (t % a->kv_heads + 1) * g);
+            else forward_heads(a, &w, t / a->heads, t % a->heads / g, t % a->heads, t % a->heads + 1);
         }
         bufs_free(&w);
     }
