@@ -24,8 +24,10 @@
  *
  * The policy (GPUCORE_CPU_SPIN): "adaptive", the default, looks at the number of
  * runnable threads of the machine (/proc/loadavg) at most every CPU_SPIN_LOOK_NS,
- * from the stream workers before a task: more runnable threads than CPUs starts the
- * parked thread (short spins), and CPU_SPIN_CALM_NS without that ends it (libgomp's
+ * from the stream workers before a task: more runnable threads than CPUs at
+ * CPU_SPIN_SHARED_LOOKS looks in a row starts the parked thread (short spins; one look
+ * alone sees the process's own brief threads too), and CPU_SPIN_CALM_NS without that
+ * ends it (libgomp's
  * spin again). "short" keeps the parked thread for the process's life; "runtime"
  * never starts it. Left alone as well: a user who set OMP_WAIT_POLICY or GOMP_SPINCOUNT
  * (their choice wins), one OpenMP thread (nothing waits), an OpenMP runtime other than
@@ -50,6 +52,7 @@
 enum { SPIN_NONE, SPIN_ADAPTIVE, SPIN_SHORT }; /* what this file may do */
 #define CPU_SPIN_LOOK_NS 20000000ull   /* how often the adaptive policy looks at the machine */
 #define CPU_SPIN_CALM_NS 1000000000ull /* how long without shared CPUs before spinning again */
+#define CPU_SPIN_SHARED_LOOKS 2         /* looks in a row that must see the CPUs shared */
 
 static pthread_once_t policy_once = PTHREAD_ONCE_INIT;
 static char policy_text[320];
@@ -63,6 +66,7 @@ static pthread_t parked_thread;
 static long online_cpus = 1;
 static pthread_mutex_t look_mu = PTHREAD_MUTEX_INITIALIZER;
 static uint64_t look_last_ns, shared_last_ns; /* under look_mu */
+static int over_looks;                        /* looks in a row that saw the CPUs shared, under look_mu */
 
 static void *parked_main(void *arg)
 {
@@ -147,8 +151,14 @@ void cpu_thread_policy_tick(void)
     if (pthread_mutex_trylock(&look_mu) != 0) return; /* another stream looks */
     if (now - look_last_ns >= CPU_SPIN_LOOK_NS) {
         __atomic_store_n(&look_last_ns, now, __ATOMIC_RELAXED);
+        /* shared: more runnable threads than CPUs at CPU_SPIN_SHARED_LOOKS looks in a row. One look
+         * also counts this process's own brief ones (the caller enqueueing a decode step's ops, or
+         * polling a few microseconds in synchronize; a team helper between two products): on an
+         * otherwise idle 2-CPU machine one look of every few seen in a decode loop was over, and the
+         * step ran the team's helpers woken by futex, 10% slower, for the next second. */
         const long running = runnable_now();
-        const int shared = running > online_cpus;
+        over_looks = running > online_cpus ? over_looks + 1 : 0;
+        const int shared = over_looks >= CPU_SPIN_SHARED_LOOKS;
         if (shared) shared_last_ns = now;
         pthread_mutex_lock(&parked_mu);
         if (shared) parked_start_locked();
