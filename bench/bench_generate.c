@@ -23,7 +23,8 @@
  * as GB/s and as a fraction of it.
  * --llama-bench BIN (a benchmark-only peer: llama.cpp's llama-bench, with a GGUF --model)
  * runs the same file, prompt and new-token counts and thread count through llama.cpp
- * (`-o jsonl`) right after ours and prints its prefill and decode tokens/s beside ours.
+ * (`-o jsonl`) right after ours and prints its prefill (from an empty context) and decode (with
+ * the prompt's tokens already in its context, -d, as ours) tokens/s beside ours.
  */
 #include <inttypes.h>
 #include <stdio.h>
@@ -61,8 +62,24 @@ static double json_number(const char *line, const char *key)
     return p ? strtod(p + strlen(pat), NULL) : -1.0;
 }
 
+/* One llama-bench run (jsonl out): the avg_ts of its test with n_prompt np and n_gen ng, or -1. */
+static double llama_bench_ts(const char *cmd, double np, double ng)
+{
+    FILE *f = popen(cmd, "r");
+    if (!f) return -1;
+    char line[16384];
+    double ts = -1;
+    while (fgets(line, sizeof line, f))
+        if (json_number(line, "n_prompt") == np && json_number(line, "n_gen") == ng) ts = json_number(line, "avg_ts");
+    const int rc = pclose(f);
+    if (ts <= 0) fprintf(stderr, "bench_generate: %s gave no figure (exit status %d)\n", cmd, rc);
+    return ts;
+}
+
 /* llama.cpp's llama-bench on the same GGUF file, prompt and new-token counts and threads; its figures
- * beside ours. Returns 0, or 1 when it did not run or said nothing we read (said). */
+ * beside ours. Its prefill is pp<prompt> from an empty context, its decode tg<new> after <prompt>
+ * tokens in the context (-d, as ours decodes after the prompt). Returns 0, or 1 when it did not run
+ * or said nothing we read (said). */
 static int run_llama_bench(const char *bin, const char *model, int64_t plen, int64_t nnew, int repeats)
 {
     if (strchr(bin, '\'') || strchr(model, '\'')) {
@@ -72,28 +89,18 @@ static int run_llama_bench(const char *bin, const char *model, int64_t plen, int
     const char *omp = getenv("OMP_NUM_THREADS");
     const int threads = omp && atoi(omp) > 0 ? atoi(omp) : (int)sysconf(_SC_NPROCESSORS_ONLN);
     char cmd[2 * LM_PATH_LEN + 160];
-    snprintf(cmd, sizeof cmd, "'%s' -m '%s' -p %" PRId64 " -n %" PRId64 " -t %d -r %d -o jsonl 2>/dev/null", bin, model,
-             plen, nnew, threads, repeats);
-    FILE *f = popen(cmd, "r");
-    if (!f) { fprintf(stderr, "bench_generate: cannot run %s\n", cmd); return 1; }
-    char line[16384];
-    double pp = -1, tg = -1;
-    while (fgets(line, sizeof line, f)) {
-        const double np = json_number(line, "n_prompt"), ng = json_number(line, "n_gen"), ts = json_number(line, "avg_ts");
-        if (np == (double)plen && ng == 0) pp = ts;
-        if (np == 0 && ng == (double)nnew) tg = ts;
-    }
-    const int rc = pclose(f);
-    if (pp <= 0 || tg <= 0) {
-        fprintf(stderr, "bench_generate: %s gave no pp%" PRId64 "/tg%" PRId64 " figures (exit status %d)\n", cmd, plen,
-                nnew, rc);
-        return 1;
-    }
+    snprintf(cmd, sizeof cmd, "'%s' -m '%s' -p %" PRId64 " -n 0 -t %d -r %d -o jsonl 2>/dev/null", bin, model, plen,
+             threads, repeats);
+    const double pp = llama_bench_ts(cmd, (double)plen, 0);
+    snprintf(cmd, sizeof cmd, "'%s' -m '%s' -p 0 -n %" PRId64 " -d %" PRId64 " -t %d -r %d -o jsonl 2>/dev/null", bin,
+             model, nnew, plen, threads, repeats);
+    const double tg = pp > 0 ? llama_bench_ts(cmd, 0, (double)nnew) : -1;
+    if (pp <= 0 || tg <= 0) return 1;
     row("llama.cpp B1", "prefill_tokens_per_s", pp, "tokens/s");
     row("llama.cpp B1", "decode_tokens_per_s", tg, "tokens/s");
     if (!json) {
-        printf("llama.cpp (llama-bench, same file, %d threads, %d runs): prefill %.1f tokens/s, decode %.1f tokens/s\n",
-               threads, repeats, pp, tg);
+        printf("llama.cpp (llama-bench, same file, %d threads, %d runs): prefill %.1f tokens/s, decode %.1f tokens/s "
+               "(its context holding %" PRId64 " tokens, -d)\n", threads, repeats, pp, tg, plen);
         for (int i = 0; i < n_b1_cases; i++)
             printf("  ours %-18s prefill %.2fx, decode %.2fx llama.cpp's (ours / peer, > 1: we are faster)\n",
                    b1_cases[i].name, b1_cases[i].prefill_tps / pp, b1_cases[i].decode_tps / tg);
