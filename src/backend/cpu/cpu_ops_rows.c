@@ -146,7 +146,7 @@ static void softmax_row(const gpucore_rows_args *p, int64_t r, const float *x, f
 }
 
 /* Softmax backward dx = y · (dy - Σ dy·y); log-softmax backward dx = dy - exp(y) · Σ dy;
- * f32 SIMD with the sums in f64 lanes (cpu_vec.h). Where the three operands exceed the cache
+ * f32 SIMD, Σ dy·y in f32 blocks and f64 lanes (cpu_vec_dot_blocked), Σ dy in f64 lanes. Where the three operands exceed the cache
  * (cpu_vec_stream_min_bytes), an f32 dx row is made in scratch and streamed out (as the
  * elementwise family does): dx is not read again by this op, and a plain store would first read
  * each of its lines from memory (a quarter of the op's traffic). */
@@ -164,7 +164,7 @@ static void softmax_backward_share(const gpucore_rows_args *p, int *oom) /* as r
             const int64_t off = r * cols;
             const float *g = row_f32(p->dy, dt, off, cols, buf), *y = row_f32(p->y, dt, off, cols, f32 ? NULL : buf + cols);
             float *dx = !f32 ? buf + 2 * cols : stream ? buf + (soft ? 0 : cols) : (float *)p->dx + off;
-            if (soft) cpu_vec_mul_diff(dx, y, g, cols, (float)cpu_vec_dot(g, y, cols));
+            if (soft) cpu_vec_mul_diff(dx, y, g, cols, (float)cpu_vec_dot_blocked(g, y, cols));
             else {
                 float *e = f32 ? buf : buf + 2 * cols; /* exp(y): scratch, or dx itself then overwritten */
                 const double sg = cpu_vec_sum(g, cols);
@@ -191,15 +191,17 @@ static gpucore_status softmax_backward(const gpucore_rows_args *p)
     return oom ? ROWS_OOM("softmax_backward") : GPUCORE_OK;
 }
 
-/* LayerNorm / RMSNorm forward: mean and variance in f64 (cpu_vec.h lanes), the
- * normalisation and affine in f32 SIMD; extra: gamma and beta as f32 (NULL: none). */
+/* LayerNorm / RMSNorm forward: the mean, then the variance about the mean rounded to f32, each summed
+ * in f32 per lane over blocks of 8 and in f64 lanes across them (cpu_vec_sum_blocked,
+ * cpu_vec_sum_sqdev_blocked: the f64-widened sums were the row's bound), the normalisation and
+ * affine in f32 SIMD; extra: gamma and beta as f32 (NULL: none). */
 static void norm_row(const gpucore_rows_args *p, int64_t r, const float *x, float *y, const void *extra)
 {
     const float *const *gb = extra;
     const int64_t cols = p->cols;
     const int layer = p->op == GPUCORE_ROWS_LAYERNORM;
-    const double mean = layer ? cpu_vec_sum(x, cols) / (double)cols : 0.0;
-    const double var = cpu_vec_sum_sqdev(x, cols, mean) / (double)cols;
+    const double mean = layer ? cpu_vec_sum_blocked(x, cols) / (double)cols : 0.0;
+    const double var = cpu_vec_sum_sqdev_blocked(x, cols, (float)mean) / (double)cols;
     const double rstd = 1.0 / sqrt(var + (double)p->eps);
     cpu_vec_normalize(y, x, cols, (float)mean, (float)rstd, gb[0], gb[1]);
     if (p->mean) p->mean[r] = (float)mean;

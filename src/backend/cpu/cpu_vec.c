@@ -1101,6 +1101,87 @@ AVX512 static inline __m512 bf16x16_widen(const uint16_t *p)
 CPU_SUM_BLOCKED_AVX512(sum_blocked_avx512, float, _mm512_loadu_ps, CPU_F32_ID)
 CPU_SUM_BLOCKED_AVX512(sum_blocked_bf16_avx512, uint16_t, bf16x16_widen, gpucore_bf16_to_f32)
 
+/* The blocked products' bodies (cpu_vec_dot_blocked, cpu_vec_sum_sqdev_blocked): term i is x[i]·y[i],
+ * or with sq (x[i] - c)² (y unused), each operation rounded to f32 (a multiply and an add, never fused,
+ * as the portable body). Per block of CPU_VEC_SUM_BLOCK, lane k adds its 8 terms in f32 in order, then
+ * the block goes into the f64 lanes; CPU_SUM_STREAMS blocks side by side for the adds' latency; the
+ * AVX-512 body's 16 lanes are the AVX2 body's two halves, lane for lane. What is left after the last
+ * block goes through blocked_rest in every body (the same bits). */
+AVX2 static inline __m256 blocked_term8(const float *x, const float *y, int64_t j, __m256 c, int sq)
+{
+    const __m256 u = sq ? _mm256_sub_ps(_mm256_loadu_ps(x + j), c) : _mm256_loadu_ps(x + j);
+    return _mm256_mul_ps(u, sq ? u : _mm256_loadu_ps(y + j));
+}
+
+AVX2 static inline int64_t blocked_avx2(const float *x, const float *y, int64_t n, float c, int sq, double l[16])
+{
+    const __m256 vc = _mm256_set1_ps(c);
+    lanes16 a = lanes_zero();
+    int64_t i = 0;
+    for (; i + CPU_SUM_STREAMS * CPU_VEC_SUM_BLOCK <= n; i += CPU_SUM_STREAMS * CPU_VEC_SUM_BLOCK) {
+        __m256 s0[CPU_SUM_STREAMS], s1[CPU_SUM_STREAMS];
+        for (int b = 0; b < CPU_SUM_STREAMS; b++) {
+            s0[b] = blocked_term8(x, y, i + b * CPU_VEC_SUM_BLOCK, vc, sq);
+            s1[b] = blocked_term8(x, y, i + b * CPU_VEC_SUM_BLOCK + 8, vc, sq);
+        }
+        for (int k = 16; k < CPU_VEC_SUM_BLOCK; k += 16)
+            for (int b = 0; b < CPU_SUM_STREAMS; b++) {
+                s0[b] = _mm256_add_ps(s0[b], blocked_term8(x, y, i + b * CPU_VEC_SUM_BLOCK + k, vc, sq));
+                s1[b] = _mm256_add_ps(s1[b], blocked_term8(x, y, i + b * CPU_VEC_SUM_BLOCK + k + 8, vc, sq));
+            }
+        for (int b = 0; b < CPU_SUM_STREAMS; b++) {
+            acc8(&a, 0, s0[b]);
+            acc8(&a, 1, s1[b]);
+        }
+    }
+    for (; i + CPU_VEC_SUM_BLOCK <= n; i += CPU_VEC_SUM_BLOCK) {
+        __m256 s0 = blocked_term8(x, y, i, vc, sq), s1 = blocked_term8(x, y, i + 8, vc, sq);
+        for (int k = 16; k < CPU_VEC_SUM_BLOCK; k += 16) {
+            s0 = _mm256_add_ps(s0, blocked_term8(x, y, i + k, vc, sq));
+            s1 = _mm256_add_ps(s1, blocked_term8(x, y, i + k + 8, vc, sq));
+        }
+        acc8(&a, 0, s0);
+        acc8(&a, 1, s1);
+    }
+    for (int k = 0; k < 4; k++) _mm256_storeu_pd(l + 4 * k, a.a[k]);
+    return i;
+}
+
+AVX512 static inline __m512 blocked_term16(const float *x, const float *y, int64_t j, __m512 c, int sq)
+{
+    const __m512 u = sq ? _mm512_sub_ps(_mm512_loadu_ps(x + j), c) : _mm512_loadu_ps(x + j);
+    return _mm512_mul_ps(u, sq ? u : _mm512_loadu_ps(y + j));
+}
+
+AVX512 static inline int64_t blocked_avx512(const float *x, const float *y, int64_t n, float c, int sq, double l[16])
+{
+    const __m512 vc = _mm512_set1_ps(c);
+    __m512d a[2] = {_mm512_setzero_pd(), _mm512_setzero_pd()};
+    int64_t i = 0;
+    for (; i + CPU_SUM_STREAMS * CPU_VEC_SUM_BLOCK <= n; i += CPU_SUM_STREAMS * CPU_VEC_SUM_BLOCK) {
+        __m512 s[CPU_SUM_STREAMS];
+        for (int b = 0; b < CPU_SUM_STREAMS; b++) s[b] = blocked_term16(x, y, i + b * CPU_VEC_SUM_BLOCK, vc, sq);
+        for (int k = 16; k < CPU_VEC_SUM_BLOCK; k += 16)
+            for (int b = 0; b < CPU_SUM_STREAMS; b++)
+                s[b] = _mm512_add_ps(s[b], blocked_term16(x, y, i + b * CPU_VEC_SUM_BLOCK + k, vc, sq));
+        for (int b = 0; b < CPU_SUM_STREAMS; b++) sum_blocked_avx512_acc(a, s[b]);
+    }
+    for (; i + CPU_VEC_SUM_BLOCK <= n; i += CPU_VEC_SUM_BLOCK) {
+        __m512 s = blocked_term16(x, y, i, vc, sq);
+        for (int k = 16; k < CPU_VEC_SUM_BLOCK; k += 16) s = _mm512_add_ps(s, blocked_term16(x, y, i + k, vc, sq));
+        sum_blocked_avx512_acc(a, s);
+    }
+    _mm512_storeu_pd(l, a[0]);
+    _mm512_storeu_pd(l + 8, a[1]);
+    return i;
+}
+
+/* The two terms' bodies, each compiled with its term fixed. */
+AVX2 static int64_t blocked_dot_avx2(const float *x, const float *y, int64_t n, double l[16]) { return blocked_avx2(x, y, n, 0, 0, l); }
+AVX2 static int64_t blocked_sq_avx2(const float *x, int64_t n, float c, double l[16]) { return blocked_avx2(x, x, n, c, 1, l); }
+AVX512 static int64_t blocked_dot_avx512(const float *x, const float *y, int64_t n, double l[16]) { return blocked_avx512(x, y, n, 0, 0, l); }
+AVX512 static int64_t blocked_sq_avx512(const float *x, int64_t n, float c, double l[16]) { return blocked_avx512(x, x, n, c, 1, l); }
+
 /* Where the CPU has AVX512-BF16: vcvtneps2bf16 rounds to nearest even and quiets a NaN exactly as
  * bf16x16_round (checked for all 2^32 inputs), but flushes subnormal inputs to zero, so 16 values
  * holding a subnormal take bf16x16_round instead. */
@@ -1212,6 +1293,15 @@ AVX2 static void mul_diff_avx2(float *out, const float *y, const float *g, int64
         _mm256_storeu_ps(out + i, r0);
         _mm256_storeu_ps(out + i + 8, r1);
     }
+    for (; i < n; i++) out[i] = y[i] * (g[i] - d);
+}
+
+AVX512 static void mul_diff_avx512(float *out, const float *y, const float *g, int64_t n, float d)
+{
+    const __m512 vd = _mm512_set1_ps(d);
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16)
+        _mm512_storeu_ps(out + i, _mm512_mul_ps(_mm512_loadu_ps(y + i), _mm512_sub_ps(_mm512_loadu_ps(g + i), vd)));
     for (; i < n; i++) out[i] = y[i] * (g[i] - d);
 }
 
@@ -1381,6 +1471,49 @@ double cpu_vec_sum_blocked(const float *x, int64_t n)
     return s;
 }
 
+/* The blocked products from element i on (the whole of the portable body, the rest after the vector
+ * bodies' blocks): blocks of CPU_VEC_SUM_BLOCK in f32 per lane, the 16-element groups after them in
+ * f64 lanes (exact products), the fold, the tail in order. */
+static double blocked_rest(const float *x, const float *y, int64_t i, int64_t n, float c, int sq, double l[16])
+{
+    for (; i + CPU_VEC_SUM_BLOCK <= n; i += CPU_VEC_SUM_BLOCK)
+        for (int k = 0; k < 16; k++) {
+            float f = 0;
+            for (int j = 0; j < CPU_VEC_SUM_BLOCK; j += 16) {
+                const float u = sq ? x[i + j + k] - c : x[i + j + k];
+                const float p = u * (sq ? u : y[i + j + k]); /* rounded on its own: no contraction */
+                f = j ? f + p : p;
+            }
+            l[k] += f;
+        }
+    for (; i + 16 <= n; i += 16)
+        for (int k = 0; k < 16; k++) {
+            const double u = sq ? (double)x[i + k] - c : x[i + k];
+            l[k] += u * (sq ? u : (double)y[i + k]);
+        }
+    double s = fold16(l);
+    for (; i < n; i++) {
+        const double u = sq ? (double)x[i] - c : x[i];
+        s += u * (sq ? u : (double)y[i]);
+    }
+    return s;
+}
+
+static double blocked(const float *x, const float *y, int64_t n, float c, int sq)
+{
+    double l[16] = {0};
+    int64_t i = 0;
+#if CPU_VEC_X86
+    if (cpu_vec_have_avx512()) i = sq ? blocked_sq_avx512(x, n, c, l) : blocked_dot_avx512(x, y, n, l);
+    else if (cpu_vec_have_avx2()) i = sq ? blocked_sq_avx2(x, n, c, l) : blocked_dot_avx2(x, y, n, l);
+#endif
+    return blocked_rest(x, y, i, n, c, sq, l);
+}
+
+double cpu_vec_dot_blocked(const float *x, const float *y, int64_t n) { return blocked(x, y, n, 0.0f, 0); }
+
+double cpu_vec_sum_sqdev_blocked(const float *x, int64_t n, float center) { return blocked(x, NULL, n, center, 1); }
+
 double cpu_vec_sumsq(const float *x, int64_t n)
 {
 #if CPU_VEC_X86
@@ -1493,6 +1626,7 @@ int cpu_vec_unary(int op, float *y, const float *x, int64_t n)
 void cpu_vec_mul_diff(float *out, const float *y, const float *g, int64_t n, float d)
 {
 #if CPU_VEC_X86
+    if (cpu_vec_have_avx512()) { mul_diff_avx512(out, y, g, n, d); return; }
     if (cpu_vec_have_avx2()) { mul_diff_avx2(out, y, g, n, d); return; }
 #endif
     for (int64_t i = 0; i < n; i++) out[i] = y[i] * (g[i] - d);

@@ -45,6 +45,13 @@ GPUCORE_HIDDEN double cpu_vec_sumsq(const float *x, int64_t n);
 GPUCORE_HIDDEN double cpu_vec_sum_sqdev(const float *x, int64_t n, double center);
 /* Σ x·y (f64 lanes). */
 GPUCORE_HIDDEN double cpu_vec_dot(const float *x, const float *y, int64_t n);
+/* Σ x·y as cpu_vec_sum_blocked sums: per block each lane adds its 8 products (each rounded to f32)
+ * in f32, then the f64 lanes (a relative error of at most ~8 f32 roundings of Σ|x·y|); the same bits
+ * in every body. For the softmax backward, whose f64-widened dot product was its bound. */
+GPUCORE_HIDDEN double cpu_vec_dot_blocked(const float *x, const float *y, int64_t n);
+/* Σ (x - center)² blocked the same way, x - center and its square each rounded to f32 (the LayerNorm
+ * and RMSNorm forward's variance about their f32 mean). */
+GPUCORE_HIDDEN double cpu_vec_sum_sqdev_blocked(const float *x, int64_t n, float center);
 /* y = exp(x - shift) in f32 (y may be NULL: only the sum), returns Σ y (per lane in f32 over
  * tiles of 256, then f64 lanes). Every caller passes a shift at or above max x (the max, or the
  * log-sum-exp), so each term is at most 1 and a tile's f32 sum loses at most 15 roundings. */
