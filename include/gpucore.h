@@ -1447,6 +1447,9 @@ GPUCORE_API gpucore_status gpucore_clip_grad_norm(gpucore_tensor *const *grads, 
  * The safetensors format (8-byte little-endian header length N, N bytes of JSON
  * header, then the tensor bytes), read and written by Python's `safetensors`,
  * PyTorch and Hugging Face. dtype strings: F32 F64 F16 BF16 I32 I64 U8 F8_E4M3 F8_E5M2.
+ * A file may also hold I8 tensors (bitsandbytes' int8 weights, which gpucore_lm_create
+ * reads): it opens, and info, read and load_tensor of such a tensor are NOT_SUPPORTED
+ * (there is no int8 tensor type); other dtypes are NOT_SUPPORTED at open.
  *
  * Writing is atomic: the file is written to a temporary file in the same folder,
  * flushed to disk (fsync) and renamed over `path`, so a crash mid-save leaves the
@@ -2599,8 +2602,10 @@ GPUCORE_API gpucore_status gpucore_residual_norm_backward(gpucore_tensor *dx, gp
  * (u8 codes, .weight.nested_absmax f32 per nested_blocksize codes, .weight.nested_quant_map
  * f32 [256], nested_offset in the JSON) is rebuilt in f32 as bitsandbytes' dequantize_4bit
  * does and held plain (the model's config then says bnb_4bit_use_double_quant false).
- * load_in_8bit, another quant_method or bnb_4bit_quant_storage, a nested_dtype other than
- * float32 are NOT_SUPPORTED naming it.
+ * A load_in_8bit folder (<m>.weight I8 [out, in], <m>.SCB f32 [out], <m>.weight_format 0)
+ * becomes GPUCORE_QUANT_INT8_ROW weights holding those bytes (W = q * SCB / 127).
+ * llm_int8_has_fp16_weight, another quant_method or bnb_4bit_quant_storage, a nested_dtype
+ * other than float32, a weight_format other than 0 are NOT_SUPPORTED naming it.
  *
  * Math, per architecture (what transformers 4.44 computes):
  *   gpt2: wte + wpe (learned positions), pre-LayerNorm blocks with biases,

@@ -6,6 +6,9 @@ the logits transformers computes with bitsandbytes on the CPU (float64), and the
 - fixtures/bnb-nf4-dq-llama: bnb_4bit_use_double_quant=True (the absmax quantized again, 8-bit in
   blocks of 256 after subtracting their mean), wider (hidden 128, intermediate 320) so that layers
   hold several nested blocks and a partial last one.
+- fixtures/bnb-int8-llama: BitsAndBytesConfig(load_in_8bit=True): int8 weights and per-row SCB
+  (reference.npz holds only the ids: bitsandbytes computes int8 x int8 products with an outlier
+  split, so its logits are not the dequantized weights'; the test builds that reference).
 test_bnb_folder.py loads the folders with our loader and compares.
 
 Needs PyTorch >= 2.2, transformers, accelerate and bitsandbytes >= 0.46 (its CPU 4-bit path);
@@ -34,7 +37,7 @@ def exact_cpu_path(model):
             mod.support_avx512bf16_for_cpu = False
 
 
-def make(out, double_quant, **overrides):
+def make(out, double_quant, int8=False, **overrides):
     with tempfile.TemporaryDirectory() as tmp:
         # intermediate_size a multiple of 64: every in_features a multiple of the block (64).
         # bitsandbytes 0.50's native CPU dequantize_4bit takes the blocks row by row, so for
@@ -42,14 +45,15 @@ def make(out, double_quant, **overrides):
         # that CUDA and this library read): 0.17 apart in the weight, 0.22 in the logits, a
         # reference we cannot match
         folder, _ = hf_fixtures.make_model("llama", tmp, **overrides)
-        cfg = transformers.BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4",
-                                              bnb_4bit_compute_dtype=torch.float32,
-                                              bnb_4bit_use_double_quant=double_quant)
+        cfg = transformers.BitsAndBytesConfig(load_in_8bit=True) if int8 else \
+            transformers.BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4",
+                                            bnb_4bit_compute_dtype=torch.float32,
+                                            bnb_4bit_use_double_quant=double_quant)
         model = transformers.AutoModelForCausalLM.from_pretrained(folder, quantization_config=cfg,
                                                                   torch_dtype=torch.float32, device_map="cpu")
         model.eval()
-        assert type(model.model.layers[0].self_attn.q_proj).__name__ == "Linear4bit"
-        assert model.model.layers[0].self_attn.q_proj.weight.quant_state.nested == double_quant
+        assert type(model.model.layers[0].self_attn.q_proj).__name__ == ("Linear8bitLt" if int8 else "Linear4bit")
+        assert int8 or model.model.layers[0].self_attn.q_proj.weight.quant_state.nested == double_quant
         exact_cpu_path(model)
         shutil.rmtree(out, ignore_errors=True)
         model.save_pretrained(out, safe_serialization=True)
@@ -61,7 +65,8 @@ def make(out, double_quant, **overrides):
             os.remove(os.path.join(out, extra))
     versions = "torch %s, transformers %s, bitsandbytes %s" % (torch.__version__, transformers.__version__,
                                                                bitsandbytes.__version__)
-    np.savez(os.path.join(out, "reference.npz"), ids=ids, logits=logits, versions=np.array(versions))
+    ref = dict(ids=ids, versions=np.array(versions)) if int8 else dict(ids=ids, logits=logits, versions=np.array(versions))
+    np.savez(os.path.join(out, "reference.npz"), **ref)
     print("wrote %s (%s)" % (out, versions))
 
 
@@ -69,6 +74,7 @@ def main():
     dst = sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(os.path.abspath(__file__)), "fixtures")
     make(os.path.join(dst, "bnb-nf4-llama"), False, intermediate_size=128)
     make(os.path.join(dst, "bnb-nf4-dq-llama"), True, hidden_size=128, intermediate_size=320)
+    make(os.path.join(dst, "bnb-int8-llama"), False, int8=True, intermediate_size=96)
 
 
 if __name__ == "__main__":

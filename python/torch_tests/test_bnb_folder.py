@@ -19,11 +19,16 @@ quantization_config. This file checks:
   and nested_offset in the JSON): the absmax we hold equals, bit for bit, the f32 definition
   written here (code[q] * nested_absmax[block // 256], then + offset); saved, it is a plain
   NF4 folder whose config says so;
-- what is not implemented (8-bit folders, another code book) and broken folders (a missing or
-  misshapen tensor, a quant_state that disagrees) are refused by name;
+- an 8-bit folder (fixtures/bnb-int8-llama, load_in_8bit: <m>.weight int8 [out, in], <m>.SCB f32
+  [out], <m>.weight_format 0) loads as INT8_ROW holding the file's int8 bytes and SCB; its
+  dequantized weights are the float64 definition int8 * SCB / 127 to within f32 rounding, and its
+  logits those of transformers holding those weights dense;
+- what is not implemented (another code book, llm_int8_has_fp16_weight) and broken folders (a
+  missing or misshapen tensor, a quant_state that disagrees) are refused by name;
 - where bitsandbytes is importable (PyTorch >= 2.2), transformers loads our saved folder with
   logits equal to ours, and our dequantized weights of the double-quantized fixture are
-  bitsandbytes' dequantize_4bit's bit for bit (skipped otherwise: Debian's torch 1.13 has no
+  bitsandbytes' dequantize_4bit's bit for bit, those of the 8-bit fixture its
+  int8_vectorwise_dequant's (skipped otherwise: Debian's torch 1.13 has no
   bitsandbytes).
 """
 from __future__ import annotations
@@ -46,6 +51,7 @@ from gpucore import models  # noqa: E402
 DEVICE = os.environ.get("GPUCORE_TEST_DEVICE", "cpu")
 FIXTURE = os.path.join(os.path.dirname(__file__), "fixtures", "bnb-nf4-llama")
 FIXTURE_DQ = os.path.join(os.path.dirname(__file__), "fixtures", "bnb-nf4-dq-llama")
+FIXTURE_INT8 = os.path.join(os.path.dirname(__file__), "fixtures", "bnb-int8-llama")
 transformers.logging.set_verbosity_error()
 rel, to_np = hf_fixtures.rel, hf_fixtures.to_np
 
@@ -97,7 +103,8 @@ def load_st(path):
 
 def save_st(tensors, path):
     st_torch.save_file({k: (torch.from_numpy(v.view(np.int16)).view(torch.bfloat16) if v.dtype == np.uint16
-                            else torch.from_numpy(np.ascontiguousarray(v))) for k, v in tensors.items()},
+                            else torch.from_numpy(np.ascontiguousarray(v).reshape(v.shape)))  # 0-d stays 0-d
+                       for k, v in tensors.items()},
                        path, metadata={"format": "pt"})
 
 
@@ -279,6 +286,65 @@ def test_double_quant_dequantized_as_bitsandbytes():
         assert got.tobytes() == ref.astype(np.float32).tobytes(), name
 
 
+def int8_weights():
+    """{name: (int8 [out, in], SCB f32 [out])} of the 8-bit fixture, and its other tensors."""
+    st = load_st(os.path.join(FIXTURE_INT8, "model.safetensors"))
+    q = {k: (v, st[k[:-len(".weight")] + ".SCB"]) for k, v in st.items() if v.dtype == np.int8}
+    assert len(q) == 14 and all(st[k + "_format"].shape == () and st[k + "_format"] == 0 for k in q)
+    return q, {k: v for k, v in st.items() if k not in q and not k.endswith((".SCB", ".weight_format"))}
+
+
+def test_int8_folder_made_by_bitsandbytes():
+    """load_in_8bit: INT8_ROW with the file's bytes; W = int8 * SCB / 127; logits of those weights."""
+    m = models.from_pretrained(FIXTURE_INT8, device=DEVICE)
+    assert m.quantization == "int8" and m.dtype == gpucore.float32
+    q, dense = int8_weights()
+    from gpucore import quant
+    params = m.named_parameters()
+    for name, (w, scb) in q.items():
+        raw = params[name].numpy(copy=True).reshape(-1)
+        np.testing.assert_array_equal(raw[:w.size].view(np.int8), w.reshape(-1), err_msg=name)
+        assert raw[-(-w.size // 4) * 4:].view(np.float32).tobytes() == scb.tobytes(), name
+        want = w.astype(np.float64) * scb.astype(np.float64)[:, None] / 127  # the definition, float64
+        got = quant.dequantize(params[name], "int8", w.shape).numpy(copy=True).astype(np.float64)
+        np.testing.assert_allclose(got, want, rtol=2.5e-7, atol=0, err_msg=name)  # f32's rounding
+        dense[name] = want.astype(np.float32)
+    # transformers holding the dequantized weights dense
+    cfg = transformers.AutoConfig.from_pretrained(FIXTURE_INT8)
+    del cfg.quantization_config
+    hf = transformers.AutoModelForCausalLM.from_config(cfg).float().eval()
+    missing, unexpected = hf.load_state_dict({k: torch.from_numpy(v) for k, v in dense.items()}, strict=False)
+    assert not unexpected and all("rotary" in k for k in missing), (missing, unexpected)
+    ids = np.load(os.path.join(FIXTURE_INT8, "reference.npz"))["ids"]
+    with torch.no_grad():
+        ref = hf(torch.as_tensor(ids)).logits.double().numpy()
+    err = rel(to_np(m(ids)), ref)
+    print("8-bit folder against transformers on int8 * SCB / 127: rel err %.3g" % err)
+    assert err < 1e-5, err
+    # the public reader opens the file but has no int8 tensor type: I8 tensors are refused by name
+    from gpucore import serialization
+    f = serialization.safe_open(os.path.join(FIXTURE_INT8, "model.safetensors"))
+    name = next(iter(q))
+    assert name in f.keys() and f.info(name + "_format")[1] == ()
+    with pytest.raises(gpucore.NotSupportedError, match="I8"):
+        f.info(name)
+    with pytest.raises(gpucore.NotSupportedError, match="I8"):
+        f.get_tensor(name)
+
+
+def test_int8_dequantized_as_bitsandbytes():
+    """Our INT8_ROW values of the 8-bit fixture: bitsandbytes' int8_vectorwise_dequant's bits."""
+    bnb_f = pytest.importorskip("bitsandbytes.functional",
+                                reason="bitsandbytes is not importable (it needs PyTorch >= 2.2)")
+    from gpucore import quant
+    m = models.from_pretrained(FIXTURE_INT8, device=DEVICE)
+    q, _ = int8_weights()
+    for name, (w, scb) in q.items():
+        ref = bnb_f.int8_vectorwise_dequant(torch.from_numpy(w), torch.from_numpy(scb)).numpy()
+        got = quant.dequantize(m.named_parameters()[name], "int8", w.shape).numpy(copy=True)
+        assert got.tobytes() == ref.astype(np.float32).tobytes(), name
+
+
 def _variant(store, name, edit_config=None, edit_tensors=None, base=None):
     """A copy of the saved llama nf4 folder (or base) with config.json and/or the tensors edited."""
     out = base or saved(store, "llama", "nf4")[3]
@@ -320,7 +386,7 @@ def _state(t, drop=(), **fields):
     ("nested", None, lambda t: _set(t, Q + ".nested_absmax", np.ones(4, np.float32)),
      gpucore.CorruptFileError, "nested_absmax.*nested_blocksize"),
     ("int8", lambda c: c["quantization_config"].update(load_in_8bit=True, load_in_4bit=False), None,
-     gpucore.NotSupportedError, "load_in_8bit"),
+     gpucore.DtypeMismatchError, "int8"),
     ("gptq", lambda c: _set(c["quantization_config"], "quant_method", "gptq"), None,
      gpucore.NotSupportedError, "gptq"),
     ("storage", lambda c: _set(c["quantization_config"], "bnb_4bit_quant_storage", "bfloat16"), None,
@@ -347,6 +413,30 @@ def test_refusals(store, name, cfg_edit, ts_edit, err, match):
     # the library stays usable
     _, _, _, out = saved(store, "llama", "nf4")
     assert models.from_pretrained(out, device=DEVICE).quantization == "nf4"
+
+
+Q8 = "model.layers.0.mlp.up_proj"
+
+
+@pytest.mark.parametrize("name,cfg_edit,ts_edit,err,match", [
+    ("fp16-weight", lambda c: _set(c["quantization_config"], "llm_int8_has_fp16_weight", True), None,
+     gpucore.NotSupportedError, "llm_int8_has_fp16_weight"),
+    ("scb-missing", None, lambda t: t.pop(Q8 + ".SCB"), gpucore.CorruptFileError, "SCB"),
+    ("scb-shape", None, lambda t: _set(t, Q8 + ".SCB", t[Q8 + ".SCB"][1:].copy()), gpucore.ShapeMismatchError, "SCB"),
+    ("weight-shape", None, lambda t: _set(t, Q8 + ".weight", t[Q8 + ".weight"].T.copy()), gpucore.ShapeMismatchError,
+     "I8"),
+    ("weight-dtype", None, lambda t: _set(t, Q8 + ".weight", t[Q8 + ".weight"].astype(np.float32)),
+     gpucore.DtypeMismatchError, "int8"),
+    ("format", None, lambda t: _set(t, Q8 + ".weight_format", np.array(1, np.uint8)), gpucore.NotSupportedError,
+     "weight format"),
+    ("stray", None, lambda t: _set(t, "model.layers.0.mlp.up.SCB", np.ones(4, np.float32)), gpucore.CorruptFileError,
+     "up.SCB"),
+])
+def test_int8_refusals(store, name, cfg_edit, ts_edit, err, match):
+    folder = _variant(store, "int8-" + name, cfg_edit, ts_edit, base=FIXTURE_INT8)
+    with pytest.raises(err, match=match):
+        models.from_pretrained(folder, device=DEVICE)
+    assert models.from_pretrained(FIXTURE_INT8, device=DEVICE).quantization == "int8"
 
 
 @pytest.mark.parametrize("name,ts_edit,err,match", [

@@ -127,7 +127,45 @@ static gpucore_status lookup(const gpucore_safetensors *f, const char *name, con
     if (!f || !name) return gpucore_set_error(GPUCORE_ERR_NULL_POINTER, "%s: file or name is NULL", op);
     *e = find_entry(f, name);
     if (!*e) return gpucore_set_error(GPUCORE_ERR_INVALID_ARGUMENT, "%s: the file has no tensor \"%.200s\"", op, name);
+    if ((*e)->signed8)
+        return gpucore_set_error(GPUCORE_ERR_NOT_SUPPORTED, "%s: tensor \"%.200s\" has dtype I8, which libgpucore has "
+                                 "no tensor type for", op, name);
     return GPUCORE_OK;
+}
+
+/* The entry's bytes into buf (end - begin bytes). */
+static gpucore_status read_entry(const gpucore_safetensors *f, const gpucore_st_entry *e, const char *op, void *buf)
+{
+    int r = gpucore_io_read_at(f->fd, buf, (size_t)(e->end - e->begin), f->data_start + e->begin);
+    if (r != 0)
+        return gpucore_set_error(r == -2 ? GPUCORE_ERR_CORRUPT_FILE : GPUCORE_ERR_IO,
+                                 "%s: reading \"%.200s\" failed: %s", op, e->name,
+                                 r == -2 ? "the file ended early (it shrank after it was opened?)" : strerror(errno));
+    return GPUCORE_OK;
+}
+
+int gpucore_st_has(const gpucore_safetensors *f, const char *name)
+{
+    return f && name && find_entry(f, name);
+}
+
+gpucore_status gpucore_st_read_i8(gpucore_safetensors *f, const char *name, int *ndim, int64_t *shape, void *dst,
+                                  int64_t cap)
+{
+    const char *op = ST "_read_i8";
+    const gpucore_st_entry *e = f && name ? find_entry(f, name) : NULL;
+    if (!e) return gpucore_set_error(GPUCORE_ERR_INVALID_ARGUMENT, "%s: the file has no tensor \"%.200s\"", op,
+                                     name ? name : "(null)");
+    if (!e->signed8)
+        return gpucore_set_error(GPUCORE_ERR_DTYPE_MISMATCH, "%s: \"%.200s\" is %s in the file, not I8", op, name,
+                                 gpucore_dtype_name((gpucore_dtype)e->dtype));
+    *ndim = e->ndim;
+    for (int i = 0; i < e->ndim; i++) shape[i] = e->shape[i];
+    if (!dst || e->end == e->begin) return GPUCORE_OK;
+    if ((uint64_t)cap != e->end - e->begin)
+        return gpucore_set_error(GPUCORE_ERR_SHAPE_MISMATCH, "%s: \"%.200s\" holds %" PRIu64 " bytes, not %lld", op,
+                                 name, e->end - e->begin, (long long)cap);
+    return read_entry(f, e, op, dst);
 }
 
 gpucore_status gpucore_safetensors_info(const gpucore_safetensors *f, const char *name, gpucore_dtype *dtype, int *ndim,
@@ -169,12 +207,9 @@ gpucore_status gpucore_safetensors_read(gpucore_safetensors *f, const char *name
     if (!buf)
         return gpucore_set_error(GPUCORE_ERR_OUT_OF_MEMORY, "%s: out of host memory staging %" PRIu64 " bytes of \"%.200s\"",
                                  op, bytes, name);
-    int r = gpucore_io_read_at(f->fd, buf, (size_t)bytes, f->data_start + e->begin);
-    if (r != 0) {
+    if ((st = read_entry(f, e, op, buf))) {
         free(buf);
-        return gpucore_set_error(r == -2 ? GPUCORE_ERR_CORRUPT_FILE : GPUCORE_ERR_IO,
-                                 "%s: reading \"%.200s\" failed: %s", op, name,
-                                 r == -2 ? "the file ended early (it shrank after it was opened?)" : strerror(errno));
+        return st;
     }
     st = gpucore_copy_from_host(dst, buf, (int64_t)bytes);
     free(buf);

@@ -20,6 +20,7 @@ typedef struct gpucore_st_entry {
     char *name;
     int32_t dtype;                     /* gpucore_dtype */
     int32_t ndim;
+    int32_t signed8;                   /* dtype I8, held as GPUCORE_U8 bytes: only gpucore_st_read_i8 reads it */
     int64_t shape[GPUCORE_MAX_DIMS];
     uint64_t begin, end;               /* byte offsets in the data section, checked */
 } gpucore_st_entry;
@@ -39,6 +40,15 @@ GPUCORE_HIDDEN gpucore_status gpucore_st_parse_header(const char *json, size_t j
 /* Parse a whole file held in memory: the 8-byte length, the header, the data. */
 GPUCORE_HIDDEN gpucore_status gpucore_st_parse_buffer(const uint8_t *buf, size_t size, gpucore_st_header **out);
 GPUCORE_HIDDEN void gpucore_st_header_free(gpucore_st_header *h);
+
+/* Whether the file holds a tensor of that name, whatever its dtype (I8 included). */
+GPUCORE_HIDDEN int gpucore_st_has(const struct gpucore_safetensors *f, const char *name);
+/* An I8 tensor (bitsandbytes' int8 weights; libgpucore has no int8 tensor type, so the public
+ * calls refuse it): its ndim and shape, and with dst (cap bytes) its bytes read into host memory.
+ * INVALID_ARGUMENT when the file has no such tensor, DTYPE_MISMATCH when it is not I8. */
+struct gpucore_safetensors;
+GPUCORE_HIDDEN gpucore_status gpucore_st_read_i8(struct gpucore_safetensors *f, const char *name, int *ndim,
+                                                 int64_t *shape, void *dst, int64_t cap);
 
 /* "F32" for GPUCORE_F32, ...; NULL for an unknown dtype. */
 GPUCORE_HIDDEN const char *gpucore_st_dtype_string(int dtype);

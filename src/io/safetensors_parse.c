@@ -29,7 +29,7 @@ static const struct { const char *name; int dtype; } st_dtypes[] = {
 };
 #define ST_DTYPE_LIST "F32, F64, F16, BF16, I32, I64, U8, F8_E4M3, F8_E5M2"
 /* Valid safetensors dtypes that libgpucore has no tensor type for. */
-static const char *const st_other_dtypes[] = {"BOOL", "I8", "I16", "U16", "U32", "U64", "F8_E8M0", "F4", "F6_E2M3",
+static const char *const st_other_dtypes[] = {"BOOL", "I16", "U16", "U32", "U64", "F8_E8M0", "F4", "F6_E2M3",
                                               "F6_E3M2", "C64"};
 
 const char *gpucore_st_dtype_string(int dtype)
@@ -106,6 +106,10 @@ static gpucore_status parse_entry(const cJSON *obj, uint64_t data_size, gpucore_
     e->dtype = -1;
     for (size_t i = 0; i < sizeof st_dtypes / sizeof st_dtypes[0]; i++)
         if (!strcmp(dt->valuestring, st_dtypes[i].name)) e->dtype = st_dtypes[i].dtype;
+    if (e->dtype < 0 && !strcmp(dt->valuestring, "I8")) { /* read only as bytes: gpucore_st_read_i8 */
+        e->dtype = GPUCORE_U8;
+        e->signed8 = 1;
+    }
     if (e->dtype < 0) {
         for (size_t i = 0; i < sizeof st_other_dtypes / sizeof st_other_dtypes[0]; i++)
             if (!strcmp(dt->valuestring, st_other_dtypes[i]))

@@ -17,7 +17,12 @@
  * rebuilt in f32 as bitsandbytes' dequantize_4bit does (nested_quant_map[code] *
  * nested_absmax[block / nested_blocksize], then + nested_offset) and held plain, so the weight's
  * values are bitsandbytes' bit for bit; such a model is saved without double quantization.
- * The 8-bit layout (SCB) is refused by name (int8 tensors have no dtype here).
+ * The 8-bit layout (load_in_8bit: LLM.int8's Int8Params, as Linear8bitLt saves it) is
+ *   <m>.weight                                  I8 [out, in]: the int8 values
+ *   <m>.SCB                                     f32 [out]: each row's absmax
+ *   <m>.weight_format                           u8 scalar 0 ("row"; older files may lack it)
+ * which is our INT8_ROW (the int8 bytes, zeros to a multiple of 4, the SCB), W = q * SCB / 127;
+ * llm_int8_threshold's outlier split is bitsandbytes' way of computing, not part of the weight.
  */
 #include <math.h>
 #include <stdio.h>
@@ -26,10 +31,14 @@
 #include "lm_internal.h"
 #include "bnb_folder.h"
 #include "quant_formats.h"
+#include "io/safetensors.h"
 
-int lm_bnb_state_key(const char *weight, const char *name)
+int lm_bnb_state_key(int fmt, const char *weight, const char *name)
 {
     size_t n = strlen(weight);
+    if (fmt == GPUCORE_QUANT_INT8_ROW) /* <m>.SCB beside <m>.weight, and <m>.weight_format */
+        return (n > 7 && !strcmp(weight + n - 7, ".weight") && !strncmp(name, weight, n - 7) &&
+                !strcmp(name + n - 7, ".SCB")) || (!strncmp(name, weight, n) && !strcmp(name + n, "_format"));
     if (strncmp(name, weight, n)) return 0;
     const char *s = name + n;
     return !strcmp(s, ".absmax") || !strcmp(s, ".quant_map") || !strcmp(s, ".quant_state.bitsandbytes__nf4") ||
@@ -66,23 +75,24 @@ gpucore_status lm_bnb_read_config(const char *json, lm_bnb *b)
     else if (!m || strcmp(m, "bitsandbytes"))
         st = gpucore_set_error(GPUCORE_ERR_NOT_SUPPORTED, "%s: config.json's quantization_config has quant_method "
                                "'%s'; only bitsandbytes' 4-bit layout (load_in_4bit) is read", OP, m ? m : "(none)");
-    else if (json_true(qc, "load_in_8bit"))
-        st = gpucore_set_error(GPUCORE_ERR_NOT_SUPPORTED, "%s: a bitsandbytes load_in_8bit folder (int8 weights and "
-                               "SCB) is not read: load the dense model with quantize int8 instead", OP);
-    else if (!json_true(qc, "load_in_4bit"))
+    else if (json_true(qc, "load_in_8bit") && json_true(qc, "llm_int8_has_fp16_weight"))
+        st = gpucore_set_error(GPUCORE_ERR_NOT_SUPPORTED, "%s: a bitsandbytes load_in_8bit folder with "
+                               "llm_int8_has_fp16_weight (16-bit weights kept for training) is not read", OP);
+    else if (!json_true(qc, "load_in_4bit") && !json_true(qc, "load_in_8bit"))
         st = gpucore_set_error(GPUCORE_ERR_NOT_SUPPORTED, "%s: config.json's bitsandbytes quantization_config sets "
                                "neither load_in_4bit nor load_in_8bit", OP);
     if (st) { lm_bnb_free(b); return st; }
     const cJSON *qt = cJSON_GetObjectItemCaseSensitive(qc, "bnb_4bit_quant_type");
     const char *t = cJSON_IsString(qt) ? qt->valuestring : "fp4"; /* BitsAndBytesConfig's default */
-    b->fmt = !strcmp(t, "nf4") ? GPUCORE_QUANT_NF4 : !strcmp(t, "fp4") ? GPUCORE_QUANT_FP4 : -1;
+    b->fmt = json_true(qc, "load_in_8bit") ? GPUCORE_QUANT_INT8_ROW
+             : !strcmp(t, "nf4") ? GPUCORE_QUANT_NF4 : !strcmp(t, "fp4") ? GPUCORE_QUANT_FP4 : -1;
     const cJSON *storage = cJSON_GetObjectItemCaseSensitive(qc, "bnb_4bit_quant_storage");
     const cJSON *cd = cJSON_GetObjectItemCaseSensitive(qc, "bnb_4bit_compute_dtype");
     b->compute_dtype = cJSON_IsString(cd) ? lm_dtype_from_torch(cd->valuestring) : GPUCORE_F32; /* transformers' default */
     const cJSON *skip = cJSON_GetObjectItemCaseSensitive(qc, "llm_int8_skip_modules");
     if (b->fmt < 0)
         st = gpucore_set_error(GPUCORE_ERR_NOT_SUPPORTED, "%s: bnb_4bit_quant_type '%s': nf4 or fp4", OP, t);
-    else if (storage && !cJSON_IsNull(storage) && !(cJSON_IsString(storage) && !strcmp(storage->valuestring, "uint8")))
+    else if (b->fmt != GPUCORE_QUANT_INT8_ROW && storage && !cJSON_IsNull(storage) && !(cJSON_IsString(storage) && !strcmp(storage->valuestring, "uint8")))
         st = gpucore_set_error(GPUCORE_ERR_NOT_SUPPORTED, "%s: bnb_4bit_quant_storage other than uint8 is not read",
                                OP);
     else if (b->compute_dtype < 0)
@@ -224,8 +234,51 @@ static void split_sizes(const lm_linear *l, int64_t block, int64_t *packed, int6
     *nblocks = (n + block - 1) / block;
 }
 
+/* l's INT8_ROW weight from the 8-bit layout: <m>.weight I8 [out, in], <m>.SCB f32 [out] and, when
+ * present, <m>.weight_format u8 scalar 0 (row-major, the only one bitsandbytes still reads). */
+static gpucore_status load_int8(gpucore_lm *lm, lm_linear *l, lm_bnb_find find, void *user)
+{
+    char *wname = lm_strdupf("%s.weight", l->module), *sname = lm_strdupf("%s.SCB", l->module);
+    char *fname = lm_strdupf("%s.weight_format", l->module);
+    int64_t n = l->out * l->in, off = (n + 3) / 4 * 4, total = 0, shp[GPUCORE_MAX_DIMS];
+    gpucore_status st = !wname || !sname || !fname ? gpucore_set_error(GPUCORE_ERR_OUT_OF_MEMORY, "%s: out of host "
+                                                                       "memory", OP)
+                        : gpucore_quant_size(GPUCORE_QUANT_INT8_ROW, l->out, l->in, 0, 0, &total);
+    unsigned char *bytes = st ? NULL : calloc((size_t)total, 1);
+    if (!st && !bytes) st = gpucore_set_error(GPUCORE_ERR_OUT_OF_MEMORY, "%s: out of host memory", OP);
+    const char *file = NULL;
+    gpucore_safetensors *h = st ? NULL : find(user, wname, &file);
+    int nd = 0;
+    if (!st && !h)
+        st = gpucore_set_error(GPUCORE_ERR_CORRUPT_FILE, "%s: tensor '%s' is missing from '%s' (bitsandbytes' "
+                               "8-bit layout needs it)", OP, wname, lm->folder);
+    if (!st && gpucore_st_read_i8(h, wname, &nd, shp, NULL, 0)) {
+        gpucore_dtype dt = GPUCORE_U8;
+        gpucore_safetensors_info(h, wname, &dt, &nd, shp);
+        st = gpucore_set_error(GPUCORE_ERR_DTYPE_MISMATCH, "%s: tensor '%s' in '%s' is %s; bitsandbytes' 8-bit layout "
+                               "holds int8 (I8) weights", OP, wname, file, gpucore_dtype_name(dt));
+    }
+    if (!st && (nd != 2 || shp[0] != l->out || shp[1] != l->in)) {
+        char got[96];
+        gpucore_shape_str(nd, shp, got, sizeof got);
+        st = gpucore_set_error(GPUCORE_ERR_SHAPE_MISMATCH, "%s: tensor '%s' in '%s' is I8 %s; this layer is [%lld, "
+                               "%lld]", OP, wname, file, got, (long long)l->out, (long long)l->in);
+    }
+    if (!st) st = gpucore_st_read_i8(h, wname, &nd, shp, bytes, n);
+    if (!st) st = read_exact(lm, find, user, sname, GPUCORE_F32, 1, &l->out, bytes + off, 4 * l->out);
+    unsigned char format = 0;
+    if (!st && find(user, fname, &file)) st = read_exact(lm, find, user, fname, GPUCORE_U8, 0, NULL, &format, 1);
+    if (!st && format != 0)
+        st = gpucore_set_error(GPUCORE_ERR_NOT_SUPPORTED, "%s: '%s' is %d: only weight format 0 (row) is read, as "
+                               "bitsandbytes does", OP, fname, format);
+    if (!st) st = lm_adopt_quantized(lm, l, GPUCORE_QUANT_INT8_ROW, 0, bytes, total);
+    free(bytes); free(wname); free(sname); free(fname);
+    return st;
+}
+
 gpucore_status lm_bnb_load_linear(gpucore_lm *lm, const lm_bnb *b, lm_linear *l, lm_bnb_find find, void *user)
 {
+    if (b->fmt == GPUCORE_QUANT_INT8_ROW) return load_int8(lm, l, find, user);
     char *wname = lm_strdupf("%s.weight", l->module);
     char *key = wname ? lm_strdupf("%s.quant_state.bitsandbytes__%s", wname, q4_name(b->fmt)) : NULL;
     if (!key) { free(wname); return gpucore_set_error(GPUCORE_ERR_OUT_OF_MEMORY, "%s: out of host memory", OP); }

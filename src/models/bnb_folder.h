@@ -19,8 +19,9 @@ GPUCORE_HIDDEN gpucore_status lm_bnb_read_config(const char *json, lm_bnb *b);
 GPUCORE_HIDDEN void lm_bnb_free(lm_bnb *b);
 /* A module llm_int8_skip_modules keeps dense (transformers' rule: its name holds an entry). */
 GPUCORE_HIDDEN int lm_bnb_skipped(const lm_bnb *b, const char *module);
-/* name is one of the tensors bitsandbytes stores beside a quantized weight named weight. */
-GPUCORE_HIDDEN int lm_bnb_state_key(const char *weight, const char *name);
+/* name is one of the tensors bitsandbytes stores beside a weight named weight of format fmt
+ * (NF4/FP4: .absmax, .quant_map, .quant_state.*, .nested_*; INT8_ROW: <m>.SCB, .weight_format). */
+GPUCORE_HIDDEN int lm_bnb_state_key(int fmt, const char *weight, const char *name);
 /* The open file holding tensor name (its file name in *file), or NULL. */
 typedef gpucore_safetensors *(*lm_bnb_find)(void *user, const char *name, const char **file);
 /* l's weight read from its four tensors (six with double quantization: the absmax rebuilt in f32

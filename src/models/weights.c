@@ -14,6 +14,7 @@
 #include <unistd.h>
 #include "lm_internal.h"
 #include "bnb_folder.h"
+#include "io/safetensors.h"
 
 #if GPUCORE_HAVE_CJSON
 #include <cjson/cJSON.h>
@@ -222,10 +223,7 @@ static int64_t find_source(const loader *ld, const char *name)
             if (!strcmp(ld->map_names[i], name)) return ld->map_src[i];
         return -1;
     }
-    gpucore_dtype dt;
-    int nd;
-    int64_t shp[GPUCORE_MAX_DIMS];
-    return gpucore_safetensors_info(ld->src[0].h, name, &dt, &nd, shp) == GPUCORE_OK ? 0 : -1;
+    return gpucore_st_has(ld->src[0].h, name) ? 0 : -1;
 }
 
 /* The name a registry tensor has in the files. */
@@ -345,7 +343,8 @@ static gpucore_status check_leftovers(loader *ld)
             int used = 0;
             for (int64_t k = 0; k < lm->n_params && !used; k++) {
                 const lm_param *p = &lm->params[k];
-                used = !strcmp(file_name(ld, p->name), name) || (p->lin && p->lin->wq && lm_bnb_state_key(p->name, name));
+                used = !strcmp(file_name(ld, p->name), name) ||
+                       (p->lin && p->lin->wq && lm_bnb_state_key(p->lin->q.format, p->name, name));
             }
             if (!used)
                 return gpucore_set_error(GPUCORE_ERR_CORRUPT_FILE, "gpucore_lm_create: '%s' holds tensor '%s', which a "
