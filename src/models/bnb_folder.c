@@ -244,7 +244,7 @@ static gpucore_status load_int8(gpucore_lm *lm, lm_linear *l, lm_bnb_find find, 
     gpucore_status st = !wname || !sname || !fname ? gpucore_set_error(GPUCORE_ERR_OUT_OF_MEMORY, "%s: out of host "
                                                                        "memory", OP)
                         : gpucore_quant_size(GPUCORE_QUANT_INT8_ROW, l->out, l->in, 0, 0, &total);
-    unsigned char *bytes = st ? NULL : calloc((size_t)total, 1);
+    unsigned char *bytes = st ? NULL : calloc((size_t)(total ? total : 1), 1);
     if (!st && !bytes) st = gpucore_set_error(GPUCORE_ERR_OUT_OF_MEMORY, "%s: out of host memory", OP);
     const char *file = NULL;
     gpucore_safetensors *h = st ? NULL : find(user, wname, &file);
