@@ -112,12 +112,11 @@ static void forward_heads(const gpucore_attn_args *a, att_bufs *w, int64_t b, in
     cpu_attn_load_rows(&a->v, dt, b, hk, 0, nk, Dv, w->v);
     for (int64_t h = h0; h < h1; h++) {
         cpu_attn_load_rows(&a->q, dt, b, h, 0, Sq, D, w->q);
-        if (direct) {
-            for (int64_t i = 0; i < Sq; i++) {
-                const int64_t kend = gpucore_attn_key_end(a, b, i);
-                for (int64_t j = 0; j < kend; j++)
-                    w->s[i * Sk + j] = a->scale * (float)cpu_vec_dot(w->q + i * D, w->k + j * D, D);
-            }
+        if (direct) { /* the rows' dots with every key any of them sees (f32, as the GEMM), then scaled */
+            if (!cpu_gemv_dots_f32(w->k, D, nk, w->q, D, (int)Sq, D, w->s, Sk))
+                for (int64_t i = 0; i < Sq; i++)
+                    for (int64_t j = 0; j < nk; j++) w->s[i * Sk + j] = (float)cpu_vec_dot(w->q + i * D, w->k + j * D, D);
+            for (int64_t i = 0; i < Sq; i++) cpu_vec_axpb(w->s + i * Sk, w->s + i * Sk, nk, a->scale, 0.0f);
         } else {
             scores(a, w);
         }

@@ -213,6 +213,29 @@ static void gemv_part(void *arg, int64_t b0, int64_t b1)
 }
 #endif
 
+int cpu_gemv_dots_f32(const float *w, int64_t ldw, int64_t m, const float *x, int64_t ldx, int n, int64_t k,
+                      float *out, int64_t ldo)
+{
+#if GEMV_X86
+    if (!cpu_vec_have_avx2() || n < 1 || n > CPU_GEMV_MAX_N) return 0;
+    const int wide = cpu_vec_have_avx512(), group = n <= 2 ? GEMV_GROUP : GEMV_GROUP / 2;
+    for (int64_t i = 0; i < m;) {
+        const int r = i + group <= m ? group : 1;
+        float dots[GEMV_GROUP][CPU_GEMV_MAX_N] = {{0}};
+        const char *wi = (const char *)(w + i * ldw);
+        if (wide) row_dots_avx512(wi, ldw * 4, GPUCORE_KDT_F32, x, ldx, 0, k, r, n, dots);
+        else row_dots_avx2(wi, ldw * 4, GPUCORE_KDT_F32, x, ldx, 0, k, r, n, dots);
+        for (int q = 0; q < r; q++)
+            for (int j = 0; j < n; j++) out[j * ldo + i + q] = dots[q][j];
+        i += r;
+    }
+    return 1;
+#else
+    (void)w, (void)ldw, (void)m, (void)x, (void)ldx, (void)n, (void)k, (void)out, (void)ldo;
+    return 0;
+#endif
+}
+
 gpucore_status cpu_gemv_run(const gpucore_gemm_desc *g)
 {
 #if GEMV_X86

@@ -77,6 +77,11 @@ GPUCORE_HIDDEN gpucore_status cpu_matmul(void *bctx, const gpucore_gemm_desc *de
  * batch, an AVX2 CPU), and running it (on the calling thread, which is the stream's). */
 GPUCORE_HIDDEN int cpu_gemv_takes(const gpucore_gemm_desc *g);
 GPUCORE_HIDDEN gpucore_status cpu_gemv_run(const gpucore_gemm_desc *g);
+/* out[j·ldo + i] = Σ_{p < k} w[i·ldw + p]·x[j·ldx + p] for rows i < m of w and n <= 4 vectors x, f32
+ * with f32 accumulation, on the calling thread (a decode step's attention scores). Returns 0 when the
+ * CPU lacks AVX2 (the caller computes them otherwise). */
+GPUCORE_HIDDEN int cpu_gemv_dots_f32(const float *w, int64_t ldw, int64_t m, const float *x, int64_t ldx, int n,
+                                     int64_t k, float *out, int64_t ldo);
 /* The CPU backend's one f32 GEMM (cpu_matmul.c), row-major like cblas_sgemm(CblasRowMajor):
  * C[m,n] (ld ldc) = alpha·op(A)·op(B) + beta·C, op(A) [m,k] (ta: A stored [k,m], ld lda),
  * op(B) [k,n] (tb: B stored [n,k], ld ldb). beta == 0 never reads C. OpenBLAS sgemm where the
