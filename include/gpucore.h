@@ -2930,8 +2930,9 @@ typedef struct gpucore_lm_plan_options {
     int64_t ckpt_param;      /* k of EVERY_K, bytes of BUDGET */
     int32_t optimizer;       /* -1: none, GPUCORE_OPTIMIZER_SGD, GPUCORE_OPTIMIZER_ADAMW (default) */
     double momentum;         /* SGD: > 0 counts a momentum buffer */
-    int32_t zero_stage;      /* 0 (default); ZeRO stages 1-3 are not planned yet: NOT_SUPPORTED */
-    int32_t world_size;      /* 1 (default) */
+    int32_t zero_stage;      /* 0 (default); 1-3: NOT_SUPPORTED (the model layer trains on one device;
+                                ZeRO trains models of the executor's built-in blocks, gpucore_zero_bind_ckpt) */
+    int32_t world_size;      /* 1 (default); more: NOT_SUPPORTED, as zero_stage */
     int64_t grad_accum;      /* micro-batches per step (default 1); > 1 counts the accumulation scratch */
     int32_t quant_format;    /* -1 (default): dense (a model loaded quantized: its format); else the
                                 gpucore_quant_format of the decoder's linears */

@@ -793,8 +793,11 @@ static gpucore_status check_options(const gpucore_lm *lm, const gpucore_lm_plan_
         return gpucore_set_error(GPUCORE_ERR_INVALID_ARGUMENT, "%s: zero_stage %d, world_size %d: stages are 0-3 and "
                                  "world_size >= 1", op, o->zero_stage, o->world_size);
     if (o->zero_stage > 0 || o->world_size > 1)
-        return gpucore_set_error(GPUCORE_ERR_NOT_SUPPORTED, "%s: the plan covers one device without ZeRO sharding "
-                                 "(zero_stage 0, world_size 1); ZeRO stages 1-3 are not planned yet", op);
+        return gpucore_set_error(GPUCORE_ERR_NOT_SUPPORTED, "%s: zero_stage %d, world_size %d: the model layer's "
+                                 "training step runs on one device (its segments read their own weights, not a ZeRO "
+                                 "trainer's gathered buckets), so the plan covers zero_stage 0, world_size 1; ZeRO "
+                                 "trains models built from the executor's blocks (gpucore_zero_bind_ckpt)", op,
+                                 o->zero_stage, o->world_size);
     if (o->grad_accum < 1)
         return gpucore_set_error(GPUCORE_ERR_INVALID_ARGUMENT, "%s: grad_accum is %lld; it must be >= 1", op,
                                  (long long)o->grad_accum);
