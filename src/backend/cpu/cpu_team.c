@@ -26,6 +26,7 @@
  * OpenMP loop instead. Unloading the library stops and joins the helpers.
  */
 #include <pthread.h>
+#include <sched.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include "cpu_internal.h"
@@ -158,6 +159,11 @@ void cpu_team_run(cpu_team_fn fn, void *arg, int64_t units, int threaded)
     if (team.sleepers) pthread_cond_broadcast(&team.cv);
     pthread_mutex_unlock(&team.mu);
     team_work(gen);
-    while (__atomic_load_n(&team.done, __ATOMIC_ACQUIRE) < parts) CPU_TEAM_RELAX(); /* parts others claimed */
+    /* parts others claimed; past ~1024 polls the member running one may have lost its CPU (a shared
+     * machine): yield so the scheduler can give it this one */
+    for (unsigned i = 1; __atomic_load_n(&team.done, __ATOMIC_ACQUIRE) < parts; i++) {
+        CPU_TEAM_RELAX();
+        if (!(i & 1023)) sched_yield();
+    }
     pthread_mutex_unlock(&team.busy);
 }
