@@ -3017,9 +3017,10 @@ GPUCORE_API int64_t gpucore_lm_lora_count(const gpucore_lm *lm);
  * too; quant_state's dtype the model's dtype) with transformers' quantization_config
  * (bnb_4bit_compute_dtype the model's dtype, no double quantization) added to config.json,
  * or the one read kept; a model with no quantized layer left drops a quantization_config
- * it was read with. INT8_ROW or GGUF blocks, NF4 mixed with FP4, or dense linear layers
- * beside quantized ones (after merge_adapter) that llm_int8_skip_modules does not name
- * are NOT_SUPPORTED. */
+ * it was read with. INT8_ROW layers are written as Linear8bitLt saves them (<m>.weight
+ * I8, <m>.SCB, <m>.weight_format 0) with load_in_8bit's quantization_config. GGUF blocks,
+ * mixed formats, or dense linear layers beside quantized ones (after merge_adapter) that
+ * llm_int8_skip_modules does not name are NOT_SUPPORTED. */
 GPUCORE_API gpucore_status gpucore_lm_save_pretrained(gpucore_lm *lm, const char *folder);
 
 /* ------------------------------------------------- text: tokenizer and chat prompts (src/text)

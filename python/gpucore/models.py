@@ -366,8 +366,9 @@ class LanguageModel(_Owned):
         return int(C.gpucore_lm_lora_count(self.handle))
 
     def save_pretrained(self, path: Any) -> None:
-        """Write the model as a Hugging Face folder (config.json + model.safetensors); NF4/FP4 linear
-        layers in bitsandbytes' layout with transformers' quantization_config."""
+        """Write the model as a Hugging Face folder (config.json + model.safetensors); NF4/FP4 and
+        int8 linear layers in bitsandbytes' layout (4-bit / Linear8bitLt's) with transformers'
+        quantization_config."""
         C.gpucore_lm_save_pretrained(self.handle, _enc(path, "path"))
 
     # ---- text: the C library's tokenizer (a GGUF file's metadata, a folder's tokenizer.json); a
@@ -461,8 +462,9 @@ def from_pretrained(path: Any, device: Any = None, dtype: Any = None, quantize: 
     it (QLoRA). `path` may instead be a GGUF file of llama.cpp (llama, qwen2, gpt2): config from
     its metadata, the linear layers' quantized blocks kept as they are, other weights decoded to
     `dtype` (default: the file's float type, float32 when the embedding is quantized). A folder
-    transformers saved with bitsandbytes' 4-bit weights (quantization_config) keeps its NF4/FP4
-    weights, computed in `dtype` or its bnb_4bit_compute_dtype."""
+    transformers saved with bitsandbytes (quantization_config) keeps its NF4/FP4 weights (a
+    double-quantized absmax rebuilt as bitsandbytes does) or its int8 weights and SCB, computed in
+    `dtype` or its bnb_4bit_compute_dtype."""
     return LanguageModel(path, device=device, dtype=dtype, quantize=quantize, block_size=block_size)
 
 

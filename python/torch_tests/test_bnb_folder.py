@@ -464,8 +464,68 @@ def test_refusals_at_save(store, tmp_path):
         models.from_pretrained(out, device=DEVICE, quantize="nf4")
     folder, _, _, _ = saved(store, "llama", "nf4")
     m = models.from_pretrained(folder, device=DEVICE, quantize="int8")
-    with pytest.raises(gpucore.NotSupportedError, match="int8"):
+    m.add_lora(r=2, lora_alpha=4, target_modules=["q_proj"], seed=1)
+    with pytest.raises(gpucore.InvalidArgumentError, match="adapters"):
         m.save_pretrained(str(tmp_path / "int8"))
+
+
+def test_int8_saved_layout(store, tmp_path):
+    """save_pretrained of an int8 model: Linear8bitLt's layout (I8 weight, SCB, weight_format 0) and
+    transformers' load_in_8bit quantization_config; it reloads with the same bytes and logits."""
+    folder, _, _, _ = saved(store, "llama", "nf4")
+    m = models.from_pretrained(folder, device=DEVICE, quantize="int8")
+    out = str(tmp_path / "int8")
+    m.save_pretrained(out)
+    with open(os.path.join(out, "config.json")) as f:
+        qc = json.load(f)["quantization_config"]
+    want = dict(bnb_config("fp4"), _load_in_4bit=False, _load_in_8bit=True, load_in_4bit=False, load_in_8bit=True)
+    assert qc == want  # BitsAndBytesConfig(load_in_8bit=True).to_dict(), compute dtype ours (bf16)
+    got = st_torch.load_file(os.path.join(out, "model.safetensors"))
+    params = m.named_parameters()
+    nq = 0
+    for name, t in params.items():
+        if name[:-len(".weight")].endswith(linears("llama")):
+            nq += 1
+            w, scb, fmt = got[name], got[name[:-len(".weight")] + ".SCB"], got[name + "_format"]
+            assert w.dtype == torch.int8 and scb.dtype == torch.float32 and fmt.dtype == torch.uint8
+            raw = t.numpy(copy=True).reshape(-1)
+            assert w.numpy().tobytes() == raw[:w.numel()].tobytes(), name
+            assert scb.numpy().tobytes() == raw[-(-w.numel() // 4) * 4:].tobytes(), name
+            assert fmt.shape == () and int(fmt) == 0
+    assert nq == 14
+    m2 = models.from_pretrained(out, device=DEVICE)
+    assert m2.quantization == "int8" and m2.dtype == gpucore.bfloat16
+    for k, t in params.items():
+        assert to_np(t).tobytes() == to_np(m2.named_parameters()[k]).tobytes(), k
+    ids = ids_for(m.vocab_size)
+    np.testing.assert_array_equal(to_np(m2(ids)), to_np(m(ids)))
+    # the folder bitsandbytes wrote, loaded and saved: its tensors again, bit for bit
+    m3 = models.from_pretrained(FIXTURE_INT8, device=DEVICE)
+    m3.save_pretrained(str(tmp_path / "again"))
+    a = st_torch.load_file(os.path.join(FIXTURE_INT8, "model.safetensors"))
+    b = st_torch.load_file(str(tmp_path / "again" / "model.safetensors"))
+    assert set(a) == set(b)
+    for k in a:
+        assert a[k].dtype == b[k].dtype and a[k].shape == b[k].shape and torch.equal(a[k], b[k]), k
+
+
+def test_transformers_loads_our_int8_folder(store, tmp_path):
+    """transformers + bitsandbytes (PyTorch >= 2.2) load our saved int8 folder: Linear8bitLt holding our bytes."""
+    pytest.importorskip("bitsandbytes", reason="bitsandbytes is not importable (it needs PyTorch >= 2.2)")
+    folder, _, _, _ = saved(store, "llama", "nf4")
+    m = models.from_pretrained(folder, device=DEVICE, quantize="int8", dtype=gpucore.float32)
+    m.save_pretrained(str(tmp_path / "int8"))
+    hf = transformers.AutoModelForCausalLM.from_pretrained(str(tmp_path / "int8"), device_map="cpu")
+    params = m.named_parameters()
+    n = 0
+    for name, mod in hf.named_modules():
+        if type(mod).__name__ == "Linear8bitLt":
+            n += 1
+            raw = params[name + ".weight"].numpy(copy=True).reshape(-1)
+            cb, scb = mod.weight.data, mod.weight.SCB if mod.weight.SCB is not None else mod.state.SCB
+            assert cb.dtype == torch.int8 and cb.numpy().tobytes() == raw[:cb.numel()].tobytes(), name
+            assert scb.numpy().tobytes() == raw[-(-cb.numel() // 4) * 4:].tobytes(), name
+    assert n == 14
 
 
 def test_merged_into_a_dense_model_drops_quantization_config(store, tmp_path):

@@ -244,8 +244,8 @@ static cJSON *json_uint(uint64_t v)
 }
 
 /* The header JSON, padded with spaces to a multiple of 8 bytes. */
-static gpucore_status build_header(const char *const *names, gpucore_tensor *const *ts, int64_t count,
-                                   const char *const *mk, const char *const *mv, int64_t mcount, char **out,
+static gpucore_status build_header(const char *const *names, gpucore_tensor *const *ts, const char *const *i8,
+                                   int64_t count, const char *const *mk, const char *const *mv, int64_t mcount, char **out,
                                    size_t *out_len)
 {
     cJSON *root = cJSON_CreateObject();
@@ -260,7 +260,8 @@ static gpucore_status build_header(const char *const *names, gpucore_tensor *con
         const gpucore_tensor *t = ts[i];
         cJSON *e = cJSON_AddObjectToObject(root, names[i]);
         cJSON *shape = e ? cJSON_AddArrayToObject(e, "shape") : NULL;
-        ok = e && shape && cJSON_AddStringToObject(e, "dtype", gpucore_st_dtype_string(t->dtype));
+        ok = e && shape &&
+             cJSON_AddStringToObject(e, "dtype", i8 && i8[i] ? "I8" : gpucore_st_dtype_string(t->dtype));
         for (int d = 0; ok && d < t->ndim; d++) ok = cJSON_AddItemToArray(shape, json_uint((uint64_t)t->shape[d]));
         uint64_t bytes = (uint64_t)gpucore_tensor_nbytes(t);
         cJSON *offs = ok ? cJSON_AddArrayToObject(e, "data_offsets") : NULL;
@@ -333,16 +334,27 @@ static gpucore_status check_save_args(const char *path, const char *const *names
 gpucore_status gpucore_safetensors_save(const char *path, const char *const *names, gpucore_tensor *const *ts,
                                         int64_t count, const char *const *mk, const char *const *mv, int64_t mcount)
 {
+    return gpucore_st_save_i8(path, names, ts, NULL, count, mk, mv, mcount);
+}
+
+gpucore_status gpucore_st_save_i8(const char *path, const char *const *names, gpucore_tensor *const *ts,
+                                  const char *const *i8, int64_t count, const char *const *mk, const char *const *mv,
+                                  int64_t mcount)
+{
     const char *op = ST "_save";
     gpucore_status st = check_save_args(path, names, ts, count, mk, mv, mcount);
     if (st) return st;
+    for (int64_t i = 0; i8 && i < count; i++)
+        if (i8[i] && ts[i]->dtype != GPUCORE_U8)
+            return gpucore_set_error(GPUCORE_ERR_DTYPE_MISMATCH, "%s: \"%.200s\" is written as I8 but is %s, not u8",
+                                     op, names[i], gpucore_dtype_name((gpucore_dtype)ts[i]->dtype));
 #if !GPUCORE_HAVE_CJSON
     return gpucore_set_error(GPUCORE_ERR_NOT_SUPPORTED,
                              "%s: this build has no JSON library (cJSON); install libcjson-dev and rebuild", op);
 #else
     char *header = NULL;
     size_t hlen = 0;
-    if ((st = build_header(names, ts, count, mk, mv, mcount, &header, &hlen))) return st;
+    if ((st = build_header(names, ts, i8, count, mk, mv, mcount, &header, &hlen))) return st;
     /* temp file in the destination's folder, so the rename is atomic */
     size_t plen = strlen(path);
     char *tmp = malloc(plen + 16);

@@ -50,6 +50,12 @@ struct gpucore_safetensors;
 GPUCORE_HIDDEN gpucore_status gpucore_st_read_i8(struct gpucore_safetensors *f, const char *name, int *ndim,
                                                  int64_t *shape, void *dst, int64_t cap);
 
+/* gpucore_safetensors_save, with the u8 tensors whose i8[i] is non-NULL written as dtype I8 (their
+ * bytes as they are: bitsandbytes' int8 weights); i8 NULL: none. */
+GPUCORE_HIDDEN gpucore_status gpucore_st_save_i8(const char *path, const char *const *names,
+                                                 gpucore_tensor *const *ts, const char *const *i8, int64_t count,
+                                                 const char *const *mk, const char *const *mv, int64_t mcount);
+
 /* "F32" for GPUCORE_F32, ...; NULL for an unknown dtype. */
 GPUCORE_HIDDEN const char *gpucore_st_dtype_string(int dtype);
 

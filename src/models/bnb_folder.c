@@ -375,11 +375,37 @@ static gpucore_status host_tensor(gpucore_context *ctx, gpucore_dtype dt, int nd
     return st;
 }
 
+/* l's INT8_ROW weight as Linear8bitLt saves it: <m>.weight (our int8 bytes, written as I8),
+ * <m>.SCB, <m>.weight_format 0. */
+static gpucore_status save_int8(const lm_linear *l, gpucore_context *hc, char **names, gpucore_tensor **ts,
+                                const char **i8, int *count)
+{
+    int64_t total = gpucore_tensor_nbytes(l->wq), n = l->out * l->in, off = (n + 3) / 4 * 4;
+    unsigned char *bytes = malloc((size_t)(total ? total : 1)), zero = 0;
+    names[0] = lm_strdupf("%s.weight", l->module);
+    names[1] = lm_strdupf("%s.SCB", l->module);
+    names[2] = lm_strdupf("%s.weight_format", l->module);
+    *count = 3;
+    i8[0] = "I8";
+    gpucore_status st = GPUCORE_OK;
+    if (!bytes || !names[0] || !names[1] || !names[2])
+        st = gpucore_set_error(GPUCORE_ERR_OUT_OF_MEMORY, "gpucore_lm_save_pretrained: out of host memory");
+    if (!st) st = gpucore_copy_to_host(bytes, total, l->wq);
+    int64_t wshape[2] = {l->out, l->in};
+    if (!st) st = host_tensor(hc, GPUCORE_U8, 2, wshape, bytes, n, &ts[0]);
+    if (!st) st = host_tensor(hc, GPUCORE_F32, 1, &l->out, bytes + off, 4 * l->out, &ts[1]);
+    if (!st) st = host_tensor(hc, GPUCORE_U8, 0, NULL, &zero, 1, &ts[2]);
+    free(bytes);
+    return st;
+}
+
 gpucore_status lm_bnb_save_linear(gpucore_lm *lm, const lm_linear *l, gpucore_context *hc, char **names,
-                                  gpucore_tensor **ts)
+                                  gpucore_tensor **ts, const char **i8, int *count)
 {
     const char *op = "gpucore_lm_save_pretrained";
     int fmt = l->q.format;
+    if (fmt == GPUCORE_QUANT_INT8_ROW) return save_int8(l, hc, names, ts, i8, count);
+    *count = 4;
     int64_t block = l->q.block_size ? l->q.block_size : 64, packed, off, nb;
     split_sizes(l, block, &packed, &off, &nb);
     int64_t total = gpucore_tensor_nbytes(l->wq);
@@ -411,15 +437,18 @@ char *lm_bnb_config_text(const char *json, int fmt, int dtype)
 {
     const char *brace = strchr(json, '{');
     if (!brace) return NULL;
-    /* BitsAndBytesConfig.to_dict() as transformers writes it for load_in_4bit */
-    const char *dt = lm_torch_dtype(dtype);
-    return lm_strdupf("%.*s\n  \"quantization_config\": {\n    \"_load_in_4bit\": true,\n    \"_load_in_8bit\": false,\n"
+    /* BitsAndBytesConfig.to_dict() as transformers writes it for load_in_4bit or load_in_8bit (then
+     * bnb_4bit_compute_dtype, which transformers ignores, keeps our compute dtype for a reload) */
+    const char *dt = lm_torch_dtype(dtype), *t4 = fmt == GPUCORE_QUANT_INT8_ROW ? "false" : "true";
+    const char *t8 = fmt == GPUCORE_QUANT_INT8_ROW ? "true" : "false";
+    return lm_strdupf("%.*s\n  \"quantization_config\": {\n    \"_load_in_4bit\": %s,\n    \"_load_in_8bit\": %s,\n"
                       "    \"bnb_4bit_compute_dtype\": \"%s\",\n    \"bnb_4bit_quant_storage\": \"uint8\",\n"
                       "    \"bnb_4bit_quant_type\": \"%s\",\n    \"bnb_4bit_use_double_quant\": false,\n"
                       "    \"llm_int8_enable_fp32_cpu_offload\": false,\n    \"llm_int8_has_fp16_weight\": false,\n"
                       "    \"llm_int8_skip_modules\": null,\n    \"llm_int8_threshold\": 6.0,\n"
-                      "    \"load_in_4bit\": true,\n    \"load_in_8bit\": false,\n"
+                      "    \"load_in_4bit\": %s,\n    \"load_in_8bit\": %s,\n"
                       "    \"quant_method\": \"bitsandbytes\"\n  },%s",
-                      (int)(brace + 1 - json), json, dt, q4_name(fmt), brace + 1);
+                      (int)(brace + 1 - json), json, t4, t8, dt, fmt == GPUCORE_QUANT_INT8_ROW ? "fp4" : q4_name(fmt), t4,
+                      t8, brace + 1);
 }
 #endif

@@ -29,10 +29,12 @@ typedef gpucore_safetensors *(*lm_bnb_find)(void *user, const char *name, const 
  * shape and quant_state field checked, the code book equal to ours; adopted as l->wq. */
 GPUCORE_HIDDEN gpucore_status lm_bnb_load_linear(gpucore_lm *lm, const lm_bnb *b, lm_linear *l, lm_bnb_find find,
                                                  void *user);
-/* l's NF4/FP4 weight as bitsandbytes' four tensors on hc: names[0..3] (malloc'ed) and ts[0..3]. */
+/* l's weight as bitsandbytes' tensors on hc: names[0..*count-1] (malloc'ed) and ts[...]: four for
+ * NF4/FP4, three for INT8_ROW (weight, SCB, weight_format; i8[0] set: the weight is written I8). */
 GPUCORE_HIDDEN gpucore_status lm_bnb_save_linear(gpucore_lm *lm, const lm_linear *l, gpucore_context *hc,
-                                                 char **names, gpucore_tensor **ts);
-/* config.json text with transformers' quantization_config for load_in_4bit (fmt, compute dtype)
- * inserted first (malloc'ed; NULL when json has no object). */
+                                                 char **names, gpucore_tensor **ts, const char **i8, int *count);
+/* config.json text with transformers' quantization_config for load_in_4bit (NF4/FP4) or
+ * load_in_8bit (INT8_ROW), compute dtype dtype, inserted first (malloc'ed; NULL when json has no
+ * object). */
 GPUCORE_HIDDEN char *lm_bnb_config_text(const char *json, int fmt, int dtype);
 #endif

@@ -10,6 +10,7 @@
 #include <string.h>
 #include "lm_internal.h"
 #include "bnb_folder.h"
+#include "io/safetensors.h"
 
 #if GPUCORE_HAVE_CJSON
 #include <cjson/cJSON.h>
@@ -90,7 +91,7 @@ gpucore_status gpucore_lm_save_pretrained(gpucore_lm *lm, const char *folder)
     if (lm->lora_count)
         return gpucore_set_error(GPUCORE_ERR_INVALID_ARGUMENT, "%s: the model has LoRA adapters; merge them first "
                                  "(gpucore_lm_merge_adapter) or save them with gpucore_lm_save_adapter", op);
-    /* bitsandbytes' layout holds NF4 or FP4 linears, one format, dense only where llm_int8_skip_modules says */
+    /* bitsandbytes' layout holds NF4, FP4 or int8 linears, one format, dense only where llm_int8_skip_modules says */
     lm_bnb b;
     if ((st = lm_bnb_read_config(lm->cfg.json, &b))) return st;
     int qfmt = -1, has_qc = b.fmt >= 0;
@@ -105,12 +106,13 @@ gpucore_status gpucore_lm_save_pretrained(gpucore_lm *lm, const char *folder)
         }
         nq++;
         int f = l->q.format;
-        if ((f != GPUCORE_QUANT_NF4 && f != GPUCORE_QUANT_FP4) || (l->q.flags & GPUCORE_QUANT_DOUBLE))
-            st = gpucore_set_error(GPUCORE_ERR_NOT_SUPPORTED, "%s: the base weights are quantized (%s); only NF4 and FP4 "
-                                   "have a Hugging Face layout here (bitsandbytes' 4-bit): save the adapter "
+        if ((f != GPUCORE_QUANT_NF4 && f != GPUCORE_QUANT_FP4 && f != GPUCORE_QUANT_INT8_ROW) ||
+            (l->q.flags & GPUCORE_QUANT_DOUBLE))
+            st = gpucore_set_error(GPUCORE_ERR_NOT_SUPPORTED, "%s: the base weights are quantized (%s); only NF4, FP4 and "
+                                   "int8 have a Hugging Face layout here (bitsandbytes'): save the adapter "
                                    "(gpucore_lm_save_adapter), or load the model dense to save it", op, lm->quant_name);
         else if (qfmt >= 0 && f != qfmt)
-            st = gpucore_set_error(GPUCORE_ERR_NOT_SUPPORTED, "%s: the linear layers mix NF4 and FP4 (%s); bitsandbytes' "
+            st = gpucore_set_error(GPUCORE_ERR_NOT_SUPPORTED, "%s: the linear layers mix formats (%s); bitsandbytes' "
                                    "layout holds one", op, lm->quant_name);
         qfmt = f;
     }
@@ -122,19 +124,20 @@ gpucore_status gpucore_lm_save_pretrained(gpucore_lm *lm, const char *folder)
     if (st) return st;
     if ((st = lm_make_dir(folder, op))) return st;
     int64_t n = lm->n_params, cap = n + 3 * nq, k = 0;
-    const char **names = calloc((size_t)cap, sizeof *names);
+    const char **names = calloc((size_t)cap, sizeof *names), **i8 = calloc((size_t)cap, sizeof *i8);
     char **owned = calloc((size_t)(4 * nq + 1), sizeof *owned);
     gpucore_tensor **ts = calloc((size_t)cap, sizeof *ts), **tmp = calloc((size_t)cap, sizeof *tmp);
     char *path = lm_strdupf("%s/model.safetensors", folder);
     gpucore_context *hc = NULL;
-    if (!names || !owned || !ts || !tmp || !path)
+    if (!names || !i8 || !owned || !ts || !tmp || !path)
         st = gpucore_set_error(GPUCORE_ERR_OUT_OF_MEMORY, "%s: out of host memory", op);
     if (!st && nq && lm->ctx->type != GPUCORE_DEVICE_CPU) st = gpucore_context_create("cpu", &hc);
     for (int64_t i = 0, o = 0; i < n && !st; i++) {
         lm_param *p = &lm->params[i];
-        if (p->lin && p->lin->wq) { /* four tensors: the packed weight, absmax, quant_map, quant_state */
-            st = lm_bnb_save_linear(lm, p->lin, hc ? hc : lm->ctx, owned + o, tmp + k);
-            for (int j = 0; j < 4; j++, k++) { names[k] = owned[o + j]; ts[k] = tmp[k]; }
+        if (p->lin && p->lin->wq) { /* bitsandbytes' tensors (4-bit: four; int8: three) */
+            int got = 0;
+            st = lm_bnb_save_linear(lm, p->lin, hc ? hc : lm->ctx, owned + o, tmp + k, i8 + k, &got);
+            for (int j = 0; j < got; j++, k++) { names[k] = owned[o + j]; ts[k] = tmp[k]; }
             o += 4;
             continue;
         }
@@ -147,12 +150,12 @@ gpucore_status gpucore_lm_save_pretrained(gpucore_lm *lm, const char *folder)
         k++;
     }
     const char *mk[1] = {"format"}, *mv[1] = {"pt"};
-    if (!st) st = gpucore_safetensors_save(path, names, ts, k, mk, mv, 1);
+    if (!st) st = gpucore_st_save_i8(path, names, ts, i8, k, mk, mv, 1);
     if (!st) st = write_config(lm, folder, qfmt, has_qc, op);
     for (int64_t i = 0; tmp && i < cap; i++) gpucore_tensor_destroy(tmp[i]);
     for (int64_t i = 0; owned && i < 4 * nq; i++) free(owned[i]);
     if (hc) gpucore_context_destroy(hc);
-    free(names); free(owned); free(ts); free(tmp); free(path);
+    free(names); free(i8); free(owned); free(ts); free(tmp); free(path);
     return st;
 }
 #else
