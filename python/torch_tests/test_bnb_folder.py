@@ -22,13 +22,14 @@ quantization_config. This file checks:
 - an 8-bit folder (fixtures/bnb-int8-llama, load_in_8bit: <m>.weight int8 [out, in], <m>.SCB f32
   [out], <m>.weight_format 0) loads as INT8_ROW holding the file's int8 bytes and SCB; its
   dequantized weights are the float64 definition int8 * SCB / 127 to within f32 rounding, and its
-  logits those of transformers holding those weights dense;
+  logits those of transformers holding those weights dense; an int8 model saves in that layout
+  (the fixture saved again gives its tensors bit for bit);
 - what is not implemented (another code book, llm_int8_has_fp16_weight) and broken folders (a
   missing or misshapen tensor, a quant_state that disagrees) are refused by name;
 - where bitsandbytes is importable (PyTorch >= 2.2), transformers loads our saved folder with
   logits equal to ours, and our dequantized weights of the double-quantized fixture are
   bitsandbytes' dequantize_4bit's bit for bit, those of the 8-bit fixture its
-  int8_vectorwise_dequant's (skipped otherwise: Debian's torch 1.13 has no
+  int8_vectorwise_dequant's, and transformers loads our saved int8 folder with our int8 bytes and SCB (skipped otherwise: Debian's torch 1.13 has no
   bitsandbytes).
 """
 from __future__ import annotations
