@@ -295,9 +295,9 @@ typedef struct pmatch {
     char why[400];
 } pmatch;
 
-static char last_refusal[480];
+static _Thread_local char last_refusal[480]; /* per thread: builds run on several threads at once */
 
-/* The reason the last SDPA graph got no engine ("" when it matched): for the tests. */
+/* The reason the last SDPA graph the calling thread had searched got no engine ("" when it matched): for the tests. */
 STANDIN_EXPORT const char *standin_sdpa_refusal(void) { return last_refusal; }
 
 static int pfail(pmatch *p, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -326,8 +326,10 @@ static int64_t pw_axis(const desc *op)
     return i64(ref(op, CUDNN_ATTR_OPERATION_POINTWISE_PW_DESCRIPTOR, 0), CUDNN_ATTR_POINTWISE_AXIS, 0);
 }
 /* STANDIN_SDPA_CAUSAL_FIRST (tests): pointwise X inputs as the matcher sees them rewired, while it matches. */
-static struct { const desc *op, *x; } rewired[8];
-static int nrewired;
+/* Per thread: only the matching thread sees the rewiring (a stream worker executing a graph meanwhile reads the
+ * nodes' real inputs through pin()). */
+static _Thread_local struct { const desc *op, *x; } rewired[8];
+static _Thread_local int nrewired;
 static const desc *pin(const desc *op, int k)
 {
     static const int names[3] = {CUDNN_ATTR_OPERATION_POINTWISE_XDESC, CUDNN_ATTR_OPERATION_POINTWISE_BDESC,
