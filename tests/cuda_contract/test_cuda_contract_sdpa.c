@@ -622,7 +622,7 @@ static void test_sdpa_threads(gpucore_context *ctx)
 /* A long plan build holds up no cached shape: while a thread builds a new shape's plan (STANDIN_DNN_PLAN_MS: the
  * stand-in's plan finalize lasts 3 s, as runtime-compiled engines can), this thread runs a cached shape three
  * times to the end, on cuDNN, within 2 s of that finalize starting (a build under the cache's lock would hold
- * them for the whole 3 s). */
+ * them for the whole 3 s). Two threads missing on one shape at once build it once. */
 typedef struct slow_build {
     gpucore_context *ctx;
     gpucore_tensor *q, *out;
@@ -689,8 +689,30 @@ static void test_sdpa_build_outside_lock(gpucore_context *ctx)
                 building);
     gpucore_attention_stats st = stats_of(ctx);
     CHECK(st.cudnn_calls == 5 && st.fallback_calls == 0);
-    gpucore_tensor *ts[4] = {q, out, b.q, b.out};
-    for (int i = 0; i < 4; i++) gpucore_tensor_destroy(ts[i]);
+    /* two threads missing on one new shape at once: one builds (a 0.5 s finalize), the other waits for it and
+     * takes its entry: one plan finalized, both on cuDNN */
+    const int64_t third[4] = {TH_B, TH_H, TH_S + 9, TH_D};
+    slow_build two[2];
+    pthread_t t2[2];
+    memset(two, 0, sizeof two);
+    for (int i = 0; i < 2; i++) {
+        two[i].ctx = ctx;
+        two[i].q = i ? two[0].q : NULL;
+        if (!i) CHECK_OK(gpucore_tensor_create(ctx, GPUCORE_BF16, 4, third, &two[0].q));
+        CHECK_OK(gpucore_tensor_create(ctx, GPUCORE_BF16, 4, third, &two[i].out));
+    }
+    CHECK_OK(gpucore_random(two[0].q, GPUCORE_UNIFORM, -1, 1, 7, 0, NULL));
+    setenv("STANDIN_DNN_PLAN_MS", "500", 1);
+    const long before = counter("cudnn_plan_finalized");
+    for (int i = 0; i < 2; i++) pthread_create(&t2[i], NULL, slow_builder, &two[i]);
+    for (int i = 0; i < 2; i++) pthread_join(t2[i], NULL);
+    unsetenv("STANDIN_DNN_PLAN_MS");
+    CHECK(two[0].st == GPUCORE_OK && two[1].st == GPUCORE_OK);
+    CHECK(counter("cudnn_plan_finalized") - before == 1);
+    st = stats_of(ctx);
+    CHECK(st.cudnn_calls == 7 && st.fallback_calls == 0);
+    gpucore_tensor *ts[7] = {q, out, b.q, b.out, two[0].q, two[0].out, two[1].out};
+    for (int i = 0; i < 7; i++) gpucore_tensor_destroy(ts[i]);
     expect_clean("build outside the lock");
 }
 
