@@ -663,6 +663,7 @@ static void test_sdpa_build_outside_lock(gpucore_context *ctx)
     o.is_causal = 1;
     CHECK_OK(gpucore_attention_reset_stats(ctx));
     CHECK_OK(gpucore_attention_forward(out, NULL, q, q, q, NULL, NULL, &o, NULL)); /* cached from here */
+    CHECK_OK(gpucore_context_synchronize(ctx)); /* b.q filled before the builder's stream reads it */
     setenv("STANDIN_DNN_PLAN_MS", "3000", 1);
     const long finalized = counter("cudnn_plan_finalized");
     pthread_t tid;
@@ -702,6 +703,7 @@ static void test_sdpa_build_outside_lock(gpucore_context *ctx)
         CHECK_OK(gpucore_tensor_create(ctx, GPUCORE_BF16, 4, third, &two[i].out));
     }
     CHECK_OK(gpucore_random(two[0].q, GPUCORE_UNIFORM, -1, 1, 7, 0, NULL));
+    CHECK_OK(gpucore_context_synchronize(ctx));
     setenv("STANDIN_DNN_PLAN_MS", "500", 1);
     const long before = counter("cudnn_plan_finalized");
     for (int i = 0; i < 2; i++) pthread_create(&t2[i], NULL, slow_builder, &two[i]);
