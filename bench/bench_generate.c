@@ -19,7 +19,7 @@
  * published one and its f32 copy from bench/peers/gguf_widen.py; prompt ids spread over
  * its first 1000 tokens). Every run measures the machine's read bandwidth (bench_read_bw.h)
  * first and after each case, the best so far counting, and prints each decode step's weight
- * stream (the base weights' bytes per step: gpucore_lm_weight_bytes, a tied head read once)
+ * stream (the base weights' bytes a step reads: gpucore_lm_decode_bytes)
  * as GB/s and as a fraction of it.
  * --llama-bench BIN (a benchmark-only peer: llama.cpp's llama-bench, with a GGUF --model)
  * runs the same file, prompt and new-token counts and thread count through llama.cpp
@@ -185,7 +185,7 @@ static int run_case(gpucore_context *ctx, const char *dir, const int64_t *tokens
     const double bw = read_bandwidth_gbs((size_t)1 << 30, 0); /* again after each case: the best seen counts */
     if (bw > read_gbs) read_gbs = bw;
     int64_t wbytes = 0;
-    gpucore_lm_weight_bytes(lm, &wbytes);
+    gpucore_lm_decode_bytes(lm, &wbytes);
     const double stream_gbs = step > 0 ? (double)wbytes / (step * 1e-3) / 1e9 : 0.0;
     if (nnew > 1) {
         row(cs, "decode_weight_stream", stream_gbs, "GB/s");

@@ -2696,8 +2696,13 @@ GPUCORE_API gpucore_status gpucore_lm_create_ex(gpucore_context *ctx, const char
 /* The quantized formats of the linear weights ("nf4", "fp4", "int8", a GGUF file's "Q4_1+Q8_0",
  * most bytes first), "" for a dense model; NULL for an invalid handle. Valid while lm lives. */
 GPUCORE_API const char *gpucore_lm_quantization(const gpucore_lm *lm);
-/* Bytes the base weights take on the device (quantized ones as stored, adapters not counted). */
+/* Bytes the base weights take on the device (quantized ones as stored, adapters not counted; a
+ * GGUF file's quantized head, kept beside its dense copy for decode steps, counts too). */
 GPUCORE_API gpucore_status gpucore_lm_weight_bytes(const gpucore_lm *lm, int64_t *bytes);
+/* Bytes of base weights one decode step (up to 4 rows) reads: every layer's and norm's, the head
+ * once (a GGUF file's quantized head where its tensor is quantized, else the dense head or tied
+ * embedding table), the tables it reads a row of (embeddings, learned positions) not counted. */
+GPUCORE_API gpucore_status gpucore_lm_decode_bytes(const gpucore_lm *lm, int64_t *bytes);
 /* Frees weights, adapters, gradients and the executor (caches stay valid handles
  * to destroy). NULL is a no-op. */
 GPUCORE_API gpucore_status gpucore_lm_destroy(gpucore_lm *lm);

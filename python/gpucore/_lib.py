@@ -581,6 +581,7 @@ DECLARATIONS: Dict[str, Tuple[Any, List[Any]]] = {
     "gpucore_lm_create_ex": (STATUS, [H, c_char_p, POINTER(LmLoadOptions), P_H]),
     "gpucore_lm_quantization": (c_char_p, [H]),
     "gpucore_lm_weight_bytes": (STATUS, [H, P_I64]),
+    "gpucore_lm_decode_bytes": (STATUS, [H, P_I64]),
     "gpucore_lm_destroy": (STATUS, [H]),
     "gpucore_lm_context": (STATUS, [H, P_H]),
     "gpucore_lm_config_int": (STATUS, [H, c_char_p, P_I64]),

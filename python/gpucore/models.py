@@ -174,9 +174,17 @@ class LanguageModel(_Owned):
         return q or None
 
     def memory_footprint(self) -> int:
-        """Bytes the base weights take on the device (quantized ones as stored; adapters not counted)."""
+        """Bytes the base weights take on the device (quantized ones as stored; adapters not counted; a
+        GGUF file's quantized head, kept beside its dense copy for decode steps, counts too)."""
         v = c_int64()
         C.gpucore_lm_weight_bytes(self.handle, byref(v))
+        return int(v.value)
+
+    def decode_bytes(self) -> int:
+        """Bytes of base weights one decode step (up to 4 rows) reads: every layer's, the head once (a
+        GGUF file's quantized head where it has one), not the embedding tables it reads a row of."""
+        v = c_int64()
+        C.gpucore_lm_decode_bytes(self.handle, byref(v))
         return int(v.value)
 
     def __repr__(self) -> str:

@@ -244,6 +244,11 @@ def test_smollm2_logits_and_greedy_chat(smollm2):
           % (m.quantization, m.memory_footprint() / 1e6, os.path.getsize(path) / 1e6))
     assert m.quantization and m.quantization.split("+")[0] in ("Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q4_K", "Q6_K")
     assert m.memory_footprint() < os.path.getsize(path) + 4 * params
+    # the tied head's Q8_0 blocks kept beside the dense f32 table: a decode step reads those instead
+    vocab, hidden = m.config_int("vocab_size"), m.config_int("hidden_size")
+    stored = sum(t.nbytes for t in m.named_parameters().values())
+    assert m.memory_footprint() - stored == vocab * hidden // 32 * 34
+    assert m.memory_footprint() - m.decode_bytes() == vocab * hidden * 4
     tok = m.tokenizer()
     prompt = gpucore.text.chat_template(m.chat_template, [{"role": "user", "content": "What is the capital of France?"}],
                                         add_generation_prompt=True)
@@ -253,6 +258,9 @@ def test_smollm2_logits_and_greedy_chat(smollm2):
     err = rel(to_np(m(ids)), hf_fixtures.logits(ref, ids))
     print("SmolLM2 f32 logits, normalised error against transformers: %.3g" % err)
     assert err < 1e-4, "SmolLM2 logits differ from transformers on the gguf-dequantized weights by %.3g" % err
+    # up to 4 rows (a decode step's head: the file's Q8_0 blocks) equal too
+    err = rel(to_np(m(ids[:, :3])), hf_fixtures.logits(ref, ids[:, :3]))
+    assert err < 1e-4, "SmolLM2 logits of 3 rows (the quantized head) differ by %.3g" % err
     ours = m.generate(ids, max_new_tokens=8)
     with torch.no_grad():
         want = ref.generate(torch.as_tensor(ids), max_new_tokens=8, do_sample=False, pad_token_id=2).numpy()

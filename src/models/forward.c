@@ -100,7 +100,10 @@ gpucore_status lm_head_forward(gpucore_lm *lm, const gpucore_tensor *h, gpucore_
 {
     int64_t shape[3] = {h->shape[0], h->shape[1], lm->cfg.vocab};
     gpucore_status st = gpucore_tensor_create(lm->ctx, (gpucore_dtype)lm->dtype, 3, shape, logits);
-    if (!st) st = gpucore_linear_forward(h, lm_head_weight(lm), NULL, GPUCORE_ACT_NONE, *logits, NULL, s);
+    if (!st && lm->head_q.wq && shape[0] * shape[1] <= LM_QHEAD_MAX_ROWS) /* a decode step: the file's blocks */
+        st = gpucore_qlinear_forward(h, &lm->head_q.q, NULL, GPUCORE_ACT_NONE, *logits, NULL, s);
+    else if (!st)
+        st = gpucore_linear_forward(h, lm_head_weight(lm), NULL, GPUCORE_ACT_NONE, *logits, NULL, s);
     if (st) lm_destroy_tensor(logits);
     return st;
 }

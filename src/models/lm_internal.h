@@ -52,6 +52,8 @@ typedef struct lm_linear {
 
 /* Attention linears: fused {qkv, out} (gpt2's c_attn, c_proj); others {q, k, v, o}.
  * MLP linears: GELU {fc, proj}; SwiGLU {gate, up, down} (the entry's names, arch.h). */
+#define LM_QHEAD_MAX_ROWS 4 /* rows up to which the head reads its quantized blocks (head_q) */
+
 typedef struct lm_layer {
     struct gpucore_lm *lm;
     int64_t index;
@@ -86,6 +88,10 @@ struct gpucore_lm {
     gpucore_tensor *wte, *wpe, *nf_w, *nf_b, *head; /* head NULL when tied */
     gpucore_tensor *dwte, *dwpe, *dnf_w, *dnf_b, *dhead;
     gpucore_tensor *rope_cos, *rope_sin;            /* f32 [max_pos, head_dim/2] or NULL */
+    /* the head's quantized blocks as a GGUF file holds them (its output weight, or the tied embedding),
+     * kept beside the dense head for steps of up to LM_QHEAD_MAX_ROWS rows (a decode step reads them
+     * instead: Q8_0 is a quarter of f32's bytes); wq NULL: none */
+    lm_linear head_q;
     lm_layer *layer;
     lm_param *params;
     int64_t n_params;

@@ -266,6 +266,33 @@ static gpucore_status load_param(gpucore_lm *lm, gpucore_gguf *f, const lm_arch 
     return st;
 }
 
+/* The head's GGUF tensor (output.weight, or the tied token_embd.weight) kept in its quantized blocks
+ * as lm->head_q beside the dense head load_param made, when it is quantized. */
+static gpucore_status keep_head_blocks(gpucore_lm *lm, gpucore_gguf *f, const lm_arch *t)
+{
+    gpucore_tensor **head = lm->cfg.tie ? &lm->wte : &lm->head;
+    char gname[200];
+    int64_t i = -1;
+    for (int64_t k = 0; k < lm->n_params && i < 0; k++)
+        if (lm->params[k].slot == head && gguf_name(t, lm->params[k].name, gname, sizeof gname))
+            i = gpucore_gguf_tensor_find(f, gname);
+    int type = 0;
+    if (i >= 0) gpucore_gguf_tensor_info(f, i, NULL, &type, NULL, NULL, NULL, NULL);
+    const int fmt = i >= 0 ? gguf_quant_format(type) : -1;
+    if (fmt < 0) return GPUCORE_OK; /* a float head: the dense one is what there is */
+    void *raw = NULL;
+    int64_t nbytes = 0;
+    gpucore_status st = gguf_read_raw(f, i, &raw, &nbytes, OP);
+    if (st) return st;
+    lm->head_q.in = lm->cfg.hidden;
+    lm->head_q.out = lm->cfg.vocab;
+    lm->head_q.module = lm_strdupf("%s", gname);
+    if (!lm->head_q.module) st = gpucore_set_error(GPUCORE_ERR_OUT_OF_MEMORY, OP ": out of host memory");
+    if (!st) st = lm_adopt_quantized(lm, &lm->head_q, fmt, 0, raw, nbytes);
+    free(raw);
+    return st;
+}
+
 /* Every tensor of the file is one the model reads. */
 static gpucore_status check_leftovers(gpucore_lm *lm, gpucore_gguf *f, const lm_arch *t)
 {
@@ -328,6 +355,7 @@ gpucore_status lm_load_gguf(gpucore_lm *lm, int dtype)
     if (!st) st = lm_build_registry(lm);
     for (int64_t i = 0; i < lm->n_params && !st; i++) st = load_param(lm, f, t, &lm->params[i], dtype);
     if (!st) st = check_leftovers(lm, f, t);
+    if (!st) st = keep_head_blocks(lm, f, t);
     if (!st) lm->dtype = dtype;
     gpucore_gguf_close(f);
     if (st) lm_free_weights(lm);

@@ -151,10 +151,30 @@ gpucore_status gpucore_lm_weight_bytes(const gpucore_lm *lm, int64_t *bytes)
     gpucore_status st = lm_check(lm, op);
     if (st) return st;
     if (!bytes) return gpucore_set_error(GPUCORE_ERR_NULL_POINTER, "%s: bytes is NULL", op);
-    int64_t n = 0;
+    int64_t n = lm->head_q.wq ? gpucore_tensor_nbytes(lm->head_q.wq) : 0;
     for (int64_t i = 0; i < lm->n_params; i++) {
         const gpucore_tensor *t = lm_param_tensor(&lm->params[i]);
         if (t) n += gpucore_tensor_nbytes(t);
+    }
+    *bytes = n;
+    return GPUCORE_OK;
+}
+
+gpucore_status gpucore_lm_decode_bytes(const gpucore_lm *lm, int64_t *bytes)
+{
+    const char *op = "gpucore_lm_decode_bytes";
+    gpucore_status st = lm_check(lm, op);
+    if (st) return st;
+    if (!bytes) return gpucore_set_error(GPUCORE_ERR_NULL_POINTER, "%s: bytes is NULL", op);
+    /* the head once: its quantized blocks where the model keeps them, else the dense head (the tied
+     * embedding table); the tables a step reads a row of (embeddings, learned positions) not counted */
+    int64_t n = lm->head_q.wq ? gpucore_tensor_nbytes(lm->head_q.wq) : gpucore_tensor_nbytes(lm_head_weight(lm));
+    for (int64_t i = 0; i < lm->n_params; i++) {
+        const lm_param *p = &lm->params[i];
+        const gpucore_tensor *t = lm_param_tensor(p);
+        if (t && p->slot != &((gpucore_lm *)lm)->wte && p->slot != &((gpucore_lm *)lm)->wpe &&
+            p->slot != &((gpucore_lm *)lm)->head)
+            n += gpucore_tensor_nbytes(t);
     }
     *bytes = n;
     return GPUCORE_OK;

@@ -405,4 +405,7 @@ void lm_free_weights(gpucore_lm *lm)
         lm_destroy_tensor(lm->params[i].grad);
         if (lm->params[i].lin) lm_destroy_tensor(&lm->params[i].lin->wq);
     }
+    lm_destroy_tensor(&lm->head_q.wq);
+    free(lm->head_q.module);
+    memset(&lm->head_q, 0, sizeof lm->head_q);
 }
