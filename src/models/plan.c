@@ -550,6 +550,8 @@ static void persistent(ledger *g, const shape *m)
             else extra += numel;
         }
     }
+    if (lm->head_q.wq) /* a GGUF file's quantized head, kept beside the dense one for decode steps */
+        alloc_buf(g, GPUCORE_MEM_WEIGHTS, gpucore_tensor_nbytes(lm->head_q.wq));
     if (lm->cfg.rope_theta > 0) {         /* RoPE tables, f32 [max_pos, head_dim / 2] */
         alloc_buf(g, GPUCORE_MEM_WEIGHTS, lm->cfg.max_pos * (lm->cfg.head_dim / 2) * 4);
         alloc_buf(g, GPUCORE_MEM_WEIGHTS, lm->cfg.max_pos * (lm->cfg.head_dim / 2) * 4);
