@@ -267,8 +267,11 @@ static gpucore_status load_param(gpucore_lm *lm, gpucore_gguf *f, const lm_arch 
 }
 
 /* The head's GGUF tensor (output.weight, or the tied token_embd.weight) kept in its quantized blocks
- * as lm->head_q beside the dense head load_param made, when it is quantized. */
-static gpucore_status keep_head_blocks(gpucore_lm *lm, gpucore_gguf *f, const lm_arch *t)
+ * as lm->head_q beside the dense head load_param made, when it is quantized and at most a third of the
+ * dense head's bytes (dtype): a decode step then reads it instead. Decoding a block costs about as much
+ * whatever its format, so a Q8_0 head beside a bf16 one (0.53 of its bytes) made the SmolLM2 step slower
+ * (21.96-23.57 -> 23.84-26.76 ms), beside an f32 one (0.27) faster (21.69-26.48 -> 18.26-22.51 ms). */
+static gpucore_status keep_head_blocks(gpucore_lm *lm, gpucore_gguf *f, const lm_arch *t, int dtype)
 {
     gpucore_tensor **head = lm->cfg.tie ? &lm->wte : &lm->head;
     char gname[200];
@@ -280,9 +283,12 @@ static gpucore_status keep_head_blocks(gpucore_lm *lm, gpucore_gguf *f, const lm
     if (i >= 0) gpucore_gguf_tensor_info(f, i, NULL, &type, NULL, NULL, NULL, NULL);
     const int fmt = i >= 0 ? gguf_quant_format(type) : -1;
     if (fmt < 0) return GPUCORE_OK; /* a float head: the dense one is what there is */
-    void *raw = NULL;
     int64_t nbytes = 0;
-    gpucore_status st = gguf_read_raw(f, i, &raw, &nbytes, OP);
+    gpucore_status st = gpucore_quant_size((gpucore_quant_format)fmt, lm->cfg.vocab, lm->cfg.hidden, 0, 0, &nbytes);
+    if (st || 3 * nbytes > lm->cfg.vocab * lm->cfg.hidden * (int64_t)gpucore_dtype_size((gpucore_dtype)dtype))
+        return GPUCORE_OK; /* not a third of the dense head's bytes (or a shape the format cannot hold): dense */
+    void *raw = NULL;
+    st = gguf_read_raw(f, i, &raw, &nbytes, OP);
     if (st) return st;
     lm->head_q.in = lm->cfg.hidden;
     lm->head_q.out = lm->cfg.vocab;
@@ -355,7 +361,7 @@ gpucore_status lm_load_gguf(gpucore_lm *lm, int dtype)
     if (!st) st = lm_build_registry(lm);
     for (int64_t i = 0; i < lm->n_params && !st; i++) st = load_param(lm, f, t, &lm->params[i], dtype);
     if (!st) st = check_leftovers(lm, f, t);
-    if (!st) st = keep_head_blocks(lm, f, t);
+    if (!st) st = keep_head_blocks(lm, f, t, dtype);
     if (!st) lm->dtype = dtype;
     gpucore_gguf_close(f);
     if (st) lm_free_weights(lm);
