@@ -20,11 +20,15 @@
  * waits for work nobody started), then the caller waits for the parts already claimed.
  * A helper polls for the next generation for CPU_TEAM_SPIN_NS after its last part (the
  * gaps between a step's products are microseconds), then sleeps on a condition variable;
- * while the thread policy sees the machine's CPUs shared (cpu_thread_policy_shared) it
- * sleeps at once, so an idle team never holds a core another process needs. One call at
+ * while the thread policy sees other processes' threads wanting the CPUs
+ * (cpu_thread_policy_shared) it sleeps at once, so an idle team never holds a core another
+ * process needs. One call at
  * a time: a second caller (another stream) finds the team busy and its parts run as an
  * OpenMP loop instead. Unloading the library stops and joins the helpers.
  */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE /* pthread_setname_np */
+#endif
 #include <pthread.h>
 #include <sched.h>
 #include <stdint.h>
@@ -81,6 +85,7 @@ static void team_work(uint64_t gen)
 static void *team_main(void *unused)
 {
     (void)unused;
+    pthread_setname_np(pthread_self(), "gpucore-team"); /* what tools and the tests see */
     uint64_t seen = 0;
     for (;;) {
         /* poll for the next job for a while (unless the machine's CPUs are shared), then sleep */
